@@ -1,0 +1,44 @@
+# Keeper: the commands a new user needs. `make run` and `make test` do all the set-up.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-fast bench chaos lint migrate shell clean-data
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## Start embedded PostgreSQL + Redis (unless DATABASE_URL / REDIS_URL are set), migrate, and run web, worker and beat.
+run: $(STAMP)
+	$(PY) -m config.launcher run
+
+## The whole suite, slow crash suites included.
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## The fast part only (no slow crash / many-run suites).
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+## commit_step through the engine against the raw single-statement baseline.
+bench: $(STAMP)
+	$(PY) manage.py migrate --noinput -v 0
+	$(PY) manage.py bench $(BENCH_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+migrate: $(STAMP)
+	$(PY) manage.py migrate --noinput
+
+shell: $(STAMP)
+	$(PY) manage.py shell
+
+## Stop nothing, delete the embedded database and Redis data under .data/ (asks no questions).
+clean-data:
+	rm -rf .data

@@ -1,0 +1,78 @@
+"""Reading configuration from the environment, with clear errors for bad values."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in {"1", "true", "yes", "on"}:
+        return True
+    if raw.lower() in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use true/false)")
+
+
+def env_number(name: str, default: float, *, minimum: float = 0) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={raw!r} must be >= {minimum}")
+    return value
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    value = env_number(name, default, minimum=minimum)
+    if value != int(value):
+        raise ImproperlyConfigured(f"{name} must be a whole number")
+    return int(value)
+
+
+def database_from_url(url: str) -> dict[str, Any]:
+    """Django DATABASES entry from a libpq URL or key=value string (psycopg parses both)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(url)
+    except Exception as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from None
+    options = {k: v for k, v in params.items() if k not in {"dbname", "user", "password", "host", "port"}}
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": params.get("dbname", ""),
+        "USER": params.get("user", ""),
+        "PASSWORD": params.get("password", ""),
+        "HOST": params.get("host", ""),
+        "PORT": str(params.get("port", "")),
+        "OPTIONS": options,
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+    }
+
+
+def celery_broker_url(redis_url: str) -> str:
+    """Celery (kombu) names a unix-socket Redis `redis+socket://`; redis-py names it `unix://`."""
+    if redis_url.startswith("unix://"):
+        return "redis+socket://" + redis_url[len("unix://") :]
+    return redis_url
+
+
+def redis_client_url(redis_url: str) -> str:
+    if redis_url.startswith("redis+socket://"):
+        return "unix://" + redis_url[len("redis+socket://") :]
+    return redis_url

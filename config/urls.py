@@ -1,0 +1,10 @@
+"""Keeper's URL map: the console, the admin and the REST API."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("runs.api_urls")),
+    path("", include("console.urls")),
+]

@@ -1,0 +1,1 @@
+"""Documents and chunks with provenance and ACL (a later issue)."""

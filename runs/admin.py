@@ -1,0 +1,58 @@
+"""Django admin for runs. Events and operations are history: shown, never edited here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from runs.models import AgentEvent, AgentRun, ToolOperation
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class AgentEventInline(admin.TabularInline):
+    model = AgentEvent
+    fields = ["seq", "event_type", "step_id", "attempt", "actor", "state_digest", "created_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ["seq"]
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(AgentRun)
+class AgentRunAdmin(ReadOnlyAdmin):
+    """Runs change only through the engine's services (the console and API call them)."""
+
+    list_display = ["run_id", "tenant", "workflow_name", "workflow_version", "status", "next_step",
+                    "state_revision", "suspend_reason", "lease_owner", "updated_at"]  # fmt: skip
+    list_filter = ["status", "workflow_name", "suspend_reason", "tenant"]
+    search_fields = ["run_id", "idempotency_key"]
+    inlines = [AgentEventInline]
+
+
+@admin.register(AgentEvent)
+class AgentEventAdmin(ReadOnlyAdmin):
+    list_display = ["run_id", "seq", "event_type", "step_id", "attempt", "actor", "created_at"]
+    list_filter = ["event_type"]
+    search_fields = ["run__run_id"]
+
+
+@admin.register(ToolOperation)
+class ToolOperationAdmin(ReadOnlyAdmin):
+    list_display = ["operation_id", "tenant", "run_id", "tool_name", "status", "external_ref", "updated_at"]
+    list_filter = ["status", "tool_name"]
+    search_fields = ["operation_id", "external_ref"]

@@ -1,0 +1,15 @@
+from importlib import import_module
+
+from django.apps import AppConfig
+from django.conf import settings
+
+
+class RunsConfig(AppConfig):
+    name = "runs"
+    verbose_name = "Runs"
+
+    def ready(self) -> None:
+        # Every process (web, worker, beat, tests) registers the same workflows.
+        import_module("runs.workflows.demo")
+        for module in settings.KEEPER_WORKFLOW_MODULES:
+            import_module(module)

@@ -1,0 +1,37 @@
+"""Errors of the run engine."""
+
+from __future__ import annotations
+
+from core.errors import ApplicationError, Conflict, InvalidInput, NotFound
+
+
+class RunNotFound(NotFound):
+    code = "run_not_found"
+
+
+class UnknownWorkflow(InvalidInput):
+    code = "unknown_workflow"
+
+
+class InvalidState(InvalidInput):
+    code = "invalid_state"
+
+
+class IdempotencyConflict(Conflict):
+    """The same idempotency key was used before with a different request."""
+
+    code = "idempotency_key_reused"
+
+
+class ConcurrentResume(Conflict):
+    """The run moved on (another revision, another lease epoch, another status): nothing was written."""
+
+    code = "concurrent_resume"
+
+
+class InvalidTransition(Conflict):
+    code = "invalid_transition"
+
+
+class WorkflowDefinitionError(ApplicationError):
+    code = "workflow_definition_error"

@@ -1,0 +1,150 @@
+"""Starting runs and moving them by hand: cancel, suspend, resume, fail. Each writes one event."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from core.digests import canonical_json, json_digest
+from core.errors import InvalidInput
+from core.models import Tenant
+from runs import store
+from runs.errors import IdempotencyConflict, InvalidState, InvalidTransition, RunNotFound
+from runs.models import AgentRun, RunStatus
+from runs.services.dispatch import run_enqueue
+from runs.services.state import state_encode
+from runs.workflows.registry import registry
+
+MAX_IDEMPOTENCY_KEY_LENGTH = 200
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    run: AgentRun
+    created: bool
+
+
+def run_start(
+    *,
+    tenant: Tenant,
+    workflow_name: str,
+    input: Any,
+    actor: str,
+    idempotency_key: str | None = None,
+    workflow_version: str | None = None,
+) -> StartedRun:
+    """Start a run of the newest (or the given) workflow version; idempotent per tenant + key.
+
+    The same key with the same request returns the first run; with a different request it is a
+    conflict. Nothing is written unless the whole request is valid.
+    """
+    workflow = registry.get(workflow_name, workflow_version)
+    if not isinstance(input, dict):
+        raise InvalidState(f"input must be a JSON object, not {type(input).__name__}")
+    if idempotency_key is not None and not 0 < len(idempotency_key.strip()) <= MAX_IDEMPOTENCY_KEY_LENGTH:
+        raise InvalidInput(
+            f"idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
+            code="invalid_idempotency_key",
+        )
+    encoded = state_encode(input)
+    if workflow.validate_input is not None:
+        workflow.validate_input(input)
+    input_digest = json_digest({"workflow": workflow.name, "input": input})
+
+    run_id = uuid.uuid4()
+    created = store.insert_run(
+        run_id=run_id,
+        tenant_id=tenant.tenant_id,
+        workflow_name=workflow.name,
+        workflow_version=workflow.version,
+        state_schema_version=workflow.state_schema_version,
+        next_step=workflow.first_step,
+        state_json=encoded.json,
+        state_digest=encoded.digest,
+        idempotency_key=idempotency_key,
+        input_digest=input_digest,
+        payload_json=canonical_json(
+            {"workflow": workflow.name, "workflow_version": workflow.version, "input_digest": input_digest,
+             "idempotency_key": idempotency_key}
+        ),
+        actor=actor,
+    )  # fmt: skip
+    if not created:
+        existing = AgentRun.objects.get(tenant=tenant, idempotency_key=idempotency_key)
+        if existing.input_digest != input_digest:
+            raise IdempotencyConflict(
+                f"idempotency key {idempotency_key!r} was already used for a different request "
+                f"(run {existing.run_id})",
+                details={"run_id": str(existing.run_id)},
+            )
+        return StartedRun(existing, created=False)
+    run_enqueue(run_id=run_id)
+    return StartedRun(AgentRun.objects.get(run_id=run_id), created=True)
+
+
+def _transition(
+    *,
+    run_id: UUID,
+    from_statuses: tuple[str, ...],
+    to_status: str,
+    event_type: str,
+    actor: str,
+    note: str,
+    **kwargs: Any,
+) -> AgentRun:
+    seq = store.transition(
+        run_id=run_id, from_statuses=from_statuses, to_status=to_status, event_type=event_type, actor=actor,
+        payload_json=canonical_json({"note": note, **{k: v for k, v in kwargs.items() if k.startswith("suspend_")}}),
+        **kwargs,
+    )  # fmt: skip
+    run = AgentRun.objects.filter(run_id=run_id).first()
+    if run is None:
+        raise RunNotFound(f"no run {run_id}")
+    if seq is None:
+        raise InvalidTransition(
+            f"run {run_id} is {run.status}; {event_type.replace('run_', '')} needs it to be "
+            + " or ".join(from_statuses),
+            details={"status": run.status},
+        )
+    return run
+
+
+def run_cancel(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
+    """Stop a running or suspended run for good. A worker mid-step can no longer commit."""
+    return _transition(
+        run_id=run_id, from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED), to_status=RunStatus.CANCELLED,
+        event_type="run_cancelled", actor=actor, note=note,
+    )  # fmt: skip
+
+
+def run_suspend(*, run_id: UUID, actor: str, reason: str, detail: str = "") -> AgentRun:
+    """Pause a running run for a person; the step in flight (if any) is fenced out and reruns on resume."""
+    if not reason:
+        raise InvalidInput("a suspension needs a reason code", code="reason_required")
+    return _transition(
+        run_id=run_id, from_statuses=(RunStatus.RUNNING,), to_status=RunStatus.SUSPENDED,
+        event_type="run_suspended", actor=actor, note=detail, suspend_reason=reason, suspend_detail=detail,
+    )  # fmt: skip
+
+
+def run_resume(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
+    """Let a suspended run continue at its next step."""
+    run = _transition(
+        run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.RUNNING,
+        event_type="run_resumed", actor=actor, note=note,
+    )  # fmt: skip
+    run_enqueue(run_id=run_id)
+    return run
+
+
+def run_fail(*, run_id: UUID, actor: str, code: str, detail: str = "") -> AgentRun:
+    """Mark a run failed by hand (an operator gives up on it)."""
+    if not code:
+        raise InvalidInput("a failure needs a code", code="reason_required")
+    return _transition(
+        run_id=run_id, from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED), to_status=RunStatus.FAILED,
+        event_type="run_failed", actor=actor, note=detail,
+        result_json=canonical_json({"code": code, "detail": detail}),
+    )  # fmt: skip

@@ -1,0 +1,266 @@
+"""Advancing a run by one step: acquire the lease, run the step, commit state + event, wake the next.
+
+This is the per-step hot path: one statement to take the lease, the step itself, one statement to
+commit. Everything that goes wrong is written down as an event (take-overs, step errors,
+suspensions) and the run never continues on a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+
+from core.crash import crash_point
+from core.digests import NotJSONSerializable, canonical_json
+from core.identity import worker_identity
+from runs import store
+from runs.errors import ConcurrentResume, InvalidState, UnknownWorkflow
+from runs.models import RunStatus
+from runs.services.dispatch import run_enqueue
+from runs.services.leases import HeldLease, lease_held
+from runs.services.state import EncodedState, state_encode
+from runs.store import LeaseGrant
+from runs.workflows.registry import (
+    Complete,
+    Fail,
+    Next,
+    StepContext,
+    StepFailed,
+    Suspend,
+    Workflow,
+    registry,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AdvanceResult:
+    """What one call did: `not_acquired`, `committed` or `fenced` (another revision or epoch won)."""
+
+    outcome: str
+    status: str | None = None
+    seq: int | None = None
+    event_type: str | None = None
+
+
+class _Committer:
+    """Commits under one lease, tracking the revision it expects next."""
+
+    def __init__(self, grant: LeaseGrant):
+        self.grant = grant
+        self.expected = grant.revision
+
+    def commit(
+        self,
+        *,
+        state: EncodedState,
+        next_step: str | None,
+        status: str,
+        event_type: str,
+        payload: dict[str, Any],
+        step_id: str | None = None,
+        suspend_reason: str | None = None,
+        suspend_detail: str = "",
+        result: Any = None,
+        release: bool = True,
+        reset_attempt: bool = True,
+        retry_in: float = 0.0,
+    ) -> int:
+        seq = store.commit_step(
+            run_id=self.grant.run_id,
+            expected_revision=self.expected,
+            epoch=self.grant.epoch,
+            owner=self.grant.owner,
+            state_json=state.json,
+            state_digest=state.digest,
+            next_step=next_step,
+            status=status,
+            event_type=event_type,
+            step_id=step_id,
+            attempt=self.grant.attempt,
+            payload_json=canonical_json(payload),
+            suspend_reason=suspend_reason,
+            suspend_detail=suspend_detail,
+            result_json=None if result is None else canonical_json(result),
+            release=release,
+            reset_attempt=reset_attempt,
+            retry_in=retry_in,
+        )
+        if seq is None:
+            raise ConcurrentResume(
+                f"run {self.grant.run_id} is no longer at revision {self.expected} under lease epoch "
+                f"{self.grant.epoch}; nothing was written",
+                details={"run_id": str(self.grant.run_id), "expected_revision": self.expected},
+            )
+        self.expected = seq
+        return seq
+
+
+def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
+    """Run the run's next step if this worker can take its lease. Safe to call any number of times."""
+    owner = worker_id or worker_identity()
+    grant = store.lease_acquire(run_id=run_id, owner=owner, ttl=settings.KEEPER_LEASE_TTL)
+    if grant is None:
+        return AdvanceResult("not_acquired")
+    with lease_held(grant) as lease:
+        try:
+            result = _advance_leased(grant, lease)
+        except ConcurrentResume as exc:
+            logger.info("%s", exc.message)
+            return AdvanceResult("fenced")
+    if result.status == RunStatus.RUNNING:
+        crash_point("before_wakeup")
+        run_enqueue(run_id=run_id)
+    return result
+
+
+def _retry_delay(attempt: int) -> float:
+    return min(settings.KEEPER_RETRY_BACKOFF * (2 ** max(0, attempt - 1)), 300.0)
+
+
+def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
+    committer = _Committer(grant)
+    current = state_encode(grant.state)
+    base = {"workflow_version": grant.workflow_version, "step": grant.next_step}
+
+    def suspend(reason: str, detail: str, **extra: Any) -> AdvanceResult:
+        seq = committer.commit(
+            state=current, next_step=grant.next_step, status=RunStatus.SUSPENDED, event_type="run_suspended",
+            step_id=grant.next_step, payload={**base, "reason": reason, "detail": detail, **extra},
+            suspend_reason=reason, suspend_detail=detail, reset_attempt=False,
+        )  # fmt: skip
+        return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "run_suspended")
+
+    if grant.previous_owner is not None:
+        # The previous holder's lease expired mid-step (crash, pause, partition): say so in history.
+        committer.commit(
+            state=current, next_step=grant.next_step, status=RunStatus.RUNNING, event_type="lease_taken_over",
+            step_id=grant.next_step, release=False, reset_attempt=False,
+            payload={**base, "previous_owner": grant.previous_owner, "previous_epoch": grant.previous_epoch,
+                     "epoch": grant.epoch},
+        )  # fmt: skip
+
+    if grant.attempt > settings.KEEPER_MAX_ATTEMPTS:
+        return suspend(
+            "too_many_attempts",
+            f"step {grant.next_step!r} was attempted {grant.attempt - 1} times without committing "
+            f"(KEEPER_MAX_ATTEMPTS={settings.KEEPER_MAX_ATTEMPTS})",
+        )
+    try:
+        workflow = registry.get(grant.workflow_name, grant.workflow_version)
+    except UnknownWorkflow as exc:
+        return suspend("unknown_workflow", exc.message)
+    step = workflow.step(grant.next_step)
+    if step is None:
+        return suspend(
+            "unknown_step", f"workflow {workflow.name} {workflow.version} has no step {grant.next_step!r}"
+        )
+
+    ctx = StepContext(
+        run_id=grant.run_id, tenant_id=grant.tenant_id, workflow=workflow, step=step.name,
+        attempt=grant.attempt, revision=committer.expected, lease=lease,
+    )  # fmt: skip
+    try:
+        outcome = step.fn(ctx, dict(grant.state))
+    except StepFailed as exc:  # on purpose: fail with the state as it was before the step
+        outcome = Fail(json.loads(current.json), exc.code, exc.detail)
+    except Exception as exc:
+        return _step_error(committer, grant, current, base, exc)
+
+    return _commit_outcome(committer, grant, workflow, current, base, outcome, suspend)
+
+
+def _step_error(
+    committer: _Committer, grant: LeaseGrant, current: EncodedState, base: dict[str, Any], exc: Exception
+) -> AdvanceResult:
+    error = {"error_type": type(exc).__name__, "message": str(exc)[:2000]}
+    logger.warning("run %s step %s attempt %s raised %s", grant.run_id, grant.next_step, grant.attempt, error)
+    if grant.attempt >= settings.KEEPER_MAX_ATTEMPTS:
+        detail = f"step {grant.next_step!r} raised {error['error_type']} on all {grant.attempt} attempts"
+        seq = committer.commit(
+            state=current, next_step=grant.next_step, status=RunStatus.SUSPENDED, event_type="run_suspended",
+            step_id=grant.next_step, payload={**base, **error, "reason": "step_error", "detail": detail},
+            suspend_reason="step_error", suspend_detail=f"{detail}: {error['message']}", reset_attempt=False,
+        )  # fmt: skip
+        return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "run_suspended")
+    delay = _retry_delay(grant.attempt)
+    seq = committer.commit(
+        state=current, next_step=grant.next_step, status=RunStatus.RUNNING, event_type="step_error",
+        step_id=grant.next_step, payload={**base, **error, "retry_in_s": delay},
+        reset_attempt=False, retry_in=delay,
+    )  # fmt: skip
+    run_enqueue(run_id=grant.run_id, countdown=delay)
+    return AdvanceResult("committed", "retrying", seq, "step_error")
+
+
+def _commit_outcome(
+    committer: _Committer,
+    grant: LeaseGrant,
+    workflow: Workflow,
+    current: EncodedState,
+    base: dict[str, Any],
+    outcome: object,
+    suspend: Any,
+) -> AdvanceResult:
+    if not isinstance(outcome, Next | Suspend | Complete | Fail):
+        return suspend(
+            "invalid_step_result",
+            f"step {grant.next_step!r} returned {type(outcome).__name__}, not Next/Suspend/Complete/Fail",
+        )
+    try:
+        new_state = state_encode(outcome.state)
+        if isinstance(outcome, Complete):
+            canonical_json(outcome.result)
+    except InvalidState as exc:
+        return suspend(
+            exc.code, f"step {grant.next_step!r} produced a state that cannot be stored: {exc.message}"
+        )
+    except NotJSONSerializable as exc:
+        return suspend(
+            "invalid_step_result", f"step {grant.next_step!r} returned a result that is not JSON: {exc}"
+        )
+
+    step_id = grant.next_step
+    if isinstance(outcome, Next):
+        if workflow.step(outcome.step) is None:
+            return suspend(
+                "unknown_step", f"step {step_id!r} moved to {outcome.step!r}, which does not exist"
+            )
+        seq = committer.commit(
+            state=new_state, next_step=outcome.step, status=RunStatus.RUNNING, event_type="step_completed",
+            step_id=step_id, payload={**base, "next_step": outcome.step},
+        )  # fmt: skip
+        status, event_type = RunStatus.RUNNING, "step_completed"
+    elif isinstance(outcome, Suspend):
+        resume_at = outcome.step or step_id
+        if workflow.step(resume_at) is None:
+            return suspend(
+                "unknown_step", f"step {step_id!r} asked to resume at {resume_at!r}, which does not exist"
+            )
+        seq = committer.commit(
+            state=new_state, next_step=resume_at, status=RunStatus.SUSPENDED, event_type="run_suspended",
+            step_id=step_id, suspend_reason=outcome.reason, suspend_detail=outcome.detail,
+            payload={**base, "reason": outcome.reason, "detail": outcome.detail, "resume_at": resume_at},
+        )  # fmt: skip
+        status, event_type = RunStatus.SUSPENDED, "run_suspended"
+    elif isinstance(outcome, Complete):
+        seq = committer.commit(
+            state=new_state, next_step=None, status=RunStatus.COMPLETED, event_type="run_completed",
+            step_id=step_id, payload=base, result=outcome.result,
+        )  # fmt: skip
+        status, event_type = RunStatus.COMPLETED, "run_completed"
+    else:
+        failure = {"code": outcome.code, "detail": outcome.detail}
+        seq = committer.commit(
+            state=new_state, next_step=None, status=RunStatus.FAILED, event_type="run_failed",
+            step_id=step_id, payload={**base, **failure}, result=failure,
+        )  # fmt: skip
+        status, event_type = RunStatus.FAILED, "run_failed"
+    crash_point("after_checkpoint")
+    return AdvanceResult("committed", status, seq, event_type)

@@ -1,0 +1,343 @@
+"""All SQL of the durable core, in one place: run creation, leases, commit_step, transitions, sweep.
+
+Each write is one statement (one round trip), sent through Django's connection as a prepared
+statement. A statement that matches no row changes nothing, and the caller learns why from
+what came back. Services call these; nothing else writes agent_runs or agent_events.
+Times are statement_timestamp(), not now(): inside a longer transaction now() stands still, and a
+lease must expire by the clock.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+
+
+def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    connection.ensure_connection()
+    with connection.wrap_database_errors:
+        cursor = connection.connection.execute(sql, params, prepare=True)
+        return cursor.fetchall() if cursor.description else []
+
+
+def _json(value: Any) -> Any:
+    # Django registers jsonb to load as text on its connections; decode here.
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+# --- runs -------------------------------------------------------------------------------------
+
+_INSERT_RUN = """
+WITH r AS (
+  INSERT INTO agent_runs (run_id, tenant_id, workflow_name, workflow_version, state_schema_version,
+                          status, next_step, state, state_revision, suspend_detail, lease_epoch,
+                          attempt, idempotency_key, input_digest, parent_run_id, fork_seq,
+                          created_at, updated_at)
+  VALUES (%(run_id)s, %(tenant_id)s, %(workflow_name)s, %(workflow_version)s, %(schema)s,
+          'running', %(next_step)s, %(state)s::jsonb, 1, '', 0, 0, %(key)s, %(input_digest)s,
+          %(parent)s, %(fork_seq)s, statement_timestamp(), statement_timestamp())
+  ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+  RETURNING run_id, state_revision)
+INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+                          state_revision, state_digest, created_at)
+SELECT run_id, state_revision, 'run_started', NULL, NULL, %(payload)s::jsonb, %(actor)s,
+       state_revision, %(digest)s, statement_timestamp() FROM r
+RETURNING run_id
+"""
+
+
+def insert_run(
+    *,
+    run_id: UUID,
+    tenant_id: UUID,
+    workflow_name: str,
+    workflow_version: str,
+    state_schema_version: int,
+    next_step: str,
+    state_json: str,
+    state_digest: str,
+    idempotency_key: str | None,
+    input_digest: str,
+    payload_json: str,
+    actor: str,
+    parent_run_id: UUID | None = None,
+    fork_seq: int | None = None,
+) -> bool:
+    """Insert the run and its first event; False if the tenant already used the idempotency key."""
+    rows = _rows(
+        _INSERT_RUN,
+        {
+            "run_id": run_id,
+            "tenant_id": tenant_id,
+            "workflow_name": workflow_name,
+            "workflow_version": workflow_version,
+            "schema": state_schema_version,
+            "next_step": next_step,
+            "state": state_json,
+            "key": idempotency_key,
+            "input_digest": input_digest,
+            "parent": parent_run_id,
+            "fork_seq": fork_seq,
+            "payload": payload_json,
+            "actor": actor,
+            "digest": state_digest,
+        },
+    )
+    return bool(rows)
+
+
+# --- leases -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LeaseGrant:
+    run_id: UUID
+    tenant_id: UUID
+    owner: str
+    epoch: int
+    expires_at: datetime
+    revision: int
+    next_step: str
+    state: dict[str, Any]
+    workflow_name: str
+    workflow_version: str
+    state_schema_version: int
+    attempt: int
+    previous_owner: str | None
+    previous_epoch: int
+
+
+# The old owner comes from the locked row in FROM (RETURNING shows only new values before PG 18).
+_LEASE_ACQUIRE = """
+UPDATE agent_runs r
+   SET lease_owner = %(owner)s,
+       lease_expires_at = statement_timestamp() + make_interval(secs => %(ttl)s),
+       lease_epoch = r.lease_epoch + 1,
+       attempt = r.attempt + 1,
+       wake_at = NULL
+  FROM (SELECT run_id, lease_owner, lease_epoch FROM agent_runs WHERE run_id = %(run_id)s FOR UPDATE) old
+ WHERE r.run_id = old.run_id
+   AND r.status = 'running'
+   AND (r.lease_owner IS NULL OR r.lease_expires_at < statement_timestamp())
+   AND (r.wake_at IS NULL OR r.wake_at <= statement_timestamp())
+RETURNING r.tenant_id, r.lease_epoch, r.lease_expires_at, r.state_revision, r.next_step, r.state,
+          r.workflow_name, r.workflow_version, r.state_schema_version, r.attempt,
+          old.lease_owner, old.lease_epoch
+"""
+
+
+def lease_acquire(*, run_id: UUID, owner: str, ttl: float) -> LeaseGrant | None:
+    """Take the run if it is running, unleased (or its lease expired) and due; epoch +1."""
+    rows = _rows(_LEASE_ACQUIRE, {"run_id": run_id, "owner": owner, "ttl": ttl})
+    if not rows:
+        return None
+    (tenant_id, epoch, expires_at, revision, next_step, state, wf_name, wf_version, schema, attempt,
+     previous_owner, previous_epoch) = rows[0]  # fmt: skip
+    return LeaseGrant(
+        run_id=run_id,
+        tenant_id=tenant_id,
+        owner=owner,
+        epoch=epoch,
+        expires_at=expires_at,
+        revision=revision,
+        next_step=next_step,
+        state=_json(state),
+        workflow_name=wf_name,
+        workflow_version=wf_version,
+        state_schema_version=schema,
+        attempt=attempt,
+        previous_owner=previous_owner,
+        previous_epoch=previous_epoch,
+    )
+
+
+_LEASE_RENEW = """
+UPDATE agent_runs SET lease_expires_at = statement_timestamp() + make_interval(secs => %(ttl)s)
+ WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s AND status = 'running'
+RETURNING lease_expires_at
+"""
+
+
+def lease_renew(*, run_id: UUID, owner: str, epoch: int, ttl: float) -> datetime | None:
+    """Extend a lease still held at this epoch; None if it was lost (taken over, cancelled...)."""
+    rows = _rows(_LEASE_RENEW, {"run_id": run_id, "owner": owner, "epoch": epoch, "ttl": ttl})
+    return rows[0][0] if rows else None
+
+
+_LEASE_RELEASE = """
+UPDATE agent_runs SET lease_owner = NULL, lease_expires_at = NULL,
+       wake_at = statement_timestamp() + make_interval(secs => %(delay)s)
+ WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+RETURNING run_id
+"""
+
+
+def lease_release(*, run_id: UUID, owner: str, epoch: int, retry_in: float = 0.0) -> bool:
+    """Give the run back without an event (nothing happened that history needs to know)."""
+    return bool(_rows(_LEASE_RELEASE, {"run_id": run_id, "owner": owner, "epoch": epoch, "delay": retry_in}))
+
+
+# --- commit_step --------------------------------------------------------------------------------
+
+_COMMIT_STEP = """
+WITH u AS (
+  UPDATE agent_runs
+     SET state = %(state)s::jsonb, next_step = %(next_step)s, status = %(status)s,
+         suspend_reason = %(suspend_reason)s, suspend_detail = %(suspend_detail)s,
+         result = %(result)s::jsonb,
+         state_revision = state_revision + 1, updated_at = statement_timestamp(),
+         attempt = CASE WHEN %(reset_attempt)s THEN 0 ELSE attempt END,
+         lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
+         lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END,
+         wake_at = CASE WHEN %(release)s AND %(retry_in)s > 0
+                        THEN statement_timestamp() + make_interval(secs => %(retry_in)s) ELSE NULL END
+   WHERE run_id = %(run_id)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
+     AND lease_owner = %(owner)s AND status = 'running'
+  RETURNING run_id, state_revision)
+INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+                          state_revision, state_digest, created_at)
+SELECT run_id, state_revision, %(event_type)s, %(step_id)s, %(attempt)s, %(payload)s::jsonb, %(owner)s,
+       state_revision, %(digest)s, statement_timestamp() FROM u
+RETURNING seq
+"""
+
+
+def commit_step(
+    *,
+    run_id: UUID,
+    expected_revision: int,
+    epoch: int,
+    owner: str,
+    state_json: str,
+    state_digest: str,
+    next_step: str | None,
+    status: str,
+    event_type: str,
+    step_id: str | None,
+    attempt: int | None,
+    payload_json: str,
+    suspend_reason: str | None = None,
+    suspend_detail: str = "",
+    result_json: str | None = None,
+    release: bool = True,
+    reset_attempt: bool = True,
+    retry_in: float = 0.0,
+) -> int | None:
+    """Write the new state and its event atomically; the new seq, or None if nothing matched."""
+    rows = _rows(
+        _COMMIT_STEP,
+        {
+            "run_id": run_id,
+            "expected": expected_revision,
+            "epoch": epoch,
+            "owner": owner,
+            "state": state_json,
+            "digest": state_digest,
+            "next_step": next_step,
+            "status": status,
+            "event_type": event_type,
+            "step_id": step_id,
+            "attempt": attempt,
+            "payload": payload_json,
+            "suspend_reason": suspend_reason,
+            "suspend_detail": suspend_detail,
+            "result": result_json,
+            "release": release,
+            "reset_attempt": reset_attempt,
+            "retry_in": retry_in,
+        },
+    )
+    return rows[0][0] if rows else None
+
+
+# --- transitions by people and operators --------------------------------------------------------
+
+_TRANSITION = """
+WITH u AS (
+  UPDATE agent_runs
+     SET status = %(to_status)s,
+         suspend_reason = %(suspend_reason)s, suspend_detail = %(suspend_detail)s,
+         result = COALESCE(%(result)s::jsonb, result),
+         next_step = COALESCE(%(next_step)s, next_step),
+         state_revision = state_revision + 1, updated_at = statement_timestamp(), attempt = 0,
+         lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, dispatched_at = NULL
+   WHERE run_id = %(run_id)s AND status = ANY(%(from_statuses)s)
+     AND (%(expected)s::bigint IS NULL OR state_revision = %(expected)s::bigint)
+  RETURNING run_id, state_revision, state)
+INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+                          state_revision, state_digest, created_at)
+SELECT u.run_id, u.state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
+       u.state_revision, e.state_digest, statement_timestamp()
+  FROM u JOIN agent_events e ON e.run_id = u.run_id AND e.seq = u.state_revision - 1
+RETURNING seq
+"""
+
+
+def transition(
+    *,
+    run_id: UUID,
+    from_statuses: Sequence[str],
+    to_status: str,
+    event_type: str,
+    actor: str,
+    payload_json: str,
+    expected_revision: int | None = None,
+    suspend_reason: str | None = None,
+    suspend_detail: str = "",
+    result_json: str | None = None,
+    next_step: str | None = None,
+) -> int | None:
+    """Move a run between statuses with an event, fencing out any worker that holds it.
+
+    The state does not change, so the event carries the previous event's state digest. None if
+    the run was not in one of `from_statuses` (or not at `expected_revision`).
+    """
+    rows = _rows(
+        _TRANSITION,
+        {
+            "run_id": run_id,
+            "from_statuses": list(from_statuses),
+            "to_status": to_status,
+            "event_type": event_type,
+            "actor": actor,
+            "payload": payload_json,
+            "expected": expected_revision,
+            "suspend_reason": suspend_reason,
+            "suspend_detail": suspend_detail,
+            "result": result_json,
+            "next_step": next_step,
+        },
+    )
+    return rows[0][0] if rows else None
+
+
+# --- the sweep ----------------------------------------------------------------------------------
+
+_CLAIM_FOR_REDISPATCH = """
+WITH c AS (
+  SELECT run_id FROM agent_runs
+   WHERE status = 'running'
+     AND (lease_owner IS NULL OR lease_expires_at < statement_timestamp())
+     AND (wake_at IS NULL OR wake_at <= statement_timestamp())
+     AND updated_at < statement_timestamp() - make_interval(secs => %(grace)s)
+     AND (dispatched_at IS NULL OR dispatched_at < statement_timestamp() - make_interval(secs => %(grace)s))
+   ORDER BY updated_at
+   LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED)
+UPDATE agent_runs r SET dispatched_at = statement_timestamp() FROM c WHERE r.run_id = c.run_id
+RETURNING r.run_id
+"""
+
+
+def claim_for_redispatch(*, grace: float, limit: int) -> list[UUID]:
+    """Runs that should be moving and are not: mark them dispatched now and return their ids.
+
+    Rows a worker is committing right now are locked and skipped; they are alive.
+    """
+    return [row[0] for row in _rows(_CLAIM_FOR_REDISPATCH, {"grace": grace, "limit": limit})]

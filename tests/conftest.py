@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.tenancy import tenant_ensure
+from tests.processes import ProcessGroup, flush_redis
+
+
+@pytest.fixture
+def tenant(db):  # type: ignore[no-untyped-def]
+    return tenant_ensure(slug="acme", name="Acme")
+
+
+@pytest.fixture
+def other_tenant(db):  # type: ignore[no-untyped-def]
+    return tenant_ensure(slug="globex", name="Globex")
+
+
+@pytest.fixture
+def processes(request, transactional_db, tmp_path: Path) -> Iterator[ProcessGroup]:  # type: ignore[no-untyped-def]
+    """Real worker/beat processes on committed data; all killed (SIGKILL, by group) at the end."""
+    flush_redis()
+    group = ProcessGroup(tmp_path)
+    try:
+        yield group
+    finally:
+        group.kill_all()
+        flush_redis()
+        report = getattr(request.node, "rep_call", None)
+        if report is not None and report.failed:
+            print(group.logs())
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
+    report = yield
+    setattr(item, f"rep_{report.when}", report)
+    return report
