@@ -16,13 +16,20 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+import psycopg
+from django.conf import settings
 from django.db import connection
 
 
 def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     connection.ensure_connection()
+    raw = connection.connection
+    if raw.prepare_threshold is None and settings.KEEPER_PREPARED_STATEMENTS:
+        # Django turns automatic preparation off; keep it off for the ORM (a threshold never
+        # reached) but let these statements, which run on every step, be prepared explicitly.
+        raw.prepare_threshold = 2**31
     with connection.wrap_database_errors:
-        cursor = connection.connection.execute(sql, params, prepare=True)
+        cursor = psycopg.Cursor(raw).execute(sql, params, prepare=settings.KEEPER_PREPARED_STATEMENTS)
         return cursor.fetchall() if cursor.description else []
 
 

@@ -1,0 +1,138 @@
+"""`make run`: embedded services when unset, migrations, then web, worker and beat as children.
+
+Ctrl-C (or SIGTERM) stops the children (each in its own process group, so their pool processes go
+too), then the embedded Redis and PostgreSQL this process started. A child that dies on its own
+stops the rest: a half-running Keeper would only mislead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _data_dir() -> Path:
+    return Path(os.environ.get("KEEPER_DATA_DIR") or ROOT / ".data").resolve()
+
+
+def _say(line: str) -> None:
+    print(f"keeper: {line}", flush=True)
+
+
+class Supervisor:
+    def __init__(self) -> None:
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.stopping = False
+
+    def start(self, name: str, args: list[str]) -> None:
+        self.children[name] = subprocess.Popen([sys.executable, *args], cwd=ROOT, start_new_session=True)
+
+    def dead_child(self) -> tuple[str, int] | None:
+        for name, proc in self.children.items():
+            code = proc.poll()
+            if code is not None:
+                return name, code
+        return None
+
+    def stop_all(self, grace: float = 10.0) -> None:
+        for proc in self.children.values():
+            _signal_group(proc, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        for proc in self.children.values():  # whatever is left, and any pool child of a dead parent
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+def _manage(*args: str) -> None:
+    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, check=True)
+
+
+def run() -> int:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    from config.embedded import ensure_services
+
+    data_dir = _data_dir()
+    embedded = [name for name in ("DATABASE_URL", "REDIS_URL") if not os.environ.get(name)]
+    if embedded:
+        _say(f"starting embedded {' and '.join(n.split('_')[0].title() for n in embedded)} under {data_dir}")
+    services = ensure_services(data_dir)
+    supervisor = Supervisor()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        supervisor.stopping = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    host = os.environ.get("KEEPER_HOST", "127.0.0.1")
+    port = os.environ.get("KEEPER_PORT", "8000")
+    exit_code = 0
+    try:
+        _manage("migrate", "--noinput", "-v", "0")
+        _manage("keeper_setup")
+        supervisor.start("web", ["manage.py", "runserver", f"{host}:{port}", "--noreload"])
+        supervisor.start(
+            "worker", ["-m", "celery", "-A", "workers", "worker", "-l", "info", "-n", "keeper@%h"]
+        )
+        supervisor.start(
+            "beat",
+            [
+                "-m",
+                "celery",
+                "-A",
+                "workers",
+                "beat",
+                "-l",
+                "warning",
+                "-s",
+                str(data_dir / "celerybeat-schedule"),
+            ],
+        )
+        _say(
+            f"console at http://{host}:{port}/  (admin at /admin/, API at /api/v1/); Ctrl-C stops everything"
+        )
+        while not supervisor.stopping:
+            dead = supervisor.dead_child()
+            if dead is not None:
+                _say(f"{dead[0]} exited with code {dead[1]}; stopping the rest")
+                exit_code = 1
+                break
+            time.sleep(0.2)
+    except subprocess.CalledProcessError as exc:
+        _say(f"set-up failed: {' '.join(map(str, exc.cmd[1:]))} exited with {exc.returncode}")
+        exit_code = 1
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        _say("stopping web, worker and beat")
+        supervisor.stop_all()
+        if embedded:
+            _say("stopping embedded services")
+        services.stop()
+        _say("stopped")
+    return exit_code
+
+
+def main(argv: list[str]) -> int:
+    command = argv[1] if len(argv) > 1 else "run"
+    if command != "run":
+        print(f"usage: python -m config.launcher run (got {command!r})", file=sys.stderr)
+        return 2
+    return run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

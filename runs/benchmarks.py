@@ -1,0 +1,163 @@
+"""Benchmarks of the durable core, each against a raw baseline run side by side in the same process.
+
+commit_step: the engine's commit (state validation, canonical JSON, digest, the one-statement
+CTE through Django's connection) against the fastest correct raw form of the same write: the
+same JSON + digest work and the single CTE of DESIGN.md on a plain psycopg connection, prepared.
+Rounds alternate engine and baseline so drift in the machine hits both alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from django.db import connection
+from psycopg.conninfo import make_conninfo
+
+from core.digests import canonical_json
+from core.tenancy import tenant_ensure
+from runs import store
+from runs.models import AgentRun
+from runs.services.runs import run_start
+from runs.services.state import state_encode
+
+_RAW_COMMIT = """
+WITH u AS (
+  UPDATE agent_runs SET state = %(state)s::jsonb, next_step = %(next)s, status = 'running',
+         state_revision = state_revision + 1, updated_at = now()
+   WHERE run_id = %(run)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
+  RETURNING run_id, state_revision)
+INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+                          state_revision, state_digest, created_at)
+SELECT run_id, state_revision, 'step_completed', %(step)s, 1, %(payload)s::jsonb, %(actor)s,
+       state_revision, %(digest)s, now() FROM u
+RETURNING seq
+"""
+
+
+def _bench_state(i: int) -> dict[str, Any]:
+    # About 1 KB, like a refund run's state: inputs, step results, budgets, references.
+    return {
+        "n": 3,
+        "order": {
+            "id": f"ord-{i % 97}",
+            "amount_minor": 129_900,
+            "currency": "EUR",
+            "items": list(range(12)),
+        },
+        "decision": {"code": "REFUND_OK", "reasons": ["delivered", "within_30_days", "amount_under_limit"]},
+        "budgets": {"steps": {"limit": 50, "used": i % 50}, "tokens": {"limit": 200_000, "used": 1234 + i}},
+        "artifacts": [{"digest": "sha256:" + "ab" * 32, "uri": "file:///data/artifacts/ab/abab"}],
+        "notes": "x" * 520,
+        "tick": i,
+    }
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _new_run(tenant_slug: str) -> tuple[UUID, int, int]:
+    tenant = tenant_ensure(slug=tenant_slug)
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input=_bench_state(0), actor="bench").run
+    grant = store.lease_acquire(run_id=run.run_id, owner="bench", ttl=3600)
+    if grant is None:
+        raise RuntimeError("a fresh benchmark run could not be leased")
+    return run.run_id, grant.revision, grant.epoch
+
+
+def _engine_round(ops: int) -> list[float]:
+    run_id, revision, epoch = _new_run("bench")
+    latencies = []
+    for i in range(ops):
+        t0 = time.perf_counter()
+        encoded = state_encode(_bench_state(i))
+        seq = store.commit_step(
+            run_id=run_id, expected_revision=revision, epoch=epoch, owner="bench", state_json=encoded.json,
+            state_digest=encoded.digest, next_step="tick", status="running", event_type="step_completed",
+            step_id="tick", attempt=1, payload_json=canonical_json({"next_step": "tick"}), release=False,
+        )  # fmt: skip
+        latencies.append(time.perf_counter() - t0)
+        if seq != revision + 1:
+            raise RuntimeError(f"the engine's commit was refused at revision {revision}")
+        revision = seq
+    return latencies
+
+
+def _raw_round(ops: int, dsn: str) -> list[float]:
+    run_id, revision, epoch = _new_run("bench")
+    latencies = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for i in range(ops):
+            t0 = time.perf_counter()
+            text = json.dumps(_bench_state(i), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+            row = conn.execute(
+                _RAW_COMMIT,
+                {"state": text, "next": "tick", "run": run_id, "expected": revision, "epoch": epoch,
+                 "step": "tick", "payload": '{"next_step":"tick"}', "actor": "bench", "digest": digest},
+                prepare=True,
+            ).fetchone()  # fmt: skip
+            latencies.append(time.perf_counter() - t0)
+            if row is None or row[0] != revision + 1:
+                raise RuntimeError(f"the baseline's commit was refused at revision {revision}")
+            revision = row[0]
+    return latencies
+
+
+def _dsn() -> str:
+    s = connection.settings_dict
+    parts = {
+        "dbname": s["NAME"],
+        "user": s["USER"],
+        "password": s["PASSWORD"],
+        "host": s["HOST"],
+        "port": s["PORT"],
+    }
+    return make_conninfo(**{k: v for k, v in parts.items() if v})
+
+
+def bench_commit_step(*, ops: int, rounds: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    dsn = _dsn()
+    _engine_round(min(ops, 50))  # warm both paths: connections, prepared statements, caches
+    _raw_round(min(ops, 50), dsn)
+    engine_rates, raw_rates, engine_lat, raw_lat = [], [], [], []
+    for r in range(rounds):
+        lat = _engine_round(ops)
+        engine_rates.append(ops / sum(lat))
+        engine_lat += lat
+        lat = _raw_round(ops, dsn)
+        raw_rates.append(ops / sum(lat))
+        raw_lat += lat
+        progress(
+            f"commit_step round {r + 1}/{rounds}: engine {engine_rates[-1]:.0f} ops/s, raw {raw_rates[-1]:.0f} ops/s"
+        )
+    engine, raw = statistics.median(engine_rates), statistics.median(raw_rates)
+    return {
+        "engine_ops_s": round(engine, 1),
+        "raw_ops_s": round(raw, 1),
+        "ratio": round(engine / raw, 3),
+        "p50_ms": round(_percentile(engine_lat, 0.50) * 1000, 3),
+        "p99_ms": round(_percentile(engine_lat, 0.99) * 1000, 3),
+        "raw_p50_ms": round(_percentile(raw_lat, 0.50) * 1000, 3),
+        "raw_p99_ms": round(_percentile(raw_lat, 0.99) * 1000, 3),
+        "rounds": rounds,
+        "ops_per_round": ops,
+        "state_bytes": len(canonical_json(_bench_state(1)).encode()),
+    }
+
+
+def bench_all(*, quick: bool, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        return {"commit_step": bench_commit_step(ops=300 if quick else 2000, rounds=3, progress=say)}
+    finally:
+        AgentRun.objects.filter(tenant__slug="bench").delete()

@@ -1,0 +1,98 @@
+"""`make run`'s launcher, as a new user runs it: serves, runs work, and Ctrl-C leaves nothing behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.processes import ROOT, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _status(url: str) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status
+    except OSError:
+        return 0
+
+
+def _processes_of(data_dir: Path) -> list[str]:
+    """Live processes started for this data dir: by command line (postgres) or environment (the rest)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            if str(data_dir) in cmdline or proc.environ().get("KEEPER_DATA_DIR") == str(data_dir):
+                found.append(cmdline)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path):
+    data_dir = tmp_path / "data"
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE",
+                                                            "KEEPER_WORKFLOW_MODULES"}}  # fmt: skip
+    env.update({"KEEPER_DATA_DIR": str(data_dir), "KEEPER_PORT": str(port), "PYTHONUNBUFFERED": "1"})
+    log = open(tmp_path / "launcher.log", "wb")  # noqa: SIM115
+    launcher = subprocess.Popen([sys.executable, "-m", "config.launcher", "run"], cwd=ROOT, env=env, stdout=log,
+                                stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_until(lambda: _status(f"http://127.0.0.1:{port}/admin/login/") == 200, timeout=90,
+                   message="the console to answer")  # fmt: skip
+        started = subprocess.run(
+            [sys.executable, "manage.py", "start_run", "demo.countdown", "--input", '{"n": 3}'],
+            cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        run_id = started.stdout.split()[0]
+        check = f"from runs.models import AgentRun; print(AgentRun.objects.get(run_id='{run_id}').status)"
+
+        def completed() -> bool:
+            out = subprocess.run([sys.executable, "manage.py", "shell", "-c", check], cwd=ROOT, env=env,
+                                 capture_output=True, text=True)  # fmt: skip
+            return out.stdout.strip().endswith("completed")
+
+        wait_until(completed, timeout=60, interval=1, message="the run to complete under make run")
+        assert (data_dir / "admin-password.txt").stat().st_mode & 0o077 == 0
+        running = " ".join(_processes_of(data_dir))
+        assert all(name in running for name in ("postgres", "runserver", "worker", "beat")), running
+        registry = json.loads((data_dir / "redis" / "redis.db.settings").read_text())
+        redis_pid = int(Path(registry["pidfile"]).read_text())
+        assert _alive(redis_pid)
+    finally:
+        launcher.send_signal(signal.SIGINT)
+        code = launcher.wait(timeout=60)
+    output = (tmp_path / "launcher.log").read_text()
+    assert code == 0, output
+    assert "keeper: stopped" in output
+    time.sleep(0.5)
+    assert _processes_of(data_dir) == []
+    assert not _alive(redis_pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -1,0 +1,50 @@
+"""First-run set-up and the benchmark command's interface."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from core.models import Tenant
+from core.services import keeper_setup
+from runs.models import AgentRun
+
+pytestmark = pytest.mark.django_db
+
+
+def test_setup_creates_tenant_and_admin_once(tmp_path, monkeypatch):
+    monkeypatch.delenv("KEEPER_ADMIN_PASSWORD", raising=False)
+    first = keeper_setup(data_dir=tmp_path)
+    second = keeper_setup(data_dir=tmp_path)
+    assert first.admin_created and not second.admin_created
+    password = (tmp_path / "admin-password.txt").read_text().strip()
+    assert (tmp_path / "admin-password.txt").stat().st_mode & 0o077 == 0
+    assert get_user_model().objects.get(username="admin").check_password(password)
+    assert Tenant.objects.filter(slug="demo").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)  # the baseline uses its own connection: it must see committed rows
+def test_bench_prints_one_json_object_with_baseline_and_ratio():
+    out = io.StringIO()
+    call_command("bench", "--quick", "--json", stdout=out, stderr=io.StringIO())
+    figures = json.loads(out.getvalue())["commit_step"]
+    assert figures["engine_ops_s"] > 0 and figures["raw_ops_s"] > 0
+    assert figures["ratio"] == pytest.approx(figures["engine_ops_s"] / figures["raw_ops_s"], rel=0.01)
+    assert figures["p50_ms"] <= figures["p99_ms"]
+    assert AgentRun.objects.filter(tenant__slug="bench").count() == 0  # cleaned up
+
+
+def test_start_run_command_reports_bad_input_without_a_traceback(tenant):
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="invalid_input"):
+        call_command("start_run", "demo.countdown", "--tenant", "acme", "--input", '{"n": "x"}')
+    with pytest.raises(CommandError, match="not JSON"):
+        call_command("start_run", "demo.countdown", "--tenant", "acme", "--input", "{n: 1")
+    out = io.StringIO()
+    call_command("start_run", "demo.countdown", "--tenant", "acme", "--input", '{"n": 1}', stdout=out)
+    assert "started" in out.getvalue() and AgentRun.objects.count() == 1
