@@ -7,7 +7,6 @@ stops the rest: a half-running Keeper would only mislead.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -15,7 +14,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from core.processes import ROOT, start_python, stop_groups
+
+
+def settings_concurrency() -> int:
+    return int(os.environ.get("KEEPER_WORKER_CONCURRENCY") or 2)
 
 
 def _data_dir() -> Path:
@@ -32,7 +35,7 @@ class Supervisor:
         self.stopping = False
 
     def start(self, name: str, args: list[str]) -> None:
-        self.children[name] = subprocess.Popen([sys.executable, *args], cwd=ROOT, start_new_session=True)
+        self.children[name] = start_python(args)
 
     def dead_child(self) -> tuple[str, int] | None:
         for name, proc in self.children.items():
@@ -42,20 +45,7 @@ class Supervisor:
         return None
 
     def stop_all(self, grace: float = 10.0) -> None:
-        for proc in self.children.values():
-            _signal_group(proc, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for proc in self.children.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        for proc in self.children.values():  # whatever is left, and any pool child of a dead parent
-            _signal_group(proc, signal.SIGKILL)
-            proc.wait()
-
-
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)
+        stop_groups(list(self.children.values()), grace)
 
 
 def _manage(*args: str) -> None:

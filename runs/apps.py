@@ -11,5 +11,6 @@ class RunsConfig(AppConfig):
     def ready(self) -> None:
         # Every process (web, worker, beat, tests) registers the same workflows.
         import_module("runs.workflows.demo")
+        import_module("runs.workflows.refund.workflow")
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

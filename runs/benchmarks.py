@@ -18,10 +18,9 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from django.db import connection
-from psycopg.conninfo import make_conninfo
 
 from core.digests import canonical_json
+from core.processes import current_database_url
 from core.tenancy import tenant_ensure
 from runs import store
 from runs.models import AgentRun
@@ -113,20 +112,8 @@ def _raw_round(ops: int, dsn: str) -> list[float]:
     return latencies
 
 
-def _dsn() -> str:
-    s = connection.settings_dict
-    parts = {
-        "dbname": s["NAME"],
-        "user": s["USER"],
-        "password": s["PASSWORD"],
-        "host": s["HOST"],
-        "port": s["PORT"],
-    }
-    return make_conninfo(**{k: v for k, v in parts.items() if v})
-
-
 def bench_commit_step(*, ops: int, rounds: int, progress: Callable[[str], None]) -> dict[str, Any]:
-    dsn = _dsn()
+    dsn = current_database_url()
     _engine_round(min(ops, 50))  # warm both paths: connections, prepared statements, caches
     _raw_round(min(ops, 50), dsn)
     engine_rates, raw_rates, engine_lat, raw_lat = [], [], [], []

@@ -164,6 +164,8 @@ class ToolOperation(models.Model):
     external_ref = models.TextField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     attempts = models.IntegerField(default=0)
+    # Each protocol transition: {"status", "at", "by", "note"} (prepared, started, unknown, ...).
+    history = models.JSONField(default=list)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -191,3 +193,54 @@ class ToolOperation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.operation_id} ({self.status})"
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+class Approval(models.Model):
+    """A person's decision on one exact request, bound to it by digest and valid until expires_at.
+
+    An approval whose digest no longer matches the run's request, or that expired before it was
+    used, is never used: the run asks for a new one.
+    """
+
+    approval_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id")
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, db_column="run_id", related_name="approvals")
+    step_id = models.TextField()
+    request = models.JSONField()
+    request_digest = models.TextField()
+    # Why the decider asked (shown to the approver).
+    reasons = models.JSONField(default=list)
+    status = models.TextField(choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING)
+    expires_at = models.DateTimeField()
+    decided_by = models.TextField(blank=True, default="")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "approvals"
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in ApprovalStatus]), name="approvals_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status=ApprovalStatus.PENDING) | Q(decided_at__isnull=False),
+                name="approvals_decided_has_time",
+            ),
+            models.UniqueConstraint(
+                fields=["run"],
+                condition=Q(status=ApprovalStatus.PENDING),
+                name="approvals_one_pending_per_run",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"approval {self.approval_id} ({self.status})"

@@ -348,3 +348,120 @@ def claim_for_redispatch(*, grace: float, limit: int) -> list[UUID]:
     Rows a worker is committing right now are locked and skipped; they are alive.
     """
     return [row[0] for row in _rows(_CLAIM_FOR_REDISPATCH, {"grace": grace, "limit": limit})]
+
+
+# --- tool operations: the idempotent side-effect protocol ---------------------------------------
+
+
+@dataclass(frozen=True)
+class OperationRow:
+    operation_id: str
+    run_id: UUID
+    status: str
+    request_digest: str
+    tool_contract_version: str
+    external_ref: str | None
+    result: Any
+    attempts: int
+
+
+_OP_COLUMNS = (
+    "operation_id, run_id, status, request_digest, tool_contract_version, external_ref, result, attempts"
+)
+
+
+def _op(row: tuple[Any, ...]) -> OperationRow:
+    op_id, run_id, status, digest, contract, ref, result, attempts = row
+    return OperationRow(op_id, run_id, status, digest, contract, ref, _json(result), attempts)
+
+
+def _history_entry(status: str) -> str:
+    return (
+        "jsonb_build_array(jsonb_build_object('status', " + status + ", 'at', statement_timestamp(), "
+        "'by', %(actor)s::text, 'note', %(note)s::text))"
+    )
+
+
+_OP_PREPARE = f"""
+WITH ins AS (
+  INSERT INTO tool_operations (operation_id, tenant_id, run_id, step_id, tool_name, tool_contract_version,
+                               request_digest, status, attempts, history, created_at, updated_at)
+  VALUES (%(op)s, %(tenant)s, %(run)s, %(step)s, %(tool)s, %(contract)s, %(digest)s, 'prepared', 0,
+          {_history_entry("'prepared'")}, statement_timestamp(), statement_timestamp())
+  ON CONFLICT (tenant_id, operation_id) DO NOTHING
+  RETURNING {_OP_COLUMNS})
+SELECT {_OP_COLUMNS} FROM ins
+UNION ALL
+SELECT {_OP_COLUMNS} FROM tool_operations
+ WHERE tenant_id = %(tenant)s AND operation_id = %(op)s AND NOT EXISTS (SELECT 1 FROM ins)
+"""
+
+
+def operation_prepare_once(
+    *,
+    tenant_id: UUID,
+    operation_id: str,
+    run_id: UUID,
+    step_id: str,
+    tool_name: str,
+    tool_contract_version: str,
+    request_digest: str,
+    actor: str,
+) -> OperationRow:
+    """The operation row, created `prepared` the first time; the existing one on every later call."""
+    rows = _rows(
+        _OP_PREPARE,
+        {"op": operation_id, "tenant": tenant_id, "run": run_id, "step": step_id, "tool": tool_name,
+         "contract": tool_contract_version, "digest": request_digest, "actor": actor, "note": ""},
+    )  # fmt: skip
+    return _op(rows[0])
+
+
+_OP_TRANSITION = f"""
+UPDATE tool_operations o
+   SET status = %(to)s::text,
+       attempts = o.attempts + CASE WHEN %(to)s::text = 'started' THEN 1 ELSE 0 END,
+       external_ref = COALESCE(%(ref)s, o.external_ref),
+       result = COALESCE(%(result)s::jsonb, o.result),
+       history = o.history || {_history_entry("%(to)s::text")},
+       updated_at = statement_timestamp()
+ WHERE o.tenant_id = %(tenant)s AND o.operation_id = %(op)s AND o.status = ANY(%(from)s)
+   AND (%(epoch)s::bigint IS NULL OR EXISTS (
+        SELECT 1 FROM agent_runs r WHERE r.run_id = o.run_id AND r.lease_epoch = %(epoch)s::bigint
+           AND r.lease_owner = %(actor)s))
+RETURNING {_OP_COLUMNS.replace("operation_id", "o.operation_id")}
+"""
+
+# The protocol's transitions. started → prepared happens only when an authoritative lookup (or a
+# person) confirms the request was not applied, which is what permits sending it again.
+OPERATION_TRANSITIONS: dict[str, tuple[str, ...]] = {
+    "started": ("prepared",),
+    "succeeded": ("started", "unknown"),
+    "failed": ("started",),
+    "unknown": ("started",),
+    "prepared": ("started", "unknown"),
+}
+
+
+def operation_transition(
+    *,
+    tenant_id: UUID,
+    operation_id: str,
+    to_status: str,
+    actor: str,
+    note: str = "",
+    external_ref: str | None = None,
+    result_json: str | None = None,
+    lease_epoch: int | None = None,
+) -> OperationRow | None:
+    """Move the operation along the protocol; None if it is not in a status that allows this move.
+
+    With `lease_epoch`, the move happens only while `actor` still holds the run's lease at that
+    epoch: a worker that lost its lease cannot start a side effect.
+    """
+    rows = _rows(
+        _OP_TRANSITION,
+        {"tenant": tenant_id, "op": operation_id, "to": to_status, "from": list(OPERATION_TRANSITIONS[to_status]),
+         "ref": external_ref, "result": result_json, "actor": actor, "note": note, "epoch": lease_epoch},
+    )  # fmt: skip
+    return _op(rows[0]) if rows else None

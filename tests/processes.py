@@ -6,30 +6,22 @@ like a machine that lost power.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
-from urllib.parse import quote
 
 import redis
 from django.conf import settings
-from django.db import connection
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def test_database_url() -> str:
-    s = connection.settings_dict
-    host = quote(s["HOST"], safe="/") if s["HOST"] else ""
-    port = f":{s['PORT']}" if s["PORT"] and not s["HOST"].startswith("/") else ""
-    if s["HOST"].startswith("/"):
-        return f"postgresql://{s['USER']}@/{s['NAME']}?host={host}"
-    auth = s["USER"] + (f":{quote(s['PASSWORD'])}" if s["PASSWORD"] else "")
-    return f"postgresql://{auth}@{host}{port}/{s['NAME']}"
+from core.processes import (
+    celery_beat_args,
+    celery_worker_args,
+    current_database_url,
+    kill_group,
+    start_python,
+    stop_groups,
+)
 
 
 def flush_redis() -> None:
@@ -41,64 +33,35 @@ class ProcessGroup:
         self.log_dir = log_dir
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def _env(self, extra: dict[str, str] | None) -> dict[str, str]:
-        env = dict(os.environ)
-        env.update({"DJANGO_SETTINGS_MODULE": "config.settings.test", "DATABASE_URL": test_database_url(),
-                    "PYTHONUNBUFFERED": "1"})  # fmt: skip
-        env.update(extra or {})
-        return env
-
     def _start(self, name: str, args: list[str], env: dict[str, str] | None) -> subprocess.Popen[bytes]:
-        log = open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            [sys.executable, *args], cwd=ROOT, env=self._env(env), stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
+        full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test",
+                    "DATABASE_URL": current_database_url(), "PYTHONUNBUFFERED": "1", **(env or {})}  # fmt: skip
+        with open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb") as log:
+            proc = start_python(args, env=full_env, log=log)
         self.procs.append(proc)
         return proc
 
-    def worker(self, *, concurrency: int = 1, pool: str = "prefork", env: dict[str, str] | None = None):
-        n = len(self.procs)
+    def worker(self, *, concurrency: int = 1, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         return self._start(
-            "worker",
-            ["-m", "celery", "-A", "workers", "worker", "-l", "warning", "-P", pool, "-c", str(concurrency),
-             "-n", f"test{n}@%h", "--without-heartbeat", "--without-gossip", "--without-mingle"],
-            env,
-        )  # fmt: skip
-
-    def beat(self, env: dict[str, str] | None = None):
-        schedule = self.log_dir / f"beat-schedule-{len(self.procs)}"
-        return self._start(
-            "beat", ["-m", "celery", "-A", "workers", "beat", "-l", "warning", "-s", str(schedule)], env
+            "worker", celery_worker_args(f"test{len(self.procs)}", concurrency=concurrency), env
         )
 
-    def script(self, args: list[str], env: dict[str, str] | None = None):
+    def beat(self, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        return self._start("beat", celery_beat_args(self.log_dir / f"beat-schedule-{len(self.procs)}"), env)
+
+    def script(self, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         return self._start("script", args, env)
 
-    @staticmethod
-    def kill(proc: subprocess.Popen[bytes]) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
+    kill = staticmethod(kill_group)
 
     def kill_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None or _group_alive(proc.pid):
-                self.kill(proc)
+        stop_groups(self.procs, grace=0)
 
     def logs(self) -> str:
         return "\n".join(
             f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
             for p in sorted(self.log_dir.glob("*.log"))
         )
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def wait_until(predicate, *, timeout: float, interval: float = 0.1, message: str = "condition") -> None:  # type: ignore[no-untyped-def]

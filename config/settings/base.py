@@ -140,6 +140,20 @@ KEEPER_MODEL = env_str("KEEPER_MODEL", "gpt-4o-mini")
 # Modules that register workflows (besides the built-in ones) in every process.
 KEEPER_WORKFLOW_MODULES = [m for m in env_str("KEEPER_WORKFLOW_MODULES").split(",") if m]
 
+# --- The refund workflow and the systems it talks to.
+KEEPER_SANDBOX_ENABLED = env_bool("KEEPER_SANDBOX_ENABLED", True)
+KEEPER_SANDBOX_URL = env_str("KEEPER_SANDBOX_URL", "http://127.0.0.1:8000/sandbox")
+KEEPER_PAYMENTS_TIMEOUT = env_number("KEEPER_PAYMENTS_TIMEOUT", 5.0, minimum=0.05)
+# Seconds an approval stays valid; refunds at or under this many minor units need no person.
+KEEPER_APPROVAL_TTL = env_number("KEEPER_APPROVAL_TTL", 24 * 3600.0, minimum=1)
+KEEPER_REFUND_AUTO_APPROVE_MINOR = env_int("KEEPER_REFUND_AUTO_APPROVE_MINOR", 0)
+KEEPER_REFUND_WINDOW_DAYS = env_int("KEEPER_REFUND_WINDOW_DAYS", 30, minimum=1)
+# "rules" (deterministic) or "model" (an OpenAI-compatible chat API at KEEPER_DECIDER_URL).
+KEEPER_DECIDER = env_str("KEEPER_DECIDER", "rules")
+KEEPER_DECIDER_URL = env_str("KEEPER_DECIDER_URL")
+KEEPER_DECIDER_MODEL = env_str("KEEPER_DECIDER_MODEL", "gpt-4o-mini")
+KEEPER_DECIDER_API_KEY = env_str("KEEPER_DECIDER_API_KEY")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from config.settings.base import *  # noqa: F403
-from config.settings.base import DEBUG, SECRET_KEY, ImproperlyConfigured
+from config.settings.base import DEBUG, SECRET_KEY, ImproperlyConfigured, env_bool
 
 if DEBUG:
     raise ImproperlyConfigured("DEBUG must be off in production")
 if len(SECRET_KEY) < 32 or SECRET_KEY.startswith("insecure"):
     raise ImproperlyConfigured("SECRET_KEY must be set to a random value of at least 32 characters")
 
+KEEPER_SANDBOX_ENABLED = env_bool("KEEPER_SANDBOX_ENABLED", False)  # the demo's fake payments API
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True
 SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -262,5 +262,5 @@ def _commit_outcome(
             step_id=step_id, payload={**base, **failure}, result=failure,
         )  # fmt: skip
         status, event_type = RunStatus.FAILED, "run_failed"
-    crash_point("after_checkpoint")
+    crash_point("after_checkpoint", key=str(grant.run_id), step=step_id)
     return AdvanceResult("committed", status, seq, event_type)

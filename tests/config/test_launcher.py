@@ -15,7 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.processes import ROOT, wait_until
+from core.processes import ROOT
+from tests.processes import wait_until
 
 pytestmark = pytest.mark.slow
 
