@@ -79,9 +79,12 @@ def start_python(
     )  # fmt: skip
 
 
-def celery_worker_args(name: str, *, concurrency: int = 1, loglevel: str = "warning") -> list[str]:
-    return ["-m", "celery", "-A", "workers", "worker", "-l", loglevel, "-c", str(concurrency), "-n", f"{name}@%h",
-            "--without-heartbeat", "--without-gossip", "--without-mingle"]  # fmt: skip
+def celery_worker_args(
+    name: str, *, concurrency: int = 1, loglevel: str = "warning", pool: str = "prefork"
+) -> list[str]:
+    """`solo` runs tasks in the worker process itself, so a crash point kills the worker, not a pool child."""
+    return ["-m", "celery", "-A", "workers", "worker", "-l", loglevel, "-P", pool, "-c", str(concurrency),
+            "-n", f"{name}@%h", "--without-heartbeat", "--without-gossip", "--without-mingle"]  # fmt: skip
 
 
 def celery_beat_args(schedule_file: Path, *, loglevel: str = "warning") -> list[str]:

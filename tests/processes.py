@@ -41,10 +41,11 @@ class ProcessGroup:
         self.procs.append(proc)
         return proc
 
-    def worker(self, *, concurrency: int = 1, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        return self._start(
-            "worker", celery_worker_args(f"test{len(self.procs)}", concurrency=concurrency), env
-        )
+    def worker(
+        self, *, concurrency: int = 1, pool: str = "prefork", env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        args = celery_worker_args(f"test{len(self.procs)}", concurrency=concurrency, pool=pool)
+        return self._start("worker", args, env)
 
     def beat(self, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         return self._start("beat", celery_beat_args(self.log_dir / f"beat-schedule-{len(self.procs)}"), env)

@@ -132,8 +132,9 @@ def refund(ctx: StepContext, state: State) -> StepResult:
         )  # fmt: skip
     except OperationRequestChanged as exc:
         return Suspend(state, exc.code, exc.message)
-    if op.status == "succeeded":
-        return Next({**state, "refund": op.result, "operation_id": op_id}, "verify")
+    if op.status == "succeeded":  # settled earlier: by this step before a crash, or by a person
+        return Next({**state, "refund": {**(op.result or {}), "refund_id": op.external_ref}, "operation_id": op_id},
+                    "verify")  # fmt: skip
     if op.status == "failed":
         return Fail(state, "refund_rejected", f"the payments system refused the refund: {op.result}")
     if op.status in ("started", "unknown"):
