@@ -7,18 +7,8 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from runs.models import AgentEvent, AgentRun, ToolOperation
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from core.admin import ReadOnlyAdmin
+from runs.models import AgentEvent, AgentRun, Approval, ToolOperation
 
 
 class AgentEventInline(admin.TabularInline):
@@ -56,3 +46,12 @@ class ToolOperationAdmin(ReadOnlyAdmin):
     list_display = ["operation_id", "tenant", "run_id", "tool_name", "status", "external_ref", "updated_at"]
     list_filter = ["status", "tool_name"]
     search_fields = ["operation_id", "external_ref"]
+
+
+@admin.register(Approval)
+class ApprovalAdmin(ReadOnlyAdmin):
+    """Decisions go through the approval services (they check expiry and write the run's event)."""
+
+    list_display = ["approval_id", "tenant", "run_id", "status", "request_digest", "expires_at", "decided_by"]
+    list_filter = ["status", "tenant"]
+    search_fields = ["approval_id", "run__run_id", "request_digest"]

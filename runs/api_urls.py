@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs import api
+from runs import api, api_side_effects
 
 urlpatterns = [
     path("runs/", api.RunStartApi.as_view(), name="api-run-start"),
@@ -8,4 +8,23 @@ urlpatterns = [
     path("runs/<uuid:run_id>/events/", api.RunEventsApi.as_view(), name="api-run-events"),
     path("runs/<uuid:run_id>/cancel", api.RunCancelApi.as_view(), name="api-run-cancel"),
     path("runs/<uuid:run_id>/resume", api.RunResumeApi.as_view(), name="api-run-resume"),
+    path(
+        "runs/<uuid:run_id>/operations/",
+        api_side_effects.RunOperationsApi.as_view(),
+        name="api-run-operations",
+    ),
+    path("approvals/", api_side_effects.ApprovalListApi.as_view(), name="api-approvals"),
+    path(
+        "approvals/<uuid:approval_id>/approve",
+        api_side_effects.ApprovalApproveApi.as_view(),
+        name="api-approve",
+    ),
+    path(
+        "approvals/<uuid:approval_id>/reject", api_side_effects.ApprovalRejectApi.as_view(), name="api-reject"
+    ),
+    path(
+        "operations/<int:pk>/reconcile",
+        api_side_effects.OperationReconcileApi.as_view(),
+        name="api-reconcile",
+    ),
 ]

@@ -55,7 +55,7 @@ class Scenario:
 
 def scenarios(points: list[str] | None = None) -> list[Scenario]:
     chosen = [Scenario(p, crash_at=p) for p in (points or CRASH_POINTS)]
-    chosen.append(Scenario("random_sigkill", kill_interval=1.0))
+    chosen.append(Scenario("random_sigkill", kill_interval=0.3))
     chosen.append(
         Scenario(
             "nonauthoritative_lookup",
@@ -183,13 +183,32 @@ def run_scenario(
         log.close()
         admin.clear_faults()
     elapsed = time.monotonic() - started_at
-    crash_times = sorted([m.stat().st_mtime for m in crash_dir.glob("*--*")] + kills.at)
-    return _measure(scenario, run_ids, order_ids, admin, crash_times, worker_exits + len(kills.at), elapsed)
+    crashed_runs = {m.name.split("--", 1)[1]: m.stat().st_mtime for m in crash_dir.glob("*--*")}
+    recoveries = _recoveries(run_ids, crashed_runs, sorted(kills.at))
+    return _measure(scenario, run_ids, order_ids, admin, recoveries, worker_exits + len(kills.at), elapsed)
+
+
+def _recoveries(run_ids: list[uuid.UUID], crashed_runs: dict[str, float], kills: list[float]) -> list[float]:
+    """Seconds from each crash to the next event of the run it hit (a crash point names its run);
+    for random kills, which do not, from the kill to each take-over that followed it."""
+    recoveries = []
+    for run_id, crashed_at in crashed_runs.items():
+        after = datetime.fromtimestamp(crashed_at, UTC)
+        event = AgentEvent.objects.filter(run_id=run_id, created_at__gt=after).order_by("seq").first()
+        if event is not None:
+            recoveries.append(event.created_at.timestamp() - crashed_at)
+    if kills:
+        takeovers = AgentEvent.objects.filter(run_id__in=run_ids, event_type="lease_taken_over")
+        for created_at in takeovers.values_list("created_at", flat=True):
+            before = [t for t in kills if t <= created_at.timestamp()]
+            if before:
+                recoveries.append(created_at.timestamp() - before[-1])
+    return recoveries
 
 
 def _measure(
     scenario: Scenario, run_ids: list[uuid.UUID], order_ids: list[str], admin: SandboxAdmin,
-    crash_times: list[float], crashes: int, elapsed: float,
+    recoveries: list[float], crashes: int, elapsed: float,
 ) -> dict[str, Any]:  # fmt: skip
     statuses = dict(
         AgentRun.objects.filter(run_id__in=run_ids).values_list("status").annotate(n=Count("run_id"))
@@ -200,13 +219,6 @@ def _measure(
     )  # fmt: skip
     ledger = {o: len(admin.refunds(o)) for o in order_ids}
     ops = ToolOperation.objects.filter(run_id__in=run_ids)
-    recoveries = []
-    for created_at in AgentEvent.objects.filter(
-        run_id__in=run_ids, event_type="lease_taken_over"
-    ).values_list("created_at", flat=True):
-        before = [t for t in crash_times if t <= created_at.timestamp()]
-        if before:
-            recoveries.append(created_at.timestamp() - before[-1])
     result = {
         "runs": len(run_ids),
         "crashes": crashes,

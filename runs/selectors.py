@@ -6,8 +6,9 @@ from uuid import UUID
 
 from django.db.models import QuerySet
 
+from core.errors import NotFound
 from runs.errors import RunNotFound
-from runs.models import AgentEvent, AgentRun, ToolOperation
+from runs.models import AgentEvent, AgentRun, Approval, ToolOperation
 
 
 def run_get(*, run_id: UUID) -> AgentRun:
@@ -32,3 +33,15 @@ def run_events(*, run_id: UUID, after_seq: int = 0, limit: int = 100) -> list[Ag
 
 def run_operations(*, run_id: UUID) -> QuerySet[ToolOperation]:
     return ToolOperation.objects.filter(run_id=run_id).order_by("created_at")
+
+
+def approval_list(*, status: str | None = None) -> QuerySet[Approval]:
+    approvals = Approval.objects.select_related("tenant").order_by("-created_at")
+    return approvals.filter(status=status) if status else approvals
+
+
+def operation_get(*, pk: int) -> ToolOperation:
+    op = ToolOperation.objects.filter(pk=pk).first()
+    if op is None:
+        raise NotFound(f"no operation {pk}", code="operation_not_found")
+    return op

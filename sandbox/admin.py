@@ -7,6 +7,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
+from core.admin import ReadOnlyAdmin
 from sandbox.models import SandboxFault, SandboxOrder, SandboxRefund
 
 
@@ -30,7 +31,7 @@ class SandboxOrderAdmin(admin.ModelAdmin):
 
 
 @admin.register(SandboxRefund)
-class SandboxRefundAdmin(admin.ModelAdmin):
+class SandboxRefundAdmin(ReadOnlyAdmin):
     list_display = [
         "refund_id",
         "order_id",
@@ -41,15 +42,6 @@ class SandboxRefundAdmin(admin.ModelAdmin):
         "created_at",
     ]
     search_fields = ["refund_id", "order__order_id", "idempotency_key"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(SandboxFault)

@@ -21,6 +21,9 @@ EMBEDDED_SERVICES = ensure_services(Path(tempfile.gettempdir()), temporary=True)
 from config.settings.base import *  # noqa: E402,F403
 
 DEBUG = False
+# Threads that serve HTTP in tests (live_server, the chaos sandbox) close their connections per
+# request, so nothing holds the test database open when it is dropped.
+DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
 SECRET_KEY = "insecure-test-key"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 KEEPER_ARTIFACT_ROOT = Path(

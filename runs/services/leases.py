@@ -74,6 +74,10 @@ class _Heartbeat:
             self._wake.wait(max(0.05, settings.KEEPER_LEASE_TTL / 6))
             with self._lock:
                 due = [lease for lease in self._leases if lease.due and not lease.lost]
+                idle = not self._leases
+            if idle:  # nothing held: give the connection back rather than keep it open for hours
+                connection.close()
+                continue
             for lease in due:
                 try:
                     lease.renew()

@@ -115,7 +115,6 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
             logger.info("%s", exc.message)
             return AdvanceResult("fenced")
     if result.status == RunStatus.RUNNING:
-        crash_point("before_wakeup")
         run_enqueue(run_id=run_id)
     return result
 

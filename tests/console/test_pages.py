@@ -33,7 +33,9 @@ def test_run_list_shows_runs_and_escapes_their_text(staff_client, tenant):
 
 def test_admin_shows_runs_events_read_only(staff_client, tenant):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
-    for url in ["/admin/runs/agentrun/", f"/admin/runs/agentrun/{run.run_id}/change/", "/admin/runs/agentevent/",
-                "/admin/runs/tooloperation/", "/admin/core/tenant/"]:  # fmt: skip
+    pages = ["/admin/runs/agentrun/", f"/admin/runs/agentrun/{run.run_id}/change/", "/admin/runs/agentevent/",
+             "/admin/runs/tooloperation/", "/admin/runs/approval/", "/admin/core/tenant/",
+             "/admin/sandbox/sandboxorder/", "/admin/sandbox/sandboxrefund/", "/admin/sandbox/sandboxfault/"]  # fmt: skip
+    for url in pages:
         assert staff_client.get(url).status_code == 200, url
     assert staff_client.get("/admin/runs/agentevent/add/").status_code == 403

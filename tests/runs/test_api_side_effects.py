@@ -1,0 +1,82 @@
+"""The approvals and reconciliation API: decisions by people, with reasons for every refusal."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from rest_framework.test import APIClient
+
+from runs import store
+from runs.models import AgentEvent, ToolOperation
+from runs.services.approvals import approval_check
+from runs.services.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
+from runs.services.runs import run_start, run_suspend
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def api(db):  # type: ignore[no-untyped-def]
+    client = APIClient()
+    client.force_authenticate(
+        get_user_model().objects.create_user("sam", password="pw-for-tests", is_staff=True)
+    )
+    return client
+
+
+@pytest.fixture
+def waiting(tenant):  # type: ignore[no-untyped-def]
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
+    run_suspend(run_id=run.run_id, actor="test", reason="approval_required")
+    approval = approval_check(run_id=run.run_id, tenant_id=tenant.tenant_id, step_id="approve",
+                              request={"order_id": "o-1", "amount_minor": 100, "currency": "EUR"},
+                              request_digest="sha256:x", reasons=["delivered"], actor="w").approval  # fmt: skip
+    return run, approval
+
+
+def test_pending_approvals_are_listed_and_approving_resumes_the_run(api, waiting):
+    run, approval = waiting
+    listed = api.get("/api/v1/approvals/?status=pending").json()["results"]
+    assert [a["approval_id"] for a in listed] == [str(approval.approval_id)]
+    response = api.post(f"/api/v1/approvals/{approval.approval_id}/approve", {"note": "ok"}, format="json")
+    assert response.status_code == 200 and response.json()["decided_by"] == "user:sam"
+    run.refresh_from_db()
+    assert run.status == "running"
+    again = api.post(f"/api/v1/approvals/{approval.approval_id}/approve", {}, format="json")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "approval_not_pending"
+
+
+def test_rejecting_needs_a_note(api, waiting):
+    _, approval = waiting
+    response = api.post(f"/api/v1/approvals/{approval.approval_id}/reject", {"note": ""}, format="json")
+    assert response.status_code == 422 and response.json()["error"]["code"] == "note_required"
+    assert api.get("/api/v1/approvals/?status=bogus").status_code == 400
+
+
+def test_reconcile_through_the_api_with_validation(api, tenant):
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
+    grant = store.lease_acquire(run_id=run.run_id, owner="w", ttl=30)
+    operation_prepare_once(tenant_id=tenant.tenant_id, run_id=run.run_id, step_id="refund", operation_id="refund:o-9",
+                           tool_name="payments.refund", tool_contract_version="payments.v1", request={"a": 1},
+                           actor="w")  # fmt: skip
+    operation_mark_started(
+        tenant_id=tenant.tenant_id, operation_id="refund:o-9", actor="w", lease_epoch=grant.epoch
+    )
+    operation_mark_unknown(tenant_id=tenant.tenant_id, operation_id="refund:o-9", actor="w", note="timeout")
+    run_suspend(run_id=run.run_id, actor="w", reason="reconciliation_required")
+    op = ToolOperation.objects.get()
+    listed = api.get(f"/api/v1/runs/{run.run_id}/operations/").json()["results"]
+    assert [(o["operation_id"], o["status"]) for o in listed] == [("refund:o-9", "unknown")]
+    url = f"/api/v1/operations/{op.pk}/reconcile"
+    assert api.post(url, {"outcome": "perhaps", "note": "x"}, format="json").status_code == 400
+    missing_ref = api.post(url, {"outcome": "applied", "note": "seen at PSP"}, format="json")
+    assert missing_ref.status_code == 422 and missing_ref.json()["error"]["code"] == "external_ref_required"
+    done = api.post(
+        url, {"outcome": "applied", "note": "seen at PSP", "external_ref": "rf_77"}, format="json"
+    )
+    assert done.status_code == 200 and done.json()["status"] == "succeeded"
+    assert (
+        AgentEvent.objects.filter(run=run, event_type="operation_reconciled", actor="user:sam").count() == 1
+    )
+    assert api.post("/api/v1/operations/999999/reconcile", {"outcome": "applied", "note": "x"},
+                    format="json").json()["error"]["code"] == "operation_not_found"  # fmt: skip
