@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from core.tenancy import tenant_get
 from runs.models import AgentEvent, AgentRun
 from runs.selectors import run_events, run_get
+from runs.services.forks import run_fork, run_rewind
 from runs.services.runs import run_cancel, run_resume, run_start
 
 
@@ -100,3 +101,28 @@ class RunResumeApi(APIView):
         data.is_valid(raise_exception=True)
         run = run_resume(run_id=run_id, actor=_actor(request), note=data.validated_data["note"])
         return Response(RunOutputSerializer(run).data)
+
+
+class RunForkApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        at_seq = serializers.IntegerField(min_value=1)
+        start = serializers.BooleanField(required=False, default=True)
+        note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+    def post(self, request: Request, run_id: UUID) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        child = run_fork(run_id=run_id, actor=_actor(request), **data.validated_data)
+        return Response(RunOutputSerializer(child).data, status=201)
+
+
+class RunRewindApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        to_seq = serializers.IntegerField(min_value=1)
+        note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+    def post(self, request: Request, run_id: UUID) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        child = run_rewind(run_id=run_id, actor=_actor(request), **data.validated_data)
+        return Response(RunOutputSerializer(child).data, status=201)

@@ -2,7 +2,8 @@
 
 commit_step: the engine's commit (state validation, canonical JSON, digest, the one-statement
 CTE through Django's connection) against the fastest correct raw form of the same write: the
-same JSON + digest work and the single CTE of DESIGN.md on a plain psycopg connection, prepared.
+same JSON + digest work and the single CTE of DESIGN.md (the state goes into the run row and the
+event, as the engine writes it) on a plain psycopg connection, prepared.
 Rounds alternate engine and baseline so drift in the machine hits both alike.
 """
 
@@ -34,9 +35,9 @@ WITH u AS (
    WHERE run_id = %(run)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
   RETURNING run_id, state_revision)
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
-                          state_revision, state_digest, created_at)
+                          state_revision, state_digest, state, next_step, created_at)
 SELECT run_id, state_revision, 'step_completed', %(step)s, 1, %(payload)s::jsonb, %(actor)s,
-       state_revision, %(digest)s, now() FROM u
+       state_revision, %(digest)s, %(state)s::jsonb, %(next)s, now() FROM u
 RETURNING seq
 """
 
@@ -66,7 +67,8 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _new_run(tenant_slug: str) -> tuple[UUID, int, int]:
     tenant = tenant_ensure(slug=tenant_slug)
-    run = run_start(tenant=tenant, workflow_name="demo.countdown", input=_bench_state(0), actor="bench").run
+    start_input = {k: v for k, v in _bench_state(0).items() if k != "budgets"}  # the engine sets its own
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input=start_input, actor="bench").run
     grant = store.lease_acquire(run_id=run.run_id, owner="bench", ttl=3600)
     if grant is None:
         raise RuntimeError("a fresh benchmark run could not be leased")

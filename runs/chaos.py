@@ -198,7 +198,9 @@ def _recoveries(run_ids: list[uuid.UUID], crashed_runs: dict[str, float], kills:
         if event is not None:
             recoveries.append(event.created_at.timestamp() - crashed_at)
     if kills:
-        takeovers = AgentEvent.objects.filter(run_id__in=run_ids, event_type="lease_taken_over")
+        takeovers = AgentEvent.objects.filter(
+            run_id__in=run_ids, event_type="resume_verified", payload__trigger="lease_takeover"
+        )
         for created_at in takeovers.values_list("created_at", flat=True):
             before = [t for t in kills if t <= created_at.timestamp()]
             if before:

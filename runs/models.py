@@ -61,6 +61,15 @@ class AgentRun(models.Model):
         related_name="forks",
     )
     fork_seq = models.BigIntegerField(null=True, blank=True)
+    # A fork nobody starts is cancelled after this time (orphan forks expire).
+    fork_expires_at = models.DateTimeField(null=True, blank=True)
+    # Rewind: the fork that replaced this run. The run itself is kept.
+    superseded_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, db_column="superseded_by", related_name="+"
+    )
+    # A person (or an approval) asked a suspended run to continue; a worker verifies it first.
+    resume_requested_at = models.DateTimeField(null=True, blank=True)
+    resume_requested_by = models.TextField(blank=True, default="")
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -89,6 +98,10 @@ class AgentRun(models.Model):
                 condition=Q(parent_run__isnull=True) | Q(fork_seq__isnull=False),
                 name="agent_runs_fork_has_seq",
             ),
+            models.CheckConstraint(
+                condition=Q(resume_requested_at__isnull=True) | Q(status=RunStatus.SUSPENDED),
+                name="agent_runs_resume_request_only_when_suspended",
+            ),
             models.UniqueConstraint(
                 fields=["tenant", "idempotency_key"],
                 condition=Q(idempotency_key__isnull=False),
@@ -100,6 +113,11 @@ class AgentRun(models.Model):
             models.Index(
                 fields=["updated_at"], name="agent_runs_running_idx", condition=Q(status=RunStatus.RUNNING)
             ),
+            models.Index(
+                fields=["resume_requested_at"],
+                name="agent_runs_resume_req_idx",
+                condition=Q(resume_requested_at__isnull=False),
+            ),  # fmt: skip
             models.Index(fields=["tenant", "status", "-created_at"], name="agent_runs_tenant_status_idx"),
         ]
 
@@ -120,6 +138,10 @@ class AgentEvent(models.Model):
     actor = models.TextField()
     state_revision = models.BigIntegerField()
     state_digest = models.TextField()
+    # The state and next step after this event, where it changed them: enough to rebuild the run
+    # exactly at any seq (fork, rewind, audit). NULL means "as at the previous event".
+    state = models.JSONField(null=True, blank=True)
+    next_step = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField()
 
     class Meta:

@@ -45,3 +45,7 @@ def operation_get(*, pk: int) -> ToolOperation:
     if op is None:
         raise NotFound(f"no operation {pk}", code="operation_not_found")
     return op
+
+
+def operation_find(*, tenant_id: UUID, operation_id: str) -> ToolOperation | None:
+    return ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()

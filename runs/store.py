@@ -44,17 +44,18 @@ _INSERT_RUN = """
 WITH r AS (
   INSERT INTO agent_runs (run_id, tenant_id, workflow_name, workflow_version, state_schema_version,
                           status, next_step, state, state_revision, suspend_detail, lease_epoch,
-                          attempt, idempotency_key, input_digest, parent_run_id, fork_seq,
-                          created_at, updated_at)
+                          attempt, idempotency_key, input_digest, parent_run_id, fork_seq, fork_expires_at,
+                          suspend_reason, resume_requested_by, created_at, updated_at)
   VALUES (%(run_id)s, %(tenant_id)s, %(workflow_name)s, %(workflow_version)s, %(schema)s,
-          'running', %(next_step)s, %(state)s::jsonb, 1, '', 0, 0, %(key)s, %(input_digest)s,
-          %(parent)s, %(fork_seq)s, statement_timestamp(), statement_timestamp())
+          %(status)s, %(next_step)s, %(state)s::jsonb, 1, '', 0, 0, %(key)s, %(input_digest)s,
+          %(parent)s, %(fork_seq)s, %(fork_expires_at)s, %(suspend_reason)s, '',
+          statement_timestamp(), statement_timestamp())
   ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING run_id, state_revision)
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
-                          state_revision, state_digest, created_at)
-SELECT run_id, state_revision, 'run_started', NULL, NULL, %(payload)s::jsonb, %(actor)s,
-       state_revision, %(digest)s, statement_timestamp() FROM r
+                          state_revision, state_digest, state, next_step, created_at)
+SELECT run_id, state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
+       state_revision, %(digest)s, %(state)s::jsonb, %(next_step)s, statement_timestamp() FROM r
 RETURNING run_id
 """
 
@@ -75,8 +76,14 @@ def insert_run(
     actor: str,
     parent_run_id: UUID | None = None,
     fork_seq: int | None = None,
+    fork_expires_at: datetime | None = None,
+    event_type: str = "run_started",
+    suspend_reason: str | None = None,
 ) -> bool:
-    """Insert the run and its first event; False if the tenant already used the idempotency key."""
+    """Insert the run and its first event; False if the tenant already used the idempotency key.
+
+    A run is inserted `running`, or `suspended` when a suspend reason is given (a fork not started).
+    """
     rows = _rows(
         _INSERT_RUN,
         {
@@ -91,6 +98,10 @@ def insert_run(
             "input_digest": input_digest,
             "parent": parent_run_id,
             "fork_seq": fork_seq,
+            "fork_expires_at": fork_expires_at,
+            "status": "suspended" if suspend_reason else "running",
+            "suspend_reason": suspend_reason,
+            "event_type": event_type,
             "payload": payload_json,
             "actor": actor,
             "digest": state_digest,
@@ -112,6 +123,8 @@ class LeaseGrant:
     revision: int
     next_step: str
     state: dict[str, Any]
+    status: str
+    resume_requested_by: str
     workflow_name: str
     workflow_version: str
     state_schema_version: int
@@ -130,22 +143,25 @@ UPDATE agent_runs r
        wake_at = NULL
   FROM (SELECT run_id, lease_owner, lease_epoch FROM agent_runs WHERE run_id = %(run_id)s FOR UPDATE) old
  WHERE r.run_id = old.run_id
-   AND r.status = 'running'
+   AND (r.status = 'running' OR (r.status = 'suspended' AND r.resume_requested_at IS NOT NULL))
    AND (r.lease_owner IS NULL OR r.lease_expires_at < statement_timestamp())
    AND (r.wake_at IS NULL OR r.wake_at <= statement_timestamp())
 RETURNING r.tenant_id, r.lease_epoch, r.lease_expires_at, r.state_revision, r.next_step, r.state,
-          r.workflow_name, r.workflow_version, r.state_schema_version, r.attempt,
+          r.status, r.resume_requested_by, r.workflow_name, r.workflow_version, r.state_schema_version, r.attempt,
           old.lease_owner, old.lease_epoch
 """
 
 
 def lease_acquire(*, run_id: UUID, owner: str, ttl: float) -> LeaseGrant | None:
-    """Take the run if it is running, unleased (or its lease expired) and due; epoch +1."""
+    """Take the run if it is running (or suspended with a resume request), unleased or expired, and due.
+
+    The epoch grows by one. A suspended run taken this way must pass resume verification first.
+    """
     rows = _rows(_LEASE_ACQUIRE, {"run_id": run_id, "owner": owner, "ttl": ttl})
     if not rows:
         return None
-    (tenant_id, epoch, expires_at, revision, next_step, state, wf_name, wf_version, schema, attempt,
-     previous_owner, previous_epoch) = rows[0]  # fmt: skip
+    (tenant_id, epoch, expires_at, revision, next_step, state, status, resume_requested_by, wf_name, wf_version,
+     schema, attempt, previous_owner, previous_epoch) = rows[0]  # fmt: skip
     return LeaseGrant(
         run_id=run_id,
         tenant_id=tenant_id,
@@ -155,6 +171,8 @@ def lease_acquire(*, run_id: UUID, owner: str, ttl: float) -> LeaseGrant | None:
         revision=revision,
         next_step=next_step,
         state=_json(state),
+        status=status,
+        resume_requested_by=resume_requested_by,
         workflow_name=wf_name,
         workflow_version=wf_version,
         state_schema_version=schema,
@@ -166,7 +184,7 @@ def lease_acquire(*, run_id: UUID, owner: str, ttl: float) -> LeaseGrant | None:
 
 _LEASE_RENEW = """
 UPDATE agent_runs SET lease_expires_at = statement_timestamp() + make_interval(secs => %(ttl)s)
- WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s AND status = 'running'
+ WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
 RETURNING lease_expires_at
 """
 
@@ -203,14 +221,16 @@ WITH u AS (
          lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
          lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END,
          wake_at = CASE WHEN %(release)s AND %(retry_in)s > 0
-                        THEN statement_timestamp() + make_interval(secs => %(retry_in)s) ELSE NULL END
+                        THEN statement_timestamp() + make_interval(secs => %(retry_in)s) ELSE NULL END,
+         resume_requested_at = NULL, resume_requested_by = '',
+         state_schema_version = COALESCE(%(schema)s::int, state_schema_version)
    WHERE run_id = %(run_id)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
-     AND lease_owner = %(owner)s AND status = 'running'
+     AND lease_owner = %(owner)s AND status IN ('running', 'suspended')
   RETURNING run_id, state_revision)
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
-                          state_revision, state_digest, created_at)
+                          state_revision, state_digest, state, next_step, created_at)
 SELECT run_id, state_revision, %(event_type)s, %(step_id)s, %(attempt)s, %(payload)s::jsonb, %(owner)s,
-       state_revision, %(digest)s, statement_timestamp() FROM u
+       state_revision, %(digest)s, %(state)s::jsonb, %(next_step)s, statement_timestamp() FROM u
 RETURNING seq
 """
 
@@ -235,8 +255,12 @@ def commit_step(
     release: bool = True,
     reset_attempt: bool = True,
     retry_in: float = 0.0,
+    state_schema_version: int | None = None,
 ) -> int | None:
-    """Write the new state and its event atomically; the new seq, or None if nothing matched."""
+    """Write the new state and its event atomically; the new seq, or None if nothing matched.
+
+    The lease holder may commit a running run, or a suspended one it took to verify a resume.
+    """
     rows = _rows(
         _COMMIT_STEP,
         {
@@ -258,6 +282,7 @@ def commit_step(
             "release": release,
             "reset_attempt": reset_attempt,
             "retry_in": retry_in,
+            "schema": state_schema_version,
         },
     )
     return rows[0][0] if rows else None
@@ -269,18 +294,25 @@ _TRANSITION = """
 WITH u AS (
   UPDATE agent_runs
      SET status = %(to_status)s,
-         suspend_reason = %(suspend_reason)s, suspend_detail = %(suspend_detail)s,
+         -- staying suspended keeps the reason unless a new one is given
+         suspend_reason = CASE WHEN %(to_status)s::text = 'suspended'
+                               THEN COALESCE(%(suspend_reason)s, suspend_reason) END,
+         suspend_detail = CASE WHEN %(to_status)s::text = 'suspended'
+                               THEN COALESCE(%(suspend_detail)s, suspend_detail) ELSE '' END,
          result = COALESCE(%(result)s::jsonb, result),
          next_step = COALESCE(%(next_step)s, next_step),
          state_revision = state_revision + 1, updated_at = statement_timestamp(), attempt = 0,
-         lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, dispatched_at = NULL
+         lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, dispatched_at = NULL,
+         resume_requested_at = CASE WHEN %(request_resume)s THEN statement_timestamp() ELSE NULL END,
+         resume_requested_by = CASE WHEN %(request_resume)s THEN %(actor)s ELSE '' END,
+         superseded_by = COALESCE(%(superseded_by)s::uuid, superseded_by)
    WHERE run_id = %(run_id)s AND status = ANY(%(from_statuses)s)
      AND (%(expected)s::bigint IS NULL OR state_revision = %(expected)s::bigint)
-  RETURNING run_id, state_revision, state)
+  RETURNING run_id, state_revision, next_step)
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
-                          state_revision, state_digest, created_at)
+                          state_revision, state_digest, next_step, created_at)
 SELECT u.run_id, u.state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
-       u.state_revision, e.state_digest, statement_timestamp()
+       u.state_revision, e.state_digest, u.next_step, statement_timestamp()
   FROM u JOIN agent_events e ON e.run_id = u.run_id AND e.seq = u.state_revision - 1
 RETURNING seq
 """
@@ -296,11 +328,15 @@ def transition(
     payload_json: str,
     expected_revision: int | None = None,
     suspend_reason: str | None = None,
-    suspend_detail: str = "",
+    suspend_detail: str | None = None,
     result_json: str | None = None,
     next_step: str | None = None,
+    request_resume: bool = False,
+    superseded_by: UUID | None = None,
 ) -> int | None:
     """Move a run between statuses with an event, fencing out any worker that holds it.
+
+    With `request_resume` the run stays suspended and is marked for a worker to verify and resume.
 
     The state does not change, so the event carries the previous event's state digest. None if
     the run was not in one of `from_statuses` (or not at `expected_revision`).
@@ -319,6 +355,8 @@ def transition(
             "suspend_detail": suspend_detail,
             "result": result_json,
             "next_step": next_step,
+            "request_resume": request_resume,
+            "superseded_by": superseded_by,
         },
     )
     return rows[0][0] if rows else None
@@ -329,7 +367,7 @@ def transition(
 _CLAIM_FOR_REDISPATCH = """
 WITH c AS (
   SELECT run_id FROM agent_runs
-   WHERE status = 'running'
+   WHERE (status = 'running' OR (status = 'suspended' AND resume_requested_at IS NOT NULL))
      AND (lease_owner IS NULL OR lease_expires_at < statement_timestamp())
      AND (wake_at IS NULL OR wake_at <= statement_timestamp())
      AND updated_at < statement_timestamp() - make_interval(secs => %(grace)s)
@@ -427,7 +465,7 @@ UPDATE tool_operations o
        updated_at = statement_timestamp()
  WHERE o.tenant_id = %(tenant)s AND o.operation_id = %(op)s AND o.status = ANY(%(from)s)
    AND (%(epoch)s::bigint IS NULL OR EXISTS (
-        SELECT 1 FROM agent_runs r WHERE r.run_id = o.run_id AND r.lease_epoch = %(epoch)s::bigint
+        SELECT 1 FROM agent_runs r WHERE r.run_id = %(acting_run)s::uuid AND r.lease_epoch = %(epoch)s::bigint
            AND r.lease_owner = %(actor)s))
 RETURNING {_OP_COLUMNS.replace("operation_id", "o.operation_id")}
 """
@@ -453,15 +491,18 @@ def operation_transition(
     external_ref: str | None = None,
     result_json: str | None = None,
     lease_epoch: int | None = None,
+    acting_run_id: UUID | None = None,
 ) -> OperationRow | None:
     """Move the operation along the protocol; None if it is not in a status that allows this move.
 
-    With `lease_epoch`, the move happens only while `actor` still holds the run's lease at that
-    epoch: a worker that lost its lease cannot start a side effect.
+    With `lease_epoch`, the move happens only while `actor` still holds the lease of the acting run
+    (a fork acts on its parent's operation) at that epoch: a worker that lost its lease cannot start
+    a side effect.
     """
     rows = _rows(
         _OP_TRANSITION,
         {"tenant": tenant_id, "op": operation_id, "to": to_status, "from": list(OPERATION_TRANSITIONS[to_status]),
-         "ref": external_ref, "result": result_json, "actor": actor, "note": note, "epoch": lease_epoch},
+         "ref": external_ref, "result": result_json, "actor": actor, "note": note, "epoch": lease_epoch,
+         "acting_run": acting_run_id},
     )  # fmt: skip
     return _op(rows[0]) if rows else None

@@ -14,4 +14,9 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": settings.KEEPER_REDISPATCH_INTERVAL,
             "options": {"expires": settings.KEEPER_REDISPATCH_INTERVAL * 2},
         },
+        "expire-orphan-forks": {
+            "task": "workers.tasks.expire_forks",
+            "schedule": 60.0,
+            "options": {"expires": 120},
+        },
     }

@@ -7,6 +7,7 @@ from uuid import UUID
 from celery import shared_task
 
 from runs.services.dispatch import runs_redispatch
+from runs.services.forks import forks_expire
 from runs.services.steps import run_advance
 
 
@@ -18,3 +19,8 @@ def advance_run(run_id: str) -> None:
 @shared_task(name="workers.tasks.redispatch_runs", ignore_result=True)
 def redispatch_runs() -> int:
     return runs_redispatch()
+
+
+@shared_task(name="workers.tasks.expire_forks", ignore_result=True)
+def expire_forks() -> int:
+    return forks_expire()

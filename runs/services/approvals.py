@@ -123,9 +123,11 @@ def _decide(*, approval_id: UUID, actor: str, note: str, status: str) -> Approva
         run = AgentRun.objects.get(run_id=approval.run_id)
         payload = {"approval_id": str(approval_id), "decision": status, "note": note,
                    "request_digest": approval.request_digest}  # fmt: skip
+        # The run stays suspended with a resume request: a worker verifies the approval (unexpired,
+        # same digest) among the other resume checks before the run continues.
         seq = store.transition(
-            run_id=run.run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.RUNNING,
-            event_type=f"approval_{status}", actor=actor, payload_json=canonical_json(payload),
+            run_id=run.run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
+            event_type=f"approval_{status}", actor=actor, payload_json=canonical_json(payload), request_resume=True,
         )  # fmt: skip
         if seq is None:
             raise InvalidTransition(f"run {run.run_id} is {run.status}, not waiting for this approval")

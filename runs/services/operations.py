@@ -59,11 +59,12 @@ def operation_prepare_once(
 def _move(
     *, tenant_id: UUID, operation_id: str, to_status: str, actor: str, note: str = "",
     external_ref: str | None = None, result: Any = None, lease_epoch: int | None = None,
+    acting_run_id: UUID | None = None,
 ) -> OperationRow:  # fmt: skip
     op = store.operation_transition(
         tenant_id=tenant_id, operation_id=operation_id, to_status=to_status, actor=actor, note=note,
         external_ref=external_ref, result_json=None if result is None else canonical_json(result),
-        lease_epoch=lease_epoch,
+        lease_epoch=lease_epoch, acting_run_id=acting_run_id,
     )  # fmt: skip
     if op is None:
         current = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
@@ -79,11 +80,12 @@ def _move(
 
 
 def operation_mark_started(
-    *, tenant_id: UUID, operation_id: str, actor: str, lease_epoch: int
+    *, tenant_id: UUID, operation_id: str, actor: str, run_id: UUID, lease_epoch: int
 ) -> OperationRow:
-    """Only the current lease holder may start a side effect."""
+    """Only the current lease holder of the acting run (a fork acts on its parent's operation) may
+    start a side effect."""
     return _move(tenant_id=tenant_id, operation_id=operation_id, to_status="started", actor=actor,
-                 lease_epoch=lease_epoch)  # fmt: skip
+                 lease_epoch=lease_epoch, acting_run_id=run_id)  # fmt: skip
 
 
 def operation_mark_succeeded(
@@ -159,10 +161,9 @@ def operation_reconcile(
             "note": note,
         }
         seq = store.transition(
-            run_id=run.run_id, from_statuses=(RunStatus.SUSPENDED,),
-            to_status=RunStatus.RUNNING if resume else RunStatus.SUSPENDED, event_type="operation_reconciled",
-            actor=actor, payload_json=canonical_json(payload), expected_revision=run.state_revision,
-            suspend_reason=None if resume else run.suspend_reason, suspend_detail="" if resume else run.suspend_detail,
+            run_id=run.run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
+            event_type="operation_reconciled", actor=actor, payload_json=canonical_json(payload),
+            expected_revision=run.state_revision, request_resume=resume,
         )  # fmt: skip
         if seq is None:
             raise InvalidTransition(f"run {run.run_id} changed while reconciling; nothing was written")

@@ -13,6 +13,7 @@ from core.models import Tenant
 from runs import store
 from runs.errors import IdempotencyConflict, InvalidState, InvalidTransition, RunNotFound
 from runs.models import AgentRun, RunStatus
+from runs.services.budgets import budgets_initial
 from runs.services.dispatch import run_enqueue
 from runs.services.state import state_encode
 from runs.workflows.registry import registry
@@ -48,9 +49,12 @@ def run_start(
             f"idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
             code="invalid_idempotency_key",
         )
-    encoded = state_encode(input)
+    state_encode(input)  # plain JSON, no secrets, bounded: before any workflow rule looks at it
     if workflow.validate_input is not None:
         workflow.validate_input(input)
+    # The engine keeps the budgets in the state; the input may set their limits.
+    budgets = budgets_initial(defaults=workflow.default_budgets, requested=input.get("budgets"))
+    encoded = state_encode({**input, "budgets": budgets})
     input_digest = json_digest({"workflow": workflow.name, "input": input})
 
     run_id = uuid.uuid4()
@@ -67,6 +71,7 @@ def run_start(
         input_digest=input_digest,
         payload_json=canonical_json(
             {"workflow": workflow.name, "workflow_version": workflow.version, "input_digest": input_digest,
+             "state_schema_version": workflow.state_schema_version,
              "idempotency_key": idempotency_key}
         ),
         actor=actor,
@@ -130,10 +135,11 @@ def run_suspend(*, run_id: UUID, actor: str, reason: str, detail: str = "") -> A
 
 
 def run_resume(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
-    """Let a suspended run continue at its next step."""
+    """Ask for a suspended run to continue. It stays suspended until a worker has verified it
+    (resume verification: the run continues only if every check passes, else it says why)."""
     run = _transition(
-        run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.RUNNING,
-        event_type="run_resumed", actor=actor, note=note,
+        run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
+        event_type="resume_requested", actor=actor, note=note, request_resume=True,
     )  # fmt: skip
     run_enqueue(run_id=run_id)
     return run

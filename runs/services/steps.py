@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -17,12 +18,15 @@ from django.conf import settings
 
 from core.crash import crash_point
 from core.digests import NotJSONSerializable, canonical_json
+from core.errors import ApplicationError
 from core.identity import worker_identity
 from runs import store
 from runs.errors import ConcurrentResume, InvalidState, UnknownWorkflow
 from runs.models import RunStatus
+from runs.services.budgets import budgets_exhausted, budgets_spend
 from runs.services.dispatch import run_enqueue
 from runs.services.leases import HeldLease, lease_held
+from runs.services.resume import resume_verify
 from runs.services.state import EncodedState, state_encode
 from runs.store import LeaseGrant
 from runs.workflows.registry import (
@@ -71,6 +75,7 @@ class _Committer:
         release: bool = True,
         reset_attempt: bool = True,
         retry_in: float = 0.0,
+        state_schema_version: int | None = None,
     ) -> int:
         seq = store.commit_step(
             run_id=self.grant.run_id,
@@ -91,6 +96,7 @@ class _Committer:
             release=release,
             reset_attempt=reset_attempt,
             retry_in=retry_in,
+            state_schema_version=state_schema_version,
         )
         if seq is None:
             raise ConcurrentResume(
@@ -125,24 +131,38 @@ def _retry_delay(attempt: int) -> float:
 
 def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
     committer = _Committer(grant)
-    current = state_encode(grant.state)
+    state = dict(grant.state)
+    current = state_encode(state)
     base = {"workflow_version": grant.workflow_version, "step": grant.next_step}
 
     def suspend(reason: str, detail: str, **extra: Any) -> AdvanceResult:
         seq = committer.commit(
             state=current, next_step=grant.next_step, status=RunStatus.SUSPENDED, event_type="run_suspended",
-            step_id=grant.next_step, payload={**base, "reason": reason, "detail": detail, **extra},
+            step_id=None, payload={**base, "reason": reason, "detail": detail, **extra},
             suspend_reason=reason, suspend_detail=detail, reset_attempt=False,
         )  # fmt: skip
         return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "run_suspended")
 
-    if grant.previous_owner is not None:
-        # The previous holder's lease expired mid-step (crash, pause, partition): say so in history.
+    if grant.status == RunStatus.SUSPENDED or grant.previous_owner is not None:
+        # A person asked this run to continue, or its previous holder's lease expired mid-step
+        # (crash, pause, partition): verify before anything runs, and write down every check.
+        trigger = "resume_request" if grant.status == RunStatus.SUSPENDED else "lease_takeover"
+        verification = resume_verify(grant=grant)
+        payload = {**base, "trigger": trigger, "checks": verification.as_payload(), "epoch": grant.epoch,
+                   "previous_owner": grant.previous_owner, "previous_epoch": grant.previous_epoch, "requested_by": grant.resume_requested_by or None}  # fmt: skip
+        refusal = verification.refusal
+        if refusal is not None:
+            seq = committer.commit(
+                state=current, next_step=grant.next_step, status=RunStatus.SUSPENDED, event_type="resume_refused",
+                step_id=None, payload=payload, suspend_reason=refusal.code, suspend_detail=refusal.detail,
+                reset_attempt=False,
+            )  # fmt: skip
+            return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "resume_refused")
+        state = verification.state
+        current = state_encode(state)
         committer.commit(
-            state=current, next_step=grant.next_step, status=RunStatus.RUNNING, event_type="lease_taken_over",
-            step_id=grant.next_step, release=False, reset_attempt=False,
-            payload={**base, "previous_owner": grant.previous_owner, "previous_epoch": grant.previous_epoch,
-                     "epoch": grant.epoch},
+            state=current, next_step=grant.next_step, status=RunStatus.RUNNING, event_type="resume_verified",
+            step_id=None, payload=payload, release=False, reset_attempt=False,
         )  # fmt: skip
 
     if grant.attempt > settings.KEEPER_MAX_ATTEMPTS:
@@ -154,40 +174,75 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
     try:
         workflow = registry.get(grant.workflow_name, grant.workflow_version)
     except UnknownWorkflow as exc:
-        return suspend("unknown_workflow", exc.message)
+        return suspend("workflow_version_unavailable", exc.message)
     step = workflow.step(grant.next_step)
     if step is None:
         return suspend(
             "unknown_step", f"workflow {workflow.name} {workflow.version} has no step {grant.next_step!r}"
+        )
+    if workflow.schemas is not None and grant.state_schema_version != workflow.state_schema_version:
+        try:
+            migrated = workflow.schemas.migrate(state, grant.state_schema_version)
+        except ApplicationError as exc:  # no path, or a checkpoint its schema does not accept
+            return suspend(exc.code, exc.message)
+        for hop in migrated.steps:
+            current = state_encode(hop.state)
+            committer.commit(
+                state=current, next_step=grant.next_step, status=RunStatus.RUNNING, event_type="state_migrated",
+                step_id=None, release=False, reset_attempt=False, state_schema_version=hop.to_version,
+                payload={**base, "from_version": hop.from_version, "to_version": hop.to_version,
+                         "digest_before": hop.digest_before, "digest_after": hop.digest_after},
+            )  # fmt: skip
+        state = migrated.state
+    exhausted = budgets_exhausted(state.get("budgets"))
+    if exhausted:
+        budgets = state["budgets"]
+        return suspend(
+            "budget_exhausted",
+            ", ".join(f"{k} {budgets[k]['used']}/{budgets[k]['limit']}" for k in exhausted),
         )
 
     ctx = StepContext(
         run_id=grant.run_id, tenant_id=grant.tenant_id, workflow=workflow, step=step.name,
         attempt=grant.attempt, revision=committer.expected, lease=lease,
     )  # fmt: skip
+    started = time.monotonic()
     try:
-        outcome = step.fn(ctx, dict(grant.state))
+        outcome = step.fn(ctx, dict(state))
     except StepFailed as exc:  # on purpose: fail with the state as it was before the step
         outcome = Fail(json.loads(current.json), exc.code, exc.detail)
     except Exception as exc:
-        return _step_error(committer, grant, current, base, exc)
+        spent = ctx.spent(wall_s=time.monotonic() - started)
+        return _step_error(committer, grant, _spend(state, spent), base, spent, exc)
+    spent = ctx.spent(wall_s=time.monotonic() - started)
+    return _commit_outcome(
+        committer, grant, workflow, current, {**base, "spent": spent}, outcome, suspend, spent
+    )
 
-    return _commit_outcome(committer, grant, workflow, current, base, outcome, suspend)
+
+def _spend(state: dict[str, Any], spent: dict[str, float]) -> EncodedState:
+    """The state with what the step spent added to its budgets (the step cannot change budgets)."""
+    budgets = state.get("budgets")
+    return state_encode(
+        {**state, "budgets": budgets_spend(budgets, spent)} if isinstance(budgets, dict) else state
+    )
 
 
 def _step_error(
-    committer: _Committer, grant: LeaseGrant, current: EncodedState, base: dict[str, Any], exc: Exception
-) -> AdvanceResult:
+    committer: _Committer, grant: LeaseGrant, current: EncodedState, base: dict[str, Any], spent: dict[str, float],
+    exc: Exception,
+) -> AdvanceResult:  # fmt: skip
     error = {"error_type": type(exc).__name__, "message": str(exc)[:2000]}
+    base = {**base, "spent": spent}
     logger.warning("run %s step %s attempt %s raised %s", grant.run_id, grant.next_step, grant.attempt, error)
     if grant.attempt >= settings.KEEPER_MAX_ATTEMPTS:
         detail = f"step {grant.next_step!r} raised {error['error_type']} on all {grant.attempt} attempts"
         seq = committer.commit(
-            state=current, next_step=grant.next_step, status=RunStatus.SUSPENDED, event_type="run_suspended",
+            state=current, next_step=grant.next_step, status=RunStatus.SUSPENDED, event_type="step_error",
             step_id=grant.next_step, payload={**base, **error, "reason": "step_error", "detail": detail},
             suspend_reason="step_error", suspend_detail=f"{detail}: {error['message']}", reset_attempt=False,
         )  # fmt: skip
-        return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "run_suspended")
+        return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "step_error")
     delay = _retry_delay(grant.attempt)
     seq = committer.commit(
         state=current, next_step=grant.next_step, status=RunStatus.RUNNING, event_type="step_error",
@@ -206,6 +261,7 @@ def _commit_outcome(
     base: dict[str, Any],
     outcome: object,
     suspend: Any,
+    spent: dict[str, float],
 ) -> AdvanceResult:
     if not isinstance(outcome, Next | Suspend | Complete | Fail):
         return suspend(
@@ -213,7 +269,12 @@ def _commit_outcome(
             f"step {grant.next_step!r} returned {type(outcome).__name__}, not Next/Suspend/Complete/Fail",
         )
     try:
-        new_state = state_encode(outcome.state)
+        if not isinstance(outcome.state, dict):
+            raise InvalidState(f"state must be a JSON object, not {type(outcome.state).__name__}")
+        budgets = json.loads(current.json).get("budgets")
+        new_state = _spend(
+            {**outcome.state, "budgets": budgets} if budgets is not None else outcome.state, spent
+        )
         if isinstance(outcome, Complete):
             canonical_json(outcome.result)
     except InvalidState as exc:

@@ -17,6 +17,7 @@ from uuid import UUID
 from packaging.version import InvalidVersion, Version
 
 from runs.errors import UnknownWorkflow, WorkflowDefinitionError
+from runs.workflows.migrations import SchemaSet
 
 if TYPE_CHECKING:
     from runs.services.leases import HeldLease
@@ -74,6 +75,23 @@ class StepContext:
     attempt: int
     revision: int
     lease: HeldLease
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+    def spend(self, *, tokens: int = 0, cost_usd: float = 0.0) -> None:
+        """Charge model usage to the run's budgets (recorded on this step's event)."""
+        if tokens < 0 or cost_usd < 0:
+            raise ValueError("spending cannot be negative")
+        self.tokens += tokens
+        self.cost_usd += cost_usd
+
+    def spent(self, *, wall_s: float) -> dict[str, float]:
+        return {
+            "steps": 1,
+            "tokens": self.tokens,
+            "cost_usd": round(self.cost_usd, 6),
+            "wall_s": round(wall_s, 3),
+        }
 
     def heartbeat(self) -> bool:
         """Renew the lease now; False if it was lost (the commit will be refused)."""
@@ -94,6 +112,28 @@ class Step:
 
 
 @dataclass(frozen=True)
+class ToolLookup:
+    """What the external system says about an operation, looked up by its idempotency key."""
+
+    authoritative: bool
+    applied: bool | None
+    external_ref: str | None = None
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class ToolContract:
+    """An external tool's contract: its version (stored on every operation) and its lookup.
+
+    A tool with no authoritative lookup (lookup=None) is never retried automatically.
+    """
+
+    name: str
+    version: str
+    lookup: Callable[[str], ToolLookup] | None = None
+
+
+@dataclass(frozen=True)
 class Workflow:
     name: str
     version: str
@@ -102,9 +142,21 @@ class Workflow:
     # Raises core.errors.InvalidInput with a reason when a run's input is not acceptable.
     validate_input: Callable[[State], None] | None = None
     description: str = ""
+    # Validators and migrations per state-schema version (None: only state_schema_version exists).
+    schemas: SchemaSet | None = None
+    # Steps that act on an approval referenced by the state (state["approval"], state["request_digest"]):
+    # resume verification checks that approval is approved, unexpired and for the same digest.
+    approval_guarded_steps: frozenset[str] = frozenset()
+    # Limits per run, unless the run's input sets its own under "budgets".
+    default_budgets: dict[str, float] = field(default_factory=dict)
     _by_name: dict[str, Step] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.schemas is not None and self.schemas.current != self.state_schema_version:
+            raise WorkflowDefinitionError(
+                f"workflow {self.name}: state_schema_version {self.state_schema_version} is not the newest "
+                f"schema ({self.schemas.current})"
+            )
         if not self.steps:
             raise WorkflowDefinitionError(f"workflow {self.name} has no steps")
         for step in self.steps:
@@ -130,7 +182,15 @@ def _version_key(version: str) -> tuple[int, Version | str]:
 class WorkflowRegistry:
     def __init__(self) -> None:
         self._workflows: dict[tuple[str, str], Workflow] = {}
+        self._tools: dict[str, ToolContract] = {}
         self._lock = threading.Lock()
+
+    def register_tool(self, contract: ToolContract) -> ToolContract:
+        self._tools[contract.name] = contract
+        return contract
+
+    def tool(self, name: str) -> ToolContract | None:
+        return self._tools.get(name)
 
     def register(self, workflow: Workflow) -> Workflow:
         with self._lock:

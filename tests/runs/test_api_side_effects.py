@@ -41,7 +41,10 @@ def test_pending_approvals_are_listed_and_approving_resumes_the_run(api, waiting
     response = api.post(f"/api/v1/approvals/{approval.approval_id}/approve", {"note": "ok"}, format="json")
     assert response.status_code == 200 and response.json()["decided_by"] == "user:sam"
     run.refresh_from_db()
-    assert run.status == "running"
+    assert (run.status, run.resume_requested_by) == (
+        "suspended",
+        "user:sam",
+    )  # a worker verifies, then resumes
     again = api.post(f"/api/v1/approvals/{approval.approval_id}/approve", {}, format="json")
     assert again.status_code == 409 and again.json()["error"]["code"] == "approval_not_pending"
 
@@ -60,7 +63,11 @@ def test_reconcile_through_the_api_with_validation(api, tenant):
                            tool_name="payments.refund", tool_contract_version="payments.v1", request={"a": 1},
                            actor="w")  # fmt: skip
     operation_mark_started(
-        tenant_id=tenant.tenant_id, operation_id="refund:o-9", actor="w", lease_epoch=grant.epoch
+        tenant_id=tenant.tenant_id,
+        operation_id="refund:o-9",
+        actor="w",
+        run_id=run.run_id,
+        lease_epoch=grant.epoch,
     )
     operation_mark_unknown(tenant_id=tenant.tenant_id, operation_id="refund:o-9", actor="w", note="timeout")
     run_suspend(run_id=run.run_id, actor="w", reason="reconciliation_required")

@@ -46,7 +46,7 @@ def test_an_approved_request_is_used_and_the_decision_is_an_event(run):
     pending = _check(run).approval
     approval_approve(approval_id=pending.approval_id, actor="user:sam", note="ok")
     run.refresh_from_db()
-    assert run.status == "running"
+    assert run.status == "suspended" and run.resume_requested_at is not None  # verified by a worker next
     event = AgentEvent.objects.filter(run=run).order_by("-seq").first()
     assert (event.event_type, event.actor, event.payload["request_digest"]) == (
         "approval_approved",

@@ -40,7 +40,8 @@ def test_start_writes_the_run_and_its_first_event_together(tenant):
     assert run.status == "running" and run.next_step == "start" and run.state_revision == 1
     [event] = AgentEvent.objects.filter(run=run)
     assert (event.seq, event.event_type, event.state_revision) == (1, "run_started", 1)
-    assert event.state_digest == state_encode({"n": 3}).digest
+    assert event.state_digest == state_encode(run.state).digest and event.state == run.state
+    assert run.state["n"] == 3 and run.state["budgets"]["steps"] == {"limit": None, "used": 0}
 
 
 def test_start_is_idempotent_per_tenant_and_key(tenant, other_tenant):
@@ -191,7 +192,7 @@ def test_a_step_that_returns_an_object_in_state_suspends_the_run_and_keeps_the_o
         "suspended",
         "state_not_serializable",
     )
-    assert run.state == {"x": 1} and run.next_step == "make"
+    assert run.state["x"] == 1 and "client" not in run.state and run.next_step == "make"
     assert "_Client" in run.suspend_detail
 
 
@@ -211,7 +212,7 @@ def test_a_failing_step_is_retried_then_suspended_with_its_error(tenant, setting
     run.refresh_from_db()
     assert (run.status, run.suspend_reason) == ("suspended", "step_error")
     types = list(AgentEvent.objects.filter(run=run).values_list("event_type", "attempt"))
-    assert types == [("run_started", None), ("step_error", 1), ("step_error", 2), ("run_suspended", 3)]
+    assert types == [("run_started", None), ("step_error", 1), ("step_error", 2), ("step_error", 3)]
     assert "flaky failure on attempt 3" in run.suspend_detail
 
 
@@ -243,7 +244,7 @@ def test_too_many_crashed_attempts_suspend_instead_of_looping(tenant, settings):
     run.refresh_from_db()
     assert (result.status, run.suspend_reason) == ("suspended", "too_many_attempts")
     types = list(AgentEvent.objects.filter(run=run).values_list("event_type", flat=True))
-    assert types == ["run_started", "lease_taken_over", "run_suspended"]
+    assert types == ["run_started", "resume_verified", "run_suspended"]
 
 
 def test_sweep_claims_only_runs_that_nobody_holds_or_woke_lately(tenant):

@@ -54,13 +54,15 @@ def test_the_protocol_moves_only_along_its_edges(leased, tenant):
     ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
     with pytest.raises(OperationStateConflict):
         operation_mark_succeeded(**ids, external_ref="rf_1", result={})  # not started yet
-    started = operation_mark_started(**ids, lease_epoch=grant.epoch)
+    started = operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch)
     assert (started.status, started.attempts) == ("started", 1)
     assert operation_mark_unknown(**ids, note="timeout after send").status == "unknown"
     with pytest.raises(OperationStateConflict):
         operation_mark_failed(**ids, result={})  # unknown is never turned into failed
     with pytest.raises(OperationStateConflict):
-        operation_mark_started(**ids, lease_epoch=grant.epoch)  # not without reconciliation
+        operation_mark_started(
+            **ids, run_id=run.run_id, lease_epoch=grant.epoch
+        )  # not without reconciliation
     done = operation_mark_succeeded(**ids, external_ref="rf_1", result={"refund_id": "rf_1"})
     assert (done.status, done.external_ref) == ("succeeded", "rf_1")
     history = [h["status"] for h in ToolOperation.objects.get().history]
@@ -72,10 +74,10 @@ def test_a_worker_without_the_current_lease_cannot_start_the_side_effect(leased,
     _prepare(run, tenant)
     with pytest.raises(OperationStateConflict):
         operation_mark_started(tenant_id=tenant.tenant_id, operation_id="refund:o-1", actor="w1",
-                               lease_epoch=grant.epoch + 1)  # fmt: skip
+                               run_id=run.run_id, lease_epoch=grant.epoch + 1)  # fmt: skip
     with pytest.raises(OperationStateConflict):
         operation_mark_started(tenant_id=tenant.tenant_id, operation_id="refund:o-1", actor="someone-else",
-                               lease_epoch=grant.epoch)  # fmt: skip
+                               run_id=run.run_id, lease_epoch=grant.epoch)  # fmt: skip
     assert ToolOperation.objects.get().status == "prepared"
 
 
@@ -83,16 +85,16 @@ def test_an_authoritative_not_applied_permits_exactly_one_more_start(leased, ten
     run, grant = leased
     _prepare(run, tenant)
     ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
-    operation_mark_started(**ids, lease_epoch=grant.epoch)
+    operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch)
     operation_mark_not_applied(**ids, note="lookup: not applied")
-    assert operation_mark_started(**ids, lease_epoch=grant.epoch).attempts == 2
+    assert operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch).attempts == 2
 
 
 def _suspended_with_unknown_operation(leased, tenant):  # type: ignore[no-untyped-def]
     run, grant = leased
     _prepare(run, tenant)
     ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
-    operation_mark_started(**ids, lease_epoch=grant.epoch)
+    operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch)
     operation_mark_unknown(**ids, note="connection dropped")
     run_suspend(run_id=run.run_id, actor="w1", reason="reconciliation_required")
     return run
@@ -104,7 +106,7 @@ def test_a_person_reconciles_as_applied_with_an_external_ref_and_the_run_resumes
                              note="found rf_9 in the PSP dashboard", outcome="applied", external_ref="rf_9")  # fmt: skip
     assert (op.status, op.external_ref) == ("succeeded", "rf_9")
     run.refresh_from_db()
-    assert run.status == "running"
+    assert run.status == "suspended" and run.resume_requested_by == "user:ana"
     event = AgentEvent.objects.filter(run=run).order_by("-seq").first()
     assert (event.event_type, event.actor) == ("operation_reconciled", "user:ana")
     assert (
@@ -141,7 +143,11 @@ def test_reconciling_a_running_run_is_refused_and_changes_nothing(leased, tenant
     run, grant = leased
     _prepare(run, tenant)
     operation_mark_started(
-        tenant_id=tenant.tenant_id, operation_id="refund:o-1", actor="w1", lease_epoch=grant.epoch
+        tenant_id=tenant.tenant_id,
+        operation_id="refund:o-1",
+        actor="w1",
+        run_id=run.run_id,
+        lease_epoch=grant.epoch,
     )
     with pytest.raises(InvalidTransition):
         operation_reconcile(tenant_id=tenant.tenant_id, operation_id="refund:o-1", actor="user:ana", note="x",

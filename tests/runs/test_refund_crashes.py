@@ -52,7 +52,9 @@ def test_after_a_crash_the_run_resumes_at_the_right_step_and_refunds_once(
     )
     assert steps == ["lookup_order", "decide", "approve", "refund"]  # no step committed twice
     takeovers = list(
-        AgentEvent.objects.filter(run=run, event_type="lease_taken_over").values_list("step_id", flat=True)
+        AgentEvent.objects.filter(
+            run=run, event_type="resume_verified", payload__trigger="lease_takeover"
+        ).values_list("payload__step", flat=True)
     )
     # A crash mid-step leaves a lease to take over; after the checkpoint the lease was already released.
     assert takeovers == ([] if point == "after_checkpoint" else [resumed_at])

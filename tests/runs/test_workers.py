@@ -65,12 +65,16 @@ def test_a_worker_killed_mid_step_is_taken_over_and_the_run_resumes_at_that_step
     assert events == [
         ("run_started", None, None),
         ("step_completed", "begin", 1),
-        ("lease_taken_over", "slow", 2),
+        ("resume_verified", None, 2),
         ("step_completed", "slow", 2),
         ("run_completed", "done", 1),
     ]
     assert run.state["slow_attempts"] == 2
-    takeover = AgentEvent.objects.get(run=run, event_type="lease_taken_over")
+    takeover = AgentEvent.objects.get(run=run, event_type="resume_verified")
+    assert takeover.payload["trigger"] == "lease_takeover" and takeover.payload["step"] == "slow"
+    assert [c["name"] for c in takeover.payload["checks"]] == [
+        "lease_and_revision", "tenant_workflow_schema", "artifacts_and_contracts", "event_log", "operations",
+        "approvals", "budgets"]  # fmt: skip
     assert (takeover.payload["previous_epoch"], takeover.payload["epoch"]) == (2, 3)
     assert takeover.actor != takeover.payload["previous_owner"]
     print(f"recovered {recovery:.2f}s after SIGKILL")
@@ -89,7 +93,7 @@ def test_a_long_step_keeps_its_lease_by_heartbeat(tenant, processes):
                message="the long step to finish")  # fmt: skip
     run.refresh_from_db()
     assert run.state["lease_lost"] is False
-    assert not AgentEvent.objects.filter(run=run, event_type="lease_taken_over").exists()
+    assert not AgentEvent.objects.filter(run=run, event_type="resume_verified").exists()
 
 
 def test_lost_wake_ups_are_recovered_by_the_beat_sweep(tenant, processes):

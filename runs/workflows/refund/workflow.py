@@ -12,10 +12,13 @@ import re
 from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
 from core.crash import crash_point
 from core.digests import json_digest
 from core.errors import InvalidInput
+from runs.models import Approval
+from runs.selectors import operation_find
 from runs.services.approvals import ApprovalCheck, approval_check, approval_grant_automatically
 from runs.services.operations import (
     OperationRequestChanged,
@@ -33,6 +36,7 @@ from runs.workflows.refund.payments import (
     PaymentRejected,
     PaymentsClient,
 )
+from runs.workflows.refund.schemas import REFUND_SCHEMAS
 from runs.workflows.registry import (
     Complete,
     Fail,
@@ -42,6 +46,8 @@ from runs.workflows.registry import (
     StepContext,
     StepResult,
     Suspend,
+    ToolContract,
+    ToolLookup,
     Workflow,
     registry,
 )
@@ -53,7 +59,14 @@ class RefundOutcomeUnknown(Exception):
     """The refund may have been applied; the step is retried, and the retry reconciles first."""
 
 
+INPUT_KEYS = frozenset({"order_id", "amount_minor", "currency", "reason", "budgets"})
+
+
 def validate_input(data: State) -> None:
+    unknown = sorted(set(data) - INPUT_KEYS)
+    if unknown:
+        raise InvalidInput(f"unknown input key(s) {', '.join(unknown)}; a refund takes {', '.join(sorted(INPUT_KEYS))}",
+                           code="invalid_input")  # fmt: skip
     order_id = data.get("order_id")
     if not isinstance(order_id, str) or not 0 < len(order_id) <= 100:
         raise InvalidInput("'order_id' must be a string of 1 to 100 characters", code="invalid_order_id")
@@ -84,11 +97,19 @@ def decide(ctx: StepContext, state: State) -> StepResult:
     if currency != order["currency"]:
         return Fail(state, "currency_mismatch",
                     f"refund asked in {currency} but order {order['order_id']} was paid in {order['currency']}")  # fmt: skip
-    refundable = int(order["amount_minor"]) - int(order.get("refunded_minor") or 0)
-    amount = state.get("amount_minor") or refundable
-    if amount <= 0 or amount > refundable:
-        return Fail(state, "amount_exceeds_refundable",
-                    f"refund of {amount} exceeds the refundable {refundable} {order['currency']}")  # fmt: skip
+    # A refund this very operation already made (before a crash, or in the run this one was forked
+    # from) is ours: replaying decides the same request again instead of refusing it as over the
+    # refundable amount (the order now counts it as refunded). The refund step then finds it done.
+    own = operation_find(tenant_id=ctx.tenant_id, operation_id=f"refund:{order['order_id']}")
+    done = own is not None and own.status == "succeeded" and (own.result or {}).get("amount_minor")
+    if done:
+        amount = state.get("amount_minor") or int(own.result["amount_minor"])  # type: ignore[union-attr]
+    else:
+        refundable = int(order["amount_minor"]) - int(order.get("refunded_minor") or 0)
+        amount = state.get("amount_minor") or refundable
+        if amount <= 0 or amount > refundable:
+            return Fail(state, "amount_exceeds_refundable",
+                        f"refund of {amount} exceeds the refundable {refundable} {order['currency']}")  # fmt: skip
     decision = decider_from_settings().decide(order=order, request=state)
     if decision.outcome != "refund":
         return Complete({**state, "decision": decision.as_state()},
@@ -110,12 +131,16 @@ def approve(ctx: StepContext, state: State) -> StepResult:
         approval_grant_automatically(approval=check.approval, policy="auto_approve_below_limit")
         check = ApprovalCheck("use", check.approval)
     if check.verdict == "rejected":
-        return Complete({**state, "approval_id": str(check.approval.approval_id)},
+        return Complete({**state, "approval": _approval_ref(check.approval)},
                         {"refunded": False, "outcome": "rejected", "note": check.approval.note})  # fmt: skip
     if check.verdict == "wait":
-        return Suspend({**state, "approval_id": str(check.approval.approval_id)}, check.reason, check.detail)
-    return Next({**state, "approval_id": str(check.approval.approval_id),
-                 "approved_by": check.approval.decided_by}, "refund")  # fmt: skip
+        return Suspend({**state, "approval": _approval_ref(check.approval)}, check.reason, check.detail)
+    return Next({**state, "approval": _approval_ref(check.approval)}, "refund")
+
+
+def _approval_ref(approval: Approval) -> dict[str, Any]:
+    return {"approval_id": str(approval.approval_id), "status": approval.status,
+            "decided_by": approval.decided_by or None}  # fmt: skip
 
 
 def refund(ctx: StepContext, state: State) -> StepResult:
@@ -150,9 +175,18 @@ def refund(ctx: StepContext, state: State) -> StepResult:
                            f"refund {op_id} may have been applied and the payments lookup is not authoritative; "
                            "check the payment and reconcile")  # fmt: skip
         operation_mark_not_applied(**ids, note="reconciled: authoritative lookup says not applied")
+    # About to send: the approval must still be approved, unexpired and for this very request.
+    approval = Approval.objects.filter(approval_id=(state.get("approval") or {}).get("approval_id")).first()
+    if (approval is None or approval.status != "approved" or approval.expires_at <= timezone.now()
+            or approval.request_digest != state["request_digest"]):  # fmt: skip
+        return Next({k: v for k, v in state.items() if k != "approval"}, "approve")
     crash_point("before_refund_call", key=run_key)
     operation_mark_started(
-        tenant_id=ctx.tenant_id, operation_id=op_id, actor=actor, lease_epoch=ctx.lease.grant.epoch
+        tenant_id=ctx.tenant_id,
+        operation_id=op_id,
+        actor=actor,
+        run_id=ctx.run_id,
+        lease_epoch=ctx.lease.grant.epoch,
     )
     try:
         result = client.refund(
@@ -183,6 +217,17 @@ def verify(ctx: StepContext, state: State) -> StepResult:
                             "amount_minor": refund_row["amount_minor"], "currency": refund_row["currency"]})  # fmt: skip
 
 
+def _lookup_refund(operation_id: str) -> ToolLookup:
+    """The payments API's authoritative lookup, for resume verification."""
+    remote = PaymentsClient().lookup_by_idempotency_key(operation_id)
+    ref = remote.refund.get("refund_id") if remote.refund else None
+    return ToolLookup(
+        authoritative=remote.authoritative, applied=remote.applied, external_ref=ref, result=remote.refund
+    )
+
+
+registry.register_tool(ToolContract(name="payments.refund", version=CONTRACT_VERSION, lookup=_lookup_refund))
+
 refund_workflow = registry.register(
     Workflow(
         name="refund",
@@ -196,5 +241,9 @@ refund_workflow = registry.register(
         ),  # fmt: skip
         validate_input=validate_input,
         description="Practicum 33.1: look up an order, decide, get approval, refund once, verify the ledger.",
+        # The refund acts on the approval: resume checks it is still valid for the same request.
+        approval_guarded_steps=frozenset({"refund"}),
+        state_schema_version=3,
+        schemas=REFUND_SCHEMAS,
     )
 )

@@ -1,0 +1,242 @@
+"""Resume verification: before a suspended run continues, or a worker takes over an expired lease.
+
+The checks run in the chapter's order and stop at the first that fails; every outcome goes into
+one `resume_verified` or `resume_refused` event. A refusal leaves the run suspended with a reason
+code and a sentence for a person; it never "continues anyway".
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from django.db.models import Q
+from django.utils import timezone
+
+from core.errors import ApplicationError
+from core.models import Tenant
+from runs.errors import UnknownWorkflow
+from runs.models import AgentEvent, Approval, ApprovalStatus, ToolOperation
+from runs.services.artifacts import artifact_get
+from runs.services.budgets import budgets_exhausted, budgets_recompute
+from runs.services.operations import (
+    operation_mark_not_applied,
+    operation_mark_succeeded,
+    operation_mark_unknown,
+)
+from runs.services.state import state_encode
+from runs.store import LeaseGrant
+from runs.workflows.registry import Workflow, registry
+
+logger = logging.getLogger(__name__)
+
+STEP_EVENTS = ("step_completed", "step_error", "run_suspended", "run_completed", "run_failed")
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    code: str = ""
+    detail: str = ""
+
+
+@dataclass
+class Verification:
+    checks: list[Check] = field(default_factory=list)
+    state: dict[str, Any] = field(default_factory=dict)
+    workflow: Workflow | None = None
+
+    @property
+    def refusal(self) -> Check | None:
+        return next((c for c in self.checks if not c.ok), None)
+
+    def as_payload(self) -> list[dict[str, Any]]:
+        return [asdict(c) for c in self.checks]
+
+
+class _Refused(Exception):
+    def __init__(self, check: Check):
+        self.check = check
+
+
+def resume_verify(*, grant: LeaseGrant) -> Verification:
+    """Run checks 1-7 for a run this worker holds the lease of. Check 8 is the caller's commit."""
+    result = Verification(state=dict(grant.state))
+    events = list(
+        AgentEvent.objects.filter(run_id=grant.run_id).order_by("seq")
+        .values_list("seq", "event_type", "step_id", "payload", "state_digest")
+    )  # fmt: skip
+    checks = (_lease, _tenant_workflow_schema, _artifacts_and_contracts, _event_log, _operations, _approvals,
+              _budgets)  # fmt: skip
+    for check in checks:
+        try:
+            result.checks.append(check(grant, result, events))
+        except _Refused as refused:
+            result.checks.append(refused.check)
+            break
+    return result
+
+
+def _refuse(name: str, code: str, detail: str) -> _Refused:
+    return _Refused(Check(name, False, code, detail))
+
+
+def _lease(grant: LeaseGrant, result: Verification, events: list[Any]) -> Check:
+    # Taken atomically together with the revision this verification reads (store.lease_acquire).
+    return Check("lease_and_revision", True, detail=f"epoch {grant.epoch} at revision {grant.revision}")
+
+
+def _tenant_workflow_schema(grant: LeaseGrant, result: Verification, events: list[Any]) -> Check:
+    name = "tenant_workflow_schema"
+    if not Tenant.objects.filter(tenant_id=grant.tenant_id).exists():
+        raise _refuse(name, "tenant_unknown", f"tenant {grant.tenant_id} no longer exists")
+    try:
+        workflow = registry.get(grant.workflow_name, grant.workflow_version)
+    except UnknownWorkflow:
+        try:
+            newest = registry.get(grant.workflow_name).version
+        except UnknownWorkflow:
+            newest = None
+        detail = (f"this deployment has {grant.workflow_name} version {newest}, not {grant.workflow_version}; "
+                  "drain it on a worker that still runs that version, or finish it by hand") if newest else (
+                  f"workflow {grant.workflow_name} is not registered here")  # fmt: skip
+        raise _refuse(name, "workflow_version_unavailable", detail) from None
+    result.workflow = workflow
+    for seq, event_type, step_id, payload, _ in events:
+        if event_type not in STEP_EVENTS or step_id is None:
+            continue
+        recorded = (payload or {}).get("workflow_version")
+        if workflow.step(step_id) is None or (recorded is not None and recorded != workflow.version):
+            raise _refuse(name, "history_mismatch",
+                          f"event {seq} ran step {step_id!r} of version {recorded}, which this code "
+                          f"({workflow.name} {workflow.version}) does not have; it will not guess")  # fmt: skip
+    if workflow.step(grant.next_step) is None:
+        raise _refuse(
+            name, "unknown_step", f"{workflow.name} {workflow.version} has no step {grant.next_step!r}"
+        )
+    version = grant.state_schema_version
+    if workflow.schemas is not None and not workflow.schemas.path_exists(version):
+        raise _refuse(name, "unsupported_checkpoint",
+                      f"no migration path from state-schema version {version} to {workflow.state_schema_version}")  # fmt: skip
+    if workflow.schemas is None and version != workflow.state_schema_version:
+        raise _refuse(name, "unsupported_checkpoint",
+                      f"state-schema version {version} is not {workflow.state_schema_version} and has no migrations")  # fmt: skip
+    detail = f"{workflow.name} {workflow.version}, state schema {version}"
+    if version != workflow.state_schema_version:
+        detail += f" (migration to {workflow.state_schema_version} available)"
+    return Check(name, True, detail=detail)
+
+
+def _artifact_refs(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, dict):
+        if isinstance(value.get("digest"), str) and isinstance(value.get("uri"), str):
+            return [value]
+        return [ref for v in value.values() for ref in _artifact_refs(v)]
+    if isinstance(value, list):
+        return [ref for v in value for ref in _artifact_refs(v)]
+    return []
+
+
+def _artifacts_and_contracts(grant: LeaseGrant, result: Verification, events: list[Any]) -> Check:
+    name = "artifacts_and_contracts"
+    refs = _artifact_refs(grant.state)
+    for ref in refs:
+        try:
+            artifact_get(ref=ref)
+        except ApplicationError as exc:
+            raise _refuse(name, exc.code, exc.message) from None
+    pending = ToolOperation.objects.filter(run_id=grant.run_id, status__in=["prepared", "started", "unknown"])
+    for op in pending:
+        contract = registry.tool(op.tool_name)
+        if contract is None or contract.version != op.tool_contract_version:
+            now = contract.version if contract else "no contract"
+            raise _refuse(name, "tool_contract_changed",
+                          f"operation {op.operation_id} was prepared under {op.tool_contract_version}; this code has "
+                          f"{now}")  # fmt: skip
+    return Check(name, True, detail=f"{len(refs)} artifact(s), {len(pending)} pending operation(s) checked")
+
+
+def _event_log(grant: LeaseGrant, result: Verification, events: list[Any]) -> Check:
+    name = "event_log"
+    seqs = [e[0] for e in events]
+    if seqs != list(range(1, grant.revision + 1)):
+        missing = sorted(set(range(1, grant.revision + 1)) - set(seqs))
+        raise _refuse(name, "event_seq_gap",
+                      f"revision {grant.revision} but events {seqs[:1]}..{seqs[-1:]} (missing {missing[:10]})")  # fmt: skip
+    digest = state_encode(grant.state).digest
+    if events[-1][4] != digest:
+        raise _refuse(name, "state_digest_mismatch",
+                      f"the stored state's digest {digest} is not the one event {seqs[-1]} committed "
+                      f"({events[-1][4]}): the state was changed outside the engine")  # fmt: skip
+    return Check(name, True, detail=f"{len(seqs)} events continuous; state digest matches event {seqs[-1]}")
+
+
+def _operations(grant: LeaseGrant, result: Verification, events: list[Any]) -> Check:
+    name = "operations"
+    open_ops = ToolOperation.objects.filter(run_id=grant.run_id, status__in=["started", "unknown"])
+    settled = []
+    for op in open_ops:
+        ids = {"tenant_id": op.tenant_id, "operation_id": op.operation_id, "actor": grant.owner}
+        contract = registry.tool(op.tool_name)
+        lookup = contract.lookup(op.operation_id) if contract and contract.lookup else None
+        if lookup is not None and lookup.authoritative and lookup.applied and lookup.external_ref:
+            operation_mark_succeeded(**ids, external_ref=lookup.external_ref, result=lookup.result,
+                                     note="resume: lookup found it applied")  # fmt: skip
+            settled.append(f"{op.operation_id}: applied")
+        elif lookup is not None and lookup.authoritative and lookup.applied is False:
+            operation_mark_not_applied(**ids, note="resume: authoritative lookup says not applied")
+            settled.append(f"{op.operation_id}: not applied")
+        else:
+            if op.status == "started":
+                operation_mark_unknown(**ids, note="resume: lookup not authoritative")
+            why = "has no authoritative lookup" if lookup is None else "lookup is not authoritative"
+            raise _refuse(name, "reconciliation_required",
+                          f"operation {op.operation_id} may have been applied and the tool {why}; "
+                          "check it and reconcile")  # fmt: skip
+    return Check(name, True, detail="; ".join(settled) or "no operation in doubt")
+
+
+def _approvals(grant: LeaseGrant, result: Verification, events: list[Any]) -> Check:
+    name = "approvals"
+    workflow = result.workflow
+    if workflow is None or grant.next_step not in workflow.approval_guarded_steps:
+        return Check(name, True, detail="the next step does not act on an approval")
+    ref = grant.state.get("approval") or {}
+    approval = Approval.objects.filter(
+        Q(approval_id=ref.get("approval_id")) if ref.get("approval_id") else Q(pk=None)
+    ).first()
+    if approval is None or approval.status != ApprovalStatus.APPROVED:
+        raise _refuse(
+            name, "approval_missing", f"step {grant.next_step!r} needs an approved request; none is"
+        )
+    if approval.expires_at <= timezone.now():
+        raise _refuse(name, "approval_expired",
+                      f"approval {approval.approval_id} expired at {approval.expires_at.isoformat()}; "
+                      "rewind to the approval step to ask again")  # fmt: skip
+    if approval.request_digest != grant.state.get("request_digest"):
+        raise _refuse(name, "approval_digest_mismatch",
+                      f"approval {approval.approval_id} is for {approval.request_digest}, the run's request is "
+                      f"{grant.state.get('request_digest')}")  # fmt: skip
+    return Check(
+        name, True, detail=f"approval {approval.approval_id} valid until {approval.expires_at.isoformat()}"
+    )
+
+
+def _budgets(grant: LeaseGrant, result: Verification, events: list[Any]) -> Check:
+    name = "budgets"
+    budgets = grant.state.get("budgets")
+    if not isinstance(budgets, dict):
+        return Check(name, True, detail="no budgets on this run")
+    recomputed = budgets_recompute(budgets, ((e[3] or {}).get("spent") or {} for e in events))
+    changed = recomputed != budgets
+    result.state = {**result.state, "budgets": recomputed}
+    exhausted = budgets_exhausted(recomputed)
+    if exhausted:
+        raise _refuse(name, "budget_exhausted",
+                      ", ".join(f"{k} {recomputed[k]['used']}/{recomputed[k]['limit']}" for k in exhausted))  # fmt: skip
+    detail = "recomputed from events" + (
+        " (the stored totals were wrong and were replaced)" if changed else ""
+    )
+    return Check(name, True, detail=detail)
