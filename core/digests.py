@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from core.errors import InvalidInput
+
+
+# json.dumps writes NUL as \u0000; a literal backslash before "u0000" is written as \\u0000.
+_NUL_ESCAPE = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u0000")
 
 
 class NotJSONSerializable(InvalidInput):
@@ -14,11 +19,21 @@ class NotJSONSerializable(InvalidInput):
 
 
 def canonical_json(value: Any) -> str:
-    """One text per value: sorted keys, no spaces, UTF-8, and no NaN or Infinity."""
+    """One text per value: sorted keys, no spaces, UTF-8, and no NaN or Infinity.
+
+    It also refuses what PostgreSQL's jsonb cannot store: NUL characters and unpaired surrogates.
+    """
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise NotJSONSerializable(f"value is not plain JSON: {exc}") from None
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise NotJSONSerializable("text contains a NUL character (\\u0000), which cannot be stored")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise NotJSONSerializable("text contains an unpaired surrogate, which is not valid Unicode") from None
+    return text
 
 
 def sha256_digest(data: str | bytes) -> str:

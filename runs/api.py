@@ -24,7 +24,7 @@ class RunOutputSerializer(serializers.ModelSerializer):
         model = AgentRun
         fields = ["run_id", "tenant", "workflow_name", "workflow_version", "state_schema_version", "status",
                   "next_step", "state", "state_revision", "suspend_reason", "suspend_detail", "result",
-                  "lease_owner", "lease_expires_at", "lease_epoch", "attempt", "idempotency_key",
+                  "lease_owner", "lease_expires_at", "lease_epoch", "attempt", "idempotency_key", "subject",
                   "parent_run_id", "fork_seq", "created_at", "updated_at"]  # fmt: skip
 
 
@@ -45,6 +45,7 @@ class RunStartApi(APIView):
         workflow = serializers.CharField(max_length=200)
         workflow_version = serializers.CharField(max_length=50, required=False)
         input = serializers.JSONField()
+        subject = serializers.CharField(max_length=200, required=False, default="")
 
     def post(self, request: Request) -> Response:
         data: dict[str, Any] = self._validated(request)
@@ -55,6 +56,7 @@ class RunStartApi(APIView):
             input=data["input"],
             actor=_actor(request),
             idempotency_key=request.headers.get("Idempotency-Key"),
+            subject=data.get("subject", ""),
         )
         return Response(RunOutputSerializer(started.run).data, status=201 if started.created else 200)
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runs import api, api_side_effects
+from runs import api, api_conversation, api_side_effects
 
 urlpatterns = [
     path("runs/", api.RunStartApi.as_view(), name="api-run-start"),
@@ -13,6 +13,9 @@ urlpatterns = [
         api_side_effects.RunOperationsApi.as_view(),
         name="api-run-operations",
     ),
+    path("runs/<uuid:run_id>/messages/", api_conversation.RunMessagesApi.as_view(), name="api-run-messages"),
+    path("runs/<uuid:run_id>/session/", api_conversation.RunSessionApi.as_view(), name="api-run-session"),
+    path("runs/<uuid:run_id>/context/", api_conversation.RunContextApi.as_view(), name="api-run-context"),
     path("approvals/", api_side_effects.ApprovalListApi.as_view(), name="api-approvals"),
     path(
         "approvals/<uuid:approval_id>/approve",

@@ -12,5 +12,6 @@ class RunsConfig(AppConfig):
         # Every process (web, worker, beat, tests) registers the same workflows.
         import_module("runs.workflows.demo")
         import_module("runs.workflows.refund.workflow")
+        import_module("runs.workflows.conversation")
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

@@ -19,18 +19,19 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from django.utils import timezone
 
 from core.digests import canonical_json
 from core.processes import current_database_url
 from core.tenancy import tenant_ensure
 from runs import store
-from runs.models import AgentRun
+from runs.models import AgentEvent, AgentRun
 from runs.services.runs import run_start
 from runs.services.state import state_encode
 
 _RAW_COMMIT = """
 WITH u AS (
-  UPDATE agent_runs SET state = %(state)s::jsonb, next_step = %(next)s, status = 'running',
+  UPDATE agent_runs SET state = %(state)s::jsonb, state_digest = %(digest)s, next_step = %(next)s, status = 'running',
          state_revision = state_revision + 1, updated_at = now()
    WHERE run_id = %(run)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
   RETURNING run_id, state_revision)
@@ -144,9 +145,61 @@ def bench_commit_step(*, ops: int, rounds: int, progress: Callable[[str], None])
     }
 
 
+def conversation_run_bulk(*, tenant_slug: str, texts: list[str]) -> AgentRun:
+    """A conversation run holding these messages (alternating user/assistant), written in bulk: what
+    as many appends would leave, without waiting for them."""
+    run = run_start(tenant=tenant_ensure(slug=tenant_slug), workflow_name="conversation", input={},
+                    actor="bench").run  # fmt: skip
+    digest = AgentEvent.objects.get(run=run, seq=1).state_digest
+    now = timezone.now()
+    AgentEvent.objects.bulk_create(
+        [AgentEvent(run=run, seq=i + 2, event_type="user_message" if i % 2 == 0 else "assistant_message",
+                    payload={"client_message_id": f"m-{i}", "content": text}, actor="bench", state_revision=i + 2,
+                    state_digest=digest, client_message_id=f"m-{i}", created_at=now)
+         for i, text in enumerate(texts)],
+        batch_size=2000,
+    )  # fmt: skip
+    AgentRun.objects.filter(pk=run.pk).update(state_revision=len(texts) + 1)
+    run.refresh_from_db()
+    return run
+
+
+def bench_context_build(*, events: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Building a run's context against merely reading its events (the floor any build pays)."""
+    from runs.compaction.tokens import token_counter
+    from runs.context import context_build
+
+    texts = [
+        f"Message {i}: where is my parcel for order ord-{i % 97}? It was due on Monday."
+        for i in range(events)
+    ]
+    texts[5] = "Refund 25.00 EUR for order ord-5, and never call me by phone."
+    run = conversation_run_bulk(tenant_slug="bench", texts=texts)
+    counter = token_counter("gpt-4o-mini")
+
+    def timed(fn: Callable[[], object]) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1000
+
+    read = statistics.median(
+        timed(lambda: list(AgentEvent.objects.filter(run=run).order_by("seq"))) for _ in range(3)
+    )
+    cold = timed(lambda: context_build(run=run, counter=counter))  # compacts: writes the summaries
+    warm = statistics.median(timed(lambda: context_build(run=run, counter=counter)) for _ in range(3))
+    progress(
+        f"context_build over {events} events: read {read:.0f} ms, build {warm:.0f} ms (first {cold:.0f} ms)"
+    )
+    return {"events": events, "read_ms": round(read, 1), "build_ms": round(warm, 1), "first_build_ms": round(cold, 1),
+            "ratio": round(warm / read, 2), "tokens_exact": counter.exact}  # fmt: skip
+
+
 def bench_all(*, quick: bool, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        return {"commit_step": bench_commit_step(ops=300 if quick else 2000, rounds=3, progress=say)}
+        return {
+            "commit_step": bench_commit_step(ops=300 if quick else 2000, rounds=3, progress=say),
+            "context_build": bench_context_build(events=2000 if quick else 10_000, progress=say),
+        }
     finally:
         AgentRun.objects.filter(tenant__slug="bench").delete()

@@ -122,6 +122,8 @@ def serve_sandbox_in_thread() -> tuple[str, Callable[[], None]]:
 @dataclass
 class _Crashes:
     at: list[float] = field(default_factory=list)
+    # (run id, kill time) for the runs the killed worker held at that moment
+    hit: list[tuple[str, float]] = field(default_factory=list)
 
 
 def run_scenario(
@@ -169,8 +171,13 @@ def run_scenario(
                     pool[i] = start_worker(i)
             if next_kill is not None and time.monotonic() >= next_kill:
                 victim = rng.randrange(len(pool))
+                held = AgentRun.objects.filter(lease_owner__endswith=f":{pool[victim].pid}").values_list(
+                    "run_id", flat=True
+                )  # a solo worker's lease owner is host:pid
+                held_ids = [str(r) for r in held]
                 kill_group(pool[victim])
                 kills.at.append(time.time())
+                kills.hit.extend((run_id, kills.at[-1]) for run_id in held_ids)
                 pool[victim] = start_worker(victim)
                 next_kill = time.monotonic() + rng.expovariate(1 / scenario.kill_interval)
             settled = AgentRun.objects.filter(run_id__in=run_ids).exclude(status="running").count()
@@ -183,28 +190,20 @@ def run_scenario(
         log.close()
         admin.clear_faults()
     elapsed = time.monotonic() - started_at
-    crashed_runs = {m.name.split("--", 1)[1]: m.stat().st_mtime for m in crash_dir.glob("*--*")}
-    recoveries = _recoveries(run_ids, crashed_runs, sorted(kills.at))
+    crashed = [(m.name.split("--", 1)[1], m.stat().st_mtime) for m in crash_dir.glob("*--*")]
+    recoveries = _recoveries([*crashed, *kills.hit])
     return _measure(scenario, run_ids, order_ids, admin, recoveries, worker_exits + len(kills.at), elapsed)
 
 
-def _recoveries(run_ids: list[uuid.UUID], crashed_runs: dict[str, float], kills: list[float]) -> list[float]:
-    """Seconds from each crash to the next event of the run it hit (a crash point names its run);
-    for random kills, which do not, from the kill to each take-over that followed it."""
+def _recoveries(crashes: list[tuple[str, float]]) -> list[float]:
+    """Seconds from each crash to the next event of the run it hit (the next owner's take-over, or
+    the next step when the crash came after a checkpoint)."""
     recoveries = []
-    for run_id, crashed_at in crashed_runs.items():
+    for run_id, crashed_at in crashes:
         after = datetime.fromtimestamp(crashed_at, UTC)
         event = AgentEvent.objects.filter(run_id=run_id, created_at__gt=after).order_by("seq").first()
         if event is not None:
             recoveries.append(event.created_at.timestamp() - crashed_at)
-    if kills:
-        takeovers = AgentEvent.objects.filter(
-            run_id__in=run_ids, event_type="resume_verified", payload__trigger="lease_takeover"
-        )
-        for created_at in takeovers.values_list("created_at", flat=True):
-            before = [t for t in kills if t <= created_at.timestamp()]
-            if before:
-                recoveries.append(created_at.timestamp() - before[-1])
     return recoveries
 
 

@@ -35,6 +35,9 @@ class AgentRun(models.Model):
     next_step = models.TextField(null=True, blank=True)
     state = models.JSONField()
     state_revision = models.BigIntegerField()
+    # Digest of `state`, as committed with its last event: statements that add an event without
+    # changing the state copy it from here (reading the previous event instead would race).
+    state_digest = models.TextField(default="")
     # Suspension: a machine-readable code and a sentence for the human who must act.
     suspend_reason = models.TextField(null=True, blank=True)
     suspend_detail = models.TextField(blank=True, default="")
@@ -67,6 +70,8 @@ class AgentRun(models.Model):
     superseded_by = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, db_column="superseded_by", related_name="+"
     )
+    # Whom the run is about (a customer, a user): sessions and memory are keyed by it.
+    subject = models.TextField(blank=True, default="")
     # A person (or an approval) asked a suspended run to continue; a worker verifies it first.
     resume_requested_at = models.DateTimeField(null=True, blank=True)
     resume_requested_by = models.TextField(blank=True, default="")
@@ -142,6 +147,8 @@ class AgentEvent(models.Model):
     # exactly at any seq (fork, rewind, audit). NULL means "as at the previous event".
     state = models.JSONField(null=True, blank=True)
     next_step = models.TextField(null=True, blank=True)
+    # Conversation events carry the client's id for the message: appending it twice is a no-op.
+    client_message_id = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField()
 
     class Meta:
@@ -149,6 +156,11 @@ class AgentEvent(models.Model):
         ordering = ["run_id", "seq"]
         constraints = [
             models.UniqueConstraint(fields=["run", "seq"], name="agent_events_run_seq"),
+            models.UniqueConstraint(
+                fields=["run", "client_message_id"],
+                condition=Q(client_message_id__isnull=False),
+                name="agent_events_run_client_message",
+            ),
             models.CheckConstraint(condition=Q(seq__gte=1), name="agent_events_seq_positive"),
             models.CheckConstraint(
                 condition=Q(state_revision=models.F("seq")), name="agent_events_seq_is_revision"
@@ -266,3 +278,50 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"approval {self.approval_id} ({self.status})"
+
+
+class SummaryStatus(models.TextChoices):
+    VALID = "valid"
+    STALE = "stale"
+
+
+class Summary(models.Model):
+    """A lossy, versioned cache of a continuous seq range of a run's events: never a source of truth.
+
+    It is checked against its source (range and digest of the raw events) before every use and
+    rebuilt from the raw events when its compactor changes.
+    """
+
+    summary_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id")
+    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, db_column="run_id", related_name="summaries")
+    covers_from_seq = models.BigIntegerField()
+    covers_to_seq = models.BigIntegerField()
+    source_digest = models.TextField()
+    compactor = models.JSONField()  # {prompt_version, model, schema_version}
+    facts = models.JSONField(default=list)
+    open_questions = models.JSONField(default=list)
+    decisions = models.JSONField(default=list)
+    # What must never live only in prose: unconfirmed tool calls, approvals, operation ids, money,
+    # safety conditions and user constraints.
+    carry = models.JSONField(default=dict)
+    text = models.TextField()
+    token_count = models.IntegerField()
+    status = models.TextField(choices=SummaryStatus.choices, default=SummaryStatus.VALID)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "summaries"
+        ordering = ["run_id", "covers_from_seq"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(covers_from_seq__gte=1) & Q(covers_from_seq__lte=models.F("covers_to_seq")),
+                name="summaries_range_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in SummaryStatus]), name="summaries_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"summary {self.run_id} {self.covers_from_seq}..{self.covers_to_seq}"

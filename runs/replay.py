@@ -13,7 +13,7 @@ from core.errors import ApplicationError
 from runs.models import AgentEvent
 from runs.workflows.registry import Workflow, registry
 
-STEP_EVENTS = ("step_completed", "step_error", "run_completed", "run_failed")
+STEP_EVENTS = ("step_completed", "step_error", "run_completed", "run_failed", "assistant_message")
 
 
 def replay_history(*, workflow_name: str, workflow_version: str, events: list[dict[str, Any]]) -> list[str]:

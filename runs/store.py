@@ -45,10 +45,10 @@ WITH r AS (
   INSERT INTO agent_runs (run_id, tenant_id, workflow_name, workflow_version, state_schema_version,
                           status, next_step, state, state_revision, suspend_detail, lease_epoch,
                           attempt, idempotency_key, input_digest, parent_run_id, fork_seq, fork_expires_at,
-                          suspend_reason, resume_requested_by, created_at, updated_at)
+                          suspend_reason, resume_requested_by, subject, state_digest, created_at, updated_at)
   VALUES (%(run_id)s, %(tenant_id)s, %(workflow_name)s, %(workflow_version)s, %(schema)s,
           %(status)s, %(next_step)s, %(state)s::jsonb, 1, '', 0, 0, %(key)s, %(input_digest)s,
-          %(parent)s, %(fork_seq)s, %(fork_expires_at)s, %(suspend_reason)s, '',
+          %(parent)s, %(fork_seq)s, %(fork_expires_at)s, %(suspend_reason)s, '', %(subject)s, %(digest)s,
           statement_timestamp(), statement_timestamp())
   ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING run_id, state_revision)
@@ -79,6 +79,7 @@ def insert_run(
     fork_expires_at: datetime | None = None,
     event_type: str = "run_started",
     suspend_reason: str | None = None,
+    subject: str = "",
 ) -> bool:
     """Insert the run and its first event; False if the tenant already used the idempotency key.
 
@@ -105,6 +106,7 @@ def insert_run(
             "payload": payload_json,
             "actor": actor,
             "digest": state_digest,
+            "subject": subject,
         },
     )
     return bool(rows)
@@ -213,7 +215,7 @@ def lease_release(*, run_id: UUID, owner: str, epoch: int, retry_in: float = 0.0
 _COMMIT_STEP = """
 WITH u AS (
   UPDATE agent_runs
-     SET state = %(state)s::jsonb, next_step = %(next_step)s, status = %(status)s,
+     SET state = %(state)s::jsonb, state_digest = %(digest)s, next_step = %(next_step)s, status = %(status)s,
          suspend_reason = %(suspend_reason)s, suspend_detail = %(suspend_detail)s,
          result = %(result)s::jsonb,
          state_revision = state_revision + 1, updated_at = statement_timestamp(),
@@ -308,12 +310,13 @@ WITH u AS (
          superseded_by = COALESCE(%(superseded_by)s::uuid, superseded_by)
    WHERE run_id = %(run_id)s AND status = ANY(%(from_statuses)s)
      AND (%(expected)s::bigint IS NULL OR state_revision = %(expected)s::bigint)
-  RETURNING run_id, state_revision, next_step)
+     AND (%(only_if_reason)s::text IS NULL OR suspend_reason = %(only_if_reason)s::text)
+  RETURNING run_id, state_revision, next_step, state_digest)
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, next_step, created_at)
 SELECT u.run_id, u.state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
-       u.state_revision, e.state_digest, u.next_step, statement_timestamp()
-  FROM u JOIN agent_events e ON e.run_id = u.run_id AND e.seq = u.state_revision - 1
+       u.state_revision, u.state_digest, u.next_step, statement_timestamp()
+  FROM u
 RETURNING seq
 """
 
@@ -333,12 +336,13 @@ def transition(
     next_step: str | None = None,
     request_resume: bool = False,
     superseded_by: UUID | None = None,
+    only_if_reason: str | None = None,
 ) -> int | None:
     """Move a run between statuses with an event, fencing out any worker that holds it.
 
     With `request_resume` the run stays suspended and is marked for a worker to verify and resume.
 
-    The state does not change, so the event carries the previous event's state digest. None if
+    The state does not change, so the event carries the run's current state digest. None if
     the run was not in one of `from_statuses` (or not at `expected_revision`).
     """
     rows = _rows(
@@ -357,8 +361,42 @@ def transition(
             "next_step": next_step,
             "request_resume": request_resume,
             "superseded_by": superseded_by,
+            "only_if_reason": only_if_reason,
         },
     )
+    return rows[0][0] if rows else None
+
+
+# --- conversation events ------------------------------------------------------------------------
+
+_APPEND_EVENT = """
+WITH u AS (
+  UPDATE agent_runs SET state_revision = state_revision + 1, updated_at = statement_timestamp()
+   WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status IN ('running', 'suspended')
+  RETURNING run_id, state_revision, next_step, state_digest)
+INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor, state_revision,
+                          state_digest, next_step, client_message_id, created_at)
+SELECT u.run_id, u.state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
+       u.state_revision, u.state_digest, u.next_step, %(client_message_id)s, statement_timestamp()
+  FROM u
+RETURNING seq
+"""
+
+
+def append_event(
+    *, run_id: UUID, tenant_id: UUID, event_type: str, payload_json: str, actor: str, client_message_id: str
+) -> int | None:
+    """Append an event that does not change the state (a message, a tool result) to an active run.
+
+    It takes the next revision like every event, so a worker mid-step is fenced out and reruns the
+    step with the new input. None if the run is not active (or not this tenant's). A client message
+    id used before on this run raises IntegrityError and the whole statement is undone.
+    """
+    rows = _rows(
+        _APPEND_EVENT,
+        {"run_id": run_id, "tenant_id": tenant_id, "event_type": event_type, "payload": payload_json,
+         "actor": actor, "client_message_id": client_message_id},
+    )  # fmt: skip
     return rows[0][0] if rows else None
 
 

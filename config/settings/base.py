@@ -142,6 +142,20 @@ KEEPER_MODEL = env_str("KEEPER_MODEL", "gpt-4o-mini")
 # Modules that register workflows (besides the built-in ones) in every process.
 KEEPER_WORKFLOW_MODULES = [m for m in env_str("KEEPER_WORKFLOW_MODULES").split(",") if m]
 
+# --- Conversations, sessions, context.
+# Tool results longer than this go to the artifact store; the event keeps this much as a preview.
+KEEPER_TOOL_RESULT_PREVIEW_CHARS = env_int("KEEPER_TOOL_RESULT_PREVIEW_CHARS", 2000, minimum=100)
+# The Redis working window of a session: how many recent events, and for how long (seconds).
+KEEPER_SESSION_WINDOW = env_int("KEEPER_SESSION_WINDOW", 50, minimum=1)
+KEEPER_SESSION_TTL = env_int("KEEPER_SESSION_TTL", 7 * 24 * 3600, minimum=1)
+# "extractive" (deterministic, no model) or "model" (an OpenAI-compatible chat API).
+KEEPER_COMPACTOR = env_str("KEEPER_COMPACTOR", "extractive")
+# Events per summary when compacting (summaries stay small enough that the newest ones fit).
+KEEPER_SUMMARY_CHUNK_EVENTS = env_int("KEEPER_SUMMARY_CHUNK_EVENTS", 200, minimum=2)
+KEEPER_COMPACTOR_URL = env_str("KEEPER_COMPACTOR_URL")
+KEEPER_COMPACTOR_MODEL = env_str("KEEPER_COMPACTOR_MODEL", "gpt-4o-mini")
+KEEPER_COMPACTOR_API_KEY = env_str("KEEPER_COMPACTOR_API_KEY")
+
 # --- The refund workflow and the systems it talks to.
 KEEPER_SANDBOX_ENABLED = env_bool("KEEPER_SANDBOX_ENABLED", True)
 KEEPER_SANDBOX_URL = env_str("KEEPER_SANDBOX_URL", "http://127.0.0.1:8000/sandbox")

@@ -31,7 +31,7 @@ from runs.workflows.registry import Workflow, registry
 
 logger = logging.getLogger(__name__)
 
-STEP_EVENTS = ("step_completed", "step_error", "run_suspended", "run_completed", "run_failed")
+STEP_EVENTS = ("step_completed", "step_error", "run_completed", "run_failed", "assistant_message")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ def run_start(
     actor: str,
     idempotency_key: str | None = None,
     workflow_version: str | None = None,
+    subject: str = "",
 ) -> StartedRun:
     """Start a run of the newest (or the given) workflow version; idempotent per tenant + key.
 
@@ -75,6 +76,7 @@ def run_start(
              "idempotency_key": idempotency_key}
         ),
         actor=actor,
+        subject=subject,
     )  # fmt: skip
     if not created:
         existing = AgentRun.objects.get(tenant=tenant, idempotency_key=idempotency_key)

@@ -292,11 +292,14 @@ def _commit_outcome(
             return suspend(
                 "unknown_step", f"step {step_id!r} moved to {outcome.step!r}, which does not exist"
             )
+        event_type, said = outcome.say if outcome.say is not None else ("step_completed", {})
+        if event_type not in ("step_completed", "assistant_message", "tool_call"):
+            return suspend("invalid_step_result", f"step {step_id!r} cannot commit a {event_type!r} event")
         seq = committer.commit(
-            state=new_state, next_step=outcome.step, status=RunStatus.RUNNING, event_type="step_completed",
-            step_id=step_id, payload={**base, "next_step": outcome.step},
+            state=new_state, next_step=outcome.step, status=RunStatus.RUNNING, event_type=event_type,
+            step_id=step_id, payload={**said, **base, "next_step": outcome.step},
         )  # fmt: skip
-        status, event_type = RunStatus.RUNNING, "step_completed"
+        status = RunStatus.RUNNING
     elif isinstance(outcome, Suspend):
         resume_at = outcome.step or step_id
         if workflow.step(resume_at) is None:

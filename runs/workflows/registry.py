@@ -29,6 +29,9 @@ State = dict[str, Any]
 class Next:
     state: State
     step: str
+    # What this step said, when it is a conversation event (e.g. "assistant_message" with its
+    # content): committed as that event instead of a plain step_completed.
+    say: tuple[str, dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,9 @@ def test_bench_prints_one_json_object_with_baseline_and_ratio():
     assert figures["engine_ops_s"] > 0 and figures["raw_ops_s"] > 0
     assert figures["ratio"] == pytest.approx(figures["engine_ops_s"] / figures["raw_ops_s"], rel=0.01)
     assert figures["p50_ms"] <= figures["p99_ms"]
+    context = json.loads(out.getvalue())["context_build"]
+    assert context["events"] == 2000 and context["read_ms"] > 0 and context["build_ms"] > 0
+    assert context["ratio"] == pytest.approx(context["build_ms"] / context["read_ms"], rel=0.05)
     assert AgentRun.objects.filter(tenant__slug="bench").count() == 0  # cleaned up
 
 

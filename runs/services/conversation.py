@@ -1,0 +1,107 @@
+"""Conversation events on a run: user and assistant messages, tool calls and tool results.
+
+Each is an agent_events row, appended idempotently by the client's message id. A large tool result
+goes to the artifact store (digest + URI) and the event keeps a preview: nothing is dropped
+silently. A message to a run waiting for input asks it to resume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+
+from core.digests import canonical_json
+from core.errors import InvalidInput
+from core.models import Tenant
+from runs import store
+from runs.errors import InvalidTransition, RunNotFound
+from runs.models import AgentEvent, AgentRun, RunStatus
+from runs.services.artifacts import artifact_put
+from runs.services.dispatch import run_enqueue_on_commit
+from runs.services.sessions import session_append
+
+CONVERSATION_EVENTS = ("user_message", "assistant_message", "tool_call", "tool_result")
+AWAITING_INPUT = "awaiting_input"
+MAX_MESSAGE_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class Appended:
+    event: AgentEvent
+    created: bool
+
+
+def _payload(event_type: str, client_message_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    if event_type not in CONVERSATION_EVENTS:
+        raise InvalidInput(
+            f"event type must be one of {', '.join(CONVERSATION_EVENTS)}", code="invalid_event_type"
+        )
+    if not isinstance(client_message_id, str) or not 0 < len(client_message_id) <= 200:
+        raise InvalidInput("client_message_id must be 1 to 200 characters", code="invalid_client_message_id")
+    payload: dict[str, Any] = {"client_message_id": client_message_id}
+    if event_type in ("user_message", "assistant_message"):
+        content = body.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidInput("a message needs non-empty text 'content'", code="invalid_content")
+        if len(content) > MAX_MESSAGE_CHARS:
+            raise InvalidInput(f"a message is at most {MAX_MESSAGE_CHARS} characters; send documents as tool "
+                               "results or retrieval sources", code="message_too_long")  # fmt: skip
+        return {**payload, "content": content}
+    call_id, tool = body.get("call_id"), body.get("tool")
+    if not isinstance(call_id, str) or not call_id or not isinstance(tool, str) or not tool:
+        raise InvalidInput("a tool event needs 'call_id' and 'tool'", code="invalid_tool_event")
+    payload.update({"call_id": call_id, "tool": tool})
+    if event_type == "tool_call":
+        return {**payload, "arguments": body.get("arguments", {})}
+    content = body.get("content", "")
+    text = content if isinstance(content, str) else canonical_json(content)
+    limit = settings.KEEPER_TOOL_RESULT_PREVIEW_CHARS
+    truncated = len(text) > limit
+    # The whole result is kept by digest + URI; the event carries a preview the context can afford.
+    ref = artifact_put(data=text.encode()) if truncated else None
+    return {**payload, "preview": text[:limit], "content_ref": ref, "truncated": truncated,
+            "is_error": bool(body.get("is_error", False))}  # fmt: skip
+
+
+def conversation_append(
+    *, tenant: Tenant, run_id: UUID, event_type: str, client_message_id: str, body: dict[str, Any], actor: str
+) -> Appended:
+    """Append one conversation event (or return the one already stored under that message id)."""
+    payload = _payload(event_type, client_message_id, body)
+    existing = AgentEvent.objects.filter(run_id=run_id, client_message_id=client_message_id).first()
+    if existing is not None:
+        return Appended(existing, created=False)
+    try:
+        with transaction.atomic():
+            seq = store.append_event(run_id=run_id, tenant_id=tenant.tenant_id, event_type=event_type,
+                                     payload_json=canonical_json(payload), actor=actor,
+                                     client_message_id=client_message_id)  # fmt: skip
+            if seq is None:
+                run = AgentRun.objects.filter(run_id=run_id, tenant=tenant).first()
+                if run is None:
+                    raise RunNotFound(f"no run {run_id} for tenant {tenant.slug}")
+                raise InvalidTransition(f"run {run_id} is {run.status}; messages go to running or suspended runs",
+                                        details={"status": run.status})  # fmt: skip
+            if event_type == "user_message":
+                _wake_if_waiting(run_id=run_id, actor=actor)
+    except IntegrityError:  # the same message id, appended concurrently: that one stands
+        return Appended(
+            AgentEvent.objects.get(run_id=run_id, client_message_id=client_message_id), created=False
+        )
+    event = AgentEvent.objects.get(run_id=run_id, seq=seq)
+    session_append(run=AgentRun.objects.get(run_id=run_id), event=event)
+    return Appended(event, created=True)
+
+
+def _wake_if_waiting(*, run_id: UUID, actor: str) -> None:
+    seq = store.transition(
+        run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
+        event_type="resume_requested", actor=actor, payload_json=canonical_json({"note": "new user message"}),
+        request_resume=True, only_if_reason=AWAITING_INPUT,
+    )  # fmt: skip
+    if seq is not None:
+        run_enqueue_on_commit(run_id=run_id)

@@ -1,0 +1,64 @@
+"""A conversational run: answers user messages one at a time, in the order they were stored.
+
+Turns of one session never interleave: messages are appended with increasing seq, and the run's
+lease lets one worker answer at a time, each answer built from the context up to its message.
+The default responder is deterministic and says what it is; a model-backed one plugs in the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from runs.context import BuiltContext, context_build
+from runs.models import AgentEvent, AgentRun
+from runs.services.conversation import AWAITING_INPUT
+from runs.workflows.registry import Next, State, Step, StepContext, StepResult, Suspend, Workflow, registry
+
+
+class Responder(Protocol):
+    name: str
+
+    def respond(self, *, context: BuiltContext, message: str) -> str: ...
+
+
+class RuleResponder:
+    """No model: acknowledges the message and repeats what the context carries structurally, so a
+    person can see that amounts, ids and constraints survived compaction."""
+
+    name = "rules-v1"
+
+    def respond(self, *, context: BuiltContext, message: str) -> str:
+        carried = [m["content"] for m in context.messages if m["content"].startswith("[structured carry")]
+        lines = [f"Noted: {message[:200]}"]
+        if carried:
+            lines.append(carried[0].splitlines()[1][:1000])
+        lines.append(
+            f"(context: {context.total} of {context.budget} tokens; {len(context.summaries)} summaries)"
+        )
+        return "\n".join(lines)
+
+
+def respond(ctx: StepContext, state: State) -> StepResult:
+    answered = int(state.get("answered_through", 0))
+    message = (
+        AgentEvent.objects.filter(run_id=ctx.run_id, event_type="user_message", seq__gt=answered)
+        .order_by("seq").first()
+    )  # fmt: skip
+    if message is None:
+        return Suspend(state, AWAITING_INPUT, "waiting for the next user message")
+    run = AgentRun.objects.get(run_id=ctx.run_id)
+    context = context_build(run=run, system_prompt=state.get("system_prompt", ""), up_to_seq=message.seq)
+    reply = RuleResponder().respond(context=context, message=message.payload["content"])
+    said: dict[str, Any] = {"content": reply, "in_reply_to": message.seq, "responder": RuleResponder.name,
+                            "context_tokens": context.parts}  # fmt: skip
+    return Next({**state, "answered_through": message.seq}, "respond", say=("assistant_message", said))
+
+
+conversation = registry.register(
+    Workflow(
+        name="conversation",
+        version="1",
+        steps=(Step("respond", respond),),
+        description="Answers user messages in order, with a token-budgeted, compacted context.",
+    )
+)
