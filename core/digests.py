@@ -9,7 +9,6 @@ from typing import Any
 
 from core.errors import InvalidInput
 
-
 # json.dumps writes NUL as \u0000; a literal backslash before "u0000" is written as \\u0000.
 _NUL_ESCAPE = re.compile(r"(?:^|[^\\])(?:\\\\)*\\u0000")
 
