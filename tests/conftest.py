@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from core.tenancy import tenant_ensure
+from tests.chat_server import chat  # noqa: F401 - the fixture, for every test module
 from tests.processes import ProcessGroup, flush_redis
 
 

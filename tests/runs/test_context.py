@@ -91,3 +91,23 @@ def test_the_built_context_never_exceeds_the_budget(tenant, texts):
         return  # refusing is allowed; going over the budget silently is not
     assert built.total <= built.budget
     assert built.total == sum(built.parts.values())
+
+
+def test_a_new_compactor_version_rebuilds_summaries_from_raw_events(tenant):
+    from dataclasses import replace
+
+    from runs.compaction.compactors import ExtractiveCompactor
+
+    run = _conversation(tenant, _texts(600))
+    counter = token_counter("gpt-4")
+    context_build(run=run, counter=counter, reserve_retrieved=0)
+    old = set(Summary.objects.filter(run=run, status="valid").values_list("pk", flat=True))
+
+    class NextVersion(ExtractiveCompactor):
+        info = replace(ExtractiveCompactor.info, prompt_version="extractive-v2")
+
+    built = context_build(run=run, counter=counter, reserve_retrieved=0, compactor=NextVersion())
+    assert any("compactor" in note and "rebuilt" in note for note in built.notes)
+    assert Summary.objects.filter(pk__in=old, status="stale").count() == len(old)
+    fresh = Summary.objects.filter(run=run, status="valid")
+    assert fresh.exists() and all(s.compactor["prompt_version"] == "extractive-v2" for s in fresh)

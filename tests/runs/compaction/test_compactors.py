@@ -5,9 +5,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -192,48 +189,6 @@ def test_the_carry_does_not_depend_on_the_prose():
 def test_a_range_that_is_empty_or_not_continuous_is_refused(events):
     with pytest.raises(EventRangeInvalid):
         ExtractiveCompactor().compact(events)
-
-
-class _ChatServer:
-    """Speaks POST /v1/chat/completions like an OpenAI-compatible provider, with a scripted reply."""
-
-    def __init__(self) -> None:
-        self.reply: Any = None
-        self.requests: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(
-                    {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
-                )
-                data = json.dumps(outer.reply).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def answer(self, content: str) -> None:
-        self.reply = {"id": "chatcmpl-1", "object": "chat.completion",
-                      "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                   "finish_reason": "stop"}]}  # fmt: skip
-
-
-@pytest.fixture
-def chat() -> Iterator[_ChatServer]:
-    server = _ChatServer()
-    yield server
-    server.server.shutdown()
-    server.server.server_close()
 
 
 GOOD = {"facts": [{"text": "customer wants a refund for o-1", "source_seq": [1, 1]}],
