@@ -20,6 +20,7 @@ from urllib.parse import quote
 logger = logging.getLogger(__name__)
 
 APP_ROLE = "keeper"
+OWNER_ROLE = "keeper_owner"
 APP_DATABASE = "keeper"
 
 
@@ -66,45 +67,61 @@ def postgres_is_running(pgdata: Path) -> bool:
     return bool(info is not None and info.is_running())
 
 
-def start_postgres(pgdata: Path) -> tuple[object, str]:
-    """Start (or attach to) the embedded server in `pgdata`; return it and the application's URL."""
+def start_postgres(pgdata: Path, *, grant_truncate: bool = False) -> tuple[object, str, str]:
+    """Start (or attach to) the embedded server in `pgdata`; return it, the application's URL and
+    the owner's URL (migrations)."""
     pgserver, _ = _import_pgserver()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = pgserver.get_server(pgdata, cleanup_mode=None)
-    superuser_uri = server.get_uri()
-    bootstrap_database(superuser_uri)
-    host = server.get_postmaster_info().socket_dir
-    url = f"postgresql://{APP_ROLE}@/{APP_DATABASE}?host={quote(str(host), safe='/')}"
-    return server, url
+    bootstrap_database(server.get_uri(), grant_truncate=grant_truncate)
+    host = quote(str(server.get_postmaster_info().socket_dir), safe="/")
+    return (
+        server,
+        f"postgresql://{APP_ROLE}@/{APP_DATABASE}?host={host}",
+        f"postgresql://{OWNER_ROLE}@/{APP_DATABASE}?host={host}",
+    )
 
 
-def bootstrap_database(superuser_uri: str) -> None:
-    """Create the application role and database, and pgvector where new databases copy it from.
+def bootstrap_database(superuser_uri: str, *, grant_truncate: bool = False) -> None:
+    """Two roles, as production has them: the owner runs migrations and owns the tables; the
+    application role (no superuser, no BYPASSRLS, not the owner) serves requests and workers, so
+    row-level security applies to it. pgvector and the grants go into template1 as well, because
+    the test database is copied from it. Idempotent; it also upgrades a data folder made when the
+    application role still owned the tables.
 
-    The role is neither superuser nor able to bypass row-level security; it may create
-    databases so that the test runner can create its test database.
+    `grant_truncate` is for the test database only: Django's test runner empties tables with
+    TRUNCATE, which row-level security does not filter, so production never grants it.
     """
     import psycopg
     from psycopg import sql
 
+    app, owner = sql.Identifier(APP_ROLE), sql.Identifier(OWNER_ROLE)
+    table_privileges = "SELECT, INSERT, UPDATE, DELETE" + (", TRUNCATE" if grant_truncate else "")
+    grants = [
+        sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} IN SCHEMA public GRANT " + table_privileges + " ON TABLES TO {}")
+        .format(owner, app),
+        sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} IN SCHEMA public GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO {}")
+        .format(owner, app),
+    ]  # fmt: skip
     with psycopg.connect(superuser_uri, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [APP_ROLE]).fetchone()
-        if not exists:
-            conn.execute(
-                sql.SQL("CREATE ROLE {} LOGIN CREATEDB NOSUPERUSER NOBYPASSRLS").format(
-                    sql.Identifier(APP_ROLE)
-                )
-            )
-        # Databases created later (the test database) are copied from template1.
+        for role, options in ((OWNER_ROLE, "LOGIN CREATEDB NOSUPERUSER"), (APP_ROLE, "LOGIN NOCREATEDB NOSUPERUSER NOBYPASSRLS")):
+            if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
+                conn.execute(sql.SQL("CREATE ROLE {} " + options).format(sql.Identifier(role)))
+            conn.execute(sql.SQL("ALTER ROLE {} " + options).format(sql.Identifier(role)))
         with psycopg.connect(superuser_uri.replace("/postgres?", "/template1?"), autocommit=True) as tpl:
             tpl.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [APP_DATABASE]).fetchone()
-        if not exists:
-            conn.execute(
-                sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                    sql.Identifier(APP_DATABASE), sql.Identifier(APP_ROLE)
-                )
-            )
+            for grant in grants:
+                tpl.execute(grant)
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [APP_DATABASE]).fetchone():
+            conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(APP_DATABASE), owner))
+        conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(APP_DATABASE), owner))
+    with psycopg.connect(superuser_uri.replace("/postgres?", f"/{APP_DATABASE}?"), autocommit=True) as db:
+        db.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        db.execute(sql.SQL("REASSIGN OWNED BY {} TO {}").format(app, owner))
+        for grant in grants:
+            db.execute(grant)
+        db.execute(sql.SQL("GRANT " + table_privileges + " ON ALL TABLES IN SCHEMA public TO {}").format(app))
+        db.execute(sql.SQL("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {}").format(app))
 
 
 def start_redis(directory: Path) -> tuple[object, str]:
@@ -132,10 +149,11 @@ def ensure_services(data_dir: Path, *, temporary: bool = False) -> EmbeddedServi
     if not os.environ.get("DATABASE_URL"):
         pgdata = data_dir / "postgres"
         already_running = postgres_is_running(pgdata)
-        server, url = start_postgres(pgdata)
+        server, url, owner_url = start_postgres(pgdata, grant_truncate=temporary)
         if not already_running:
             owned.postgres = server
         os.environ["DATABASE_URL"] = url
+        os.environ["DATABASE_OWNER_URL"] = owner_url
     if not os.environ.get("REDIS_URL"):
         server, url = start_redis(data_dir / "redis")
         if getattr(server, "redis_dir", None):  # None when it attached to a server already running

@@ -10,6 +10,23 @@ from tests.chat_server import chat  # noqa: F401 - the fixture, for every test m
 from tests.processes import ProcessGroup, flush_redis
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_test_environment, django_db_blocker):  # type: ignore[no-untyped-def]
+    """The test database is created and migrated by the owner role; the tests, like the app, then
+    use the application role on it (so row-level security binds them as it binds production)."""
+    from django.db import connections
+    from django.test.utils import setup_databases, teardown_databases
+
+    with django_db_blocker.unblock():
+        config = setup_databases(verbosity=0, interactive=False, aliases=["owner"])
+        connections["default"].settings_dict["NAME"] = connections["owner"].settings_dict["NAME"]
+        connections["default"].close()
+    yield
+    with django_db_blocker.unblock():
+        connections["default"].close()
+        teardown_databases(config, verbosity=0)
+
+
 @pytest.fixture
 def tenant(db):  # type: ignore[no-untyped-def]
     return tenant_ensure(slug="acme", name="Acme")

@@ -77,7 +77,12 @@ TEMPLATES = [
 
 if not os.environ.get("DATABASE_URL"):
     raise ImproperlyConfigured("DATABASE_URL is not set (local and test settings start an embedded one)")
+# The application role serves requests and workers; the owner role (DATABASE_OWNER_URL) runs the
+# migrations and owns the tables, so row-level security binds the application.
 DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
+if os.environ.get("DATABASE_OWNER_URL"):
+    DATABASES["owner"] = database_from_url(os.environ["DATABASE_OWNER_URL"])
+DATABASE_ROUTERS = ["core.db_router.OwnerMigratesRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
