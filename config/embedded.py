@@ -104,7 +104,10 @@ def bootstrap_database(superuser_uri: str, *, grant_truncate: bool = False) -> N
         .format(owner, app),
     ]  # fmt: skip
     with psycopg.connect(superuser_uri, autocommit=True) as conn:
-        for role, options in ((OWNER_ROLE, "LOGIN CREATEDB NOSUPERUSER"), (APP_ROLE, "LOGIN NOCREATEDB NOSUPERUSER NOBYPASSRLS")):
+        for role, options in (
+            (OWNER_ROLE, "LOGIN CREATEDB NOSUPERUSER"),
+            (APP_ROLE, "LOGIN NOCREATEDB NOSUPERUSER NOBYPASSRLS"),
+        ):
             if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", [role]).fetchone():
                 conn.execute(sql.SQL("CREATE ROLE {} " + options).format(sql.Identifier(role)))
             conn.execute(sql.SQL("ALTER ROLE {} " + options).format(sql.Identifier(role)))

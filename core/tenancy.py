@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from uuid import UUID
 
-from django.db import connection
+from django.db import connection, transaction
 
 from core.errors import NotFound
 from core.models import Tenant
 
-TENANT_SETTING = "keeper.tenant_id"
+TENANT_SETTING = "app.tenant_id"
 
 
 def tenant_get(*, slug_or_id: str | UUID) -> Tenant:
@@ -29,7 +31,24 @@ def tenant_ensure(*, slug: str, name: str = "") -> Tenant:
     return tenant
 
 
-def tenant_set_for_transaction(tenant_id: UUID) -> None:
-    """Bind the tenant to the current transaction only (SET LOCAL semantics)."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config(%s, %s, true)", [TENANT_SETTING, str(tenant_id)])
+@contextmanager
+def tenant_scope(tenant_id: UUID) -> Iterator[None]:
+    """A transaction in which PostgreSQL's row-level security shows only this tenant's rows.
+
+    The one way the application sets the tenant (SET LOCAL semantics: it ends with the
+    transaction). Nested scopes must name the same tenant.
+    """
+    if not isinstance(tenant_id, UUID):
+        raise TypeError("tenant_scope takes the tenant's UUID")
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting(%s, true)", [TENANT_SETTING])
+            previous = cursor.fetchone()[0] or ""
+            if previous and previous != str(tenant_id):
+                raise RuntimeError(f"already inside tenant {previous}; one transaction serves one tenant")
+            cursor.execute("SELECT set_config(%s, %s, true)", [TENANT_SETTING, str(tenant_id)])
+        yield
+        # Inside an outer transaction SET LOCAL would outlive this block: put the previous value
+        # back. (On an exception the block's rollback reverts the setting by itself.)
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config(%s, %s, true)", [TENANT_SETTING, previous])

@@ -38,7 +38,24 @@ class ContextSource(Protocol):
     def items(self, *, run: AgentRun, query: str) -> list[dict[str, Any]]: ...
 
 
-_SOURCES: list[ContextSource] = []
+class MemorySource:
+    """The run subject's current long-term memory claims, quoted with their provenance."""
+
+    name = "memory"
+
+    def items(self, *, run: AgentRun, query: str) -> list[dict[str, Any]]:
+        from memory.selectors import memory_recall
+
+        if not run.subject:
+            return []
+        return [
+            {"text": f"{m.namespace}/{m.key} = {json.dumps(m.value, ensure_ascii=False)}",
+             "provenance": {"memory_id": str(m.memory_id), **m.provenance}}
+            for m in memory_recall(tenant=run.tenant, subject_id=run.subject)
+        ]  # fmt: skip
+
+
+_SOURCES: list[ContextSource] = [MemorySource()]
 
 
 def context_source_register(source: ContextSource) -> None:

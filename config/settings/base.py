@@ -161,6 +161,10 @@ KEEPER_COMPACTOR_URL = env_str("KEEPER_COMPACTOR_URL")
 KEEPER_COMPACTOR_MODEL = env_str("KEEPER_COMPACTOR_MODEL", "gpt-4o-mini")
 KEEPER_COMPACTOR_API_KEY = env_str("KEEPER_COMPACTOR_API_KEY")
 
+# --- Long-term memory.
+# Days an unconfirmed model inference is kept (explicit statements have no default expiry).
+KEEPER_INFERENCE_TTL_DAYS = env_int("KEEPER_INFERENCE_TTL_DAYS", 30, minimum=1)
+
 # --- The refund workflow and the systems it talks to.
 KEEPER_SANDBOX_ENABLED = env_bool("KEEPER_SANDBOX_ENABLED", True)
 KEEPER_SANDBOX_URL = env_str("KEEPER_SANDBOX_URL", "http://127.0.0.1:8000/sandbox")

@@ -1,0 +1,145 @@
+"""Writing long-term memory: remember, supersede, invalidate. Every write runs in its tenant's scope.
+
+A claim keeps where it came from (provenance). A model's inference about a sensitive trait (mood,
+health...) is refused unless the person confirmed it; an explicit user statement may live long;
+an unconfirmed inference expires. Memory written from user text is a quoted claim, never an
+instruction: nothing here turns a value into behaviour.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import IntegrityError
+from django.utils import timezone
+
+from core.digests import canonical_json
+from core.errors import Conflict, InvalidInput, NotFound
+from core.models import Tenant
+from core.tenancy import tenant_scope
+from memory.models import PROVENANCE_KEYS, MemoryItem
+
+SOURCE_TYPES = ("user_statement", "tool_result", "model_inference", "operator", "import")
+VALIDATION_METHODS = ("explicit_user_confirmation", "user_statement", "tool_verified", "operator_entered",
+                      "unvalidated")  # fmt: skip
+# Traits a model must not infer and keep about a person without their explicit confirmation.
+SENSITIVE_TERMS = ("mood", "emotion", "angry", "anger", "health", "medical", "diagnosis", "religion", "politic",
+                   "sexual", "ethnic", "pregnan", "disabilit", "union_member")  # fmt: skip
+
+
+class SensitiveInference(InvalidInput):
+    code = "sensitive_inference_refused"
+
+
+class MemoryConflict(Conflict):
+    code = "memory_conflict"
+
+
+def _validate(
+    *, namespace: str, key: str, value: Any, provenance: dict[str, Any], confidence: float | None
+) -> None:
+    for name, text in (("namespace", namespace), ("key", key)):
+        if not isinstance(text, str) or not 0 < len(text) <= 200:
+            raise InvalidInput(f"{name} must be 1 to 200 characters", code="invalid_memory_scope")
+    canonical_json(value)  # plain JSON, storable
+    if not isinstance(provenance, dict) or sorted(set(PROVENANCE_KEYS) - set(provenance)):
+        missing = sorted(set(PROVENANCE_KEYS) - set(provenance or {}))
+        raise InvalidInput(f"provenance needs {', '.join(PROVENANCE_KEYS)} (missing {', '.join(missing)})",
+                           code="invalid_provenance")  # fmt: skip
+    if provenance["source_type"] not in SOURCE_TYPES:
+        raise InvalidInput(
+            f"provenance.source_type must be one of {', '.join(SOURCE_TYPES)}", code="invalid_provenance"
+        )
+    if provenance["validation_method"] not in VALIDATION_METHODS:
+        raise InvalidInput(f"provenance.validation_method must be one of {', '.join(VALIDATION_METHODS)}",
+                           code="invalid_provenance")  # fmt: skip
+    if not isinstance(provenance["source_id"], str) or not provenance["source_id"]:
+        raise InvalidInput("provenance.source_id must name the source", code="invalid_provenance")
+    if provenance["event_seq"] is not None and not isinstance(provenance["event_seq"], int):
+        raise InvalidInput("provenance.event_seq must be a whole number or null", code="invalid_provenance")
+    if confidence is not None and not 0 <= confidence <= 1:
+        raise InvalidInput("confidence must be between 0 and 1", code="invalid_confidence")
+    about = f"{namespace} {key}".lower()
+    if (provenance["source_type"] == "model_inference" and any(t in about for t in SENSITIVE_TERMS)
+            and provenance["validation_method"] != "explicit_user_confirmation"):  # fmt: skip
+        raise SensitiveInference(
+            f"a model's inference about {namespace}/{key} is not kept without the person's explicit confirmation"
+        )
+
+
+def _expiry(provenance: dict[str, Any], expires_at: Any) -> Any:
+    if expires_at is not None:
+        return expires_at
+    if (
+        provenance["source_type"] == "model_inference"
+        and provenance["validation_method"] != "explicit_user_confirmation"
+    ):
+        # An unconfirmed inference is a guess about a person: it fades on its own.
+        return timezone.now() + timedelta(days=settings.KEEPER_INFERENCE_TTL_DAYS)
+    return None
+
+
+def memory_remember(
+    *, tenant: Tenant, subject_id: str, namespace: str, key: str, value: Any, provenance: dict[str, Any],
+    confidence: float | None = None, expires_at: Any = None, consent_basis: str | None = None,
+    schema_version: int = 1,
+) -> MemoryItem:  # fmt: skip
+    """Keep a new claim. If a current one exists for the same key, the new one supersedes it."""
+    if not isinstance(subject_id, str) or not 0 < len(subject_id) <= 200:
+        raise InvalidInput("subject_id must be 1 to 200 characters", code="invalid_memory_scope")
+    _validate(namespace=namespace, key=key, value=value, provenance=provenance, confidence=confidence)
+    with tenant_scope(tenant.tenant_id):
+        current = (
+            MemoryItem.objects.select_for_update()
+            .filter(tenant=tenant, subject_id=subject_id, namespace=namespace, key=key, invalidated_at__isnull=True)
+            .first()
+        )  # fmt: skip
+        now = timezone.now()
+        if current is not None:
+            if canonical_json(current.value) == canonical_json(value) and current.provenance == provenance:
+                return current  # the same claim again: nothing new to keep
+            MemoryItem.objects.filter(pk=current.pk).update(
+                invalidated_at=now, invalidation_reason="superseded"
+            )
+        try:
+            return MemoryItem.objects.create(
+                tenant=tenant, subject_id=subject_id, namespace=namespace, key=key, value=value,
+                schema_version=schema_version, provenance=provenance, confidence=confidence, valid_from=now,
+                expires_at=_expiry(provenance, expires_at), supersedes=current, consent_basis=consent_basis,
+            )  # fmt: skip
+        except IntegrityError:
+            raise MemoryConflict(
+                f"{namespace}/{key} of {subject_id} changed at the same moment; try again"
+            ) from None
+
+
+def memory_supersede(*, tenant: Tenant, memory_id: UUID, value: Any, provenance: dict[str, Any],
+                     confidence: float | None = None) -> MemoryItem:  # fmt: skip
+    """A new value for exactly this claim; refused if the claim is no longer the current one."""
+    with tenant_scope(tenant.tenant_id):
+        old = MemoryItem.objects.filter(memory_id=memory_id).first()
+        if old is None:
+            raise NotFound(f"no memory item {memory_id}", code="memory_not_found")
+        if old.invalidated_at is not None:
+            raise MemoryConflict(f"memory item {memory_id} was already {old.invalidation_reason}")
+        return memory_remember(tenant=tenant, subject_id=old.subject_id, namespace=old.namespace, key=old.key,
+                               value=value, provenance=provenance, confidence=confidence,
+                               consent_basis=old.consent_basis, schema_version=old.schema_version)  # fmt: skip
+
+
+def memory_invalidate(*, tenant: Tenant, memory_id: UUID, reason: str) -> MemoryItem:
+    if not reason.strip():
+        raise InvalidInput("invalidating a claim needs a reason", code="reason_required")
+    with tenant_scope(tenant.tenant_id):
+        updated = MemoryItem.objects.filter(memory_id=memory_id, invalidated_at__isnull=True).update(
+            invalidated_at=timezone.now(), invalidation_reason=reason
+        )
+        item = MemoryItem.objects.filter(memory_id=memory_id).first()
+        if item is None:
+            raise NotFound(f"no memory item {memory_id}", code="memory_not_found")
+        if not updated:
+            raise MemoryConflict(f"memory item {memory_id} was already {item.invalidation_reason}")
+        return item
