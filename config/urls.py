@@ -6,6 +6,7 @@ from django.urls import include, path
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("runs.api_urls")),
+    path("api/v1/", include("memory.urls")),
     path("sandbox/", include("sandbox.urls")),
     path("", include("console.urls")),
 ]

@@ -11,6 +11,7 @@ import uuid
 
 from django.db import models
 from django.db.models import Q
+from pgvector.django import VectorField
 
 PROVENANCE_KEYS = ["source_type", "source_id", "source_version", "run_id", "event_seq", "validation_method"]
 
@@ -62,3 +63,93 @@ class MemoryItem(models.Model):
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.key} of {self.subject_id}"
+
+
+class MemoryVector(models.Model):
+    """The vector projection of a memory item under one embedder: derived, rebuilt, never the truth.
+
+    Vectors of different embedders (name, version, dimensions) never mix: searches read only the
+    current embedder's key, and re-projection replaces the others.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id")
+    memory = models.ForeignKey(
+        MemoryItem, on_delete=models.CASCADE, db_column="memory_id", related_name="vectors"
+    )
+    embedder_key = models.TextField()
+    dimensions = models.IntegerField()
+    embedding = VectorField()
+    content_digest = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "memory_vectors"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["memory", "embedder_key"], name="memory_vectors_one_per_embedder"
+            ),
+            models.CheckConstraint(condition=Q(dimensions__gt=0), name="memory_vectors_dimensions_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"vector of {self.memory_id} ({self.embedder_key})"
+
+
+class ErasureStatus(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class ErasureRequest(models.Model):
+    """A person's request to forget everything kept about them, and the receipt that proves it."""
+
+    request_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id")
+    # The receipt names the subject by digest only; the request keeps the id until it is done.
+    subject_id = models.TextField()
+    subject_digest = models.TextField()
+    requested_by = models.TextField()
+    status = models.TextField(choices=ErasureStatus.choices, default=ErasureStatus.PENDING)
+    progress = models.JSONField(default=dict)
+    receipt = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "erasure_requests"
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=[s.value for s in ErasureStatus]), name="erasure_requests_status_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"erasure {self.request_id} ({self.status})"
+
+
+class Tombstone(models.Model):
+    """What was erased, by digest only: a replayed event stream or a re-run extraction that would
+    bring back the same claim (or read the same source event) is refused."""
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id")
+    subject_digest = models.TextField()
+    kind = models.TextField()  # "claim" (subject+namespace+key+value) or "source" (run id + event seq)
+    digest = models.TextField()
+    request = models.ForeignKey(ErasureRequest, on_delete=models.PROTECT, db_column="request_id")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "memory_tombstones"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "kind", "digest"], name="memory_tombstones_unique"),
+            models.CheckConstraint(condition=Q(kind__in=["claim", "source"]), name="memory_tombstones_kind"),
+        ]
+
+    def __str__(self) -> str:
+        return f"tombstone {self.kind} {self.digest}"

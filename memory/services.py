@@ -8,18 +8,20 @@ instruction: nothing here turns a value into behaviour.
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput, NotFound
 from core.models import Tenant
 from core.tenancy import tenant_scope
+from memory.erasure import tombstoned
 from memory.models import PROVENANCE_KEYS, MemoryItem
 
 SOURCE_TYPES = ("user_statement", "tool_result", "model_inference", "operator", "import")
@@ -30,12 +32,19 @@ SENSITIVE_TERMS = ("mood", "emotion", "angry", "anger", "health", "medical", "di
                    "sexual", "ethnic", "pregnan", "disabilit", "union_member")  # fmt: skip
 
 
+logger = logging.getLogger(__name__)
+
+
 class SensitiveInference(InvalidInput):
     code = "sensitive_inference_refused"
 
 
 class MemoryConflict(Conflict):
     code = "memory_conflict"
+
+
+class ClaimErased(Conflict):
+    code = "claim_erased"
 
 
 def _validate(
@@ -92,6 +101,11 @@ def memory_remember(
         raise InvalidInput("subject_id must be 1 to 200 characters", code="invalid_memory_scope")
     _validate(namespace=namespace, key=key, value=value, provenance=provenance, confidence=confidence)
     with tenant_scope(tenant.tenant_id):
+        if tombstoned(tenant_id=tenant.tenant_id, subject_id=subject_id, namespace=namespace, key=key, value=value,
+                      provenance=provenance):  # fmt: skip
+            raise ClaimErased(
+                f"{namespace}/{key} of this subject was erased at their request; it is not kept again"
+            )
         current = (
             MemoryItem.objects.select_for_update()
             .filter(tenant=tenant, subject_id=subject_id, namespace=namespace, key=key, invalidated_at__isnull=True)
@@ -104,6 +118,7 @@ def memory_remember(
             MemoryItem.objects.filter(pk=current.pk).update(
                 invalidated_at=now, invalidation_reason="superseded"
             )
+        transaction.on_commit(lambda: _enqueue_projection(tenant.tenant_id))
         try:
             return MemoryItem.objects.create(
                 tenant=tenant, subject_id=subject_id, namespace=namespace, key=key, value=value,
@@ -114,6 +129,17 @@ def memory_remember(
             raise MemoryConflict(
                 f"{namespace}/{key} of {subject_id} changed at the same moment; try again"
             ) from None
+
+
+def _enqueue_projection(tenant_id: UUID) -> None:
+    """The vector projection follows the items; if the broker is away, the next write or the
+    hourly sweep projects it."""
+    from celery import current_app
+
+    try:
+        current_app.send_task("workers.tasks.project_memory", args=[str(tenant_id)])
+    except Exception as exc:  # kombu raises several unrelated types for an unreachable broker
+        logger.warning("memory projection for tenant %s not enqueued: %s", tenant_id, exc)
 
 
 def memory_supersede(*, tenant: Tenant, memory_id: UUID, value: Any, provenance: dict[str, Any],
@@ -143,3 +169,14 @@ def memory_invalidate(*, tenant: Tenant, memory_id: UUID, reason: str) -> Memory
         if not updated:
             raise MemoryConflict(f"memory item {memory_id} was already {item.invalidation_reason}")
         return item
+
+
+def memory_purge_expired() -> int:
+    """Delete claims past their expiry (reads stop returning them at once; this frees the rows)."""
+    purged = 0
+    for tenant_id in Tenant.objects.values_list("tenant_id", flat=True):
+        with tenant_scope(tenant_id):
+            expired = MemoryItem.objects.filter(expires_at__lt=timezone.now())
+            MemoryItem.objects.filter(supersedes__in=expired).update(supersedes=None)
+            purged += expired.delete()[1].get("memory.MemoryItem", 0)
+    return purged

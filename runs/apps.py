@@ -13,5 +13,9 @@ class RunsConfig(AppConfig):
         import_module("runs.workflows.demo")
         import_module("runs.workflows.refund.workflow")
         import_module("runs.workflows.conversation")
+        from core.erasure import eraser_register
+        from runs.erasure import RunsEraser
+
+        eraser_register(RunsEraser())
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

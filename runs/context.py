@@ -74,10 +74,13 @@ class BuiltContext:
     notes: list[str] = field(default_factory=list)
 
 
+ERASED = "[erased at the person's request]"
+
+
 def _render(event: AgentEvent) -> dict[str, str]:
     p = event.payload
     if event.event_type in ("user_message", "assistant_message"):
-        return {"role": CONVERSATION_ROLES[event.event_type], "content": p["content"]}
+        return {"role": CONVERSATION_ROLES[event.event_type], "content": p.get("content", ERASED)}
     if event.event_type == "tool_call":
         return {
             "role": "assistant",
@@ -85,7 +88,7 @@ def _render(event: AgentEvent) -> dict[str, str]:
         }
     if event.event_type == "tool_result":
         more = f" (truncated; full result {p['content_ref']['digest']})" if p.get("truncated") else ""
-        return {"role": "tool", "content": f"[tool result {p['call_id']}] {p.get('preview', '')}{more}"}
+        return {"role": "tool", "content": f"[tool result {p['call_id']}] {p.get('preview', ERASED)}{more}"}
     return {
         "role": "system",
         "content": f"[event {event.seq} {event.event_type}] {json.dumps(p, sort_keys=True)[:500]}",

@@ -6,6 +6,11 @@ from uuid import UUID
 
 from celery import shared_task
 
+from core.models import Tenant
+from core.tenancy import tenant_get
+from memory.erasure import erasure_execute
+from memory.projection import memory_project
+from memory.services import memory_purge_expired
 from runs.services.dispatch import runs_redispatch
 from runs.services.forks import forks_expire
 from runs.services.steps import run_advance
@@ -24,3 +29,23 @@ def redispatch_runs() -> int:
 @shared_task(name="workers.tasks.expire_forks", ignore_result=True)
 def expire_forks() -> int:
     return forks_expire()
+
+
+@shared_task(name="workers.tasks.execute_erasure", ignore_result=True)
+def execute_erasure(request_id: str, tenant_id: str) -> None:
+    erasure_execute(tenant_id=UUID(tenant_id), request_id=UUID(request_id))
+
+
+@shared_task(name="workers.tasks.purge_expired_memory", ignore_result=True)
+def purge_expired_memory() -> int:
+    return memory_purge_expired()
+
+
+@shared_task(name="workers.tasks.project_memory", ignore_result=True)
+def project_memory(tenant_id: str) -> None:
+    memory_project(tenant=tenant_get(slug_or_id=UUID(tenant_id)))
+
+
+@shared_task(name="workers.tasks.project_all_memory", ignore_result=True)
+def project_all_memory() -> int:
+    return sum(memory_project(tenant=t)["embedded"] for t in Tenant.objects.all())

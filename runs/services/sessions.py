@@ -23,7 +23,7 @@ SESSION_EVENTS = ("user_message", "assistant_message", "tool_call", "tool_result
 _client: tuple[int, redis.Redis] | None = None
 
 
-def _redis() -> redis.Redis:
+def redis_client() -> redis.Redis:
     global _client
     if _client is None or _client[0] != os.getpid():
         _client = (os.getpid(), redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2))
@@ -50,7 +50,7 @@ def session_rebuild(*, run: AgentRun) -> list[dict[str, Any]]:
     entries = [_entry(e) for e in reversed(list(events))]
     key = session_key(run)
     try:
-        pipe = _redis().pipeline(transaction=True)
+        pipe = redis_client().pipeline(transaction=True)
         pipe.delete(key)
         if entries:
             pipe.rpush(key, *[json.dumps(e, sort_keys=True) for e in entries])
@@ -66,7 +66,7 @@ def session_append(*, run: AgentRun, event: AgentEvent) -> None:
         return
     key = session_key(run)
     try:
-        client = _redis()
+        client = redis_client()
         if not client.exists(key):
             session_rebuild(run=run)  # includes this event
             return
@@ -82,7 +82,7 @@ def session_append(*, run: AgentRun, event: AgentEvent) -> None:
 def session_window(*, run: AgentRun) -> list[dict[str, Any]]:
     """The recent conversation, in seq order (from Redis, or rebuilt from Postgres on a miss)."""
     try:
-        raw = _redis().lrange(session_key(run), 0, -1)
+        raw = redis_client().lrange(session_key(run), 0, -1)
     except redis.RedisError as exc:
         logger.warning("session window unavailable (%s); reading Postgres", exc)
         raw = []

@@ -48,7 +48,7 @@ def respond(ctx: StepContext, state: State) -> StepResult:
         return Suspend(state, AWAITING_INPUT, "waiting for the next user message")
     run = AgentRun.objects.get(run_id=ctx.run_id)
     context = context_build(run=run, system_prompt=state.get("system_prompt", ""), up_to_seq=message.seq)
-    reply = RuleResponder().respond(context=context, message=message.payload["content"])
+    reply = RuleResponder().respond(context=context, message=message.payload.get("content", "[erased]"))
     said: dict[str, Any] = {"content": reply, "in_reply_to": message.seq, "responder": RuleResponder.name,
                             "context_tokens": context.parts}  # fmt: skip
     return Next({**state, "answered_through": message.seq}, "respond", say=("assistant_message", said))

@@ -1,0 +1,111 @@
+"""The vector projection of memory items, and hybrid search (vector + full text, rank fusion).
+
+Vectors are derived from memory_items under one embedder (its key names name, version and
+dimensions); a search reads only the current embedder's vectors, so dimensions never mix, and
+re-projection replaces the others. Everything runs in the tenant's scope, so row-level security
+confines every row; pgvector's iterative scan keeps scanning past other tenants' neighbours until
+this tenant's top-k is complete (HNSW filters after the index scan).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection
+from django.db.models import Q
+from django.utils import timezone
+
+from core.digests import canonical_json, sha256_digest
+from core.models import Tenant
+from core.tenancy import tenant_scope
+from memory.embedders import Embedder, embedder_from_settings
+from memory.models import MemoryItem, MemoryVector
+
+RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al.): dampens the weight of top ranks
+
+
+def memory_text(item: MemoryItem) -> str:
+    value = item.value if isinstance(item.value, str) else canonical_json(item.value)
+    return f"{item.namespace} {item.key.replace('_', ' ')}: {value}"
+
+
+def memory_project(*, tenant: Tenant, embedder: Embedder | None = None) -> dict[str, int]:
+    """Embed the tenant's current items that lack a vector under this embedder; drop other embedders'
+    vectors. Idempotent: a second run embeds nothing."""
+    embedder = embedder or embedder_from_settings()
+    with tenant_scope(tenant.tenant_id):
+        stale, _ = MemoryVector.objects.exclude(embedder_key=embedder.key).delete()
+        missing = list(
+            MemoryItem.objects.filter(invalidated_at__isnull=True)
+            .exclude(vectors__embedder_key=embedder.key).order_by("created_at")
+        )  # fmt: skip
+        texts = [memory_text(item) for item in missing]
+        vectors = embedder.embed(texts) if texts else []
+        MemoryVector.objects.bulk_create(
+            [MemoryVector(tenant=tenant, memory=item, embedder_key=embedder.key, dimensions=embedder.dimensions,
+                          embedding=vector, content_digest=sha256_digest(text))
+             for item, text, vector in zip(missing, texts, vectors, strict=True)],
+            ignore_conflicts=True,
+        )  # fmt: skip
+    return {"embedded": len(missing), "removed_other_embedders": stale}
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    item: MemoryItem
+    score: float
+    vector_rank: int | None
+    text_rank: int | None
+
+
+def memory_search(
+    *, tenant: Tenant, query: str, subject_id: str | None = None, k: int = 10, embedder: Embedder | None = None,
+    candidates: int = 50,
+) -> list[MemoryHit]:  # fmt: skip
+    """Current claims most relevant to the query: vector and full-text rankings fused by RRF."""
+    embedder = embedder or embedder_from_settings()
+    [query_vector] = embedder.embed([query])
+    now = timezone.now()
+    with tenant_scope(tenant.tenant_id):
+        valid = MemoryItem.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now),
+                                          invalidated_at__isnull=True)  # fmt: skip
+        if subject_id is not None:
+            valid = valid.filter(subject_id=subject_id)
+        dims = int(embedder.dimensions)
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(40, candidates)])
+            cursor.execute(
+                f"""SELECT v.memory_id FROM memory_vectors v
+                     WHERE v.embedder_key = %s AND v.dimensions = {dims}
+                     ORDER BY v.embedding::vector({dims}) <=> %s::vector({dims}) LIMIT %s""",
+                [embedder.key, str(query_vector), candidates * 4],
+            )  # the dimension is an int from the embedder, not user input
+            by_vector = [row[0] for row in cursor.fetchall()]
+            # Any of the words (OR), ranked by how well they match: a recall query, not a filter.
+            words = " | ".join(dict.fromkeys(re.findall(r"\w+", query.lower())))
+            by_text = []
+            if words:
+                cursor.execute(
+                    """SELECT memory_id FROM memory_items
+                        WHERE to_tsvector('simple', namespace || ' ' || replace(key, '_', ' ') || ' ' || value::text)
+                              @@ to_tsquery('simple', %s)
+                        ORDER BY ts_rank(to_tsvector('simple', namespace || ' ' || replace(key, '_', ' ') || ' '
+                                 || value::text), to_tsquery('simple', %s)) DESC LIMIT %s""",
+                    [words, words, candidates],
+                )
+                by_text = [row[0] for row in cursor.fetchall()]
+        allowed = set(
+            valid.filter(memory_id__in=set(by_vector) | set(by_text)).values_list("memory_id", flat=True)
+        )
+        vector_rank = {m: i + 1 for i, m in enumerate(m for m in by_vector if m in allowed)}
+        text_rank = {m: i + 1 for i, m in enumerate(m for m in by_text if m in allowed)}
+        scores: dict[Any, float] = {}
+        for ranks in (vector_rank, text_rank):
+            for memory_id, rank in ranks.items():
+                scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (RRF_K + rank)
+        top = sorted(scores, key=lambda m: (-scores[m], str(m)))[:k]
+        items = {i.memory_id: i for i in MemoryItem.objects.filter(memory_id__in=top)}
+    return [MemoryHit(items[m], round(scores[m], 6), vector_rank.get(m), text_rank.get(m)) for m in top]

@@ -1,0 +1,24 @@
+from django.urls import path
+
+from memory import api
+
+urlpatterns = [
+    path("memory/items/", api.MemoryItemsApi.as_view(), name="api-memory-items"),
+    path(
+        "memory/items/<uuid:memory_id>/supersede",
+        api.MemoryItemSupersedeApi.as_view(),
+        name="api-memory-supersede",
+    ),
+    path(
+        "memory/items/<uuid:memory_id>/invalidate",
+        api.MemoryItemInvalidateApi.as_view(),
+        name="api-memory-invalidate",
+    ),
+    path("memory/search/", api.MemorySearchApi.as_view(), name="api-memory-search"),
+    path("erasure-requests/", api.ErasureRequestsApi.as_view(), name="api-erasure-requests"),
+    path(
+        "erasure-requests/<uuid:request_id>/",
+        api.ErasureRequestDetailApi.as_view(),
+        name="api-erasure-request",
+    ),
+]

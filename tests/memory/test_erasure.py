@@ -1,0 +1,102 @@
+"""Erasure reaches every store, leaves only digests, cannot be undone by a replay, and proves it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from core.tenancy import tenant_scope
+from memory.erasure import erasure_execute, erasure_request_create
+from memory.models import ErasureRequest, MemoryItem, Tombstone
+from memory.services import ClaimErased, memory_purge_expired, memory_remember
+from runs.context import context_build
+from runs.models import AgentEvent, Summary
+from runs.services.conversation import conversation_append
+from runs.services.runs import run_start
+from runs.services.sessions import redis_client, session_key, session_window
+from tests.memory.test_memory import said
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def subject_with_everything(tenant):  # type: ignore[no-untyped-def]
+    """A customer with memory, a conversation, a summary and a Redis window."""
+    run = run_start(
+        tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="cust-erase"
+    ).run
+    for i in range(8):
+        conversation_append(tenant=tenant, run_id=run.run_id, event_type="user_message", client_message_id=f"m{i}",
+                            body={"content": f"My secret address is Baker Street {i}"}, actor="t")  # fmt: skip
+    conversation_append(tenant=tenant, run_id=run.run_id, event_type="tool_result", client_message_id="t1",
+                        body={"call_id": "c1", "tool": "crm", "content": "Baker Street 221b " * 500}, actor="t")  # fmt: skip
+    memory_remember(tenant=tenant, subject_id="cust-erase", namespace="profile", key="address",
+                    value="Baker Street 221b", provenance=said(run_id=str(run.run_id), seq=2))  # fmt: skip
+    memory_remember(tenant=tenant, subject_id="cust-erase", namespace="preference", key="language", value="english",
+                    provenance=said(run_id=str(run.run_id), seq=3))  # fmt: skip
+    memory_remember(tenant=tenant, subject_id="someone-else", namespace="preference", key="language", value="german",
+                    provenance=said())  # fmt: skip
+    from runs.compaction.services import summary_create
+    from runs.compaction.tokens import token_counter
+
+    summary_create(run=run, events=list(AgentEvent.objects.filter(run=run, seq__lte=5).order_by("seq")),
+                   counter=token_counter("gpt-4"))  # fmt: skip
+    session_window(run=run)
+    return run
+
+
+def test_erasure_clears_every_store_and_the_receipt_proves_it(tenant, subject_with_everything):
+    run = subject_with_everything
+    assert redis_client().exists(session_key(run))
+    request = erasure_request_create(tenant=tenant, subject_id="cust-erase", requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    receipt = done.receipt
+    assert done.status == "completed" and receipt["clean"] is True
+    assert receipt["counts"]["memory_items"] == 2 and receipt["counts"]["runs.events_redacted"] == 9
+    assert receipt["counts"]["runs.artifacts"] == 1
+    assert receipt["counts"]["runs.summaries"] == 1 and receipt["counts"]["runs.redis_session_windows"] == 1
+    assert set(receipt["final_scan"].values()) == {0}
+    assert "cust-erase" not in str(receipt)  # the receipt names the subject by digest only
+    with tenant_scope(tenant.tenant_id):
+        assert list(MemoryItem.objects.values_list("subject_id", flat=True)) == ["someone-else"]
+    assert not AgentEvent.objects.filter(payload__content__icontains="Baker Street").exists()
+    assert AgentEvent.objects.filter(run=run, event_type="user_message", payload__redacted=True).count() == 8
+    assert not Summary.objects.filter(run=run).exists() and not redis_client().exists(session_key(run))
+
+
+def test_erasure_is_idempotent_and_a_replay_cannot_bring_a_claim_back(tenant, subject_with_everything):
+    run = subject_with_everything
+    request = erasure_request_create(tenant=tenant, subject_id="cust-erase", requested_by="user:compliance")
+    erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    again = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert again.status == "completed" and again.receipt["counts"]["memory_items"] == 0
+    with pytest.raises(ClaimErased):  # the old event stream replayed: same claim, same source
+        memory_remember(tenant=tenant, subject_id="cust-erase", namespace="profile", key="address",
+                        value="Baker Street 221b", provenance=said(run_id=str(run.run_id), seq=2))  # fmt: skip
+    with tenant_scope(tenant.tenant_id):
+        assert (
+            Tombstone.objects.count() == 4 and MemoryItem.objects.filter(subject_id="cust-erase").count() == 0
+        )
+        assert not Tombstone.objects.filter(digest__icontains="Baker").exists()
+    fresh = memory_remember(tenant=tenant, subject_id="cust-erase", namespace="preference", key="language",
+                            value="french", provenance=said(run_id="new-run", seq=1))  # fmt: skip
+    assert fresh.value == "french"  # a new statement, given anew, may be kept
+    assert context_build(run=run).total > 0  # the redacted history still builds a context
+
+
+def test_erasure_requests_are_tenant_scoped(tenant, other_tenant):
+    request = erasure_request_create(tenant=tenant, subject_id="x", requested_by="user:c")
+    assert ErasureRequest.objects.count() == 0  # no tenant set: nothing visible
+    with tenant_scope(other_tenant.tenant_id):
+        assert not ErasureRequest.objects.filter(pk=request.pk).exists()
+
+
+def test_expired_claims_are_purged(tenant):
+    memory_remember(tenant=tenant, subject_id="s", namespace="profile", key="k", value="v", provenance=said(),
+                    expires_at=timezone.now() - timedelta(minutes=1))  # fmt: skip
+    memory_remember(tenant=tenant, subject_id="s", namespace="profile", key="j", value="w", provenance=said())
+    assert memory_purge_expired() == 1
+    with tenant_scope(tenant.tenant_id):
+        assert list(MemoryItem.objects.values_list("key", flat=True)) == ["j"]
