@@ -180,3 +180,29 @@ def memory_purge_expired() -> int:
             MemoryItem.objects.filter(supersedes__in=expired).update(supersedes=None)
             purged += expired.delete()[1].get("memory.MemoryItem", 0)
     return purged
+
+
+def memory_learn_from_events(
+    *, tenant: Tenant, subject_id: str, run_id: str, events: list[dict[str, Any]]
+) -> dict[str, int]:
+    """Keep the facts a conversation states about its subject (preference, profile, constraint).
+
+    Only the user's own statements are evidence; each claim keeps the run and event it came from.
+    Claims erased at the person's request are not brought back; sensitive inferences are skipped.
+    """
+    from memory.extraction import extractor_from_settings
+
+    counts = {"kept": 0, "unchanged": 0, "erased": 0, "refused": 0}
+    started = timezone.now()
+    for fact in extractor_from_settings().extract(events):
+        try:
+            item = memory_remember(tenant=tenant, subject_id=subject_id, namespace=fact.namespace, key=fact.key,
+                                   value=fact.value, provenance=fact.provenance(run_id), confidence=fact.confidence)  # fmt: skip
+        except ClaimErased:
+            counts["erased"] += 1
+            continue
+        except SensitiveInference:
+            counts["refused"] += 1
+            continue
+        counts["kept" if item.created_at >= started else "unchanged"] += 1  # the same claim again is not new
+    return counts

@@ -13,6 +13,7 @@ from memory.projection import memory_project
 from memory.services import memory_purge_expired
 from runs.services.dispatch import runs_redispatch
 from runs.services.forks import forks_expire
+from runs.services.learning import run_learn
 from runs.services.steps import run_advance
 
 
@@ -49,3 +50,8 @@ def project_memory(tenant_id: str) -> None:
 @shared_task(name="workers.tasks.project_all_memory", ignore_result=True)
 def project_all_memory() -> int:
     return sum(memory_project(tenant=t)["embedded"] for t in Tenant.objects.all())
+
+
+@shared_task(name="workers.tasks.learn_from_run", ignore_result=True)
+def learn_from_run(run_id: str) -> None:
+    run_learn(run_id=UUID(run_id))

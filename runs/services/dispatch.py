@@ -49,3 +49,13 @@ def runs_redispatch(*, limit: int = 500) -> int:
     if run_ids:
         logger.info("sweep: re-dispatching %d run(s)", len(run_ids))
     return runs_enqueue_many(run_ids=run_ids)
+
+
+def task_enqueue(*, name: str, args: list[str]) -> bool:
+    """Send any other background task by name (runs never imports workers)."""
+    try:
+        current_app.send_task(name, args=args, retry=True, retry_policy=_RETRY_POLICY)
+    except Exception as exc:  # kombu raises several unrelated types for an unreachable broker
+        logger.warning("task %s not sent (%s)", name, exc)
+        return False
+    return True

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from runs.context import BuiltContext, context_build
 from runs.models import AgentEvent, AgentRun
 from runs.services.conversation import AWAITING_INPUT
+from runs.services.dispatch import task_enqueue
 from runs.workflows.registry import Next, State, Step, StepContext, StepResult, Suspend, Workflow, registry
 
 
@@ -51,6 +52,9 @@ def respond(ctx: StepContext, state: State) -> StepResult:
     reply = RuleResponder().respond(context=context, message=message.payload.get("content", "[erased]"))
     said: dict[str, Any] = {"content": reply, "in_reply_to": message.seq, "responder": RuleResponder.name,
                             "context_tokens": context.parts}  # fmt: skip
+    # What the user said about themselves may be worth keeping (preferences, constraints): a
+    # background task extracts it with provenance; doing it twice keeps the same claims.
+    task_enqueue(name="workers.tasks.learn_from_run", args=[str(ctx.run_id)])
     return Next({**state, "answered_through": message.seq}, "respond", say=("assistant_message", said))
 
 
