@@ -9,6 +9,7 @@ this tenant's top-k is complete (HNSW filters after the index scan).
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
 from memory.models import MemoryItem, MemoryVector
 
+logger = logging.getLogger(__name__)
 RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al.): dampens the weight of top ranks
 
 
@@ -49,7 +51,70 @@ def memory_project(*, tenant: Tenant, embedder: Embedder | None = None) -> dict[
              for item, text, vector in zip(missing, texts, vectors, strict=True)],
             ignore_conflicts=True,
         )  # fmt: skip
+    if missing and not _tenant_index_exists(tenant, embedder.dimensions):
+        _send("workers.tasks.index_tenant_vectors", [str(tenant.tenant_id), str(embedder.dimensions)])
     return {"embedded": len(missing), "removed_other_embedders": stale}
+
+
+def _index_name(tenant: Tenant, dimensions: int) -> str:
+    return f"memory_vectors_hnsw_{tenant.tenant_id.hex}_{int(dimensions)}"
+
+
+def _tenant_index_exists(tenant: Tenant, dimensions: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [_index_name(tenant, dimensions)])
+        return cursor.fetchone() is not None
+
+
+def _send(task: str, args: list[str]) -> None:
+    from celery import current_app
+
+    try:
+        current_app.send_task(task, args=args)
+    except Exception as exc:  # kombu raises several unrelated types for an unreachable broker
+        logger.warning("%s not enqueued (%s); the shared index serves meanwhile", task, exc)
+
+
+def vector_candidates(*, tenant: Tenant, embedder: Embedder, vector: list[float], limit: int) -> list[Any]:
+    """Nearest memory ids by cosine distance, within the tenant (call inside its tenant scope).
+
+    The explicit tenant predicate (RLS applies anyway) lets the planner use the tenant's own HNSW
+    index (memory_vector_index_ensure): a graph of this tenant's rows only, so other tenants'
+    density can neither crowd out its top-k nor show in its latency. Iterative scans finish the job
+    where only the shared index exists.
+    """
+    dims = int(embedder.dimensions)  # an int from the embedder, never user input
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(40, min(limit, 1000))])
+        cursor.execute(
+            f"""SELECT v.memory_id FROM memory_vectors v
+                 WHERE v.tenant_id = %s AND v.embedder_key = %s AND v.dimensions = {dims}
+                 ORDER BY v.embedding::vector({dims}) <=> %s::vector({dims}) LIMIT %s""",
+            [tenant.tenant_id, embedder.key, str(vector), limit],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def memory_vector_index_ensure(*, tenant: Tenant, dimensions: int) -> bool:
+    """Give the tenant its own HNSW index (a partial index on its rows). Needs the owner role: where
+    the process has no owner connection, the shared index and iterative scans serve instead."""
+    from django.db import connections
+
+    from core.db_router import OWNER_ALIAS
+
+    if OWNER_ALIAS not in connections.databases:
+        logger.info("no owner connection: tenant %s keeps the shared vector index", tenant.slug)
+        return False
+    name = _index_name(tenant, dimensions)
+    # CONCURRENTLY: writers go on while it builds (the owner connection is in autocommit).
+    with connections[OWNER_ALIAS].cursor() as cursor:
+        cursor.execute(
+            f"""CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memory_vectors
+                USING hnsw ((embedding::vector({int(dimensions)})) vector_cosine_ops)
+                WHERE tenant_id = '{tenant.tenant_id}'::uuid AND dimensions = {int(dimensions)}"""
+        )  # the name and predicate come from a UUID and an int, never from user input
+    return True
 
 
 @dataclass(frozen=True)
@@ -73,17 +138,10 @@ def memory_search(
                                           invalidated_at__isnull=True)  # fmt: skip
         if subject_id is not None:
             valid = valid.filter(subject_id=subject_id)
-        dims = int(embedder.dimensions)
+        by_vector = vector_candidates(
+            tenant=tenant, embedder=embedder, vector=query_vector, limit=candidates * 4
+        )
         with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(40, candidates)])
-            cursor.execute(
-                f"""SELECT v.memory_id FROM memory_vectors v
-                     WHERE v.embedder_key = %s AND v.dimensions = {dims}
-                     ORDER BY v.embedding::vector({dims}) <=> %s::vector({dims}) LIMIT %s""",
-                [embedder.key, str(query_vector), candidates * 4],
-            )  # the dimension is an int from the embedder, not user input
-            by_vector = [row[0] for row in cursor.fetchall()]
             # Any of the words (OR), ranked by how well they match: a recall query, not a filter.
             words = " | ".join(dict.fromkeys(re.findall(r"\w+", query.lower())))
             by_text = []

@@ -9,7 +9,7 @@ from celery import shared_task
 from core.models import Tenant
 from core.tenancy import tenant_get
 from memory.erasure import erasure_execute
-from memory.projection import memory_project
+from memory.projection import memory_project, memory_vector_index_ensure
 from memory.services import memory_purge_expired
 from runs.services.dispatch import runs_redispatch
 from runs.services.forks import forks_expire
@@ -55,3 +55,8 @@ def project_all_memory() -> int:
 @shared_task(name="workers.tasks.learn_from_run", ignore_result=True)
 def learn_from_run(run_id: str) -> None:
     run_learn(run_id=UUID(run_id))
+
+
+@shared_task(name="workers.tasks.index_tenant_vectors", ignore_result=True)
+def index_tenant_vectors(tenant_id: str, dimensions: str) -> None:
+    memory_vector_index_ensure(tenant=tenant_get(slug_or_id=UUID(tenant_id)), dimensions=int(dimensions))
