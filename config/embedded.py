@@ -82,6 +82,11 @@ def start_postgres(pgdata: Path, *, grant_truncate: bool = False) -> tuple[objec
     )
 
 
+def superuser_url(database_url: str) -> str:
+    """The embedded server's superuser on the same database (benchmarks' no-RLS baseline only)."""
+    return database_url.replace(f"postgresql://{APP_ROLE}@", "postgresql://postgres@", 1)
+
+
 def bootstrap_database(superuser_uri: str, *, grant_truncate: bool = False) -> None:
     """Two roles, as production has them: the owner runs migrations and owns the tables; the
     application role (no superuser, no BYPASSRLS, not the owner) serves requests and workers, so
@@ -157,6 +162,8 @@ def ensure_services(data_dir: Path, *, temporary: bool = False) -> EmbeddedServi
             owned.postgres = server
         os.environ["DATABASE_URL"] = url
         os.environ["DATABASE_OWNER_URL"] = owner_url
+        # Only the embedded server has one to offer; `make bench` uses it for its no-RLS baseline.
+        os.environ["KEEPER_BENCH_SUPERUSER_URL"] = superuser_url(url)
     if not os.environ.get("REDIS_URL"):
         server, url = start_redis(data_dir / "redis")
         if getattr(server, "redis_dir", None):  # None when it attached to a server already running

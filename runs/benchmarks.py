@@ -24,6 +24,7 @@ from django.utils import timezone
 from core.digests import canonical_json
 from core.processes import current_database_url
 from core.tenancy import tenant_ensure
+from memory.benchmarks import bench_memory_search
 from runs import store
 from runs.models import AgentEvent, AgentRun
 from runs.services.runs import run_start
@@ -200,6 +201,9 @@ def bench_all(*, quick: bool, progress: Callable[[str], None] | None = None) -> 
         return {
             "commit_step": bench_commit_step(ops=300 if quick else 2000, rounds=3, progress=say),
             "context_build": bench_context_build(events=2000 if quick else 10_000, progress=say),
+            "memory_search": bench_memory_search(
+                items=3000 if quick else 100_000, queries=50 if quick else 200, progress=say
+            ),
         }
     finally:
         AgentRun.objects.filter(tenant__slug="bench").delete()

@@ -27,7 +27,9 @@ def test_setup_creates_tenant_and_admin_once(tmp_path, monkeypatch):
     assert Tenant.objects.filter(slug="demo").count() == 1
 
 
-@pytest.mark.django_db(transaction=True)  # the baseline uses its own connection: it must see committed rows
+# The baselines use their own connections (they must see committed rows); the memory figure builds
+# per-tenant indexes through the owner connection.
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
 def test_bench_prints_one_json_object_with_baseline_and_ratio():
     out = io.StringIO()
     call_command("bench", "--quick", "--json", stdout=out, stderr=io.StringIO())
@@ -38,6 +40,10 @@ def test_bench_prints_one_json_object_with_baseline_and_ratio():
     context = json.loads(out.getvalue())["context_build"]
     assert context["events"] == 2000 and context["read_ms"] > 0 and context["build_ms"] > 0
     assert context["ratio"] == pytest.approx(context["build_ms"] / context["read_ms"], rel=0.05)
+    memory = json.loads(out.getvalue())["memory_search"]
+    assert memory["items"] >= 3000 and memory["tenants"] == 10 and memory["rls_p50_ms"] > 0
+    assert memory["recall_at_10_smallest_tenant"] >= 0.95
+    assert "no_rls_p50_ms" in memory  # the embedded test server offers the superuser baseline
     assert AgentRun.objects.filter(tenant__slug="bench").count() == 0  # cleaned up
 
 
