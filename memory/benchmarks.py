@@ -48,13 +48,12 @@ def _seed(tenant: Tenant, n: int, rng: random.Random) -> None:
 
 def _candidate_queries(conn: psycopg.Connection, tenant: Tenant, embedder: HashingEmbedder, query: str,
                        *, rls: bool) -> None:  # fmt: skip
-    """memory_search's two candidate queries. Under RLS: as the application role, the tenant set for
-    the transaction (the text query relies on the policy alone). Without: on a connection RLS does
-    not bind (the embedded superuser), the tenant a plain predicate."""
+    """memory_search's two candidate queries, as it sends them. Under RLS: as the application role,
+    the tenant set for the transaction. Without: on a connection RLS does not bind (the embedded
+    superuser)."""
     [vector] = embedder.embed([query])
     dims = embedder.dimensions
     words = " | ".join(dict.fromkeys(query.lower().split()))
-    tenant_predicate = "" if rls else "tenant_id = %(tenant)s AND "
     with conn.transaction():
         if rls:
             conn.execute("SELECT set_config('app.tenant_id', %s, true)", [str(tenant.tenant_id)])
@@ -65,11 +64,8 @@ def _candidate_queries(conn: psycopg.Connection, tenant: Tenant, embedder: Hashi
             {"tenant": tenant.tenant_id, "key": embedder.key, "v": str(vector)},
         ).fetchall()
         conn.execute(
-            f"""SELECT memory_id FROM memory_items WHERE {tenant_predicate}
-                  to_tsvector('simple', namespace || ' ' || replace(key, '_', ' ') || ' ' || value::text)
-                  @@ to_tsquery('simple', %(q)s)
-                ORDER BY ts_rank(to_tsvector('simple', namespace || ' ' || replace(key, '_', ' ') || ' '
-                         || value::text), to_tsquery('simple', %(q)s)) DESC LIMIT 50""",
+            """SELECT memory_id FROM memory_items WHERE tenant_id = %(tenant)s AND search @@ to_tsquery('simple', %(q)s)
+                ORDER BY ts_rank(search, to_tsquery('simple', %(q)s)) DESC LIMIT 50""",
             {"tenant": tenant.tenant_id, "q": words},
         ).fetchall()
 
