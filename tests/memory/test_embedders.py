@@ -138,17 +138,7 @@ def test_a_bare_string_is_refused_rather_than_embedded_letter_by_letter():
 # --- sentence-transformers (optional) --------------------------------------------------------
 
 
-def test_sentence_transformer_embeds_with_a_local_model():
-    pytest.importorskip("sentence_transformers", reason="sentence-transformers (and torch) is not installed")
-    model_path = os.environ.get("KEEPER_TEST_SENTENCE_TRANSFORMER_PATH")
-    if not model_path:
-        pytest.skip("set KEEPER_TEST_SENTENCE_TRANSFORMER_PATH to a local sentence-transformers model folder")
-    embedder = SentenceTransformerEmbedder(model_path)
-    assert embedder.name == "sentence-transformers"
-    assert embedder.version == os.path.basename(os.path.abspath(model_path))
-    vectors = embedder.embed(["refund for order 42", "", "money back for order 42"])
-    assert [len(v) for v in vectors] == [embedder.dimensions] * 3
-    assert abs(norm(vectors[0]) - 1.0) < 1e-9 and vectors[1] == [0.0] * embedder.dimensions
+# A real model runs in tests/memory/test_local_model.py.
 
 
 def test_sentence_transformer_without_the_package_is_unavailable(tmp_path, monkeypatch):
