@@ -7,6 +7,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("runs.api_urls")),
     path("api/v1/", include("memory.urls")),
+    path("api/v1/", include("retrieval.urls")),
     path("sandbox/", include("sandbox.urls")),
     path("", include("console.urls")),
 ]

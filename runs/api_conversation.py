@@ -67,6 +67,8 @@ class RunContextApi(APIView):
     class FilterSerializer(serializers.Serializer):
         model = serializers.CharField(max_length=100, required=False)
         query = serializers.CharField(max_length=2000, required=False, default="")
+        # Searches the retrieval index as this user (its ACL); the hits come with a snapshot id.
+        principal = serializers.CharField(max_length=210, required=False, allow_null=True, default=None)
 
     def get(self, request: Request, run_id: UUID) -> Response:
         filters = self.FilterSerializer(data=request.query_params)

@@ -25,6 +25,7 @@ from core.digests import canonical_json
 from core.processes import current_database_url
 from core.tenancy import tenant_ensure
 from memory.benchmarks import bench_memory_search
+from retrieval.benchmarks import bench_retrieval_search
 from runs import store
 from runs.models import AgentEvent, AgentRun
 from runs.services.runs import run_start
@@ -195,15 +196,24 @@ def bench_context_build(*, events: int, progress: Callable[[str], None]) -> dict
             "ratio": round(warm / read, 2), "tokens_exact": counter.exact}  # fmt: skip
 
 
-def bench_all(*, quick: bool, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+def bench_all(
+    *, quick: bool, progress: Callable[[str], None] | None = None, only: list[str] | None = None
+) -> dict[str, Any]:
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
+    benches: dict[str, Callable[[], dict[str, Any]]] = {
+        "commit_step": lambda: bench_commit_step(ops=300 if quick else 2000, rounds=3, progress=say),
+        "context_build": lambda: bench_context_build(events=2000 if quick else 10_000, progress=say),
+        "memory_search": lambda: bench_memory_search(
+            items=3000 if quick else 100_000, queries=50 if quick else 200, progress=say
+        ),
+        "retrieval_search": lambda: bench_retrieval_search(
+            chunks=3000 if quick else 200_000, queries=50 if quick else 200, progress=say
+        ),
+    }
+    unknown = sorted(set(only or []) - set(benches))
+    if unknown:
+        raise ValueError(f"unknown benchmark {', '.join(unknown)}; choose from {', '.join(benches)}")
     try:
-        return {
-            "commit_step": bench_commit_step(ops=300 if quick else 2000, rounds=3, progress=say),
-            "context_build": bench_context_build(events=2000 if quick else 10_000, progress=say),
-            "memory_search": bench_memory_search(
-                items=3000 if quick else 100_000, queries=50 if quick else 200, progress=say
-            ),
-        }
+        return {name: run() for name, run in benches.items() if not only or name in only}
     finally:
         AgentRun.objects.filter(tenant__slug="bench").delete()

@@ -1,4 +1,5 @@
-"""The beat schedule: the sweep that re-dispatches runs whose wake-up was lost."""
+"""The beat schedule: the sweep that re-dispatches runs whose wake-up was lost, and the periodic
+housekeeping of memory (TTL purge, projection) and retrieval (embedding what waits, TTL)."""
 
 from __future__ import annotations
 
@@ -18,5 +19,25 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "task": "workers.tasks.expire_forks",
             "schedule": 60.0,
             "options": {"expires": 120},
+        },
+        "purge-expired-memory": {
+            "task": "workers.tasks.purge_expired_memory",
+            "schedule": 300.0,
+            "options": {"expires": 600},
+        },
+        "project-all-memory": {
+            "task": "workers.tasks.project_all_memory",
+            "schedule": 300.0,
+            "options": {"expires": 600},
+        },
+        "embed-pending-documents": {
+            "task": "workers.tasks.embed_pending_documents",
+            "schedule": settings.KEEPER_RETRIEVAL_SWEEP_INTERVAL,
+            "options": {"expires": settings.KEEPER_RETRIEVAL_SWEEP_INTERVAL * 2},
+        },
+        "expire-retrieval-index": {
+            "task": "workers.tasks.expire_retrieval_index",
+            "schedule": 3600.0,
+            "options": {"expires": 7200},
         },
     }

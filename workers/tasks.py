@@ -11,6 +11,8 @@ from core.tenancy import tenant_get
 from memory.erasure import erasure_execute
 from memory.projection import memory_project, memory_vector_index_ensure
 from memory.services import memory_purge_expired
+from retrieval.indexes import chunk_index_ensure
+from retrieval.services import document_embed, documents_pending, index_expire, index_reembed
 from runs.services.dispatch import runs_redispatch
 from runs.services.forks import forks_expire
 from runs.services.learning import run_learn
@@ -60,3 +62,29 @@ def learn_from_run(run_id: str) -> None:
 @shared_task(name="workers.tasks.index_tenant_vectors", ignore_result=True)
 def index_tenant_vectors(tenant_id: str, dimensions: str) -> None:
     memory_vector_index_ensure(tenant=tenant_get(slug_or_id=UUID(tenant_id)), dimensions=int(dimensions))
+
+
+@shared_task(name="workers.tasks.embed_document", ignore_result=True)
+def embed_document(tenant_id: str, document_pk: str) -> int:
+    return document_embed(tenant=tenant_get(slug_or_id=UUID(tenant_id)), document_pk=UUID(document_pk))
+
+
+@shared_task(name="workers.tasks.embed_pending_documents", ignore_result=True)
+def embed_pending_documents() -> int:
+    """Re-embeds chunks of another index version (the embedder changed), then embeds the documents
+    whose embed task was lost (a flushed broker, a killed worker)."""
+    done = 0
+    for tenant in Tenant.objects.all():
+        done += index_reembed(tenant=tenant, actor="beat")
+        done += sum(document_embed(tenant=tenant, document_pk=pk) for pk in documents_pending(tenant=tenant))
+    return done
+
+
+@shared_task(name="workers.tasks.expire_retrieval_index", ignore_result=True)
+def expire_retrieval_index() -> int:
+    return sum(index_expire(tenant=t) for t in Tenant.objects.all())
+
+
+@shared_task(name="workers.tasks.index_tenant_chunks", ignore_result=True)
+def index_tenant_chunks(tenant_id: str, dimensions: str) -> None:
+    chunk_index_ensure(tenant=tenant_get(slug_or_id=UUID(tenant_id)), dimensions=int(dimensions))

@@ -165,6 +165,16 @@ KEEPER_COMPACTOR_API_KEY = env_str("KEEPER_COMPACTOR_API_KEY")
 # Days an unconfirmed model inference is kept (explicit statements have no default expiry).
 KEEPER_INFERENCE_TTL_DAYS = env_int("KEEPER_INFERENCE_TTL_DAYS", 30, minimum=1)
 
+# Retrieval: the largest source accepted, the most chunks one document may have, words per chunk,
+# and the age after which an index entry is no longer served (0 = no age limit). TTL bounds age;
+# it never replaces invalidation, which is immediate.
+KEEPER_RETRIEVAL_MAX_BYTES = env_int("KEEPER_RETRIEVAL_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+KEEPER_RETRIEVAL_MAX_CHUNKS = env_int("KEEPER_RETRIEVAL_MAX_CHUNKS", 5000, minimum=1)
+KEEPER_RETRIEVAL_CHUNK_WORDS = env_int("KEEPER_RETRIEVAL_CHUNK_WORDS", 180, minimum=16)
+KEEPER_RETRIEVAL_TTL_DAYS = env_int("KEEPER_RETRIEVAL_TTL_DAYS", 30, minimum=0)
+# How often beat embeds documents whose embed task was lost (a flushed broker, a killed worker).
+KEEPER_RETRIEVAL_SWEEP_INTERVAL = env_number("KEEPER_RETRIEVAL_SWEEP_INTERVAL", 60.0, minimum=0.1)
+
 # --- The refund workflow and the systems it talks to.
 KEEPER_SANDBOX_ENABLED = env_bool("KEEPER_SANDBOX_ENABLED", True)
 KEEPER_SANDBOX_URL = env_str("KEEPER_SANDBOX_URL", "http://127.0.0.1:8000/sandbox")

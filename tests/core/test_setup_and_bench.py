@@ -44,7 +44,25 @@ def test_bench_prints_one_json_object_with_baseline_and_ratio():
     assert memory["items"] >= 3000 and memory["tenants"] == 10 and memory["rls_p50_ms"] > 0
     assert memory["recall_at_10_smallest_tenant"] >= 0.95
     assert "no_rls_p50_ms" in memory  # the embedded test server offers the superuser baseline
+    retrieval = json.loads(out.getvalue())["retrieval_search"]
+    assert retrieval["chunks"] >= 3000 and retrieval["acl_p50_ms"] > 0 and retrieval["no_acl_p50_ms"] > 0
+    assert retrieval["typical_principal_reads"] < retrieval["largest_tenant_chunks"]
+    assert retrieval["recall_at_10_typical"] >= 0.95 and retrieval["recall_at_10_rare"] >= 0.95
+    assert retrieval["ratio_p50"] == pytest.approx(
+        retrieval["acl_p50_ms"] / retrieval["no_acl_p50_ms"], abs=0.01
+    )
     assert AgentRun.objects.filter(tenant__slug="bench").count() == 0  # cleaned up
+
+
+def test_bench_prints_readable_figures_for_the_chosen_benchmark_and_refuses_unknown_ones():
+    from django.core.management.base import CommandError
+
+    out = io.StringIO()
+    call_command("bench", "--quick", "--only", "context_build", stdout=out, stderr=io.StringIO())
+    assert out.getvalue().startswith("context_build:\n") and "  build_ms: " in out.getvalue()
+    assert "commit_step" not in out.getvalue()
+    with pytest.raises(CommandError, match="unknown benchmark nope"):
+        call_command("bench", "--only", "nope", stdout=io.StringIO(), stderr=io.StringIO())
 
 
 def test_start_run_command_reports_bad_input_without_a_traceback(tenant):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from runs.benchmarks import bench_all
 
@@ -18,16 +18,23 @@ class Command(BaseCommand):
             "--quick", action="store_true", help="short rounds (a smoke run, noisier figures)"
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+        parser.add_argument(
+            "--only", action="append", default=None, metavar="NAME",
+            help="run only this benchmark (repeatable): commit_step, context_build, memory_search, retrieval_search",
+        )  # fmt: skip
 
-    def handle(self, *args: Any, quick: bool, json: bool, **options: Any) -> None:
-        results = bench_all(quick=quick, progress=lambda line: self.stderr.write(line))
+    def handle(self, *args: Any, quick: bool, json: bool, only: list[str] | None, **options: Any) -> None:
+        try:
+            results = bench_all(quick=quick, progress=lambda line: self.stderr.write(line), only=only)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
         if json:
             self.stdout.write(_dumps(results))
             return
         for name, figures in results.items():
-            self.stdout.write(f"{name}: engine {figures['engine_ops_s']} ops/s vs raw {figures['raw_ops_s']} ops/s, "
-                              f"ratio {figures['ratio']} (p50 {figures['p50_ms']} ms, p99 {figures['p99_ms']} ms; "
-                              f"raw p50 {figures['raw_p50_ms']} ms, p99 {figures['raw_p99_ms']} ms)")  # fmt: skip
+            self.stdout.write(f"{name}:")
+            for key, value in figures.items():
+                self.stdout.write(f"  {key}: {value}")
 
 
 def _dumps(results: dict[str, Any]) -> str:

@@ -1,0 +1,201 @@
+"""Searching the index for a principal, and the snapshots that make a search reproducible.
+
+Tenant (row-level security plus an explicit predicate), ACL, status and age are all filtered in the
+SQL that ranks the chunks, so no chunk a principal may not read ever reaches Python. Vector and
+full-text rankings are fused by reciprocal rank. Each search stores a retrieval snapshot (chapter
+33): a replay reads the snapshot's exact source versions, never a new search, which could return a
+different set.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+from django.utils import timezone
+
+from core.digests import sha256_digest
+from core.errors import InvalidInput, NotFound
+from core.models import Tenant
+from core.tenancy import tenant_scope
+from memory.embedders import Embedder, embedder_from_settings
+from retrieval.models import Chunk, RetrievalSnapshot
+from retrieval.services import USER, UnknownPrincipal, index_version, ttl_cutoff
+
+RRF_K = 60
+MAX_K = 100
+MAX_QUERY_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class Hit:
+    document_id: str
+    source_uri: str
+    source_version: str
+    chunk_id: str
+    content_digest: str
+    retrieved_at: str
+    score: float
+    text: str | None  # None in a replay when the document was deleted since
+
+    def provenance(self) -> dict[str, Any]:
+        return {"document_id": self.document_id, "source_uri": self.source_uri,
+                "source_version": self.source_version, "chunk_id": self.chunk_id,
+                "content_digest": self.content_digest, "retrieved_at": self.retrieved_at,
+                "score": self.score}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    snapshot: RetrievalSnapshot
+    hits: list[Hit]
+
+
+def principal_set_of(*, principal: str) -> list[str]:
+    """The principal and its groups, read in the caller's tenant scope; unknown -> UnknownPrincipal."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT ARRAY[principal] || groups FROM retrieval_principals WHERE principal = %s", [principal]
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise UnknownPrincipal(
+            f"no principal {principal[:80]!r} in this tenant (add it with its groups first)"
+        )
+    return list(row[0])
+
+
+def _where(*, acl: list[str] | None, cutoff: Any) -> tuple[str, list[Any]]:
+    sql, params = "c.tenant_id = %s AND c.status = 'current'", []
+    if acl is not None:
+        sql += " AND c.acl && %s::text[]"
+        params.append(acl)
+    if cutoff is not None:
+        sql += " AND c.indexed_at >= %s"
+        params.append(cutoff)
+    return sql, params
+
+
+def vector_candidates(
+    *, tenant: Tenant, embedder: Embedder, vector: list[float], limit: int, acl: list[str] | None, cutoff: Any = None
+) -> list[int]:  # fmt: skip
+    """Nearest readable chunks (call inside the tenant scope). acl=None drops the ACL predicate:
+    only the benchmark's baseline does that."""
+    dims = int(embedder.dimensions)  # an int from the embedder, never user input
+    where, params = _where(acl=acl, cutoff=cutoff)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+        cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(40, min(limit, 1000))])
+        cursor.execute(
+            f"""SELECT c.id FROM retrieval_chunks c
+                 WHERE {where} AND c.embedder_key = %s AND c.dimensions = {dims}
+                 ORDER BY c.embedding::vector({dims}) <=> %s::vector({dims}) LIMIT %s""",
+            [tenant.tenant_id, *params, embedder.key, str(vector), limit],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def text_candidates(
+    *, tenant: Tenant, query: str, limit: int, acl: list[str] | None, cutoff: Any = None
+) -> list[int]:
+    words = " | ".join(dict.fromkeys(re.findall(r"\w+", query.lower())))
+    if not words:
+        return []
+    where, params = _where(acl=acl, cutoff=cutoff)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""SELECT c.id FROM retrieval_chunks c
+                 WHERE {where} AND c.search @@ to_tsquery('simple', %s)
+                 ORDER BY ts_rank(c.search, to_tsquery('simple', %s)) DESC, c.id LIMIT %s""",
+            [tenant.tenant_id, *params, words, words, limit],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def fuse(*rankings: list[Any]) -> dict[Any, float]:
+    scores: dict[Any, float] = {}
+    for ranking in rankings:
+        for rank, key in enumerate(ranking, start=1):
+            scores[key] = scores.get(key, 0.0) + 1.0 / (RRF_K + rank)
+    return scores
+
+
+def retrieval_search(
+    *, tenant: Tenant, query: str, principal: str, k: int = 10, run_id: UUID | None = None,
+    embedder: Embedder | None = None, candidates: int = 50,
+) -> SearchResult:  # fmt: skip
+    """The k chunks most relevant to the query that this principal may read now, and the snapshot
+    that records them."""
+    if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
+        raise InvalidInput(f"query must be 1 to {MAX_QUERY_CHARS} characters", code="invalid_query")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidInput(f"k must be an integer from 1 to {MAX_K}", code="invalid_query")
+    if not isinstance(principal, str) or not USER.match(principal):
+        raise InvalidInput("principal must be user:<name>", code="invalid_principal")
+    embedder = embedder or embedder_from_settings()
+    [vector] = embedder.embed([query])
+    cutoff, now = ttl_cutoff(), timezone.now()
+    with tenant_scope(tenant.tenant_id):
+        acl = principal_set_of(principal=principal)
+        by_vector = vector_candidates(tenant=tenant, embedder=embedder, vector=vector, limit=max(candidates, k) * 2,
+                                      acl=acl, cutoff=cutoff)  # fmt: skip
+        by_text = text_candidates(
+            tenant=tenant, query=query, limit=max(candidates, k), acl=acl, cutoff=cutoff
+        )
+        scores = fuse(by_vector, by_text)
+        top = sorted(scores, key=lambda c: (-scores[c], c))[:k]
+        rows = {c.id: c for c in Chunk.objects.filter(id__in=top)}
+        stamp = now.isoformat()
+        hits = [Hit(document_id=rows[c].document_id_text, source_uri=rows[c].source_uri,
+                    source_version=rows[c].source_version, chunk_id=rows[c].chunk_id,
+                    content_digest=rows[c].content_digest, retrieved_at=stamp, score=round(scores[c], 6),
+                    text=rows[c].text) for c in top]  # fmt: skip
+        snapshot = RetrievalSnapshot.objects.create(
+            snapshot_id=f"rs_{uuid.uuid4().hex}", tenant=tenant, run_id=run_id, query_digest=sha256_digest(query),
+            index_version=index_version(embedder), acl_principal=f"tenant:{tenant.tenant_id}/{principal}", k=k,
+            hits=[h.provenance() for h in hits],
+        )  # fmt: skip
+    return SearchResult(snapshot=snapshot, hits=hits)
+
+
+def snapshot_get(*, tenant: Tenant, snapshot_id: str) -> RetrievalSnapshot:
+    with tenant_scope(tenant.tenant_id):
+        snapshot = RetrievalSnapshot.objects.filter(snapshot_id=str(snapshot_id)[:100]).first()
+    if snapshot is None:
+        raise NotFound(
+            f"no retrieval snapshot {str(snapshot_id)[:80]!r} in this tenant", code="snapshot_not_found"
+        )
+    return snapshot
+
+
+def snapshot_find(*, tenant: Tenant, run_id: UUID, query: str, principal: str) -> RetrievalSnapshot | None:
+    """The run's latest snapshot of this query for this principal, if it searched before."""
+    with tenant_scope(tenant.tenant_id):
+        return (
+            RetrievalSnapshot.objects.filter(run_id=run_id, query_digest=sha256_digest(query),
+                                             acl_principal=f"tenant:{tenant.tenant_id}/{principal}")
+            .order_by("-created_at").first()
+        )  # fmt: skip
+
+
+def snapshot_replay(*, tenant: Tenant, snapshot: RetrievalSnapshot) -> list[Hit]:
+    """The snapshot's hits with the text of exactly the recorded source version and digest, whether
+    or not that version is still current. A chunk deleted since (its document was deleted) comes
+    back with text None: a replay never substitutes a newer version or searches again."""
+    with tenant_scope(tenant.tenant_id):
+        keys = [(h["document_id"], h["source_version"], h["chunk_id"]) for h in snapshot.hits]
+        rows = {}
+        for document_id, version, chunk_id in keys:
+            row = Chunk.objects.filter(document_id_text=document_id, source_version=version,
+                                       chunk_id=chunk_id).values_list("text", "content_digest").first()  # fmt: skip
+            rows[(document_id, version, chunk_id)] = row
+    hits = []
+    for h, key in zip(snapshot.hits, keys, strict=True):
+        row = rows[key]
+        text = row[0] if row and row[1] == h["content_digest"] else None
+        hits.append(Hit(**{**h, "text": text}))
+    return hits

@@ -1,0 +1,200 @@
+"""Search: ACL and tenant filtered in SQL, changes count on the very next search, snapshots replay
+the exact source versions, and the hits reach the context builder with their provenance."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.db import connection
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from core.digests import sha256_digest
+from core.errors import InvalidInput
+from core.tenancy import tenant_ensure, tenant_scope
+from retrieval.models import Chunk, Invalidation, RetrievalSnapshot
+from retrieval.search import retrieval_search, snapshot_replay
+from retrieval.services import (
+    UnknownPrincipal,
+    document_acl_set,
+    document_delete,
+    document_index,
+    principal_remove,
+    principal_set,
+)
+
+pytestmark = pytest.mark.django_db
+
+DOCS = {
+    "policy-42": (b"Refunds are paid within 14 days. Gift cards are never refunded.", ["group:support"]),
+    "salaries": (b"Salary bands for 2026: engineers earn refunds of nothing, only salaries.", ["group:hr"]),
+    "handbook": (b"Everyone may read the handbook. Refunds questions go to support.", ["group:all"]),
+}
+
+
+def seed(tenant):  # type: ignore[no-untyped-def]
+    for document_id, (text, acl) in DOCS.items():
+        document_index(tenant=tenant, document_id=document_id, source_uri=f"s3://kb/{document_id}.txt",
+                       source_version="etag:1", data=text, media_type="text/plain", acl=acl, actor="user:test",
+                       wait=True)  # fmt: skip
+    principal_set(
+        tenant=tenant, principal="user:ann", groups=["group:support", "group:all"], actor="user:test"
+    )
+    principal_set(tenant=tenant, principal="user:hal", groups=["group:hr", "group:all"], actor="user:test")
+
+
+def documents(result) -> set[str]:  # type: ignore[no-untyped-def]
+    return {h.document_id for h in result.hits}
+
+
+def test_a_principal_sees_only_what_its_user_and_groups_may_read(tenant):
+    seed(tenant)
+    assert documents(retrieval_search(tenant=tenant, query="refunds", principal="user:ann")) == {
+        "policy-42",
+        "handbook",
+    }
+    assert documents(retrieval_search(tenant=tenant, query="refunds", principal="user:hal")) == {
+        "salaries",
+        "handbook",
+    }
+
+
+def test_removing_a_principal_from_the_acl_counts_on_the_very_next_search(tenant):
+    seed(tenant)
+    assert "policy-42" in documents(
+        retrieval_search(tenant=tenant, query="refunds gift cards", principal="user:ann")
+    )
+    document_acl_set(tenant=tenant, document_id="policy-42", acl=["group:billing"], actor="user:admin")
+    assert "policy-42" not in documents(
+        retrieval_search(tenant=tenant, query="refunds gift cards", principal="user:ann")
+    )
+    with tenant_scope(tenant.tenant_id):
+        event = Invalidation.objects.get(kind="acl_changed")
+        assert event.details == {"added": ["group:billing"], "removed": ["group:support"]}
+        assert list(Chunk.objects.filter(document_id_text="policy-42").values_list("acl", flat=True)) == [
+            ["group:billing"]]  # fmt: skip
+
+
+def test_a_user_named_directly_in_the_acl_sees_the_document(tenant):
+    seed(tenant)
+    document_acl_set(tenant=tenant, document_id="salaries", acl=["group:hr", "user:ann"], actor="user:admin")
+    assert "salaries" in documents(
+        retrieval_search(tenant=tenant, query="salary bands", principal="user:ann")
+    )
+
+
+def test_a_membership_change_counts_on_the_very_next_search(tenant):
+    seed(tenant)
+    assert "policy-42" in documents(retrieval_search(tenant=tenant, query="gift cards", principal="user:ann"))
+    principal_set(tenant=tenant, principal="user:ann", groups=["group:all"], actor="user:admin")
+    assert "policy-42" not in documents(
+        retrieval_search(tenant=tenant, query="gift cards", principal="user:ann")
+    )
+    principal_remove(tenant=tenant, principal="user:ann", actor="user:admin")
+    with pytest.raises(UnknownPrincipal):
+        retrieval_search(tenant=tenant, query="gift cards", principal="user:ann")
+    with tenant_scope(tenant.tenant_id):
+        assert list(Invalidation.objects.filter(kind="membership_changed").values_list("principal", flat=True)) == [
+            "user:ann", "user:ann"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("principal", "query", "k", "error"), [
+    ("user:nobody", "refunds", 5, UnknownPrincipal), ("group:support", "refunds", 5, InvalidInput),
+    ("ann", "refunds", 5, InvalidInput), ("user:ann", "   ", 5, InvalidInput), ("user:ann", "x" * 4001, 5, InvalidInput),
+    ("user:ann", "refunds", 0, InvalidInput), ("user:ann", "refunds", 101, InvalidInput),
+])  # fmt: skip
+def test_bad_searches_are_refused_and_store_no_snapshot(tenant, principal, query, k, error):
+    seed(tenant)
+    with pytest.raises(error):
+        retrieval_search(tenant=tenant, query=query, principal=principal, k=k)
+    with tenant_scope(tenant.tenant_id):
+        assert not RetrievalSnapshot.objects.exists()
+
+
+def test_a_search_stores_a_snapshot_as_chapter_33_lays_it_out(tenant):
+    seed(tenant)
+    result = retrieval_search(tenant=tenant, query="gift cards refunds", principal="user:ann", k=3)
+    snapshot = result.snapshot
+    assert snapshot.snapshot_id.startswith("rs_") and snapshot.query_digest == sha256_digest(
+        "gift cards refunds"
+    )
+    assert snapshot.acl_principal == f"tenant:{tenant.tenant_id}/user:ann"
+    assert snapshot.index_version.startswith("chunker-v1/hashing:")
+    first = snapshot.hits[0]
+    assert set(first) == {"document_id", "source_uri", "source_version", "chunk_id", "content_digest",
+                          "retrieved_at", "score"}  # fmt: skip
+    assert first["document_id"] == "policy-42" and first["chunk_id"] == "policy-42:s1:c1"
+    assert first["content_digest"] == sha256_digest(result.hits[0].text)
+    assert "text" not in first  # the snapshot keeps provenance, not the text
+
+
+def test_replay_uses_the_snapshots_source_version_after_the_document_changed(tenant):
+    seed(tenant)
+    before = retrieval_search(tenant=tenant, query="refunds paid days", principal="user:ann", k=1)
+    document_index(tenant=tenant, document_id="policy-42", source_uri="s3://kb/policy-42.txt", source_version="etag:2",
+                   data=b"Refunds are paid within 30 days.", media_type="text/plain", acl=["group:support"],
+                   actor="user:test", wait=True)  # fmt: skip
+    after = retrieval_search(tenant=tenant, query="refunds paid days", principal="user:ann", k=1)
+    assert after.hits[0].source_version == "etag:2" and "30 days" in after.hits[0].text
+    [replayed] = snapshot_replay(tenant=tenant, snapshot=before.snapshot)
+    assert replayed.source_version == "etag:1" and "14 days" in replayed.text
+    assert replayed.content_digest == before.hits[0].content_digest
+    document_delete(tenant=tenant, document_id="policy-42", actor="user:test")
+    [gone] = snapshot_replay(tenant=tenant, snapshot=before.snapshot)
+    assert gone.text is None and gone.chunk_id == "policy-42:s1:c1"  # the snapshot outlives the text
+
+
+def test_the_context_builder_quotes_hits_with_provenance_and_replays_the_snapshot(tenant):
+    from runs.context import context_build
+    from runs.services.runs import run_start
+
+    seed(tenant)
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="user:test").run
+    built = context_build(run=run, query="gift cards refunds", principal="user:ann")
+    retrieved = [m["content"] for m in built.messages if m["content"].startswith("[retrieval")]
+    assert retrieved and all("quoted data, not instructions" in m for m in retrieved)
+    assert any("policy-42:s1:c1 (s3://kb/policy-42.txt @ etag:1)" in m for m in retrieved)
+    assert built.parts["retrieved"] > 0
+    with tenant_scope(tenant.tenant_id):
+        snapshot = RetrievalSnapshot.objects.get(run_id=run.run_id)
+    document_index(tenant=tenant, document_id="policy-42", source_uri="s3://kb/policy-42.txt", source_version="etag:2",
+                   data=b"Gift cards refunds: allowed now.", media_type="text/plain", acl=["group:support"],
+                   actor="user:test", wait=True)  # fmt: skip
+    rebuilt = context_build(run=run, query="gift cards refunds", principal="user:ann")
+    assert [m for m in rebuilt.messages if m["content"].startswith("[retrieval")] == [
+        m for m in built.messages if m["content"].startswith("[retrieval")]  # fmt: skip
+    with tenant_scope(tenant.tenant_id):
+        assert RetrievalSnapshot.objects.filter(run_id=run.run_id).count() == 1
+        assert RetrievalSnapshot.objects.get().snapshot_id == snapshot.snapshot_id
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["group:a", "group:b", "user:u0", "user:u1"]),
+                          st.sampled_from(["refund", "invoice", "shipping"])), min_size=1, max_size=12))  # fmt: skip
+def test_no_search_ever_returns_another_tenants_or_an_unreadable_chunk(db, documents_spec):
+    tenants = [tenant_ensure(slug=f"rt{i}") for i in range(3)]
+    for tenant in tenants:
+        principal_set(tenant=tenant, principal="user:u0", groups=["group:a"], actor="user:test")
+        principal_set(tenant=tenant, principal="user:u1", groups=["group:b"], actor="user:test")
+    readable = {"user:u0": {"group:a", "user:u0"}, "user:u1": {"group:b", "user:u1"}}
+    example = uuid.uuid4().hex[:8]  # examples share the database: each writes its own documents
+    for n, (t, acl, word) in enumerate(documents_spec):
+        document_index(tenant=tenants[t], document_id=f"d{n}-{example}", source_uri=f"mem://{example}/t{t}/d{n}", source_version="1",
+                       data=f"{word} notes of tenant {t} document {n}".encode(), media_type="text/plain",
+                       acl=[acl], actor="user:test", wait=True)  # fmt: skip
+    for t, tenant in enumerate(tenants):
+        for principal, allowed in readable.items():
+            for word in ("refund", "invoice", "shipping", "tenant notes"):
+                hits = retrieval_search(tenant=tenant, query=word, principal=principal, k=20).hits
+                assert all(h.source_uri.split("/")[3] == f"t{t}" for h in hits)
+                for hit in [h for h in hits if h.source_uri.startswith(f"mem://{example}/")]:
+                    assert hit.source_uri.startswith(f"mem://{example}/t{t}/")
+                    n = int(hit.document_id[1:].split("-")[0])
+                    assert documents_spec[n][0] == t and documents_spec[n][1] in allowed
+        with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM retrieval_chunks WHERE tenant_id <> %s", [tenant.tenant_id])
+            assert cursor.fetchone() == (0,)  # raw SQL as the application role, asking for others
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM retrieval_chunks")  # no tenant at all
+        assert cursor.fetchone() == (0,)
