@@ -1,8 +1,17 @@
 from django.urls import path
 
-from console import views
+from console.urls_compliance import urlpatterns as compliance
+from console.urls_engineer import urlpatterns as engineer
+from console.urls_support import urlpatterns as support
+from console.views import auth
 
 app_name = "console"
 urlpatterns = [
-    path("", views.home, name="home"),
+    path("", auth.home, name="home"),
+    path("sign-in/", auth.sign_in, name="sign_in"),
+    path("sign-out/", auth.sign_out, name="sign_out"),
+    path("audit/", auth.audit_log, name="audit_log"),
+    *support,
+    *engineer,
+    *compliance,
 ]

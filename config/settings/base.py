@@ -70,6 +70,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "console.context.console_roles",
             ],
         },
     },
@@ -91,7 +92,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-LOGIN_URL = "admin:login"
+LOGIN_URL = "console:sign_in"
+LOGIN_REDIRECT_URL = "/"
+# Failed sign-ins allowed per user name (four times as many per address) within the window, seconds.
+KEEPER_LOGIN_MAX_FAILURES = env_int("KEEPER_LOGIN_MAX_FAILURES", 5, minimum=1)
+KEEPER_LOGIN_WINDOW = env_int("KEEPER_LOGIN_WINDOW", 15 * 60, minimum=1)
+SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_AGE = env_int("KEEPER_SESSION_AGE", 8 * 3600, minimum=60)
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie

@@ -1,0 +1,93 @@
+"""Sign-in with throttling, sign-out, the home page (each role's first screen), and the audit log."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth import login, logout
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import AuthenticationForm
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_http_methods, require_POST
+
+from console.audit import audit_record
+from console.models import AuditEntry
+from console.roles import COMPLIANCE, ENGINEER, SUPPORT, role_required, tenant_ids_for_user, user_roles
+
+FAILED = "sign_in_failed"
+
+
+def _throttled(username: str, remote_addr: str) -> bool:
+    since = timezone.now() - timedelta(seconds=settings.KEEPER_LOGIN_WINDOW)
+    failures = AuditEntry.objects.filter(action=FAILED, at__gte=since)
+    return (
+        failures.filter(details__username=username.lower()[:150]).count()
+        >= settings.KEEPER_LOGIN_MAX_FAILURES
+        or failures.filter(remote_addr=remote_addr).count() >= settings.KEEPER_LOGIN_MAX_FAILURES * 4
+    )
+
+
+@require_http_methods(["GET", "POST"])
+def sign_in(request: HttpRequest) -> HttpResponse:
+    next_url = request.POST.get("next") or request.GET.get("next") or "/"
+    if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
+        next_url = "/"
+    form = AuthenticationForm(request, data=request.POST if request.method == "POST" else None)
+    throttled = False
+    if request.method == "POST":
+        username = str(request.POST.get("username", ""))
+        remote = request.META.get("REMOTE_ADDR", "")
+        if _throttled(username, remote):
+            throttled = True
+            form.errors.clear()
+        elif form.is_valid():
+            login(request, form.get_user())
+            audit_record(request=request, action="sign_in", target_type="user", target_id=username)
+            return redirect(next_url)
+        else:
+            audit_record(request=request, action=FAILED, actor="anonymous", target_type="user",
+                         target_id=username[:150], details={"username": username.lower()[:150]})  # fmt: skip
+    status = 429 if throttled else 200
+    return render(request, "console/sign_in.html", {"form": form, "next": next_url, "throttled": throttled,
+                                                     "window_minutes": settings.KEEPER_LOGIN_WINDOW // 60},
+                  status=status)  # fmt: skip
+
+
+@require_POST
+def sign_out(request: HttpRequest) -> HttpResponse:
+    if request.user.is_authenticated:
+        audit_record(
+            request=request, action="sign_out", target_type="user", target_id=request.user.get_username()
+        )
+    logout(request)
+    return redirect("console:sign_in")
+
+
+@login_required
+def home(request: HttpRequest) -> HttpResponse:
+    roles = user_roles(request.user)
+    for role, target in ((SUPPORT, "console:support_inbox"), (ENGINEER, "console:run_list"),
+                         (COMPLIANCE, "console:compliance_home")):  # fmt: skip
+        if role in roles:
+            return redirect(target)
+    return render(request, "console/no_role.html", status=403)
+
+
+@role_required(SUPPORT, COMPLIANCE, ENGINEER)
+def audit_log(request: HttpRequest) -> HttpResponse:
+    """The audit entries of the user's tenants (and, for a superuser, the tenant-less ones)."""
+    entries = AuditEntry.objects.select_related("tenant").filter(
+        tenant_id__in=tenant_ids_for_user(request.user)
+    )
+    if request.user.is_superuser:
+        entries = AuditEntry.objects.select_related("tenant")
+    target = request.GET.get("target", "")[:200]
+    if target:
+        entries = entries.filter(target_id=target)
+    page = Paginator(entries.order_by("-id"), 50).get_page(request.GET.get("page"))
+    return render(request, "console/audit_log.html", {"page": page, "target": target})
