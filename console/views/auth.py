@@ -9,13 +9,14 @@ from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
-from console.audit import audit_record
+from console.audit import actor_of, audit_record
 from console.models import AuditEntry
 from console.roles import COMPLIANCE, ENGINEER, SUPPORT, role_required, tenant_ids_for_user, user_roles
 
@@ -80,9 +81,9 @@ def home(request: HttpRequest) -> HttpResponse:
 
 @role_required(SUPPORT, COMPLIANCE, ENGINEER)
 def audit_log(request: HttpRequest) -> HttpResponse:
-    """The audit entries of the user's tenants (and, for a superuser, the tenant-less ones)."""
+    """The audit entries of the user's tenants and the user's own (sign-ins); a superuser sees all."""
     entries = AuditEntry.objects.select_related("tenant").filter(
-        tenant_id__in=tenant_ids_for_user(request.user)
+        Q(tenant_id__in=tenant_ids_for_user(request.user)) | Q(actor=actor_of(request))
     )
     if request.user.is_superuser:
         entries = AuditEntry.objects.select_related("tenant")
