@@ -52,6 +52,35 @@ def _manage(*args: str) -> None:
     subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, check=True)
 
 
+def _wait_http(url: str, timeout: float = 60.0) -> bool:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return True
+        except urllib.error.HTTPError:
+            return True  # it answered
+        except OSError:
+            time.sleep(0.2)
+    return False
+
+
+def _load_demo(host: str, port: str) -> None:
+    """The demo content, once, while only web runs (its refund runs talk to the sandbox web serves)."""
+    if os.environ.get("KEEPER_DEMO", "true").lower() in ("0", "false", "no"):
+        return
+    if not _wait_http(f"http://{host}:{port}/sign-in/"):
+        _say("web did not answer within 60 s; demo content not loaded")
+        return
+    try:
+        _manage("keeper_demo")
+    except subprocess.CalledProcessError:
+        _say("the demo content could not be loaded (see above); Keeper runs without it")
+
+
 def run() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     from config.embedded import ensure_services
@@ -70,11 +99,13 @@ def run() -> int:
     signal.signal(signal.SIGTERM, request_stop)
     host = os.environ.get("KEEPER_HOST", "127.0.0.1")
     port = os.environ.get("KEEPER_PORT", "8000")
+    os.environ.setdefault("KEEPER_SANDBOX_URL", f"http://{host}:{port}/sandbox")
     exit_code = 0
     try:
         _manage("migrate", "--noinput", "-v", "0")
         _manage("keeper_setup")
         supervisor.start("web", ["manage.py", "runserver", f"{host}:{port}", "--noreload"])
+        _load_demo(host, port)
         supervisor.start(
             "worker", ["-m", "celery", "-A", "workers", "worker", "-l", "info", "-n", "keeper@%h"]
         )

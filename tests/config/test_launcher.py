@@ -76,6 +76,8 @@ def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path
 
         wait_until(completed, timeout=60, interval=1, message="the run to complete under make run")
         assert (data_dir / "admin-password.txt").stat().st_mode & 0o077 == 0
+        assert (data_dir / "demo-credentials.txt").stat().st_mode & 0o077 == 0  # the demo loaded once
+        assert "awaiting_approval" in (data_dir / "demo-loaded.txt").read_text()
         running = " ".join(_processes_of(data_dir))
         assert all(name in running for name in ("postgres", "runserver", "worker", "beat")), running
         registry = json.loads((data_dir / "redis" / "redis.db.settings").read_text())
@@ -87,6 +89,7 @@ def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path
     output = (tmp_path / "launcher.log").read_text()
     assert code == 0, output
     assert "keeper: stopped" in output
+    assert "demo sign-ins (development only" in output and "acme-support" in output
     time.sleep(0.5)
     assert _processes_of(data_dir) == []
     assert not _alive(redis_pid)

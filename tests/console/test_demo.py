@@ -1,0 +1,41 @@
+"""The demo content `make run` loads once: every interesting state, reached through the services."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from console.demo import demo_load
+from core.models import Tenant
+from core.tenancy import tenant_scope
+from memory.models import ErasureRequest, MemoryItem
+from retrieval.models import Document
+from runs.models import AgentRun, ToolOperation
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def test_the_demo_has_every_state_and_loads_once(live_server, settings, tmp_path):
+    settings.KEEPER_SANDBOX_URL = live_server.url + "/sandbox"
+    settings.KEEPER_PAYMENTS_TIMEOUT = 1.0
+    result = demo_load(data_dir=tmp_path)
+    assert result.loaded and set(result.credentials) >= {"acme-support", "acme-compliance", "acme-engineer"}
+    runs = {name: AgentRun.objects.get(run_id=run_id) for name, run_id in result.runs.items()}
+    assert runs["completed"].status == "completed"
+    assert runs["forked"].parent_run_id == runs["completed"].run_id and runs["forked"].fork_seq == 2
+    assert (runs["awaiting_approval"].status, runs["awaiting_approval"].suspend_reason) == (
+        "suspended",
+        "approval_required",
+    )
+    assert runs["unknown_operation"].suspend_reason == "reconciliation_required"
+    assert ToolOperation.objects.get(run=runs["unknown_operation"]).status == "unknown"
+    assert runs["refused_resume"].suspend_reason == "state_digest_mismatch"
+    assert runs["unsupported_checkpoint"].suspend_reason == "unsupported_checkpoint"
+    acme = Tenant.objects.get(slug="acme")
+    with tenant_scope(acme.tenant_id):
+        assert MemoryItem.objects.filter(subject_id="cust-1001").count() == 3  # one superseded
+        assert Document.objects.filter(status="indexed").count() == 2
+        assert ErasureRequest.objects.get().status == "completed"
+    assert (tmp_path / "demo-credentials.txt").stat().st_mode & 0o077 == 0
+    users = get_user_model().objects.count()
+    assert not demo_load(data_dir=tmp_path).loaded and get_user_model().objects.count() == users
