@@ -91,6 +91,10 @@ def run_start(
     return StartedRun(AgentRun.objects.get(run_id=run_id), created=True)
 
 
+# The person's action each transition event stands for, for refusal messages.
+_ACTIONS = {"run_cancelled": "cancel", "resume_requested": "resume", "run_suspended": "suspend", "run_failed": "fail"}
+
+
 def _transition(
     *,
     run_id: UUID,
@@ -111,7 +115,7 @@ def _transition(
         raise RunNotFound(f"no run {run_id}")
     if seq is None:
         raise InvalidTransition(
-            f"run {run_id} is {run.status}; {event_type.replace('run_', '')} needs it to be "
+            f"run {run_id} is {run.status}; {_ACTIONS.get(event_type, event_type)} needs it to be "
             + " or ".join(from_statuses),
             details={"status": run.status},
         )

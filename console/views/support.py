@@ -1,0 +1,282 @@
+"""Support screens: the inbox of runs that need a person, and approve / reject / reconcile / resume /
+cancel. Each action is a POST on an object of the user's tenants (else 404), done by one run service
+(which writes the run event with the actor and note) and then recorded in the audit log; an action
+the service refuses shows its message with its 4xx status and records nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST, require_safe
+from django_htmx.middleware import HtmxDetails
+
+from console import support_queries as q
+from console.audit import actor_of, audit_record
+from console.roles import SUPPORT, role_required, run_for_user, tenant_ids_for_user
+from core.errors import ApplicationError
+from core.models import Tenant
+from runs.models import AgentRun, ApprovalStatus, OperationStatus, RunStatus
+from runs.services.approvals import approval_approve, approval_reject
+from runs.services.operations import RECONCILE_OUTCOMES, operation_reconcile
+from runs.services.runs import run_cancel, run_resume
+from runs.workflows.registry import registry
+
+NOTE_MAX = 2000  # as the REST API
+OUTCOME_LABELS = {"applied": "applied: it happened (give the external reference you found)",
+                  "not_applied": "not applied: it never happened (allow one retry)"}  # fmt: skip
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+class NoteForm(forms.Form):
+    note = forms.CharField(max_length=NOTE_MAX, widget=forms.Textarea(attrs={"rows": 2, "dir": "auto"}))
+
+
+class ReconcileForm(NoteForm):
+    outcome = forms.ChoiceField(
+        choices=[(o, OUTCOME_LABELS[o]) for o in RECONCILE_OUTCOMES], widget=forms.RadioSelect
+    )
+    external_ref = forms.CharField(max_length=200, required=False)
+    resume = forms.BooleanField(required=False, initial=True, label="resume the run afterwards")
+    field_order = ["outcome", "external_ref", "note", "resume"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("outcome") == "applied" and not data.get("external_ref", "").strip():
+            self.add_error("external_ref", "an applied operation needs the external reference you found")
+        return data
+
+
+def _tenants(request: HttpRequest) -> list[UUID]:
+    return tenant_ids_for_user(request.user)
+
+
+def _render(
+    request: HtmxHttpRequest, template: str, context: dict[str, Any], status: int = 200
+) -> HttpResponse:
+    """The page, or only its polled part when htmx asks for it (the same view and context)."""
+    if request.htmx and request.htmx.target == "run-status":
+        template = "console/support/_run_status.html"
+    elif request.htmx and request.htmx.target == "inbox-rows":
+        template = "console/support/_inbox_rows.html"
+    return render(request, template, context, status=status)
+
+
+def _run_context(run: AgentRun) -> dict[str, Any]:
+    refusal = q.resume_refusal(run) if run.status == RunStatus.SUSPENDED else None
+    events = [{"event": e, "payload": q.pretty_json(e.payload, limit=1500)} for e in q.recent_events(run)]
+    return {"run": run, "refusal": refusal, "events": events,
+            "result_json": q.pretty_json(run.result) if run.result is not None else ""}  # fmt: skip
+
+
+def _act(
+    request: HtmxHttpRequest, form: forms.Form, *, perform: Callable[[dict[str, Any]], object],
+    page: Callable[[forms.Form, int], HttpResponse], action: str, tenant: Tenant, target_type: str,
+    target_id: Any, details: dict[str, Any], done: str, next_url: str,
+) -> HttpResponse:  # fmt: skip
+    """Validate, call the service, then audit. Not one transaction: the run services enqueue the
+    worker's wake-up themselves (run_resume sends it before any outer commit), so wrapping them
+    would wake a worker that cannot yet see the request."""
+    if not form.is_valid():
+        return page(form, 422)
+    try:
+        perform(form.cleaned_data)
+    except ApplicationError as exc:
+        form.add_error(None, exc.message)
+        return page(form, exc.http_status if 400 <= exc.http_status < 500 else 409)
+    audit_record(request=request, action=action, tenant=tenant, target_type=target_type, target_id=target_id,
+                 note=form.cleaned_data["note"], details=details)  # fmt: skip
+    messages.success(request, done)
+    return redirect(next_url)
+
+
+@role_required(SUPPORT)
+@require_safe
+def support_inbox(request: HtmxHttpRequest) -> HttpResponse:
+    inbox = q.support_inbox(tenant_ids=_tenants(request), now=timezone.now())
+    return _render(request, "console/support/inbox.html", {"inbox": inbox, "limit": q.INBOX_LIMIT})
+
+
+# --- approvals --------------------------------------------------------------------------------------
+
+
+def _approval_page(request: HtmxHttpRequest, approval_id: UUID, *, approve_form: forms.Form | None = None,
+                   reject_form: forms.Form | None = None, status: int = 200) -> HttpResponse:  # fmt: skip
+    approval = q.approval_for_tenants(_tenants(request), approval_id)
+    context = {"row": q.approval_row(approval, timezone.now()), "approval": approval,
+               "pending": approval.status == ApprovalStatus.PENDING, "request_json": q.pretty_json(approval.request),
+               "approve_form": approve_form or NoteForm(), "reject_form": reject_form or NoteForm(),
+               **_run_context(approval.run)}  # fmt: skip
+    return _render(request, "console/support/approval.html", context, status)
+
+
+@role_required(SUPPORT)
+@require_safe
+def support_approval(request: HtmxHttpRequest, approval_id: UUID) -> HttpResponse:
+    return _approval_page(request, approval_id)
+
+
+def _decide(request: HtmxHttpRequest, approval_id: UUID, decision: str) -> HttpResponse:
+    approval = q.approval_for_tenants(_tenants(request), approval_id)
+    service = approval_approve if decision == "approve" else approval_reject
+    form_key = f"{decision}_form"
+    return _act(
+        request, NoteForm(request.POST),
+        perform=lambda d: service(approval_id=approval.approval_id, actor=actor_of(request), note=d["note"]),
+        page=lambda form, status: _approval_page(request, approval_id, status=status, **{form_key: form}),
+        action=decision, tenant=approval.tenant, target_type="approval", target_id=approval.approval_id,
+        details={"run_id": str(approval.run_id), "request_digest": approval.request_digest},
+        done=("Approved: the run continues once a worker has verified the approval." if decision == "approve"
+              else "Rejected: the run ends without a refund when a worker next picks it up."),
+        next_url=reverse("console:support_approval", args=[approval.approval_id]),
+    )  # fmt: skip
+
+
+@role_required(SUPPORT)
+@require_POST
+def support_approval_approve(request: HtmxHttpRequest, approval_id: UUID) -> HttpResponse:
+    return _decide(request, approval_id, "approve")
+
+
+@role_required(SUPPORT)
+@require_POST
+def support_approval_reject(request: HtmxHttpRequest, approval_id: UUID) -> HttpResponse:
+    return _decide(request, approval_id, "reject")
+
+
+# --- operations in doubt --------------------------------------------------------------------------
+
+
+def _operation_page(request: HtmxHttpRequest, pk: int, *, form: forms.Form | None = None,
+                    lookup_error: str = "", status: int = 200) -> HttpResponse:  # fmt: skip
+    op = q.operation_for_tenants(_tenants(request), pk)
+    row = q.operation_row(op)
+    if form is None:
+        said = row["lookup"] or {}
+        initial = ({"outcome": "applied", "external_ref": said.get("external_ref") or ""}
+                   if said.get("authoritative") and said.get("applied")
+                   else {"outcome": "not_applied"} if said.get("authoritative") else {})  # fmt: skip
+        form = ReconcileForm(initial=initial)
+    context = {"row": row, "op": op, "form": form, "lookup_error": lookup_error,
+               "open": op.status in (OperationStatus.STARTED, OperationStatus.UNKNOWN),
+               "history": [{**h, "at": str(h.get("at", ""))[:19].replace("T", " ")}
+                           for h in op.history or [] if isinstance(h, dict)],
+               "result_json": q.pretty_json(op.result) if op.result is not None else "",
+               "lookup_json": q.pretty_json(row["lookup"], 2000) if row["lookup"] is not None else "",
+               **_run_context(op.run)}  # fmt: skip
+    return _render(request, "console/support/operation.html", context, status)
+
+
+@role_required(SUPPORT)
+@require_safe
+def support_operation(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    return _operation_page(request, pk)
+
+
+@role_required(SUPPORT)
+@require_POST
+def support_operation_lookup(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Ask the external system again, by idempotency key, through the tool's own lookup (the one the
+    workflow and resume verification use), and record what it said. It settles nothing by itself."""
+    op = q.operation_for_tenants(_tenants(request), pk)
+    contract = registry.tool(op.tool_name)
+    if contract is None or contract.lookup is None:
+        why = f"{op.tool_name} has no lookup here; check the external system by hand and reconcile"
+        return _operation_page(request, pk, lookup_error=why, status=409)
+    try:
+        found = contract.lookup(op.operation_id)
+    except ApplicationError as exc:
+        return _operation_page(request, pk, lookup_error=exc.message, status=exc.http_status)
+    said = {"tool": op.tool_name, "authoritative": found.authoritative, "applied": found.applied,
+            "external_ref": found.external_ref, "result": q.bounded(found.result, depth=4)}  # fmt: skip
+    audit_record(request=request, action="lookup", tenant=op.tenant, target_type="operation",
+                 target_id=op.operation_id, details={**said, "operation_pk": op.pk, "run_id": str(op.run_id)})  # fmt: skip
+    if found.authoritative and found.applied:
+        messages.info(request, f"The lookup says it was applied (reference {found.external_ref}). "
+                               "Mark it applied with that reference.")  # fmt: skip
+    elif found.authoritative:
+        messages.info(request, "The lookup says it was not applied. Confirm not applied to allow one retry.")
+    else:
+        messages.warning(request, "The lookup is not authoritative or unavailable: it proves nothing. "
+                                  "Check the payment by hand before you reconcile.")  # fmt: skip
+    return redirect("console:support_operation", pk=op.pk)
+
+
+@role_required(SUPPORT)
+@require_POST
+def support_operation_reconcile(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    op = q.operation_for_tenants(_tenants(request), pk)
+    form = ReconcileForm(request.POST)
+    if not form.is_valid():
+        return _operation_page(request, pk, form=form, status=422)
+    data = form.cleaned_data
+    ref = data["external_ref"].strip() or None
+    return _act(
+        request, form,
+        perform=lambda d: operation_reconcile(
+            tenant_id=op.tenant_id, operation_id=op.operation_id, actor=actor_of(request), note=d["note"],
+            outcome=d["outcome"], external_ref=ref, resume=d["resume"]),
+        page=lambda f, status: _operation_page(request, pk, form=f, status=status),
+        action="reconcile", tenant=op.tenant, target_type="operation", target_id=op.operation_id,
+        details={"run_id": str(op.run_id), "operation_pk": op.pk, "outcome": data["outcome"],
+                 "external_ref": ref, "resume": data["resume"]},
+        done="Reconciled." + (" The run continues once a worker has verified it." if data["resume"]
+                              else " The run stays suspended until someone resumes it."),
+        next_url=reverse("console:support_operation", args=[op.pk]),
+    )  # fmt: skip
+
+
+# --- runs: resume and cancel -----------------------------------------------------------------------
+
+
+def _run_page(request: HtmxHttpRequest, run_id: UUID, *, resume_form: forms.Form | None = None,
+              cancel_form: forms.Form | None = None, status: int = 200) -> HttpResponse:  # fmt: skip
+    run = run_for_user(request.user, run_id)
+    approvals = run.approvals.filter(status=ApprovalStatus.PENDING)
+    context = {"in_doubt": q.run_operations_in_doubt(run), "pending_approvals": list(approvals),
+               "resume_form": resume_form or NoteForm(), "cancel_form": cancel_form or NoteForm(),
+               "active": run.status in (RunStatus.RUNNING, RunStatus.SUSPENDED), **_run_context(run)}  # fmt: skip
+    return _render(request, "console/support/run.html", context, status)
+
+
+@role_required(SUPPORT)
+@require_safe
+def support_run(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
+    return _run_page(request, run_id)
+
+
+def _run_action(request: HtmxHttpRequest, run_id: UUID, action: str) -> HttpResponse:
+    run = run_for_user(request.user, run_id)
+    service = run_resume if action == "resume" else run_cancel
+    return _act(
+        request, NoteForm(request.POST),
+        perform=lambda d: service(run_id=run.run_id, actor=actor_of(request), note=d["note"]),
+        page=lambda form, status: _run_page(request, run_id, status=status, **{f"{action}_form": form}),
+        action=action, tenant=run.tenant, target_type="run", target_id=run.run_id,
+        details={"status_before": run.status, "suspend_reason": run.suspend_reason},
+        done=("Resume requested: a worker verifies the run before it continues." if action == "resume"
+              else "Cancelled: the run stops for good."),
+        next_url=reverse("console:support_run", args=[run.run_id]),
+    )  # fmt: skip
+
+
+@role_required(SUPPORT)
+@require_POST
+def support_run_resume(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
+    return _run_action(request, run_id, "resume")
+
+
+@role_required(SUPPORT)
+@require_POST
+def support_run_cancel(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
+    return _run_action(request, run_id, "cancel")

@@ -1,0 +1,402 @@
+"""The support inbox and its actions through the Django test client: tenant isolation, POST only,
+required notes, one audit entry and one run event per action, refusals shown with a 4xx, and
+hostile content rendered escaped."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from console.models import AuditEntry
+from console.urls_support import urlpatterns
+from runs import store
+from runs.models import AgentEvent, AgentRun, Approval, ToolOperation
+from runs.services.approvals import approval_check
+from runs.services.operations import (
+    operation_mark_started,
+    operation_mark_unknown,
+    operation_prepare_once,
+)
+from runs.services.runs import run_resume, run_start, run_suspend
+from runs.services.steps import run_advance
+from runs.workflows.registry import ToolContract, ToolLookup
+
+pytestmark = pytest.mark.django_db
+REQUEST = {"order_id": "o-1", "amount_minor": 2500, "currency": "EUR"}
+HOSTILE = "<script>alert('x')</script>"
+RTL = "طلب استرداد ✅🙂"
+LONG = "A" * 1500
+
+
+def _suspended_run(tenant, reason: str = "approval_required", detail: str = "") -> AgentRun:  # type: ignore[no-untyped-def]
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
+    run_suspend(run_id=run.run_id, actor="test", reason=reason, detail=detail)
+    run.refresh_from_db()
+    return run
+
+
+def _approval(
+    tenant, request: Any = None, reasons: Any = None, digest: str = "sha256:" + "ab" * 32
+) -> Approval:  # type: ignore[no-untyped-def]
+    run = _suspended_run(tenant)
+    return approval_check(run_id=run.run_id, tenant_id=tenant.tenant_id, step_id="approve",
+                          request=REQUEST if request is None else request, request_digest=digest,
+                          reasons=["delivered", "within the 30-day window"] if reasons is None else reasons,
+                          actor="w1").approval  # fmt: skip
+
+
+def _unknown_operation(tenant, note: str = "connection dropped", suspend: bool = True) -> ToolOperation:  # type: ignore[no-untyped-def]
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
+    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
+    operation_prepare_once(**ids, run_id=run.run_id, step_id="refund", tool_name="payments.refund",
+                           tool_contract_version="payments.v1", request=REQUEST)  # fmt: skip
+    operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch)
+    operation_mark_unknown(**ids, note=note)
+    if suspend:
+        run_suspend(run_id=run.run_id, actor="w1", reason="reconciliation_required",
+                    detail="refund refund:o-1 may have been applied; check the payment and reconcile")  # fmt: skip
+    return ToolOperation.objects.get(tenant=tenant, operation_id="refund:o-1")
+
+
+def _refused_run(tenant) -> AgentRun:  # type: ignore[no-untyped-def]
+    """A run whose resume was refused: its state was changed outside the engine."""
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 5}, actor="test").run
+    run_advance(run_id=run.run_id, worker_id="w")
+    run_suspend(run_id=run.run_id, actor="user:ops", reason="manual_review")
+    run.refresh_from_db()
+    AgentRun.objects.filter(pk=run.pk).update(state={**run.state, "remaining": 0})
+    run_resume(run_id=run.run_id, actor="user:ops", note="go on")
+    run_advance(run_id=run.run_id, worker_id="w2")
+    run.refresh_from_db()
+    assert run.status == "suspended" and run.suspend_reason == "state_digest_mismatch"
+    return run
+
+
+def _last_event(run_id: Any) -> AgentEvent:
+    return AgentEvent.objects.filter(run_id=run_id).order_by("-seq").first()  # type: ignore[return-value]
+
+
+def _audit() -> list[AuditEntry]:
+    return list(AuditEntry.objects.exclude(action__in=["sign_in", "lookup"]).order_by("id"))
+
+
+@pytest.fixture
+def support(as_role):  # type: ignore[no-untyped-def]
+    return as_role("support")
+
+
+@pytest.fixture(autouse=True)
+def unreachable_payments(settings):  # type: ignore[no-untyped-def]
+    # Nothing listens on port 9: a lookup in these tests is "unavailable" unless a test fakes it.
+    settings.KEEPER_SANDBOX_URL = "http://127.0.0.1:9/sandbox"
+    settings.KEEPER_PAYMENTS_TIMEOUT = 1.0
+
+
+def _action_targets(tenant) -> dict[str, tuple[str, dict[str, str]]]:  # type: ignore[no-untyped-def]
+    """One object per action, in `tenant`: (url, a valid form)."""
+    approval_a, approval_r = _approval(tenant), _approval(tenant)
+    op, run = _unknown_operation(tenant), _suspended_run(tenant, reason="manual_review")
+    return {
+        "approve": (reverse("console:support_approval_approve", args=[approval_a.approval_id]), {"note": "ok"}),
+        "reject": (reverse("console:support_approval_reject", args=[approval_r.approval_id]), {"note": "no"}),
+        "reconcile": (reverse("console:support_operation_reconcile", args=[op.pk]),
+                      {"note": "PSP shows it", "outcome": "applied", "external_ref": "rf_9", "resume": "on"}),
+        "resume": (reverse("console:support_run_resume", args=[run.run_id]), {"note": "checked"}),
+        "cancel": (reverse("console:support_run_cancel", args=[run.run_id]), {"note": "customer withdrew"}),
+    }  # fmt: skip
+
+
+# --- access --------------------------------------------------------------------------------------
+
+
+def test_every_support_view_needs_the_support_role(client, role_users, tenant):
+    approval = _approval(tenant)
+    assert all(getattr(p.callback, "required_roles", None) == ("support",) for p in urlpatterns)
+    inbox = reverse("console:support_inbox")
+    assert client.get(inbox)["Location"].startswith("/sign-in/?next=")
+    page = reverse("console:support_approval", args=[approval.approval_id])
+    for role in ("engineer", "compliance", "nobody"):
+        client.force_login(role_users[role])
+        assert client.get(inbox).status_code == 403
+        assert client.post(page + "approve/", {"note": "x"}).status_code == 403
+    assert Approval.objects.get(pk=approval.pk).status == "pending" and not _audit()
+
+
+def test_actions_are_post_only(support, tenant):
+    for url, _ in _action_targets(tenant).values():
+        assert support.get(url).status_code == 405, url
+    lookup = reverse("console:support_operation_lookup", args=[ToolOperation.objects.get().pk])
+    assert support.get(lookup).status_code == 405
+    assert not _audit()
+
+
+def test_actions_need_the_csrf_token(client, role_users, tenant):
+    client.handler.enforce_csrf_checks = True
+    client.force_login(role_users["support"])
+    url, form = _action_targets(tenant)["cancel"]
+    assert client.post(url, form).status_code == 403
+    assert not _audit()
+
+
+def test_the_inbox_shows_only_the_users_tenants(support, tenant, other_tenant):
+    approval = _approval(tenant)
+    _approval(other_tenant, request={"order_id": "globex-order", "amount_minor": 100, "currency": "USD"})
+    op = _unknown_operation(tenant)
+    refused = _refused_run(tenant)
+    page = support.get(reverse("console:support_inbox")).content.decode()
+    assert "globex-order" not in page
+    assert "o-1" in page and "25.00 EUR" in page and "within the 30-day window" in page
+    assert "expires in 23 h 59 min" in page
+    assert f'title="{approval.request_digest}"' in page and approval.request_digest[:19] + "…" in page
+    assert f'data-operation="{op.pk}"' in page and "connection dropped" in page
+    assert f'data-run="{refused.run_id}"' in page and "state_digest_mismatch" in page and "event_log" in page
+    assert 'hx-trigger="every 3s"' in page
+
+
+def test_the_inbox_poll_returns_only_the_rows(support, tenant):
+    _approval(tenant)
+    response = support.get(
+        reverse("console:support_inbox"), HTTP_HX_REQUEST="true", HTTP_HX_TARGET="inbox-rows"
+    )
+    body = response.content.decode()
+    assert (
+        response.status_code == 200 and "<html" not in body and "Pending approvals" in body and "o-1" in body
+    )
+
+
+@pytest.mark.parametrize("action", ["approve", "reject", "reconcile", "resume", "cancel"])
+def test_an_object_of_another_tenant_is_not_found_for_every_action(support, other_tenant, action):
+    url, form = _action_targets(other_tenant)[action]
+    assert support.post(url, form).status_code == 404
+    page = url.rsplit("/", 2)[0] + "/"
+    assert support.get(page).status_code == 404
+    assert not _audit() and not AgentEvent.objects.filter(actor="user:support").exists()
+
+
+def test_a_lookup_of_another_tenants_operation_is_not_found(support, other_tenant):
+    op = _unknown_operation(other_tenant)
+    assert support.post(reverse("console:support_operation_lookup", args=[op.pk])).status_code == 404
+    assert not AuditEntry.objects.filter(action="lookup").exists()
+
+
+@pytest.mark.parametrize("action", ["approve", "reject", "reconcile", "resume", "cancel"])
+def test_a_missing_note_is_a_form_error_and_changes_nothing(support, tenant, action):
+    url, form = _action_targets(tenant)[action]
+    before = {r.run_id: r.state_revision for r in AgentRun.objects.all()}
+    response = support.post(url, {**form, "note": "   "})
+    assert response.status_code == 422
+    assert "This field is required." in response.content.decode()
+    assert {r.run_id: r.state_revision for r in AgentRun.objects.all()} == before
+    assert not _audit()
+
+
+# --- approvals -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("action", "status"), [("approve", "approved"), ("reject", "rejected")])
+def test_a_decision_is_made_audited_and_written_to_the_run(support, tenant, action, status):
+    approval = _approval(tenant)
+    url = reverse(f"console:support_approval_{action}", args=[approval.approval_id])
+    response = support.post(url, {"note": f"{action}d after a call"})
+    assert response.status_code == 302
+    assert response["Location"] == reverse("console:support_approval", args=[approval.approval_id])
+    approval.refresh_from_db()
+    assert (approval.status, approval.decided_by, approval.note) == (
+        status,
+        "user:support",
+        f"{action}d after a call",
+    )
+    event = _last_event(approval.run_id)
+    assert (event.event_type, event.actor, event.payload["note"]) == (
+        f"approval_{status}", "user:support", f"{action}d after a call",
+    )  # fmt: skip
+    [entry] = _audit()
+    assert (entry.action, entry.actor, entry.tenant_id, entry.target_type, entry.target_id, entry.note) == (
+        action, "user:support", tenant.tenant_id, "approval", str(approval.approval_id), f"{action}d after a call",
+    )  # fmt: skip
+    page = support.get(response["Location"]).content.decode()
+    assert status in page and "nothing to decide" in page
+
+
+def test_approving_an_expired_approval_shows_the_services_message_and_audits_nothing(support, tenant):
+    approval = _approval(tenant)
+    Approval.objects.filter(pk=approval.pk).update(expires_at=timezone.now() - timedelta(minutes=5))
+    inbox = support.get(reverse("console:support_inbox")).content.decode()
+    assert "expired 5 min ago" in inbox
+    response = support.post(
+        reverse("console:support_approval_approve", args=[approval.approval_id]), {"note": "ok"}
+    )
+    assert response.status_code == 409
+    assert "expired at" in response.content.decode() and "asks for a new one" in response.content.decode()
+    assert Approval.objects.get(pk=approval.pk).status == "expired"  # the service records the expiry itself
+    assert not _audit()
+
+
+def test_deciding_twice_is_refused(support, tenant):
+    approval = _approval(tenant)
+    url = reverse("console:support_approval_approve", args=[approval.approval_id])
+    assert support.post(url, {"note": "ok"}).status_code == 302
+    again = support.post(url, {"note": "again"})
+    assert again.status_code == 409 and "is approved" in again.content.decode()
+    assert len(_audit()) == 1
+
+
+# --- operations ----------------------------------------------------------------------------------
+
+
+def test_reconciling_as_applied_settles_the_operation_and_requests_a_resume(support, tenant):
+    url, form = _action_targets(tenant)["reconcile"]
+    op = ToolOperation.objects.get()
+    response = support.post(url, form)
+    assert response.status_code == 302
+    op.refresh_from_db()
+    assert (op.status, op.external_ref) == ("succeeded", "rf_9")
+    run = AgentRun.objects.get(run_id=op.run_id)
+    assert run.status == "suspended" and run.resume_requested_by == "user:support"
+    event = _last_event(op.run_id)
+    assert (event.event_type, event.actor, event.payload["outcome"], event.payload["note"]) == (
+        "operation_reconciled", "user:support", "applied", "PSP shows it",
+    )  # fmt: skip
+    [entry] = _audit()
+    assert (entry.action, entry.target_type, entry.target_id, entry.tenant_id, entry.note) == (
+        "reconcile", "operation", "refund:o-1", tenant.tenant_id, "PSP shows it",
+    )  # fmt: skip
+    assert entry.details["external_ref"] == "rf_9" and entry.details["outcome"] == "applied"
+
+
+def test_confirming_not_applied_without_resume_allows_one_retry_later(support, tenant):
+    op = _unknown_operation(tenant)
+    url = reverse("console:support_operation_reconcile", args=[op.pk])
+    assert support.post(url, {"note": "no such payment", "outcome": "not_applied"}).status_code == 302
+    op.refresh_from_db()
+    run = AgentRun.objects.get(run_id=op.run_id)
+    assert op.status == "prepared" and run.resume_requested_at is None
+    assert [e.action for e in _audit()] == ["reconcile"]
+
+
+def test_an_applied_outcome_needs_the_external_reference(support, tenant):
+    op = _unknown_operation(tenant)
+    url = reverse("console:support_operation_reconcile", args=[op.pk])
+    response = support.post(url, {"note": "PSP shows it", "outcome": "applied", "external_ref": " "})
+    assert response.status_code == 422 and "needs the external reference" in response.content.decode()
+    assert ToolOperation.objects.get(pk=op.pk).status == "unknown" and not _audit()
+
+
+def test_reconciling_an_operation_of_a_running_run_is_refused(support, tenant):
+    op = _unknown_operation(tenant, suspend=False)
+    url = reverse("console:support_operation_reconcile", args=[op.pk])
+    response = support.post(url, {"note": "x", "outcome": "applied", "external_ref": "rf_1"})
+    assert response.status_code == 409
+    assert "operations are reconciled on suspended runs" in response.content.decode()
+    assert ToolOperation.objects.get(pk=op.pk).status == "unknown" and not _audit()
+
+
+def test_looking_up_again_records_what_the_unavailable_lookup_said(support, tenant):
+    op = _unknown_operation(tenant)
+    response = support.post(reverse("console:support_operation_lookup", args=[op.pk]))
+    assert response.status_code == 302
+    [entry] = AuditEntry.objects.filter(action="lookup")
+    assert (entry.target_type, entry.target_id, entry.tenant_id) == (
+        "operation",
+        "refund:o-1",
+        tenant.tenant_id,
+    )
+    assert entry.details["authoritative"] is False and entry.details["tool"] == "payments.refund"
+    page = support.get(response["Location"]).content.decode()
+    assert "not authoritative" in page and "it proves nothing" in page
+    assert ToolOperation.objects.get(pk=op.pk).status == "unknown"  # a lookup settles nothing by itself
+
+
+def test_an_authoritative_applied_lookup_prefills_the_reference(support, tenant, monkeypatch):
+    op = _unknown_operation(tenant)
+    asked: list[str] = []
+
+    def lookup(key: str) -> ToolLookup:
+        asked.append(key)
+        return ToolLookup(
+            authoritative=True, applied=True, external_ref="rf_found", result={"refund_id": "rf_found"}
+        )
+
+    contract = ToolContract(name="payments.refund", version="payments.v1", lookup=lookup)
+    monkeypatch.setattr("console.views.support.registry.tool", lambda name: contract)
+    response = support.post(reverse("console:support_operation_lookup", args=[op.pk]), follow=True)
+    page = response.content.decode()
+    assert asked == ["refund:o-1"]
+    assert 'value="rf_found"' in page and 'value="applied" id="id_outcome_0" required checked' in page
+
+
+# --- runs ----------------------------------------------------------------------------------------
+
+
+def test_resuming_a_refused_run_is_audited_and_written_to_the_run(support, tenant):
+    run = _refused_run(tenant)
+    page = support.get(reverse("console:support_run", args=[run.run_id])).content.decode()
+    assert "Refused at resume: event_log" in page and "state_digest_mismatch" in page
+    response = support.post(
+        reverse("console:support_run_resume", args=[run.run_id]), {"note": "state checked"}
+    )
+    assert response.status_code == 302
+    event = _last_event(run.run_id)
+    assert (event.event_type, event.actor, event.payload["note"]) == (
+        "resume_requested", "user:support", "state checked",
+    )  # fmt: skip
+    [entry] = _audit()
+    assert (entry.action, entry.target_type, entry.target_id, entry.tenant_id) == (
+        "resume", "run", str(run.run_id), tenant.tenant_id,
+    )  # fmt: skip
+
+
+def test_cancelling_stops_the_run_and_cancelling_again_is_refused(support, tenant):
+    run = _suspended_run(tenant, reason="manual_review")
+    url = reverse("console:support_run_cancel", args=[run.run_id])
+    assert support.post(url, {"note": "customer withdrew"}).status_code == 302
+    run.refresh_from_db()
+    event = _last_event(run.run_id)
+    assert run.status == "cancelled" and (event.event_type, event.actor) == ("run_cancelled", "user:support")
+    again = support.post(url, {"note": "again"})
+    assert again.status_code == 409 and "needs it to be running or suspended" in again.content.decode()
+    resumed = support.post(reverse("console:support_run_resume", args=[run.run_id]), {"note": "go"})
+    assert resumed.status_code == 409
+    assert [e.action for e in _audit()] == ["cancel"]
+
+
+# --- hostile content -----------------------------------------------------------------------------
+
+
+def _deep(levels: int) -> Any:
+    value: Any = HOSTILE
+    for i in range(levels):
+        value = {f"k{i}": [value, RTL]}
+    return value
+
+
+def test_hostile_content_renders_escaped_everywhere(support, tenant):
+    request = {"order_id": HOSTILE + RTL, "amount_minor": _deep(120), "currency": "<b>EUR</b>", "memo": LONG}
+    approval = _approval(tenant, request=request, reasons=[HOSTILE, RTL, LONG, {"nested": _deep(5)}],
+                         digest='sha256:"><img src=x onerror=alert(1)>')  # fmt: skip
+    op = _unknown_operation(tenant, note=HOSTILE + RTL)
+    run = _suspended_run(tenant, reason="manual_review", detail=HOSTILE + LONG)
+    support.post(reverse("console:support_run_resume", args=[run.run_id]), {"note": HOSTILE + RTL})
+    support.post(
+        reverse("console:support_approval_reject", args=[approval.approval_id]), {"note": HOSTILE + RTL}
+    )
+    pages = [
+        reverse("console:support_inbox"),
+        reverse("console:support_approval", args=[approval.approval_id]),
+        reverse("console:support_operation", args=[op.pk]),
+        reverse("console:support_run", args=[run.run_id]),
+        reverse("console:support_run", args=[approval.run_id]),
+    ]
+    for url in pages:
+        response = support.get(url)
+        body = response.content.decode()
+        assert response.status_code == 200, url
+        assert "<script>alert" not in body and "<img src=x" not in body and "<b>EUR" not in body, url
+        assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in body, url
+    approval_page = support.get(pages[1]).content.decode()
+    assert RTL in approval_page and LONG in approval_page and "{…}" in approval_page
