@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from django.db.models import Q
+from typing import Any
+from uuid import UUID
+
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from core.models import Tenant
 from core.tenancy import tenant_scope
-from memory.models import MemoryItem
+from memory.models import ErasureRequest, MemoryItem, MemoryVector, Tombstone
 
 
 def memory_recall(
@@ -29,3 +32,49 @@ def memory_recall(
         if namespaces is not None:
             items = items.filter(namespace__in=namespaces)
         return list(items.order_by("namespace", "key"))
+
+
+# --- everything kept about one subject, for compliance (current or not) -------------------------
+
+
+def memory_subject_items(*, tenant: Tenant, subject_id: str) -> list[MemoryItem]:
+    """Every claim about the subject: current, superseded, invalidated and expired; newest first."""
+    with tenant_scope(tenant.tenant_id):
+        return list(
+            MemoryItem.objects.filter(subject_id=subject_id)
+            .annotate(vector_count=Count("vectors"))
+            .order_by("-created_at", "-valid_from")
+        )
+
+
+def memory_subject_vector_counts(*, tenant: Tenant, subject_id: str) -> list[dict[str, Any]]:
+    """The subject's vector rows per embedder key (counts only; the vectors stay in the database)."""
+    with tenant_scope(tenant.tenant_id):
+        return list(
+            MemoryVector.objects.filter(memory__subject_id=subject_id)
+            .values("embedder_key", "dimensions")
+            .annotate(count=Count("id"))
+            .order_by("embedder_key")
+        )
+
+
+def memory_tombstone_count(*, tenant: Tenant, subject_digest: str) -> int:
+    with tenant_scope(tenant.tenant_id):
+        return Tombstone.objects.filter(subject_digest=subject_digest).count()
+
+
+def erasure_request_list(
+    *, tenant: Tenant, subject_digest: str | None = None, limit: int = 200
+) -> list[ErasureRequest]:
+    """The tenant's erasure requests, newest first; one subject's when its digest is given."""
+    with tenant_scope(tenant.tenant_id):
+        requests = ErasureRequest.objects.filter(tenant=tenant)
+        if subject_digest is not None:
+            requests = requests.filter(subject_digest=subject_digest)
+        return list(requests.order_by("-created_at")[:limit])
+
+
+def erasure_request_get(*, tenant: Tenant, request_id: UUID) -> ErasureRequest | None:
+    """The request if it belongs to this tenant (row-level security hides any other)."""
+    with tenant_scope(tenant.tenant_id):
+        return ErasureRequest.objects.filter(tenant=tenant, request_id=request_id).first()
