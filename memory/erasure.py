@@ -74,6 +74,8 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         request = ErasureRequest.objects.filter(request_id=request_id).first()
     if request is None:
         raise NotFound(f"no erasure request {request_id}", code="erasure_request_not_found")
+    if request.status == ErasureStatus.COMPLETED:
+        return request  # done: the receipt stands, and the subject's id is no longer kept to redo it
     subject = request.subject_id
     try:
         with tenant_scope(tenant_id):
@@ -93,7 +95,7 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
             deleted_items, _ = MemoryItem.objects.filter(subject_id=subject).delete()
             counts = {"memory_items": deleted_items, "memory_vectors": vectors,
                       "tombstones": Tombstone.objects.filter(request=request).count()}  # fmt: skip
-            _progress(request, memory=counts)
+            _progress(request, memory=dict(counts))
         for eraser in erasers():
             erased = eraser.erase(tenant_id=tenant_id, subject_id=subject)
             counts.update({f"{eraser.name}.{k}": v for k, v in erased.items()})
@@ -113,6 +115,8 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         ErasureRequest.objects.filter(pk=request.pk).update(
             status=ErasureStatus.COMPLETED if receipt["clean"] else ErasureStatus.FAILED, receipt=receipt,
             completed_at=timezone.now(), error="" if receipt["clean"] else f"left behind: {canonical_json(scan)}",
+            # Once clean, the request keeps only the subject's digest; a failed one keeps the id to retry.
+            **({"subject_id": ""} if receipt["clean"] else {}),
         )  # fmt: skip
         return ErasureRequest.objects.get(pk=request.pk)
 

@@ -6,6 +6,7 @@ Summaries are caches of that text: deleted. Redis windows: deleted.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from uuid import UUID
 
@@ -17,6 +18,7 @@ from runs.services.conversation import CONVERSATION_EVENTS
 from runs.services.sessions import redis_client
 
 TEXT_KEYS = ("content", "preview", "arguments")
+GLOB_SPECIAL = re.compile(r"[*?\[\]\\]")  # Redis MATCH pattern characters
 
 
 class RunsEraser:
@@ -27,14 +29,27 @@ class RunsEraser:
                                          event_type__in=CONVERSATION_EVENTS)  # fmt: skip
 
     def _session_keys(self, tenant_id: UUID, subject_id: str) -> list[bytes]:
-        return list(redis_client().scan_iter(match=f"session:{tenant_id}:{subject_id}:*", count=500))
+        # Glob characters in a subject id are escaped, and a key must be this subject's followed by a
+        # run id only: erasing "a*" or "a" must never touch the windows of "ab" or "a:b".
+        prefix = f"session:{tenant_id}:{subject_id}:".encode()
+        escaped = GLOB_SPECIAL.sub(lambda m: "\\" + m.group(0), subject_id)
+        pattern = f"session:{tenant_id}:{escaped}:*"
+        return [key for key in redis_client().scan_iter(match=pattern, count=500)
+                if key.startswith(prefix) and b":" not in key[len(prefix):]]  # fmt: skip
 
     def _artifact_paths(self, tenant_id: UUID, subject_id: str) -> list[Path]:
-        refs = self._events(tenant_id, subject_id).filter(payload__content_ref__isnull=False)
-        paths = [
+        events = self._events(tenant_id, subject_id)
+        refs = events.filter(payload__content_ref__isnull=False)
+        uris = {
             str((p.get("content_ref") or {}).get("uri", "")) for p in refs.values_list("payload", flat=True)
-        ]
-        return [Path(u[len("file://") :]) for u in paths if u.startswith("file://")]
+        }
+        # Artifacts are stored by content digest: a file another subject's event also points to is
+        # that subject's too, and stays.
+        shared = set(
+            AgentEvent.objects.filter(payload__content_ref__uri__in=list(uris)).exclude(pk__in=events.values("pk"))
+            .values_list("payload__content_ref__uri", flat=True)
+        )  # fmt: skip
+        return [Path(u[len("file://") :]) for u in sorted(uris - shared) if u.startswith("file://")]
 
     def erase(self, *, tenant_id: UUID, subject_id: str) -> dict[str, int]:
         # Full tool results kept by digest + URI hold the same text as the events' previews.
@@ -65,8 +80,13 @@ class RunsEraser:
         for value in values:
             text_match |= Q(payload__content__icontains=value) | Q(payload__preview__icontains=value)
         unredacted = self._events(tenant_id, subject_id).exclude(payload__has_key="redacted").count()
+        # The subject's own runs: another customer's conversation may well say "English" too.
         leftover_text = (
-            AgentEvent.objects.filter(run__tenant_id=tenant_id).filter(text_match).count() if values else 0
+            AgentEvent.objects.filter(run__tenant_id=tenant_id, run__subject=subject_id)
+            .filter(text_match)
+            .count()
+            if values
+            else 0
         )
         return {
             "events_unredacted": unredacted,

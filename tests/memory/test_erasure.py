@@ -69,9 +69,11 @@ def test_erasure_clears_every_store_and_the_receipt_proves_it(tenant, subject_wi
 def test_erasure_is_idempotent_and_a_replay_cannot_bring_a_claim_back(tenant, subject_with_everything):
     run = subject_with_everything
     request = erasure_request_create(tenant=tenant, subject_id="cust-erase", requested_by="user:compliance")
-    erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    first = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
     again = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
-    assert again.status == "completed" and again.receipt["counts"]["memory_items"] == 0
+    assert again.status == "completed" and again.receipt == first.receipt  # a second run changes nothing
+    assert again.subject_id == "" and again.subject_digest  # done: only the digest is kept
+    assert "runs.events_redacted" not in again.progress["memory"]  # each store's own counts
     with pytest.raises(ClaimErased):  # the old event stream replayed: same claim, same source
         memory_remember(tenant=tenant, subject_id="cust-erase", namespace="profile", key="address",
                         value="Baker Street 221b", provenance=said(run_id=str(run.run_id), seq=2))  # fmt: skip
@@ -100,3 +102,45 @@ def test_expired_claims_are_purged(tenant):
     assert memory_purge_expired() == 1
     with tenant_scope(tenant.tenant_id):
         assert list(MemoryItem.objects.values_list("key", flat=True)) == ["j"]
+
+
+def _chat(tenant, subject: str, text: str):  # type: ignore[no-untyped-def]
+    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
+    conversation_append(tenant=tenant, run_id=run.run_id, event_type="user_message", client_message_id="m1",
+                        body={"content": text}, actor="t")  # fmt: skip
+    session_window(run=run)
+    return run
+
+
+@pytest.mark.parametrize(
+    ("erased", "bystanders"), [("a*", ["ab", "a"]), ("a", ["a:b", "ab"]), ("[a]", ["a"])]
+)
+def test_erasing_a_subject_never_touches_another_subjects_windows(tenant, erased, bystanders):
+    mine = _chat(tenant, erased, "hello")
+    others = [_chat(tenant, subject, "hello") for subject in bystanders]
+    request = erasure_request_create(tenant=tenant, subject_id=erased, requested_by="user:c")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.receipt["counts"]["runs.redis_session_windows"] == 1
+    assert not redis_client().exists(session_key(mine))
+    assert all(redis_client().exists(session_key(run)) for run in others)
+
+
+def test_another_customer_saying_the_same_word_does_not_fail_the_erasure(tenant, subject_with_everything):
+    _chat(tenant, "someone-else", "Please answer in English, and ship to Baker Street 221b too")
+    request = erasure_request_create(tenant=tenant, subject_id="cust-erase", requested_by="user:c")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt["final_scan"]["runs.events_with_erased_text"] == 0
+
+
+def test_a_stored_result_another_subject_also_points_to_is_kept(tenant, subject_with_everything, settings):
+    shared = "Baker Street 221b " * 500  # the same text: the same content-addressed file
+    other = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="other").run
+    conversation_append(tenant=tenant, run_id=other.run_id, event_type="tool_result", client_message_id="t1",
+                        body={"call_id": "c1", "tool": "crm", "content": shared}, actor="t")  # fmt: skip
+    [ref] = [e.payload["content_ref"] for e in AgentEvent.objects.filter(run=other, event_type="tool_result")]
+    request = erasure_request_create(tenant=tenant, subject_id="cust-erase", requested_by="user:c")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt["counts"]["runs.artifacts"] == 0
+    from runs.services.artifacts import artifact_get
+
+    assert artifact_get(ref=ref).decode().startswith("Baker Street")  # the other subject's result is intact
