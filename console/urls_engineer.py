@@ -1,5 +1,29 @@
 """The engineer screens' URLs (names are used in the "console" namespace)."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []  # type: ignore[type-arg]
+from console.views import engineer, engineer_bulk, engineer_queue
+
+urlpatterns = [
+    path("runs/", engineer.run_list, name="run_list"),
+    path("runs/bulk/", engineer_bulk.bulk, name="run_bulk"),
+    path("runs/<uuid:run_id>/", engineer.run_detail, name="run_detail"),
+    path("runs/<uuid:run_id>/state/", engineer.run_state, name="run_state"),
+    path("runs/<uuid:run_id>/diff/", engineer.run_diff, name="run_diff"),
+    path(
+        "runs/<uuid:run_id>/summaries/<uuid:summary_id>/check/",
+        engineer.summary_check,
+        name="run_summary_check",
+    ),
+    path("runs/<uuid:run_id>/resume/", engineer_bulk.run_action, {"action": "resume"}, name="run_resume"),
+    path("runs/<uuid:run_id>/cancel/", engineer_bulk.run_action, {"action": "cancel"}, name="run_cancel"),
+    path(
+        "runs/<uuid:run_id>/redispatch/",
+        engineer_bulk.run_action,
+        {"action": "redispatch"},
+        name="run_redispatch",
+    ),
+    path("runs/<uuid:run_id>/fork/", engineer_bulk.run_fork_view, name="run_fork"),
+    path("runs/<uuid:run_id>/rewind/", engineer_bulk.run_fork_view, {"rewind": True}, name="run_rewind"),
+    path("queue/", engineer_queue.queue_health, name="queue_health"),
+]

@@ -124,6 +124,11 @@ class AgentRun(models.Model):
                 condition=Q(resume_requested_at__isnull=False),
             ),  # fmt: skip
             models.Index(fields=["tenant", "status", "-created_at"], name="agent_runs_tenant_status_idx"),
+            # The console's run list: newest activity first, a keyset page per tenant (and per status).
+            models.Index(fields=["tenant", "-updated_at", "-run_id"], name="agent_runs_tenant_updated_idx"),
+            models.Index(
+                fields=["tenant", "status", "-updated_at", "-run_id"], name="agent_runs_tenant_st_upd_idx"
+            ),
         ]
 
     def __str__(self) -> str:

@@ -14,7 +14,7 @@ from runs import store
 from runs.errors import IdempotencyConflict, InvalidState, InvalidTransition, RunNotFound
 from runs.models import AgentRun, RunStatus
 from runs.services.budgets import budgets_initial
-from runs.services.dispatch import run_enqueue
+from runs.services.dispatch import run_enqueue_on_commit
 from runs.services.state import state_encode
 from runs.workflows.registry import registry
 
@@ -87,7 +87,7 @@ def run_start(
                 details={"run_id": str(existing.run_id)},
             )
         return StartedRun(existing, created=False)
-    run_enqueue(run_id=run_id)
+    run_enqueue_on_commit(run_id=run_id)
     return StartedRun(AgentRun.objects.get(run_id=run_id), created=True)
 
 
@@ -147,7 +147,7 @@ def run_resume(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
         run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
         event_type="resume_requested", actor=actor, note=note, request_resume=True,
     )  # fmt: skip
-    run_enqueue(run_id=run_id)
+    run_enqueue_on_commit(run_id=run_id)  # inside a caller's transaction, the wake-up waits for its commit
     return run
 
 

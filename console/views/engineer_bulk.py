@@ -1,0 +1,237 @@
+"""Engineer actions: resume, cancel, re-dispatch, fork and rewind one run, and resume / cancel /
+re-dispatch every run of a filter (a dry run first, then a confirmed POST; one audit entry per run).
+
+Each action is a POST on a run of the user's tenants (else 404), done by one run service (which
+writes the run event with the actor and note) together with its audit entry in one transaction;
+a refusal shows the service's message with its 4xx status and records nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django import forms
+from django.contrib import messages
+from django.core import signing
+from django.db import transaction
+from django.db.models import Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from console import engineer_queries as q
+from console.audit import actor_of, audit_record
+from console.roles import ENGINEER, role_required, run_for_user, user_tenants
+from console.views.engineer import FILTER_FIELDS, RunFilterForm, filter_query, run_page_context
+from core.errors import ApplicationError
+from runs.errors import InvalidTransition
+from runs.models import AgentRun, RunStatus
+from runs.services.dispatch import run_enqueue
+from runs.services.forks import run_fork, run_rewind
+from runs.services.runs import run_cancel, run_resume
+
+NOTE_MAX = 2000
+BULK_CAP = 1000  # runs one bulk action may touch; a bigger set must be narrowed first
+PREVIEW = 50
+TOKEN_SALT, TOKEN_AGE = "console.engineer.bulk", 3600
+
+
+class BrokerUnreachable(ApplicationError):
+    code = "broker_unreachable"
+    http_status = 503
+
+
+def _redispatch(*, run_id: UUID, actor: str, note: str = "") -> Any:
+    """Send a runnable run a new wake-up (PostgreSQL still decides whether it runs)."""
+    row = AgentRun.objects.filter(run_id=run_id).values("status", "resume_requested_at").first() or {}
+    status = row.get("status")
+    if not (
+        status == RunStatus.RUNNING or (status == RunStatus.SUSPENDED and row.get("resume_requested_at"))
+    ):
+        raise InvalidTransition(
+            f"run {run_id} is {status}; re-dispatch needs it running, or suspended with a resume request"
+        )
+    if not run_enqueue(run_id=run_id):
+        raise BrokerUnreachable(
+            "the wake-up was not sent (the broker is unreachable); the sweep will resend it"
+        )
+
+
+def _resume(*, run_id: UUID, actor: str, note: str = "") -> Any:
+    run = run_resume(run_id=run_id, actor=actor, note=note)
+    # run_resume wakes a worker at once, before this transaction (with the audit entry) commits;
+    # wake it again after the commit so it finds the request.
+    transaction.on_commit(lambda: run_enqueue(run_id=run_id))
+    return run
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    label: str
+    apply: Callable[..., Any]
+    eligible: Q  # the runs it would change
+    needs: str  # the rule, in words, for runs it skips
+
+
+ACTIONS = {
+    "resume": Action("resume", "Resume", _resume, Q(status=RunStatus.SUSPENDED), "suspended"),
+    "cancel": Action("cancel", "Cancel", run_cancel, Q(status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED]),
+                     "running or suspended"),
+    "redispatch": Action("redispatch", "Re-dispatch", _redispatch,
+                         Q(status=RunStatus.RUNNING) | Q(status=RunStatus.SUSPENDED, resume_requested_at__isnull=False),
+                         "running, or suspended with a resume request"),
+}  # fmt: skip
+
+
+class NoteForm(forms.Form):
+    note = forms.CharField(max_length=NOTE_MAX, required=False)
+
+
+class ForkForm(NoteForm):
+    at_seq = forms.IntegerField(min_value=1)
+    start = forms.BooleanField(required=False)
+
+
+def _apply(
+    request: HttpRequest, run: Any, action: str, note: str, call: Callable[[], Any], **details: Any
+) -> Any:
+    """The service call and its audit entry, both or neither."""
+    with transaction.atomic():
+        result = call()
+        audit_record(request=request, action=action, tenant=run.tenant, target_type="run", target_id=run.run_id,
+                     note=note, details=details)  # fmt: skip
+    return result
+
+
+def _refused(request: HttpRequest, run_id: UUID, message: str, status: int) -> HttpResponse:
+    messages.error(request, message)
+    run = run_for_user(request.user, run_id)  # reloaded: show it as it is now
+    return render(request, "console/engineer/run_detail.html", run_page_context(request, run), status=status)
+
+
+@role_required(ENGINEER)
+@require_POST
+def run_action(request: HttpRequest, run_id: UUID, action: str) -> HttpResponse:
+    """Resume, cancel or re-dispatch one run."""
+    run = run_for_user(request.user, run_id)
+    chosen = ACTIONS[action]
+    form = NoteForm(request.POST)
+    if not form.is_valid():
+        return _refused(request, run.run_id, "the note is too long", 422)
+    note, actor = form.cleaned_data["note"], actor_of(request)
+    try:
+        _apply(request, run, action, note, lambda: chosen.apply(run_id=run.run_id, actor=actor, note=note))
+    except ApplicationError as exc:
+        return _refused(request, run.run_id, f"{chosen.label} refused: {exc.message}", exc.http_status)
+    messages.success(request, f"{chosen.label}: done for run {run.run_id}")
+    return redirect("console:run_detail", run_id=run.run_id)
+
+
+@role_required(ENGINEER)
+@require_POST
+def run_fork_view(request: HttpRequest, run_id: UUID, rewind: bool = False) -> HttpResponse:
+    """Fork a new run from one event, or rewind (a fork that supersedes this run)."""
+    run = run_for_user(request.user, run_id)
+    form = ForkForm(request.POST)
+    if not form.is_valid():
+        return _refused(
+            request, run.run_id, "give the event's seq (a whole number from 1) and a short note", 422
+        )
+    seq, note, actor = form.cleaned_data["at_seq"], form.cleaned_data["note"], actor_of(request)
+    name = "rewind" if rewind else "fork"
+    try:
+        if rewind:
+            child = _apply(request, run, name, note, lambda: run_rewind(run_id=run.run_id, to_seq=seq, actor=actor,
+                                                                        note=note), to_seq=seq)  # fmt: skip
+        else:
+            start = form.cleaned_data["start"]
+            child = _apply(request, run, name, note, lambda: run_fork(run_id=run.run_id, at_seq=seq, actor=actor,
+                                                                      start=start, note=note), at_seq=seq)  # fmt: skip
+    except ApplicationError as exc:
+        return _refused(request, run.run_id, f"{name.capitalize()} refused: {exc.message}", exc.http_status)
+    verb = "was rewound to event" if rewind else "was forked at event"
+    messages.success(request, f"run {run.run_id} {verb} {seq}: this is the new run {child.run_id}")
+    return redirect("console:run_detail", run_id=child.run_id)
+
+
+# --- bulk -----------------------------------------------------------------------------------------
+
+
+def _bulk_setup(request: HttpRequest, data: Any) -> tuple[Any, Action | None, Any]:
+    tenants = list(user_tenants(request.user))
+    form = RunFilterForm(data, tenants=tenants)
+    action = ACTIONS.get(str(data.get("action", "")))
+    return form, action, tenants
+
+
+def _token(request: HttpRequest, action: str, query: str) -> str:
+    return signing.dumps({"a": action, "f": query, "u": request.user.pk}, salt=TOKEN_SALT)
+
+
+def _token_ok(request: HttpRequest, token: str, action: str, query: str) -> bool:
+    try:
+        value = signing.loads(token, salt=TOKEN_SALT, max_age=TOKEN_AGE)
+    except signing.BadSignature:
+        return False
+    return value == {"a": action, "f": query, "u": request.user.pk}
+
+
+@role_required(ENGINEER)
+@require_http_methods(["GET", "POST"])
+def bulk(request: HttpRequest) -> HttpResponse:
+    """GET: the dry run (how many match, which would change). POST: the confirmed action."""
+    data = request.POST if request.method == "POST" else request.GET
+    form, action, tenants = _bulk_setup(request, data)
+    if action is None or not form.is_valid():
+        problem = "choose resume, cancel or re-dispatch" if action is None else "the filter is not valid"
+        return render(request, "console/engineer/bulk.html", {"form": form, "problem": problem}, status=400)
+    query = filter_query(data)
+    runs = q.runs_filtered(tenant_ids=[t.tenant_id for t in tenants], filters=form.cleaned_data)
+    context: dict[str, Any] = {"form": form, "action": action, "filter_query": query, "cap": BULK_CAP,
+                               "filter_items": [(k, v) for k in FILTER_FIELDS if (v := data.get(k))]}  # fmt: skip
+    if request.method == "GET":
+        matched = q.count_capped(runs, BULK_CAP)
+        eligible = runs.filter(action.eligible)
+        context.update(
+            matched=matched, over=matched > BULK_CAP, would=q.count_capped(eligible, BULK_CAP),
+            preview=list(eligible.only(*q.LIST_FIELDS).order_by("-updated_at", "-run_id")[:PREVIEW]),
+            token=_token(request, action.name, query), preview_size=PREVIEW,
+        )  # fmt: skip
+        context["skipped"] = min(matched, BULK_CAP) - context["would"]
+        return render(request, "console/engineer/bulk.html", context)
+
+    if data.get("confirm") != "yes" or not _token_ok(request, str(data.get("token", "")), action.name, query):
+        messages.error(request, "Not applied: tick the confirmation on the dry-run page of this very filter.")
+        return render(
+            request, "console/engineer/bulk.html", {**context, "problem": "not confirmed"}, status=400
+        )
+    note_form = NoteForm(data)
+    if not note_form.is_valid():
+        return render(request, "console/engineer/bulk.html", {**context, "problem": "the note is too long"},
+                      status=422)  # fmt: skip
+    targets = list(runs.order_by("-updated_at", "-run_id").select_related("tenant")
+                   .only("run_id", "status", "tenant")[: BULK_CAP + 1])  # fmt: skip
+    if len(targets) > BULK_CAP:
+        messages.error(
+            request, f"More than {BULK_CAP:,} runs match now; nothing was applied. Narrow the filter."
+        )
+        return render(request, "console/engineer/bulk.html", {**context, "problem": "too many"}, status=400)
+    note, actor = note_form.cleaned_data["note"], actor_of(request)
+    changed: list[Any] = []
+    skipped: list[tuple[Any, str]] = []
+    for run in targets:
+        try:
+            _apply(request, run, action.name, note,
+                   lambda run=run: action.apply(run_id=run.run_id, actor=actor, note=note),
+                   bulk=True, filter=query)  # fmt: skip
+        except ApplicationError as exc:
+            skipped.append((run, exc.message))
+        else:
+            changed.append(run)
+    messages.success(request, f"{action.label}: {len(changed)} changed, {len(skipped)} skipped.")
+    context.update(done=True, changed=changed, skipped=skipped)
+    return render(request, "console/engineer/bulk.html", context)
