@@ -196,6 +196,14 @@ def bench_context_build(*, events: int, progress: Callable[[str], None]) -> dict
             "ratio": round(warm / read, 2), "tokens_exact": counter.exact}  # fmt: skip
 
 
+def _console_pages(*, quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
+    # Imported here: the console depends on runs, and runs must not load the console at import.
+    from console.benchmarks import bench_console_pages
+
+    return bench_console_pages(runs=2000 if quick else 100_000, events=1000 if quick else 10_000,
+                               rounds=5 if quick else 20, progress=progress)  # fmt: skip
+
+
 def bench_all(
     *, quick: bool, progress: Callable[[str], None] | None = None, only: list[str] | None = None
 ) -> dict[str, Any]:
@@ -209,6 +217,7 @@ def bench_all(
         "retrieval_search": lambda: bench_retrieval_search(
             chunks=3000 if quick else 200_000, queries=50 if quick else 200, progress=say
         ),
+        "console_pages": lambda: _console_pages(quick=quick, progress=say),
     }
     unknown = sorted(set(only or []) - set(benches))
     if unknown:

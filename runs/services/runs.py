@@ -92,7 +92,12 @@ def run_start(
 
 
 # The person's action each transition event stands for, for refusal messages.
-_ACTIONS = {"run_cancelled": "cancel", "resume_requested": "resume", "run_suspended": "suspend", "run_failed": "fail"}
+_ACTIONS = {
+    "run_cancelled": "cancel",
+    "resume_requested": "resume",
+    "run_suspended": "suspend",
+    "run_failed": "fail",
+}
 
 
 def _transition(

@@ -51,7 +51,12 @@ def test_bench_prints_one_json_object_with_baseline_and_ratio():
     assert retrieval["ratio_p50"] == pytest.approx(
         retrieval["acl_p50_ms"] / retrieval["no_acl_p50_ms"], abs=0.01
     )
+    pages = json.loads(out.getvalue())["console_pages"]
+    assert pages["runs"] >= 2000 and pages["run_page_events"] == 1000
+    assert pages["run_list_floor_ms"] > 0 and 0 < pages["run_list_p50_ms"] <= pages["run_list_max_ms"]
+    assert 0 < pages["run_page_p50_ms"] <= pages["run_page_max_ms"]
     assert AgentRun.objects.filter(tenant__slug="bench").count() == 0  # cleaned up
+    assert not AgentRun.objects.filter(tenant__slug="bench-console").exists()
 
 
 def test_bench_prints_readable_figures_for_the_chosen_benchmark_and_refuses_unknown_ones():
