@@ -68,3 +68,18 @@ def test_a_user_sees_only_the_audit_entries_of_its_tenants(client, tenant, other
     client.force_login(make_user("eng2", "engineer", tenants=(tenant,)))
     page = client.get("/audit/").content.decode()
     assert "mine-1" in page and "theirs-1" not in page
+
+
+def test_admin_shows_runs_events_read_only(client, tenant):
+    from django.contrib.auth import get_user_model
+
+    from runs.services.runs import run_start
+
+    client.force_login(get_user_model().objects.create_superuser("root", password="pw-for-tests"))
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
+    pages = ["/admin/runs/agentrun/", f"/admin/runs/agentrun/{run.run_id}/change/", "/admin/runs/agentevent/",
+             "/admin/runs/tooloperation/", "/admin/runs/approval/", "/admin/core/tenant/",
+             "/admin/sandbox/sandboxorder/", "/admin/sandbox/sandboxrefund/", "/admin/sandbox/sandboxfault/"]  # fmt: skip
+    for url in pages:
+        assert client.get(url).status_code == 200, url
+    assert client.get("/admin/runs/agentevent/add/").status_code == 403
