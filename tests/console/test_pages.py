@@ -79,7 +79,9 @@ def test_admin_shows_runs_events_read_only(client, tenant):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
     pages = ["/admin/runs/agentrun/", f"/admin/runs/agentrun/{run.run_id}/change/", "/admin/runs/agentevent/",
              "/admin/runs/tooloperation/", "/admin/runs/approval/", "/admin/core/tenant/",
-             "/admin/sandbox/sandboxorder/", "/admin/sandbox/sandboxrefund/", "/admin/sandbox/sandboxfault/"]  # fmt: skip
+             "/admin/sandbox/sandboxorder/", "/admin/sandbox/sandboxrefund/", "/admin/sandbox/sandboxfault/",
+             "/admin/console/membership/", "/admin/console/membership/add/", "/admin/console/auditentry/"]  # fmt: skip
     for url in pages:
         assert client.get(url).status_code == 200, url
     assert client.get("/admin/runs/agentevent/add/").status_code == 403
+    assert client.get("/admin/console/auditentry/add/").status_code == 403

@@ -1,0 +1,24 @@
+"""Admin for console access: who belongs to which tenant (roles are Django groups), and the audit
+log, shown read-only (the database refuses changes to it anyway)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from console.models import AuditEntry, Membership
+from core.admin import ReadOnlyAdmin
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ["user", "tenant", "created_at"]
+    list_filter = ["tenant"]
+    search_fields = ["user__username", "tenant__slug"]
+    autocomplete_fields = ["user"]
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyAdmin):
+    list_display = ["at", "actor", "tenant", "action", "target_type", "target_id", "note"]
+    list_filter = ["action", "target_type", "tenant"]
+    search_fields = ["actor", "target_id", "note"]
