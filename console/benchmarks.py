@@ -73,7 +73,7 @@ def bench_console_pages(
             tenant_slug="bench-console", texts=[f"message {i}" for i in range(events)]
         )
         progress(f"console_pages: {runs} runs and a {events}-event run seeded")
-        client = Client()
+        client = Client(HTTP_HOST="localhost")  # an allowed host outside the test runner too
         client.force_login(user)
         listed = _timed(lambda: _get(client, "/runs/"), rounds)
         list_floor = _timed(lambda: list(AgentRun.objects.order_by("-updated_at", "-run_id")[:50]), rounds)
