@@ -76,7 +76,10 @@ def bench_console_pages(
         client = Client(HTTP_HOST="localhost")  # an allowed host outside the test runner too
         client.force_login(user)
         listed = _timed(lambda: _get(client, "/runs/"), rounds)
-        list_floor = _timed(lambda: list(AgentRun.objects.order_by("-updated_at", "-run_id")[:50]), rounds)
+        list_floor = _timed(
+            lambda: list(AgentRun.objects.filter(tenant=tenant).order_by("-updated_at", "-run_id")[:50]),
+            rounds,
+        )
         page = _timed(lambda: _get(client, f"/runs/{big.run_id}/"), rounds)
         page_floor = _timed(lambda: list(AgentEvent.objects.filter(run=big).order_by("seq")[:200]), rounds)
         result = {
