@@ -171,6 +171,12 @@ class AgentEvent(models.Model):
                 condition=Q(state_revision=models.F("seq")), name="agent_events_seq_is_revision"
             ),
         ]
+        indexes = [
+            # /metrics counts lease take-overs at every scrape: only these events, not the whole log.
+            models.Index(
+                fields=["run"], name="agent_events_resume_verified", condition=Q(event_type="resume_verified")
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id}#{self.seq} {self.event_type}"
