@@ -1,5 +1,12 @@
-"""Operations endpoints outside the API: liveness, readiness and Prometheus metrics."""
+"""Operations endpoints outside the API: liveness, readiness and Prometheus metrics (no login)."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list = []  # type: ignore[type-arg]
+from core.health import healthz, readyz
+from core.metrics import metrics_view
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
+]

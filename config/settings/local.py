@@ -15,3 +15,6 @@ from config.settings.base import env_bool, env_str  # noqa: E402
 
 DEBUG = env_bool("DEBUG", True)
 SECRET_KEY = env_str("SECRET_KEY") or "insecure-local-development-key-do-not-use-in-production"
+# Serve static files from the apps' folders (no collectstatic locally, so no staticfiles/ folder).
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = True

@@ -29,3 +29,6 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 KEEPER_ARTIFACT_ROOT = Path(
     os.environ.get("KEEPER_ARTIFACT_ROOT") or Path(tempfile.gettempdir()) / "keeper-test-artifacts"
 )
+# Serve static files from the apps' folders (no collectstatic in tests, so no staticfiles/ folder).
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = True

@@ -20,6 +20,8 @@ from core.crash import crash_point
 from core.digests import NotJSONSerializable, canonical_json
 from core.errors import ApplicationError
 from core.identity import worker_identity
+from core.logging import log_context
+from core.metrics import observe_step
 from runs import store
 from runs.errors import ConcurrentResume, InvalidState, UnknownWorkflow
 from runs.models import RunStatus
@@ -114,7 +116,7 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
     grant = store.lease_acquire(run_id=run_id, owner=owner, ttl=settings.KEEPER_LEASE_TTL)
     if grant is None:
         return AdvanceResult("not_acquired")
-    with lease_held(grant) as lease:
+    with lease_held(grant) as lease, log_context(run_id=run_id, tenant_id=grant.tenant_id):
         try:
             result = _advance_leased(grant, lease)
         except ConcurrentResume as exc:
@@ -214,6 +216,8 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
     except Exception as exc:
         spent = ctx.spent(wall_s=time.monotonic() - started)
         return _step_error(committer, grant, _spend(state, spent), base, spent, exc)
+    finally:
+        observe_step(workflow=workflow.name, step=step.name, seconds=time.monotonic() - started)
     spent = ctx.spent(wall_s=time.monotonic() - started)
     return _commit_outcome(
         committer, grant, workflow, current, {**base, "spent": spent}, outcome, suspend, spent

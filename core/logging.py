@@ -1,0 +1,70 @@
+"""Structured logs: a JSON formatter (one object per line) and the run / tenant context it carries.
+
+The engine sets the context around a step (`log_context`); `RunContextFilter` copies it onto every
+record, so a step's own `logger.info(...)` says which run and tenant it belongs to.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from datetime import UTC, datetime
+from typing import Any
+
+_run_id: ContextVar[str | None] = ContextVar("keeper_log_run_id", default=None)
+_tenant_id: ContextVar[str | None] = ContextVar("keeper_log_tenant_id", default=None)
+
+LOG_FORMATS = ("json", "plain")
+
+
+@contextmanager
+def log_context(*, run_id: object = None, tenant_id: object = None) -> Iterator[None]:
+    """Records logged inside carry this run and tenant (a None keeps what an outer context set)."""
+    tokens = []
+    if run_id is not None:
+        tokens.append((_run_id, _run_id.set(str(run_id))))
+    if tenant_id is not None:
+        tokens.append((_tenant_id, _tenant_id.set(str(tenant_id))))
+    try:
+        yield
+    finally:
+        for var, token in reversed(tokens):
+            var.reset(token)
+
+
+class RunContextFilter(logging.Filter):
+    """Adds `run_id` and `tenant_id` (None when unknown) to every record; never drops one."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "run_id", None) is None:
+            record.run_id = _run_id.get()
+        if getattr(record, "tenant_id", None) is None:
+            record.tenant_id = _tenant_id.get()
+        return True
+
+
+class JSONFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, run_id / tenant_id when known,
+    and the exception's traceback as one string."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in ("run_id", "tenant_id"):
+            value = getattr(record, key, None)
+            if value is None:
+                value = (_run_id if key == "run_id" else _tenant_id).get()
+            if value is not None:
+                entry[key] = str(value)
+        if record.exc_info:
+            entry["exc_info"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            entry["stack_info"] = self.formatStack(record.stack_info)
+        return json.dumps(entry, ensure_ascii=False, default=str)

@@ -1,0 +1,175 @@
+"""Prometheus metrics: run, operation, take-over and queue figures read at scrape time, and the
+step latency histogram the engine observes.
+
+The web process serves `/metrics` (everything below). Step latency is observed where steps run, in
+the worker: with `KEEPER_WORKER_METRICS_PORT` set, the worker serves its own registry on that port
+(`worker_metrics_serve`, started from workers/celery.py); with a prefork pool set
+`PROMETHEUS_MULTIPROC_DIR` so the pool children's observations are summed there.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.http import require_GET
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+logger = logging.getLogger(__name__)
+
+STEP_SECONDS = Histogram(
+    "keeper_step_duration_seconds",
+    "Wall time of one step function (the step itself, not the lease or the commit).",
+    ["workflow", "step"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900),
+)
+
+# Scrapes must not hold a connection long when the database is slow.
+_SCRAPE_STATEMENT_TIMEOUT_MS = 5000
+
+
+def observe_step(*, workflow: str, step: str, seconds: float) -> None:
+    """Record one step's wall time (called by the engine after every step function returns or raises)."""
+    STEP_SECONDS.labels(workflow=workflow, step=step).observe(seconds)
+
+
+class KeeperCollector:
+    """Reads the durable tables and the Celery queue at scrape time (nothing is cached in memory)."""
+
+    def collect(self) -> Iterator[Metric]:
+        from runs.models import OperationStatus, RunStatus
+
+        up = GaugeMetricFamily(
+            "keeper_metrics_source_up",
+            "1 when the source could be read during this scrape.",
+            labels=["source"],
+        )
+        try:
+            runs, operations, takeovers = _database_figures()
+        except Exception as exc:  # a scrape reports the outage instead of failing
+            logger.warning("metrics: database not readable: %s", exc)
+            up.add_metric(["database"], 0)
+        else:
+            up.add_metric(["database"], 1)
+            gauge = GaugeMetricFamily("keeper_runs", "Runs by status.", labels=["status"])
+            for status in RunStatus.values:
+                gauge.add_metric([status], runs.get(status, 0))
+            yield gauge
+            gauge = GaugeMetricFamily("keeper_operations", "Tool operations by status.", labels=["status"])
+            for status in OperationStatus.values:
+                gauge.add_metric([status], operations.get(status, 0))
+            yield gauge
+            yield CounterMetricFamily(
+                "keeper_lease_takeovers",
+                "Verified take-overs of an expired lease (resume_verified events, trigger lease_takeover).",
+                value=takeovers,
+            )
+        queue = getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", "celery")
+        try:
+            depth = _queue_depth(queue)
+        except Exception as exc:
+            logger.warning("metrics: Redis not readable: %s", exc)
+            up.add_metric(["redis"], 0)
+        else:
+            up.add_metric(["redis"], 1)
+            gauge = GaugeMetricFamily(
+                "keeper_celery_queue_length", "Wake-ups waiting in the Celery queue.", labels=["queue"]
+            )
+            gauge.add_metric([queue], depth)
+            yield gauge
+        yield up
+
+
+def _database_figures() -> tuple[dict[str, int], dict[str, int], int]:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL statement_timeout = {_SCRAPE_STATEMENT_TIMEOUT_MS}")
+        cursor.execute("SELECT status, count(*) FROM agent_runs GROUP BY status")
+        runs = dict(cursor.fetchall())
+        cursor.execute("SELECT status, count(*) FROM tool_operations GROUP BY status")
+        operations = dict(cursor.fetchall())
+        cursor.execute(
+            "SELECT count(*) FROM agent_events"
+            " WHERE event_type = 'resume_verified' AND payload->>'trigger' = 'lease_takeover'"
+        )
+        (takeovers,) = cursor.fetchone()
+    return runs, operations, takeovers
+
+
+def _queue_depth(queue: str) -> int:
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        return int(client.llen(queue))
+    finally:
+        client.close()
+
+
+_keeper_registry = CollectorRegistry(auto_describe=False)
+_keeper_registry.register(KeeperCollector())  # type: ignore[arg-type]
+
+
+def metrics_token() -> str:
+    """KEEPER_METRICS_TOKEN from settings when they define it, else from the environment."""
+    token = getattr(settings, "KEEPER_METRICS_TOKEN", None)
+    return os.environ.get("KEEPER_METRICS_TOKEN", "") if token is None else str(token)
+
+
+def metrics_authorized(request: HttpRequest) -> int | None:
+    """None when the request may read metrics, else the status to answer (401 or 403).
+
+    Without a token only a DEBUG process serves them; with one, `Authorization: Bearer <token>`.
+    """
+    token = metrics_token()
+    if not token:
+        return None if settings.DEBUG else 403
+    header = request.headers.get("Authorization", "")
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer" or not given:
+        return 401
+    return None if hmac.compare_digest(given.strip().encode(), token.encode()) else 403
+
+
+@require_GET
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    refused = metrics_authorized(request)
+    if refused == 401:
+        response = HttpResponse("metrics need Authorization: Bearer <KEEPER_METRICS_TOKEN>\n", status=401,
+                                content_type="text/plain")  # fmt: skip
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    if refused is not None:
+        reason = "wrong token" if metrics_token() else "KEEPER_METRICS_TOKEN is not set"
+        return HttpResponse(f"metrics refused: {reason}\n", status=403, content_type="text/plain")
+    body = generate_latest(REGISTRY) + generate_latest(_keeper_registry)
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
+
+
+def worker_metrics_serve() -> int | None:
+    """Serve this worker's registry on KEEPER_WORKER_METRICS_PORT (if set); return the port.
+
+    With PROMETHEUS_MULTIPROC_DIR set (a prefork pool), the served figures are the sum over the
+    pool children's files; otherwise this process's own registry (solo or threads pool).
+    """
+    port = os.environ.get("KEEPER_WORKER_METRICS_PORT", "").strip()
+    if not port:
+        return None
+    from prometheus_client import start_http_server
+
+    registry: CollectorRegistry = REGISTRY
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    server, _ = start_http_server(int(port), addr=os.environ.get("KEEPER_WORKER_METRICS_ADDR", "0.0.0.0"),
+                                  registry=registry)  # fmt: skip
+    logger.info("worker metrics served on port %s", server.server_port)
+    return int(server.server_port)

@@ -1,0 +1,151 @@
+"""The production shape: docker-compose.yml is valid for Compose and wires what production needs;
+the Dockerfile starts modules that exist."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.processes import ROOT
+
+APP_SERVICES = ("web", "worker", "beat")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:  # type: ignore[type-arg]
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        if os.environ.get("CI"):
+            pytest.fail("docker-compose is not installed (apt-get install -y docker-compose)")
+        pytest.skip("docker-compose is not installed (apt-get install -y docker-compose)")
+    yaml = pytest.importorskip("yaml")
+    # Compose v1 (Debian's docker-compose) and v2 both print the resolved file as YAML.
+    result = subprocess.run(
+        [binary, "--env-file", ".env.example", "-f", "docker-compose.yml", "config"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)
+
+
+def test_compose_has_every_service_with_its_health_check(compose):  # type: ignore[no-untyped-def]
+    services = compose["services"]
+    assert set(services) >= {"postgres", "redis", "migrate", "web", "worker", "beat"}
+    assert services["postgres"]["image"] == "pgvector/pgvector:pg17"
+    assert services["redis"]["image"] == "redis:7"
+    assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
+    assert "redis-cli ping" in " ".join(services["redis"]["healthcheck"]["test"])
+    assert "/healthz" in " ".join(services["web"]["healthcheck"]["test"])
+    assert "config.wsgi" in services["web"]["command"] and "gunicorn" in services["web"]["command"]
+    assert "workers worker" in " ".join(services["worker"]["command"])
+    assert services["beat"]["command"][:4] == ["celery", "-A", "workers", "beat"]
+    assert services["migrate"]["command"][-3:-1] == ["manage.py", "migrate"]
+
+
+def test_app_services_wait_for_migrations_and_healthy_stores(compose):  # type: ignore[no-untyped-def]
+    services = compose["services"]
+    for name in APP_SERVICES:
+        depends = services[name]["depends_on"]
+        assert depends["migrate"]["condition"] == "service_completed_successfully", name
+        assert depends["postgres"]["condition"] == "service_healthy", name
+        assert depends["redis"]["condition"] == "service_healthy", name
+    assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_only_migrate_gets_the_owner_role(compose):  # type: ignore[no-untyped-def]
+    services = compose["services"]
+    assert services["migrate"]["environment"]["DATABASE_OWNER_URL"].startswith("postgresql://keeper_owner:")
+    for name in APP_SERVICES:
+        env = services[name]["environment"]
+        assert "DATABASE_OWNER_URL" not in env, name
+        assert env["DATABASE_URL"].startswith("postgresql://keeper:"), name
+        assert env["DJANGO_SETTINGS_MODULE"] == "config.settings.production", name
+
+
+def test_named_volumes_and_the_role_script(compose):  # type: ignore[no-untyped-def]
+    assert set(compose["volumes"]) >= {"postgres-data", "redis-data", "artifacts"}
+    mounts = " ".join(str(v) for v in compose["services"]["postgres"]["volumes"])
+    assert "postgres-init.sh" in mounts and "/docker-entrypoint-initdb.d/" in mounts
+    script = (ROOT / "deploy" / "postgres-init.sh").read_text()
+    assert "CREATE ROLE keeper_owner" in script
+    assert re.search(r"CREATE ROLE keeper LOGIN .*NOSUPERUSER NOBYPASSRLS", script)
+    assert "CREATE EXTENSION IF NOT EXISTS vector" in script
+
+
+def test_env_example_holds_no_real_secret():
+    values = dict(
+        line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
+        if line and not line.startswith("#")
+    )  # fmt: skip
+    for name in ("SECRET_KEY", "POSTGRES_PASSWORD", "KEEPER_OWNER_PASSWORD", "KEEPER_APP_PASSWORD"):
+        assert "CHANGE-ME" in values[name], name
+    assert ".env" in (ROOT / ".dockerignore").read_text().split()
+
+
+def test_dockerfile_commands_reference_modules_that_exist():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert dockerfile.startswith("#") and "FROM python:3.11-slim" in dockerfile
+    assert re.search(r"^USER (?!root)\w+", dockerfile, re.M), "the image must not run as root"
+    assert "pip install ." in dockerfile and "collectstatic --noinput" in dockerfile
+    cmd = json.loads(re.search(r"^CMD (\[.*\])$", dockerfile, re.M).group(1))  # type: ignore[union-attr]
+    assert cmd[0] == "gunicorn"
+    wsgi = importlib.import_module(cmd[1])
+    assert callable(wsgi.application)
+    settings_module = re.search(r"DJANGO_SETTINGS_MODULE=(\S+)", dockerfile).group(1)  # type: ignore[union-attr]
+    assert importlib.util.find_spec(settings_module) is not None
+    assert importlib.util.find_spec("workers.celery") is not None
+    assert Path(ROOT / "manage.py").exists()
+
+
+@pytest.mark.slow
+def test_the_postgres_init_script_creates_the_two_roles_that_migrate_and_serve(tmp_path):  # type: ignore[no-untyped-def]
+    """deploy/postgres-init.sh on a fresh server (the embedded one stands in for the container's):
+    the owner can migrate, the application role can use the tables but owns nothing and bypasses
+    no row-level security."""
+    import tempfile
+
+    import psycopg
+
+    from config.embedded import _import_pgserver
+
+    pgserver, _ = _import_pgserver()
+    pgroot = Path(tempfile.mkdtemp(prefix="keeper-init-"))
+    server = pgserver.get_server(pgroot / "pg", cleanup_mode=None)
+    try:
+        socket_dir = str(server.get_postmaster_info().socket_dir)
+        env = {**os.environ, "PATH": f"{server.bin_path}:{os.environ.get('PATH', '')}", "PGHOST": socket_dir,
+               "POSTGRES_USER": "postgres", "KEEPER_OWNER_PASSWORD": "owner-pw", "KEEPER_APP_PASSWORD": "app-pw"}  # fmt: skip
+        script = subprocess.run(["sh", str(ROOT / "deploy" / "postgres-init.sh")], env=env, capture_output=True,
+                                text=True, timeout=60)  # fmt: skip
+        assert script.returncode == 0, script.stderr
+
+        app_url = f"postgresql://keeper@/keeper?host={socket_dir}"
+        owner_url = f"postgresql://keeper_owner@/keeper?host={socket_dir}"
+        migrate_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test", "DATABASE_URL": app_url,
+                       "DATABASE_OWNER_URL": owner_url}  # fmt: skip
+        migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT,
+                                 env=migrate_env, capture_output=True, text=True, timeout=240)  # fmt: skip
+        assert migrate.returncode == 0, migrate.stderr[-3000:]
+
+        with psycopg.connect(app_url) as conn:
+            flags = conn.execute(
+                "SELECT rolsuper, rolbypassrls, rolcreatedb FROM pg_roles WHERE rolname = current_user"
+            ).fetchone()
+            assert flags == (False, False, False)
+            conn.execute("SELECT count(*) FROM agent_runs").fetchone()
+            owners = conn.execute(
+                "SELECT DISTINCT tableowner FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchall()
+            assert owners == [("keeper_owner",)]
+            assert conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+    finally:
+        server.stop()
+        shutil.rmtree(pgroot, ignore_errors=True)

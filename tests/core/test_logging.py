@@ -1,0 +1,81 @@
+"""Structured logs: one JSON object per line, carrying the run and tenant a step belongs to."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from core.logging import JSONFormatter, RunContextFilter, log_context
+from runs.services.runs import run_start
+from runs.services.steps import run_advance
+from runs.workflows.registry import Complete, State, Step, StepContext, StepResult, Workflow, registry
+
+step_logger = logging.getLogger("tests.core.logging_step")
+
+
+def _logging_step(ctx: StepContext, state: State) -> StepResult:
+    step_logger.info("refund %s checked", state["order"])
+    return Complete(state, {"ok": True})
+
+
+registry.register(Workflow(name="test.logs_in_step", version="1", steps=(Step("check", _logging_step),)))
+
+
+@pytest.fixture
+def json_lines() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JSONFormatter())
+    handler.addFilter(RunContextFilter())
+    step_logger.addHandler(handler)
+    previous = step_logger.level
+    step_logger.setLevel(logging.INFO)
+    try:
+        yield stream
+    finally:
+        step_logger.removeHandler(handler)
+        step_logger.setLevel(previous)
+
+
+def _records(stream: io.StringIO) -> list[dict]:  # type: ignore[type-arg]
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+@pytest.mark.django_db
+def test_a_record_logged_inside_a_step_carries_its_run_and_tenant(tenant, json_lines):  # type: ignore[no-untyped-def]
+    run = run_start(
+        tenant=tenant, workflow_name="test.logs_in_step", input={"order": "o-7"}, actor="test"
+    ).run
+    assert run_advance(run_id=run.run_id).status == "completed"
+    [record] = _records(json_lines)
+    assert record["message"] == "refund o-7 checked"
+    assert record["run_id"] == str(run.run_id) and record["tenant_id"] == str(tenant.pk)
+    assert record["level"] == "INFO" and record["logger"] == "tests.core.logging_step"
+    assert set(record) == {"time", "level", "logger", "message", "run_id", "tenant_id"}
+
+    step_logger.info("after the step")  # the context ends with the step
+    assert "run_id" not in _records(json_lines)[-1] and "tenant_id" not in _records(json_lines)[-1]
+
+
+def test_contexts_nest_and_exceptions_stay_on_one_line(json_lines):  # type: ignore[no-untyped-def]
+    with log_context(tenant_id="t-1"), log_context(run_id="r-1"):
+        try:
+            raise ValueError("bad\nvalue")
+        except ValueError:
+            step_logger.exception("step failed")
+    assert len(json_lines.getvalue().splitlines()) == 1
+    [record] = _records(json_lines)
+    assert (record["run_id"], record["tenant_id"]) == ("r-1", "t-1")
+    assert record["exc_info"].startswith("Traceback") and "ValueError: bad" in record["exc_info"]
+
+
+def test_the_configured_console_handler_adds_the_run_context(settings):  # type: ignore[no-untyped-def]
+    handler = settings.LOGGING["handlers"]["console"]
+    assert handler["filters"] == ["run_context"]
+    assert settings.LOGGING["filters"]["run_context"]["()"] == "core.logging.RunContextFilter"
+    assert settings.LOGGING["formatters"]["json"]["()"] == "core.logging.JSONFormatter"
+    assert handler["formatter"] == settings.KEEPER_LOG_FORMAT  # plain unless KEEPER_LOG_FORMAT=json
