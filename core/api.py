@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from rest_framework import exceptions, status
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -20,6 +27,10 @@ def error_response(code: str, message: str, http_status: int, details: Any = Non
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
         return error_response(exc.code, exc.message, exc.http_status, exc.details)
+    if isinstance(exc, RequestDataTooBig):
+        return error_response("request_too_large", str(exc), status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    if isinstance(exc, SuspiciousOperation):  # too many form fields or files: Django's limits
+        return error_response("invalid_input", str(exc), status.HTTP_400_BAD_REQUEST)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -29,4 +40,81 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         )
     code = getattr(exc, "default_code", "error")
     detail = response.data.get("detail", "") if isinstance(response.data, dict) else response.data
-    return error_response(str(code), str(detail), response.status_code)
+    details = {"retry_after": exc.wait} if isinstance(exc, exceptions.Throttled) and exc.wait else None
+    wrapped = error_response(str(code), str(detail), response.status_code, details)
+    for header in ("WWW-Authenticate", "Retry-After"):  # a 401 names the scheme; a 429 says when to retry
+        if header in response:
+            wrapped[header] = response[header]
+    return wrapped
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The error body of every 4xx (for the OpenAPI schema)."""
+
+    class ErrorBody(serializers.Serializer):
+        code = serializers.CharField()
+        message = serializers.CharField()
+        details = serializers.JSONField()
+
+    error = ErrorBody()
+
+
+_ERROR_MEANINGS = {
+    400: "the request is not valid (wrong types, missing fields, unknown values)",
+    401: "no valid API key",
+    403: "not allowed (a read key on a write endpoint, or not a staff user)",
+    404: "no such object for this tenant",
+    409: "the state does not allow this, or the idempotency key was used for another request",
+    413: "the body is too large",
+    415: "unsupported media type",
+    422: "the input breaks a business rule",
+    429: "too many requests for this key",
+}
+
+
+def error_responses(*extra: int) -> dict[int, OpenApiResponse]:
+    """The error responses an endpoint documents: the common ones and `extra`."""
+    return {
+        code: OpenApiResponse(ErrorSerializer, description=_ERROR_MEANINGS[code])
+        for code in sorted({400, 401, 403, 404, 429, *extra})
+    }
+
+
+class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
+    """The OpenAPI security scheme of API keys (every API module imports this one, which registers it)."""
+
+    target_class = "core.api_auth.ApiKeyAuthentication"
+    name = "ApiKey"
+
+    def get_security_definition(self, auto_schema: object) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "kp_<prefix>_<secret>"}
+
+
+class TenantParameterSerializer(serializers.Serializer):
+    """The `tenant` query parameter (slug or id); with an API key it may be left out (or empty)."""
+
+    tenant = serializers.CharField(max_length=64, required=False, allow_blank=True)
+
+
+class KeeperAutoSchema(AutoSchema):
+    """Names nested `InputSerializer`s after their view (`RunStartApi.InputSerializer` → `RunStartInput`),
+    and operations after their view class, so that one view per action gives unique names."""
+
+    def get_serializer_name(self, serializer: serializers.Serializer, direction: str) -> str:
+        qualname = type(serializer).__qualname__
+        if "." in qualname:
+            owner, _, own = qualname.rpartition(".")
+            return owner.replace(".", "").removesuffix("Api") + own
+        return super().get_serializer_name(serializer, direction)
+
+    def get_operation_id(self) -> str:
+        view_name = re.sub(r"(?<!^)(?=[A-Z])", "_", type(self.view).__name__.removesuffix("Api")).lower()
+        return f"{view_name}_{self.method.lower()}"
+
+
+@csrf_exempt  # no state changes here; a POST deserves the JSON 404 too, not the CSRF page
+def api_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
+    """A URL under /api/v1/ that no route matches (an unknown path, or an id of the wrong form):
+    the error body, not Django's HTML page. The last pattern of the API's URL map."""
+    body = {"error": {"code": "not_found", "message": f"no API endpoint {request.path}", "details": {}}}
+    return JsonResponse(body, status=404)

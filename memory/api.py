@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api import TenantParameterSerializer, error_responses
+from core.api_auth import request_actor, request_tenant
 from core.errors import NotFound
-from core.tenancy import tenant_get, tenant_scope
+from core.tenancy import tenant_scope
 from memory.erasure import erasure_request_create
 from memory.models import ErasureRequest, MemoryItem
 from memory.projection import memory_search
@@ -33,13 +36,19 @@ class ErasureOutputSerializer(serializers.ModelSerializer):
                   "created_at", "completed_at"]  # fmt: skip
 
 
-def _actor(request: Request) -> str:
-    return f"user:{request.user.get_username()}"
+EXAMPLE_PROVENANCE = {"source_type": "user_statement", "source_id": "run:7b0c…", "source_version": None,
+                      "run_id": "7b0c…", "event_seq": 3, "validation_method": "user_statement"}  # fmt: skip
+MEMORY_ITEM_LIST = inline_serializer("MemoryItemList", {"results": MemoryItemOutputSerializer(many=True)})
+MEMORY_HITS = inline_serializer("MemoryHits", {"results": inline_serializer("MemoryHit", {
+    "score": serializers.FloatField(), "vector_rank": serializers.IntegerField(allow_null=True),
+    "text_rank": serializers.IntegerField(allow_null=True), "item": MemoryItemOutputSerializer()}, many=True)})  # fmt: skip
 
 
 class MemoryItemsApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64)
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
         subject_id = serializers.CharField(max_length=200)
         namespace = serializers.CharField(max_length=200)
         key = serializers.CharField(max_length=200)
@@ -49,67 +58,92 @@ class MemoryItemsApi(APIView):
         consent_basis = serializers.CharField(max_length=200, required=False, allow_null=True, default=None)
 
     class FilterSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64)
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
         subject_id = serializers.CharField(max_length=200)
         namespace = serializers.CharField(max_length=200, required=False)
 
+    @extend_schema(summary="Remember a fact about a subject", request=InputSerializer,
+                   responses={201: MemoryItemOutputSerializer, **error_responses(409, 422)},
+                   examples=[OpenApiExample("preference", value={
+                       "tenant": "acme", "subject_id": "customer-7", "namespace": "preferences", "key": "language",
+                       "value": "de", "provenance": EXAMPLE_PROVENANCE}, request_only=True)])  # fmt: skip
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
-        item = memory_remember(tenant=tenant_get(slug_or_id=fields.pop("tenant")), **fields)
+        item = memory_remember(tenant=request_tenant(request, fields.pop("tenant", None)), **fields)
         return Response(MemoryItemOutputSerializer(item).data, status=201)
 
+    @extend_schema(summary="Recall a subject's current facts", parameters=[FilterSerializer],
+                   responses={200: MEMORY_ITEM_LIST, **error_responses()})  # fmt: skip
     def get(self, request: Request) -> Response:
-        f = self.FilterSerializer(data=request.query_params)
+        f = self.FilterSerializer(data=request.query_params.dict())
         f.is_valid(raise_exception=True)
         namespace = f.validated_data.get("namespace")
-        items = memory_recall(tenant=tenant_get(slug_or_id=f.validated_data["tenant"]),
+        items = memory_recall(tenant=request_tenant(request, f.validated_data.get("tenant")),
                               subject_id=f.validated_data["subject_id"], namespaces=[namespace] if namespace else None)  # fmt: skip
         return Response({"results": MemoryItemOutputSerializer(items, many=True).data})
 
 
 class MemoryItemSupersedeApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64)
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
         value = serializers.JSONField()
         provenance = serializers.DictField()
         confidence = serializers.FloatField(required=False, allow_null=True, default=None)
 
+    @extend_schema(summary="Replace a fact with a new value", request=InputSerializer,
+                   responses={201: MemoryItemOutputSerializer, **error_responses(409, 422)},
+                   examples=[OpenApiExample("new value", value={"tenant": "acme", "value": "en",
+                                                                "provenance": EXAMPLE_PROVENANCE}, request_only=True)])  # fmt: skip
     def post(self, request: Request, memory_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
         item = memory_supersede(
-            tenant=tenant_get(slug_or_id=fields.pop("tenant")), memory_id=memory_id, **fields
+            tenant=request_tenant(request, fields.pop("tenant", None)), memory_id=memory_id, **fields
         )
         return Response(MemoryItemOutputSerializer(item).data, status=201)
 
 
 class MemoryItemInvalidateApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64)
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
         reason = serializers.CharField(max_length=500)
 
+    @extend_schema(summary="Invalidate a fact", request=InputSerializer,
+                   responses={200: MemoryItemOutputSerializer, **error_responses(409, 422)},
+                   examples=[OpenApiExample("wrong", value={"tenant": "acme", "reason": "the customer corrected it"},
+                                            request_only=True)])  # fmt: skip
     def post(self, request: Request, memory_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        item = memory_invalidate(tenant=tenant_get(slug_or_id=data.validated_data["tenant"]), memory_id=memory_id,
+        item = memory_invalidate(tenant=request_tenant(request, data.validated_data.get("tenant")), memory_id=memory_id,
                                  reason=data.validated_data["reason"])  # fmt: skip
         return Response(MemoryItemOutputSerializer(item).data)
 
 
 class MemorySearchApi(APIView):
     class FilterSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64)
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
         query = serializers.CharField(max_length=2000)
         subject_id = serializers.CharField(max_length=200, required=False)
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
 
+    @extend_schema(summary="Search memory (vector and full text)", parameters=[FilterSerializer],
+                   responses={200: MEMORY_HITS, **error_responses(422)})  # fmt: skip
     def get(self, request: Request) -> Response:
-        f = self.FilterSerializer(data=request.query_params)
+        f = self.FilterSerializer(data=request.query_params.dict())
         f.is_valid(raise_exception=True)
-        hits = memory_search(tenant=tenant_get(slug_or_id=f.validated_data["tenant"]), query=f.validated_data["query"],
+        hits = memory_search(tenant=request_tenant(request, f.validated_data.get("tenant")), query=f.validated_data["query"],
                              subject_id=f.validated_data.get("subject_id"), k=f.validated_data["k"])  # fmt: skip
         return Response({"results": [{"score": h.score, "vector_rank": h.vector_rank, "text_rank": h.text_rank,
                                       "item": MemoryItemOutputSerializer(h.item).data} for h in hits]})  # fmt: skip
@@ -117,20 +151,28 @@ class MemorySearchApi(APIView):
 
 class ErasureRequestsApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64)
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
         subject_id = serializers.CharField(max_length=200)
 
+    @extend_schema(summary="Erase everything about a subject (asynchronous)", request=InputSerializer,
+                   responses={202: ErasureOutputSerializer, **error_responses(409, 422)},
+                   examples=[OpenApiExample("erase", value={"tenant": "acme", "subject_id": "customer-7"},
+                                            request_only=True)])  # fmt: skip
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        created = erasure_request_create(tenant=tenant_get(slug_or_id=data.validated_data["tenant"]),
-                                         subject_id=data.validated_data["subject_id"], requested_by=_actor(request))  # fmt: skip
+        created = erasure_request_create(tenant=request_tenant(request, data.validated_data.get("tenant")),
+                                         subject_id=data.validated_data["subject_id"], requested_by=request_actor(request))  # fmt: skip
         return Response(ErasureOutputSerializer(created).data, status=202)
 
 
 class ErasureRequestDetailApi(APIView):
+    @extend_schema(summary="An erasure request's status and receipt", parameters=[TenantParameterSerializer],
+                   responses={200: ErasureOutputSerializer, **error_responses()})  # fmt: skip
     def get(self, request: Request, request_id: UUID) -> Response:
-        tenant = tenant_get(slug_or_id=request.query_params.get("tenant", ""))
+        tenant = request_tenant(request, request.query_params.get("tenant", ""))
         with tenant_scope(tenant.tenant_id):
             found = ErasureRequest.objects.filter(request_id=request_id).first()
         if found is None:

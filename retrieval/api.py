@@ -10,14 +10,17 @@ import base64
 import binascii
 from typing import Any
 
+from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api import TenantParameterSerializer, error_responses
+from core.api_auth import request_actor, request_tenant
 from core.errors import InvalidInput
-from core.tenancy import tenant_get, tenant_scope
+from core.tenancy import tenant_scope
 from retrieval.models import Document, Invalidation, RetrievalSnapshot
 from retrieval.search import retrieval_search, snapshot_get, snapshot_replay
 from retrieval.selectors import document_get, documents_list, invalidations_list
@@ -29,6 +32,7 @@ from retrieval.services import (
     principal_set,
 )
 from retrieval.sources import MEDIA_TYPES, media_type_guess
+from runs.api import run_for_request
 
 
 class DocumentOutputSerializer(serializers.ModelSerializer):
@@ -63,8 +67,15 @@ class InvalidationOutputSerializer(serializers.ModelSerializer):
         ]
 
 
-def _actor(request: Request) -> str:
-    return f"user:{request.user.get_username()}"
+DOCUMENT_LIST = inline_serializer("DocumentList", {"results": DocumentOutputSerializer(many=True)})
+INDEXED = inline_serializer("Indexed", {"changed": serializers.BooleanField(), "chunks": serializers.IntegerField(),
+                                        "invalidated": serializers.IntegerField(),
+                                        "document": DocumentOutputSerializer()})  # fmt: skip
+SNAPSHOT = inline_serializer("RetrievalSnapshot", {
+    "retrieval_snapshot_id": serializers.CharField(), "query_digest": serializers.CharField(),
+    "index_version": serializers.JSONField(), "acl_principal": serializers.CharField(),
+    "run_id": serializers.UUIDField(allow_null=True), "created_at": serializers.DateTimeField(),
+    "hits": serializers.ListField(child=serializers.DictField())})  # fmt: skip
 
 
 def _content(data: dict, files: dict) -> tuple[bytes, str]:  # type: ignore[type-arg]
@@ -90,7 +101,9 @@ class DocumentsApi(APIView):
     parser_classes = [JSONParser, MultiPartParser, FormParser]
 
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64)
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
         document_id = serializers.CharField(max_length=200)
         source_uri = serializers.CharField(max_length=2000)
         source_version = serializers.CharField(max_length=200)
@@ -102,17 +115,26 @@ class DocumentsApi(APIView):
         wait = serializers.BooleanField(required=False, default=False)
 
     class FilterSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64)
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
 
+    @extend_schema(summary="Index a document (JSON with text or content_base64, or a multipart file)",
+                   request={"application/json": InputSerializer, "multipart/form-data": InputSerializer},
+                   responses={201: INDEXED, 200: INDEXED, **error_responses(409, 413, 415, 422)},
+                   examples=[OpenApiExample("text", value={
+                       "tenant": "acme", "document_id": "policy-42", "source_uri": "https://wiki/refunds",
+                       "source_version": "etag:1", "media_type": "text/markdown", "acl": ["group:support"],
+                       "text": "# Refunds\nWithin 14 days."}, request_only=True)])  # fmt: skip
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = data.validated_data
         content, media_type = _content(fields, request.FILES)
         result = document_index(
-            tenant=tenant_get(slug_or_id=fields["tenant"]), document_id=fields["document_id"],
+            tenant=request_tenant(request, fields.get("tenant")), document_id=fields["document_id"],
             source_uri=fields["source_uri"], source_version=fields["source_version"], data=content,
-            media_type=media_type, acl=fields["acl"], title=fields["title"], actor=_actor(request),
+            media_type=media_type, acl=fields["acl"], title=fields["title"], actor=request_actor(request),
             wait=fields["wait"],
         )  # fmt: skip
         with tenant_scope(result.document.tenant_id):
@@ -120,80 +142,116 @@ class DocumentsApi(APIView):
                     "document": DocumentOutputSerializer(result.document).data}  # fmt: skip
         return Response(body, status=201 if result.changed else 200)
 
+    @extend_schema(summary="List documents", parameters=[FilterSerializer],
+                   responses={200: DOCUMENT_LIST, **error_responses()})  # fmt: skip
     def get(self, request: Request) -> Response:
-        f = self.FilterSerializer(data=request.query_params)
+        f = self.FilterSerializer(data=request.query_params.dict())
         f.is_valid(raise_exception=True)
-        tenant = tenant_get(slug_or_id=f.validated_data["tenant"])
+        tenant = request_tenant(request, f.validated_data.get("tenant"))
         documents = documents_list(tenant=tenant)
         with tenant_scope(tenant.tenant_id):
             return Response({"results": DocumentOutputSerializer(documents, many=True).data})
 
 
 class DocumentDetailApi(APIView):
+    @extend_schema(summary="Read a document", parameters=[TenantParameterSerializer],
+                   responses={200: DocumentOutputSerializer, **error_responses()})  # fmt: skip
     def get(self, request: Request, document_id: str) -> Response:
-        tenant = tenant_get(slug_or_id=request.query_params.get("tenant", ""))
+        tenant = request_tenant(request, request.query_params.get("tenant", ""))
         document = document_get(tenant=tenant, document_id=document_id)
         with tenant_scope(tenant.tenant_id):
             return Response(DocumentOutputSerializer(document).data)
 
+    @extend_schema(summary="Delete a document and its chunks", parameters=[TenantParameterSerializer],
+                   responses={200: inline_serializer("DocumentDeleted", {"document_id": serializers.CharField(),
+                                                                         "chunks_deleted": serializers.IntegerField()}),
+                              **error_responses(409)})  # fmt: skip
     def delete(self, request: Request, document_id: str) -> Response:
-        tenant = tenant_get(slug_or_id=request.query_params.get("tenant", ""))
-        deleted = document_delete(tenant=tenant, document_id=document_id, actor=_actor(request))
+        tenant = request_tenant(request, request.query_params.get("tenant", ""))
+        deleted = document_delete(tenant=tenant, document_id=document_id, actor=request_actor(request))
         return Response({"document_id": document_id, "chunks_deleted": deleted})
 
 
 class DocumentAclApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64)
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
         acl = serializers.ListField(child=serializers.CharField(max_length=210), max_length=1000)
 
+    @extend_schema(summary="Replace a document's ACL", request=InputSerializer,
+                   responses={200: DocumentOutputSerializer, **error_responses(409, 422)},
+                   examples=[OpenApiExample("acl", value={"tenant": "acme", "acl": ["group:support", "user:sam"]},
+                                            request_only=True)])  # fmt: skip
     def put(self, request: Request, document_id: str) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        tenant = tenant_get(slug_or_id=data.validated_data["tenant"])
+        tenant = request_tenant(request, data.validated_data.get("tenant"))
         document = document_acl_set(tenant=tenant, document_id=document_id, acl=data.validated_data["acl"],
-                                    actor=_actor(request))  # fmt: skip
+                                    actor=request_actor(request))  # fmt: skip
         with tenant_scope(tenant.tenant_id):
             return Response(DocumentOutputSerializer(document).data)
 
 
+PRINCIPAL = inline_serializer(
+    "Principal",
+    {"principal": serializers.CharField(), "groups": serializers.ListField(child=serializers.CharField())},
+)
+
+
 class PrincipalsApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64)
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
         principal = serializers.CharField(max_length=210)
         groups = serializers.ListField(
             child=serializers.CharField(max_length=210), max_length=1000, default=list
         )
 
+    @extend_schema(summary="Set a principal's groups", request=InputSerializer,
+                   responses={200: PRINCIPAL, **error_responses(409, 422)},
+                   examples=[OpenApiExample("principal", value={"tenant": "acme", "principal": "user:sam",
+                                                                "groups": ["group:support"]}, request_only=True)])  # fmt: skip
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = data.validated_data
-        row = principal_set(tenant=tenant_get(slug_or_id=fields["tenant"]), principal=fields["principal"],
-                            groups=fields["groups"], actor=_actor(request))  # fmt: skip
+        row = principal_set(tenant=request_tenant(request, fields.get("tenant")), principal=fields["principal"],
+                            groups=fields["groups"], actor=request_actor(request))  # fmt: skip
         return Response({"principal": row.principal, "groups": row.groups})
 
 
 class PrincipalDetailApi(APIView):
+    @extend_schema(summary="Remove a principal", parameters=[TenantParameterSerializer],
+                   responses={204: None, **error_responses(409, 422)})  # fmt: skip
     def delete(self, request: Request, principal: str) -> Response:
-        tenant = tenant_get(slug_or_id=request.query_params.get("tenant", ""))
-        principal_remove(tenant=tenant, principal=principal, actor=_actor(request))
+        tenant = request_tenant(request, request.query_params.get("tenant", ""))
+        principal_remove(tenant=tenant, principal=principal, actor=request_actor(request))
         return Response(status=204)
 
 
 class SearchApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64)
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
         principal = serializers.CharField(max_length=210)
         query = serializers.CharField(max_length=4000)
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
         run_id = serializers.UUIDField(required=False, allow_null=True, default=None)
 
+    @extend_schema(summary="Search as a principal (the hits are recorded in a snapshot)", request=InputSerializer,
+                   responses={200: SNAPSHOT, **error_responses(422)},
+                   examples=[OpenApiExample("search", value={"tenant": "acme", "principal": "user:sam",
+                                                             "query": "refund window", "k": 5}, request_only=True)])  # fmt: skip
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = data.validated_data
-        result = retrieval_search(tenant=tenant_get(slug_or_id=fields["tenant"]), query=fields["query"],
+        if fields["run_id"] is not None:
+            run_for_request(request, fields["run_id"])
+        result = retrieval_search(tenant=request_tenant(request, fields.get("tenant")), query=fields["query"],
                                   principal=fields["principal"], k=fields["k"], run_id=fields["run_id"])  # fmt: skip
         return Response(
             _snapshot_body(result.snapshot, [{**h.provenance(), "text": h.text} for h in result.hits])
@@ -209,22 +267,29 @@ def _snapshot_body(snapshot: RetrievalSnapshot, hits: list[dict[str, Any]]) -> d
 
 
 class SnapshotDetailApi(APIView):
+    @extend_schema(summary="A retrieval snapshot with its recorded hits", parameters=[TenantParameterSerializer],
+                   responses={200: SNAPSHOT, **error_responses()})  # fmt: skip
     def get(self, request: Request, snapshot_id: str) -> Response:
-        tenant = tenant_get(slug_or_id=request.query_params.get("tenant", ""))
+        tenant = request_tenant(request, request.query_params.get("tenant", ""))
         snapshot = snapshot_get(tenant=tenant, snapshot_id=snapshot_id)
         return Response(_snapshot_body(snapshot, snapshot.hits))
 
 
 class SnapshotReplayApi(APIView):
+    @extend_schema(summary="Replay a snapshot: its hits as the index holds them now",
+                   parameters=[TenantParameterSerializer], responses={200: SNAPSHOT, **error_responses(409)})  # fmt: skip
     def get(self, request: Request, snapshot_id: str) -> Response:
-        tenant = tenant_get(slug_or_id=request.query_params.get("tenant", ""))
+        tenant = request_tenant(request, request.query_params.get("tenant", ""))
         snapshot = snapshot_get(tenant=tenant, snapshot_id=snapshot_id)
         hits = snapshot_replay(tenant=tenant, snapshot=snapshot)
         return Response(_snapshot_body(snapshot, [{**h.provenance(), "text": h.text} for h in hits]))
 
 
 class InvalidationsApi(APIView):
+    @extend_schema(summary="What changed in the index (for replays and caches)", parameters=[TenantParameterSerializer],
+                   responses={200: inline_serializer("InvalidationList", {
+                       "results": InvalidationOutputSerializer(many=True)}), **error_responses()})  # fmt: skip
     def get(self, request: Request) -> Response:
-        tenant = tenant_get(slug_or_id=request.query_params.get("tenant", ""))
+        tenant = request_tenant(request, request.query_params.get("tenant", ""))
         rows = invalidations_list(tenant=tenant)
         return Response({"results": InvalidationOutputSerializer(rows, many=True).data})

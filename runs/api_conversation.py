@@ -4,21 +4,19 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from runs.api import EventOutputSerializer
+from core.api import error_responses
+from core.api_auth import request_actor
+from runs.api import EVENTS_PAGE, EventOutputSerializer, run_for_request
 from runs.context import context_build
 from runs.models import AgentEvent
-from runs.selectors import run_get
 from runs.services.conversation import CONVERSATION_EVENTS, conversation_append
 from runs.services.sessions import session_window
-
-
-def _actor(request: Request) -> str:
-    return f"user:{request.user.get_username()}"
 
 
 class RunMessagesApi(APIView):
@@ -35,20 +33,26 @@ class RunMessagesApi(APIView):
         after_seq = serializers.IntegerField(min_value=0, default=0)
         limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
 
+    @extend_schema(summary="Append a message (idempotent by client_message_id)", request=InputSerializer,
+                   responses={201: EventOutputSerializer, 200: EventOutputSerializer, **error_responses(409, 422)},
+                   examples=[OpenApiExample("user message", value={"type": "user_message", "client_message_id": "m-1",
+                                                                   "content": "Where is my order?"}, request_only=True)])  # fmt: skip
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         body = dict(data.validated_data)
-        run = run_get(run_id=run_id)
+        run = run_for_request(request, run_id)
         appended = conversation_append(tenant=run.tenant, run_id=run_id, event_type=body.pop("type"),
                                        client_message_id=body.pop("client_message_id"), body=body,
-                                       actor=_actor(request))  # fmt: skip
+                                       actor=request_actor(request))  # fmt: skip
         return Response(EventOutputSerializer(appended.event).data, status=201 if appended.created else 200)
 
+    @extend_schema(summary="Page a run's conversation", parameters=[FilterSerializer],
+                   responses={200: EVENTS_PAGE, **error_responses()})  # fmt: skip
     def get(self, request: Request, run_id: UUID) -> Response:
-        filters = self.FilterSerializer(data=request.query_params)
+        filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
-        run_get(run_id=run_id)
+        run_for_request(request, run_id)
         events = list(
             AgentEvent.objects.filter(run_id=run_id, event_type__in=CONVERSATION_EVENTS,
                                       seq__gt=filters.validated_data["after_seq"])
@@ -59,8 +63,11 @@ class RunMessagesApi(APIView):
 
 
 class RunSessionApi(APIView):
+    @extend_schema(summary="The session window of a run",
+                   responses={200: inline_serializer("SessionWindow", {"results": serializers.ListField(
+                       child=serializers.JSONField())}), **error_responses()})  # fmt: skip
     def get(self, request: Request, run_id: UUID) -> Response:
-        return Response({"results": session_window(run=run_get(run_id=run_id))})
+        return Response({"results": session_window(run=run_for_request(request, run_id))})
 
 
 class RunContextApi(APIView):
@@ -70,10 +77,17 @@ class RunContextApi(APIView):
         # Searches the retrieval index as this user (its ACL); the hits come with a snapshot id.
         principal = serializers.CharField(max_length=210, required=False, allow_null=True, default=None)
 
+    @extend_schema(summary="Build the context of a run's next model call", parameters=[FilterSerializer],
+                   responses={200: inline_serializer("BuiltContext", {
+                       "messages": serializers.ListField(child=serializers.JSONField()),
+                       "parts": serializers.JSONField(), "budget": serializers.JSONField(),
+                       "total": serializers.JSONField(), "summaries": serializers.JSONField(),
+                       "raw_from_seq": serializers.JSONField(), "notes": serializers.JSONField()}),
+                       **error_responses(422)})  # fmt: skip
     def get(self, request: Request, run_id: UUID) -> Response:
-        filters = self.FilterSerializer(data=request.query_params)
+        filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
-        built = context_build(run=run_get(run_id=run_id), **filters.validated_data)
+        built = context_build(run=run_for_request(request, run_id), **filters.validated_data)
         return Response({"messages": built.messages, "parts": built.parts, "budget": built.budget,
                          "total": built.total, "summaries": built.summaries, "raw_from_seq": built.raw_from_seq,
                          "notes": built.notes})  # fmt: skip

@@ -4,19 +4,30 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api import error_responses
+from core.api_auth import request_actor, request_key, request_may_see, request_tenant
+from core.errors import NotFound
+from runs.api import run_for_request
 from runs.models import Approval, ApprovalStatus, ToolOperation
-from runs.selectors import approval_list, operation_get, run_get, run_operations
+from runs.selectors import approval_list, operation_get, run_operations
 from runs.services.approvals import approval_approve, approval_reject
 from runs.services.operations import RECONCILE_OUTCOMES, operation_reconcile
 
 
-def _actor(request: Request) -> str:
-    return f"user:{request.user.get_username()}"
+def _approval_check(request: Request, approval_id: UUID) -> None:
+    """An approval of another tenant does not exist for an API key (staff users decide for all)."""
+    key = request_key(request)
+    if (
+        key is not None
+        and not Approval.objects.filter(approval_id=approval_id, tenant_id=key.tenant_id).exists()
+    ):
+        raise NotFound(f"no approval {approval_id}", code="approval_not_found")
 
 
 class ApprovalOutputSerializer(serializers.ModelSerializer):
@@ -38,11 +49,18 @@ class OperationOutputSerializer(serializers.ModelSerializer):
 class ApprovalListApi(APIView):
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=ApprovalStatus.choices, required=False)
+        tenant = serializers.CharField(max_length=64, required=False, allow_blank=True)
 
+    @extend_schema(summary="List approvals (the newest 200)", parameters=[FilterSerializer],
+                   responses={200: inline_serializer("ApprovalList", {"results": ApprovalOutputSerializer(many=True)}),
+                              **error_responses()})  # fmt: skip
     def get(self, request: Request) -> Response:
-        filters = self.FilterSerializer(data=request.query_params)
+        filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
-        approvals = approval_list(status=filters.validated_data.get("status"))[:200]
+        approvals = approval_list(status=filters.validated_data.get("status"))
+        if request_key(request) is not None or filters.validated_data.get("tenant"):
+            approvals = approvals.filter(tenant=request_tenant(request, filters.validated_data.get("tenant")))
+        approvals = approvals[:200]
         return Response({"results": ApprovalOutputSerializer(approvals, many=True).data})
 
 
@@ -51,28 +69,39 @@ class ApprovalDecisionInputSerializer(serializers.Serializer):
 
 
 class ApprovalApproveApi(APIView):
+    @extend_schema(summary="Approve a pending request", request=ApprovalDecisionInputSerializer,
+                   responses={200: ApprovalOutputSerializer, **error_responses(409, 422)},
+                   examples=[OpenApiExample("approve", value={"note": "checked the order"}, request_only=True)])  # fmt: skip
     def post(self, request: Request, approval_id: UUID) -> Response:
         data = ApprovalDecisionInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        _approval_check(request, approval_id)
         approval = approval_approve(
-            approval_id=approval_id, actor=_actor(request), note=data.validated_data["note"]
+            approval_id=approval_id, actor=request_actor(request), note=data.validated_data["note"]
         )
         return Response(ApprovalOutputSerializer(approval).data)
 
 
 class ApprovalRejectApi(APIView):
+    @extend_schema(summary="Reject a pending request (a note is required)", request=ApprovalDecisionInputSerializer,
+                   responses={200: ApprovalOutputSerializer, **error_responses(409, 422)},
+                   examples=[OpenApiExample("reject", value={"note": "not delivered"}, request_only=True)])  # fmt: skip
     def post(self, request: Request, approval_id: UUID) -> Response:
         data = ApprovalDecisionInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        _approval_check(request, approval_id)
         approval = approval_reject(
-            approval_id=approval_id, actor=_actor(request), note=data.validated_data["note"]
+            approval_id=approval_id, actor=request_actor(request), note=data.validated_data["note"]
         )
         return Response(ApprovalOutputSerializer(approval).data)
 
 
 class RunOperationsApi(APIView):
+    @extend_schema(summary="A run's tool operations with their protocol history",
+                   responses={200: inline_serializer("OperationList", {"results": OperationOutputSerializer(many=True)}),
+                              **error_responses()})  # fmt: skip
     def get(self, request: Request, run_id: UUID) -> Response:
-        run_get(run_id=run_id)
+        run_for_request(request, run_id)
         return Response({"results": OperationOutputSerializer(run_operations(run_id=run_id), many=True).data})
 
 
@@ -83,11 +112,20 @@ class OperationReconcileApi(APIView):
         external_ref = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
         resume = serializers.BooleanField(required=False, default=True)
 
+    @extend_schema(summary="Settle an operation whose outcome is unknown", request=InputSerializer,
+                   responses={200: OperationOutputSerializer, **error_responses(409, 422)},
+                   examples=[OpenApiExample("applied", value={"outcome": "applied", "note": "seen in the ledger",
+                                                              "external_ref": "re_123"}, request_only=True)])  # fmt: skip
     def post(self, request: Request, pk: int) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         op = operation_get(pk=pk)
+        if not request_may_see(request, op.tenant_id):
+            raise NotFound(f"no operation {pk}", code="operation_not_found")
         reconciled = operation_reconcile(
-            tenant_id=op.tenant_id, operation_id=op.operation_id, actor=_actor(request), **data.validated_data
+            tenant_id=op.tenant_id,
+            operation_id=op.operation_id,
+            actor=request_actor(request),
+            **data.validated_data,
         )
         return Response(OperationOutputSerializer(reconciled).data)

@@ -1,3 +1,5 @@
+"""The runs API: runs, conversations, approvals and operations under /api/v1/."""
+
 from django.urls import path
 
 from runs import api, api_conversation, api_side_effects
@@ -8,6 +10,8 @@ urlpatterns = [
     path("runs/<uuid:run_id>/events/", api.RunEventsApi.as_view(), name="api-run-events"),
     path("runs/<uuid:run_id>/cancel", api.RunCancelApi.as_view(), name="api-run-cancel"),
     path("runs/<uuid:run_id>/resume", api.RunResumeApi.as_view(), name="api-run-resume"),
+    path("runs/<uuid:run_id>/fork", api.RunForkApi.as_view(), name="api-run-fork"),
+    path("runs/<uuid:run_id>/rewind", api.RunRewindApi.as_view(), name="api-run-rewind"),
     path(
         "runs/<uuid:run_id>/operations/",
         api_side_effects.RunOperationsApi.as_view(),

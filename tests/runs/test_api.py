@@ -77,5 +77,10 @@ def test_cancel_then_resume_is_refused_with_409(api, tenant):
 def test_the_api_requires_a_staff_user(tenant):
     response = APIClient().post("/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {}},
                                 format="json")  # fmt: skip
-    assert response.status_code == 403
+    assert response.status_code == 401 and response["WWW-Authenticate"] == "Bearer"  # no session, no key
+    client = APIClient()
+    client.force_authenticate(get_user_model().objects.create_user("pat", password="pw-for-tests"))
+    response = client.post("/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {}},
+                           format="json")  # fmt: skip
+    assert response.status_code == 403 and response.json()["error"]["code"] == "permission_denied"
     assert AgentRun.objects.count() == 0

@@ -1,0 +1,174 @@
+"""Who calls the REST API and for which tenant: per-tenant API keys, their scopes and rate limits.
+
+A key looks like `kp_<prefix>_<secret>`; only the prefix and a SHA-256 of the secret are stored (the
+secret has 256 random bits, so a plain digest is enough). With a key the tenant comes from the key:
+any other tenant, and any object of another tenant, answers 404 as if it did not exist. Staff users
+with a session keep their global view.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from django.db import transaction
+from django.utils import timezone
+from rest_framework import authentication, exceptions, permissions, throttling
+
+from core.errors import InvalidInput, NotFound
+from core.models import ApiKey, ApiKeyScope, Tenant
+from core.tenancy import tenant_get
+
+if TYPE_CHECKING:  # rest_framework.views imports this module through the settings
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
+
+KEY_PATTERN = re.compile(r"kp_(?P<prefix>[0-9a-f]{12})_(?P<secret>[A-Za-z0-9_-]{43})")
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("ascii")).hexdigest()
+
+
+@dataclass(frozen=True)
+class CreatedKey:
+    key: ApiKey
+    plaintext: str  # shown once, never stored
+
+
+def api_key_create(*, tenant: Tenant, name: str, scope: str) -> CreatedKey:
+    if scope not in ApiKeyScope.values:
+        raise InvalidInput(f"scope must be one of {', '.join(ApiKeyScope.values)}", code="invalid_scope")
+    if not name.strip():
+        raise InvalidInput("a key needs a name", code="name_required")
+    prefix, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
+    key = ApiKey.objects.create(tenant=tenant, name=name.strip(), prefix=prefix, secret_sha256=_digest(secret),
+                                scope=scope)  # fmt: skip
+    return CreatedKey(key=key, plaintext=f"kp_{prefix}_{secret}")
+
+
+def api_key_revoke(*, prefix: str) -> ApiKey:
+    prefix = prefix.removeprefix("kp_").split("_")[0]
+    with transaction.atomic():
+        key = ApiKey.objects.select_for_update().filter(prefix=prefix).first()
+        if key is None:
+            raise NotFound(f"no API key kp_{prefix}", code="api_key_not_found")
+        if key.revoked_at is None:
+            key.revoked_at = timezone.now()
+            key.save(update_fields=["revoked_at"])
+    return key
+
+
+def api_key_authenticate(*, plaintext: str) -> ApiKey | None:
+    """The active key this plaintext names, or None (unknown, revoked, malformed or a wrong secret)."""
+    match = KEY_PATTERN.fullmatch(plaintext)
+    if match is None:
+        return None
+    key = (
+        ApiKey.objects.select_related("tenant")
+        .filter(prefix=match["prefix"], revoked_at__isnull=True)
+        .first()
+    )
+    if key is None or not hmac.compare_digest(key.secret_sha256, _digest(match["secret"])):
+        return None
+    return key
+
+
+@dataclass(frozen=True)
+class ApiKeyUser:
+    """The `request.user` of a key-authenticated request: never staff, named after the key."""
+
+    key: ApiKey
+    is_authenticated: bool = True
+    is_anonymous: bool = False
+    is_staff: bool = False
+    is_superuser: bool = False
+
+    def get_username(self) -> str:
+        return f"kp_{self.key.prefix}"
+
+    @property
+    def pk(self) -> str:
+        return f"api_key:{self.key.prefix}"
+
+    id = pk  # for middleware and logs that read `request.user.id`
+
+
+class ApiKeyAuthentication(authentication.BaseAuthentication):
+    """`Authorization: Bearer kp_...`; other requests fall through to the session."""
+
+    keyword = "Bearer"
+
+    def authenticate(self, request: Request) -> tuple[ApiKeyUser, ApiKey] | None:
+        header = authentication.get_authorization_header(request).decode("latin-1").split()
+        if not header or header[0] != self.keyword:
+            return None
+        if len(header) != 2:
+            raise exceptions.AuthenticationFailed("send `Authorization: Bearer kp_<prefix>_<secret>`")
+        key = api_key_authenticate(plaintext=header[1])
+        if key is None:
+            raise exceptions.AuthenticationFailed("unknown or revoked API key")
+        return ApiKeyUser(key=key), key
+
+    def authenticate_header(self, request: Request) -> str:
+        return self.keyword
+
+
+def request_key(request: Request) -> ApiKey | None:
+    return request.auth if isinstance(request.auth, ApiKey) else None
+
+
+class IsStaffOrScopedKey(permissions.BasePermission):
+    """Staff users may do everything; a read key only safe methods; a write key everything."""
+
+    message = "this API key may only read"
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        key = request_key(request)
+        if key is None:
+            return bool(request.user and request.user.is_staff)
+        return key.scope == ApiKeyScope.WRITE or request.method in permissions.SAFE_METHODS
+
+
+class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
+    """One bucket per key (`KEEPER_API_RATE`); staff sessions are not throttled."""
+
+    scope = "api_key"
+
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        key = request_key(request)
+        if key is None:
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": key.prefix}
+
+
+def request_actor(request: Request) -> str:
+    key = request_key(request)
+    if key is not None:
+        return f"api_key:{key.prefix}"
+    return f"user:{request.user.get_username()}"
+
+
+def request_tenant(request: Request, given: str | UUID | None = None) -> Tenant:
+    """The tenant of this request: the key's (another `given` answers 404), or `given` for staff."""
+    key = request_key(request)
+    if key is None:
+        if given in (None, ""):  # staff users see every tenant: they name one
+            raise exceptions.ValidationError({"tenant": ["This field is required."]})
+        return tenant_get(slug_or_id=given)
+    if given in (None, ""):
+        return key.tenant
+    if str(given) not in (key.tenant.slug, str(key.tenant_id)):
+        raise NotFound(f"no tenant {given!s}", code="unknown_tenant")
+    return key.tenant
+
+
+def request_may_see(request: Request, tenant_id: UUID) -> bool:
+    """Whether an object of this tenant exists for this request (staff: every tenant's)."""
+    key = request_key(request)
+    return key is None or key.tenant_id == tenant_id

@@ -1,0 +1,86 @@
+"""Per-tenant API keys: hashed at rest, shown once, read or write scope, revocable, rate limited."""
+
+from __future__ import annotations
+
+import hashlib
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from core.api_auth import ApiKeyRateThrottle, api_key_create
+from core.models import ApiKey
+from runs.models import AgentRun
+from tests.api.conftest import key_client
+
+pytestmark = pytest.mark.django_db
+
+START = {"tenant": "acme", "workflow": "demo.countdown", "input": {"n": 1}}
+
+
+def _command(*args: str) -> str:
+    out = StringIO()
+    call_command("api_key", *args, stdout=out, stderr=StringIO())
+    return out.getvalue().strip()
+
+
+def test_the_command_creates_a_key_shown_once_and_stores_only_its_digest(tenant):
+    plaintext = _command("create", "--tenant", "acme", "--scope", "write", "--name", "ci")
+    key = ApiKey.objects.get()
+    _, prefix, secret = plaintext.split("_", 2)
+    assert (key.prefix, key.scope, key.name, key.tenant) == (prefix, "write", "ci", tenant)
+    assert key.secret_sha256 == hashlib.sha256(secret.encode()).hexdigest()
+    assert secret not in str(ApiKey.objects.values_list())
+    listed = _command("list", "--tenant", "acme")
+    assert f"kp_{prefix}_" in listed and secret not in listed and "active" in listed
+    assert key_client(plaintext).post("/api/v1/runs/", START, format="json").status_code == 201
+    assert "revoked" in _command("revoke", prefix)
+    refused = key_client(plaintext).get("/api/v1/approvals/")
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "authentication_failed"
+    assert "revoked" in _command("list")
+
+
+def test_the_command_refuses_unknown_tenants_scopes_and_keys(tenant):
+    with pytest.raises(CommandError):
+        _command("create", "--tenant", "nobody", "--scope", "write", "--name", "ci")
+    with pytest.raises(CommandError):
+        _command("create", "--tenant", "acme", "--scope", "admin", "--name", "ci")
+    with pytest.raises(CommandError):
+        _command("revoke", "kp_000000000000")
+    assert ApiKey.objects.count() == 0
+
+
+def test_a_read_key_may_only_read(tenant, read_key):
+    client = key_client(read_key)
+    assert client.get("/api/v1/approvals/").status_code == 200
+    refused = client.post("/api/v1/runs/", START, format="json")
+    assert refused.status_code == 403 and refused.json()["error"]["code"] == "permission_denied"
+    assert AgentRun.objects.count() == 0
+
+
+@pytest.mark.parametrize("header", ["Bearer kp_0123456789ab_" + "x" * 43, "Bearer nonsense", "Bearer a b"])
+def test_a_wrong_key_answers_401_and_never_falls_back(tenant, write_key, header):
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=header)
+    response = client.post("/api/v1/runs/", START, format="json")
+    assert response.status_code == 401 and response["WWW-Authenticate"] == "Bearer"
+    assert set(response.json()["error"]) == {"code", "message", "details"}
+    assert AgentRun.objects.count() == 0
+
+
+def test_a_key_with_a_right_prefix_and_a_wrong_secret_is_refused(tenant):
+    created = api_key_create(tenant=tenant, name="ci", scope="write")
+    forged = created.plaintext[: -len("x")] + ("y" if created.plaintext[-1] != "y" else "z")
+    assert key_client(forged).get("/api/v1/approvals/").status_code == 401
+
+
+def test_each_key_has_its_own_rate_limit(tenant, write_key, read_key, monkeypatch):
+    monkeypatch.setattr(ApiKeyRateThrottle, "THROTTLE_RATES", {"api_key": "3/min"})
+    client = key_client(write_key)
+    assert [client.get("/api/v1/approvals/").status_code for _ in range(3)] == [200, 200, 200]
+    limited = client.get("/api/v1/approvals/")
+    assert limited.status_code == 429 and limited.json()["error"]["code"] == "throttled"
+    assert int(limited["Retry-After"]) > 0 and limited.json()["error"]["details"]["retry_after"] > 0
+    assert key_client(read_key).get("/api/v1/approvals/").status_code == 200

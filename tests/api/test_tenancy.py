@@ -1,0 +1,150 @@
+"""With an API key the tenant comes from the key: every URL of the API, given another tenant's object
+or naming another tenant, answers 404 (never 403: no existence leak) and changes nothing."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+from django.urls import URLPattern
+
+from core.tenancy import tenant_scope
+from memory import urls as memory_urls
+from memory.models import MemoryItem
+from retrieval import urls as retrieval_urls
+from retrieval.models import Document, Principal
+from runs import api_urls as runs_urls
+from runs.models import AgentRun, Approval, ToolOperation
+from tests.api.conftest import PROVENANCE, key_client, seed_tenant
+
+pytestmark = pytest.mark.django_db
+
+API_PATTERNS: list[URLPattern] = [
+    p
+    for p in [*runs_urls.urlpatterns, *memory_urls.urlpatterns, *retrieval_urls.urlpatterns]
+    if hasattr(p.callback, "view_class")  # not the JSON 404 of unmatched URLs
+]
+METHODS = ("get", "post", "put", "patch", "delete")
+QUERIES = {"MemoryItemsApi": {"subject_id": "c-1"}, "MemorySearchApi": {"query": "language"}}
+
+
+def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
+    """A valid body for each write view, so that only the tenant can make the request fail."""
+    bodies: dict[str, dict[str, Any]] = {
+        "RunStartApi": {"tenant": tenant, "workflow": "demo.countdown", "input": {"n": 1}},
+        "RunCancelApi": {"note": "x"}, "RunResumeApi": {"note": "x"},
+        "RunForkApi": {"at_seq": 1}, "RunRewindApi": {"to_seq": 1},
+        "RunMessagesApi": {"type": "user_message", "client_message_id": "m-1", "content": "hi"},
+        "ApprovalApproveApi": {"note": "x"}, "ApprovalRejectApi": {"note": "x"},
+        "OperationReconcileApi": {"outcome": "not_applied", "note": "x"},
+        "MemoryItemsApi": {"tenant": tenant, "subject_id": "c-1", "namespace": "n", "key": "k", "value": 1,
+                           "provenance": PROVENANCE},
+        "MemoryItemSupersedeApi": {"tenant": tenant, "value": "en", "provenance": PROVENANCE},
+        "MemoryItemInvalidateApi": {"tenant": tenant, "reason": "x"},
+        "ErasureRequestsApi": {"tenant": tenant, "subject_id": "c-1"},
+        "DocumentsApi": {"tenant": tenant, "document_id": "d-1", "source_uri": "s3://d-1", "source_version": "1",
+                         "acl": ["group:support"], "text": "hello"},
+        "DocumentAclApi": {"tenant": tenant, "acl": ["group:support"]},
+        "PrincipalsApi": {"tenant": tenant, "principal": "user:bob", "groups": []},
+        # Their run's id, in our own tenant's search: the run does not exist for us.
+        "SearchApi": {"tenant": tenant, "principal": "user:acme-ann", "query": "refunds",
+                      "run_id": theirs["operation_run_id"]},
+    }  # fmt: skip
+    return bodies[view]
+
+
+def _url(pattern: URLPattern, theirs: dict[str, Any]) -> str:
+    route = str(pattern.pattern)
+    return "/api/v1/" + re.sub(r"<(?:\w+:)?(\w+)>", lambda m: str(theirs[m[1]]), route)
+
+
+def _walk(theirs: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+    """(view, method, url, has object) for every pattern and method of the API."""
+    calls = []
+    for pattern in API_PATTERNS:
+        view = pattern.callback.view_class  # type: ignore[attr-defined]
+        for method in METHODS:
+            if hasattr(view, method):
+                calls.append((view.__name__, method, _url(pattern, theirs), "<" in str(pattern.pattern)))
+    return calls
+
+
+def _snapshot_of_their_state(theirs: dict[str, Any], tenant) -> tuple[Any, ...]:  # type: ignore[no-untyped-def]
+    with tenant_scope(tenant.tenant_id):
+        return (
+            sorted(AgentRun.objects.filter(tenant=tenant).values_list("run_id", "status", "state_revision")),
+            list(Approval.objects.filter(tenant=tenant).values_list("status", flat=True)),
+            list(ToolOperation.objects.filter(tenant=tenant).values_list("status", flat=True)),
+            sorted(MemoryItem.objects.filter(tenant=tenant).values_list("memory_id", "invalidated_at")),
+            sorted(Document.objects.values_list("document_id", "acl")),
+            sorted(Principal.objects.values_list("principal", "groups")),
+        )
+
+
+def test_a_key_gets_404_for_every_url_of_another_tenant(tenant, other_tenant, write_key):
+    seed_tenant(tenant)
+    theirs = seed_tenant(other_tenant)
+    before = _snapshot_of_their_state(theirs, other_tenant)
+    client = key_client(write_key)
+    calls = _walk(theirs)
+    assert len(calls) == sum(
+        sum(hasattr(p.callback.view_class, m) for m in METHODS)  # type: ignore[attr-defined]
+        for p in API_PATTERNS
+    )
+    answered = []
+    for view, method, url, has_object in calls:
+        # Their object in our tenant, their object naming their tenant, and (collections) their tenant.
+        tenants = ["acme", "globex"] if has_object else ["globex"]
+        if view == "ApprovalListApi":
+            tenants = ["globex"]
+        for named in tenants:
+            if method in ("get", "delete"):
+                query = urlencode({"tenant": named, **QUERIES.get(view, {})})
+                response = getattr(client, method)(f"{url}?{query}")
+            else:
+                response = getattr(client, method)(url, _body(view, named, theirs), format="json")
+            assert response.status_code == 404, (view, method, url, named, response.content)
+            assert set(response.json()["error"]) == {"code", "message", "details"}
+            answered.append((view, method, named))
+    assert _snapshot_of_their_state(theirs, other_tenant) == before
+    assert {(view, method) for view, method, _ in answered} == {(v, m) for v, m, _, _ in calls}
+
+
+def test_an_approval_list_shows_only_the_keys_tenant(tenant, other_tenant, write_key):
+    ours = seed_tenant(tenant)
+    seed_tenant(other_tenant)
+    listed = key_client(write_key).get("/api/v1/approvals/").json()["results"]
+    assert [a["approval_id"] for a in listed] == [ours["approval_id"]]
+
+
+def test_a_key_omitting_the_tenant_works_in_its_own(tenant, write_key):
+    ours = seed_tenant(tenant)
+    client = key_client(write_key)
+    assert client.get(f"/api/v1/runs/{ours['run_id']}/").status_code == 200
+    assert client.get(f"/api/v1/retrieval/documents/{ours['document_id']}/").status_code == 200
+    assert client.get(f"/api/v1/erasure-requests/{ours['request_id']}/").status_code == 200
+    started = client.post("/api/v1/runs/", {"workflow": "demo.countdown", "input": {"n": 1}}, format="json")
+    assert started.status_code == 201 and started.json()["tenant"] == "acme"
+    assert (
+        client.get("/api/v1/memory/items/?tenant=acme&subject_id=c-1").json()["results"][0]["value"] == "de"
+    )
+    decided = client.post(f"/api/v1/approvals/{ours['approval_id']}/approve", {"note": "ok"}, format="json")
+    assert decided.status_code == 200 and re.fullmatch(r"api_key:[0-9a-f]{12}", decided.json()["decided_by"])
+
+
+def test_staff_users_keep_their_global_view(tenant, other_tenant, django_user_model):
+    from rest_framework.test import APIClient
+
+    theirs = seed_tenant(other_tenant)
+    client = APIClient()
+    client.force_authenticate(django_user_model.objects.create_user("ops", password="pw", is_staff=True))
+    assert client.get(f"/api/v1/runs/{theirs['run_id']}/").status_code == 200
+    unnamed = client.post("/api/v1/runs/", {"workflow": "demo.countdown", "input": {}}, format="json")
+    assert unnamed.status_code == 400 and unnamed.json()["error"]["details"] == {
+        "tenant": ["This field is required."]
+    }
+    assert (
+        client.get(f"/api/v1/retrieval/documents/{theirs['document_id']}/?tenant=globex").status_code == 200
+    )
