@@ -14,8 +14,8 @@ from rest_framework.views import APIView
 from core.api import error_responses
 from core.api_auth import request_actor, request_may_see, request_tenant
 from runs.errors import RunNotFound
-from runs.models import AgentEvent, AgentRun
-from runs.selectors import run_events, run_get
+from runs.models import AgentEvent, AgentRun, RunStatus
+from runs.selectors import run_events, run_get, run_page
 from runs.services.forks import run_fork, run_rewind
 from runs.services.runs import run_cancel, run_resume, run_start
 
@@ -55,7 +55,42 @@ EVENTS_PAGE = inline_serializer(
 )
 
 
+class RunListItemSerializer(RunOutputSerializer):
+    class Meta(RunOutputSerializer.Meta):
+        fields = [f for f in RunOutputSerializer.Meta.fields if f not in ("state", "result")]
+
+
+RUNS_PAGE = inline_serializer(
+    "RunsPage",
+    {
+        "results": RunListItemSerializer(many=True),
+        "next": inline_serializer(
+            "RunsCursor",
+            {"before_updated_at": serializers.DateTimeField(), "before_run_id": serializers.UUIDField()},
+            allow_null=True,
+        ),
+    },
+)
+
+
 class RunStartApi(APIView):
+    class FilterSerializer(serializers.Serializer):
+        tenant = serializers.CharField(max_length=64, required=False, allow_blank=True)
+        status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
+        workflow = serializers.CharField(max_length=200, required=False)
+        subject = serializers.CharField(max_length=200, required=False)
+        idempotency_key = serializers.CharField(max_length=200, required=False)
+        before_updated_at = serializers.DateTimeField(required=False)
+        before_run_id = serializers.UUIDField(required=False)
+        limit = serializers.IntegerField(min_value=1, max_value=200, default=50)
+
+        def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+            if ("before_updated_at" in data) != ("before_run_id" in data):
+                raise serializers.ValidationError(
+                    "before_updated_at and before_run_id come together (the cursor)"
+                )
+            return data
+
     class InputSerializer(serializers.Serializer):
         tenant = serializers.CharField(
             max_length=64, required=False, allow_blank=True
@@ -89,6 +124,27 @@ class RunStartApi(APIView):
             subject=data.get("subject", ""),
         )
         return Response(RunOutputSerializer(started.run).data, status=201 if started.created else 200)
+
+    @extend_schema(
+        summary="List a tenant's runs, newest activity first (keyset pages: pass `next` back as the cursor)",
+        parameters=[FilterSerializer],
+        responses={200: RUNS_PAGE, **error_responses(400)},
+    )
+    def get(self, request: Request) -> Response:
+        filters = self.FilterSerializer(data=request.query_params.dict())
+        filters.is_valid(raise_exception=True)
+        data = dict(filters.validated_data)
+        tenant = request_tenant(request, data.pop("tenant", None) or None)
+        limit = data.pop("limit")
+        cursor = (data.pop("before_updated_at", None), data.pop("before_run_id", None))
+        runs = run_page(tenant=tenant, cursor=cursor if cursor[0] else None, limit=limit, **data)
+        more = len(runs) > limit
+        runs = runs[:limit]
+        last = runs[-1] if more else None
+        return Response({
+            "results": RunListItemSerializer(runs, many=True).data,
+            "next": {"before_updated_at": last.updated_at, "before_run_id": last.run_id} if last else None,
+        })  # fmt: skip
 
     def _validated(self, request: Request) -> dict[str, Any]:
         serializer = self.InputSerializer(data=request.data)

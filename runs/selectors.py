@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from core.errors import NotFound
+from core.models import Tenant
 from runs.errors import RunNotFound
 from runs.models import AgentEvent, AgentRun, Approval, ToolOperation
 
@@ -49,3 +51,20 @@ def operation_get(*, pk: int) -> ToolOperation:
 
 def operation_find(*, tenant_id: UUID, operation_id: str) -> ToolOperation | None:
     return ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
+
+
+def run_page(
+    *, tenant: Tenant, cursor: tuple[Any, Any] | None, limit: int, status: str | None = None,
+    workflow: str | None = None, subject: str | None = None, idempotency_key: str | None = None,
+) -> list[AgentRun]:  # fmt: skip
+    """One keyset page of a tenant's runs, newest activity first, plus one row to tell if more follow
+    (the (tenant, updated_at, run_id) indexes serve it; no OFFSET, no COUNT)."""
+    runs = AgentRun.objects.select_related("tenant").filter(tenant=tenant)
+    for field, value in (("status", status), ("workflow_name", workflow), ("subject", subject),
+                         ("idempotency_key", idempotency_key)):  # fmt: skip
+        if value is not None:
+            runs = runs.filter(**{field: value})
+    if cursor is not None:
+        at, run_id = cursor
+        runs = runs.filter(Q(updated_at__lt=at) | Q(updated_at=at, run_id__lt=run_id))
+    return list(runs.order_by("-updated_at", "-run_id")[: limit + 1])
