@@ -21,6 +21,7 @@ from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions, throttling
 
 from core.errors import InvalidInput, NotFound
+from core.logging import log_request_tenant
 from core.models import ApiKey, ApiKeyScope, Tenant
 from core.tenancy import tenant_get
 
@@ -132,6 +133,7 @@ class IsStaffOrScopedKey(permissions.BasePermission):
         key = request_key(request)
         if key is None:
             return bool(request.user and request.user.is_staff)
+        log_request_tenant(key.tenant_id)  # every line this request logs names the key's tenant
         return key.scope == ApiKeyScope.WRITE or request.method in permissions.SAFE_METHODS
 
 
@@ -160,12 +162,13 @@ def request_tenant(request: Request, given: str | UUID | None = None) -> Tenant:
     if key is None:
         if given in (None, ""):  # staff users see every tenant: they name one
             raise exceptions.ValidationError({"tenant": ["This field is required."]})
-        return tenant_get(slug_or_id=given)
-    if given in (None, ""):
-        return key.tenant
-    if str(given) not in (key.tenant.slug, str(key.tenant_id)):
+        tenant = tenant_get(slug_or_id=given)
+    elif given in (None, "") or str(given) in (key.tenant.slug, str(key.tenant_id)):
+        tenant = key.tenant
+    else:
         raise NotFound(f"no tenant {given!s}", code="unknown_tenant")
-    return key.tenant
+    log_request_tenant(tenant.tenant_id)
+    return tenant
 
 
 def request_may_see(request: Request, tenant_id: UUID) -> bool:

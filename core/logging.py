@@ -35,6 +35,26 @@ def log_context(*, run_id: object = None, tenant_id: object = None) -> Iterator[
             var.reset(token)
 
 
+def log_request_tenant(tenant_id: object) -> None:
+    """The tenant of the request being served: every record until the request ends carries it."""
+    _tenant_id.set(str(tenant_id))
+
+
+class LogContextMiddleware:
+    """Each request starts with no run or tenant in the log context, so a thread that serves many
+    requests never stamps one request's tenant on the next one's lines. The context is not cleared
+    at the end: Django logs a failed response (django.request) after the middleware has returned,
+    and that line should still name the tenant."""
+
+    def __init__(self, get_response: Any):
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        _run_id.set(None)
+        _tenant_id.set(None)
+        return self.get_response(request)
+
+
 class RunContextFilter(logging.Filter):
     """Adds `run_id` and `tenant_id` (None when unknown) to every record; never drops one."""
 

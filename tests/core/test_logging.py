@@ -79,3 +79,32 @@ def test_the_configured_console_handler_adds_the_run_context(settings):  # type:
     assert settings.LOGGING["filters"]["run_context"]["()"] == "core.logging.RunContextFilter"
     assert settings.LOGGING["formatters"]["json"]["()"] == "core.logging.JSONFormatter"
     assert handler["formatter"] == settings.KEEPER_LOG_FORMAT  # plain unless KEEPER_LOG_FORMAT=json
+
+
+@pytest.mark.django_db
+def test_an_api_request_logs_with_the_keys_tenant_and_the_next_request_does_not(tenant):
+    from rest_framework.test import APIClient
+
+    from core.api_auth import api_key_create
+
+    class Collect(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(level=logging.WARNING)
+            self.addFilter(RunContextFilter())  # as the configured handler does
+            self.records: list[logging.LogRecord] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.records.append(record)
+
+    key = api_key_create(tenant=tenant, name="ci", scope="read").plaintext
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    collect, logger = Collect(), logging.getLogger("django.request")
+    logger.addHandler(collect)
+    try:
+        assert client.get("/api/v1/runs/00000000-0000-0000-0000-000000000000/").status_code == 404
+        APIClient().get("/api/v1/runs/00000000-0000-0000-0000-000000000000/")  # no key: 401
+    finally:
+        logger.removeHandler(collect)
+    stamped = [record.tenant_id for record in collect.records]  # type: ignore[attr-defined]
+    assert stamped[0] == str(tenant.tenant_id) and stamped[-1] is None, stamped
