@@ -84,3 +84,15 @@ def test_each_key_has_its_own_rate_limit(tenant, write_key, read_key, monkeypatc
     assert limited.status_code == 429 and limited.json()["error"]["code"] == "throttled"
     assert int(limited["Retry-After"]) > 0 and limited.json()["error"]["details"]["retry_after"] > 0
     assert key_client(read_key).get("/api/v1/approvals/").status_code == 200
+
+
+def test_without_redis_the_api_still_answers_and_skips_the_rate_limit(read_key):
+    from django.test import override_settings
+
+    from tests.api.conftest import key_client
+
+    dead = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                        "LOCATION": "redis://127.0.0.1:1/0", "OPTIONS": {"socket_connect_timeout": 0.2}}}  # fmt: skip
+    with override_settings(CACHES=dead):
+        response = key_client(read_key).get("/api/v1/approvals/")
+    assert response.status_code == 200, response.content
