@@ -61,6 +61,7 @@ def test_a_large_tenant_gets_its_own_graph_and_a_rare_principal_still_gets_a_com
             # At 3,000 rows the planner may prefer a scan and a sort (statistics decide); what this
             # checks is that the tenant's partial graph matches the search's predicate and can serve it.
             cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("SET LOCAL enable_sort = off")  # nor another index and a sort
             cursor.execute(
                 "EXPLAIN SELECT id FROM retrieval_chunks c WHERE c.tenant_id = %s AND c.status = 'current' "
                 "AND c.acl && %s::text[] AND c.embedder_key = %s AND c.dimensions = 256 "
