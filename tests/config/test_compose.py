@@ -149,3 +149,29 @@ def test_the_postgres_init_script_creates_the_two_roles_that_migrate_and_serve(t
     finally:
         server.stop()
         shutil.rmtree(pgroot, ignore_errors=True)
+
+
+def test_gunicorn_writes_json_lines(capsys):
+    import logging.config
+    import runpy
+
+    config = runpy.run_path(str(ROOT / "config" / "gunicorn.py"))
+    assert config["bind"] == "0.0.0.0:8000" and config["accesslog"] == "-"
+    logging.config.dictConfig(config["logconfig_dict"])
+    logging.getLogger("gunicorn.access").info('10.0.0.1 "GET /healthz HTTP/1.1" 200 15 bytes 2 ms')
+    line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert line["logger"] == "gunicorn.access" and line["message"].endswith("200 15 bytes 2 ms")
+
+
+def test_gunicorn_itself_reads_the_image_command(monkeypatch):
+    from gunicorn.app.wsgiapp import WSGIApplication
+
+    monkeypatch.chdir(ROOT)
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    cmd = json.loads(re.search(r"^CMD (\[.*\])$", dockerfile, re.M).group(1))  # type: ignore[union-attr]
+    monkeypatch.setattr("sys.argv", cmd)
+    app = WSGIApplication.__new__(WSGIApplication)  # parse the command line and config, load no app
+    app.usage = app.prog = app.callable = app.cfg = app.logger = None
+    app.do_load_config()
+    assert app.cfg.bind == ["0.0.0.0:8000"] and app.cfg.accesslog == "-"
+    assert app.cfg.logconfig_dict["formatters"]["json"]["()"] == "core.logging.JSONFormatter"

@@ -1,0 +1,26 @@
+"""gunicorn's settings for the image (`gunicorn config.wsgi -c config/gunicorn.py`): its access and
+error lines are JSON objects like the application's (KEEPER_LOG_FORMAT=json), one per line."""
+
+from __future__ import annotations
+
+import os
+
+bind = "0.0.0.0:8000"
+workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+timeout = 60
+accesslog = "-"
+errorlog = "-"
+# The access line's message; the JSON formatter adds time, level and logger around it.
+access_log_format = '%(h)s "%(r)s" %(s)s %(b)s bytes %(M)s ms'
+logconfig_dict = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"json": {"()": "core.logging.JSONFormatter"}},
+    "handlers": {
+        "json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
+    },
+    "loggers": {
+        "gunicorn.error": {"handlers": ["json"], "level": "INFO", "propagate": False},
+        "gunicorn.access": {"handlers": ["json"], "level": "INFO", "propagate": False},
+    },
+}
