@@ -27,6 +27,7 @@ from memory.selectors import (
     memory_subject_vector_counts,
     memory_tombstone_count,
 )
+from runs.erasure import subject_session_keys
 from runs.models import AgentEvent, AgentRun, Summary
 from runs.services.conversation import CONVERSATION_EVENTS
 from runs.services.sessions import redis_client, session_key
@@ -171,10 +172,6 @@ def claim_chains(items: list[MemoryItem]) -> list[ClaimChain]:
     return sorted(chains, key=lambda c: (c.namespace, c.key, -c.claims[0].item.created_at.timestamp()))
 
 
-def _glob_escape(text: str) -> str:
-    return "".join(f"\\{ch}" if ch in "\\*?[]" else ch for ch in text)
-
-
 def _session_windows(
     tenant: Tenant, subject_id: str, runs: list[AgentRun]
 ) -> tuple[dict[Any, int], int] | None:
@@ -185,10 +182,7 @@ def _session_windows(
         for run in runs:
             pipe.llen(session_key(run))
         sizes = dict(zip([r.run_id for r in runs], pipe.execute(), strict=True))
-        prefix = f"session:{tenant.tenant_id}:{subject_id}:".encode()
-        # The last part is a run id (no colon): "a" must not count the windows of subject "a:b".
-        found = client.scan_iter(match=f"session:{tenant.tenant_id}:{_glob_escape(subject_id)}:*", count=500)
-        keys = sum(1 for key in found if b":" not in key[len(prefix) :])
+        keys = len(subject_session_keys(tenant_id=tenant.tenant_id, subject_id=subject_id))
     except (redis.RedisError, OSError) as exc:
         logger.warning("session windows unavailable for the compliance overview: %s", exc)
         return None

@@ -8,7 +8,6 @@ twice is safe. The receipt names the subject by digest, never in clear.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 from uuid import UUID
 
@@ -19,11 +18,11 @@ from core.digests import canonical_json, json_digest
 from core.erasure import erasers
 from core.errors import InvalidInput, NotFound
 from core.models import Tenant
+from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.models import ErasureRequest, ErasureStatus, MemoryItem, MemoryVector, Tombstone
 
 ERASE_TASK = "workers.tasks.execute_erasure"
-logger = logging.getLogger(__name__)
 
 
 def subject_digest(*, tenant_id: UUID, subject_id: str) -> str:
@@ -47,17 +46,11 @@ def erasure_request_create(*, tenant: Tenant, subject_id: str, requested_by: str
             tenant=tenant, subject_id=subject_id, requested_by=requested_by,
             subject_digest=subject_digest(tenant_id=tenant.tenant_id, subject_id=subject_id),
         )  # fmt: skip
-        transaction.on_commit(lambda: _enqueue(request.request_id, tenant.tenant_id))
+        # If the broker is away the request stays pending, visibly; erasure_execute can be run again.
+        transaction.on_commit(
+            lambda: task_send(name=ERASE_TASK, args=[str(request.request_id), str(tenant.tenant_id)])
+        )
     return request
-
-
-def _enqueue(request_id: UUID, tenant_id: UUID) -> None:
-    from celery import current_app
-
-    try:
-        current_app.send_task(ERASE_TASK, args=[str(request_id), str(tenant_id)])
-    except Exception as exc:  # the request stays pending, visibly; erasure_execute can be run again
-        logger.warning("erasure request %s not handed to a worker: %s", request_id, exc)
 
 
 def _progress(request: ErasureRequest, **step: Any) -> None:

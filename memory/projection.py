@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from core.digests import canonical_json, sha256_digest
 from core.models import Tenant
+from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
 from memory.models import MemoryItem, MemoryVector
@@ -52,7 +53,9 @@ def memory_project(*, tenant: Tenant, embedder: Embedder | None = None) -> dict[
             ignore_conflicts=True,
         )  # fmt: skip
     if missing and not _tenant_index_exists(tenant, embedder.dimensions):
-        _send("workers.tasks.index_tenant_vectors", [str(tenant.tenant_id), str(embedder.dimensions)])
+        task_send(
+            name="workers.tasks.index_tenant_vectors", args=[str(tenant.tenant_id), str(embedder.dimensions)]
+        )
     return {"embedded": len(missing), "removed_other_embedders": stale}
 
 
@@ -64,15 +67,6 @@ def _tenant_index_exists(tenant: Tenant, dimensions: int) -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [_index_name(tenant, dimensions)])
         return cursor.fetchone() is not None
-
-
-def _send(task: str, args: list[str]) -> None:
-    from celery import current_app
-
-    try:
-        current_app.send_task(task, args=args)
-    except Exception as exc:  # kombu raises several unrelated types for an unreachable broker
-        logger.warning("%s not enqueued (%s); the shared index serves meanwhile", task, exc)
 
 
 def vector_candidates(*, tenant: Tenant, embedder: Embedder, vector: list[float], limit: int) -> list[Any]:

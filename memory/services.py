@@ -20,6 +20,7 @@ from django.utils import timezone
 from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput, NotFound
 from core.models import Tenant
+from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.erasure import tombstoned
 from memory.models import PROVENANCE_KEYS, MemoryItem
@@ -118,7 +119,10 @@ def memory_remember(
             MemoryItem.objects.filter(pk=current.pk).update(
                 invalidated_at=now, invalidation_reason="superseded"
             )
-        transaction.on_commit(lambda: _enqueue_projection(tenant.tenant_id))
+        # If the broker is away, the next write or beat's projection sweep catches up.
+        transaction.on_commit(
+            lambda: task_send(name="workers.tasks.project_memory", args=[str(tenant.tenant_id)])
+        )
         try:
             return MemoryItem.objects.create(
                 tenant=tenant, subject_id=subject_id, namespace=namespace, key=key, value=value,
@@ -129,17 +133,6 @@ def memory_remember(
             raise MemoryConflict(
                 f"{namespace}/{key} of {subject_id} changed at the same moment; try again"
             ) from None
-
-
-def _enqueue_projection(tenant_id: UUID) -> None:
-    """The vector projection follows the items; if the broker is away, the next write or the
-    hourly sweep projects it."""
-    from celery import current_app
-
-    try:
-        current_app.send_task("workers.tasks.project_memory", args=[str(tenant_id)])
-    except Exception as exc:  # kombu raises several unrelated types for an unreachable broker
-        logger.warning("memory projection for tenant %s not enqueued: %s", tenant_id, exc)
 
 
 def memory_supersede(*, tenant: Tenant, memory_id: UUID, value: Any, provenance: dict[str, Any],

@@ -15,6 +15,7 @@ from django.test import override_settings
 
 from core.models import Tenant
 from core.tenancy import tenant_ensure, tenant_scope
+from memory.benchmarks import percentile
 from memory.embedders import HashingEmbedder
 from retrieval.indexes import chunk_index_drop, chunk_index_ensure
 from retrieval.models import Chunk, Document, DocumentTombstone, Invalidation, Principal, RetrievalSnapshot
@@ -36,11 +37,6 @@ ZIPF = [1.0 / rank for rank in range(1, len(VOCABULARY) + 1)]
 
 def _words(rng: random.Random, k: int) -> str:
     return " ".join(rng.choices(VOCABULARY, weights=ZIPF, k=k))
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _acl(rng: random.Random, d: int) -> list[str]:
@@ -148,11 +144,11 @@ def bench_retrieval_search(*, chunks: int, queries: int, progress: Callable[[str
         result = {
             "chunks": sum(sizes), "tenants": len(tenants), "largest_tenant_chunks": total, "queries": queries,
             "typical_principal_reads": typical, "rare_principal_reads": rare,
-            "search_p50_ms": round(_percentile(full, 0.5), 2), "search_p99_ms": round(_percentile(full, 0.99), 2),
-            "acl_p50_ms": round(_percentile(with_acl, 0.5), 2), "acl_p99_ms": round(_percentile(with_acl, 0.99), 2),
-            "no_acl_p50_ms": round(_percentile(without_acl, 0.5), 2),
-            "no_acl_p99_ms": round(_percentile(without_acl, 0.99), 2),
-            "ratio_p50": round(_percentile(with_acl, 0.5) / _percentile(without_acl, 0.5), 2),
+            "search_p50_ms": round(percentile(full, 0.5), 2), "search_p99_ms": round(percentile(full, 0.99), 2),
+            "acl_p50_ms": round(percentile(with_acl, 0.5), 2), "acl_p99_ms": round(percentile(with_acl, 0.99), 2),
+            "no_acl_p50_ms": round(percentile(without_acl, 0.5), 2),
+            "no_acl_p99_ms": round(percentile(without_acl, 0.99), 2),
+            "ratio_p50": round(percentile(with_acl, 0.5) / percentile(without_acl, 0.5), 2),
             "recall_at_10_typical": _recall(big, embedder, "user:typical", rng, 30),
             "recall_at_10_rare": _recall(big, embedder, "user:rare", rng, 30),
         }  # fmt: skip

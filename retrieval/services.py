@@ -23,6 +23,7 @@ from core.crash import crash_point
 from core.digests import sha256_digest
 from core.errors import Conflict, InvalidInput, NotFound
 from core.models import Tenant
+from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
 from retrieval.chunking import CHUNKER_VERSION, chunk_sections
@@ -207,7 +208,9 @@ def document_index(
         )  # fmt: skip
         if not wait:
             transaction.on_commit(
-                lambda: _send("workers.tasks.embed_document", [str(tenant.tenant_id), str(document.id)])
+                lambda: task_send(
+                    name="workers.tasks.embed_document", args=[str(tenant.tenant_id), str(document.id)]
+                )
             )
     if wait:
         document_embed(tenant=tenant, document_pk=document.id, embedder=embedder)
@@ -244,7 +247,10 @@ def document_embed(*, tenant: Tenant, document_pk: Any, embedder: Embedder | Non
                     logger.info("document %s indexed (%s chunks embedded)", document.document_id, done)
         if not batch:
             if done and chunk_index_wanted(tenant, embedder.dimensions):
-                _send("workers.tasks.index_tenant_chunks", [str(tenant.tenant_id), str(embedder.dimensions)])
+                task_send(
+                    name="workers.tasks.index_tenant_chunks",
+                    args=[str(tenant.tenant_id), str(embedder.dimensions)],
+                )
             return done
         vectors = embedder.embed([text for _, text in batch])  # outside any transaction: it may be slow
         with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
@@ -370,12 +376,3 @@ def index_expire(*, tenant: Tenant, now: Any = None, actor: str = "beat") -> int
 def ttl_cutoff(now: Any = None) -> Any:
     days = settings.KEEPER_RETRIEVAL_TTL_DAYS
     return (now or timezone.now()) - timedelta(days=days) if days else None
-
-
-def _send(task: str, args: list[str]) -> None:
-    from celery import current_app
-
-    try:
-        current_app.send_task(task, args=args)
-    except Exception as exc:  # kombu raises several unrelated types for an unreachable broker
-        logger.warning("%s not enqueued (%s); the beat sweep embeds pending chunks later", task, exc)

@@ -24,7 +24,7 @@ from django.utils import timezone
 from core.digests import canonical_json
 from core.processes import current_database_url
 from core.tenancy import tenant_ensure
-from memory.benchmarks import bench_memory_search
+from memory.benchmarks import bench_memory_search, percentile
 from retrieval.benchmarks import bench_retrieval_search
 from runs import store
 from runs.models import AgentEvent, AgentRun
@@ -61,11 +61,6 @@ def _bench_state(i: int) -> dict[str, Any]:
         "notes": "x" * 520,
         "tick": i,
     }
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _new_run(tenant_slug: str) -> tuple[UUID, int, int]:
@@ -137,10 +132,10 @@ def bench_commit_step(*, ops: int, rounds: int, progress: Callable[[str], None])
         "engine_ops_s": round(engine, 1),
         "raw_ops_s": round(raw, 1),
         "ratio": round(engine / raw, 3),
-        "p50_ms": round(_percentile(engine_lat, 0.50) * 1000, 3),
-        "p99_ms": round(_percentile(engine_lat, 0.99) * 1000, 3),
-        "raw_p50_ms": round(_percentile(raw_lat, 0.50) * 1000, 3),
-        "raw_p99_ms": round(_percentile(raw_lat, 0.99) * 1000, 3),
+        "p50_ms": round(percentile(engine_lat, 0.50) * 1000, 3),
+        "p99_ms": round(percentile(engine_lat, 0.99) * 1000, 3),
+        "raw_p50_ms": round(percentile(raw_lat, 0.50) * 1000, 3),
+        "raw_p99_ms": round(percentile(raw_lat, 0.99) * 1000, 3),
         "rounds": rounds,
         "ops_per_round": ops,
         "state_bytes": len(canonical_json(_bench_state(1)).encode()),

@@ -21,6 +21,17 @@ TEXT_KEYS = ("content", "preview", "arguments")
 GLOB_SPECIAL = re.compile(r"[*?\[\]\\]")  # Redis MATCH pattern characters
 
 
+def subject_session_keys(*, tenant_id: UUID, subject_id: str) -> list[bytes]:
+    """The Redis window keys of this subject's runs. Glob characters in a subject id are escaped,
+    and a key must be this subject's followed by a run id only: erasing "a*" or "a" must never
+    touch the windows of "ab" or "a:b"."""
+    prefix = f"session:{tenant_id}:{subject_id}:".encode()
+    escaped = GLOB_SPECIAL.sub(lambda m: "\\" + m.group(0), subject_id)
+    pattern = f"session:{tenant_id}:{escaped}:*"
+    return [key for key in redis_client().scan_iter(match=pattern, count=500)
+            if key.startswith(prefix) and b":" not in key[len(prefix):]]  # fmt: skip
+
+
 class RunsEraser:
     name = "runs"
 
@@ -29,13 +40,7 @@ class RunsEraser:
                                          event_type__in=CONVERSATION_EVENTS)  # fmt: skip
 
     def _session_keys(self, tenant_id: UUID, subject_id: str) -> list[bytes]:
-        # Glob characters in a subject id are escaped, and a key must be this subject's followed by a
-        # run id only: erasing "a*" or "a" must never touch the windows of "ab" or "a:b".
-        prefix = f"session:{tenant_id}:{subject_id}:".encode()
-        escaped = GLOB_SPECIAL.sub(lambda m: "\\" + m.group(0), subject_id)
-        pattern = f"session:{tenant_id}:{escaped}:*"
-        return [key for key in redis_client().scan_iter(match=pattern, count=500)
-                if key.startswith(prefix) and b":" not in key[len(prefix):]]  # fmt: skip
+        return subject_session_keys(tenant_id=tenant_id, subject_id=subject_id)
 
     def _artifact_paths(self, tenant_id: UUID, subject_id: str) -> list[Path]:
         events = self._events(tenant_id, subject_id)

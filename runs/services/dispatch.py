@@ -15,6 +15,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
+from core.tasks import task_send
 from runs import store
 
 logger = logging.getLogger(__name__)
@@ -53,9 +54,4 @@ def runs_redispatch(*, limit: int = 500) -> int:
 
 def task_enqueue(*, name: str, args: list[str]) -> bool:
     """Send any other background task by name (runs never imports workers)."""
-    try:
-        current_app.send_task(name, args=args, retry=True, retry_policy=_RETRY_POLICY)
-    except Exception as exc:  # kombu raises several unrelated types for an unreachable broker
-        logger.warning("task %s not sent (%s)", name, exc)
-        return False
-    return True
+    return task_send(name=name, args=args, retry_policy=_RETRY_POLICY)
