@@ -232,7 +232,8 @@ WITH u AS (
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, state, next_step, created_at)
 SELECT run_id, state_revision, %(event_type)s, %(step_id)s, %(attempt)s, %(payload)s::jsonb, %(owner)s,
-       state_revision, %(digest)s, %(state)s::jsonb, %(next_step)s, statement_timestamp() FROM u
+       state_revision, %(digest)s, CASE WHEN %(event_state)s THEN %(state)s::jsonb END, %(next_step)s,
+       statement_timestamp() FROM u
 RETURNING seq
 """
 
@@ -258,10 +259,13 @@ def commit_step(
     reset_attempt: bool = True,
     retry_in: float = 0.0,
     state_schema_version: int | None = None,
+    event_state: bool = True,
 ) -> int | None:
     """Write the new state and its event atomically; the new seq, or None if nothing matched.
 
     The lease holder may commit a running run, or a suspended one it took to verify a resume.
+    Without `event_state` the event keeps no copy of the state (a refusal whose digest is not the
+    stored state's: the state it names is the one an earlier event holds).
     """
     rows = _rows(
         _COMMIT_STEP,
@@ -285,6 +289,7 @@ def commit_step(
             "reset_attempt": reset_attempt,
             "retry_in": retry_in,
             "schema": state_schema_version,
+            "event_state": event_state,
         },
     )
     return rows[0][0] if rows else None
@@ -362,6 +367,56 @@ def transition(
             "request_resume": request_resume,
             "superseded_by": superseded_by,
             "only_if_reason": only_if_reason,
+        },
+    )
+    return rows[0][0] if rows else None
+
+
+_ACCEPT_STATE = """
+WITH u AS (
+  UPDATE agent_runs
+     SET state_digest = %(digest)s, state_revision = state_revision + 1, updated_at = statement_timestamp(),
+         suspend_reason = 'state_accepted', suspend_detail = %(detail)s, attempt = 0,
+         lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, dispatched_at = NULL
+   WHERE run_id = %(run_id)s AND status = 'suspended' AND state_revision = %(expected)s
+     AND suspend_reason = ANY(%(reasons)s) AND state = %(state)s::jsonb
+     AND (lease_owner IS NULL OR lease_expires_at < statement_timestamp())
+  RETURNING run_id, state_revision, next_step)
+INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+                          state_revision, state_digest, state, next_step, created_at)
+SELECT run_id, state_revision, 'state_accepted', NULL, NULL, %(payload)s::jsonb, %(actor)s,
+       state_revision, %(digest)s, %(state)s::jsonb, next_step, statement_timestamp() FROM u
+RETURNING seq
+"""
+
+
+def state_accept(
+    *,
+    run_id: UUID,
+    expected_revision: int,
+    reasons: Sequence[str],
+    state_json: str,
+    state_digest: str,
+    actor: str,
+    detail: str,
+    payload_json: str,
+) -> int | None:
+    """Record that a person accepted the run's stored state as it is (digest and a copy in the event).
+
+    Only while the run is still suspended for one of `reasons`, at `expected_revision`, unleased, and
+    its state is still exactly `state_json`; None otherwise. It stays suspended (`state_accepted`).
+    """
+    rows = _rows(
+        _ACCEPT_STATE,
+        {
+            "run_id": run_id,
+            "expected": expected_revision,
+            "reasons": list(reasons),
+            "state": state_json,
+            "digest": state_digest,
+            "actor": actor,
+            "detail": detail,
+            "payload": payload_json,
         },
     )
     return rows[0][0] if rows else None
