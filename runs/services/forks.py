@@ -18,7 +18,7 @@ from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput
 from core.tenancy import tenant_scope
 from runs import store
-from runs.errors import InvalidTransition
+from runs.errors import InvalidTransition, RunImported
 from runs.models import AgentEvent, AgentRun, RunStatus
 from runs.selectors import run_get
 from runs.services.conversation import conversation_copy
@@ -134,6 +134,10 @@ def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") ->
     (and cancelled if it was still active)."""
     with transaction.atomic():
         parent = AgentRun.objects.select_for_update().get(run_id=run_get(run_id=run_id).run_id)
+        if parent.imported:
+            raise RunImported(
+                f"run {run_id} is an imported history copy and never runs here; fork it instead (a fork runs)"
+            )
         if parent.superseded_by_id is not None:
             raise InvalidTransition(f"run {run_id} was already superseded by {parent.superseded_by_id}")
         child = run_fork(run_id=run_id, at_seq=to_seq, actor=actor, note=note)
@@ -150,15 +154,24 @@ def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") ->
 
 
 def forks_expire() -> int:
-    """Cancel forks that were never started before their TTL ran out."""
+    """Cancel forks that were never started before their TTL ran out.
+
+    The statement re-checks each one (still unstarted, no start requested, expired): a fork started
+    between the look-up and the cancel is left alone.
+    """
     expired = AgentRun.objects.filter(
-        status=RunStatus.SUSPENDED, suspend_reason="fork_not_started", fork_expires_at__lt=timezone.now()
+        status=RunStatus.SUSPENDED,
+        suspend_reason="fork_not_started",
+        fork_expires_at__lt=timezone.now(),
+        resume_requested_at__isnull=True,
+        imported=False,
     ).values_list("run_id", flat=True)
     cancelled = 0
     for run_id in expired:
         seq = store.transition(
             run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.CANCELLED,
             event_type="fork_expired", actor="system:fork-ttl", payload_json=canonical_json({"reason": "fork TTL"}),
+            only_if_reason="fork_not_started", only_if_fork_expired=True,
         )  # fmt: skip
         cancelled += seq is not None
     return cancelled

@@ -124,7 +124,15 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
             result = _advance_leased(grant, lease)
         except ConcurrentResume as exc:
             logger.info("%s", exc.message)
-            return AdvanceResult("fenced")
+            fenced = True
+        else:
+            fenced = False
+    if fenced:
+        # Lost to a newer revision (a message, a person) rather than a newer epoch: the lease is
+        # still ours, so give it back now and wake the run, instead of holding it for a whole TTL.
+        if store.lease_release(run_id=run_id, owner=owner, epoch=grant.epoch):
+            run_enqueue(run_id=run_id)
+        return AdvanceResult("fenced")
     if result.status == RunStatus.RUNNING:
         run_enqueue(run_id=run_id)
     return result

@@ -48,7 +48,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"imported run {imported.run_id} into {imported.tenant}: {imported.events} events, "
             f"{imported.operations} operations, {imported.approvals} approvals, {imported.summaries} summaries, "
-            f"{imported.snapshots} snapshots; fenced by lease owner {imported.lease_owner}"
+            f"{imported.snapshots} snapshots; marked imported: it never runs here (fork it to continue)"
         )
 
 
