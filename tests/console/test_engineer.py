@@ -478,14 +478,18 @@ def test_hostile_content_in_events_and_states_renders_escaped(as_role, tenant):
     assert run_page.count("</svg>") >= 1 and "&lt;script&gt;" in run_page.split('<svg class="timeline"')[1]
 
 
-def test_accepting_a_changed_state_shows_both_digests_and_the_diff_needs_a_note_and_is_audited(as_role, tenant):
+def test_accepting_a_changed_state_shows_both_digests_and_the_diff_needs_a_note_and_is_audited(
+    as_role, tenant
+):
     run = start(tenant, n=5)
     run_advance(run_id=run.run_id, worker_id="w-test")
     run_suspend(run_id=run.run_id, actor="test", reason="needs_look")
     committed = AgentEvent.objects.filter(run=run).latest("seq").state_digest
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE agent_runs SET state = state || '{\"remaining\": 77}'::jsonb WHERE run_id = %s",
-                       [run.run_id])  # fmt: skip
+        cursor.execute(
+            "UPDATE agent_runs SET state = state || '{\"remaining\": 77}'::jsonb WHERE run_id = %s",
+            [run.run_id],
+        )
     from runs.services.runs import run_resume
 
     run_resume(run_id=run.run_id, actor="test")
@@ -505,12 +509,20 @@ def test_accepting_a_changed_state_shows_both_digests_and_the_diff_needs_a_note_
     assert as_role("support").post(url, {"note": "fine", "state_digest": edited}).status_code == 403
     client = as_role("engineer")
     assert client.post(url, {"note": "", "state_digest": edited}).status_code == 422
-    assert client.post(url, {"note": "fine", "state_digest": committed}).status_code == 409  # not what is stored
-    assert audit_for(run) == [] and not AgentEvent.objects.filter(run=run, event_type="state_accepted").exists()
+    assert (
+        client.post(url, {"note": "fine", "state_digest": committed}).status_code == 409
+    )  # not what is stored
+    assert (
+        audit_for(run) == [] and not AgentEvent.objects.filter(run=run, event_type="state_accepted").exists()
+    )
     response = client.post(url, {"note": "set by hand, ticket 9", "state_digest": edited})
     assert response.status_code == 302
     [entry] = audit_for(run)
     assert (entry.action, entry.actor, entry.note, entry.details["accepted_digest"]) == (
-        "accept_state", "user:engineer", "set by hand, ticket 9", edited)  # fmt: skip
+        "accept_state",
+        "user:engineer",
+        "set by hand, ticket 9",
+        edited,
+    )
     event = AgentEvent.objects.get(run=run, event_type="state_accepted")
     assert (event.payload["digest_before"], event.payload["digest_after"]) == (committed, edited)

@@ -152,8 +152,10 @@ def _edit_state_by_sql(run: AgentRun, **changes: object) -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("UPDATE agent_runs SET state = state || %s::jsonb WHERE run_id = %s",
-                       [json.dumps(changes), run.run_id])  # fmt: skip
+        cursor.execute(
+            "UPDATE agent_runs SET state = state || %s::jsonb WHERE run_id = %s",
+            [json.dumps(changes), run.run_id],
+        )
 
 
 def test_a_state_changed_outside_the_engine_stays_refused_until_an_engineer_accepts_it(tenant):
@@ -176,8 +178,12 @@ def test_a_state_changed_outside_the_engine_stays_refused_until_an_engineer_acce
     run_state_accept(run_id=run.run_id, actor="user:eng", note="ticket 4711: set by hand on purpose")
     accepted = AgentEvent.objects.get(run=run, event_type="state_accepted")
     edited = state_encode({**run.state, "remaining": 2}).digest
-    assert accepted.payload == {"refused_code": "state_digest_mismatch", "digest_before": committed,
-                                "digest_after": edited, "note": "ticket 4711: set by hand on purpose"}  # fmt: skip
+    assert accepted.payload == {
+        "refused_code": "state_digest_mismatch",
+        "digest_before": committed,
+        "digest_after": edited,
+        "note": "ticket 4711: set by hand on purpose",
+    }
     assert (accepted.actor, accepted.state_digest, accepted.state["remaining"]) == ("user:eng", edited, 2)
     run.refresh_from_db()
     assert (run.status, run.suspend_reason) == ("suspended", "state_accepted")
@@ -232,7 +238,9 @@ def test_the_accept_state_api_is_for_engineers_with_a_note(tenant):
     assert denied.status_code == 403 and "engineer role" in denied.content.decode(), denied.content
     assert clients["engineer"].post(url, {}, format="json").status_code == 400
     reader = APIClient()
-    reader.credentials(HTTP_AUTHORIZATION=f"Bearer {api_key_create(tenant=tenant, name='r', scope='read').plaintext}")
+    reader.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {api_key_create(tenant=tenant, name='r', scope='read').plaintext}"
+    )
     assert reader.post(url, {"note": "x"}, format="json").status_code == 403
     assert not AgentEvent.objects.filter(run=run, event_type="state_accepted").exists()
     done = clients["engineer"].post(url, {"note": "set by hand on purpose"}, format="json")
