@@ -1,7 +1,7 @@
 """python manage.py import_history FILE [--tenant SLUG] [--keep-ids] [--json]: load an exported run for debugging.
 
-All or nothing (one transaction). The imported run is fenced: its lease belongs to
-`imported:<digest>` until 9999, so neither the sweep nor a worker ever advances it.
+All or nothing (one transaction). The imported run is marked `imported`: neither the sweep nor a
+worker ever takes it, and resume, cancel and messages are refused with `run_imported`.
 """
 
 from __future__ import annotations
