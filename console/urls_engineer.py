@@ -23,6 +23,7 @@ urlpatterns = [
         {"action": "redispatch"},
         name="run_redispatch",
     ),
+    path("runs/<uuid:run_id>/accept-state/", engineer_bulk.run_accept_state_view, name="run_accept_state"),
     path("runs/<uuid:run_id>/fork/", engineer_bulk.run_fork_view, name="run_fork"),
     path("runs/<uuid:run_id>/rewind/", engineer_bulk.run_fork_view, {"rewind": True}, name="run_rewind"),
     path("queue/", engineer_queue.queue_health, name="queue_health"),

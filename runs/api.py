@@ -6,17 +6,18 @@ from typing import Any
 from uuid import UUID
 
 from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import error_responses
-from core.api_auth import request_actor, request_may_see, request_tenant
+from core.api_auth import request_actor, request_key, request_may_see, request_tenant
 from runs.errors import RunNotFound
 from runs.models import AgentEvent, AgentRun, RunStatus
 from runs.selectors import run_events, run_get, run_page
 from runs.services.forks import run_fork, run_rewind
+from runs.services.resume import run_state_accept
 from runs.services.runs import run_cancel, run_resume, run_start
 
 
@@ -233,3 +234,53 @@ class RunRewindApi(APIView):
         run_for_request(request, run_id)
         child = run_rewind(run_id=run_id, actor=request_actor(request), **data.validated_data)
         return Response(RunOutputSerializer(child).data, status=201)
+
+
+ACCEPTED_STATE = inline_serializer(
+    "AcceptedState",
+    {
+        "run": RunOutputSerializer(),
+        "refused_code": serializers.CharField(),
+        "digest_before": serializers.CharField(),
+        "digest_after": serializers.CharField(),
+    },
+)
+
+
+class RunAcceptStateApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        note = serializers.CharField(max_length=2000)
+        state_digest = serializers.CharField(max_length=200, required=False)
+
+    @extend_schema(
+        summary="Accept the changed state a resume was refused for (engineers; a note is required)",
+        description="Only for a run suspended with `state_digest_mismatch` or `history_mismatch`. Records a "
+        "`state_accepted` event with both digests; the run stays suspended until it is resumed. "
+        "With `state_digest`, only that state is accepted (409 if the stored state is another).",
+        request=InputSerializer,
+        responses={200: ACCEPTED_STATE, **error_responses(400, 403, 409, 422)},
+        examples=[OpenApiExample("accept", value={"note": "fixed by hand, ticket 4711"}, request_only=True)],
+    )
+    def post(self, request: Request, run_id: UUID) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        run_for_request(request, run_id)
+        if request_key(request) is None:
+            from console.roles import ENGINEER, user_roles
+
+            if ENGINEER not in user_roles(request.user):
+                raise exceptions.PermissionDenied("accepting a changed state needs the engineer role")
+        change = run_state_accept(
+            run_id=run_id,
+            actor=request_actor(request),
+            note=data.validated_data["note"],
+            expected_digest=data.validated_data.get("state_digest"),
+        )
+        return Response(
+            {
+                "run": RunOutputSerializer(AgentRun.objects.get(run_id=run_id)).data,
+                "refused_code": change.refused_code,
+                "digest_before": change.committed_digest,
+                "digest_after": change.current_digest,
+            }
+        )

@@ -10,6 +10,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/events/", api.RunEventsApi.as_view(), name="api-run-events"),
     path("runs/<uuid:run_id>/cancel", api.RunCancelApi.as_view(), name="api-run-cancel"),
     path("runs/<uuid:run_id>/resume", api.RunResumeApi.as_view(), name="api-run-resume"),
+    path("runs/<uuid:run_id>/accept-state", api.RunAcceptStateApi.as_view(), name="api-run-accept-state"),
     path("runs/<uuid:run_id>/fork", api.RunForkApi.as_view(), name="api-run-fork"),
     path("runs/<uuid:run_id>/rewind", api.RunRewindApi.as_view(), name="api-run-rewind"),
     path(

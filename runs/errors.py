@@ -33,5 +33,11 @@ class InvalidTransition(Conflict):
     code = "invalid_transition"
 
 
+class RunImported(InvalidTransition):
+    """An imported history copy: kept to read and fork, it never runs, resumes or changes here."""
+
+    code = "run_imported"
+
+
 class WorkflowDefinitionError(ApplicationError):
     code = "workflow_definition_error"

@@ -75,6 +75,9 @@ class AgentRun(models.Model):
     # A person (or an approval) asked a suspended run to continue; a worker verifies it first.
     resume_requested_at = models.DateTimeField(null=True, blank=True)
     resume_requested_by = models.TextField(blank=True, default="")
+    # An imported history copy (operator import_history): read, export and fork it; it never runs,
+    # and no lease, sweep, transition or message touches it. A state, not a sentinel lease owner.
+    imported = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

@@ -146,6 +146,7 @@ UPDATE agent_runs r
   FROM (SELECT run_id, lease_owner, lease_epoch FROM agent_runs WHERE run_id = %(run_id)s FOR UPDATE) old
  WHERE r.run_id = old.run_id
    AND (r.status = 'running' OR (r.status = 'suspended' AND r.resume_requested_at IS NOT NULL))
+   AND NOT r.imported
    AND (r.lease_owner IS NULL OR r.lease_expires_at < statement_timestamp())
    AND (r.wake_at IS NULL OR r.wake_at <= statement_timestamp())
 RETURNING r.tenant_id, r.lease_epoch, r.lease_expires_at, r.state_revision, r.next_step, r.state,
@@ -232,7 +233,8 @@ WITH u AS (
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, state, next_step, created_at)
 SELECT run_id, state_revision, %(event_type)s, %(step_id)s, %(attempt)s, %(payload)s::jsonb, %(owner)s,
-       state_revision, %(digest)s, %(state)s::jsonb, %(next_step)s, statement_timestamp() FROM u
+       state_revision, %(digest)s, CASE WHEN %(event_state)s THEN %(state)s::jsonb END, %(next_step)s,
+       statement_timestamp() FROM u
 RETURNING seq
 """
 
@@ -258,10 +260,13 @@ def commit_step(
     reset_attempt: bool = True,
     retry_in: float = 0.0,
     state_schema_version: int | None = None,
+    event_state: bool = True,
 ) -> int | None:
     """Write the new state and its event atomically; the new seq, or None if nothing matched.
 
     The lease holder may commit a running run, or a suspended one it took to verify a resume.
+    Without `event_state` the event keeps no copy of the state (a refusal whose digest is not the
+    stored state's: the state it names is the one an earlier event holds).
     """
     rows = _rows(
         _COMMIT_STEP,
@@ -285,6 +290,7 @@ def commit_step(
             "reset_attempt": reset_attempt,
             "retry_in": retry_in,
             "schema": state_schema_version,
+            "event_state": event_state,
         },
     )
     return rows[0][0] if rows else None
@@ -311,6 +317,9 @@ WITH u AS (
    WHERE run_id = %(run_id)s AND status = ANY(%(from_statuses)s)
      AND (%(expected)s::bigint IS NULL OR state_revision = %(expected)s::bigint)
      AND (%(only_if_reason)s::text IS NULL OR suspend_reason = %(only_if_reason)s::text)
+     AND (NOT %(only_if_fork_expired)s
+          OR (resume_requested_at IS NULL AND fork_expires_at < statement_timestamp()))
+     AND NOT imported
   RETURNING run_id, state_revision, next_step, state_digest)
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, next_step, created_at)
@@ -337,8 +346,12 @@ def transition(
     request_resume: bool = False,
     superseded_by: UUID | None = None,
     only_if_reason: str | None = None,
+    only_if_fork_expired: bool = False,
 ) -> int | None:
     """Move a run between statuses with an event, fencing out any worker that holds it.
+
+    `only_if_fork_expired` re-checks in the statement that a fork is still unstarted (no resume
+    request) and past its expiry. An imported run (it never runs here) matches no transition.
 
     With `request_resume` the run stays suspended and is marked for a worker to verify and resume.
 
@@ -362,6 +375,57 @@ def transition(
             "request_resume": request_resume,
             "superseded_by": superseded_by,
             "only_if_reason": only_if_reason,
+            "only_if_fork_expired": only_if_fork_expired,
+        },
+    )
+    return rows[0][0] if rows else None
+
+
+_ACCEPT_STATE = """
+WITH u AS (
+  UPDATE agent_runs
+     SET state_digest = %(digest)s, state_revision = state_revision + 1, updated_at = statement_timestamp(),
+         suspend_reason = 'state_accepted', suspend_detail = %(detail)s, attempt = 0,
+         lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, dispatched_at = NULL
+   WHERE run_id = %(run_id)s AND status = 'suspended' AND state_revision = %(expected)s
+     AND suspend_reason = ANY(%(reasons)s) AND state = %(state)s::jsonb
+     AND (lease_owner IS NULL OR lease_expires_at < statement_timestamp()) AND NOT imported
+  RETURNING run_id, state_revision, next_step)
+INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+                          state_revision, state_digest, state, next_step, created_at)
+SELECT run_id, state_revision, 'state_accepted', NULL, NULL, %(payload)s::jsonb, %(actor)s,
+       state_revision, %(digest)s, %(state)s::jsonb, next_step, statement_timestamp() FROM u
+RETURNING seq
+"""
+
+
+def state_accept(
+    *,
+    run_id: UUID,
+    expected_revision: int,
+    reasons: Sequence[str],
+    state_json: str,
+    state_digest: str,
+    actor: str,
+    detail: str,
+    payload_json: str,
+) -> int | None:
+    """Record that a person accepted the run's stored state as it is (digest and a copy in the event).
+
+    Only while the run is still suspended for one of `reasons`, at `expected_revision`, unleased, and
+    its state is still exactly `state_json`; None otherwise. It stays suspended (`state_accepted`).
+    """
+    rows = _rows(
+        _ACCEPT_STATE,
+        {
+            "run_id": run_id,
+            "expected": expected_revision,
+            "reasons": list(reasons),
+            "state": state_json,
+            "digest": state_digest,
+            "actor": actor,
+            "detail": detail,
+            "payload": payload_json,
         },
     )
     return rows[0][0] if rows else None
@@ -373,6 +437,7 @@ _APPEND_EVENT = """
 WITH u AS (
   UPDATE agent_runs SET state_revision = state_revision + 1, updated_at = statement_timestamp()
    WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status IN ('running', 'suspended')
+     AND NOT imported
   RETURNING run_id, state_revision, next_step, state_digest)
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor, state_revision,
                           state_digest, next_step, client_message_id, created_at)
@@ -406,6 +471,7 @@ _CLAIM_FOR_REDISPATCH = """
 WITH c AS (
   SELECT run_id FROM agent_runs
    WHERE (status = 'running' OR (status = 'suspended' AND resume_requested_at IS NOT NULL))
+     AND NOT imported
      AND (lease_owner IS NULL OR lease_expires_at < statement_timestamp())
      AND (wake_at IS NULL OR wake_at <= statement_timestamp())
      AND updated_at < statement_timestamp() - make_interval(secs => %(grace)s)

@@ -73,3 +73,25 @@ def _jump(ctx: StepContext, state: State) -> StepResult:
 
 
 bad_jump = registry.register(Workflow(name="test.bad_jump", version="1", steps=(Step("jump", _jump),)))
+
+
+def _interrupted(ctx: StepContext, state: State) -> StepResult:
+    # The first attempt is overtaken by a message stored while it runs (a new revision, same lease).
+    from runs import store
+    from runs.models import AgentEvent
+
+    if not AgentEvent.objects.filter(run_id=ctx.run_id, event_type="user_message").exists():
+        store.append_event(
+            run_id=ctx.run_id,
+            tenant_id=ctx.tenant_id,
+            event_type="user_message",
+            payload_json='{"content": "arrived mid-step"}',
+            actor="user:x",
+            client_message_id="mid-step",
+        )
+    return Complete(state, {"attempt": ctx.attempt})
+
+
+interrupted = registry.register(
+    Workflow(name="test.interrupted", version="1", steps=(Step("work", _interrupted),))
+)

@@ -24,6 +24,7 @@ from console.timeline import timeline_svg
 from core.errors import ApplicationError
 from core.models import Tenant
 from runs.models import Approval, RunStatus, Summary, ToolOperation
+from runs.services.resume import ACCEPTABLE_REFUSALS, run_state_change
 
 BULK_ACTIONS = (("resume", "Resume"), ("cancel", "Cancel"), ("redispatch", "Re-dispatch"))
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 200
@@ -145,8 +146,26 @@ def run_page_context(request: HttpRequest, run: Any) -> dict[str, Any]:
         "snapshots": q.snapshots_for(run=run),
         "forks": list(run.forks.only("run_id", "status", "fork_seq", "created_at").order_by("-created_at")[:20]),
         "rev_a": max(1, run.state_revision - 1), "rev_b": run.state_revision,
+        **_state_change_context(run),
         **_events_context(request, run),
     }  # fmt: skip
+
+
+def _state_change_context(run: Any) -> dict[str, Any]:
+    """For a run refused for a changed state or history: both digests and the diff to accept."""
+    if run.status != "suspended" or run.suspend_reason not in ACCEPTABLE_REFUSALS:
+        return {}
+    try:
+        change = run_state_change(run=run)
+    except ApplicationError as exc:
+        return {"state_change_error": exc.message}
+    entries, cut = q.json_diff(change.committed_state, change.current_state)
+    return {
+        "state_change": change,
+        "state_change_entries": entries,
+        "state_change_cut": cut,
+        "state_change_limit": q.MAX_DIFF_ENTRIES,
+    }
 
 
 @role_required(ENGINEER)

@@ -31,6 +31,7 @@ from runs.errors import InvalidTransition
 from runs.models import AgentRun, RunStatus
 from runs.services.dispatch import run_enqueue
 from runs.services.forks import run_fork, run_rewind
+from runs.services.resume import run_state_accept
 from runs.services.runs import run_cancel, run_resume
 
 NOTE_MAX = 2000
@@ -156,6 +157,41 @@ def run_fork_view(request: HttpRequest, run_id: UUID, rewind: bool = False) -> H
     verb = "was rewound to event" if rewind else "was forked at event"
     messages.success(request, f"run {run.run_id} {verb} {seq}: this is the new run {child.run_id}")
     return redirect("console:run_detail", run_id=child.run_id)
+
+
+class AcceptStateForm(forms.Form):
+    note = forms.CharField(max_length=NOTE_MAX, required=True, strip=True)
+    state_digest = forms.CharField(max_length=200, required=True)
+
+
+@role_required(ENGINEER)
+@require_POST
+def run_accept_state_view(request: HttpRequest, run_id: UUID) -> HttpResponse:
+    """Accept the changed state (or history) a resume was refused for: a note is required, and only
+    the state shown on the page (its digest) is accepted."""
+    run = run_for_user(request.user, run_id)
+    form = AcceptStateForm(request.POST)
+    if not form.is_valid():
+        return _refused(request, run.run_id, "Accept refused: say in the note why this state is right", 422)
+    note, digest, actor = form.cleaned_data["note"], form.cleaned_data["state_digest"], actor_of(request)
+    try:
+        change = _apply(
+            request,
+            run,
+            "accept_state",
+            note,
+            lambda: run_state_accept(run_id=run.run_id, actor=actor, note=note, expected_digest=digest),
+            accepted_digest=digest,
+            refused_code=run.suspend_reason,
+        )
+    except ApplicationError as exc:
+        return _refused(request, run.run_id, f"Accept refused: {exc.message}", exc.http_status)
+    messages.success(
+        request,
+        f"run {run.run_id}: the state {change.current_digest} was accepted (it was "
+        f"{change.committed_digest}); resume it to continue",
+    )
+    return redirect("console:run_detail", run_id=run.run_id)
 
 
 # --- bulk -----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from core.digests import canonical_json
 from core.errors import InvalidInput
@@ -95,6 +96,73 @@ def conversation_append(
     event = AgentEvent.objects.get(run_id=run_id, seq=seq)
     session_append(run=AgentRun.objects.get(run_id=run_id), event=event)
     return Appended(event, created=True)
+
+
+def conversation_copy(
+    *, parent: AgentRun, child_id: UUID, at_seq: int, next_step: str, state_digest: str
+) -> int:
+    """Give a new fork the parent's conversation up to `at_seq` as its own events (seq 2 on).
+
+    Each copy names its source (`forked_from`: run and seq); a reply's `in_reply_to` is renumbered
+    to the child's seq of the message it answers, so the child's answered position is its own. What
+    the parent spent stays with the parent's events (the fork's first event carries the total).
+    Returns how many events were copied.
+    """
+    source = list(
+        AgentEvent.objects.filter(run=parent, seq__lte=at_seq, event_type__in=CONVERSATION_EVENTS).order_by(
+            "seq"
+        )
+    )
+    if not source:
+        return 0
+    renumbered = {event.seq: 2 + i for i, event in enumerate(source)}
+    copies = []
+    for event in source:
+        payload = {k: v for k, v in (event.payload or {}).items() if k != "spent"}
+        origin: dict[str, Any] = {"run_id": str(parent.run_id), "seq": event.seq}
+        if "in_reply_to" in payload:
+            origin["in_reply_to"] = payload["in_reply_to"]
+            payload["in_reply_to"] = renumbered.get(payload["in_reply_to"])
+        payload["forked_from"] = origin
+        seq = renumbered[event.seq]
+        copies.append(
+            AgentEvent(
+                run_id=child_id,
+                seq=seq,
+                event_type=event.event_type,
+                step_id=event.step_id,
+                attempt=event.attempt,
+                payload=payload,
+                actor=event.actor,
+                state_revision=seq,
+                state_digest=state_digest,
+                state=None,
+                next_step=next_step,
+                client_message_id=event.client_message_id,
+                created_at=timezone.now(),
+            )
+        )
+    with transaction.atomic():
+        AgentEvent.objects.bulk_create(copies)
+        AgentRun.objects.filter(run_id=child_id, state_revision=1).update(state_revision=1 + len(copies))
+    return len(copies)
+
+
+def conversation_next_unanswered(*, run_id: UUID) -> AgentEvent | None:
+    """The run's first user message that no assistant message of this run answers."""
+    answered = {
+        seq
+        for seq in AgentEvent.objects.filter(run_id=run_id, event_type="assistant_message").values_list(
+            "payload__in_reply_to", flat=True
+        )
+        if isinstance(seq, int)
+    }
+    return (
+        AgentEvent.objects.filter(run_id=run_id, event_type="user_message")
+        .exclude(seq__in=answered)
+        .order_by("seq")
+        .first()
+    )
 
 
 def _wake_if_waiting(*, run_id: UUID, actor: str) -> None:

@@ -16,10 +16,12 @@ from django.utils import timezone
 
 from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput
+from core.tenancy import tenant_scope
 from runs import store
-from runs.errors import InvalidTransition
+from runs.errors import InvalidTransition, RunImported
 from runs.models import AgentEvent, AgentRun, RunStatus
 from runs.selectors import run_get
+from runs.services.conversation import conversation_copy
 from runs.services.dispatch import run_enqueue_on_commit
 from runs.services.state import state_encode
 
@@ -77,7 +79,11 @@ def _carried(state: dict[str, object]) -> dict[str, float]:
 
 
 def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, note: str = "") -> AgentRun:
-    """A new run continuing from event `at_seq` of this one. Not started, it expires after a TTL."""
+    """A new run continuing from event `at_seq` of this one. Not started, it expires after a TTL.
+
+    The child keeps the parent's subject (erasure and learning reach it) and carries the
+    conversation up to `at_seq` as its own events, each naming the event it was copied from.
+    """
     parent = run_get(run_id=run_id)
     state, next_step, schema_version = _state_at(parent, at_seq)
     if next_step is None:
@@ -87,17 +93,39 @@ def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, 
     encoded = state_encode(state)
     child_id = uuid.uuid4()
     expires = None if start else timezone.now() + timedelta(seconds=settings.KEEPER_FORK_TTL)
-    store.insert_run(
-        run_id=child_id, tenant_id=parent.tenant_id, workflow_name=parent.workflow_name,
-        workflow_version=parent.workflow_version, state_schema_version=schema_version, next_step=next_step,
-        state_json=encoded.json, state_digest=encoded.digest, idempotency_key=None,
-        input_digest=parent.input_digest, actor=actor, parent_run_id=parent.run_id, fork_seq=at_seq,
-        fork_expires_at=expires, event_type="run_forked", suspend_reason=None if start else "fork_not_started",
-        payload_json=canonical_json({"parent_run_id": str(parent.run_id), "fork_seq": at_seq, "note": note,
-                                     "state_schema_version": schema_version, "spent": _carried(state)}),
-    )  # fmt: skip
-    if start:
-        run_enqueue_on_commit(run_id=child_id)
+    payload = {
+        "parent_run_id": str(parent.run_id),
+        "fork_seq": at_seq,
+        "note": note,
+        "state_schema_version": schema_version,
+        "spent": _carried(state),
+    }
+    with tenant_scope(parent.tenant_id):
+        store.insert_run(
+            run_id=child_id,
+            tenant_id=parent.tenant_id,
+            workflow_name=parent.workflow_name,
+            workflow_version=parent.workflow_version,
+            state_schema_version=schema_version,
+            next_step=next_step,
+            state_json=encoded.json,
+            state_digest=encoded.digest,
+            idempotency_key=None,
+            input_digest=parent.input_digest,
+            actor=actor,
+            parent_run_id=parent.run_id,
+            fork_seq=at_seq,
+            fork_expires_at=expires,
+            event_type="run_forked",
+            suspend_reason=None if start else "fork_not_started",
+            payload_json=canonical_json(payload),
+            subject=parent.subject,
+        )
+        conversation_copy(
+            parent=parent, child_id=child_id, at_seq=at_seq, next_step=next_step, state_digest=encoded.digest
+        )
+        if start:
+            run_enqueue_on_commit(run_id=child_id)
     return AgentRun.objects.get(run_id=child_id)
 
 
@@ -106,6 +134,10 @@ def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") ->
     (and cancelled if it was still active)."""
     with transaction.atomic():
         parent = AgentRun.objects.select_for_update().get(run_id=run_get(run_id=run_id).run_id)
+        if parent.imported:
+            raise RunImported(
+                f"run {run_id} is an imported history copy and never runs here; fork it instead (a fork runs)"
+            )
         if parent.superseded_by_id is not None:
             raise InvalidTransition(f"run {run_id} was already superseded by {parent.superseded_by_id}")
         child = run_fork(run_id=run_id, at_seq=to_seq, actor=actor, note=note)
@@ -122,15 +154,24 @@ def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") ->
 
 
 def forks_expire() -> int:
-    """Cancel forks that were never started before their TTL ran out."""
+    """Cancel forks that were never started before their TTL ran out.
+
+    The statement re-checks each one (still unstarted, no start requested, expired): a fork started
+    between the look-up and the cancel is left alone.
+    """
     expired = AgentRun.objects.filter(
-        status=RunStatus.SUSPENDED, suspend_reason="fork_not_started", fork_expires_at__lt=timezone.now()
+        status=RunStatus.SUSPENDED,
+        suspend_reason="fork_not_started",
+        fork_expires_at__lt=timezone.now(),
+        resume_requested_at__isnull=True,
+        imported=False,
     ).values_list("run_id", flat=True)
     cancelled = 0
     for run_id in expired:
         seq = store.transition(
             run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.CANCELLED,
             event_type="fork_expired", actor="system:fork-ttl", payload_json=canonical_json({"reason": "fork TTL"}),
+            only_if_reason="fork_not_started", only_if_fork_expired=True,
         )  # fmt: skip
         cancelled += seq is not None
     return cancelled

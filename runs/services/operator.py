@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -40,8 +40,6 @@ from runs.services.state import state_encode
 
 # Imported runs carry this lease owner prefix and a lease that never expires: lease_acquire and the
 # sweep (runs/store.py) only take runs whose lease is NULL or expired, so no worker advances them.
-IMPORTED_OWNER_PREFIX = "imported:"
-IMPORTED_LEASE_EXPIRES_AT = datetime(9999, 12, 31, tzinfo=UTC)
 # A run unchanged this long while it should move counts as stuck (the sweep resends every few seconds).
 STUCK_AFTER_SECONDS = 300.0
 HISTORY_FORMAT = "keeper.run_history"
@@ -97,7 +95,7 @@ def runs_stuck(*, older_than: float, tenant_id: UUID | None = None) -> list[Stuc
         raise InvalidInput("--older-than must be zero or more seconds", code="invalid_age")
     now = timezone.now()
     cutoff = now - timedelta(seconds=older_than)
-    runs = AgentRun.objects.select_related("tenant").exclude(lease_owner__startswith=IMPORTED_OWNER_PREFIX)
+    runs = AgentRun.objects.select_related("tenant").filter(imported=False)
     if tenant_id is not None:
         runs = runs.filter(tenant_id=tenant_id)
     unheld = Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now)
@@ -227,7 +225,7 @@ def run_history_document(*, run_id: UUID) -> dict[str, Any]:
         "workflow": run.workflow_name,
         "workflow_version": run.workflow_version,
         "status": run.status,
-        "run": _rows(AgentRun.objects.filter(run_id=run.run_id), drop=["tenant_id"])[0],
+        "run": _rows(AgentRun.objects.filter(run_id=run.run_id), drop=["tenant_id", "imported"])[0],
         "events": _rows(AgentEvent.objects.filter(run_id=run.run_id).order_by("seq"), drop=["id", "run_id"]),
         "operations": _rows(ToolOperation.objects.filter(run_id=run.run_id).order_by("id"), drop=["id", "run_id", "tenant_id"]),
         "approvals": _rows(Approval.objects.filter(run_id=run.run_id).order_by("created_at"), drop=["run_id", "tenant_id"]),
@@ -250,7 +248,7 @@ class ImportedRun:
     approvals: int
     summaries: int
     snapshots: int
-    lease_owner: str
+    imported: bool = True
 
 
 _SECTIONS = ("run", "events", "operations", "approvals", "summaries", "retrieval_snapshots")
@@ -315,17 +313,15 @@ def _when(value: str | None) -> datetime | None:
 
 
 def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: bool = False) -> ImportedRun:
-    """Insert an exported run, with everything recorded about it, in one transaction, fenced.
+    """Insert an exported run, with everything recorded about it, in one transaction, marked imported.
 
-    A new run id unless `keep_ids`. The run keeps its exported status, but its lease is held by
-    `imported:<digest>` until the year 9999: lease_acquire and the sweep never take it, so no worker
-    advances it here. Links that would point outside this instance (parent run, superseding run) and
+    A new run id unless `keep_ids`. The run keeps its exported status and is `imported`: a state,
+    not a lease, that lease_acquire, the sweep, every transition (resume, cancel...) and messages
+    respect, so nothing advances or changes it here; it can be read, exported and forked. Links that would point outside this instance (parent run, superseding run) and
     the idempotency key (a real request must never be answered by an imported copy) are cleared.
     """
     history_verify(document)
     source = document["run"]
-    digest = document["digest"]
-    owner = f"{IMPORTED_OWNER_PREFIX}{digest}"
     slug = tenant_slug or str((document.get("tenant") or {}).get("slug") or "")
     if not slug:
         raise HistoryImportError("no tenant: give --tenant (the file does not name one)")
@@ -341,7 +337,7 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
                 raise Conflict(
                     f"run {run_id} already exists here (import without --keep-ids)", code="run_exists"
                 )
-            _insert_run(source, run_id=run_id, tenant=tenant, owner=owner)
+            _insert_run(source, run_id=run_id, tenant=tenant)
             AgentEvent.objects.bulk_create(
                 AgentEvent(
                     run_id=run_id, seq=e["seq"], event_type=e["event_type"], step_id=e.get("step_id"),
@@ -408,11 +404,10 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
     return ImportedRun(
         run_id=run_id, tenant=tenant.slug, events=len(document["events"]), operations=len(document["operations"]),
         approvals=len(approvals), summaries=len(summaries), snapshots=len(document["retrieval_snapshots"]),
-        lease_owner=owner,
     )  # fmt: skip
 
 
-def _insert_run(source: dict[str, Any], *, run_id: UUID, tenant: Tenant, owner: str) -> None:
+def _insert_run(source: dict[str, Any], *, run_id: UUID, tenant: Tenant) -> None:
     # A bulk restore, not a step: the store's per-step statements do not fit, the ORM writes the row.
     AgentRun.objects.bulk_create([AgentRun(
         run_id=run_id, tenant=tenant, workflow_name=source["workflow_name"],
@@ -420,7 +415,7 @@ def _insert_run(source: dict[str, Any], *, run_id: UUID, tenant: Tenant, owner: 
         status=source["status"], next_step=source.get("next_step"), state=source["state"],
         state_revision=source["state_revision"], state_digest=source.get("state_digest") or "",
         suspend_reason=source.get("suspend_reason"), suspend_detail=source.get("suspend_detail") or "",
-        result=source.get("result"), lease_owner=owner, lease_expires_at=IMPORTED_LEASE_EXPIRES_AT,
+        result=source.get("result"), lease_owner=None, lease_expires_at=None, imported=True,
         lease_epoch=source.get("lease_epoch") or 0, attempt=source.get("attempt") or 0,
         wake_at=_when(source.get("wake_at")), dispatched_at=_when(source.get("dispatched_at")),
         idempotency_key=None, input_digest=source["input_digest"], parent_run=None,

@@ -10,14 +10,19 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass, field
 from typing import Any
+from uuid import UUID
 
 from django.db.models import Q
 from django.utils import timezone
 
-from core.errors import ApplicationError
+from core.digests import canonical_json
+from core.errors import ApplicationError, Conflict, InvalidInput
 from core.models import Tenant
-from runs.errors import UnknownWorkflow
-from runs.models import AgentEvent, Approval, ApprovalStatus, ToolOperation
+from core.tenancy import tenant_scope
+from runs import store
+from runs.errors import InvalidTransition, UnknownWorkflow
+from runs.models import AgentEvent, AgentRun, Approval, ApprovalStatus, RunStatus, ToolOperation
+from runs.selectors import run_get
 from runs.services.artifacts import artifact_get
 from runs.services.budgets import budgets_exhausted, budgets_recompute
 from runs.services.operations import (
@@ -47,6 +52,8 @@ class Verification:
     checks: list[Check] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
     workflow: Workflow | None = None
+    # The digest the last event committed: what the stored state must match (None without events).
+    committed_digest: str | None = None
 
     @property
     def refusal(self) -> Check | None:
@@ -68,6 +75,7 @@ def resume_verify(*, grant: LeaseGrant) -> Verification:
         AgentEvent.objects.filter(run_id=grant.run_id).order_by("seq")
         .values_list("seq", "event_type", "step_id", "payload", "state_digest")
     )  # fmt: skip
+    result.committed_digest = events[-1][4] if events else None
     checks = (_lease, _tenant_workflow_schema, _artifacts_and_contracts, _event_log, _operations, _approvals,
               _budgets)  # fmt: skip
     for check in checks:
@@ -104,8 +112,9 @@ def _tenant_workflow_schema(grant: LeaseGrant, result: Verification, events: lis
                   f"workflow {grant.workflow_name} is not registered here")  # fmt: skip
         raise _refuse(name, "workflow_version_unavailable", detail) from None
     result.workflow = workflow
+    accepted = max((e[0] for e in events if e[1] == "state_accepted"), default=0)
     for seq, event_type, step_id, payload, _ in events:
-        if event_type not in STEP_EVENTS or step_id is None:
+        if event_type not in STEP_EVENTS or step_id is None or seq <= accepted:  # a person accepted those
             continue
         recorded = (payload or {}).get("workflow_version")
         if workflow.step(step_id) is None or (recorded is not None and recorded != workflow.version):
@@ -240,3 +249,106 @@ def _budgets(grant: LeaseGrant, result: Verification, events: list[Any]) -> Chec
         " (the stored totals were wrong and were replaced)" if changed else ""
     )
     return Check(name, True, detail=detail)
+
+
+# --- accepting a changed state ------------------------------------------------------------------
+
+ACCEPTABLE_REFUSALS = ("state_digest_mismatch", "history_mismatch")
+
+
+class StateNotRefused(InvalidTransition):
+    code = "state_not_refused"
+
+
+class StateChangedSinceShown(Conflict):
+    code = "state_changed"
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """What an engineer accepts: the state the last event committed and the state stored now."""
+
+    run: AgentRun
+    refused_code: str
+    committed_digest: str
+    committed_state: Any  # None when no event holds a copy of that state
+    current_digest: str
+    current_state: dict[str, Any]
+
+
+def run_state_change(*, run: AgentRun) -> StateChange:
+    """The two states of a run refused for a changed state or history (else StateNotRefused)."""
+    if run.status != RunStatus.SUSPENDED or run.suspend_reason not in ACCEPTABLE_REFUSALS:
+        raise StateNotRefused(
+            f"run {run.run_id} is {run.status} ({run.suspend_reason or 'no refusal'}); only a run refused for "
+            f"{' or '.join(ACCEPTABLE_REFUSALS)} has a changed state to accept",
+            details={"status": run.status, "suspend_reason": run.suspend_reason},
+        )
+    last = AgentEvent.objects.filter(run=run).order_by("-seq").values_list("state_digest", flat=True).first()
+    committed = last or ""
+    source = (
+        AgentEvent.objects.filter(run=run, state__isnull=False, state_digest=committed)
+        .order_by("-seq")
+        .values_list("state", flat=True)
+        .first()
+    )
+    try:
+        current = state_encode(run.state).digest
+    except ApplicationError as exc:
+        raise InvalidInput(
+            f"the stored state cannot be accepted: {exc.message}", code="state_not_acceptable"
+        ) from None
+    return StateChange(
+        run=run,
+        refused_code=run.suspend_reason or "",
+        committed_digest=committed,
+        committed_state=source,
+        current_digest=current,
+        current_state=run.state,
+    )
+
+
+def run_state_accept(
+    *, run_id: UUID, actor: str, note: str, expected_digest: str | None = None
+) -> StateChange:
+    """An engineer accepts the state (and history) a run was refused for, with a note saying why.
+
+    Recorded as its own `state_accepted` event with both digests; the run stays suspended until
+    someone resumes it, and that resume is verified against the accepted digest. With
+    `expected_digest`, only the state the engineer was shown is accepted.
+    """
+    note = (note or "").strip()
+    if not note:
+        raise InvalidInput("accepting a changed state needs a note saying why", code="note_required")
+    run = run_get(run_id=run_id)
+    change = run_state_change(run=run)
+    if expected_digest is not None and expected_digest != change.current_digest:
+        raise StateChangedSinceShown(
+            f"the stored state is now {change.current_digest}, not the {expected_digest} you were shown; "
+            "look again before accepting",
+            details={"current_digest": change.current_digest},
+        )
+    payload = {
+        "refused_code": change.refused_code,
+        "digest_before": change.committed_digest,
+        "digest_after": change.current_digest,
+        "note": note,
+    }
+    detail = f"{actor} accepted the changed state ({change.current_digest}); resume to continue"
+    with tenant_scope(run.tenant_id):
+        seq = store.state_accept(
+            run_id=run.run_id,
+            expected_revision=run.state_revision,
+            reasons=ACCEPTABLE_REFUSALS,
+            state_json=state_encode(run.state).json,
+            state_digest=change.current_digest,
+            actor=actor,
+            detail=detail,
+            payload_json=canonical_json(payload),
+        )
+    if seq is None:
+        raise StateChangedSinceShown(
+            f"run {run.run_id} changed while accepting its state; nothing was written",
+            code="concurrent_change",
+        )
+    return change

@@ -11,7 +11,7 @@ from core.digests import canonical_json, json_digest
 from core.errors import InvalidInput
 from core.models import Tenant
 from runs import store
-from runs.errors import IdempotencyConflict, InvalidState, InvalidTransition, RunNotFound
+from runs.errors import IdempotencyConflict, InvalidState, InvalidTransition, RunImported, RunNotFound
 from runs.models import AgentRun, RunStatus
 from runs.services.budgets import budgets_initial
 from runs.services.dispatch import run_enqueue_on_commit
@@ -118,6 +118,12 @@ def _transition(
     run = AgentRun.objects.filter(run_id=run_id).first()
     if run is None:
         raise RunNotFound(f"no run {run_id}")
+    if seq is None and run.imported:
+        raise RunImported(
+            f"run {run_id} is an imported history copy: it never runs here, so it cannot "
+            f"{_ACTIONS.get(event_type, event_type)}; fork it to continue from any of its events",
+            details={"status": run.status, "imported": True},
+        )
     if seq is None:
         raise InvalidTransition(
             f"run {run_id} is {run.status}; {_ACTIONS.get(event_type, event_type)} needs it to be "

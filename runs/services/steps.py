@@ -78,6 +78,8 @@ class _Committer:
         reset_attempt: bool = True,
         retry_in: float = 0.0,
         state_schema_version: int | None = None,
+        state_digest: str | None = None,
+        event_state: bool = True,
     ) -> int:
         seq = store.commit_step(
             run_id=self.grant.run_id,
@@ -85,7 +87,8 @@ class _Committer:
             epoch=self.grant.epoch,
             owner=self.grant.owner,
             state_json=state.json,
-            state_digest=state.digest,
+            state_digest=state_digest or state.digest,
+            event_state=event_state,
             next_step=next_step,
             status=status,
             event_type=event_type,
@@ -121,7 +124,15 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
             result = _advance_leased(grant, lease)
         except ConcurrentResume as exc:
             logger.info("%s", exc.message)
-            return AdvanceResult("fenced")
+            fenced = True
+        else:
+            fenced = False
+    if fenced:
+        # Lost to a newer revision (a message, a person) rather than a newer epoch: the lease is
+        # still ours, so give it back now and wake the run, instead of holding it for a whole TTL.
+        if store.lease_release(run_id=run_id, owner=owner, epoch=grant.epoch):
+            run_enqueue(run_id=run_id)
+        return AdvanceResult("fenced")
     if result.status == RunStatus.RUNNING:
         run_enqueue(run_id=run_id)
     return result
@@ -154,10 +165,13 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
                    "previous_owner": grant.previous_owner, "previous_epoch": grant.previous_epoch, "requested_by": grant.resume_requested_by or None}  # fmt: skip
         refusal = verification.refusal
         if refusal is not None:
+            # The refusal carries the last committed digest forward, never the stored state's: a
+            # state changed outside the engine stays refused until a person accepts it.
+            trusted = verification.committed_digest or current.digest
             seq = committer.commit(
                 state=current, next_step=grant.next_step, status=RunStatus.SUSPENDED, event_type="resume_refused",
                 step_id=None, payload=payload, suspend_reason=refusal.code, suspend_detail=refusal.detail,
-                reset_attempt=False,
+                reset_attempt=False, state_digest=trusted, event_state=trusted == current.digest,
             )  # fmt: skip
             return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "resume_refused")
         state = verification.state

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from runs.context import BuiltContext, context_build
-from runs.models import AgentEvent, AgentRun
-from runs.services.conversation import AWAITING_INPUT
+from runs.models import AgentRun
+from runs.services.conversation import AWAITING_INPUT, conversation_next_unanswered
 from runs.services.dispatch import task_enqueue
 from runs.workflows.registry import Next, State, Step, StepContext, StepResult, Suspend, Workflow, registry
 
@@ -40,11 +40,9 @@ class RuleResponder:
 
 
 def respond(ctx: StepContext, state: State) -> StepResult:
-    answered = int(state.get("answered_through", 0))
-    message = (
-        AgentEvent.objects.filter(run_id=ctx.run_id, event_type="user_message", seq__gt=answered)
-        .order_by("seq").first()
-    )  # fmt: skip
+    # Answered is what this run's own replies say (a fork's copies are renumbered to its seqs),
+    # not a position that may have been counted in a parent's seqs.
+    message = conversation_next_unanswered(run_id=ctx.run_id)
     if message is None:
         return Suspend(state, AWAITING_INPUT, "waiting for the next user message")
     run = AgentRun.objects.get(run_id=ctx.run_id)

@@ -34,7 +34,7 @@ def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
     """A valid body for each write view, so that only the tenant can make the request fail."""
     bodies: dict[str, dict[str, Any]] = {
         "RunStartApi": {"tenant": tenant, "workflow": "demo.countdown", "input": {"n": 1}},
-        "RunCancelApi": {"note": "x"}, "RunResumeApi": {"note": "x"},
+        "RunCancelApi": {"note": "x"}, "RunResumeApi": {"note": "x"}, "RunAcceptStateApi": {"note": "x"},
         "RunForkApi": {"at_seq": 1}, "RunRewindApi": {"to_seq": 1},
         "RunMessagesApi": {"type": "user_message", "client_message_id": "m-1", "content": "hi"},
         "ApprovalApproveApi": {"note": "x"}, "ApprovalRejectApi": {"note": "x"},

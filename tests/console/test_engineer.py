@@ -156,14 +156,14 @@ def test_another_tenants_run_is_404_on_every_url_and_nothing_is_recorded(as_role
     run = finish(start(other_tenant))
     client = as_role("engineer")
     run_urls = [p for p in urls_engineer.urlpatterns if "run_id" in str(p.pattern)]
-    assert len(run_urls) == 9
+    assert len(run_urls) == 10
     for pattern in run_urls:
         kwargs = {
             "run_id": run.run_id,
             **({"summary_id": uuid4()} if "summary_id" in str(pattern.pattern) else {}),
         }
         url = reverse(f"console:{pattern.name}", kwargs=kwargs)
-        data = {"at_seq": 2, "note": "x", "a": 1, "b": 2, "rev": 1}
+        data = {"at_seq": 2, "note": "x", "a": 1, "b": 2, "rev": 1, "state_digest": "sha256:x"}
         assert client.get(url, data).status_code in (404, 405), url
         assert client.post(url, data).status_code in (404, 405), url
         assert 404 in (client.get(url, data).status_code, client.post(url, data).status_code), url
@@ -476,3 +476,53 @@ def test_hostile_content_in_events_and_states_renders_escaped(as_role, tenant):
     assert "$.deep" + ".d" * 200 + ".leaf" in deep_diff and "&quot;שלום 🙂&quot;" in deep_diff
     assert "$[&quot;&lt;b&gt;key&lt;/b&gt;&quot;]" in diff_page
     assert run_page.count("</svg>") >= 1 and "&lt;script&gt;" in run_page.split('<svg class="timeline"')[1]
+
+
+def test_accepting_a_changed_state_shows_both_digests_and_the_diff_needs_a_note_and_is_audited(
+    as_role, tenant
+):
+    run = start(tenant, n=5)
+    run_advance(run_id=run.run_id, worker_id="w-test")
+    run_suspend(run_id=run.run_id, actor="test", reason="needs_look")
+    committed = AgentEvent.objects.filter(run=run).latest("seq").state_digest
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE agent_runs SET state = state || '{\"remaining\": 77}'::jsonb WHERE run_id = %s",
+            [run.run_id],
+        )
+    from runs.services.runs import run_resume
+
+    run_resume(run_id=run.run_id, actor="test")
+    run_advance(run_id=run.run_id, worker_id="w-test")
+    run.refresh_from_db()
+    assert run.suspend_reason == "state_digest_mismatch"
+    client = as_role("engineer")
+    page = client.get(detail(run)).content.decode()
+    from runs.services.state import state_encode
+
+    edited = state_encode(run.state).digest
+    assert 'id="accept-state-form"' in page and committed in page and edited in page
+    before = AgentEvent.objects.filter(run=run, state_digest=committed, state__isnull=False).latest("seq")
+    diff_row = rf"<code>\$\.remaining</code>.*?<code>{before.state['remaining']}</code>.*?<code>77</code>"
+    assert re.search(diff_row, page, re.S)
+    url = detail(run, "run_accept_state")
+    assert as_role("support").post(url, {"note": "fine", "state_digest": edited}).status_code == 403
+    client = as_role("engineer")
+    assert client.post(url, {"note": "", "state_digest": edited}).status_code == 422
+    assert (
+        client.post(url, {"note": "fine", "state_digest": committed}).status_code == 409
+    )  # not what is stored
+    assert (
+        audit_for(run) == [] and not AgentEvent.objects.filter(run=run, event_type="state_accepted").exists()
+    )
+    response = client.post(url, {"note": "set by hand, ticket 9", "state_digest": edited})
+    assert response.status_code == 302
+    [entry] = audit_for(run)
+    assert (entry.action, entry.actor, entry.note, entry.details["accepted_digest"]) == (
+        "accept_state",
+        "user:engineer",
+        "set by hand, ticket 9",
+        edited,
+    )
+    event = AgentEvent.objects.get(run=run, event_type="state_accepted")
+    assert (event.payload["digest_before"], event.payload["digest_after"]) == (committed, edited)

@@ -268,3 +268,27 @@ def test_canonical_json_is_stable_across_key_order():
     assert canonical_json({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == canonical_json(
         {"a": [1, {"c": 3, "d": 2}], "b": 1}
     )
+
+
+def test_a_worker_fenced_by_a_new_revision_mid_step_gives_the_lease_back_at_once(tenant):
+    import tests.workflows  # noqa: F401 - registers test.interrupted
+
+    run = run_start(tenant=tenant, workflow_name="test.interrupted", input={}, actor="test").run
+    result = run_advance(run_id=run.run_id, worker_id="w-1")
+    assert result.outcome == "fenced"
+    run.refresh_from_db()
+    assert run.lease_owner is None and run.lease_expires_at is None  # not held for a whole TTL
+    again = run_advance(run_id=run.run_id, worker_id="w-2")  # at once, not after the lease expires
+    assert (again.outcome, again.status) == ("committed", "completed")
+    run.refresh_from_db()
+    assert run.result == {"attempt": 2}
+
+
+def test_a_worker_fenced_by_a_newer_epoch_leaves_the_new_holders_lease_alone(tenant):
+    run = _start(tenant)
+    stale = store.lease_acquire(run_id=run.run_id, owner="old", ttl=0.01)
+    time.sleep(0.05)
+    fresh = store.lease_acquire(run_id=run.run_id, owner="new", ttl=30)
+    assert fresh is not None and not store.lease_release(run_id=run.run_id, owner="old", epoch=stale.epoch)
+    run.refresh_from_db()
+    assert (run.lease_owner, run.lease_epoch) == ("new", fresh.epoch)

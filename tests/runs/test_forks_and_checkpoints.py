@@ -140,6 +140,28 @@ def test_a_fork_that_nobody_starts_expires(tenant, settings):
     assert child.status == "cancelled"
 
 
+def test_an_expired_fork_whose_start_was_asked_for_is_not_cancelled(tenant, settings):
+    from runs.services.runs import run_resume
+
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 2}, actor="t").run
+    settings.KEEPER_FORK_TTL = 1
+    started, idle = (run_fork(run_id=run.run_id, at_seq=1, actor="user:eng", start=False) for _ in range(2))
+    AgentRun.objects.filter(pk__in=[started.pk, idle.pk]).update(
+        fork_expires_at=started.fork_expires_at.replace(year=2000)
+    )
+    run_resume(run_id=started.run_id, actor="user:eng", note="start it")  # asked to start, not yet taken
+    assert forks_expire() == 1
+    started.refresh_from_db()
+    idle.refresh_from_db()
+    assert (idle.status, started.status, started.resume_requested_by) == (
+        "cancelled",
+        "suspended",
+        "user:eng",
+    )
+    assert not AgentEvent.objects.filter(run=started, event_type="fork_expired").exists()
+    assert run_advance(run_id=started.run_id, worker_id="w").outcome == "committed"  # it starts
+
+
 def test_forking_a_tampered_history_is_refused(tenant):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 2}, actor="t").run
     run_advance(run_id=run.run_id, worker_id="w")
@@ -148,3 +170,95 @@ def test_forking_a_tampered_history_is_refused(tenant):
 
     with pytest.raises(ForkStateMismatch):
         run_fork(run_id=run.run_id, at_seq=2, actor="user:eng")
+
+
+def _chat_parent(tenant) -> AgentRun:  # type: ignore[no-untyped-def]
+    """A conversation with two answered turns and a third message not answered yet."""
+    run = run_start(
+        tenant=tenant,
+        workflow_name="conversation",
+        input={"system_prompt": "Be brief."},
+        actor="t",
+        subject="cust-9",
+    ).run
+    _say(tenant, run.run_id, "m-1", "Refund 25.00 EUR please. Never call me by phone.")
+    _drive(run.run_id, approve=False)
+    _say(tenant, run.run_id, "m-2", "Order ord-1.")
+    _drive(run.run_id, approve=False)
+    _say(tenant, run.run_id, "m-3", "Are you there?")
+    return AgentRun.objects.get(run_id=run.run_id)
+
+
+def _say(tenant, run_id: uuid.UUID, cmid: str, text: str) -> AgentEvent:  # type: ignore[no-untyped-def]
+    from runs.services.conversation import conversation_append
+
+    return conversation_append(
+        tenant=tenant,
+        run_id=run_id,
+        event_type="user_message",
+        client_message_id=cmid,
+        body={"content": text},
+        actor="user:cust-9",
+    ).event
+
+
+def _assert_carries_and_answers(tenant, parent: AgentRun, child: AgentRun, seq: int) -> None:  # type: ignore[no-untyped-def]
+    said = [
+        (e.seq, e.payload["content"])
+        for e in AgentEvent.objects.filter(run=parent, event_type="user_message", seq__lte=seq).order_by(
+            "seq"
+        )
+    ]
+    assert child.subject == parent.subject == "cust-9"
+    child = _drive(child.run_id, approve=False)
+    assert (child.status, child.suspend_reason) == ("suspended", "awaiting_input"), (
+        seq,
+        child.suspend_detail,
+    )
+    copies = [e for e in AgentEvent.objects.filter(run=child, event_type="user_message").order_by("seq")]
+    assert [(e.payload["forked_from"]["seq"], e.payload["content"]) for e in copies] == said
+    assert all(e.payload["forked_from"]["run_id"] == str(parent.run_id) for e in copies)
+    new = _say(tenant, child.run_id, "m-fork", "Only on the fork.")
+    child = _drive(child.run_id, approve=False)
+    replies = {
+        e.payload["in_reply_to"]: e
+        for e in AgentEvent.objects.filter(run=child, event_type="assistant_message")
+    }
+    assert set(replies) == {e.seq for e in copies} | {new.seq}, seq  # each once, the fork's own included
+    assert "Only on the fork" in replies[new.seq].payload["content"]
+    assert child.state["answered_through"] == new.seq
+    assert not AgentEvent.objects.filter(run=parent, payload__content="Only on the fork.").exists()
+
+
+def test_a_fork_of_a_conversation_at_every_seq_carries_it_and_answers_the_fork(tenant):
+    parent = _chat_parent(tenant)
+    for seq in range(1, parent.state_revision + 1):
+        child = run_fork(run_id=parent.run_id, at_seq=seq, actor="user:eng")
+        _assert_carries_and_answers(tenant, parent, child, seq)
+    parent.refresh_from_db()
+    assert AgentEvent.objects.filter(run=parent, event_type="user_message").count() == 3  # untouched
+
+
+def test_a_rewind_of_a_conversation_at_every_seq_carries_it_and_answers_the_rewound_run(tenant):
+    for seq in range(1, _chat_parent(tenant).state_revision + 1):
+        parent = _chat_parent(tenant)
+        child = run_rewind(run_id=parent.run_id, to_seq=seq, actor="user:eng", note="try again")
+        parent.refresh_from_db()
+        assert parent.superseded_by_id == child.run_id and parent.status == "cancelled"
+        _assert_carries_and_answers(tenant, parent, child, seq)
+
+
+def test_forks_and_rewinds_keep_the_subject_and_learning_works_on_them(tenant):
+    from core.tenancy import tenant_scope
+    from memory.models import MemoryItem
+    from runs.services.learning import run_learn
+
+    parent = _chat_parent(tenant)
+    fork = run_fork(run_id=parent.run_id, at_seq=parent.state_revision, actor="user:eng", start=False)
+    rewound = run_rewind(run_id=parent.run_id, to_seq=3, actor="user:eng")
+    for child in (fork, rewound):
+        assert child.subject == "cust-9"
+        learned = run_learn(run_id=child.run_id)
+        assert learned["kept"] + learned["unchanged"] >= 1, learned
+    with tenant_scope(tenant.tenant_id):
+        assert MemoryItem.objects.filter(tenant=tenant, subject_id="cust-9").exists()

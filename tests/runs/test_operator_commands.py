@@ -21,7 +21,7 @@ from retrieval.models import RetrievalSnapshot
 from runs import store
 from runs.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
 from runs.services import operator
-from runs.services.operator import IMPORTED_OWNER_PREFIX, history_digest
+from runs.services.operator import history_digest
 from runs.services.runs import run_resume, run_start, run_suspend
 from runs.services.steps import run_advance
 
@@ -224,7 +224,7 @@ def test_a_run_exported_and_imported_into_another_tenant_is_the_same_history_and
     assert copy_id != run.run_id and result["tenant"] == "debug-copy"
     copy = AgentRun.objects.select_related("tenant").get(run_id=copy_id)
     assert copy.tenant.slug == "debug-copy" and copy.status == "completed"
-    assert copy.lease_owner == f"{IMPORTED_OWNER_PREFIX}{exported['digest']}"
+    assert copy.imported and copy.lease_owner is None  # a state, not a sentinel lease owner
     assert store.lease_acquire(run_id=copy_id, owner="w2", ttl=30) is None
     reexported = operator.run_history_document(run_id=copy_id)
     assert _comparable(reexported) == _comparable(exported)
@@ -249,6 +249,47 @@ def test_an_imported_running_run_is_never_taken_by_a_worker_or_the_sweep(tenant,
     assert copy_id not in store.claim_for_redispatch(grace=0, limit=100)
     assert run_advance(run_id=copy_id, worker_id="w").outcome != "committed"
     assert json.loads(_call("stuck_runs", "--json")) == []
+
+
+def test_an_imported_run_refuses_resume_cancel_and_messages_with_a_reason_and_never_runs(
+    tenant, tmp_path: Path
+):
+    from core.errors import ApplicationError
+    from runs.services.conversation import conversation_append
+    from runs.services.forks import run_fork, run_rewind
+    from runs.services.runs import run_cancel, run_resume, run_suspend
+
+    run = _start(tenant)
+    run_suspend(run_id=run.run_id, actor="test", reason="manual_review")
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(operator.run_history_document(run_id=run.run_id)))
+    copy_id = uuid.UUID(
+        json.loads(_call("import_history", str(path), "--tenant", "debug", "--json"))["run_id"]
+    )
+    copy = AgentRun.objects.get(run_id=copy_id)
+    attempts = {
+        "resume": lambda: run_resume(run_id=copy_id, actor="user:ops"),
+        "cancel": lambda: run_cancel(run_id=copy_id, actor="user:ops"),
+        "rewind": lambda: run_rewind(run_id=copy_id, to_seq=1, actor="user:ops"),
+    }
+    for name, attempt in attempts.items():
+        with pytest.raises(ApplicationError) as refused:
+            attempt()
+        assert refused.value.code == "run_imported" and "imported" in refused.value.message, name
+    with pytest.raises(ApplicationError):
+        conversation_append(
+            tenant=copy.tenant,
+            run_id=copy_id,
+            event_type="user_message",
+            client_message_id="m",
+            body={"content": "hi"},
+            actor="user:x",
+        )
+    after = AgentRun.objects.get(run_id=copy_id)
+    assert (after.status, after.state_revision, after.imported) == ("suspended", copy.state_revision, True)
+    assert store.lease_acquire(run_id=copy_id, owner="w", ttl=30) is None
+    fork = run_fork(run_id=copy_id, at_seq=1, actor="user:ops")  # a fork of the copy is a run of its own
+    assert not fork.imported and store.lease_acquire(run_id=fork.run_id, owner="w", ttl=30) is not None
 
 
 def test_import_with_keep_ids_refuses_a_run_that_already_exists(tenant, tmp_path: Path):

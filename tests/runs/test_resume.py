@@ -141,3 +141,113 @@ def test_an_expired_approval_refuses_the_resume_of_the_refund_step(tenant):
                       suspend_reason="manual_review")  # fmt: skip
     _assert_refused(run, _resume(run), "approval_expired")
     assert not ToolOperation.objects.exists()  # no refund was attempted
+
+
+# --- a refused changed state stays refused until an engineer accepts it ---------------------------
+
+
+def _edit_state_by_sql(run: AgentRun, **changes: object) -> None:
+    import json
+
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE agent_runs SET state = state || %s::jsonb WHERE run_id = %s",
+            [json.dumps(changes), run.run_id],
+        )
+
+
+def test_a_state_changed_outside_the_engine_stays_refused_until_an_engineer_accepts_it(tenant):
+    from core.errors import ApplicationError
+
+    run = _suspended_demo(tenant)
+    committed = AgentEvent.objects.filter(run=run).latest("seq").state_digest
+    _edit_state_by_sql(run, remaining=2)
+    _assert_refused(run, _resume(run), "state_digest_mismatch")
+    _assert_refused(run, _resume(run), "state_digest_mismatch")  # a plain resume again: the same refusal
+    assert run.state_digest == committed and run.state["remaining"] == 2
+    from runs.services.resume import run_state_accept
+
+    with pytest.raises(ApplicationError) as no_note:
+        run_state_accept(run_id=run.run_id, actor="user:eng", note="  ")
+    assert (no_note.value.code, no_note.value.http_status // 100) == ("note_required", 4)
+    with pytest.raises(ApplicationError) as stale:
+        run_state_accept(run_id=run.run_id, actor="user:eng", note="ok", expected_digest=committed)
+    assert stale.value.code == "state_changed"
+    run_state_accept(run_id=run.run_id, actor="user:eng", note="ticket 4711: set by hand on purpose")
+    accepted = AgentEvent.objects.get(run=run, event_type="state_accepted")
+    edited = state_encode({**run.state, "remaining": 2}).digest
+    assert accepted.payload == {
+        "refused_code": "state_digest_mismatch",
+        "digest_before": committed,
+        "digest_after": edited,
+        "note": "ticket 4711: set by hand on purpose",
+    }
+    assert (accepted.actor, accepted.state_digest, accepted.state["remaining"]) == ("user:eng", edited, 2)
+    run.refresh_from_db()
+    assert (run.status, run.suspend_reason) == ("suspended", "state_accepted")
+    event = _resume(run)
+    assert event.event_type == "resume_verified", event.payload
+    assert run.status == "running" and run.state["remaining"] == 1  # continued from the accepted state
+
+
+def test_a_history_from_other_code_stays_refused_until_an_engineer_accepts_it(tenant):
+    from runs.services.resume import run_state_accept
+
+    run = _suspended_demo(tenant)
+    AgentEvent.objects.filter(run=run, event_type="step_completed").update(step_id="renamed_step")
+    _edit_state_by_sql(run, remaining=3)  # changed too: the history refusal must not hide it
+    _assert_refused(run, _resume(run), "history_mismatch")
+    _assert_refused(run, _resume(run), "history_mismatch")
+    change = run_state_accept(run_id=run.run_id, actor="user:eng", note="renamed in release 12")
+    assert change.committed_digest != change.current_digest
+    assert _resume(run).event_type == "resume_verified" and run.state["remaining"] == 2
+
+
+def test_only_a_refused_changed_state_can_be_accepted(tenant):
+    from core.errors import ApplicationError
+    from runs.services.resume import run_state_accept
+
+    run = _suspended_demo(tenant)
+    with pytest.raises(ApplicationError) as refused:
+        run_state_accept(run_id=run.run_id, actor="user:eng", note="why not")
+    assert (refused.value.code, refused.value.http_status) == ("state_not_refused", 409)
+    assert not AgentEvent.objects.filter(run=run, event_type="state_accepted").exists()
+
+
+def test_the_accept_state_api_is_for_engineers_with_a_note(tenant):
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+    from rest_framework.test import APIClient
+
+    from core.api_auth import api_key_create
+
+    run = _suspended_demo(tenant)
+    _edit_state_by_sql(run, remaining=2)
+    _assert_refused(run, _resume(run), "state_digest_mismatch")
+    url = f"/api/v1/runs/{run.run_id}/accept-state"
+    users = get_user_model().objects
+    clients = {}
+    for role in ("support", "engineer"):
+        user = users.create_user(f"{role}-staff", password="pw-for-tests", is_staff=True)
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+        clients[role] = APIClient()
+        clients[role].force_authenticate(user)
+    denied = clients["support"].post(url, {"note": "looks fine"}, format="json")
+    assert denied.status_code == 403 and "engineer role" in denied.content.decode(), denied.content
+    assert clients["engineer"].post(url, {}, format="json").status_code == 400
+    reader = APIClient()
+    reader.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {api_key_create(tenant=tenant, name='r', scope='read').plaintext}"
+    )
+    assert reader.post(url, {"note": "x"}, format="json").status_code == 403
+    assert not AgentEvent.objects.filter(run=run, event_type="state_accepted").exists()
+    done = clients["engineer"].post(url, {"note": "set by hand on purpose"}, format="json")
+    assert done.status_code == 200, done.content
+    body = done.json()
+    assert body["refused_code"] == "state_digest_mismatch" and body["digest_before"] != body["digest_after"]
+    assert body["run"]["suspend_reason"] == "state_accepted"
+    assert _resume(run).event_type == "resume_verified"
+    schema = clients["engineer"].get("/api/schema/", HTTP_ACCEPT="application/json").content.decode()
+    assert "/api/v1/runs/{run_id}/accept-state" in schema

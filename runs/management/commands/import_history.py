@@ -1,7 +1,7 @@
 """python manage.py import_history FILE [--tenant SLUG] [--keep-ids] [--json]: load an exported run for debugging.
 
-All or nothing (one transaction). The imported run is fenced: its lease belongs to
-`imported:<digest>` until 9999, so neither the sweep nor a worker ever advances it.
+All or nothing (one transaction). The imported run is marked `imported`: neither the sweep nor a
+worker ever takes it, and resume, cancel and messages are refused with `run_imported`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class Command(BaseCommand):
         self.stdout.write(
             f"imported run {imported.run_id} into {imported.tenant}: {imported.events} events, "
             f"{imported.operations} operations, {imported.approvals} approvals, {imported.summaries} summaries, "
-            f"{imported.snapshots} snapshots; fenced by lease owner {imported.lease_owner}"
+            f"{imported.snapshots} snapshots; marked imported: it never runs here (fork it to continue)"
         )
 
 
