@@ -9,7 +9,10 @@ from django.core.exceptions import ImproperlyConfigured
 
 
 def env_str(name: str, default: str = "") -> str:
-    return os.environ.get(name, default)
+    """The variable's text; unset or empty means the default (as for the other helpers), so
+    docker-compose's `${NAME:-}` passes "not set" through."""
+    raw = os.environ.get(name)
+    return default if raw is None or raw == "" else raw
 
 
 def env_bool(name: str, default: bool) -> bool:

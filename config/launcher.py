@@ -12,17 +12,32 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from config.env import env_bool, env_int, env_str
 from core.processes import ROOT, start_python, stop_groups
 
 
-def settings_concurrency() -> int:
-    return int(os.environ.get("KEEPER_WORKER_CONCURRENCY") or 2)
+@dataclass(frozen=True)
+class LaunchOptions:
+    """What `make run` reads before Django exists (the processes it starts read the settings)."""
+
+    host: str
+    port: str
+    demo: bool
+    data_dir: Path
 
 
-def _data_dir() -> Path:
-    return Path(os.environ.get("KEEPER_DATA_DIR") or ROOT / ".data").resolve()
+def launch_options() -> LaunchOptions:
+    """KEEPER_HOST, KEEPER_PORT, KEEPER_DEMO and KEEPER_DATA_DIR, parsed like the settings parse theirs."""
+    port = env_int("KEEPER_PORT", 8000, minimum=1)
+    return LaunchOptions(
+        host=env_str("KEEPER_HOST", "127.0.0.1"),
+        port=str(port),
+        demo=env_bool("KEEPER_DEMO", True),
+        data_dir=Path(env_str("KEEPER_DATA_DIR", str(ROOT / ".data"))).resolve(),
+    )
 
 
 def _say(line: str) -> None:
@@ -68,9 +83,9 @@ def _wait_http(url: str, timeout: float = 60.0) -> bool:
     return False
 
 
-def _load_demo(host: str, port: str) -> None:
+def _load_demo(host: str, port: str, *, enabled: bool) -> None:
     """The demo content, once, while only web runs (its refund runs talk to the sandbox web serves)."""
-    if os.environ.get("KEEPER_DEMO", "true").lower() in ("0", "false", "no"):
+    if not enabled:
         return
     if not _wait_http(f"http://{host}:{port}/sign-in/"):
         _say("web did not answer within 60 s; demo content not loaded")
@@ -85,7 +100,8 @@ def run() -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
     from config.embedded import ensure_services
 
-    data_dir = _data_dir()
+    options = launch_options()
+    data_dir = options.data_dir
     embedded = [name for name in ("DATABASE_URL", "REDIS_URL") if not os.environ.get(name)]
     if embedded:
         _say(f"starting embedded {' and '.join(n.split('_')[0].title() for n in embedded)} under {data_dir}")
@@ -97,15 +113,14 @@ def run() -> int:
 
     signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
-    host = os.environ.get("KEEPER_HOST", "127.0.0.1")
-    port = os.environ.get("KEEPER_PORT", "8000")
+    host, port = options.host, options.port
     os.environ.setdefault("KEEPER_SANDBOX_URL", f"http://{host}:{port}/sandbox")
     exit_code = 0
     try:
         _manage("migrate", "--noinput", "-v", "0")
         _manage("keeper_setup")
         supervisor.start("web", ["manage.py", "runserver", f"{host}:{port}", "--noreload"])
-        _load_demo(host, port)
+        _load_demo(host, port, enabled=options.demo)
         supervisor.start(
             "worker", ["-m", "celery", "-A", "workers", "worker", "-l", "info", "-n", "keeper@%h"]
         )

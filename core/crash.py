@@ -5,7 +5,7 @@ KEEPER_CRASH_ONCE_DIR set, a point hit for a `key` (a run id) kills only the fir
 processes: a marker file records the crash, so the restarted worker gets past it and each run
 crashes exactly once there. KEEPER_CRASH_STEP limits points that any step passes (after_checkpoint)
 to one step. os._exit skips every cleanup, exception handler and buffer flush, as
-if the machine lost power.
+if the machine lost power. The three variables are read in config/settings/base.py.
 """
 
 from __future__ import annotations
@@ -14,20 +14,22 @@ import os
 import sys
 from pathlib import Path
 
+from django.conf import settings
+
 _hits: dict[str, int] = {}
 
 
 def crash_point(name: str, *, key: str | None = None, step: str | None = None) -> None:
-    spec = os.environ.get("KEEPER_CRASH_AT", "")
+    spec = settings.KEEPER_CRASH_AT
     if not spec:
         return
     target, _, nth = spec.partition(":")
     if target != name:
         return
-    only_step = os.environ.get("KEEPER_CRASH_STEP")
+    only_step = settings.KEEPER_CRASH_STEP
     if only_step and step is not None and step != only_step:
         return
-    once_dir = os.environ.get("KEEPER_CRASH_ONCE_DIR")
+    once_dir = settings.KEEPER_CRASH_ONCE_DIR
     if once_dir and key is not None:
         marker = Path(once_dir) / f"{name}--{key}"
         try:

@@ -7,7 +7,6 @@ naming it and its reason, and the next probe after it returns gives 200 again (n
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 
@@ -22,10 +21,7 @@ logger = logging.getLogger(__name__)
 
 def _timeout() -> float:
     """Seconds each readiness check may take (KEEPER_READY_TIMEOUT, default 2)."""
-    try:
-        return max(0.1, float(os.environ.get("KEEPER_READY_TIMEOUT", "2")))
-    except ValueError:
-        return 2.0
+    return float(settings.KEEPER_READY_TIMEOUT)
 
 
 def check_database() -> str:

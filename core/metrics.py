@@ -117,9 +117,8 @@ _keeper_registry.register(KeeperCollector())  # type: ignore[arg-type]
 
 
 def metrics_token() -> str:
-    """KEEPER_METRICS_TOKEN from settings when they define it, else from the environment."""
-    token = getattr(settings, "KEEPER_METRICS_TOKEN", None)
-    return os.environ.get("KEEPER_METRICS_TOKEN", "") if token is None else str(token)
+    """KEEPER_METRICS_TOKEN ("" when unset)."""
+    return str(settings.KEEPER_METRICS_TOKEN)
 
 
 def metrics_authorized(request: HttpRequest) -> int | None:
@@ -158,7 +157,7 @@ def worker_metrics_serve() -> int | None:
     With PROMETHEUS_MULTIPROC_DIR set (a prefork pool), the served figures are the sum over the
     pool children's files; otherwise this process's own registry (solo or threads pool).
     """
-    port = os.environ.get("KEEPER_WORKER_METRICS_PORT", "").strip()
+    port = str(settings.KEEPER_WORKER_METRICS_PORT).strip()
     if not port:
         return None
     from prometheus_client import start_http_server
@@ -169,7 +168,7 @@ def worker_metrics_serve() -> int | None:
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    server, _ = start_http_server(int(port), addr=os.environ.get("KEEPER_WORKER_METRICS_ADDR", "0.0.0.0"),
+    server, _ = start_http_server(int(port), addr=settings.KEEPER_WORKER_METRICS_ADDR,
                                   registry=registry)  # fmt: skip
     logger.info("worker metrics served on port %s", server.server_port)
     return int(server.server_port)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 
 from core.tenancy import tenant_ensure
@@ -31,10 +31,10 @@ def keeper_setup(*, data_dir: Path, tenant_slug: str = "demo") -> SetupResult:
     if users.objects.filter(is_superuser=True).exists():
         existing = data_dir / "admin-password.txt"
         return SetupResult(tenant_slug, None, existing if existing.exists() else None, False)
-    password = os.environ.get("KEEPER_ADMIN_PASSWORD") or secrets.token_urlsafe(16)
+    password = settings.KEEPER_ADMIN_PASSWORD or secrets.token_urlsafe(16)
     users.objects.create_superuser(username="admin", email="", password=password)
     password_file = None
-    if not os.environ.get("KEEPER_ADMIN_PASSWORD"):
+    if not settings.KEEPER_ADMIN_PASSWORD:
         data_dir.mkdir(parents=True, exist_ok=True)
         password_file = data_dir / "admin-password.txt"
         password_file.touch(mode=0o600)

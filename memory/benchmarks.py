@@ -3,7 +3,6 @@ without it, and the recall@10 of the smallest tenant's vector search against an 
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
 import time
@@ -11,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
@@ -110,7 +110,7 @@ def bench_memory_search(*, items: int, queries: int, progress: Callable[[str], N
             "hybrid_search_p99_ms": round(percentile(hybrid, 0.99), 2),
             "rls_p50_ms": round(percentile(rls, 0.5), 2), "rls_p99_ms": round(percentile(rls, 0.99), 2),
         }  # fmt: skip
-        superuser = os.environ.get("KEEPER_BENCH_SUPERUSER_URL")
+        superuser = settings.KEEPER_BENCH_SUPERUSER_URL
         if superuser:
             dsn = superuser.replace("/keeper?", f"/{connections['default'].settings_dict['NAME']}?")
             base = _timed_queries(dsn, asked, embedder, rls=False)

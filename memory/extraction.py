@@ -433,13 +433,13 @@ def _sentence_around(content: str, quote: str) -> str:
 
 def extractor_from_settings() -> FactExtractor:
     """KEEPER_EXTRACTOR: "rules" (default) or "model" (KEEPER_EXTRACTOR_URL, _MODEL, _API_KEY)."""
-    kind = getattr(settings, "KEEPER_EXTRACTOR", "rules") or "rules"
+    kind = settings.KEEPER_EXTRACTOR
     if kind == "rules":
         return RuleExtractor()
     if kind == "model":
-        url = getattr(settings, "KEEPER_EXTRACTOR_URL", "")
+        url = settings.KEEPER_EXTRACTOR_URL
         if not url:
             raise ExtractorMisconfigured("KEEPER_EXTRACTOR=model needs KEEPER_EXTRACTOR_URL")
-        model = getattr(settings, "KEEPER_EXTRACTOR_MODEL", "") or settings.KEEPER_MODEL
-        return ModelExtractor(url, model, getattr(settings, "KEEPER_EXTRACTOR_API_KEY", ""))
+        model = settings.KEEPER_EXTRACTOR_MODEL or settings.KEEPER_MODEL
+        return ModelExtractor(url, model, settings.KEEPER_EXTRACTOR_API_KEY)
     raise ExtractorMisconfigured(f"unknown KEEPER_EXTRACTOR {kind!r} (use rules or model)")

@@ -127,7 +127,8 @@ class RunStartApi(APIView):
         return Response(RunOutputSerializer(started.run).data, status=201 if started.created else 200)
 
     @extend_schema(
-        summary="List a tenant's runs, newest activity first (keyset pages: pass `next` back as the cursor)",
+        summary="List runs, newest activity first (keyset pages: pass `next` back as the cursor); a key "
+        "lists its tenant's, a staff session every tenant's unless it names `tenant`",
         parameters=[FilterSerializer],
         responses={200: RUNS_PAGE, **error_responses(400)},
     )
@@ -135,7 +136,10 @@ class RunStartApi(APIView):
         filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         data = dict(filters.validated_data)
-        tenant = request_tenant(request, data.pop("tenant", None) or None)
+        given = data.pop("tenant", None) or None
+        # A key lists its own tenant's runs; a staff session every tenant's, or the one it names
+        # (as the approvals list does).
+        tenant = request_tenant(request, given) if given or request_key(request) is not None else None
         limit = data.pop("limit")
         cursor = (data.pop("before_updated_at", None), data.pop("before_run_id", None))
         runs = run_page(tenant=tenant, cursor=cursor if cursor[0] else None, limit=limit, **data)

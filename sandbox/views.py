@@ -46,7 +46,7 @@ def _endpoint(**handlers: Handler) -> Handler:
 
     @csrf_exempt
     def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:
-        if not getattr(settings, "KEEPER_SANDBOX_ENABLED", True):
+        if not settings.KEEPER_SANDBOX_ENABLED:
             return _error(SandboxDisabled("the sandbox is turned off"))
         handler = handlers.get((request.method or "").lower())
         if handler is None:

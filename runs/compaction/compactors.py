@@ -423,13 +423,13 @@ def _contract(content: Any, first: int, last: int) -> tuple[_Items, list[str], _
 
 def compactor_from_settings() -> Compactor:
     """KEEPER_COMPACTOR: "extractive" (default) or "model" (KEEPER_COMPACTOR_URL, _MODEL, _API_KEY)."""
-    kind = getattr(settings, "KEEPER_COMPACTOR", "extractive") or "extractive"
+    kind = settings.KEEPER_COMPACTOR
     if kind == "extractive":
         return ExtractiveCompactor()
     if kind == "model":
-        url = getattr(settings, "KEEPER_COMPACTOR_URL", "")
+        url = settings.KEEPER_COMPACTOR_URL
         if not url:
             raise CompactorMisconfigured("KEEPER_COMPACTOR=model needs KEEPER_COMPACTOR_URL")
-        model = getattr(settings, "KEEPER_COMPACTOR_MODEL", "") or settings.KEEPER_MODEL
-        return ModelCompactor(url, model, getattr(settings, "KEEPER_COMPACTOR_API_KEY", ""))
+        model = settings.KEEPER_COMPACTOR_MODEL or settings.KEEPER_MODEL
+        return ModelCompactor(url, model, settings.KEEPER_COMPACTOR_API_KEY)
     raise CompactorMisconfigured(f"unknown KEEPER_COMPACTOR {kind!r} (use extractive or model)")

@@ -38,3 +38,31 @@ def test_filters_and_bad_input(tenant, read_key):
                 {"before_updated_at": "yesterday", "before_run_id": "x"}, {"tenant": "globex"}):  # fmt: skip
         response = api.get("/api/v1/runs/", bad)
         assert response.status_code in (400, 404) and "error" in response.json(), bad
+
+
+def test_a_staff_session_lists_every_tenants_runs_or_the_one_it_names(
+    tenant, other_tenant, client, django_user_model
+):
+    """The README: "Staff sessions see every tenant". A staff session without `tenant` used to get
+    400 "tenant required"; now it pages through every tenant's runs, like the approvals list."""
+    ours = {
+        str(run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": i}, actor="t").run.run_id)
+        for i in range(3)
+    }
+    theirs = str(
+        run_start(tenant=other_tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t").run.run_id
+    )
+    client.force_login(django_user_model.objects.create_user("ops", password="pw", is_staff=True))
+    seen, params = {}, {"limit": 2}
+    while True:
+        response = client.get("/api/v1/runs/", params)
+        assert response.status_code == 200, response.content
+        page = response.json()
+        seen.update({r["run_id"]: r["tenant"] for r in page["results"]})
+        if page["next"] is None:
+            break
+        params = {"limit": 2, **page["next"]}
+    assert seen == {**dict.fromkeys(ours, tenant.slug), theirs: other_tenant.slug}
+    named = client.get("/api/v1/runs/", {"tenant": other_tenant.slug}).json()["results"]
+    assert [r["run_id"] for r in named] == [theirs]
+    assert client.get("/api/v1/runs/", {"tenant": "no-such-tenant"}).status_code == 404

@@ -119,11 +119,11 @@ def test_metrics_are_open_in_debug_without_a_token(client, settings):  # type: i
     assert client.get("/metrics").status_code == 200
 
 
-def test_the_worker_serves_its_step_latency_on_its_own_port(monkeypatch):  # type: ignore[no-untyped-def]
-    monkeypatch.delenv("KEEPER_WORKER_METRICS_PORT", raising=False)
+def test_the_worker_serves_its_step_latency_on_its_own_port(monkeypatch, settings):  # type: ignore[no-untyped-def]
+    settings.KEEPER_WORKER_METRICS_PORT = ""
     assert worker_metrics_serve() is None
-    monkeypatch.setenv("KEEPER_WORKER_METRICS_PORT", "0")
-    monkeypatch.setenv("KEEPER_WORKER_METRICS_ADDR", "127.0.0.1")
+    settings.KEEPER_WORKER_METRICS_PORT = "0"
+    settings.KEEPER_WORKER_METRICS_ADDR = "127.0.0.1"
     monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
     port = worker_metrics_serve()
     assert port

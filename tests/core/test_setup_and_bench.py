@@ -16,8 +16,8 @@ from runs.models import AgentRun
 pytestmark = pytest.mark.django_db
 
 
-def test_setup_creates_tenant_and_admin_once(tmp_path, monkeypatch):
-    monkeypatch.delenv("KEEPER_ADMIN_PASSWORD", raising=False)
+def test_setup_creates_tenant_and_admin_once(tmp_path, settings):
+    settings.KEEPER_ADMIN_PASSWORD = ""
     first = keeper_setup(data_dir=tmp_path)
     second = keeper_setup(data_dir=tmp_path)
     assert first.admin_created and not second.admin_created

@@ -315,8 +315,6 @@ def test_an_unreachable_model_is_unavailable_not_a_crash(chat):
 
 
 def test_the_extractor_comes_from_settings(settings):
-    if hasattr(settings, "KEEPER_EXTRACTOR"):
-        del settings.KEEPER_EXTRACTOR
     rules = extractor_from_settings()
     assert isinstance(rules, RuleExtractor) and (rules.name, rules.version) == ("rules", "1")
     settings.KEEPER_EXTRACTOR = "model"

@@ -18,7 +18,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("workflow")
         parser.add_argument("--input", default="{}", help="the run's input, a JSON object")
-        parser.add_argument("--tenant", default="demo")
+        parser.add_argument(
+            "--tenant",
+            default="demo",
+            help="the tenant's slug or id (default: demo, the set-up tenant; the demo's users work in acme)",
+        )
         parser.add_argument("--idempotency-key", default=None)
 
     def handle(self, *args: Any, workflow: str, input: str, tenant: str, idempotency_key: str | None,
@@ -35,4 +39,5 @@ class Command(BaseCommand):
         verb = "started" if started.created else "already started"
         self.stdout.write(
             f"{started.run.run_id} {verb} ({started.run.workflow_name} v{started.run.workflow_version})"
+            f" in tenant {started.run.tenant.slug}"
         )

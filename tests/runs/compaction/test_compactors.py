@@ -256,8 +256,6 @@ def test_an_unreachable_model_is_unavailable_not_a_crash(chat):
 
 
 def test_the_compactor_comes_from_settings(settings):
-    if hasattr(settings, "KEEPER_COMPACTOR"):
-        del settings.KEEPER_COMPACTOR
     assert isinstance(compactor_from_settings(), ExtractiveCompactor)
     settings.KEEPER_COMPACTOR = "model"
     settings.KEEPER_COMPACTOR_URL = "http://127.0.0.1:9/v1"
