@@ -25,7 +25,7 @@ from rest_framework import authentication, exceptions, permissions, throttling
 from core.errors import InvalidInput, NotFound
 from core.logging import log_request_tenant
 from core.models import ApiKey, ApiKeyScope, Tenant
-from core.tenancy import tenant_get
+from core.tenancy import tenant_bind_request, tenant_get
 
 if TYPE_CHECKING:  # rest_framework.views imports this module through the settings
     from rest_framework.request import Request
@@ -181,6 +181,7 @@ def request_tenant(request: Request, given: str | UUID | None = None) -> Tenant:
     else:
         raise NotFound(f"no tenant {given!s}", code="unknown_tenant")
     log_request_tenant(tenant.tenant_id)
+    tenant_bind_request(request, tenant.tenant_id)  # row-level security: this tenant from here on
     return tenant
 
 

@@ -22,8 +22,9 @@ import psycopg
 from django.utils import timezone
 
 from core.digests import canonical_json
+from core.models import Tenant
 from core.processes import current_database_url
-from core.tenancy import tenant_ensure
+from core.tenancy import tenant_bind, tenant_ensure
 from memory.benchmarks import bench_memory_search, percentile
 from retrieval.benchmarks import bench_retrieval_search
 from runs import store
@@ -145,12 +146,17 @@ def bench_commit_step(*, ops: int, rounds: int, progress: Callable[[str], None])
 def conversation_run_bulk(*, tenant_slug: str, texts: list[str]) -> AgentRun:
     """A conversation run holding these messages (alternating user/assistant), written in bulk: what
     as many appends would leave, without waiting for them."""
-    run = run_start(tenant=tenant_ensure(slug=tenant_slug), workflow_name="conversation", input={},
-                    actor="bench").run  # fmt: skip
+    tenant = tenant_ensure(slug=tenant_slug)
+    with tenant_bind(tenant.tenant_id):
+        return _conversation_run_bulk(tenant, texts)
+
+
+def _conversation_run_bulk(tenant: Tenant, texts: list[str]) -> AgentRun:
+    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="bench").run
     digest = AgentEvent.objects.get(run=run, seq=1).state_digest
     now = timezone.now()
     AgentEvent.objects.bulk_create(
-        [AgentEvent(run=run, seq=i + 2, event_type="user_message" if i % 2 == 0 else "assistant_message",
+        [AgentEvent(run=run, tenant_id=tenant.tenant_id, seq=i + 2, event_type="user_message" if i % 2 == 0 else "assistant_message",
                     payload={"client_message_id": f"m-{i}", "content": text}, actor="bench", state_revision=i + 2,
                     state_digest=digest, client_message_id=f"m-{i}", created_at=now)
          for i, text in enumerate(texts)],

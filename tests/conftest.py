@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from core.tenancy import tenant_ensure
+from core.tenancy import tenant_bind, tenant_ensure
 from tests.chat_server import chat  # noqa: F401 - the fixture, for every test module
 from tests.processes import ProcessGroup, flush_redis
 
@@ -29,7 +29,11 @@ def django_db_setup(django_test_environment, django_db_blocker):  # type: ignore
 
 @pytest.fixture
 def tenant(db):  # type: ignore[no-untyped-def]
-    return tenant_ensure(slug="acme", name="Acme")
+    """Acme, bound to the test's connection like a worker's task (row-level security shows its
+    rows to the test's own queries); code that works for another tenant sets that one itself."""
+    acme = tenant_ensure(slug="acme", name="Acme")
+    with tenant_bind(acme.tenant_id):
+        yield acme
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from core.digests import canonical_json
 from core.errors import InvalidInput
 from core.models import Tenant
+from core.tenancy import tenant_of_call
 from runs import store
 from runs.errors import InvalidTransition, RunNotFound
 from runs.models import AgentEvent, AgentRun, RunStatus
@@ -67,6 +68,7 @@ def _payload(event_type: str, client_message_id: str, body: dict[str, Any]) -> d
             "is_error": bool(body.get("is_error", False))}  # fmt: skip
 
 
+@tenant_of_call
 def conversation_append(
     *, tenant: Tenant, run_id: UUID, event_type: str, client_message_id: str, body: dict[str, Any], actor: str
 ) -> Appended:

@@ -11,11 +11,12 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput
+from core.tenancy import tenant_bind, tenant_of_call
 from runs import store
 from runs.errors import InvalidTransition
 from runs.models import AgentEvent, AgentRun, RunStatus
@@ -76,6 +77,7 @@ def _carried(state: dict[str, object]) -> dict[str, float]:
     return {kind: b.get("used") or 0 for kind, b in budgets.items() if isinstance(b, dict)}
 
 
+@tenant_of_call
 def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, note: str = "") -> AgentRun:
     """A new run continuing from event `at_seq` of this one. Not started, it expires after a TTL."""
     parent = run_get(run_id=run_id)
@@ -101,6 +103,7 @@ def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, 
     return AgentRun.objects.get(run_id=child_id)
 
 
+@tenant_of_call
 def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") -> AgentRun:
     """Continue from event `to_seq` in a new run that supersedes this one; this one is kept, marked
     (and cancelled if it was still active)."""
@@ -123,14 +126,15 @@ def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") ->
 
 def forks_expire() -> int:
     """Cancel forks that were never started before their TTL ran out."""
-    expired = AgentRun.objects.filter(
-        status=RunStatus.SUSPENDED, suspend_reason="fork_not_started", fork_expires_at__lt=timezone.now()
-    ).values_list("run_id", flat=True)
+    with connection.cursor() as cursor:  # across tenants: ids only, then each in its tenant
+        cursor.execute("SELECT run_id, tenant_id FROM keeper_forks_expired()")
+        expired = cursor.fetchall()
     cancelled = 0
-    for run_id in expired:
-        seq = store.transition(
-            run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.CANCELLED,
-            event_type="fork_expired", actor="system:fork-ttl", payload_json=canonical_json({"reason": "fork TTL"}),
-        )  # fmt: skip
+    for run_id, tenant_id in expired:
+        with tenant_bind(tenant_id):
+            seq = store.transition(
+                run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.CANCELLED,
+                event_type="fork_expired", actor="system:fork-ttl", payload_json=canonical_json({"reason": "fork TTL"}),
+            )  # fmt: skip
         cancelled += seq is not None
     return cancelled

@@ -54,7 +54,7 @@ def add_event(run, event_type, payload, *, state=None, actor="test"):  # type: i
     """An event written straight to the tables (to plant hostile content the services would refuse)."""
     run.refresh_from_db()
     seq, digest = run.state_revision + 1, json_digest(state) if state is not None else run.state_digest
-    AgentEvent.objects.create(run=run, seq=seq, event_type=event_type, payload=payload, actor=actor,
+    AgentEvent.objects.create(run=run, tenant_id=run.tenant_id, seq=seq, event_type=event_type, payload=payload, actor=actor,
                               state_revision=seq, state_digest=digest, state=state, next_step=run.next_step,
                               created_at=timezone.now())  # fmt: skip
     AgentRun.objects.filter(run_id=run.run_id).update(
@@ -217,7 +217,7 @@ def test_a_lease_take_over_is_marked_on_the_timeline(as_role, tenant):
 def test_the_events_table_is_paged_by_seq_and_never_loads_the_whole_run(as_role, tenant):
     run = start(tenant)
     AgentEvent.objects.bulk_create(
-        AgentEvent(run=run, seq=seq, event_type="user_message", payload={"text": f"m{seq}"}, actor="user:x",
+        AgentEvent(run=run, tenant_id=run.tenant_id, seq=seq, event_type="user_message", payload={"text": f"m{seq}"}, actor="user:x",
                    state_revision=seq, state_digest=run.state_digest, created_at=timezone.now())
         for seq in range(2, 1002)
     )  # fmt: skip
