@@ -136,8 +136,12 @@ class IsStaffOrScopedKey(permissions.BasePermission):
     def has_permission(self, request: Request, view: APIView) -> bool:
         key = request_key(request)
         if key is None:
-            return bool(request.user and request.user.is_staff)
+            allowed = bool(request.user and request.user.is_staff)
+            if allowed:  # row-level security: staff see every tenant (a named one narrows it later)
+                tenant_bind_request(request, list(Tenant.objects.values_list("tenant_id", flat=True)))
+            return allowed
         log_request_tenant(key.tenant_id)  # every line this request logs names the key's tenant
+        tenant_bind_request(request, key.tenant_id)  # row-level security: the key's tenant only
         return key.scope == ApiKeyScope.WRITE or request.method in permissions.SAFE_METHODS
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import wraps
 from typing import Any, TypeVar
@@ -106,11 +106,14 @@ def tenant_of_call(function: Callable[..., T]) -> Callable[..., T]:
 _REQUEST_PREVIOUS = "_keeper_tenant_previous"
 
 
-def tenant_bind_request(request: Any, tenant_id: UUID) -> None:
-    """This tenant for the rest of a web request (TenantResetMiddleware puts the previous one back)."""
-    if not isinstance(tenant_id, UUID):
-        raise TypeError("tenant_bind_request takes the tenant's UUID")
-    previous = _tenant_set(str(tenant_id), local=False)
+def tenant_bind_request(request: Any, tenant_ids: UUID | Sequence[UUID]) -> None:
+    """This tenant (or, for a console user of several tenants, these) for the rest of a web request;
+    TenantResetMiddleware puts the previous value back. No tenant: nothing is visible."""
+    ids = [tenant_ids] if isinstance(tenant_ids, UUID) else list(tenant_ids)
+    if not all(isinstance(t, UUID) for t in ids):
+        raise TypeError("tenant_bind_request takes tenant UUIDs")
+    previous = _tenant_set(",".join(str(t) for t in ids), local=False)
+    _bound.current = None  # the python-side shortcut of tenant_bind no longer holds
     holder = getattr(request, "_request", request)  # DRF's Request wraps Django's
     if not hasattr(holder, _REQUEST_PREVIOUS):
         setattr(holder, _REQUEST_PREVIOUS, previous)
@@ -123,6 +126,13 @@ class TenantResetMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: Any) -> Any:
+        # A request starts with no tenant, whatever the connection last served: only the request's
+        # own authentication (tenant_bind_request) makes rows visible.
+        try:
+            setattr(request, _REQUEST_PREVIOUS, _tenant_set("", local=False))
+        except Exception:  # the database is away: the request's own error handling answers
+            connection.close()  # a new connection starts without a tenant
+        _bound.current = None
         try:
             return self.get_response(request)
         finally:

@@ -14,7 +14,27 @@ from typing import Any
 from django.conf import settings
 from django.db import migrations, models
 
-from memory.migrations._rls import policy
+
+# The setting holds one tenant id (API keys, workers, services) or, for a console user who belongs
+# to several tenants, their ids separated by commas. Unset or empty: no row (fail closed).
+TENANTS = "string_to_array(NULLIF(current_setting('app.tenant_id', true), ''), ',')::uuid[]"
+
+
+def policy(table: str) -> migrations.RunSQL:
+    return migrations.RunSQL(
+        sql=f"""
+            ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
+            ALTER TABLE {table} FORCE ROW LEVEL SECURITY;
+            CREATE POLICY tenant_isolation ON {table}
+                USING (tenant_id = ANY({TENANTS})) WITH CHECK (tenant_id = ANY({TENANTS}));
+        """,
+        reverse_sql=f"""
+            DROP POLICY IF EXISTS tenant_isolation ON {table};
+            ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY;
+            ALTER TABLE {table} DISABLE ROW LEVEL SECURITY;
+        """,
+    )
+
 
 TABLES = ("agent_runs", "agent_events", "tool_operations", "approvals", "summaries")
 

@@ -19,7 +19,7 @@ from console import urls_engineer
 from console.models import AuditEntry
 from console.views import engineer_bulk, engineer_queue
 from core.digests import json_digest
-from core.tenancy import tenant_ensure, tenant_scope
+from core.tenancy import tenant_bind, tenant_ensure, tenant_scope
 from retrieval.models import RetrievalSnapshot
 from runs.compaction.services import summary_create
 from runs.compaction.tokens import token_counter
@@ -41,7 +41,8 @@ def finish(run):  # type: ignore[no-untyped-def]
     for _ in range(30):
         if run_advance(run_id=run.run_id, worker_id="w-test").status != "running":
             break
-    run.refresh_from_db()
+    with tenant_bind(run.tenant_id):  # row-level security: maybe not the test's own tenant
+        run.refresh_from_db()
     return run
 
 
@@ -132,7 +133,10 @@ def test_keyset_pages_walk_every_run_once_newest_first_without_counting(
         url = older.group(1).replace("&amp;", "&")
         assert "before_at=" in url and "before_id=" in url and "limit=7" in url
     assert len(seen) == 30 and set(seen) == {str(r) for r in created} and str(hidden.run_id) not in seen
-    stamps = list(AgentRun.objects.filter(run_id__in=seen).values_list("run_id", "updated_at"))
+    stamps = []
+    for each in mine:  # row-level security: one tenant at a time
+        with tenant_bind(each.tenant_id):
+            stamps += AgentRun.objects.filter(run_id__in=seen).values_list("run_id", "updated_at")
     order = [str(r) for r, _ in sorted(stamps, key=lambda row: (row[1], str(row[0])), reverse=True)]
     assert seen == order
     fragment = client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="run-table").content.decode()
