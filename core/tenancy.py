@@ -47,7 +47,8 @@ def _tenant_set(value: str, *, local: bool) -> str:
     """Set the tenant setting; return the value it had."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT current_setting(%s, true), set_config(%s, %s, %s)", [TENANT_SETTING, TENANT_SETTING, value, local]
+            "SELECT current_setting(%s, true), set_config(%s, %s, %s)",
+            [TENANT_SETTING, TENANT_SETTING, value, local],
         )
         return cursor.fetchone()[0] or ""
 

@@ -37,10 +37,10 @@ WITH u AS (
   UPDATE agent_runs SET state = %(state)s::jsonb, state_digest = %(digest)s, next_step = %(next)s, status = 'running',
          state_revision = state_revision + 1, updated_at = now()
    WHERE run_id = %(run)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
-  RETURNING run_id, state_revision)
-INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+  RETURNING run_id, tenant_id, state_revision)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, state, next_step, created_at)
-SELECT run_id, state_revision, 'step_completed', %(step)s, 1, %(payload)s::jsonb, %(actor)s,
+SELECT run_id, tenant_id, state_revision, 'step_completed', %(step)s, 1, %(payload)s::jsonb, %(actor)s,
        state_revision, %(digest)s, %(state)s::jsonb, %(next)s, now() FROM u
 RETURNING seq
 """
@@ -64,8 +64,7 @@ def _bench_state(i: int) -> dict[str, Any]:
     }
 
 
-def _new_run(tenant_slug: str) -> tuple[UUID, int, int]:
-    tenant = tenant_ensure(slug=tenant_slug)
+def _new_run(tenant: Tenant) -> tuple[UUID, int, int]:
     start_input = {k: v for k, v in _bench_state(0).items() if k != "budgets"}  # the engine sets its own
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input=start_input, actor="bench").run
     grant = store.lease_acquire(run_id=run.run_id, owner="bench", ttl=3600)
@@ -75,7 +74,13 @@ def _new_run(tenant_slug: str) -> tuple[UUID, int, int]:
 
 
 def _engine_round(ops: int) -> list[float]:
-    run_id, revision, epoch = _new_run("bench")
+    tenant = tenant_ensure(slug="bench")
+    with tenant_bind(tenant.tenant_id):  # as a worker's task: the run's tenant for the whole task
+        return _engine_commits(tenant, ops)
+
+
+def _engine_commits(tenant: Tenant, ops: int) -> list[float]:
+    run_id, revision, epoch = _new_run(tenant)
     latencies = []
     for i in range(ops):
         t0 = time.perf_counter()
@@ -93,9 +98,14 @@ def _engine_round(ops: int) -> list[float]:
 
 
 def _raw_round(ops: int, dsn: str) -> list[float]:
-    run_id, revision, epoch = _new_run("bench")
+    tenant = tenant_ensure(slug="bench")
+    with tenant_bind(tenant.tenant_id):
+        run_id, revision, epoch = _new_run(tenant)
     latencies = []
     with psycopg.connect(dsn, autocommit=True) as conn:
+        # The same row-level security conditions as the engine: the application role, with the
+        # run's tenant set for the session, so every statement pays the same policy checks.
+        conn.execute("SELECT set_config('app.tenant_id', %s, false)", [str(tenant.tenant_id)])
         for i in range(ops):
             t0 = time.perf_counter()
             text = json.dumps(_bench_state(i), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -226,4 +236,7 @@ def bench_all(
     try:
         return {name: run() for name, run in benches.items() if not only or name in only}
     finally:
-        AgentRun.objects.filter(tenant__slug="bench").delete()
+        bench = Tenant.objects.filter(slug="bench").first()
+        if bench is not None:
+            with tenant_bind(bench.tenant_id):
+                AgentRun.objects.filter(tenant=bench).delete()

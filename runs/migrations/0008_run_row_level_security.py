@@ -133,9 +133,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.AddField(
-            model_name="agentevent", name="tenant_id", field=models.UUIDField(null=True)
-        ),
+        migrations.AddField(model_name="agentevent", name="tenant_id", field=models.UUIDField(null=True)),
         migrations.RunSQL(
             "UPDATE agent_events e SET tenant_id = r.tenant_id FROM agent_runs r WHERE r.run_id = e.run_id",
             migrations.RunSQL.noop,
