@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from core.tenancy import tenant_bind, tenant_ensure
 from tests.chat_server import chat  # noqa: F401 - the fixture, for every test module
@@ -34,6 +36,19 @@ def tenant(db):  # type: ignore[no-untyped-def]
     acme = tenant_ensure(slug="acme", name="Acme")
     with tenant_bind(acme.tenant_id):
         yield acme
+
+
+@contextmanager
+def no_tenant() -> Iterator[None]:
+    """No tenant on the test's connection for the block (as a fresh request or task starts)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('app.tenant_id', true), set_config('app.tenant_id', '', false)")
+        previous = cursor.fetchone()[0] or ""
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('app.tenant_id', %s, false)", [previous])
 
 
 @pytest.fixture
