@@ -516,13 +516,24 @@ def runs_purge(
     report = PurgeReport(dry_run=dry_run)
     if tenant_id is None:  # tenant by tenant (row-level security), then the global parts below
         for each in _run_tenant_ids():
-            part = runs_purge(older_than_days=older_than_days, statuses=statuses, tenant_id=each, dry_run=dry_run,
-                              batch_size=batch_size, progress=progress)  # fmt: skip
+            part = runs_purge(
+                older_than_days=older_than_days,
+                statuses=statuses,
+                tenant_id=each,
+                dry_run=dry_run,
+                batch_size=batch_size,
+                progress=progress,
+            )
             for name, value in part.as_json().items():
                 if name != "dry_run":
                     setattr(report, name, getattr(report, name) + value)
-        return _purge_global(report, snapshots_older_than_days=snapshots_older_than_days, dry_run=dry_run,
-                             batch_size=batch_size, progress=progress)  # fmt: skip
+        return _purge_global(
+            report,
+            snapshots_older_than_days=snapshots_older_than_days,
+            dry_run=dry_run,
+            batch_size=batch_size,
+            progress=progress,
+        )
     candidates = _purgeable(older_than_days=older_than_days, statuses=statuses, tenant_id=tenant_id)
     cutoff = timezone.now() - timedelta(days=older_than_days)
     kept = AgentRun.objects.filter(status__in=statuses, updated_at__lt=cutoff).filter(
@@ -572,14 +583,21 @@ def runs_purge(
 
 
 def _purge_global(
-    report: PurgeReport, *, snapshots_older_than_days: float | None, dry_run: bool, batch_size: int,
+    report: PurgeReport,
+    *,
+    snapshots_older_than_days: float | None,
+    dry_run: bool,
+    batch_size: int,
     progress: Callable[[str], None],
-) -> PurgeReport:  # fmt: skip
+) -> PurgeReport:
     if snapshots_older_than_days is not None:
         report.snapshots = snapshots_purge(
-            older_than_days=snapshots_older_than_days, tenant_id=None, dry_run=dry_run,
-            batch_size=batch_size, progress=progress,
-        )  # fmt: skip
+            older_than_days=snapshots_older_than_days,
+            tenant_id=None,
+            dry_run=dry_run,
+            batch_size=batch_size,
+            progress=progress,
+        )
     # forks_expire is global; with a tenant filter it is left for the beat
     if dry_run:
         with connection.cursor() as cursor:
