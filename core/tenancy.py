@@ -1,4 +1,4 @@
-"""The tenant of the current transaction, as PostgreSQL sees it (row-level security reads it)."""
+"""The tenant PostgreSQL sees (row-level security reads it): for a transaction, a task or a request."""
 
 from __future__ import annotations
 
@@ -148,7 +148,7 @@ class TenantResetMiddleware:
 def tenant_scope(tenant_id: UUID) -> Iterator[None]:
     """A transaction in which PostgreSQL's row-level security shows only this tenant's rows.
 
-    The one way the application sets the tenant (SET LOCAL semantics: it ends with the
+    The tenant for one transaction (SET LOCAL semantics: it ends with the
     transaction). A nested scope (or one inside a bound task or request) may name another
     tenant; the previous one is put back when it ends.
     """
