@@ -15,7 +15,7 @@ from django.test import Client
 from django.utils import timezone
 
 from core.digests import sha256_digest
-from core.tenancy import tenant_ensure
+from core.tenancy import tenant_bind, tenant_ensure
 from runs.benchmarks import conversation_run_bulk
 from runs.models import AgentEvent, AgentRun
 
@@ -63,6 +63,13 @@ def bench_console_pages(
     *, runs: int, events: int, rounds: int, progress: Callable[[str], None]
 ) -> dict[str, Any]:
     tenant = tenant_ensure(slug="bench-console")
+    with tenant_bind(tenant.tenant_id):  # row-level security: seeding, floors and clean-up as the tenant
+        return _bench_console_pages(tenant, runs=runs, events=events, rounds=rounds, progress=progress)
+
+
+def _bench_console_pages(
+    tenant: Any, *, runs: int, events: int, rounds: int, progress: Callable[[str], None]
+) -> dict[str, Any]:
     users = get_user_model()
     user = users.objects.filter(username="bench-console").first() or users.objects.create_superuser(
         "bench-console", password=None

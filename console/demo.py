@@ -25,7 +25,7 @@ from django.db import connection
 
 from console.models import Membership
 from console.roles import ROLES
-from core.tenancy import tenant_ensure
+from core.tenancy import tenant_bind, tenant_ensure
 from memory.erasure import erasure_execute, erasure_request_create
 from memory.services import memory_remember, memory_supersede
 from retrieval.services import document_index, principal_set
@@ -65,7 +65,8 @@ def _drive(run: AgentRun, limit: int = 30, settle: float = 0.0) -> AgentRun:
     deadline, commits = time.monotonic() + settle, 0
     while commits < limit:
         outcome = run_advance(run_id=run.run_id, worker_id="demo-loader").outcome
-        run.refresh_from_db()
+        with tenant_bind(run.tenant_id):  # row-level security: read it back as its tenant
+            run.refresh_from_db()
         if outcome == "committed":
             commits += 1
         elif run.status != "running" or time.monotonic() > deadline:
@@ -107,75 +108,90 @@ def demo_load(*, data_dir: Path) -> DemoResult:
     _user("globex-support", ("support",), (globex,), result.credentials)
     _user("operator", ROLES, (acme, globex), result.credentials)
 
-    # Runs in every state a person works with.
-    done = _drive(run_start(tenant=acme, workflow_name="demo.countdown", input={"n": 4}, actor="demo").run)
-    result.runs["completed"] = str(done.run_id)
-    fork = run_fork(run_id=done.run_id, at_seq=2, actor="user:acme-engineer", start=False,
-                    note="try the last steps again")  # fmt: skip
-    result.runs["forked"] = str(fork.run_id)
-    for order_id, amount in (("ord-1001", 4999), ("ord-1002", 12900)):
-        _order(order_id, amount)
-    waiting = _drive(run_start(tenant=acme, workflow_name="refund", subject="cust-1001", actor="demo",
-                               input={"order_id": "ord-1001", "reason": "arrived broken"}).run)  # fmt: skip
-    result.runs["awaiting_approval"] = str(waiting.run_id)
-    # The payments API applies the refund and the answer is lost; its lookup cannot say what happened.
-    _sandbox("POST", "/faults", {"fault": "drop_after_apply", "order_id": "ord-1002", "remaining": 1})
-    _sandbox(
-        "POST", "/faults", {"fault": "lookup_non_authoritative", "order_id": "ord-1002", "remaining": None}
-    )
-    unknown = _drive(run_start(tenant=acme, workflow_name="refund", subject="cust-1001", actor="demo",
-                               input={"order_id": "ord-1002", "reason": "never arrived"}).run)  # fmt: skip
-    if unknown.suspend_reason == "approval_required":
-        from runs.models import Approval
+    # Row-level security: the loader works as Acme (services for Globex set Globex themselves).
+    with tenant_bind(acme.tenant_id):
+        # Runs in every state a person works with.
+        done = _drive(
+            run_start(tenant=acme, workflow_name="demo.countdown", input={"n": 4}, actor="demo").run
+        )
+        result.runs["completed"] = str(done.run_id)
+        fork = run_fork(run_id=done.run_id, at_seq=2, actor="user:acme-engineer", start=False,
+                        note="try the last steps again")  # fmt: skip
+        result.runs["forked"] = str(fork.run_id)
+        for order_id, amount in (("ord-1001", 4999), ("ord-1002", 12900)):
+            _order(order_id, amount)
+        waiting = _drive(run_start(tenant=acme, workflow_name="refund", subject="cust-1001", actor="demo",
+                                   input={"order_id": "ord-1001", "reason": "arrived broken"}).run)  # fmt: skip
+        result.runs["awaiting_approval"] = str(waiting.run_id)
+        # The payments API applies the refund and the answer is lost; its lookup cannot say what happened.
+        _sandbox("POST", "/faults", {"fault": "drop_after_apply", "order_id": "ord-1002", "remaining": 1})
+        _sandbox(
+            "POST",
+            "/faults",
+            {"fault": "lookup_non_authoritative", "order_id": "ord-1002", "remaining": None},
+        )
+        unknown = _drive(run_start(tenant=acme, workflow_name="refund", subject="cust-1001", actor="demo",
+                                   input={"order_id": "ord-1002", "reason": "never arrived"}).run)  # fmt: skip
+        if unknown.suspend_reason == "approval_required":
+            from runs.models import Approval
 
-        approval = Approval.objects.get(run=unknown, status="pending")
-        approval_approve(approval_id=approval.approval_id, actor="user:acme-support", note="policy allows it")
-        unknown = _drive(unknown, settle=20)
-    result.runs["unknown_operation"] = str(unknown.run_id)
-    edited = _drive(
-        run_start(tenant=acme, workflow_name="demo.countdown", input={"n": 6}, actor="demo").run, limit=2
-    )
-    run_suspend(
-        run_id=edited.run_id, actor="user:acme-engineer", reason="operator_pause", detail="looking at it"
-    )
-    with connection.cursor() as cursor:  # someone "fixed" the state by hand, outside the engine
-        cursor.execute("UPDATE agent_runs SET state = jsonb_set(state, '{remaining}', '99') WHERE run_id = %s",
-                       [edited.run_id])  # fmt: skip
-    run_resume(run_id=edited.run_id, actor="user:acme-support", note="should be fine now")
-    result.runs["refused_resume"] = str(_drive(edited, limit=1).run_id)
-    rolled = _drive(
-        run_start(tenant=acme, workflow_name="demo.countdown", input={"n": 6}, actor="demo").run, limit=2
-    )
-    run_suspend(
-        run_id=rolled.run_id, actor="user:acme-engineer", reason="operator_pause", detail="deploy rollback"
-    )
-    with connection.cursor() as cursor:  # a checkpoint written by a newer release, then rolled back
-        cursor.execute("UPDATE agent_runs SET state_schema_version = 99 WHERE run_id = %s", [rolled.run_id])
-    run_resume(run_id=rolled.run_id, actor="user:acme-support", note="after the rollback")
-    result.runs["unsupported_checkpoint"] = str(_drive(rolled, limit=1).run_id)
-    run_start(tenant=globex, workflow_name="demo.countdown", input={"n": 2}, actor="demo")
+            approval = Approval.objects.get(run=unknown, status="pending")
+            approval_approve(
+                approval_id=approval.approval_id, actor="user:acme-support", note="policy allows it"
+            )
+            unknown = _drive(unknown, settle=20)
+        result.runs["unknown_operation"] = str(unknown.run_id)
+        edited = _drive(
+            run_start(tenant=acme, workflow_name="demo.countdown", input={"n": 6}, actor="demo").run, limit=2
+        )
+        run_suspend(
+            run_id=edited.run_id, actor="user:acme-engineer", reason="operator_pause", detail="looking at it"
+        )
+        with connection.cursor() as cursor:  # someone "fixed" the state by hand, outside the engine
+            cursor.execute("UPDATE agent_runs SET state = jsonb_set(state, '{remaining}', '99') WHERE run_id = %s",
+                           [edited.run_id])  # fmt: skip
+        run_resume(run_id=edited.run_id, actor="user:acme-support", note="should be fine now")
+        result.runs["refused_resume"] = str(_drive(edited, limit=1).run_id)
+        rolled = _drive(
+            run_start(tenant=acme, workflow_name="demo.countdown", input={"n": 6}, actor="demo").run, limit=2
+        )
+        run_suspend(
+            run_id=rolled.run_id,
+            actor="user:acme-engineer",
+            reason="operator_pause",
+            detail="deploy rollback",
+        )
+        with connection.cursor() as cursor:  # a checkpoint written by a newer release, then rolled back
+            cursor.execute(
+                "UPDATE agent_runs SET state_schema_version = 99 WHERE run_id = %s", [rolled.run_id]
+            )
+        run_resume(run_id=rolled.run_id, actor="user:acme-support", note="after the rollback")
+        result.runs["unsupported_checkpoint"] = str(_drive(rolled, limit=1).run_id)
+        run_start(tenant=globex, workflow_name="demo.countdown", input={"n": 2}, actor="demo")
 
-    # Memory with provenance (one claim superseded), documents with ACLs, and one finished erasure.
-    run_id = result.runs["awaiting_approval"]
-    language = memory_remember(tenant=acme, subject_id="cust-1001", namespace="preference", key="language",
-                               value="English", provenance=_said(run_id, 1))  # fmt: skip
-    memory_supersede(
-        tenant=acme, memory_id=language.memory_id, value="answer in German", provenance=_said(run_id, 3)
-    )
-    memory_remember(tenant=acme, subject_id="cust-1001", namespace="constraint", key="contact_channel",
-                    value="email only, never phone", provenance=_said(run_id, 2))  # fmt: skip
-    principal_set(tenant=acme, principal="user:acme-support", groups=["group:support"], actor="demo")
-    document_index(tenant=acme, document_id="refund-policy", source_uri="kb://policies/refunds.md", source_version="v3",
-                   data=b"# Refund policy\n\nDelivered orders may be refunded within 30 days.\n\n## Approvals\n\n"
-                        b"Refunds above 40 EUR need a person's approval.", media_type="text/markdown",
-                   acl=["group:support"], actor="demo", wait=True)  # fmt: skip
-    document_index(tenant=acme, document_id="salary-bands", source_uri="kb://hr/salaries.md", source_version="v1",
-                   data=b"Salary bands are confidential.", media_type="text/markdown", acl=["group:hr"],
-                   actor="demo", wait=True)  # fmt: skip
-    memory_remember(tenant=acme, subject_id="cust-2002", namespace="profile", key="city", value="Lisbon",
-                    provenance=_said(run_id, 4))  # fmt: skip
-    erasure = erasure_request_create(tenant=acme, subject_id="cust-2002", requested_by="user:acme-compliance")
-    erasure_execute(tenant_id=acme.tenant_id, request_id=erasure.request_id)
+        # Memory with provenance (one claim superseded), documents with ACLs, and one finished erasure.
+        run_id = result.runs["awaiting_approval"]
+        language = memory_remember(tenant=acme, subject_id="cust-1001", namespace="preference", key="language",
+                                   value="English", provenance=_said(run_id, 1))  # fmt: skip
+        memory_supersede(
+            tenant=acme, memory_id=language.memory_id, value="answer in German", provenance=_said(run_id, 3)
+        )
+        memory_remember(tenant=acme, subject_id="cust-1001", namespace="constraint", key="contact_channel",
+                        value="email only, never phone", provenance=_said(run_id, 2))  # fmt: skip
+        principal_set(tenant=acme, principal="user:acme-support", groups=["group:support"], actor="demo")
+        document_index(tenant=acme, document_id="refund-policy", source_uri="kb://policies/refunds.md", source_version="v3",
+                       data=b"# Refund policy\n\nDelivered orders may be refunded within 30 days.\n\n## Approvals\n\n"
+                            b"Refunds above 40 EUR need a person's approval.", media_type="text/markdown",
+                       acl=["group:support"], actor="demo", wait=True)  # fmt: skip
+        document_index(tenant=acme, document_id="salary-bands", source_uri="kb://hr/salaries.md", source_version="v1",
+                       data=b"Salary bands are confidential.", media_type="text/markdown", acl=["group:hr"],
+                       actor="demo", wait=True)  # fmt: skip
+        memory_remember(tenant=acme, subject_id="cust-2002", namespace="profile", key="city", value="Lisbon",
+                        provenance=_said(run_id, 4))  # fmt: skip
+        erasure = erasure_request_create(
+            tenant=acme, subject_id="cust-2002", requested_by="user:acme-compliance"
+        )
+        erasure_execute(tenant_id=acme.tenant_id, request_id=erasure.request_id)
 
     data_dir.mkdir(parents=True, exist_ok=True)
     credentials = data_dir / "demo-credentials.txt"

@@ -18,6 +18,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 
 from core.models import Tenant
+from core.tenancy import tenant_bind_request
 
 SUPPORT, COMPLIANCE, ENGINEER = "support", "compliance", "engineer"
 ROLES = (SUPPORT, COMPLIANCE, ENGINEER)
@@ -42,6 +43,8 @@ def role_required(*roles: str) -> Callable[[Callable[..., HttpResponse]], Callab
         def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not user_roles(request.user) & set(roles):
                 raise PermissionDenied(f"this needs the {' or '.join(roles)} role")
+            # Row-level security: the user's tenants (all of them for staff) for this request.
+            tenant_bind_request(request, tenant_ids_for_user(request.user))
             return view(request, *args, **kwargs)
 
         guarded = login_required(checked)

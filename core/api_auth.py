@@ -25,7 +25,7 @@ from rest_framework import authentication, exceptions, permissions, throttling
 from core.errors import InvalidInput, NotFound
 from core.logging import log_request_tenant
 from core.models import ApiKey, ApiKeyScope, Tenant
-from core.tenancy import tenant_get
+from core.tenancy import tenant_bind_request, tenant_get
 
 if TYPE_CHECKING:  # rest_framework.views imports this module through the settings
     from rest_framework.request import Request
@@ -136,8 +136,12 @@ class IsStaffOrScopedKey(permissions.BasePermission):
     def has_permission(self, request: Request, view: APIView) -> bool:
         key = request_key(request)
         if key is None:
-            return bool(request.user and request.user.is_staff)
+            allowed = bool(request.user and request.user.is_staff)
+            if allowed:  # row-level security: staff see every tenant (a named one narrows it later)
+                tenant_bind_request(request, list(Tenant.objects.values_list("tenant_id", flat=True)))
+            return allowed
         log_request_tenant(key.tenant_id)  # every line this request logs names the key's tenant
+        tenant_bind_request(request, key.tenant_id)  # row-level security: the key's tenant only
         return key.scope == ApiKeyScope.WRITE or request.method in permissions.SAFE_METHODS
 
 
@@ -181,6 +185,7 @@ def request_tenant(request: Request, given: str | UUID | None = None) -> Tenant:
     else:
         raise NotFound(f"no tenant {given!s}", code="unknown_tenant")
     log_request_tenant(tenant.tenant_id)
+    tenant_bind_request(request, tenant.tenant_id)  # row-level security: this tenant from here on
     return tenant
 
 

@@ -90,14 +90,13 @@ class KeeperCollector:
 def _database_figures() -> tuple[dict[str, int], dict[str, int], int]:
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"SET LOCAL statement_timeout = {_SCRAPE_STATEMENT_TIMEOUT_MS}")
-        cursor.execute("SELECT status, count(*) FROM agent_runs GROUP BY status")
+        # Across tenants, so through the counting functions of runs' migration 0008 (counts only;
+        # row-level security hides the rows themselves from the application role).
+        cursor.execute("SELECT status, runs FROM keeper_run_status_counts()")
         runs = dict(cursor.fetchall())
-        cursor.execute("SELECT status, count(*) FROM tool_operations GROUP BY status")
+        cursor.execute("SELECT status, operations FROM keeper_operation_status_counts()")
         operations = dict(cursor.fetchall())
-        cursor.execute(
-            "SELECT count(*) FROM agent_events"
-            " WHERE event_type = 'resume_verified' AND payload->>'trigger' = 'lease_takeover'"
-        )
+        cursor.execute("SELECT keeper_lease_takeover_count()")
         (takeovers,) = cursor.fetchone()
     return runs, operations, takeovers
 

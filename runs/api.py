@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from core.api import error_responses
 from core.api_auth import request_actor, request_key, request_may_see, request_tenant
+from core.tenancy import run_tenant, tenant_bind_request
 from runs.errors import RunNotFound
 from runs.models import AgentEvent, AgentRun, RunStatus
 from runs.selectors import run_events, run_get, run_page
@@ -41,10 +42,11 @@ class EventOutputSerializer(serializers.ModelSerializer):
 
 def run_for_request(request: Request, run_id: UUID) -> AgentRun:
     """The run, if this request may see it; a run of another tenant does not exist for an API key."""
-    run = run_get(run_id=run_id)
-    if not request_may_see(request, run.tenant_id):
+    tenant_id = run_tenant(run_id)  # the narrow path: the run's tenant and nothing else
+    if tenant_id is None or not request_may_see(request, tenant_id):
         raise RunNotFound(f"no run {run_id}")
-    return run
+    tenant_bind_request(request, tenant_id)
+    return run_get(run_id=run_id)
 
 
 EVENTS_PAGE = inline_serializer(

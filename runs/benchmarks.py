@@ -22,8 +22,9 @@ import psycopg
 from django.utils import timezone
 
 from core.digests import canonical_json
+from core.models import Tenant
 from core.processes import current_database_url
-from core.tenancy import tenant_ensure
+from core.tenancy import tenant_bind, tenant_ensure
 from memory.benchmarks import bench_memory_search, percentile
 from retrieval.benchmarks import bench_retrieval_search
 from runs import store
@@ -36,10 +37,10 @@ WITH u AS (
   UPDATE agent_runs SET state = %(state)s::jsonb, state_digest = %(digest)s, next_step = %(next)s, status = 'running',
          state_revision = state_revision + 1, updated_at = now()
    WHERE run_id = %(run)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
-  RETURNING run_id, state_revision)
-INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+  RETURNING run_id, tenant_id, state_revision)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, state, next_step, created_at)
-SELECT run_id, state_revision, 'step_completed', %(step)s, 1, %(payload)s::jsonb, %(actor)s,
+SELECT run_id, tenant_id, state_revision, 'step_completed', %(step)s, 1, %(payload)s::jsonb, %(actor)s,
        state_revision, %(digest)s, %(state)s::jsonb, %(next)s, now() FROM u
 RETURNING seq
 """
@@ -63,8 +64,7 @@ def _bench_state(i: int) -> dict[str, Any]:
     }
 
 
-def _new_run(tenant_slug: str) -> tuple[UUID, int, int]:
-    tenant = tenant_ensure(slug=tenant_slug)
+def _new_run(tenant: Tenant) -> tuple[UUID, int, int]:
     start_input = {k: v for k, v in _bench_state(0).items() if k != "budgets"}  # the engine sets its own
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input=start_input, actor="bench").run
     grant = store.lease_acquire(run_id=run.run_id, owner="bench", ttl=3600)
@@ -74,7 +74,13 @@ def _new_run(tenant_slug: str) -> tuple[UUID, int, int]:
 
 
 def _engine_round(ops: int) -> list[float]:
-    run_id, revision, epoch = _new_run("bench")
+    tenant = tenant_ensure(slug="bench")
+    with tenant_bind(tenant.tenant_id):  # as a worker's task: the run's tenant for the whole task
+        return _engine_commits(tenant, ops)
+
+
+def _engine_commits(tenant: Tenant, ops: int) -> list[float]:
+    run_id, revision, epoch = _new_run(tenant)
     latencies = []
     for i in range(ops):
         t0 = time.perf_counter()
@@ -92,9 +98,14 @@ def _engine_round(ops: int) -> list[float]:
 
 
 def _raw_round(ops: int, dsn: str) -> list[float]:
-    run_id, revision, epoch = _new_run("bench")
+    tenant = tenant_ensure(slug="bench")
+    with tenant_bind(tenant.tenant_id):
+        run_id, revision, epoch = _new_run(tenant)
     latencies = []
     with psycopg.connect(dsn, autocommit=True) as conn:
+        # The same row-level security conditions as the engine: the application role, with the
+        # run's tenant set for the session, so every statement pays the same policy checks.
+        conn.execute("SELECT set_config('app.tenant_id', %s, false)", [str(tenant.tenant_id)])
         for i in range(ops):
             t0 = time.perf_counter()
             text = json.dumps(_bench_state(i), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -145,12 +156,17 @@ def bench_commit_step(*, ops: int, rounds: int, progress: Callable[[str], None])
 def conversation_run_bulk(*, tenant_slug: str, texts: list[str]) -> AgentRun:
     """A conversation run holding these messages (alternating user/assistant), written in bulk: what
     as many appends would leave, without waiting for them."""
-    run = run_start(tenant=tenant_ensure(slug=tenant_slug), workflow_name="conversation", input={},
-                    actor="bench").run  # fmt: skip
+    tenant = tenant_ensure(slug=tenant_slug)
+    with tenant_bind(tenant.tenant_id):
+        return _conversation_run_bulk(tenant, texts)
+
+
+def _conversation_run_bulk(tenant: Tenant, texts: list[str]) -> AgentRun:
+    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="bench").run
     digest = AgentEvent.objects.get(run=run, seq=1).state_digest
     now = timezone.now()
     AgentEvent.objects.bulk_create(
-        [AgentEvent(run=run, seq=i + 2, event_type="user_message" if i % 2 == 0 else "assistant_message",
+        [AgentEvent(run=run, tenant_id=tenant.tenant_id, seq=i + 2, event_type="user_message" if i % 2 == 0 else "assistant_message",
                     payload={"client_message_id": f"m-{i}", "content": text}, actor="bench", state_revision=i + 2,
                     state_digest=digest, client_message_id=f"m-{i}", created_at=now)
          for i, text in enumerate(texts)],
@@ -220,4 +236,7 @@ def bench_all(
     try:
         return {name: run() for name, run in benches.items() if not only or name in only}
     finally:
-        AgentRun.objects.filter(tenant__slug="bench").delete()
+        bench = Tenant.objects.filter(slug="bench").first()
+        if bench is not None:
+            with tenant_bind(bench.tenant_id):
+                AgentRun.objects.filter(tenant=bench).delete()

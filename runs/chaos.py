@@ -32,7 +32,7 @@ from core.processes import (
     start_python,
     stop_groups,
 )
-from core.tenancy import tenant_ensure
+from core.tenancy import tenant_bind, tenant_ensure
 from runs.models import AgentEvent, AgentRun, ToolOperation
 from runs.services.runs import run_start
 
@@ -130,8 +130,32 @@ def run_scenario(
     scenario: Scenario, *, runs: int, sandbox_url: str, workers: int, timeout: float, seed: int,
     progress: Callable[[str, int, int, int], None],
 ) -> dict[str, Any]:  # fmt: skip
-    rng = random.Random(seed)
     tenant = tenant_ensure(slug="chaos", name="Chaos check")
+    with tenant_bind(tenant.tenant_id):  # row-level security: the check watches its own tenant's runs
+        return _run_scenario(
+            scenario,
+            tenant,
+            runs=runs,
+            sandbox_url=sandbox_url,
+            workers=workers,
+            timeout=timeout,
+            seed=seed,
+            progress=progress,
+        )
+
+
+def _run_scenario(
+    scenario: Scenario,
+    tenant: Any,
+    *,
+    runs: int,
+    sandbox_url: str,
+    workers: int,
+    timeout: float,
+    seed: int,
+    progress: Callable[[str, int, int, int], None],
+) -> dict[str, Any]:
+    rng = random.Random(seed)
     admin = SandboxAdmin(sandbox_url)
     admin.clear_faults()
     if scenario.fault:

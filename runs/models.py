@@ -143,6 +143,8 @@ class AgentEvent(models.Model):
 
     id = models.BigAutoField(primary_key=True)
     run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, db_column="run_id", related_name="events")
+    # The run's tenant, copied by the statement that writes the event: row-level security compares it.
+    tenant_id = models.UUIDField()
     seq = models.BigIntegerField()
     event_type = models.TextField()
     step_id = models.TextField(null=True, blank=True)

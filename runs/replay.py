@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from core.errors import ApplicationError
+from core.tenancy import tenant_of_call
 from runs.models import AgentEvent
 from runs.workflows.registry import Workflow, registry
 
@@ -57,6 +58,7 @@ def _initial_schema_version(events: list[dict[str, Any]], workflow: Workflow) ->
     return int(first.get("state_schema_version") or workflow.state_schema_version)
 
 
+@tenant_of_call
 def history_export(*, run_id: Any) -> list[dict[str, Any]]:
     return [
         {"seq": e.seq, "event_type": e.event_type, "step_id": e.step_id, "attempt": e.attempt, "payload": e.payload,

@@ -9,10 +9,12 @@ from django.db.models import Q, QuerySet
 
 from core.errors import NotFound
 from core.models import Tenant
+from core.tenancy import tenant_of_call
 from runs.errors import RunNotFound
 from runs.models import AgentEvent, AgentRun, Approval, ToolOperation
 
 
+@tenant_of_call
 def run_get(*, run_id: UUID) -> AgentRun:
     run = AgentRun.objects.select_related("tenant").filter(run_id=run_id).first()
     if run is None:
@@ -29,10 +31,12 @@ def run_list(*, status: str | None = None, workflow_name: str | None = None) -> 
     return runs
 
 
+@tenant_of_call
 def run_events(*, run_id: UUID, after_seq: int = 0, limit: int = 100) -> list[AgentEvent]:
     return list(AgentEvent.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq")[:limit])
 
 
+@tenant_of_call
 def run_operations(*, run_id: UUID) -> QuerySet[ToolOperation]:
     return ToolOperation.objects.filter(run_id=run_id).order_by("created_at")
 
@@ -49,10 +53,12 @@ def operation_get(*, pk: int) -> ToolOperation:
     return op
 
 
+@tenant_of_call
 def operation_find(*, tenant_id: UUID, operation_id: str) -> ToolOperation | None:
     return ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
 
 
+@tenant_of_call
 def run_page(
     *, tenant: Tenant | None, cursor: tuple[Any, Any] | None, limit: int, status: str | None = None,
     workflow: str | None = None, subject: str | None = None, idempotency_key: str | None = None,

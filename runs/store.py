@@ -51,10 +51,10 @@ WITH r AS (
           %(parent)s, %(fork_seq)s, %(fork_expires_at)s, %(suspend_reason)s, '', %(subject)s, %(digest)s,
           statement_timestamp(), statement_timestamp())
   ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-  RETURNING run_id, state_revision)
-INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+  RETURNING run_id, tenant_id, state_revision)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, state, next_step, created_at)
-SELECT run_id, state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
+SELECT run_id, tenant_id, state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
        state_revision, %(digest)s, %(state)s::jsonb, %(next_step)s, statement_timestamp() FROM r
 RETURNING run_id
 """
@@ -229,12 +229,12 @@ WITH u AS (
          state_schema_version = COALESCE(%(schema)s::int, state_schema_version)
    WHERE run_id = %(run_id)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
      AND lease_owner = %(owner)s AND status IN ('running', 'suspended')
-  RETURNING run_id, state_revision)
-INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+  RETURNING run_id, tenant_id, state_revision)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, state, next_step, created_at)
-SELECT run_id, state_revision, %(event_type)s, %(step_id)s, %(attempt)s, %(payload)s::jsonb, %(owner)s,
-       state_revision, %(digest)s, CASE WHEN %(event_state)s THEN %(state)s::jsonb END, %(next_step)s,
-       statement_timestamp() FROM u
+SELECT run_id, tenant_id, state_revision, %(event_type)s, %(step_id)s, %(attempt)s, %(payload)s::jsonb,
+       %(owner)s, state_revision, %(digest)s, CASE WHEN %(event_state)s THEN %(state)s::jsonb END,
+       %(next_step)s, statement_timestamp() FROM u
 RETURNING seq
 """
 
@@ -320,10 +320,10 @@ WITH u AS (
      AND (NOT %(only_if_fork_expired)s
           OR (resume_requested_at IS NULL AND fork_expires_at < statement_timestamp()))
      AND NOT imported
-  RETURNING run_id, state_revision, next_step, state_digest)
-INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+  RETURNING run_id, tenant_id, state_revision, next_step, state_digest)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, next_step, created_at)
-SELECT u.run_id, u.state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
+SELECT u.run_id, u.tenant_id, u.state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
        u.state_revision, u.state_digest, u.next_step, statement_timestamp()
   FROM u
 RETURNING seq
@@ -390,10 +390,10 @@ WITH u AS (
    WHERE run_id = %(run_id)s AND status = 'suspended' AND state_revision = %(expected)s
      AND suspend_reason = ANY(%(reasons)s) AND state = %(state)s::jsonb
      AND (lease_owner IS NULL OR lease_expires_at < statement_timestamp()) AND NOT imported
-  RETURNING run_id, state_revision, next_step)
-INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
+  RETURNING run_id, tenant_id, state_revision, next_step)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, state, next_step, created_at)
-SELECT run_id, state_revision, 'state_accepted', NULL, NULL, %(payload)s::jsonb, %(actor)s,
+SELECT run_id, tenant_id, state_revision, 'state_accepted', NULL, NULL, %(payload)s::jsonb, %(actor)s,
        state_revision, %(digest)s, %(state)s::jsonb, next_step, statement_timestamp() FROM u
 RETURNING seq
 """
@@ -438,10 +438,10 @@ WITH u AS (
   UPDATE agent_runs SET state_revision = state_revision + 1, updated_at = statement_timestamp()
    WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status IN ('running', 'suspended')
      AND NOT imported
-  RETURNING run_id, state_revision, next_step, state_digest)
-INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor, state_revision,
+  RETURNING run_id, tenant_id, state_revision, next_step, state_digest)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor, state_revision,
                           state_digest, next_step, client_message_id, created_at)
-SELECT u.run_id, u.state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
+SELECT u.run_id, u.tenant_id, u.state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
        u.state_revision, u.state_digest, u.next_step, %(client_message_id)s, statement_timestamp()
   FROM u
 RETURNING seq
@@ -467,21 +467,9 @@ def append_event(
 
 # --- the sweep ----------------------------------------------------------------------------------
 
-_CLAIM_FOR_REDISPATCH = """
-WITH c AS (
-  SELECT run_id FROM agent_runs
-   WHERE (status = 'running' OR (status = 'suspended' AND resume_requested_at IS NOT NULL))
-     AND NOT imported
-     AND (lease_owner IS NULL OR lease_expires_at < statement_timestamp())
-     AND (wake_at IS NULL OR wake_at <= statement_timestamp())
-     AND updated_at < statement_timestamp() - make_interval(secs => %(grace)s)
-     AND (dispatched_at IS NULL OR dispatched_at < statement_timestamp() - make_interval(secs => %(grace)s))
-   ORDER BY updated_at
-   LIMIT %(limit)s
-   FOR UPDATE SKIP LOCKED)
-UPDATE agent_runs r SET dispatched_at = statement_timestamp() FROM c WHERE r.run_id = c.run_id
-RETURNING r.run_id
-"""
+# Across tenants: through the SECURITY DEFINER function of migration 0008, which marks the runs
+# dispatched and returns only their ids and tenants (row-level security hides the rows otherwise).
+_CLAIM_FOR_REDISPATCH = "SELECT run_id, tenant_id FROM keeper_redispatch_claim(%(grace)s, %(limit)s)"
 
 
 def claim_for_redispatch(*, grace: float, limit: int) -> list[UUID]:

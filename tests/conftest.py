@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
-from core.tenancy import tenant_ensure
+from core.tenancy import tenant_bind, tenant_ensure
 from tests.chat_server import chat  # noqa: F401 - the fixture, for every test module
 from tests.processes import ProcessGroup, flush_redis
 
@@ -29,7 +31,26 @@ def django_db_setup(django_test_environment, django_db_blocker):  # type: ignore
 
 @pytest.fixture
 def tenant(db):  # type: ignore[no-untyped-def]
-    return tenant_ensure(slug="acme", name="Acme")
+    """Acme, bound to the test's connection like a worker's task (row-level security shows its
+    rows to the test's own queries); code that works for another tenant sets that one itself."""
+    acme = tenant_ensure(slug="acme", name="Acme")
+    with tenant_bind(acme.tenant_id):
+        yield acme
+
+
+@contextmanager
+def no_tenant() -> Iterator[None]:
+    """No tenant on the test's connection for the block (as a fresh request or task starts)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT current_setting('app.tenant_id', true), set_config('app.tenant_id', '', false)"
+        )
+        previous = cursor.fetchone()[0] or ""
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('app.tenant_id', %s, false)", [previous])
 
 
 @pytest.fixture

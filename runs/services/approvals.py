@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput, NotFound
+from core.tenancy import tenant_of_call
 from runs import store
 from runs.errors import InvalidTransition
 from runs.models import AgentRun, Approval, ApprovalStatus, RunStatus
@@ -37,6 +38,7 @@ class ApprovalCheck:
     detail: str = ""
 
 
+@tenant_of_call
 def approval_check(
     *, run_id: UUID, tenant_id: UUID, step_id: str, request: dict[str, Any], request_digest: str,
     reasons: list[str], actor: str,

@@ -18,6 +18,7 @@ from django.utils import timezone
 from core.digests import canonical_json
 from core.errors import InvalidInput
 from core.models import Tenant
+from core.tenancy import tenant_of_call
 from runs import store
 from runs.errors import InvalidTransition, RunNotFound
 from runs.models import AgentEvent, AgentRun, RunStatus
@@ -68,6 +69,7 @@ def _payload(event_type: str, client_message_id: str, body: dict[str, Any]) -> d
             "is_error": bool(body.get("is_error", False))}  # fmt: skip
 
 
+@tenant_of_call
 def conversation_append(
     *, tenant: Tenant, run_id: UUID, event_type: str, client_message_id: str, body: dict[str, Any], actor: str
 ) -> Appended:
@@ -128,6 +130,7 @@ def conversation_copy(
         copies.append(
             AgentEvent(
                 run_id=child_id,
+                tenant_id=parent.tenant_id,
                 seq=seq,
                 event_type=event.event_type,
                 step_id=event.step_id,

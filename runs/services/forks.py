@@ -11,12 +11,12 @@ import uuid
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput
-from core.tenancy import tenant_scope
+from core.tenancy import tenant_bind, tenant_of_call, tenant_scope
 from runs import store
 from runs.errors import InvalidTransition, RunImported
 from runs.models import AgentEvent, AgentRun, RunStatus
@@ -78,6 +78,7 @@ def _carried(state: dict[str, object]) -> dict[str, float]:
     return {kind: b.get("used") or 0 for kind, b in budgets.items() if isinstance(b, dict)}
 
 
+@tenant_of_call
 def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, note: str = "") -> AgentRun:
     """A new run continuing from event `at_seq` of this one. Not started, it expires after a TTL.
 
@@ -129,6 +130,7 @@ def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, 
     return AgentRun.objects.get(run_id=child_id)
 
 
+@tenant_of_call
 def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") -> AgentRun:
     """Continue from event `to_seq` in a new run that supersedes this one; this one is kept, marked
     (and cancelled if it was still active)."""
@@ -156,22 +158,20 @@ def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") ->
 def forks_expire() -> int:
     """Cancel forks that were never started before their TTL ran out.
 
-    The statement re-checks each one (still unstarted, no start requested, expired): a fork started
-    between the look-up and the cancel is left alone.
+    Across tenants only ids come back; each is then cancelled in its own tenant, and the statement
+    re-checks it (still unstarted, no start requested, expired): a fork started between the look-up
+    and the cancel is left alone.
     """
-    expired = AgentRun.objects.filter(
-        status=RunStatus.SUSPENDED,
-        suspend_reason="fork_not_started",
-        fork_expires_at__lt=timezone.now(),
-        resume_requested_at__isnull=True,
-        imported=False,
-    ).values_list("run_id", flat=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT run_id, tenant_id FROM keeper_forks_expired()")
+        expired = cursor.fetchall()
     cancelled = 0
-    for run_id in expired:
-        seq = store.transition(
-            run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.CANCELLED,
-            event_type="fork_expired", actor="system:fork-ttl", payload_json=canonical_json({"reason": "fork TTL"}),
-            only_if_reason="fork_not_started", only_if_fork_expired=True,
-        )  # fmt: skip
+    for run_id, tenant_id in expired:
+        with tenant_bind(tenant_id):
+            seq = store.transition(
+                run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.CANCELLED,
+                event_type="fork_expired", actor="system:fork-ttl", payload_json=canonical_json({"reason": "fork TTL"}),
+                only_if_reason="fork_not_started", only_if_fork_expired=True,
+            )  # fmt: skip
         cancelled += seq is not None
     return cancelled

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from core.tenancy import run_tenant, tenant_bind
 from memory.services import memory_learn_from_events
+from runs.errors import RunNotFound
 from runs.models import AgentEvent
 from runs.selectors import run_get
 
 
 def run_learn(*, run_id: UUID) -> dict[str, int]:
     """Extract candidate facts from the run's user messages and keep them with provenance."""
+    tenant_id = run_tenant(run_id)  # row-level security: work as the run's tenant
+    if tenant_id is None:
+        raise RunNotFound(f"no run {run_id}")
+    with tenant_bind(tenant_id):
+        return _run_learn(run_id=run_id)
+
+
+def _run_learn(*, run_id: UUID) -> dict[str, int]:
     run = run_get(run_id=run_id)
     if not run.subject:
         return {"kept": 0, "unchanged": 0, "erased": 0, "refused": 0}

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from django.conf import settings
 from django.db import connection
 
+from core.tenancy import tenant_bind
 from runs import store
 from runs.store import LeaseGrant
 
@@ -80,7 +81,8 @@ class _Heartbeat:
                 continue
             for lease in due:
                 try:
-                    lease.renew()
+                    with tenant_bind(lease.grant.tenant_id):  # this thread's own connection
+                        lease.renew()
                 except Exception:  # the database is away: the lease may expire, the fence holds
                     logger.exception("lease heartbeat failed for run %s", lease.grant.run_id)
                     connection.close()

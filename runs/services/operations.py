@@ -15,6 +15,7 @@ from django.db import transaction
 
 from core.digests import canonical_json, json_digest
 from core.errors import Conflict, InvalidInput, NotFound
+from core.tenancy import tenant_of_call
 from runs import store
 from runs.errors import InvalidTransition
 from runs.models import AgentRun, RunStatus, ToolOperation
@@ -32,6 +33,7 @@ class OperationStateConflict(Conflict):
     code = "operation_state_conflict"
 
 
+@tenant_of_call
 def operation_prepare_once(
     *,
     tenant_id: UUID,
@@ -79,6 +81,7 @@ def _move(
     return op
 
 
+@tenant_of_call
 def operation_mark_started(
     *, tenant_id: UUID, operation_id: str, actor: str, run_id: UUID, lease_epoch: int
 ) -> OperationRow:
@@ -88,6 +91,7 @@ def operation_mark_started(
                  lease_epoch=lease_epoch, acting_run_id=run_id)  # fmt: skip
 
 
+@tenant_of_call
 def operation_mark_succeeded(
     *, tenant_id: UUID, operation_id: str, actor: str, external_ref: str, result: Any, note: str = ""
 ) -> OperationRow:
@@ -97,6 +101,7 @@ def operation_mark_succeeded(
                  external_ref=external_ref, result=result)  # fmt: skip
 
 
+@tenant_of_call
 def operation_mark_failed(
     *, tenant_id: UUID, operation_id: str, actor: str, result: Any, note: str = ""
 ) -> OperationRow:
@@ -105,10 +110,12 @@ def operation_mark_failed(
                  result=result)  # fmt: skip
 
 
+@tenant_of_call
 def operation_mark_unknown(*, tenant_id: UUID, operation_id: str, actor: str, note: str) -> OperationRow:
     return _move(tenant_id=tenant_id, operation_id=operation_id, to_status="unknown", actor=actor, note=note)
 
 
+@tenant_of_call
 def operation_mark_not_applied(*, tenant_id: UUID, operation_id: str, actor: str, note: str) -> OperationRow:
     """An authoritative answer says it never happened: the request may be sent once more."""
     return _move(tenant_id=tenant_id, operation_id=operation_id, to_status="prepared", actor=actor, note=note)
@@ -117,6 +124,7 @@ def operation_mark_not_applied(*, tenant_id: UUID, operation_id: str, actor: str
 RECONCILE_OUTCOMES = ("applied", "not_applied")
 
 
+@tenant_of_call
 def operation_reconcile(
     *,
     tenant_id: UUID,

@@ -8,20 +8,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from core.digests import json_digest
 from core.errors import Conflict, InvalidInput
 from core.models import Tenant
-from core.tenancy import tenant_ensure, tenant_scope
+from core.tenancy import run_tenant, tenant_ensure, tenant_of_call, tenant_scope
 from retrieval.models import RetrievalSnapshot
 from runs.errors import InvalidState, RunNotFound
 from runs.models import (
@@ -38,8 +39,6 @@ from runs.services.dispatch import run_enqueue
 from runs.services.forks import forks_expire
 from runs.services.state import state_encode
 
-# Imported runs carry this lease owner prefix and a lease that never expires: lease_acquire and the
-# sweep (runs/store.py) only take runs whose lease is NULL or expired, so no worker advances them.
 # A run unchanged this long while it should move counts as stuck (the sweep resends every few seconds).
 STUCK_AFTER_SECONDS = 300.0
 HISTORY_FORMAT = "keeper.run_history"
@@ -78,10 +77,19 @@ class StuckRun:
         }  # fmt: skip
 
 
+def _run_tenant_ids() -> list[UUID]:
+    """Every tenant that has runs, through the narrow function (ids only): cross-tenant operator
+    work is done tenant by tenant, each in its own row-level security scope."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tenant_id FROM keeper_run_tenants() ORDER BY 1")
+        return [row[0] for row in cursor.fetchall()]
+
+
 def _ago(now: datetime, then: datetime) -> str:
     return f"{int((now - then).total_seconds())}s ago"
 
 
+@tenant_of_call
 def runs_stuck(*, older_than: float, tenant_id: UUID | None = None) -> list[StuckRun]:
     """Runs that should be moving and have not for `older_than` seconds, oldest first, with why.
 
@@ -93,6 +101,9 @@ def runs_stuck(*, older_than: float, tenant_id: UUID | None = None) -> list[Stuc
     """
     if older_than < 0:
         raise InvalidInput("--older-than must be zero or more seconds", code="invalid_age")
+    if tenant_id is None:
+        every = [s for t in _run_tenant_ids() for s in runs_stuck(older_than=older_than, tenant_id=t)]
+        return sorted(every, key=lambda s: -s.age_seconds)
     now = timezone.now()
     cutoff = now - timedelta(seconds=older_than)
     runs = AgentRun.objects.select_related("tenant").filter(imported=False)
@@ -151,6 +162,7 @@ class Redispatch:
     dry_run: bool
 
 
+@tenant_of_call
 def runs_for_redispatch(*, run_ids: Sequence[str], tenant_id: UUID | None = None) -> list[UUID]:
     """The runs named by the operator; an id that is not a run (of this tenant) is an error."""
     wanted: list[UUID] = []
@@ -159,10 +171,12 @@ def runs_for_redispatch(*, run_ids: Sequence[str], tenant_id: UUID | None = None
             wanted.append(UUID(raw))
         except ValueError:
             raise InvalidInput(f"{raw!r} is not a run id", code="invalid_run_id") from None
-    runs = AgentRun.objects.filter(run_id__in=wanted)
-    if tenant_id is not None:
-        runs = runs.filter(tenant_id=tenant_id)
-    known = set(runs.values_list("run_id", flat=True))
+    if tenant_id is None:  # any tenant's run: its tenant through the narrow function, nothing else
+        known = {run_id for run_id in wanted if run_tenant(run_id) is not None}
+    else:
+        known = set(
+            AgentRun.objects.filter(run_id__in=wanted, tenant_id=tenant_id).values_list("run_id", flat=True)
+        )
     missing = [str(r) for r in wanted if r not in known]
     if missing:
         raise RunNotFound("no run " + ", ".join(missing) + (" in this tenant" if tenant_id else ""))
@@ -204,6 +218,7 @@ def history_digest(document: dict[str, Any]) -> str:
     return json_digest({k: v for k, v in document.items() if k != "digest"})
 
 
+@tenant_of_call
 def run_history_document(*, run_id: UUID) -> dict[str, Any]:
     """The run and everything recorded about it, as one JSON document with a digest of its content.
 
@@ -226,7 +241,7 @@ def run_history_document(*, run_id: UUID) -> dict[str, Any]:
         "workflow_version": run.workflow_version,
         "status": run.status,
         "run": _rows(AgentRun.objects.filter(run_id=run.run_id), drop=["tenant_id", "imported"])[0],
-        "events": _rows(AgentEvent.objects.filter(run_id=run.run_id).order_by("seq"), drop=["id", "run_id"]),
+        "events": _rows(AgentEvent.objects.filter(run_id=run.run_id).order_by("seq"), drop=["id", "run_id", "tenant_id"]),
         "operations": _rows(ToolOperation.objects.filter(run_id=run.run_id).order_by("id"), drop=["id", "run_id", "tenant_id"]),
         "approvals": _rows(Approval.objects.filter(run_id=run.run_id).order_by("created_at"), drop=["run_id", "tenant_id"]),
         "summaries": _rows(Summary.objects.filter(run_id=run.run_id).order_by("covers_from_seq", "created_at"), drop=["run_id", "tenant_id"]),
@@ -331,16 +346,19 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
         return UUID(old) if keep_ids else uuid.uuid4()
 
     try:
-        with transaction.atomic():
+        with transaction.atomic(), ExitStack() as scope:
             tenant = tenant_ensure(slug=slug, name=str((document.get("tenant") or {}).get("name") or slug))
-            if AgentRun.objects.filter(run_id=run_id).exists():
+            if run_tenant(run_id) is not None:  # any tenant's: run ids are global
                 raise Conflict(
                     f"run {run_id} already exists here (import without --keep-ids)", code="run_exists"
                 )
+            scope.enter_context(
+                tenant_scope(tenant.tenant_id)
+            )  # row-level security: the rest is this tenant's
             _insert_run(source, run_id=run_id, tenant=tenant)
             AgentEvent.objects.bulk_create(
                 AgentEvent(
-                    run_id=run_id, seq=e["seq"], event_type=e["event_type"], step_id=e.get("step_id"),
+                    run_id=run_id, tenant_id=tenant.tenant_id, seq=e["seq"], event_type=e["event_type"], step_id=e.get("step_id"),
                     attempt=e.get("attempt"), payload=e.get("payload"), actor=e.get("actor") or "",
                     state_revision=e["state_revision"], state_digest=e.get("state_digest") or "", state=e.get("state"),
                     next_step=e.get("next_step"), client_message_id=e.get("client_message_id"),
@@ -476,6 +494,7 @@ def _purgeable(*, older_than_days: float, statuses: Sequence[str], tenant_id: UU
     )  # fmt: skip
 
 
+@tenant_of_call
 def runs_purge(
     *,
     older_than_days: float,
@@ -492,6 +511,26 @@ def runs_purge(
         raise InvalidInput("ages must be zero or more days", code="invalid_age")
     statuses = [s for s in statuses if s in TERMINAL_RUN_STATUSES]  # the active ones never
     report = PurgeReport(dry_run=dry_run)
+    if tenant_id is None:  # tenant by tenant (row-level security), then the global parts below
+        for each in _run_tenant_ids():
+            part = runs_purge(
+                older_than_days=older_than_days,
+                statuses=statuses,
+                tenant_id=each,
+                dry_run=dry_run,
+                batch_size=batch_size,
+                progress=progress,
+            )
+            for name, value in part.as_json().items():
+                if name != "dry_run":
+                    setattr(report, name, getattr(report, name) + value)
+        return _purge_global(
+            report,
+            snapshots_older_than_days=snapshots_older_than_days,
+            dry_run=dry_run,
+            batch_size=batch_size,
+            progress=progress,
+        )
     candidates = _purgeable(older_than_days=older_than_days, statuses=statuses, tenant_id=tenant_id)
     cutoff = timezone.now() - timedelta(days=older_than_days)
     kept = AgentRun.objects.filter(status__in=statuses, updated_at__lt=cutoff).filter(
@@ -537,18 +576,36 @@ def runs_purge(
             older_than_days=snapshots_older_than_days, tenant_id=tenant_id, dry_run=dry_run,
             batch_size=batch_size, progress=progress,
         )  # fmt: skip
-    if tenant_id is None:  # forks_expire is global; with a tenant filter it is left for the beat
-        if dry_run:
-            report.forks_expired = AgentRun.objects.filter(
-                status=RunStatus.SUSPENDED,
-                suspend_reason="fork_not_started",
-                fork_expires_at__lt=timezone.now(),
-            ).count()
-        else:
-            report.forks_expired = forks_expire()
     return report
 
 
+def _purge_global(
+    report: PurgeReport,
+    *,
+    snapshots_older_than_days: float | None,
+    dry_run: bool,
+    batch_size: int,
+    progress: Callable[[str], None],
+) -> PurgeReport:
+    if snapshots_older_than_days is not None:
+        report.snapshots = snapshots_purge(
+            older_than_days=snapshots_older_than_days,
+            tenant_id=None,
+            dry_run=dry_run,
+            batch_size=batch_size,
+            progress=progress,
+        )
+    # forks_expire is global; with a tenant filter it is left for the beat
+    if dry_run:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM keeper_forks_expired()")
+            report.forks_expired = cursor.fetchone()[0]
+    else:
+        report.forks_expired = forks_expire()
+    return report
+
+
+@tenant_of_call
 def snapshots_purge(
     *, older_than_days: float, tenant_id: UUID | None, dry_run: bool, batch_size: int = PURGE_BATCH,
     progress: Callable[[str], None] = lambda line: None,

@@ -10,6 +10,7 @@ from uuid import UUID
 from core.digests import canonical_json, json_digest
 from core.errors import InvalidInput
 from core.models import Tenant
+from core.tenancy import tenant_of_call
 from runs import store
 from runs.errors import IdempotencyConflict, InvalidState, InvalidTransition, RunImported, RunNotFound
 from runs.models import AgentRun, RunStatus
@@ -27,6 +28,7 @@ class StartedRun:
     created: bool
 
 
+@tenant_of_call
 def run_start(
     *,
     tenant: Tenant,
@@ -133,6 +135,7 @@ def _transition(
     return run
 
 
+@tenant_of_call
 def run_cancel(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
     """Stop a running or suspended run for good. A worker mid-step can no longer commit."""
     return _transition(
@@ -141,6 +144,7 @@ def run_cancel(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
     )  # fmt: skip
 
 
+@tenant_of_call
 def run_suspend(*, run_id: UUID, actor: str, reason: str, detail: str = "") -> AgentRun:
     """Pause a running run for a person; the step in flight (if any) is fenced out and reruns on resume."""
     if not reason:
@@ -151,6 +155,7 @@ def run_suspend(*, run_id: UUID, actor: str, reason: str, detail: str = "") -> A
     )  # fmt: skip
 
 
+@tenant_of_call
 def run_resume(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
     """Ask for a suspended run to continue. It stays suspended until a worker has verified it
     (resume verification: the run continues only if every check passes, else it says why)."""
@@ -162,6 +167,7 @@ def run_resume(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
     return run
 
 
+@tenant_of_call
 def run_fail(*, run_id: UUID, actor: str, code: str, detail: str = "") -> AgentRun:
     """Mark a run failed by hand (an operator gives up on it)."""
     if not code:

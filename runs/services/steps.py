@@ -22,6 +22,7 @@ from core.errors import ApplicationError
 from core.identity import worker_identity
 from core.logging import log_context
 from core.metrics import observe_step
+from core.tenancy import run_tenant, tenant_bind
 from runs import store
 from runs.errors import ConcurrentResume, InvalidState, UnknownWorkflow
 from runs.models import RunStatus
@@ -116,23 +117,27 @@ class _Committer:
 def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
     """Run the run's next step if this worker can take its lease. Safe to call any number of times."""
     owner = worker_id or worker_identity()
-    grant = store.lease_acquire(run_id=run_id, owner=owner, ttl=settings.KEEPER_LEASE_TTL)
-    if grant is None:
+    tenant_id = run_tenant(run_id)  # row-level security: the task works as the run's tenant
+    if tenant_id is None:
         return AdvanceResult("not_acquired")
-    with lease_held(grant) as lease, log_context(run_id=run_id, tenant_id=grant.tenant_id):
-        try:
-            result = _advance_leased(grant, lease)
-        except ConcurrentResume as exc:
-            logger.info("%s", exc.message)
-            fenced = True
-        else:
-            fenced = False
-    if fenced:
-        # Lost to a newer revision (a message, a person) rather than a newer epoch: the lease is
-        # still ours, so give it back now and wake the run, instead of holding it for a whole TTL.
-        if store.lease_release(run_id=run_id, owner=owner, epoch=grant.epoch):
-            run_enqueue(run_id=run_id)
-        return AdvanceResult("fenced")
+    with tenant_bind(tenant_id):
+        grant = store.lease_acquire(run_id=run_id, owner=owner, ttl=settings.KEEPER_LEASE_TTL)
+        if grant is None:
+            return AdvanceResult("not_acquired")
+        with lease_held(grant) as lease, log_context(run_id=run_id, tenant_id=grant.tenant_id):
+            try:
+                result = _advance_leased(grant, lease)
+            except ConcurrentResume as exc:
+                logger.info("%s", exc.message)
+                fenced = True
+            else:
+                fenced = False
+        if fenced:
+            # Lost to a newer revision (a message, a person) rather than a newer epoch: the lease
+            # is still ours, so give it back now and wake the run, instead of holding it a whole TTL.
+            if store.lease_release(run_id=run_id, owner=owner, epoch=grant.epoch):
+                run_enqueue(run_id=run_id)
+            return AdvanceResult("fenced")
     if result.status == RunStatus.RUNNING:
         run_enqueue(run_id=run_id)
     return result

@@ -9,6 +9,7 @@ from rest_framework.test import APIClient
 
 from core.api_auth import api_key_create
 from core.models import Tenant
+from core.tenancy import tenant_bind
 from memory.erasure import erasure_request_create
 from memory.services import memory_remember
 from retrieval.search import retrieval_search
@@ -43,6 +44,11 @@ def read_key(tenant):  # type: ignore[no-untyped-def]
 def seed_tenant(tenant: Tenant) -> dict[str, Any]:
     """A run waiting for an approval, a run with an unknown operation, a memory item, an erasure
     request, an indexed document, a principal and a retrieval snapshot: their ids by URL parameter."""
+    with tenant_bind(tenant.tenant_id):  # written as that tenant, as its own requests would
+        return _seed(tenant)
+
+
+def _seed(tenant: Tenant) -> dict[str, Any]:
     waiting = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
     run_suspend(run_id=waiting.run_id, actor="test", reason="approval_required")
     approval = approval_check(run_id=waiting.run_id, tenant_id=tenant.tenant_id, step_id="approve",

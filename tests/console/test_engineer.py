@@ -19,7 +19,7 @@ from console import urls_engineer
 from console.models import AuditEntry
 from console.views import engineer_bulk, engineer_queue
 from core.digests import json_digest
-from core.tenancy import tenant_ensure, tenant_scope
+from core.tenancy import tenant_bind, tenant_ensure, tenant_scope
 from retrieval.models import RetrievalSnapshot
 from runs.compaction.services import summary_create
 from runs.compaction.tokens import token_counter
@@ -41,7 +41,8 @@ def finish(run):  # type: ignore[no-untyped-def]
     for _ in range(30):
         if run_advance(run_id=run.run_id, worker_id="w-test").status != "running":
             break
-    run.refresh_from_db()
+    with tenant_bind(run.tenant_id):  # row-level security: maybe not the test's own tenant
+        run.refresh_from_db()
     return run
 
 
@@ -54,7 +55,7 @@ def add_event(run, event_type, payload, *, state=None, actor="test"):  # type: i
     """An event written straight to the tables (to plant hostile content the services would refuse)."""
     run.refresh_from_db()
     seq, digest = run.state_revision + 1, json_digest(state) if state is not None else run.state_digest
-    AgentEvent.objects.create(run=run, seq=seq, event_type=event_type, payload=payload, actor=actor,
+    AgentEvent.objects.create(run=run, tenant_id=run.tenant_id, seq=seq, event_type=event_type, payload=payload, actor=actor,
                               state_revision=seq, state_digest=digest, state=state, next_step=run.next_step,
                               created_at=timezone.now())  # fmt: skip
     AgentRun.objects.filter(run_id=run.run_id).update(
@@ -132,7 +133,10 @@ def test_keyset_pages_walk_every_run_once_newest_first_without_counting(
         url = older.group(1).replace("&amp;", "&")
         assert "before_at=" in url and "before_id=" in url and "limit=7" in url
     assert len(seen) == 30 and set(seen) == {str(r) for r in created} and str(hidden.run_id) not in seen
-    stamps = list(AgentRun.objects.filter(run_id__in=seen).values_list("run_id", "updated_at"))
+    stamps = []
+    for each in mine:  # row-level security: one tenant at a time
+        with tenant_bind(each.tenant_id):
+            stamps += AgentRun.objects.filter(run_id__in=seen).values_list("run_id", "updated_at")
     order = [str(r) for r, _ in sorted(stamps, key=lambda row: (row[1], str(row[0])), reverse=True)]
     assert seen == order
     fragment = client.get(url, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="run-table").content.decode()
@@ -217,7 +221,7 @@ def test_a_lease_take_over_is_marked_on_the_timeline(as_role, tenant):
 def test_the_events_table_is_paged_by_seq_and_never_loads_the_whole_run(as_role, tenant):
     run = start(tenant)
     AgentEvent.objects.bulk_create(
-        AgentEvent(run=run, seq=seq, event_type="user_message", payload={"text": f"m{seq}"}, actor="user:x",
+        AgentEvent(run=run, tenant_id=run.tenant_id, seq=seq, event_type="user_message", payload={"text": f"m{seq}"}, actor="user:x",
                    state_revision=seq, state_digest=run.state_digest, created_at=timezone.now())
         for seq in range(2, 1002)
     )  # fmt: skip

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from console.models import AuditEntry
 from console.urls_support import urlpatterns
+from core.tenancy import tenant_bind
 from runs import store
 from runs.models import AgentEvent, AgentRun, Approval, ToolOperation
 from runs.services.approvals import approval_check
@@ -35,7 +36,8 @@ LONG = "A" * 1500
 def _suspended_run(tenant, reason: str = "approval_required", detail: str = "") -> AgentRun:  # type: ignore[no-untyped-def]
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
     run_suspend(run_id=run.run_id, actor="test", reason=reason, detail=detail)
-    run.refresh_from_db()
+    with tenant_bind(tenant.tenant_id):  # row-level security: maybe not the test's own tenant
+        run.refresh_from_db()
     return run
 
 
@@ -50,17 +52,18 @@ def _approval(
 
 
 def _unknown_operation(tenant, note: str = "connection dropped", suspend: bool = True) -> ToolOperation:  # type: ignore[no-untyped-def]
-    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
-    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
-    ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
-    operation_prepare_once(**ids, run_id=run.run_id, step_id="refund", tool_name="payments.refund",
-                           tool_contract_version="payments.v1", request=REQUEST)  # fmt: skip
-    operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch)
-    operation_mark_unknown(**ids, note=note)
-    if suspend:
-        run_suspend(run_id=run.run_id, actor="w1", reason="reconciliation_required",
-                    detail="refund refund:o-1 may have been applied; check the payment and reconcile")  # fmt: skip
-    return ToolOperation.objects.get(tenant=tenant, operation_id="refund:o-1")
+    with tenant_bind(tenant.tenant_id):  # row-level security: maybe not the test's own tenant
+        run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
+        grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+        ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
+        operation_prepare_once(**ids, run_id=run.run_id, step_id="refund", tool_name="payments.refund",
+                               tool_contract_version="payments.v1", request=REQUEST)  # fmt: skip
+        operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch)
+        operation_mark_unknown(**ids, note=note)
+        if suspend:
+            run_suspend(run_id=run.run_id, actor="w1", reason="reconciliation_required",
+                        detail="refund refund:o-1 may have been applied; check the payment and reconcile")  # fmt: skip
+        return ToolOperation.objects.get(tenant=tenant, operation_id="refund:o-1")
 
 
 def _refused_run(tenant) -> AgentRun:  # type: ignore[no-untyped-def]

@@ -16,6 +16,7 @@ from runs.models import AgentEvent, Summary
 from runs.services.conversation import conversation_append
 from runs.services.runs import run_start
 from runs.services.sessions import redis_client, session_key, session_window
+from tests.conftest import no_tenant
 from tests.memory.test_memory import said
 
 pytestmark = pytest.mark.django_db
@@ -90,7 +91,8 @@ def test_erasure_is_idempotent_and_a_replay_cannot_bring_a_claim_back(tenant, su
 
 def test_erasure_requests_are_tenant_scoped(tenant, other_tenant):
     request = erasure_request_create(tenant=tenant, subject_id="x", requested_by="user:c")
-    assert ErasureRequest.objects.count() == 0  # no tenant set: nothing visible
+    with no_tenant():
+        assert ErasureRequest.objects.count() == 0  # no tenant set: nothing visible
     with tenant_scope(other_tenant.tenant_id):
         assert not ErasureRequest.objects.filter(pk=request.pk).exists()
 

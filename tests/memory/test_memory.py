@@ -16,6 +16,7 @@ from core.tenancy import tenant_ensure, tenant_scope
 from memory.models import MemoryItem
 from memory.selectors import memory_recall
 from memory.services import SensitiveInference, memory_invalidate, memory_remember, memory_supersede
+from tests.conftest import no_tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -85,19 +86,20 @@ def test_a_claim_without_valid_provenance_is_refused(tenant, provenance):
 
 def test_without_a_tenant_nothing_is_visible_or_writable(tenant):
     memory_remember(tenant=tenant, subject_id="s", namespace="profile", key="k", value=1, provenance=said())
-    assert MemoryItem.objects.count() == 0  # no tenant set: fail closed
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM memory_items")
-        assert cursor.fetchone() == (0,)
-    with (
-        pytest.raises(ProgrammingError, match="row-level security"),
-        transaction.atomic(),
-        connection.cursor() as c,
-    ):
-        c.execute("INSERT INTO memory_items (memory_id, tenant_id, subject_id, namespace, key, value, schema_version,"
-                  " provenance, valid_from, created_at) VALUES (gen_random_uuid(), %s, 's', 'n', 'k', '1', 1,"
-                  " %s, now(), now())", [tenant.tenant_id, '{"source_type": "x", "source_id": "x", '
-                  '"source_version": null, "run_id": null, "event_seq": null, "validation_method": "x"}'])  # fmt: skip
+    with no_tenant():
+        assert MemoryItem.objects.count() == 0  # no tenant set: fail closed
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM memory_items")
+            assert cursor.fetchone() == (0,)
+        with (
+            pytest.raises(ProgrammingError, match="row-level security"),
+            transaction.atomic(),
+            connection.cursor() as c,
+        ):
+            c.execute("INSERT INTO memory_items (memory_id, tenant_id, subject_id, namespace, key, value, schema_version,"
+                      " provenance, valid_from, created_at) VALUES (gen_random_uuid(), %s, 's', 'n', 'k', '1', 1,"
+                      " %s, now(), now())", [tenant.tenant_id, '{"source_type": "x", "source_id": "x", '
+                      '"source_version": null, "run_id": null, "event_seq": null, "validation_method": "x"}'])  # fmt: skip
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -15,6 +15,16 @@ import django
 
 def main() -> None:
     django.setup()
+    from core.tenancy import run_tenant, tenant_bind
+
+    run_id = sys.argv[1]
+    tenant_id = run_tenant(UUID(run_id))
+    assert tenant_id is not None, f"no run {run_id}"
+    with tenant_bind(tenant_id):  # as a worker's task: the run's tenant (row-level security)
+        _race()
+
+
+def _race() -> None:
     from runs import store
     from runs.services.state import state_encode
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from core.digests import canonical_json
+from core.tenancy import tenant_bind
 from runs import store
 from runs.errors import IdempotencyConflict, InvalidState, InvalidTransition, UnknownWorkflow
 from runs.models import AgentEvent, AgentRun
@@ -53,7 +54,9 @@ def test_start_is_idempotent_per_tenant_and_key(tenant, other_tenant):
     assert str(first.run_id) in excinfo.value.message
     elsewhere = _start(other_tenant, key="order-7")
     assert elsewhere.run_id != first.run_id
-    assert AgentRun.objects.count() == 2 and AgentEvent.objects.count() == 2
+    assert AgentRun.objects.count() == 1 and AgentEvent.objects.count() == 1  # acme's, bound by the fixture
+    with tenant_bind(other_tenant.tenant_id):
+        assert AgentRun.objects.get().run_id == elsewhere.run_id and AgentEvent.objects.count() == 1
 
 
 @pytest.mark.parametrize(
@@ -124,7 +127,8 @@ def test_threads_racing_on_one_revision_exactly_one_commits(tenant):
 
         barrier.wait()
         try:
-            results.append(_commit(grant))
+            with tenant_bind(tenant.tenant_id):  # each thread's own connection, as a worker's task
+                results.append(_commit(grant))
         finally:
             connection.close()
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from core.digests import json_digest
 from core.models import Tenant
-from core.tenancy import tenant_scope
+from core.tenancy import run_tenant, tenant_bind, tenant_scope
 from retrieval.models import RetrievalSnapshot
 from runs import store
 from runs.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
@@ -222,10 +222,12 @@ def test_a_run_exported_and_imported_into_another_tenant_is_the_same_history_and
 
     copy_id = uuid.UUID(result["run_id"])
     assert copy_id != run.run_id and result["tenant"] == "debug-copy"
-    copy = AgentRun.objects.select_related("tenant").get(run_id=copy_id)
-    assert copy.tenant.slug == "debug-copy" and copy.status == "completed"
-    assert copy.imported and copy.lease_owner is None  # a state, not a sentinel lease owner
-    assert store.lease_acquire(run_id=copy_id, owner="w2", ttl=30) is None
+    assert run_tenant(copy_id) == Tenant.objects.get(slug="debug-copy").tenant_id
+    with tenant_bind(run_tenant(copy_id)):  # row-level security: the copy is the other tenant's
+        copy = AgentRun.objects.select_related("tenant").get(run_id=copy_id)
+        assert copy.tenant.slug == "debug-copy" and copy.status == "completed"
+        assert copy.imported and copy.lease_owner is None  # a state, not a sentinel lease owner
+        assert store.lease_acquire(run_id=copy_id, owner="w2", ttl=30) is None
     reexported = operator.run_history_document(run_id=copy_id)
     assert _comparable(reexported) == _comparable(exported)
     assert reexported["retrieval_snapshots"][0]["hits"] == exported["retrieval_snapshots"][0]["hits"]
@@ -244,8 +246,9 @@ def test_an_imported_running_run_is_never_taken_by_a_worker_or_the_sweep(tenant,
     copy_id = uuid.UUID(
         json.loads(_call("import_history", str(path), "--tenant", "debug", "--json"))["run_id"]
     )
-    assert AgentRun.objects.get(run_id=copy_id).status == "running"
-    assert store.lease_acquire(run_id=copy_id, owner="w", ttl=30) is None
+    with tenant_bind(run_tenant(copy_id)):  # row-level security: the copy is the other tenant's
+        assert AgentRun.objects.get(run_id=copy_id).status == "running"
+        assert store.lease_acquire(run_id=copy_id, owner="w", ttl=30) is None
     assert copy_id not in store.claim_for_redispatch(grace=0, limit=100)
     assert run_advance(run_id=copy_id, worker_id="w").outcome != "committed"
     assert json.loads(_call("stuck_runs", "--json")) == []
@@ -266,30 +269,35 @@ def test_an_imported_run_refuses_resume_cancel_and_messages_with_a_reason_and_ne
     copy_id = uuid.UUID(
         json.loads(_call("import_history", str(path), "--tenant", "debug", "--json"))["run_id"]
     )
-    copy = AgentRun.objects.get(run_id=copy_id)
-    attempts = {
-        "resume": lambda: run_resume(run_id=copy_id, actor="user:ops"),
-        "cancel": lambda: run_cancel(run_id=copy_id, actor="user:ops"),
-        "rewind": lambda: run_rewind(run_id=copy_id, to_seq=1, actor="user:ops"),
-    }
-    for name, attempt in attempts.items():
-        with pytest.raises(ApplicationError) as refused:
-            attempt()
-        assert refused.value.code == "run_imported" and "imported" in refused.value.message, name
-    with pytest.raises(ApplicationError):
-        conversation_append(
-            tenant=copy.tenant,
-            run_id=copy_id,
-            event_type="user_message",
-            client_message_id="m",
-            body={"content": "hi"},
-            actor="user:x",
+    with tenant_bind(run_tenant(copy_id)):  # row-level security: the copy is the other tenant's
+        copy = AgentRun.objects.get(run_id=copy_id)
+        attempts = {
+            "resume": lambda: run_resume(run_id=copy_id, actor="user:ops"),
+            "cancel": lambda: run_cancel(run_id=copy_id, actor="user:ops"),
+            "rewind": lambda: run_rewind(run_id=copy_id, to_seq=1, actor="user:ops"),
+        }
+        for name, attempt in attempts.items():
+            with pytest.raises(ApplicationError) as refused:
+                attempt()
+            assert refused.value.code == "run_imported" and "imported" in refused.value.message, name
+        with pytest.raises(ApplicationError):
+            conversation_append(
+                tenant=copy.tenant,
+                run_id=copy_id,
+                event_type="user_message",
+                client_message_id="m",
+                body={"content": "hi"},
+                actor="user:x",
+            )
+        after = AgentRun.objects.get(run_id=copy_id)
+        assert (after.status, after.state_revision, after.imported) == (
+            "suspended",
+            copy.state_revision,
+            True,
         )
-    after = AgentRun.objects.get(run_id=copy_id)
-    assert (after.status, after.state_revision, after.imported) == ("suspended", copy.state_revision, True)
-    assert store.lease_acquire(run_id=copy_id, owner="w", ttl=30) is None
-    fork = run_fork(run_id=copy_id, at_seq=1, actor="user:ops")  # a fork of the copy is a run of its own
-    assert not fork.imported and store.lease_acquire(run_id=fork.run_id, owner="w", ttl=30) is not None
+        assert store.lease_acquire(run_id=copy_id, owner="w", ttl=30) is None
+        fork = run_fork(run_id=copy_id, at_seq=1, actor="user:ops")  # a fork of the copy is a run of its own
+        assert not fork.imported and store.lease_acquire(run_id=fork.run_id, owner="w", ttl=30) is not None
 
 
 def test_import_with_keep_ids_refuses_a_run_that_already_exists(tenant, tmp_path: Path):
@@ -431,9 +439,9 @@ def test_purge_keeps_runs_with_forks_or_operations_in_doubt_and_filters_by_statu
 
     assert report["runs"] == 1 and report["kept_open_operations"] == 1
     assert not AgentRun.objects.filter(run_id=completed.run_id).exists()
-    assert (
-        AgentRun.objects.filter(run_id__in=[in_doubt.run_id, cancelled.run_id, elsewhere.run_id]).count() == 3
-    )
+    assert AgentRun.objects.filter(run_id__in=[in_doubt.run_id, cancelled.run_id]).count() == 2
+    with tenant_bind(other_tenant.tenant_id):
+        assert AgentRun.objects.filter(run_id=elsewhere.run_id).exists()
 
 
 def test_purge_takes_a_parent_only_after_its_forks(tenant):
