@@ -80,6 +80,10 @@ def eraser_register(eraser: Eraser) -> None:
     _REGISTRY.erasers[eraser.name] = eraser
 
 
+def eraser_unregister(name: str) -> None:
+    _REGISTRY.erasers.pop(name, None)
+
+
 def erasers() -> list[Eraser]:
     return list(_REGISTRY.erasers.values())
 

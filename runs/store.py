@@ -311,6 +311,7 @@ WITH u AS (
    WHERE run_id = %(run_id)s AND status = ANY(%(from_statuses)s)
      AND (%(expected)s::bigint IS NULL OR state_revision = %(expected)s::bigint)
      AND (%(only_if_reason)s::text IS NULL OR suspend_reason = %(only_if_reason)s::text)
+     AND (%(unless_reason)s::text IS NULL OR suspend_reason IS DISTINCT FROM %(unless_reason)s::text)
   RETURNING run_id, state_revision, next_step, state_digest)
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, next_step, created_at)
@@ -337,6 +338,7 @@ def transition(
     request_resume: bool = False,
     superseded_by: UUID | None = None,
     only_if_reason: str | None = None,
+    unless_reason: str | None = None,
 ) -> int | None:
     """Move a run between statuses with an event, fencing out any worker that holds it.
 
@@ -362,6 +364,7 @@ def transition(
             "request_resume": request_resume,
             "superseded_by": superseded_by,
             "only_if_reason": only_if_reason,
+            "unless_reason": unless_reason,
         },
     )
     return rows[0][0] if rows else None
@@ -373,6 +376,7 @@ _APPEND_EVENT = """
 WITH u AS (
   UPDATE agent_runs SET state_revision = state_revision + 1, updated_at = statement_timestamp()
    WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status IN ('running', 'suspended')
+     AND suspend_reason IS DISTINCT FROM 'subject_erased'
   RETURNING run_id, state_revision, next_step, state_digest)
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor, state_revision,
                           state_digest, next_step, client_message_id, created_at)

@@ -11,8 +11,8 @@ from core.digests import canonical_json, json_digest
 from core.errors import InvalidInput
 from core.models import Tenant
 from runs import store
-from runs.errors import IdempotencyConflict, InvalidState, InvalidTransition, RunNotFound
-from runs.models import AgentRun, RunStatus
+from runs.errors import IdempotencyConflict, InvalidState, InvalidTransition, RunNotFound, SubjectErased
+from runs.models import SUBJECT_ERASED, AgentRun, RunStatus
 from runs.services.budgets import budgets_initial
 from runs.services.dispatch import run_enqueue_on_commit
 from runs.services.state import state_encode
@@ -118,6 +118,12 @@ def _transition(
     run = AgentRun.objects.filter(run_id=run_id).first()
     if run is None:
         raise RunNotFound(f"no run {run_id}")
+    if seq is None and run.suspend_reason == SUBJECT_ERASED and event_type == "resume_requested":
+        raise SubjectErased(
+            f"run {run_id} cannot resume: its subject was erased and its content redacted; start a new run "
+            "if the customer asks again",
+            details={"status": run.status, "suspend_reason": run.suspend_reason},
+        )
     if seq is None:
         raise InvalidTransition(
             f"run {run_id} is {run.status}; {_ACTIONS.get(event_type, event_type)} needs it to be "
@@ -150,7 +156,7 @@ def run_resume(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
     (resume verification: the run continues only if every check passes, else it says why)."""
     run = _transition(
         run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
-        event_type="resume_requested", actor=actor, note=note, request_resume=True,
+        event_type="resume_requested", actor=actor, note=note, request_resume=True, unless_reason=SUBJECT_ERASED,
     )  # fmt: skip
     run_enqueue_on_commit(run_id=run_id)  # inside a caller's transaction, the wake-up waits for its commit
     return run
