@@ -11,8 +11,10 @@ from uuid import UUID
 import pytest
 from django.db import connection
 from django.test import Client
+from rest_framework.test import APIClient
 
 from console.models import AuditEntry
+from core.api_auth import api_key_create
 from core.erasure import eraser_register, eraser_unregister, registered_columns
 from core.tenancy import tenant_scope
 from memory.erasure import erasure_execute, erasure_request_create
@@ -255,6 +257,12 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
         with pytest.raises(SubjectErased) as refused:
             run_resume(run_id=run.run_id, actor="user:eve", note="try again")
         assert refused.value.code == "subject_erased" and "erased" in refused.value.message
+    api = APIClient()
+    api.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {api_key_create(tenant=tenant, name='t', scope='write').plaintext}"
+    )
+    answer = api.post(f"/api/v1/runs/{chat.run_id}/resume", {"note": "again"}, format="json")
+    assert answer.status_code == 409 and answer.json()["error"]["code"] == "subject_erased", answer.content
     with pytest.raises(SubjectErased):
         conversation_append(
             tenant=tenant,
@@ -289,7 +297,7 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
     client.force_login(make_user("comp", "compliance", tenants=(tenant,)))
     shown = client.get(f"/compliance/{tenant.slug}/erasures/{done.request_id}/").content.decode()
     assert "Every place, before and after" in shown and "VACUUM" in shown
-    assert '<code>agent_events.state</code>' in shown and SUBJECT not in shown
+    assert "<code>agent_events.state</code>" in shown and SUBJECT not in shown
 
     again = _erase(tenant)  # a second request for the same subject: nothing left, still clean
     assert again.receipt["clean"] and all(
