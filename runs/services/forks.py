@@ -17,7 +17,7 @@ from django.utils import timezone
 from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput
 from runs import store
-from runs.errors import InvalidTransition
+from runs.errors import InvalidTransition, SubjectErased
 from runs.models import AgentEvent, AgentRun, RunStatus
 from runs.selectors import run_get
 from runs.services.dispatch import run_enqueue_on_commit
@@ -79,6 +79,11 @@ def _carried(state: dict[str, object]) -> dict[str, float]:
 def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, note: str = "") -> AgentRun:
     """A new run continuing from event `at_seq` of this one. Not started, it expires after a TTL."""
     parent = run_get(run_id=run_id)
+    if parent.subject.startswith("erased:"):
+        raise SubjectErased(
+            f"run {run_id} cannot be forked or rewound: its subject was erased and its content redacted",
+            details={"subject_erased": True},
+        )
     state, next_step, schema_version = _state_at(parent, at_seq)
     if next_step is None:
         raise InvalidInput(

@@ -263,6 +263,8 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
     )
     answer = api.post(f"/api/v1/runs/{chat.run_id}/resume", {"note": "again"}, format="json")
     assert answer.status_code == 409 and answer.json()["error"]["code"] == "subject_erased", answer.content
+    with pytest.raises(SubjectErased):  # a fork would continue the erased conversation
+        run_fork(run_id=chat.run_id, at_seq=3, actor="user:eve", start=False)
     with pytest.raises(SubjectErased):
         conversation_append(
             tenant=tenant,
