@@ -296,6 +296,8 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
     page = client.get(f"/runs/{refund.run_id}/")
     assert page.status_code == 200 and b"Subject erased" in page.content
     assert b"Quince" not in page.content and SUBJECT.encode() not in page.content
+    state_page = client.get(f"/runs/{refund.run_id}/state/?rev=2").content.decode()
+    assert "erased: the subject" in state_page and "Quince" not in state_page
     client.force_login(make_user("comp", "compliance", tenants=(tenant,)))
     shown = client.get(f"/compliance/{tenant.slug}/erasures/{done.request_id}/").content.decode()
     assert "Every place, before and after" in shown and "VACUUM" in shown
