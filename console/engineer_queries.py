@@ -237,11 +237,19 @@ def state_at(*, run: AgentRun, revision: int) -> RevisionState:
     ok = None if source is None else json_digest(state) == event["state_digest"]
     erased = False
     if ok is False and run.subject.startswith("erased:"):
-        erasures = AgentEvent.objects.filter(run_id=run.run_id, event_type=ERASED_EVENT).values("event_type", "payload")
+        erasures = AgentEvent.objects.filter(run_id=run.run_id, event_type=ERASED_EVENT).values(
+            "event_type", "payload"
+        )
         erased = source is not None and source["seq"] in redactions_of(list(erasures))
     return RevisionState(
-        revision, event["event_type"], event["created_at"], state, source["seq"] if source else None,
-        event["state_digest"], ok, erased,
+        revision,
+        event["event_type"],
+        event["created_at"],
+        state,
+        source["seq"] if source else None,
+        event["state_digest"],
+        ok,
+        erased,
     )
 
 
