@@ -4,6 +4,7 @@ still verifies and replays, and an unfinished run is refused with `subject_erase
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -35,6 +36,7 @@ from runs.services.runs import run_resume, run_start, run_suspend
 from runs.services.sessions import redis_client, session_window
 from tests.console.conftest import make_user
 from tests.memory.test_memory import said
+from tests.processes import wait_until
 from tests.runs.test_refund_workflow import Sandbox, _drive
 from tests.runs.test_refund_workflow import sandbox as sandbox  # noqa: F401 - the fixture
 
@@ -364,3 +366,30 @@ def test_a_place_the_erasers_missed_makes_the_receipt_not_clean(tenant):
         places["agent_runs.suspend_detail"]["after"] == 1
     )  # the scan reads the place, not the eraser's word
     assert done.subject_id == SUBJECT and "console_audit_log.note" in done.error
+
+
+@pytest.mark.slow
+def test_a_worker_mid_step_during_erasure_cannot_write_the_subject_back(tenant, processes):
+    processes.worker()
+    run = run_start(
+        tenant=tenant,
+        workflow_name="test.slow",
+        input={"sleep_s": 3, "reason": REASON},
+        actor="t",
+        subject=SUBJECT,
+    ).run
+    wait_until(
+        lambda: AgentRun.objects.filter(
+            run_id=run.run_id, next_step="slow", lease_owner__isnull=False
+        ).exists(),
+        timeout=30,
+        message="the worker to enter the slow step",
+    )
+    done = _erase(tenant)  # while the worker sleeps in the step, holding the unredacted state
+    assert done.receipt["clean"], done.receipt["final_scan"]
+    erased_at = AgentEvent.objects.get(run=run, event_type="subject_erased").seq
+    time.sleep(5)  # the step ends and the worker tries to commit what it read
+    run.refresh_from_db()
+    assert (run.status, run.suspend_reason, run.state_revision) == ("suspended", "subject_erased", erased_at)
+    assert _copies(REASON, tenant) == {} and run.state["reason"] == "[erased]"
+    assert "was lost" in processes.logs(), processes.logs()[-2000:]  # the worker saw its lease end
