@@ -24,6 +24,9 @@ DISTINCTIVE_WITH_DIGIT_CHARS = 12
 IDENTIFIER_SUBSTRING_CHARS = 6
 # Texts shorter than this are not searched at all (they carry no information on their own).
 MIN_VALUE_CHARS = 4
+# A value shorter than this ("english", "fine") is matched only as a whole value, never inside a
+# longer word ("refined"): the sentence it came from is searched as a value of its own.
+VALUE_SUBSTRING_CHARS = 8
 
 
 @dataclass(frozen=True)
@@ -163,29 +166,34 @@ def column_place(
     sql = f"""
         SELECT count(*) FROM {table} t
          WHERE ({tenant_sql}) AND (
-               {as_text} ILIKE ANY(%(id_like)s) OR {as_text} = ANY(%(id_exact)s)
-            OR ({in_runs} AND {as_text} ILIKE ANY(%(value_like)s))
+               {as_text} ILIKE ANY(%(id_like)s) OR lower({as_text}) = ANY(%(id_exact)s)
+            OR ({in_runs} AND ({as_text} ILIKE ANY(%(value_like)s) OR lower({as_text}) = ANY(%(value_exact)s)))
             OR (({unowned}) AND {as_text} ILIKE ANY(%(distinct_like)s)))
     """  # noqa: S608 - table and column names come from the registry, values are parameters
 
-    def count(scope: Scope) -> int:
+    def patterns(texts: list[str], substring_chars: int) -> tuple[list[str], list[str]]:
+        """(ILIKE patterns, whole values): a short text matches only a whole value (a column equal to
+        it, a JSON string equal to it), never a part of a longer word."""
         encode = _json_text if kind == "json" else (lambda s: s)
-        subject = scope.subject_id
-        if len(subject) >= IDENTIFIER_SUBSTRING_CHARS:
-            id_like, id_exact = [_like(encode(subject))], []
-        else:
-            id_like, id_exact = [], [subject]
-            if kind == "json":  # a JSON string equal to the id
-                id_like = [_like('"' + encode(subject) + '"')]
+        like = [_like(encode(t)) for t in texts if len(t) >= substring_chars]
+        short = [t for t in texts if len(t) < substring_chars]
+        if kind == "json":
+            return like + [_like('"' + encode(t) + '"') for t in short], []
+        return like, [t.lower() for t in short]
+
+    def count(scope: Scope) -> int:
+        id_like, id_exact = patterns([scope.subject_id], IDENTIFIER_SUBSTRING_CHARS)
         values_ = [v for v in scope.values if len(v) >= MIN_VALUE_CHARS] if values else []
+        value_like, value_exact = patterns(values_, VALUE_SUBSTRING_CHARS)
         params = {
             "tenant": scope.tenant_id,
             "runs": list(scope.run_ids),
-            "subject": subject,
+            "subject": scope.subject_id,
             "id_like": id_like,
             "id_exact": id_exact,
-            "value_like": [_like(encode(v)) for v in values_],
-            "distinct_like": [_like(encode(v)) for v in values_ if distinctive(v)],
+            "value_like": value_like,
+            "value_exact": value_exact,
+            "distinct_like": patterns([v for v in values_ if distinctive(v)], 0)[0],
         }
         with connection.cursor() as cursor:
             cursor.execute(sql, params)

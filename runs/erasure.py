@@ -26,6 +26,7 @@ from core.digests import canonical_json, json_digest
 from core.erasure import (
     IDENTIFIER_SUBSTRING_CHARS,
     MIN_VALUE_CHARS,
+    VALUE_SUBSTRING_CHARS,
     Place,
     Scope,
     column_place,
@@ -97,14 +98,19 @@ def event_redacted_as_recorded(event: dict[str, Any], records: dict[int, dict[st
 
 class _Redactor:
     def __init__(self, subject_id: str, values: tuple[str, ...]):
-        self.subject = subject_id
-        self.needles = [v.lower() for v in values if len(v) >= MIN_VALUE_CHARS]
+        # The same rule as the scan (core.erasure.column_place): long texts anywhere inside a string,
+        # short ones only as the whole string, case-insensitively.
+        texts = [v for v in values if len(v) >= MIN_VALUE_CHARS]
+        self.needles = [v.lower() for v in texts if len(v) >= VALUE_SUBSTRING_CHARS]
+        self.wholes = {v.lower() for v in texts if len(v) < VALUE_SUBSTRING_CHARS}
         if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS:
             self.needles.append(subject_id.lower())
+        else:
+            self.wholes.add(subject_id.lower())
 
     def hit(self, text: str) -> bool:
         low = text.lower()
-        return text == self.subject or any(n in low for n in self.needles)
+        return low in self.wholes or any(n in low for n in self.needles)
 
     def __call__(self, value: Any) -> Any:
         if isinstance(value, str):

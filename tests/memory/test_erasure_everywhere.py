@@ -393,3 +393,15 @@ def test_a_worker_mid_step_during_erasure_cannot_write_the_subject_back(tenant, 
     assert (run.status, run.suspend_reason, run.state_revision) == ("suspended", "subject_erased", erased_at)
     assert _copies(REASON, tenant) == {} and run.state["reason"] == "[erased]"
     assert "was lost" in processes.logs(), processes.logs()[-2000:]  # the worker saw its lease end
+
+
+def test_short_values_are_erased_only_as_whole_values():
+    from runs.erasure import _Redactor
+
+    redact = _Redactor("cust-7f3a9e", ("english", "Baker Street 221b"))
+    assert redact({"lang": "English", "status": "englishman", "note": "to baker street 221B now"}) == {
+        "lang": "[erased]",
+        "status": "englishman",
+        "note": "[erased]",
+    }
+    assert redact({"client_message_id": "cust-7f3a9e-m1"})["client_message_id"].startswith("erased:")
