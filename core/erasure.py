@@ -44,7 +44,7 @@ class Scope:
 class Eraser(Protocol):
     name: str
 
-    def collect(self, *, tenant_id: UUID, subject_id: str) -> Scope:
+    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         """Add to the scope what this app knows belongs to the subject (runs, texts, keys)."""
         ...
 

@@ -83,7 +83,7 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         return request  # done: the receipt stands, and the subject's id is no longer kept to redo it
     subject = request.subject_id
     try:
-        scope = _collect(tenant_id=tenant_id, subject_id=subject)
+        scope = _collect(tenant_id=tenant_id, subject_id=subject, subject_digest=request.subject_digest)
         before = _scan(scope)
         with tenant_scope(tenant_id):
             items = list(MemoryItem.objects.filter(subject_id=subject).order_by("created_at"))
@@ -160,7 +160,7 @@ def _texts(value: Any) -> list[str]:
     return []
 
 
-def _collect(*, tenant_id: UUID, subject_id: str) -> Scope:
+def _collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
     """Everything the request covers, merged from memory and every registered eraser."""
     with tenant_scope(tenant_id):
         values = {v for item in MemoryItem.objects.filter(subject_id=subject_id) for v in _texts(item.value)}
@@ -168,7 +168,7 @@ def _collect(*, tenant_id: UUID, subject_id: str) -> Scope:
     keys: set[bytes] = set()
     uris: set[str] = set()
     for eraser in erasers():
-        found = eraser.collect(tenant_id=tenant_id, subject_id=subject_id)
+        found = eraser.collect(tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest)
         run_ids.update(found.run_ids)
         values.update(found.values)
         keys.update(found.session_keys)

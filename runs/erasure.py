@@ -127,7 +127,7 @@ class _Redactor:
 
 def _free_texts(value: Any, under_key: bool = False) -> list[str]:
     if isinstance(value, str):
-        return [value] if under_key and len(value) >= MIN_VALUE_CHARS else []
+        return [value] if under_key and len(value) >= MIN_VALUE_CHARS and value != ERASED else []
     if isinstance(value, list):
         return [t for v in value for t in _free_texts(v, under_key)]
     if isinstance(value, dict):
@@ -150,7 +150,7 @@ def _artifact_uris(value: Any) -> set[str]:
 
 _SUBJECT_RUNS = """
 WITH RECURSIVE tree AS (
-  SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND subject = %(subject)s
+  SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND subject IN (%(subject)s, %(erased)s)
   UNION
   SELECT r.run_id FROM agent_runs r JOIN tree ON r.parent_run_id = tree.run_id WHERE r.tenant_id = %(tenant)s)
 SELECT run_id FROM tree
@@ -160,9 +160,11 @@ SELECT run_id FROM tree
 class RunsEraser:
     name = "runs"
 
-    def collect(self, *, tenant_id: UUID, subject_id: str) -> Scope:
+    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
+        # Runs an interrupted erasure already marked are the subject's too: a retry finishes them.
         with tenant_scope(tenant_id), connection.cursor() as cursor:
-            cursor.execute(_SUBJECT_RUNS, {"tenant": tenant_id, "subject": subject_id})
+            params = {"tenant": tenant_id, "subject": subject_id, "erased": f"erased:{subject_digest}"}
+            cursor.execute(_SUBJECT_RUNS, params)
             run_ids = tuple(sorted(row[0] for row in cursor.fetchall()))
             texts: set[str] = set()
             uris: set[str] = set()
@@ -178,7 +180,7 @@ class RunsEraser:
                 texts.update(_free_texts(payload) + _free_texts(state))
                 uris |= _artifact_uris(payload) | _artifact_uris(state)
             for request, note in Approval.objects.filter(run_id__in=run_ids).values_list("request", "note"):
-                texts.update(_free_texts(request) + ([note] if len(note) >= MIN_VALUE_CHARS else []))
+                texts.update(_free_texts(request) + _free_texts({"note": note}))
             # Stored by content digest: a file another run also points to is that run's too, and stays.
             shared = {
                 u

@@ -309,6 +309,10 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
     assert again.receipt["clean"] and all(
         p["before"] == 0 for p in again.receipt["places"] if p["place"] != "erasure_requests.subject_id"
     )
+    # The runs marked erased:<digest> are still found as the subject's (a retry after a crash finishes
+    # them) and a second pass writes nothing to them.
+    assert again.receipt["searched"]["runs"] == 3
+    assert AgentEvent.objects.filter(run__in=[refund, chat, fork], event_type="subject_erased").count() == 3
 
 
 def test_an_edited_redacted_event_breaks_the_history_check(tenant):
@@ -341,7 +345,7 @@ def test_a_place_the_erasers_missed_makes_the_receipt_not_clean(tenant):
 
         name = "zz_late_writer"
 
-        def collect(self, *, tenant_id: UUID, subject_id: str) -> Any:
+        def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Any:
             from core.erasure import Scope
 
             return Scope(tenant_id=tenant_id, subject_id=subject_id)
