@@ -311,7 +311,8 @@ WITH u AS (
    WHERE run_id = %(run_id)s AND status = ANY(%(from_statuses)s)
      AND (%(expected)s::bigint IS NULL OR state_revision = %(expected)s::bigint)
      AND (%(only_if_reason)s::text IS NULL OR suspend_reason = %(only_if_reason)s::text)
-     AND (%(unless_reason)s::text IS NULL OR suspend_reason IS DISTINCT FROM %(unless_reason)s::text)
+     -- nothing asks a run whose subject was erased to continue (a resume, an approval, a message)
+     AND NOT (%(request_resume)s AND suspend_reason IS NOT DISTINCT FROM 'subject_erased')
   RETURNING run_id, state_revision, next_step, state_digest)
 INSERT INTO agent_events (run_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, next_step, created_at)
@@ -338,7 +339,6 @@ def transition(
     request_resume: bool = False,
     superseded_by: UUID | None = None,
     only_if_reason: str | None = None,
-    unless_reason: str | None = None,
 ) -> int | None:
     """Move a run between statuses with an event, fencing out any worker that holds it.
 
@@ -364,7 +364,6 @@ def transition(
             "request_resume": request_resume,
             "superseded_by": superseded_by,
             "only_if_reason": only_if_reason,
-            "unless_reason": unless_reason,
         },
     )
     return rows[0][0] if rows else None

@@ -118,7 +118,7 @@ def _transition(
     run = AgentRun.objects.filter(run_id=run_id).first()
     if run is None:
         raise RunNotFound(f"no run {run_id}")
-    if seq is None and run.suspend_reason == SUBJECT_ERASED and event_type == "resume_requested":
+    if seq is None and run.suspend_reason == SUBJECT_ERASED and kwargs.get("request_resume"):
         raise SubjectErased(
             f"run {run_id} cannot resume: its subject was erased and its content redacted; start a new run "
             "if the customer asks again",
@@ -156,7 +156,7 @@ def run_resume(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
     (resume verification: the run continues only if every check passes, else it says why)."""
     run = _transition(
         run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
-        event_type="resume_requested", actor=actor, note=note, request_resume=True, unless_reason=SUBJECT_ERASED,
+        event_type="resume_requested", actor=actor, note=note, request_resume=True,
     )  # fmt: skip
     run_enqueue_on_commit(run_id=run_id)  # inside a caller's transaction, the wake-up waits for its commit
     return run

@@ -5,6 +5,7 @@ still verifies and replays, and an unfinished run is refused with `subject_erase
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -12,6 +13,7 @@ from uuid import UUID
 import pytest
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from console.models import AuditEntry
@@ -265,6 +267,18 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
     )
     answer = api.post(f"/api/v1/runs/{chat.run_id}/resume", {"note": "again"}, format="json")
     assert answer.status_code == 409 and answer.json()["error"]["code"] == "subject_erased", answer.content
+    pending = Approval.objects.create(
+        tenant=tenant,
+        run=chat,
+        step_id="respond",
+        request={},
+        request_digest="d",
+        expires_at=timezone.now() + timedelta(hours=1),
+    )
+    with pytest.raises(SubjectErased):  # an approval cannot wake it either
+        approval_approve(approval_id=pending.approval_id, actor="user:sam")
+    chat.refresh_from_db()
+    assert chat.resume_requested_at is None and Approval.objects.get(pk=pending.pk).status == "pending"
     with pytest.raises(SubjectErased):  # a fork would continue the erased conversation
         run_fork(run_id=chat.run_id, at_seq=3, actor="user:eve", start=False)
     with pytest.raises(SubjectErased):
