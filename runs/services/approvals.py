@@ -130,7 +130,9 @@ def _decide(*, approval_id: UUID, actor: str, note: str, status: str) -> Approva
             event_type=f"approval_{status}", actor=actor, payload_json=canonical_json(payload), request_resume=True,
         )  # fmt: skip
         if seq is None and run.suspend_reason == SUBJECT_ERASED:
-            raise SubjectErased(f"run {run.run_id} will not continue: its subject was erased; nothing to approve")
+            raise SubjectErased(
+                f"run {run.run_id} will not continue: its subject was erased; nothing to approve"
+            )
         if seq is None:
             raise InvalidTransition(f"run {run.run_id} is {run.status}, not waiting for this approval")
         run_enqueue_on_commit(run_id=run.run_id)
