@@ -260,7 +260,9 @@ def receipt_rows(receipt: dict[str, Any] | None) -> dict[str, Any]:
         return {}
     counts = receipt.get("counts") if isinstance(receipt.get("counts"), dict) else {}
     scan = receipt.get("final_scan") if isinstance(receipt.get("final_scan"), dict) else {}
-    return {"counts": sorted(counts.items()), "scan": sorted(scan.items()),
+    places = [p for p in receipt.get("places") or [] if isinstance(p, dict)]  # receipts before places: none
+    return {"counts": sorted(counts.items()), "scan": sorted(scan.items()), "places": places,
+            "remanence": receipt.get("remanence", ""),
             "left_behind": sorted((k, v) for k, v in scan.items() if v), "clean": receipt.get("clean") is True,
             "subject_digest": receipt.get("subject_digest", ""), "completed_at": receipt.get("completed_at", ""),
             "text": pretty_json(receipt, limit=200_000)}  # fmt: skip

@@ -27,6 +27,7 @@ from core.tenancy import tenant_scope
 from retrieval.models import RetrievalSnapshot
 from runs.compaction.compactors import compactor_from_settings
 from runs.compaction.services import summary_problem
+from runs.erasure import ERASED_EVENT, redactions_of
 from runs.models import AgentEvent, AgentRun, Summary
 
 EVENTS_PAGE, MAX_EVENTS_PAGE = 200, 500
@@ -200,6 +201,7 @@ class RevisionState:
     state_seq: int | None  # the event that stored this state (a later event may only point to it)
     digest: str  # the digest the event recorded
     digest_ok: bool | None  # whether the stored state still hashes to it (None: no state stored)
+    erased: bool = False  # the state was redacted by an erasure, as its subject_erased event records
 
     @property
     def text(self) -> str:
@@ -233,8 +235,22 @@ def state_at(*, run: AgentRun, revision: int) -> RevisionState:
     )
     state = source["state"] if source else None
     ok = None if source is None else json_digest(state) == event["state_digest"]
-    return RevisionState(revision, event["event_type"], event["created_at"], state,
-                         source["seq"] if source else None, event["state_digest"], ok)  # fmt: skip
+    erased = False
+    if ok is False and run.subject.startswith("erased:"):
+        erasures = AgentEvent.objects.filter(run_id=run.run_id, event_type=ERASED_EVENT).values(
+            "event_type", "payload"
+        )
+        erased = source is not None and source["seq"] in redactions_of(list(erasures))
+    return RevisionState(
+        revision,
+        event["event_type"],
+        event["created_at"],
+        state,
+        source["seq"] if source else None,
+        event["state_digest"],
+        ok,
+        erased,
+    )
 
 
 @dataclass(frozen=True)

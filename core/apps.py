@@ -4,3 +4,36 @@ from django.apps import AppConfig
 class CoreConfig(AppConfig):
     name = "core"
     verbose_name = "Core"
+
+    def ready(self) -> None:
+        from core.erasure import free_register
+
+        free_register("tenants", "the customer organisation (Keeper's tenant), not a subject", "slug", "name")
+        free_register(
+            "api_keys",
+            "a key's label, prefix, scope and the digest of its secret",
+            "name",
+            "prefix",
+            "scope",
+            "secret_sha256",
+        )
+        # Django's own tables: staff accounts, permissions and bookkeeping; subjects never sign in.
+        staff = "Django's staff accounts and permissions (staff, not subjects)"
+        free_register("auth_user", staff, "username", "password", "email", "first_name", "last_name")
+        free_register("auth_group", staff, "name")
+        free_register("auth_permission", staff, "codename", "name")
+        free_register(
+            "django_session",
+            "staff sign-in sessions (ids and the signed-in user)",
+            "session_key",
+            "session_data",
+        )
+        free_register(
+            "django_admin_log",
+            "the Django admin's log of staff edits to staff-managed objects",
+            "change_message",
+            "object_id",
+            "object_repr",
+        )
+        free_register("django_content_type", "model names", "app_label", "model")
+        free_register("django_migrations", "migration names", "app", "name")

@@ -1,33 +1,208 @@
-"""Erasure reaches stores owned by several apps; each app registers an eraser for its own stores.
+"""The one registry of every place that can hold a subject's data, its erasers, and the columns declared free of it.
 
-The memory app's erasure service runs them all and writes their counts into the receipt; core
-imports no app, so the apps register themselves (in their AppConfig.ready).
+core imports no app: each app registers its own places, erasers and personal-data-free columns in
+its AppConfig.ready; the memory app's erasure service runs the erasers and scans every place.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 from uuid import UUID
+
+from django.db import connection
+
+# A value (a message, a note, a memory value) is searched outside the subject's own rows only when it
+# is distinctive: at least DISTINCTIVE_CHARS long, or at least DISTINCTIVE_WITH_DIGIT_CHARS long with a
+# digit in it ("Baker Street 221b"). "english", "refund please" or "new user message" are not.
+DISTINCTIVE_CHARS = 24
+DISTINCTIVE_WITH_DIGIT_CHARS = 12
+# A subject id this long is searched as a substring tenant-wide; a shorter one ("a") only as a
+# whole value (a column equal to it, or a JSON string equal to it): as a substring it is everywhere.
+IDENTIFIER_SUBSTRING_CHARS = 6
+# Texts shorter than this are not searched at all (they carry no information on their own).
+MIN_VALUE_CHARS = 4
+# A value shorter than this ("english", "fine") is matched only as a whole value, never inside a
+# longer word ("refined"): the sentence it came from is searched as a value of its own.
+VALUE_SUBSTRING_CHARS = 8
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one erasure covers, collected BEFORE anything is erased (the scan never trusts the erasers)."""
+
+    tenant_id: UUID
+    subject_id: str
+    run_ids: tuple[UUID, ...] = ()  # the subject's runs, their forks and rewinds
+    values: tuple[str, ...] = ()  # texts the request covers: memory values, messages, notes, reasons...
+    session_keys: tuple[bytes, ...] = ()  # the Redis windows of those runs
+    artifact_uris: tuple[str, ...] = ()  # stored tool results only these runs point to
 
 
 class Eraser(Protocol):
     name: str
 
-    def erase(self, *, tenant_id: UUID, subject_id: str) -> dict[str, int]:
+    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
+        """Add to the scope what this app knows belongs to the subject (runs, texts, keys)."""
+        ...
+
+    def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
         """Delete or redact what this app keeps about the subject; counts per store."""
         ...
 
-    def scan(self, *, tenant_id: UUID, subject_id: str, values: list[str]) -> dict[str, int]:
-        """What is still there: the subject's rows, or any of these erased texts; counts per store."""
-        ...
+
+@dataclass(frozen=True)
+class Place:
+    """One place a subject's data can be: a column (JSON paths in `what`), Redis keys, files.
+
+    `count` says how many rows (keys, files) in it hold the subject's id or one of the scope's values;
+    it reads the place itself, never what an eraser reported. `erased_by` names the eraser, or says why
+    nothing erases it (then a match makes the receipt not clean, which is the point).
+    """
+
+    name: str
+    what: str
+    erased_by: str
+    count: Callable[[Scope], int]
+    columns: tuple[tuple[str, str], ...] = ()  # the (table, column) pairs this place covers
 
 
-_ERASERS: dict[str, Eraser] = {}
+@dataclass
+class _Registry:
+    places: dict[str, Place] = field(default_factory=dict)
+    erasers: dict[str, Eraser] = field(default_factory=dict)
+    free: dict[tuple[str, str], str] = field(default_factory=dict)  # (table, column) -> why
+
+
+_REGISTRY = _Registry()
 
 
 def eraser_register(eraser: Eraser) -> None:
-    _ERASERS[eraser.name] = eraser
+    _REGISTRY.erasers[eraser.name] = eraser
+
+
+def eraser_unregister(name: str) -> None:
+    _REGISTRY.erasers.pop(name, None)
 
 
 def erasers() -> list[Eraser]:
-    return list(_ERASERS.values())
+    return list(_REGISTRY.erasers.values())
+
+
+def place_register(place: Place) -> None:
+    _REGISTRY.places[place.name] = place
+
+
+def places() -> list[Place]:
+    return list(_REGISTRY.places.values())
+
+
+def free_register(table: str, why: str, *columns: str) -> None:
+    """Declare columns that never hold a subject's data (ids, digests, statuses, codes), and why."""
+    for column in columns:
+        _REGISTRY.free[(table, column)] = why
+
+
+def free_columns() -> dict[tuple[str, str], str]:
+    return dict(_REGISTRY.free)
+
+
+def registered_columns() -> set[tuple[str, str]]:
+    return {c for place in _REGISTRY.places.values() for c in place.columns}
+
+
+# --- the generic column scan ------------------------------------------------------------------
+
+
+def distinctive(text: str) -> bool:
+    return len(text) >= DISTINCTIVE_CHARS or (
+        len(text) >= DISTINCTIVE_WITH_DIGIT_CHARS and any(c.isdigit() for c in text)
+    )
+
+
+def _like(text: str) -> str:
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+def _json_text(text: str) -> str:
+    """How a string appears inside jsonb's text form (quotes, backslashes, controls escaped)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+def column_place(
+    *,
+    table: str,
+    column: str,
+    kind: str,
+    tenant_sql: str,
+    erased_by: str,
+    what: str = "",
+    mine_sql: str | None = None,
+    owner_sql: str | None = None,
+    values: bool = True,
+) -> Place:
+    """A place that is one column, counted with one SQL statement.
+
+    kind: "text", "json" or "array" (text[]). tenant_sql: the condition that keeps the tenant's rows
+    (on alias t; %(tenant)s, %(runs)s and %(subject)s are available). mine_sql: the row is the
+    subject's (one of the scope's runs, the subject's memory): every value is searched there.
+    owner_sql: the subject the row belongs to ('' or NULL for nobody): distinctive values are searched
+    in rows nobody (or this subject) owns, never in another subject's rows. The identifier is searched
+    in every row of the tenant. values=False: the identifier only (e.g. documents the company wrote).
+    """
+    as_text = {
+        "text": f"t.{column}",
+        "json": f"t.{column}::text",
+        "array": f"array_to_string(t.{column}, ' ')",
+    }[kind]
+    in_runs = f"({mine_sql})" if mine_sql else "FALSE"
+    unowned = (
+        f"COALESCE(({owner_sql}), '') IN ('', %(subject)s) OR ({owner_sql}) LIKE 'erased:%%'"
+        if owner_sql
+        else "TRUE"
+    )
+    sql = f"""
+        SELECT count(*) FROM {table} t
+         WHERE ({tenant_sql}) AND (
+               {as_text} ILIKE ANY(%(id_like)s) OR lower({as_text}) = ANY(%(id_exact)s)
+            OR ({in_runs} AND ({as_text} ILIKE ANY(%(value_like)s) OR lower({as_text}) = ANY(%(value_exact)s)))
+            OR (({unowned}) AND {as_text} ILIKE ANY(%(distinct_like)s)))
+    """  # noqa: S608 - table and column names come from the registry, values are parameters
+
+    def patterns(texts: list[str], substring_chars: int) -> tuple[list[str], list[str]]:
+        """(ILIKE patterns, whole values): a short text matches only a whole value (a column equal to
+        it, a JSON string equal to it), never a part of a longer word."""
+        encode = _json_text if kind == "json" else (lambda s: s)
+        like = [_like(encode(t)) for t in texts if len(t) >= substring_chars]
+        short = [t for t in texts if len(t) < substring_chars]
+        if kind == "json":
+            return like + [_like('"' + encode(t) + '"') for t in short], []
+        return like, [t.lower() for t in short]
+
+    def count(scope: Scope) -> int:
+        id_like, id_exact = patterns([scope.subject_id], IDENTIFIER_SUBSTRING_CHARS)
+        values_ = [v for v in scope.values if len(v) >= MIN_VALUE_CHARS] if values else []
+        value_like, value_exact = patterns(values_, VALUE_SUBSTRING_CHARS)
+        params = {
+            "tenant": scope.tenant_id,
+            "runs": list(scope.run_ids),
+            "subject": scope.subject_id,
+            "id_like": id_like,
+            "id_exact": id_exact,
+            "value_like": value_like,
+            "value_exact": value_exact,
+            "distinct_like": patterns([v for v in values_ if distinctive(v)], 0)[0],
+        }
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return int(cursor.fetchone()[0])
+
+    return Place(
+        name=f"{table}.{column}",
+        what=what or f"{table}.{column}",
+        erased_by=erased_by,
+        count=count,
+        columns=((table, column),),
+    )

@@ -4,3 +4,8 @@ from django.apps import AppConfig
 class MemoryConfig(AppConfig):
     name = "memory"
     verbose_name = "Long-term memory"
+
+    def ready(self) -> None:
+        from memory.erasure import register
+
+        register()

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.digests import canonical_json, json_digest
-from core.erasure import erasers
+from core.erasure import Place, Scope, column_place, erasers, free_register, place_register, places
 from core.errors import InvalidInput, NotFound
 from core.models import Tenant
 from core.tasks import task_send
@@ -60,9 +60,21 @@ def _progress(request: ErasureRequest, **step: Any) -> None:
     )
 
 
+REMANENCE = (
+    "Physical remanence is outside an application's reach: PostgreSQL keeps dead row versions until VACUUM, "
+    "and WAL, replicas and backups keep old pages until they expire; the operator runs VACUUM on the erased "
+    "tables and lets backups age out within the retention period the erasure policy promises."
+)
+
+
 def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
     """Erase the request's subject everywhere; idempotent. Raises (and records) a store's error:
-    a failure of one store is never swallowed into a receipt that claims success."""
+    a failure of one store is never swallowed into a receipt that claims success.
+
+    What the request covers (the subject's runs, the texts of its memory, messages, notes and
+    reasons) is collected before anything is erased; every registered place is counted before and
+    after, by reading the place itself, so the receipt never repeats what an eraser believes.
+    """
     with tenant_scope(tenant_id):
         request = ErasureRequest.objects.filter(request_id=request_id).first()
     if request is None:
@@ -71,9 +83,10 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         return request  # done: the receipt stands, and the subject's id is no longer kept to redo it
     subject = request.subject_id
     try:
+        scope = _collect(tenant_id=tenant_id, subject_id=subject, subject_digest=request.subject_digest)
+        before = _scan(scope)
         with tenant_scope(tenant_id):
             items = list(MemoryItem.objects.filter(subject_id=subject).order_by("created_at"))
-            values = sorted({v for item in items for v in _texts(item.value)})
             for item in items:
                 for kind, digest in (
                     ("claim", claim_digest(subject_id=subject, namespace=item.namespace, key=item.key, value=item.value)),
@@ -90,26 +103,48 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
                       "tombstones": Tombstone.objects.filter(request=request).count()}  # fmt: skip
             _progress(request, memory=dict(counts))
         for eraser in erasers():
-            erased = eraser.erase(tenant_id=tenant_id, subject_id=subject)
+            erased = eraser.erase(
+                scope=scope, request_id=request.request_id, subject_digest=request.subject_digest
+            )
             counts.update({f"{eraser.name}.{k}": v for k, v in erased.items()})
             with tenant_scope(tenant_id):
                 _progress(request, **{eraser.name: erased})
-        scan = _scan(tenant_id=tenant_id, subject_id=subject, values=values)
+        after = _scan(scope)
     except Exception as exc:
         with tenant_scope(tenant_id):
             ErasureRequest.objects.filter(pk=request.pk).update(
                 status=ErasureStatus.FAILED, error=repr(exc)[:2000]
             )
         raise
-    receipt = {"request_id": str(request.request_id), "tenant_id": str(tenant_id),
-               "subject_digest": request.subject_digest, "counts": counts, "final_scan": scan,
-               "clean": not any(scan.values()), "completed_at": timezone.now().isoformat()}  # fmt: skip
+    clean = not any(after.values())
+    receipt = {
+        "request_id": str(request.request_id),
+        "tenant_id": str(tenant_id),
+        "subject_digest": request.subject_digest,
+        "counts": counts,
+        "final_scan": after,
+        "places": [
+            {
+                "place": p.name,
+                "what": p.what,
+                "erased_by": p.erased_by,
+                "before": before[p.name],
+                "after": after[p.name],
+            }
+            for p in places()
+        ],
+        "searched": {"identifiers": 1, "values": len(scope.values), "runs": len(scope.run_ids)},
+        "clean": clean,
+        "remanence": REMANENCE,
+        "completed_at": timezone.now().isoformat(),
+    }
     with tenant_scope(tenant_id):
+        left = {k: v for k, v in after.items() if v}
         ErasureRequest.objects.filter(pk=request.pk).update(
-            status=ErasureStatus.COMPLETED if receipt["clean"] else ErasureStatus.FAILED, receipt=receipt,
-            completed_at=timezone.now(), error="" if receipt["clean"] else f"left behind: {canonical_json(scan)}",
+            status=ErasureStatus.COMPLETED if clean else ErasureStatus.FAILED, receipt=receipt,
+            completed_at=timezone.now(), error="" if clean else f"left behind: {canonical_json(left)}",
             # Once clean, the request keeps only the subject's digest; a failed one keeps the id to retry.
-            **({"subject_id": ""} if receipt["clean"] else {}),
+            **({"subject_id": ""} if clean else {}),
         )  # fmt: skip
         return ErasureRequest.objects.get(pk=request.pk)
 
@@ -125,16 +160,33 @@ def _texts(value: Any) -> list[str]:
     return []
 
 
-def _scan(*, tenant_id: UUID, subject_id: str, values: list[str]) -> dict[str, int]:
+def _collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
+    """Everything the request covers, merged from memory and every registered eraser."""
     with tenant_scope(tenant_id):
-        found = {
-            "memory_items": MemoryItem.objects.filter(subject_id=subject_id).count(),
-            "memory_vectors": MemoryVector.objects.filter(memory__subject_id=subject_id).count(),
-        }
+        values = {v for item in MemoryItem.objects.filter(subject_id=subject_id) for v in _texts(item.value)}
+    run_ids: set[UUID] = set()
+    keys: set[bytes] = set()
+    uris: set[str] = set()
     for eraser in erasers():
-        found.update({f"{eraser.name}.{k}": v for k, v in eraser.scan(tenant_id=tenant_id, subject_id=subject_id,
-                                                                    values=values).items()})  # fmt: skip
-    return found
+        found = eraser.collect(tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest)
+        run_ids.update(found.run_ids)
+        values.update(found.values)
+        keys.update(found.session_keys)
+        uris.update(found.artifact_uris)
+    return Scope(
+        tenant_id=tenant_id,
+        subject_id=subject_id,
+        run_ids=tuple(sorted(run_ids)),
+        values=tuple(sorted(values)),
+        session_keys=tuple(sorted(keys)),
+        artifact_uris=tuple(sorted(uris)),
+    )
+
+
+def _scan(scope: Scope) -> dict[str, int]:
+    """Count every registered place, read directly (the same scope before and after erasure)."""
+    with tenant_scope(scope.tenant_id):
+        return {place.name: place.count(scope) for place in places()}
 
 
 def tombstoned(*, tenant_id: UUID, subject_id: str, namespace: str, key: str, value: Any,
@@ -144,3 +196,65 @@ def tombstoned(*, tenant_id: UUID, subject_id: str, namespace: str, key: str, va
                source_digest(subject_id=subject_id, run_id=provenance.get("run_id"),
                              event_seq=provenance.get("event_seq"))]  # fmt: skip
     return Tombstone.objects.filter(tenant_id=tenant_id, digest__in=digests).exists()
+
+
+def _count_completed_requests(scope: Scope) -> int:
+    # A request in flight (or failed, to be retried) keeps the id it works on; a completed one never.
+    return ErasureRequest.objects.filter(subject_id=scope.subject_id, status=ErasureStatus.COMPLETED).count()
+
+
+def register() -> None:
+    """Called from MemoryConfig.ready: memory's places and the columns free of a subject's data."""
+    tenant, mine, owner = "t.tenant_id = %(tenant)s", "t.subject_id = %(subject)s", "t.subject_id"
+    for column, kind in (
+        ("subject_id", "text"),
+        ("namespace", "text"),
+        ("key", "text"),
+        ("value", "json"),
+        ("provenance", "json"),
+        ("invalidation_reason", "text"),
+        ("consent_basis", "text"),
+    ):
+        place_register(
+            column_place(
+                table="memory_items",
+                column=column,
+                kind=kind,
+                tenant_sql=tenant,
+                erased_by="memory",
+                mine_sql=mine,
+                owner_sql=owner,
+                what=f"memory_items.{column} (deleted)",
+            )
+        )
+    place_register(
+        Place(
+            name="erasure_requests.subject_id",
+            what="erasure_requests.subject_id (cleared once clean)",
+            erased_by="memory",
+            count=_count_completed_requests,
+            columns=(("erasure_requests", "subject_id"),),
+        )
+    )
+    free_register(
+        "memory_vectors",
+        "the embedder's name and the digest of the embedded text",
+        "embedder_key",
+        "content_digest",
+    )
+    free_register("memory_tombstones", "digests and their kind", "subject_digest", "kind", "digest")
+    free_register(
+        "erasure_requests",
+        "digests, counts, statuses and who asked (a staff user)",
+        "subject_digest",
+        "requested_by",
+        "status",
+        "progress",
+        "receipt",
+    )
+    free_register(
+        "erasure_requests",
+        "a failed erasure's exception class and message (Keeper's own text) and the "
+        "names and counts of places left behind",
+        "error",
+    )

@@ -14,8 +14,9 @@ class RunsConfig(AppConfig):
         import_module("runs.workflows.refund.workflow")
         import_module("runs.workflows.conversation")
         from core.erasure import eraser_register
-        from runs.erasure import RunsEraser
+        from runs.erasure import RunsEraser, register
 
         eraser_register(RunsEraser())
+        register()
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

@@ -41,3 +41,9 @@ class RunImported(InvalidTransition):
 
 class WorkflowDefinitionError(ApplicationError):
     code = "workflow_definition_error"
+
+
+class SubjectErased(Conflict):
+    """The run's subject was erased: its content is redacted and it never continues."""
+
+    code = "subject_erased"

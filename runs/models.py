@@ -23,6 +23,8 @@ class RunStatus(models.TextChoices):
 
 ACTIVE_RUN_STATUSES = frozenset({RunStatus.RUNNING, RunStatus.SUSPENDED})
 TERMINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+# The suspend reason of a run whose subject was erased: its content is redacted and it never continues.
+SUBJECT_ERASED = "subject_erased"
 
 
 class AgentRun(models.Model):

@@ -320,6 +320,8 @@ WITH u AS (
      AND (NOT %(only_if_fork_expired)s
           OR (resume_requested_at IS NULL AND fork_expires_at < statement_timestamp()))
      AND NOT imported
+     -- nothing asks a run whose subject was erased to continue (a resume, an approval, a message)
+     AND NOT (%(request_resume)s AND suspend_reason IS NOT DISTINCT FROM 'subject_erased')
   RETURNING run_id, tenant_id, state_revision, next_step, state_digest)
 INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, next_step, created_at)
@@ -438,6 +440,7 @@ WITH u AS (
   UPDATE agent_runs SET state_revision = state_revision + 1, updated_at = statement_timestamp()
    WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status IN ('running', 'suspended')
      AND NOT imported
+     AND suspend_reason IS DISTINCT FROM 'subject_erased'
   RETURNING run_id, tenant_id, state_revision, next_step, state_digest)
 INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor, state_revision,
                           state_digest, next_step, client_message_id, created_at)
@@ -598,3 +601,65 @@ def operation_transition(
          "acting_run": acting_run_id},
     )  # fmt: skip
     return _op(rows[0]) if rows else None
+
+
+# --- erasure of a subject -----------------------------------------------------------------------
+
+_SUBJECT_ERASED = """
+WITH u AS (
+  UPDATE agent_runs
+     SET state = %(state)s::jsonb, state_digest = %(digest)s, subject = %(subject)s, result = %(result)s::jsonb,
+         idempotency_key = %(idempotency_key)s,
+         suspend_detail = CASE WHEN status IN ('running', 'suspended') THEN %(detail)s ELSE %(old_detail)s END,
+         suspend_reason = CASE WHEN status IN ('running', 'suspended') THEN 'subject_erased' ELSE suspend_reason END,
+         status = CASE WHEN status IN ('running', 'suspended') THEN 'suspended' ELSE status END,
+         -- any worker's lease ends here: a worker mid-step can no longer commit
+         lease_owner = NULL, lease_expires_at = NULL,
+         wake_at = NULL, dispatched_at = NULL, resume_requested_at = NULL, resume_requested_by = '',
+         state_revision = state_revision + 1, updated_at = statement_timestamp()
+   WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND state_revision = %(expected)s
+  RETURNING run_id, tenant_id, state_revision, next_step)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
+                          state_revision, state_digest, state, next_step, created_at)
+SELECT run_id, tenant_id, state_revision, 'subject_erased', NULL, NULL, %(payload)s::jsonb, %(actor)s,
+       state_revision, %(digest)s, %(state)s::jsonb, next_step, statement_timestamp() FROM u
+RETURNING seq
+"""
+
+
+def subject_erased(
+    *,
+    run_id: UUID,
+    tenant_id: UUID,
+    expected_revision: int,
+    state_json: str,
+    state_digest: str,
+    subject: str,
+    result_json: str | None,
+    idempotency_key: str | None,
+    detail: str,
+    old_detail: str,
+    payload_json: str,
+    actor: str,
+) -> int | None:
+    """Put the redacted state in place with a `subject_erased` event, in one fenced statement.
+
+    The revision moves on, so a worker that read the state before cannot commit it back; an active
+    run is left suspended (`subject_erased`) with no lease. None if the run moved on meanwhile.
+    """
+    params = {
+        "run_id": run_id,
+        "tenant_id": tenant_id,
+        "expected": expected_revision,
+        "state": state_json,
+        "digest": state_digest,
+        "subject": subject,
+        "result": result_json,
+        "idempotency_key": idempotency_key,
+        "detail": detail,
+        "old_detail": old_detail,
+        "payload": payload_json,
+        "actor": actor,
+    }
+    rows = _rows(_SUBJECT_ERASED, params)
+    return rows[0][0] if rows else None

@@ -139,6 +139,7 @@ def run_page_context(request: HttpRequest, run: Any) -> dict[str, Any]:
     lease_expired = run.lease_expires_at is not None and run.lease_expires_at < timezone.now()
     return {
         "run": run, "timeline": timeline, "lease_expired": lease_expired, "fork_seq": fork_seq,
+        "erased": run.subject.startswith("erased:"),
         "operations": list(ToolOperation.objects.filter(run_id=run.run_id).order_by("created_at")[:100]),
         "summaries": list(Summary.objects.filter(run_id=run.run_id).defer("text", "facts", "carry")
                           .order_by("covers_from_seq")[:100]),

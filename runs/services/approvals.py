@@ -15,8 +15,8 @@ from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput, NotFound
 from core.tenancy import tenant_of_call
 from runs import store
-from runs.errors import InvalidTransition
-from runs.models import AgentRun, Approval, ApprovalStatus, RunStatus
+from runs.errors import InvalidTransition, SubjectErased
+from runs.models import SUBJECT_ERASED, AgentRun, Approval, ApprovalStatus, RunStatus
 from runs.services.dispatch import run_enqueue_on_commit
 
 
@@ -131,6 +131,10 @@ def _decide(*, approval_id: UUID, actor: str, note: str, status: str) -> Approva
             run_id=run.run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
             event_type=f"approval_{status}", actor=actor, payload_json=canonical_json(payload), request_resume=True,
         )  # fmt: skip
+        if seq is None and run.suspend_reason == SUBJECT_ERASED:
+            raise SubjectErased(
+                f"run {run.run_id} will not continue: its subject was erased; nothing to approve"
+            )
         if seq is None:
             raise InvalidTransition(f"run {run.run_id} is {run.status}, not waiting for this approval")
         run_enqueue_on_commit(run_id=run.run_id)

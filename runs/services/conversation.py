@@ -20,8 +20,8 @@ from core.errors import InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_of_call
 from runs import store
-from runs.errors import InvalidTransition, RunNotFound
-from runs.models import AgentEvent, AgentRun, RunStatus
+from runs.errors import InvalidTransition, RunNotFound, SubjectErased
+from runs.models import SUBJECT_ERASED, AgentEvent, AgentRun, RunStatus
 from runs.services.artifacts import artifact_put
 from runs.services.dispatch import run_enqueue_on_commit
 from runs.services.sessions import session_append
@@ -87,6 +87,11 @@ def conversation_append(
                 run = AgentRun.objects.filter(run_id=run_id, tenant=tenant).first()
                 if run is None:
                     raise RunNotFound(f"no run {run_id} for tenant {tenant.slug}")
+                if run.suspend_reason == SUBJECT_ERASED:
+                    raise SubjectErased(
+                        f"run {run_id} takes no messages: its subject was erased; start a new run",
+                        details={"status": run.status, "suspend_reason": run.suspend_reason},
+                    )
                 raise InvalidTransition(f"run {run_id} is {run.status}; messages go to running or suspended runs",
                                         details={"status": run.status})  # fmt: skip
             if event_type == "user_message":

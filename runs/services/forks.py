@@ -18,7 +18,7 @@ from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput
 from core.tenancy import tenant_bind, tenant_of_call, tenant_scope
 from runs import store
-from runs.errors import InvalidTransition, RunImported
+from runs.errors import InvalidTransition, RunImported, SubjectErased
 from runs.models import AgentEvent, AgentRun, RunStatus
 from runs.selectors import run_get
 from runs.services.conversation import conversation_copy
@@ -86,6 +86,11 @@ def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, 
     conversation up to `at_seq` as its own events, each naming the event it was copied from.
     """
     parent = run_get(run_id=run_id)
+    if parent.subject.startswith("erased:"):
+        raise SubjectErased(
+            f"run {run_id} cannot be forked or rewound: its subject was erased and its content redacted",
+            details={"subject_erased": True},
+        )
     state, next_step, schema_version = _state_at(parent, at_seq)
     if next_step is None:
         raise InvalidInput(

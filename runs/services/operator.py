@@ -24,6 +24,7 @@ from core.errors import Conflict, InvalidInput
 from core.models import Tenant
 from core.tenancy import run_tenant, tenant_ensure, tenant_of_call, tenant_scope
 from retrieval.models import RetrievalSnapshot
+from runs.erasure import event_redacted_as_recorded, redactions_of
 from runs.errors import InvalidState, RunNotFound
 from runs.models import (
     TERMINAL_RUN_STATUSES,
@@ -294,13 +295,18 @@ def history_verify(document: Any) -> None:
     seqs = [e.get("seq") for e in events]
     if seqs != list(range(1, len(events) + 1)):
         raise HistoryImportError(f"broken chain: seqs are not continuous from 1 (got {seqs[:5]}...)")
+    # An erasure redacts event states and records each change in a subject_erased event; a changed
+    # state is accepted only when the event matches that record exactly.
+    redactions = redactions_of(events)
     for event in events:
         if event.get("state_revision") != event["seq"]:
             raise HistoryImportError(
                 f"broken chain: event {event['seq']} has revision {event.get('state_revision')}"
             )
-        if event.get("state") is not None and _state_digest(event["state"], event["seq"]) != event.get(
-            "state_digest"
+        if (
+            event.get("state") is not None
+            and _state_digest(event["state"], event["seq"]) != event.get("state_digest")
+            and not event_redacted_as_recorded(event, redactions)
         ):
             raise HistoryImportError(
                 f"broken chain: event {event['seq']}'s state does not match its state digest"

@@ -12,8 +12,15 @@ from core.errors import InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_of_call
 from runs import store
-from runs.errors import IdempotencyConflict, InvalidState, InvalidTransition, RunImported, RunNotFound
-from runs.models import AgentRun, RunStatus
+from runs.errors import (
+    IdempotencyConflict,
+    InvalidState,
+    InvalidTransition,
+    RunImported,
+    RunNotFound,
+    SubjectErased,
+)
+from runs.models import SUBJECT_ERASED, AgentRun, RunStatus
 from runs.services.budgets import budgets_initial
 from runs.services.dispatch import run_enqueue_on_commit
 from runs.services.state import state_encode
@@ -125,6 +132,12 @@ def _transition(
             f"run {run_id} is an imported history copy: it never runs here, so it cannot "
             f"{_ACTIONS.get(event_type, event_type)}; fork it to continue from any of its events",
             details={"status": run.status, "imported": True},
+        )
+    if seq is None and run.suspend_reason == SUBJECT_ERASED and kwargs.get("request_resume"):
+        raise SubjectErased(
+            f"run {run_id} cannot resume: its subject was erased and its content redacted; start a new run "
+            "if the customer asks again",
+            details={"status": run.status, "suspend_reason": run.suspend_reason},
         )
     if seq is None:
         raise InvalidTransition(

@@ -131,7 +131,7 @@ def test_another_customer_saying_the_same_word_does_not_fail_the_erasure(tenant,
     _chat(tenant, "someone-else", "Please answer in English, and ship to Baker Street 221b too")
     request = erasure_request_create(tenant=tenant, subject_id="cust-erase", requested_by="user:c")
     done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
-    assert done.status == "completed" and done.receipt["final_scan"]["runs.events_with_erased_text"] == 0
+    assert done.status == "completed" and done.receipt["final_scan"]["agent_events.payload"] == 0
 
 
 def test_a_stored_result_another_subject_also_points_to_is_kept(tenant, subject_with_everything, settings):
