@@ -31,8 +31,14 @@ def sign_in_throttled(*, username: str, remote_addr: str) -> bool:
 
 def sign_in_failure_record(*, request: HttpRequest, username: str, via: str = "") -> AuditEntry:
     details = {"username": username.lower()[:150], **({"via": via} if via else {})}
-    return audit_record(request=request, action=FAILED, actor="anonymous", target_type="user",
-                        target_id=username[:150], details=details)  # fmt: skip
+    return audit_record(
+        request=request,
+        action=FAILED,
+        actor="anonymous",
+        target_type="user",
+        target_id=username[:150],
+        details=details,
+    )
 
 
 def sign_in_throttled_message() -> str:
@@ -57,6 +63,12 @@ class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
                 sign_in_failure_record(request=self.request, username=username, via="admin")
             raise
         if self.request is not None:
-            audit_record(request=self.request, action="sign_in", actor=f"user:{username}", target_type="user",
-                         target_id=username, details={"via": "admin"})  # fmt: skip
+            audit_record(
+                request=self.request,
+                action="sign_in",
+                actor=f"user:{username}",
+                target_type="user",
+                target_id=username,
+                details={"via": "admin"},
+            )
         return cleaned
