@@ -7,6 +7,11 @@ import os
 
 bind = "0.0.0.0:8000"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+# Each process serves this many requests at once, each thread with its own database connection: a
+# burst of requests queues here instead of opening a PostgreSQL connection per request.
+# `GUNICORN_CMD_ARGS="--threads N"` changes it.
+worker_class = "gthread"
+threads = 4
 timeout = 60
 accesslog = "-"
 errorlog = "-"
@@ -19,6 +24,10 @@ logconfig_dict = {
     "handlers": {
         "json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
     },
+    # gunicorn merges this dict over its defaults one key deep: without a root of our own, the
+    # default root names the default "console" handler this dict replaced, and gunicorn exits with
+    # "Unable to configure root logger" before serving anything.
+    "root": {"level": "INFO", "handlers": ["json"]},
     "loggers": {
         "gunicorn.error": {"handlers": ["json"], "level": "INFO", "propagate": False},
         "gunicorn.access": {"handlers": ["json"], "level": "INFO", "propagate": False},

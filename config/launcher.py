@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from core.processes import ROOT, start_python, stop_groups
+from core.processes import ROOT, start_python, stop_groups, web_args
 
 
 def settings_concurrency() -> int:
@@ -104,7 +104,7 @@ def run() -> int:
     try:
         _manage("migrate", "--noinput", "-v", "0")
         _manage("keeper_setup")
-        supervisor.start("web", ["manage.py", "runserver", f"{host}:{port}", "--noreload"])
+        supervisor.start("web", web_args(host, port))
         _load_demo(host, port)
         supervisor.start(
             "worker", ["-m", "celery", "-A", "workers", "worker", "-l", "info", "-n", "keeper@%h"]

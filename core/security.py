@@ -1,11 +1,13 @@
-"""Request guards: control characters in a path answer 404, and every response carries a
-Content-Security-Policy (the console loads scripts and styles only from its static files)."""
+"""Request guards: control characters in a path answer 404, a database that refuses connections
+answers 503 with Retry-After, and every response carries a Content-Security-Policy (the console
+loads scripts and styles only from its static files)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
 
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 
 # No inline script or style anywhere; SVG and data: images for the timeline and the admin's icons.
@@ -46,6 +48,37 @@ class RequestGuardMiddleware:
         if "Content-Security-Policy" not in response:
             relaxed = request.path.startswith(RELAXED_PREFIXES)
             response["Content-Security-Policy"] = API_DOCS_POLICY if relaxed else CONTENT_SECURITY_POLICY
+        return response
+
+
+DATABASE_RETRY_AFTER = 5  # seconds
+UNAVAILABLE_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>Keeper is busy</title>
+</head><body><h1>Keeper cannot reach its database right now</h1>
+<p>Try again in a few seconds.</p></body></html>"""
+
+
+class DatabaseUnavailableMiddleware:
+    """A database that refuses or drops connections (too many clients, a restart, an outage) is a
+    503 with Retry-After: the API's error body under /api/, a short page elsewhere; never a 500."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not isinstance(exception, OperationalError | InterfaceError):
+            return None
+        if request.path.startswith("/api/"):
+            response: HttpResponse = _error(
+                "database_unavailable",
+                "the database is not accepting connections; retry after the given seconds",
+                503,
+            )
+        else:
+            response = HttpResponse(UNAVAILABLE_PAGE, status=503)
+        response["Retry-After"] = str(DATABASE_RETRY_AFTER)
         return response
 
 

@@ -51,6 +51,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "core.logging.LogContextMiddleware",
     "core.security.RequestGuardMiddleware",  # control characters in paths; Content-Security-Policy
+    "core.security.DatabaseUnavailableMiddleware",  # connections refused: 503 with Retry-After
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
