@@ -18,7 +18,8 @@ CONTENT_SECURITY_POLICY = (
 # Swagger UI (drf-spectacular's page) starts itself with an inline script and inline styles.
 API_DOCS_POLICY = (
     "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data:; object-src 'none'; base-uri 'self'; form-action 'self'; frame-ancestors 'none'"
+    "img-src 'self' data:; worker-src 'self' blob:; object-src 'none'; base-uri 'self'; form-action 'self'; "
+    "frame-ancestors 'none'"
 )
 RELAXED_PREFIXES = ("/api/docs/", "/api/redoc/")
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
