@@ -159,6 +159,12 @@ return {0, tostring(tonumber(oldest[2]) + window - now)}
 """
 
 
+def rate_cache_is_redis() -> bool:
+    from django.core.cache import cache
+
+    return callable(getattr(getattr(cache, "_cache", None), "get_client", None))
+
+
 def rate_window_take(*, key: str, limit: int, window: float) -> tuple[bool, float]:
     """Count one request in this key's window if it is under `limit`: (served, seconds to wait)."""
     from django.core.cache import cache
@@ -186,6 +192,8 @@ class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
     def allow_request(self, request: Request, view: APIView) -> bool:
         if self.rate is None:
             return True
+        if not rate_cache_is_redis():  # another cache backend: Django's own (not atomic) counting
+            return super().allow_request(request, view)
         cache_key = self.get_cache_key(request, view)
         if cache_key is None:
             return True
@@ -201,7 +209,7 @@ class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
         return served
 
     def wait(self) -> float | None:
-        return self._wait
+        return self._wait if rate_cache_is_redis() else super().wait()
 
 
 def request_actor(request: Request) -> str:
