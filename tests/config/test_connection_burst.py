@@ -31,10 +31,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _get(url: str, key: str = "") -> tuple[int, dict[str, str], bytes]:
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        return None
+
+
+def _get(url: str, key: str = "", cookie: str = "") -> tuple[int, dict[str, str], bytes]:
     headers = {"Authorization": f"Bearer {key}"} if key else {}
+    if cookie:
+        headers["Cookie"] = cookie
+    opener = urllib.request.build_opener(_NoRedirect)
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r:
+        with opener.open(urllib.request.Request(url, headers=headers), timeout=60) as r:
             return r.status, dict(r.headers), r.read()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read()
@@ -83,6 +91,10 @@ def test_a_burst_never_exhausts_connections_into_500s(tenant, limited_role, tmp_
         wait_until(lambda: _get(f"{base}/healthz")[0] == 200, timeout=60, message="the web server to answer")
         with ThreadPoolExecutor(CLIENTS) as pool:
             answers = list(pool.map(lambda _: _get(f"{base}/api/v1/approvals/", key), range(BURST)))
+            # The console: a session cookie makes the sign-in check read the database.
+            pages = list(
+                pool.map(lambda _: _get(f"{base}/", cookie="sessionid=" + "x" * 32), range(BURST // 2))
+            )
     finally:
         stop_groups([web], grace=5)
         log.close()
@@ -90,6 +102,11 @@ def test_a_burst_never_exhausts_connections_into_500s(tenant, limited_role, tmp_
     statuses = Counter(status for status, _, _ in answers)
     assert set(statuses) <= {200, 503}, (statuses, output[-3000:])
     assert statuses[200] > 0, statuses
+    page_statuses = Counter(status for status, _, _ in pages)
+    assert set(page_statuses) <= {302, 503}, page_statuses  # to sign-in, or the busy page
+    for status, headers, body in pages:
+        if status == 503:
+            assert int(headers["Retry-After"]) > 0 and b"Try again in a few seconds" in body
     for status, headers, body in answers:
         if status == 503:
             assert int(headers["Retry-After"]) > 0
