@@ -5,13 +5,37 @@ from __future__ import annotations
 
 import os
 
+from gunicorn.glogging import Logger
+
+from core.logging import query_redact, request_line_redact
+
 bind = "0.0.0.0:8000"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
+# Each process serves this many requests at once, each thread with its own database connection: a
+# burst of requests queues here instead of opening a PostgreSQL connection per request.
+# `GUNICORN_CMD_ARGS="--threads N"` changes it.
+worker_class = "gthread"
+threads = 4
 timeout = 60
 accesslog = "-"
 errorlog = "-"
 # The access line's message; the JSON formatter adds time, level and logger around it.
 access_log_format = '%(h)s "%(r)s" %(s)s %(b)s bytes %(M)s ms'
+
+
+class AccessLogger(Logger):
+    """Access lines name the query's parameters, never their values (subject ids, search text)."""
+
+    def atoms(self, resp, req, environ, request_time):  # type: ignore[no-untyped-def]
+        atoms = super().atoms(resp, req, environ, request_time)
+        atoms["r"] = request_line_redact(atoms["r"])
+        atoms["q"] = query_redact(atoms["q"])
+        for key in ("{raw_uri}e", "{query_string}e"):  # the environ's copies, should a format use them
+            atoms.pop(key, None)
+        return atoms
+
+
+logger_class = AccessLogger
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -19,6 +43,10 @@ logconfig_dict = {
     "handlers": {
         "json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
     },
+    # gunicorn merges this dict over its defaults one key deep: without a root of our own, the
+    # default root names the default "console" handler this dict replaced, and gunicorn exits with
+    # "Unable to configure root logger" before serving anything.
+    "root": {"level": "INFO", "handlers": ["json"]},
     "loggers": {
         "gunicorn.error": {"handlers": ["json"], "level": "INFO", "propagate": False},
         "gunicorn.access": {"handlers": ["json"], "level": "INFO", "propagate": False},

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config.env import env_bool, env_int, env_str
-from core.processes import ROOT, start_python, stop_groups
+from core.processes import ROOT, start_python, stop_groups, web_args
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ def run() -> int:
     try:
         _manage("migrate", "--noinput", "-v", "0")
         _manage("keeper_setup")
-        supervisor.start("web", ["manage.py", "runserver", f"{host}:{port}", "--noreload"])
+        supervisor.start("web", web_args(host, port))
         _load_demo(host, port, enabled=options.demo)
         supervisor.start(
             "worker", ["-m", "celery", "-A", "workers", "worker", "-l", "info", "-n", "keeper@%h"]

@@ -6,7 +6,11 @@ from __future__ import annotations
 from django.contrib import admin
 
 from console.models import AuditEntry, Membership
+from console.sign_in import ThrottledAdminAuthenticationForm
 from core.admin import ReadOnlyAdmin
+
+# The admin's sign-in is throttled and audited like the console's (a superuser sees every tenant).
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 
 @admin.register(Membership)

@@ -13,9 +13,10 @@ import hmac
 import logging
 import re
 import secrets
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import redis
 from django.db import transaction
@@ -145,10 +146,46 @@ class IsStaffOrScopedKey(permissions.BasePermission):
         return key.scope == ApiKeyScope.WRITE or request.method in permissions.SAFE_METHODS
 
 
+# A sliding window of request times per key, as one Redis script: drop the times older than the
+# window, count, and add this request only when under the limit. Atomic, so concurrent requests on
+# any number of web processes cannot all read the same count. Returns 1 (served) or 0 and the
+# seconds until the oldest counted request leaves the window (a string: Lua numbers become integers).
+SLIDING_WINDOW = """
+local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
+if redis.call('ZCARD', KEYS[1]) < limit then
+  redis.call('ZADD', KEYS[1], now, ARGV[4])
+  redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000))
+  return {1, '0'}
+end
+local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+return {0, tostring(tonumber(oldest[2]) + window - now)}
+"""
+
+
+def rate_cache_is_redis() -> bool:
+    from django.core.cache import cache
+
+    return callable(getattr(getattr(cache, "_cache", None), "get_client", None))
+
+
+def rate_window_take(*, key: str, limit: int, window: float) -> tuple[bool, float]:
+    """Count one request in this key's window if it is under `limit`: (served, seconds to wait)."""
+    from django.core.cache import cache
+
+    # The counters live in the cache's Redis (CACHES), shared by every web process.
+    client = cache._cache.get_client(key, write=True)  # type: ignore[attr-defined]
+    served, wait = client.register_script(SLIDING_WINDOW)(
+        keys=[cache.make_and_validate_key(key)], args=[time.time(), window, limit, uuid4().hex]
+    )
+    return bool(served), max(0.0, float(wait))
+
+
 class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
     """One bucket per key (`KEEPER_API_RATE`); staff sessions are not throttled."""
 
     scope = "api_key"
+    _wait: float | None = None
 
     def get_cache_key(self, request: Request, view: APIView) -> str | None:
         key = request_key(request)
@@ -157,13 +194,26 @@ class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
         return self.cache_format % {"scope": self.scope, "ident": key.prefix}
 
     def allow_request(self, request: Request, view: APIView) -> bool:
-        # The counters live in Redis. Without Redis the API still answers (runs live in PostgreSQL):
-        # the limit is skipped, loudly, rather than every request failing.
-        try:
+        if self.rate is None:
+            return True
+        if not rate_cache_is_redis():  # another cache backend: Django's own (not atomic) counting
             return super().allow_request(request, view)
+        cache_key = self.get_cache_key(request, view)
+        if cache_key is None:
+            return True
+        # Without Redis the API still answers (runs live in PostgreSQL): the limit is skipped,
+        # loudly, rather than every request failing.
+        try:
+            served, self._wait = rate_window_take(
+                key=cache_key, limit=self.num_requests, window=self.duration
+            )
         except (redis.RedisError, OSError) as exc:
             logger.warning("rate limit not checked (cache unavailable: %s)", exc)
             return True
+        return served
+
+    def wait(self) -> float | None:
+        return self._wait if rate_cache_is_redis() else super().wait()
 
 
 def request_actor(request: Request) -> str:

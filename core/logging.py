@@ -1,13 +1,15 @@
 """Structured logs: a JSON formatter (one object per line) and the run / tenant context it carries.
 
 The engine sets the context around a step (`log_context`); `RunContextFilter` copies it onto every
-record, so a step's own `logger.info(...)` says which run and tenant it belongs to.
+record, so a step's own `logger.info(...)` says which run and tenant it belongs to. Access lines
+never carry query values (subject ids, search text): `request_line_redact` keeps only their names.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -53,6 +55,35 @@ class LogContextMiddleware:
         _run_id.set(None)
         _tenant_id.set(None)
         return self.get_response(request)
+
+
+REQUEST_LINE = re.compile(r"^(?P<head>\S+ [^?\s]*)\?(?P<query>\S*)(?P<tail>.*)$", re.DOTALL)
+
+
+def query_redact(query: str) -> str:
+    """`subject_id=c-1&query=late+parcel` -> `subject_id=*&query=*`: which parameters, never their values."""
+    names = [part.split("=", 1)[0] for part in query.split("&") if part]
+    return "&".join(f"{name}=*" for name in names)
+
+
+def request_line_redact(line: str) -> str:
+    """`GET /api/v1/memory/items/?subject_id=c-1 HTTP/1.1` -> `GET /api/v1/memory/items/?subject_id=* HTTP/1.1`."""
+    match = REQUEST_LINE.match(line)
+    if match is None:
+        return line
+    return f"{match['head']}?{query_redact(match['query'])}{match['tail']}"
+
+
+class AccessLineFilter(logging.Filter):
+    """runserver's access lines (logger `django.server`, the request line as the first argument)
+    without query values; other records pass unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == "django.server" and isinstance(record.args, tuple) and record.args:
+            first = record.args[0]
+            if isinstance(first, str):
+                record.args = (request_line_redact(first), *record.args[1:])
+        return True
 
 
 class RunContextFilter(logging.Filter):

@@ -79,6 +79,13 @@ def start_python(
     )  # fmt: skip
 
 
+def web_args(host: str, port: str | int) -> list[str]:
+    """The web server as `make run` starts it: gunicorn with config/gunicorn.py, like the image, so
+    the threads serving requests (and the database connections they hold) are bounded (processes
+    `WEB_CONCURRENCY` x threads each), where runserver starts a thread and a connection per request."""
+    return ["-m", "gunicorn", "config.wsgi", "-c", "config/gunicorn.py", "--bind", f"{host}:{port}"]
+
+
 def celery_worker_args(
     name: str, *, concurrency: int = 1, loglevel: str = "warning", pool: str = "prefork"
 ) -> list[str]:

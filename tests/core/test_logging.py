@@ -75,8 +75,9 @@ def test_contexts_nest_and_exceptions_stay_on_one_line(json_lines):  # type: ign
 
 def test_the_configured_console_handler_adds_the_run_context(settings):  # type: ignore[no-untyped-def]
     handler = settings.LOGGING["handlers"]["console"]
-    assert handler["filters"] == ["run_context"]
+    assert handler["filters"] == ["run_context", "access_lines"]
     assert settings.LOGGING["filters"]["run_context"]["()"] == "core.logging.RunContextFilter"
+    assert settings.LOGGING["filters"]["access_lines"]["()"] == "core.logging.AccessLineFilter"
     assert settings.LOGGING["formatters"]["json"]["()"] == "core.logging.JSONFormatter"
     assert handler["formatter"] == settings.KEEPER_LOG_FORMAT  # plain unless KEEPER_LOG_FORMAT=json
 

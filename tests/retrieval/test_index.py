@@ -23,6 +23,7 @@ from retrieval.services import (
     principal_set,
 )
 from retrieval.sources import DocumentEmpty, DocumentTooLarge, DocumentUnreadable
+from tests.conftest import no_tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -200,7 +201,7 @@ def test_entries_older_than_the_ttl_are_not_served_and_are_marked_stale(tenant):
 
 def test_without_a_tenant_the_retrieval_tables_show_nothing(tenant):
     index(tenant)
-    with connection.cursor() as cursor:
+    with no_tenant(), connection.cursor() as cursor:
         for table in ("retrieval_documents", "retrieval_chunks", "retrieval_invalidations"):
             cursor.execute(f"SELECT count(*) FROM {table}")
             assert cursor.fetchone() == (0,), table

@@ -1,0 +1,93 @@
+"""A control character (NUL above all: PostgreSQL refuses it in any text) in any path parameter of
+the API's or the console's URL map answers 404 or 400, never 500."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from django.contrib.auth.models import Group
+from django.urls import URLPattern, URLResolver, get_resolver
+from rest_framework.test import APIClient
+
+from console.models import Membership
+from console.roles import ROLES
+from tests.api.conftest import key_client, seed_tenant
+
+pytestmark = pytest.mark.django_db
+
+BAD = ["\x00", "a\x00b", "\x01", "\x1f", "\x7f", "\n", "\t"]
+PARAMETER = re.compile(r"<(?:\w+:)?(\w+)>")
+
+
+def _routes(resolver: URLResolver, prefix: str = "") -> list[tuple[str, Any]]:
+    """(route with <parameters>, pattern) of every path() in the URL map, includes followed."""
+    found = []
+    for entry in resolver.url_patterns:
+        route = str(entry.pattern)
+        if not hasattr(entry.pattern, "_route"):  # a regular expression (the API's catch-all 404)
+            continue
+        if isinstance(entry, URLResolver):
+            found += _routes(entry, prefix + route)
+        elif isinstance(entry, URLPattern):
+            found.append((prefix + route, entry))
+    return found
+
+
+def _with_parameters() -> list[str]:
+    routes = [route for route, _ in _routes(get_resolver()) if PARAMETER.search(route)]
+    return [r for r in routes if not r.startswith("admin/")]
+
+
+def _urls(route: str, valid: dict[str, Any]) -> list[str]:
+    """For each parameter of the route, each bad value in it (the others valid)."""
+    names = PARAMETER.findall(route)
+    urls = []
+    for name in names:
+        for bad in BAD:
+            values = {n: quote(str(valid.get(n, "x")), safe="") for n in names}
+            values[name] = quote("x" + bad if bad != "\x00" else bad, safe="")
+            urls.append("/" + PARAMETER.sub(lambda m, v=values: v[m[1]], route))
+    return urls
+
+
+def test_every_route_answers_a_control_character_in_a_path_parameter_with_404_or_400(
+    tenant, write_key, django_user_model
+):
+    valid = {**seed_tenant(tenant), "tenant": tenant.slug}
+    staff = APIClient()
+    user = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
+    for role in ROLES:
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+    Membership.objects.create(user=user, tenant=tenant)
+    staff.force_login(user)
+    routes = _with_parameters()
+    assert any(r.startswith("api/v1/retrieval/documents/<str:document_id>") for r in routes)
+    assert any(r.startswith("compliance/<str:tenant>") for r in routes)
+    answered = 0
+    for route in routes:
+        for url in _urls(route, valid):
+            clients = [staff, key_client(write_key)] if url.startswith("/api/") else [staff]
+            for client in clients:
+                for method in ("get", "post"):
+                    response = getattr(client, method)(url)
+                    # The sandbox (an external system) checks its own ids; it may refuse the method first.
+                    allowed = (400, 404, 405) if url.startswith("/sandbox/") else (400, 404)
+                    assert response.status_code in allowed, (route, url, method, response.status_code)
+                    if url.startswith("/api/"):
+                        assert response.json()["error"]["code"] in ("not_found", "invalid_input")
+                    answered += 1
+    assert answered > 100
+
+
+def test_a_nul_in_a_query_value_is_a_400(write_key, admin_client):
+    response = key_client(write_key).get("/api/v1/memory/items/?subject_id=%00&tenant=acme")
+    assert response.status_code == 400 and response.json()["error"]["code"] == "invalid_input"
+    assert admin_client.get("/audit/?target=%00").status_code == 400  # was a DataError: 500
+
+
+def test_the_documented_probe_answers_404(write_key):
+    response = key_client(write_key).get("/api/v1/retrieval/documents/%00/")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
