@@ -67,7 +67,13 @@ def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path
             cwd=ROOT, env=env, capture_output=True, text=True, check=True,
         )  # fmt: skip
         run_id = started.stdout.split()[0]
-        check = f"from runs.models import AgentRun; print(AgentRun.objects.get(run_id='{run_id}').status)"
+        # Row-level security: a shell sees the run only as its tenant, found through the narrow function.
+        check = (
+            "from uuid import UUID\nfrom core.tenancy import run_tenant, tenant_bind\n"
+            "from runs.models import AgentRun\n"
+            f"with tenant_bind(run_tenant(UUID('{run_id}'))):\n"
+            f"    print(AgentRun.objects.get(run_id='{run_id}').status)"
+        )
 
         def completed() -> bool:
             out = subprocess.run([sys.executable, "manage.py", "shell", "-c", check], cwd=ROOT, env=env,

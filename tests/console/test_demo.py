@@ -20,7 +20,10 @@ def test_the_demo_has_every_state_and_loads_once(live_server, settings, tmp_path
     settings.KEEPER_PAYMENTS_TIMEOUT = 1.0
     result = demo_load(data_dir=tmp_path)
     assert result.loaded and set(result.credentials) >= {"acme-support", "acme-compliance", "acme-engineer"}
-    runs = {name: AgentRun.objects.get(run_id=run_id) for name, run_id in result.runs.items()}
+    acme = Tenant.objects.get(slug="acme")
+    with tenant_scope(acme.tenant_id):  # row-level security: the demo's runs are acme's
+        runs = {name: AgentRun.objects.get(run_id=run_id) for name, run_id in result.runs.items()}
+        unknown_operation = ToolOperation.objects.get(run=runs["unknown_operation"])
     assert runs["completed"].status == "completed"
     assert runs["forked"].parent_run_id == runs["completed"].run_id and runs["forked"].fork_seq == 2
     assert (runs["awaiting_approval"].status, runs["awaiting_approval"].suspend_reason) == (
@@ -28,10 +31,9 @@ def test_the_demo_has_every_state_and_loads_once(live_server, settings, tmp_path
         "approval_required",
     )
     assert runs["unknown_operation"].suspend_reason == "reconciliation_required"
-    assert ToolOperation.objects.get(run=runs["unknown_operation"]).status == "unknown"
+    assert unknown_operation.status == "unknown"
     assert runs["refused_resume"].suspend_reason == "state_digest_mismatch"
     assert runs["unsupported_checkpoint"].suspend_reason == "unsupported_checkpoint"
-    acme = Tenant.objects.get(slug="acme")
     with tenant_scope(acme.tenant_id):
         assert MemoryItem.objects.filter(subject_id="cust-1001").count() == 3  # one superseded
         assert Document.objects.filter(status="indexed").count() == 2
