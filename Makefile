@@ -37,9 +37,11 @@ bench: $(STAMP)
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py bench $(BENCH_ARGS)
 
+## ruff (lint and format) and the import contracts of pyproject.toml (lint-imports).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput

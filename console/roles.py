@@ -18,18 +18,8 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 
 from core.models import Tenant
+from core.roles import COMPLIANCE, ENGINEER, ROLES, SUPPORT, user_roles  # noqa: F401 - the console names them here too
 from core.tenancy import tenant_bind_request
-
-SUPPORT, COMPLIANCE, ENGINEER = "support", "compliance", "engineer"
-ROLES = (SUPPORT, COMPLIANCE, ENGINEER)
-
-
-def user_roles(user: Any) -> set[str]:
-    if not user.is_authenticated or not user.is_active:
-        return set()
-    if user.is_superuser:
-        return set(ROLES)
-    return set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
 
 
 def role_required(*roles: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:

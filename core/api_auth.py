@@ -26,7 +26,7 @@ from rest_framework import authentication, exceptions, permissions, throttling
 from core.errors import InvalidInput, NotFound
 from core.logging import log_request_tenant
 from core.models import ApiKey, ApiKeyScope, Tenant
-from core.tenancy import tenant_bind_request, tenant_get
+from core.tenancy import run_tenant, tenant_bind_request, tenant_get
 
 if TYPE_CHECKING:  # rest_framework.views imports this module through the settings
     from rest_framework.request import Request
@@ -243,3 +243,13 @@ def request_may_see(request: Request, tenant_id: UUID) -> bool:
     """Whether an object of this tenant exists for this request (staff: every tenant's)."""
     key = request_key(request)
     return key is None or key.tenant_id == tenant_id
+
+
+def request_run_tenant(request: Request, run_id: UUID) -> UUID:
+    """The tenant of a run this request may see, bound for the rest of the request; a run of
+    another tenant does not exist for an API key (404 run_not_found)."""
+    tenant_id = run_tenant(run_id)  # the narrow path: the run's tenant and nothing else
+    if tenant_id is None or not request_may_see(request, tenant_id):
+        raise NotFound(f"no run {run_id}", code="run_not_found")
+    tenant_bind_request(request, tenant_id)
+    return tenant_id

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import TenantParameterSerializer, error_responses
-from core.api_auth import request_actor, request_tenant
+from core.api_auth import request_actor, request_run_tenant, request_tenant
 from core.errors import InvalidInput
 from core.tenancy import tenant_scope
 from retrieval.models import Document, Invalidation, RetrievalSnapshot
@@ -32,7 +32,6 @@ from retrieval.services import (
     principal_set,
 )
 from retrieval.sources import MEDIA_TYPES, media_type_guess
-from runs.api import run_for_request
 
 
 class DocumentOutputSerializer(serializers.ModelSerializer):
@@ -250,7 +249,7 @@ class SearchApi(APIView):
         data.is_valid(raise_exception=True)
         fields = data.validated_data
         if fields["run_id"] is not None:
-            run_for_request(request, fields["run_id"])
+            request_run_tenant(request, fields["run_id"])
         result = retrieval_search(tenant=request_tenant(request, fields.get("tenant")), query=fields["query"],
                                   principal=fields["principal"], k=fields["k"], run_id=fields["run_id"])  # fmt: skip
         return Response(

@@ -12,9 +12,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import error_responses
-from core.api_auth import request_actor, request_key, request_may_see, request_tenant
-from core.tenancy import run_tenant, tenant_bind_request
-from runs.errors import RunNotFound
+from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
+from core.roles import ENGINEER, user_roles
 from runs.models import AgentEvent, AgentRun, RunStatus
 from runs.selectors import run_events, run_get, run_page
 from runs.services.forks import run_fork, run_rewind
@@ -42,10 +41,7 @@ class EventOutputSerializer(serializers.ModelSerializer):
 
 def run_for_request(request: Request, run_id: UUID) -> AgentRun:
     """The run, if this request may see it; a run of another tenant does not exist for an API key."""
-    tenant_id = run_tenant(run_id)  # the narrow path: the run's tenant and nothing else
-    if tenant_id is None or not request_may_see(request, tenant_id):
-        raise RunNotFound(f"no run {run_id}")
-    tenant_bind_request(request, tenant_id)
+    request_run_tenant(request, run_id)
     return run_get(run_id=run_id)
 
 
@@ -271,11 +267,8 @@ class RunAcceptStateApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         run_for_request(request, run_id)
-        if request_key(request) is None:
-            from console.roles import ENGINEER, user_roles
-
-            if ENGINEER not in user_roles(request.user):
-                raise exceptions.PermissionDenied("accepting a changed state needs the engineer role")
+        if request_key(request) is None and ENGINEER not in user_roles(request.user):
+            raise exceptions.PermissionDenied("accepting a changed state needs the engineer role")
         change = run_state_accept(
             run_id=run_id,
             actor=request_actor(request),
