@@ -103,11 +103,15 @@ def bootstrap_database(superuser_uri: str, *, grant_truncate: bool = False) -> N
     app, owner = sql.Identifier(APP_ROLE), sql.Identifier(OWNER_ROLE)
     table_privileges = "SELECT, INSERT, UPDATE, DELETE" + (", TRUNCATE" if grant_truncate else "")
     grants = [
-        sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} IN SCHEMA public GRANT " + table_privileges + " ON TABLES TO {}")
-        .format(owner, app),
-        sql.SQL("ALTER DEFAULT PRIVILEGES FOR ROLE {} IN SCHEMA public GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO {}")
-        .format(owner, app),
-    ]  # fmt: skip
+        sql.SQL(
+            "ALTER DEFAULT PRIVILEGES FOR ROLE {} IN SCHEMA public GRANT "
+            + table_privileges
+            + " ON TABLES TO {}"
+        ).format(owner, app),
+        sql.SQL(
+            "ALTER DEFAULT PRIVILEGES FOR ROLE {} IN SCHEMA public GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO {}"
+        ).format(owner, app),
+    ]
     with psycopg.connect(superuser_uri, autocommit=True) as conn:
         for role, options in (
             (OWNER_ROLE, "LOGIN CREATEDB NOSUPERUSER"),

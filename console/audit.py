@@ -15,11 +15,23 @@ def actor_of(request: HttpRequest) -> str:
 
 
 def audit_record(
-    *, request: HttpRequest, action: str, tenant: Tenant | None = None, target_type: str = "", target_id: Any = "",
-    note: str = "", details: dict[str, Any] | None = None, actor: str | None = None,
-) -> AuditEntry:  # fmt: skip
+    *,
+    request: HttpRequest,
+    action: str,
+    tenant: Tenant | None = None,
+    target_type: str = "",
+    target_id: Any = "",
+    note: str = "",
+    details: dict[str, Any] | None = None,
+    actor: str | None = None,
+) -> AuditEntry:
     return AuditEntry.objects.create(
-        actor=actor or actor_of(request), tenant=tenant, action=action, target_type=target_type,
-        target_id=str(target_id), note=note, details=details or {},
+        actor=actor or actor_of(request),
+        tenant=tenant,
+        action=action,
+        target_type=target_type,
+        target_id=str(target_id),
+        note=note,
+        details=details or {},
         remote_addr=request.META.get("REMOTE_ADDR", "")[:64],
-    )  # fmt: skip
+    )

@@ -28,13 +28,25 @@ def _seed_runs(tenant: Any, n: int, progress: Callable[[str], None]) -> None:
     batch: list[AgentRun] = []
     for i in range(n):
         status = STATUSES[i % len(STATUSES)]
-        batch.append(AgentRun(
-            run_id=uuid.uuid4(), tenant=tenant, workflow_name="demo.countdown", workflow_version="1",
-            state_schema_version=1, status=status, next_step=None if status == "completed" else "tick",
-            state={"n": i}, state_revision=1, state_digest=digest, input_digest=digest,
-            suspend_reason="operator_pause" if status == "suspended" else None, idempotency_key=f"bench-{i}",
-            created_at=now - timezone.timedelta(seconds=n - i), updated_at=now - timezone.timedelta(seconds=n - i),
-        ))  # fmt: skip
+        batch.append(
+            AgentRun(
+                run_id=uuid.uuid4(),
+                tenant=tenant,
+                workflow_name="demo.countdown",
+                workflow_version="1",
+                state_schema_version=1,
+                status=status,
+                next_step=None if status == "completed" else "tick",
+                state={"n": i},
+                state_revision=1,
+                state_digest=digest,
+                input_digest=digest,
+                suspend_reason="operator_pause" if status == "suspended" else None,
+                idempotency_key=f"bench-{i}",
+                created_at=now - timezone.timedelta(seconds=n - i),
+                updated_at=now - timezone.timedelta(seconds=n - i),
+            )
+        )
         if len(batch) == 5000:
             AgentRun.objects.bulk_create(batch)
             batch = []
@@ -90,14 +102,20 @@ def _bench_console_pages(
         page = _timed(lambda: _get(client, f"/runs/{big.run_id}/"), rounds)
         page_floor = _timed(lambda: list(AgentEvent.objects.filter(run=big).order_by("seq")[:200]), rounds)
         result = {
-            "runs": AgentRun.objects.filter(tenant=tenant).count(), "run_page_events": events, "rounds": rounds,
-            "run_list_p50_ms": round(statistics.median(listed), 1), "run_list_max_ms": round(max(listed), 1),
+            "runs": AgentRun.objects.filter(tenant=tenant).count(),
+            "run_page_events": events,
+            "rounds": rounds,
+            "run_list_p50_ms": round(statistics.median(listed), 1),
+            "run_list_max_ms": round(max(listed), 1),
             "run_list_floor_ms": round(statistics.median(list_floor), 1),
-            "run_page_p50_ms": round(statistics.median(page), 1), "run_page_max_ms": round(max(page), 1),
+            "run_page_p50_ms": round(statistics.median(page), 1),
+            "run_page_max_ms": round(max(page), 1),
             "run_page_floor_ms": round(statistics.median(page_floor), 1),
-        }  # fmt: skip
-        progress(f"console_pages: run list {result['run_list_p50_ms']} ms, run page {result['run_page_p50_ms']} ms "
-                 "(target < 300 ms server time)")  # fmt: skip
+        }
+        progress(
+            f"console_pages: run list {result['run_list_p50_ms']} ms, run page {result['run_page_p50_ms']} ms "
+            "(target < 300 ms server time)"
+        )
         return result
     finally:
         AgentEvent.objects.filter(run__tenant=tenant).delete()

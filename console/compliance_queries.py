@@ -164,9 +164,15 @@ def claim_chains(items: list[MemoryItem]) -> list[ClaimChain]:
         claims, node, seen = [], head, set()
         while node is not None and node.memory_id not in seen:
             seen.add(node.memory_id)
-            claims.append(Claim(item=node, state=claim_state(node, now), value_text=pretty_json(node.value),
-                                provenance=_provenance(node.provenance),
-                                superseded_by=newer.get(node.memory_id)))  # fmt: skip
+            claims.append(
+                Claim(
+                    item=node,
+                    state=claim_state(node, now),
+                    value_text=pretty_json(node.value),
+                    provenance=_provenance(node.provenance),
+                    superseded_by=newer.get(node.memory_id),
+                )
+            )
             node = by_id.get(node.supersedes_id)
         chains.append(ClaimChain(namespace=head.namespace, key=head.key, claims=claims))
     return sorted(chains, key=lambda c: (c.namespace, c.key, -c.claims[0].item.created_at.timestamp()))
@@ -190,8 +196,12 @@ def _session_windows(
 
 
 def _stored_tool_results(tenant: Tenant, subject_id: str) -> int:
-    refs = AgentEvent.objects.filter(run__tenant=tenant, run__subject=subject_id,
-                                     event_type__in=CONVERSATION_EVENTS, payload__content_ref__isnull=False)  # fmt: skip
+    refs = AgentEvent.objects.filter(
+        run__tenant=tenant,
+        run__subject=subject_id,
+        event_type__in=CONVERSATION_EVENTS,
+        payload__content_ref__isnull=False,
+    )
     uris = [str((p.get("content_ref") or {}).get("uri", "")) for p in refs.values_list("payload", flat=True)]
     return sum(1 for u in uris if u.startswith("file://") and Path(u[len("file://") :]).exists())
 
@@ -208,22 +218,28 @@ def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
         for row in AgentEvent.objects.filter(run__in=runs, event_type__in=CONVERSATION_EVENTS)
         .values("run_id")
         .annotate(total=Count("id"), redacted=Count("id", filter=Q(payload__has_key="redacted")))
-    }  # fmt: skip
+    }
     summaries: dict[Any, list[Summary]] = {}
     for summary in Summary.objects.filter(run__in=runs).order_by("run_id", "covers_from_seq"):
         summaries.setdefault(summary.run_id, []).append(summary)
     windows = _session_windows(tenant, subject_id, runs)
     subject_runs = [
-        SubjectRun(run=run, conversation_events=events.get(run.run_id, {}).get("total", 0),
-                   redacted_events=events.get(run.run_id, {}).get("redacted", 0),
-                   window_size=None if windows is None else windows[0][run.run_id],
-                   summaries=summaries.get(run.run_id, []))
+        SubjectRun(
+            run=run,
+            conversation_events=events.get(run.run_id, {}).get("total", 0),
+            redacted_events=events.get(run.run_id, {}).get("redacted", 0),
+            window_size=None if windows is None else windows[0][run.run_id],
+            summaries=summaries.get(run.run_id, []),
+        )
         for run in runs
-    ]  # fmt: skip
+    ]
     unredacted = (
-        AgentEvent.objects.filter(run__tenant=tenant, run__subject=subject_id, event_type__in=CONVERSATION_EVENTS)
-        .exclude(payload__has_key="redacted").count()
-    )  # fmt: skip
+        AgentEvent.objects.filter(
+            run__tenant=tenant, run__subject=subject_id, event_type__in=CONVERSATION_EVENTS
+        )
+        .exclude(payload__has_key="redacted")
+        .count()
+    )
     artifacts = _stored_tool_results(tenant, subject_id)
     counts = {
         "memory_items": len(items),
@@ -234,12 +250,20 @@ def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
         "runs.artifacts": artifacts,
     }
     return SubjectOverview(
-        tenant=tenant, subject_id=subject_id, digest=digest, chains=claim_chains(items), claim_count=len(items),
-        vectors=vectors, runs=subject_runs, more_runs=more_runs, redis_available=windows is not None,
-        artifacts=artifacts, tombstones=memory_tombstone_count(tenant=tenant, subject_digest=digest),
+        tenant=tenant,
+        subject_id=subject_id,
+        digest=digest,
+        chains=claim_chains(items),
+        claim_count=len(items),
+        vectors=vectors,
+        runs=subject_runs,
+        more_runs=more_runs,
+        redis_available=windows is not None,
+        artifacts=artifacts,
+        tombstones=memory_tombstone_count(tenant=tenant, subject_digest=digest),
         erasures=erasure_request_list(tenant=tenant, subject_digest=digest),
         stores=[StoreCount(key=k, label=STORE_LABELS[k], count=v) for k, v in counts.items()],
-    )  # fmt: skip
+    )
 
 
 def erasure_steps(erasure: ErasureRequest) -> list[dict[str, Any]]:
@@ -249,9 +273,16 @@ def erasure_steps(erasure: ErasureRequest) -> list[dict[str, Any]]:
     progress = erasure.progress if isinstance(erasure.progress, dict) else {}
     names = ["memory", *(e.name for e in erasers())]
     names += [name for name in progress if name not in names]
-    return [{"name": name, "done": name in progress,
-             "counts": sorted((progress.get(name) or {}).items()) if isinstance(progress.get(name), dict) else []}
-            for name in names]  # fmt: skip
+    return [
+        {
+            "name": name,
+            "done": name in progress,
+            "counts": sorted((progress.get(name) or {}).items())
+            if isinstance(progress.get(name), dict)
+            else [],
+        }
+        for name in names
+    ]
 
 
 def receipt_rows(receipt: dict[str, Any] | None) -> dict[str, Any]:
@@ -261,8 +292,14 @@ def receipt_rows(receipt: dict[str, Any] | None) -> dict[str, Any]:
     counts = receipt.get("counts") if isinstance(receipt.get("counts"), dict) else {}
     scan = receipt.get("final_scan") if isinstance(receipt.get("final_scan"), dict) else {}
     places = [p for p in receipt.get("places") or [] if isinstance(p, dict)]  # receipts before places: none
-    return {"counts": sorted(counts.items()), "scan": sorted(scan.items()), "places": places,
-            "remanence": receipt.get("remanence", ""),
-            "left_behind": sorted((k, v) for k, v in scan.items() if v), "clean": receipt.get("clean") is True,
-            "subject_digest": receipt.get("subject_digest", ""), "completed_at": receipt.get("completed_at", ""),
-            "text": pretty_json(receipt, limit=200_000)}  # fmt: skip
+    return {
+        "counts": sorted(counts.items()),
+        "scan": sorted(scan.items()),
+        "places": places,
+        "remanence": receipt.get("remanence", ""),
+        "left_behind": sorted((k, v) for k, v in scan.items() if v),
+        "clean": receipt.get("clean") is True,
+        "subject_digest": receipt.get("subject_digest", ""),
+        "completed_at": receipt.get("completed_at", ""),
+        "text": pretty_json(receipt, limit=200_000),
+    }

@@ -46,17 +46,30 @@ class DemoResult:
 
 
 def _sandbox(method: str, path: str, body: Any = None) -> Any:
-    request = urllib.request.Request(settings.KEEPER_SANDBOX_URL + path, method=method,
-                                     data=json.dumps(body).encode() if body is not None else None,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        settings.KEEPER_SANDBOX_URL + path,
+        method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read() or b"null")
 
 
 def _order(order_id: str, amount_minor: int) -> None:
     delivered = (datetime.now(UTC) - timedelta(days=3)).isoformat()
-    _sandbox("POST", "/orders", {"order_id": order_id, "customer_id": "cust-1001", "amount_minor": amount_minor,
-                                 "currency": "EUR", "status": "delivered", "delivered_at": delivered})  # fmt: skip
+    _sandbox(
+        "POST",
+        "/orders",
+        {
+            "order_id": order_id,
+            "customer_id": "cust-1001",
+            "amount_minor": amount_minor,
+            "currency": "EUR",
+            "status": "delivered",
+            "delivered_at": delivered,
+        },
+    )
 
 
 def _drive(run: AgentRun, limit: int = 30, settle: float = 0.0) -> AgentRun:
@@ -92,8 +105,14 @@ def _user(
 
 
 def _said(run_id: str, seq: int) -> dict[str, Any]:
-    return {"source_type": "user_statement", "source_id": f"run:{run_id}", "source_version": None, "run_id": run_id,
-            "event_seq": seq, "validation_method": "user_statement"}  # fmt: skip
+    return {
+        "source_type": "user_statement",
+        "source_id": f"run:{run_id}",
+        "source_version": None,
+        "run_id": run_id,
+        "event_seq": seq,
+        "validation_method": "user_statement",
+    }
 
 
 def demo_load(*, data_dir: Path) -> DemoResult:
@@ -115,13 +134,25 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             run_start(tenant=acme, workflow_name="demo.countdown", input={"n": 4}, actor="demo").run
         )
         result.runs["completed"] = str(done.run_id)
-        fork = run_fork(run_id=done.run_id, at_seq=2, actor="user:acme-engineer", start=False,
-                        note="try the last steps again")  # fmt: skip
+        fork = run_fork(
+            run_id=done.run_id,
+            at_seq=2,
+            actor="user:acme-engineer",
+            start=False,
+            note="try the last steps again",
+        )
         result.runs["forked"] = str(fork.run_id)
         for order_id, amount in (("ord-1001", 4999), ("ord-1002", 12900)):
             _order(order_id, amount)
-        waiting = _drive(run_start(tenant=acme, workflow_name="refund", subject="cust-1001", actor="demo",
-                                   input={"order_id": "ord-1001", "reason": "arrived broken"}).run)  # fmt: skip
+        waiting = _drive(
+            run_start(
+                tenant=acme,
+                workflow_name="refund",
+                subject="cust-1001",
+                actor="demo",
+                input={"order_id": "ord-1001", "reason": "arrived broken"},
+            ).run
+        )
         result.runs["awaiting_approval"] = str(waiting.run_id)
         # The payments API applies the refund and the answer is lost; its lookup cannot say what happened.
         _sandbox("POST", "/faults", {"fault": "drop_after_apply", "order_id": "ord-1002", "remaining": 1})
@@ -130,8 +161,15 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             "/faults",
             {"fault": "lookup_non_authoritative", "order_id": "ord-1002", "remaining": None},
         )
-        unknown = _drive(run_start(tenant=acme, workflow_name="refund", subject="cust-1001", actor="demo",
-                                   input={"order_id": "ord-1002", "reason": "never arrived"}).run)  # fmt: skip
+        unknown = _drive(
+            run_start(
+                tenant=acme,
+                workflow_name="refund",
+                subject="cust-1001",
+                actor="demo",
+                input={"order_id": "ord-1002", "reason": "never arrived"},
+            ).run
+        )
         if unknown.suspend_reason == "approval_required":
             from runs.models import Approval
 
@@ -148,8 +186,10 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             run_id=edited.run_id, actor="user:acme-engineer", reason="operator_pause", detail="looking at it"
         )
         with connection.cursor() as cursor:  # someone "fixed" the state by hand, outside the engine
-            cursor.execute("UPDATE agent_runs SET state = jsonb_set(state, '{remaining}', '99') WHERE run_id = %s",
-                           [edited.run_id])  # fmt: skip
+            cursor.execute(
+                "UPDATE agent_runs SET state = jsonb_set(state, '{remaining}', '99') WHERE run_id = %s",
+                [edited.run_id],
+            )
         run_resume(run_id=edited.run_id, actor="user:acme-support", note="should be fine now")
         result.runs["refused_resume"] = str(_drive(edited, limit=1).run_id)
         rolled = _drive(
@@ -171,23 +211,57 @@ def demo_load(*, data_dir: Path) -> DemoResult:
 
         # Memory with provenance (one claim superseded), documents with ACLs, and one finished erasure.
         run_id = result.runs["awaiting_approval"]
-        language = memory_remember(tenant=acme, subject_id="cust-1001", namespace="preference", key="language",
-                                   value="English", provenance=_said(run_id, 1))  # fmt: skip
+        language = memory_remember(
+            tenant=acme,
+            subject_id="cust-1001",
+            namespace="preference",
+            key="language",
+            value="English",
+            provenance=_said(run_id, 1),
+        )
         memory_supersede(
             tenant=acme, memory_id=language.memory_id, value="answer in German", provenance=_said(run_id, 3)
         )
-        memory_remember(tenant=acme, subject_id="cust-1001", namespace="constraint", key="contact_channel",
-                        value="email only, never phone", provenance=_said(run_id, 2))  # fmt: skip
+        memory_remember(
+            tenant=acme,
+            subject_id="cust-1001",
+            namespace="constraint",
+            key="contact_channel",
+            value="email only, never phone",
+            provenance=_said(run_id, 2),
+        )
         principal_set(tenant=acme, principal="user:acme-support", groups=["group:support"], actor="demo")
-        document_index(tenant=acme, document_id="refund-policy", source_uri="kb://policies/refunds.md", source_version="v3",
-                       data=b"# Refund policy\n\nDelivered orders may be refunded within 30 days.\n\n## Approvals\n\n"
-                            b"Refunds above 40 EUR need a person's approval.", media_type="text/markdown",
-                       acl=["group:support"], actor="demo", wait=True)  # fmt: skip
-        document_index(tenant=acme, document_id="salary-bands", source_uri="kb://hr/salaries.md", source_version="v1",
-                       data=b"Salary bands are confidential.", media_type="text/markdown", acl=["group:hr"],
-                       actor="demo", wait=True)  # fmt: skip
-        memory_remember(tenant=acme, subject_id="cust-2002", namespace="profile", key="city", value="Lisbon",
-                        provenance=_said(run_id, 4))  # fmt: skip
+        document_index(
+            tenant=acme,
+            document_id="refund-policy",
+            source_uri="kb://policies/refunds.md",
+            source_version="v3",
+            data=b"# Refund policy\n\nDelivered orders may be refunded within 30 days.\n\n## Approvals\n\n"
+            b"Refunds above 40 EUR need a person's approval.",
+            media_type="text/markdown",
+            acl=["group:support"],
+            actor="demo",
+            wait=True,
+        )
+        document_index(
+            tenant=acme,
+            document_id="salary-bands",
+            source_uri="kb://hr/salaries.md",
+            source_version="v1",
+            data=b"Salary bands are confidential.",
+            media_type="text/markdown",
+            acl=["group:hr"],
+            actor="demo",
+            wait=True,
+        )
+        memory_remember(
+            tenant=acme,
+            subject_id="cust-2002",
+            namespace="profile",
+            key="city",
+            value="Lisbon",
+            provenance=_said(run_id, 4),
+        )
         erasure = erasure_request_create(
             tenant=acme, subject_id="cust-2002", requested_by="user:acme-compliance"
         )

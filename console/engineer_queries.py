@@ -35,9 +35,23 @@ MAX_MARKS = 400  # marked events drawn on one timeline (the newest)
 MAX_DIFF_ENTRIES = 500
 PAYLOAD_PREVIEW_CHARS = 3000
 # Only what a list row shows: a run's state may be 256 KB, and a page must not drag 50 of them along.
-LIST_FIELDS = ("run_id", "tenant_id", "workflow_name", "workflow_version", "status", "next_step", "suspend_reason",
-               "state_revision", "lease_owner", "lease_expires_at", "attempt", "idempotency_key", "subject",
-               "created_at", "updated_at")  # fmt: skip
+LIST_FIELDS = (
+    "run_id",
+    "tenant_id",
+    "workflow_name",
+    "workflow_version",
+    "status",
+    "next_step",
+    "suspend_reason",
+    "state_revision",
+    "lease_owner",
+    "lease_expires_at",
+    "attempt",
+    "idempotency_key",
+    "subject",
+    "created_at",
+    "updated_at",
+)
 
 
 def runs_filtered(*, tenant_ids: list[UUID], filters: Mapping[str, Any]) -> QuerySet[AgentRun]:
@@ -51,8 +65,12 @@ def runs_filtered(*, tenant_ids: list[UUID], filters: Mapping[str, Any]) -> Quer
             runs = runs.filter(Q(run_id=UUID(query)) | Q(idempotency_key=query))
         except ValueError:
             runs = runs.filter(idempotency_key=query)
-    for field, column in (("status", "status"), ("workflow", "workflow_name"),
-                          ("version", "workflow_version"), ("reason", "suspend_reason")):  # fmt: skip
+    for field, column in (
+        ("status", "status"),
+        ("workflow", "workflow_name"),
+        ("version", "workflow_version"),
+        ("reason", "suspend_reason"),
+    ):
         if data.get(field):
             runs = runs.filter(**{column: data[field]})
     if data.get("since"):
@@ -170,8 +188,10 @@ def timeline_data(*, run: AgentRun) -> tuple[list[Bucket], list[TimelineEvent], 
                 _BUCKETS_SQL,
                 {"start": start, "width": width, "last": DEFAULT_BUCKETS - 1, "run_id": run.run_id},
             )
-            buckets = [Bucket(start=row[4], end=row[5], first_seq=row[2], last_seq=row[3], count=row[1])
-                       for row in cursor.fetchall()]  # fmt: skip
+            buckets = [
+                Bucket(start=row[4], end=row[5], first_seq=row[2], last_seq=row[3], count=row[1])
+                for row in cursor.fetchall()
+            ]
     marked = (
         AgentEvent.objects.filter(run_id=run.run_id, event_type__in=MARKED_EVENT_TYPES)
         .annotate(trigger=KT("payload__trigger"), reason=KT("payload__reason"))
@@ -180,9 +200,18 @@ def timeline_data(*, run: AgentRun) -> tuple[list[Bucket], list[TimelineEvent], 
             : MAX_MARKS + 1
         ]
     )
-    marks = [TimelineEvent(seq=s, event_type=t, created_at=c, actor=a or "", step_id=st or "",
-                           trigger=str(tr or ""), reason=str(re or ""))
-             for s, t, c, a, st, tr, re in marked]  # fmt: skip
+    marks = [
+        TimelineEvent(
+            seq=s,
+            event_type=t,
+            created_at=c,
+            actor=a or "",
+            step_id=st or "",
+            trigger=str(tr or ""),
+            reason=str(re or ""),
+        )
+        for s, t, c, a, st, tr, re in marked
+    ]
     hidden = 0
     if len(marks) > MAX_MARKS:
         hidden = AgentEvent.objects.filter(
@@ -292,8 +321,13 @@ def json_diff(old: Any, new: Any, *, limit: int = MAX_DIFF_ENTRIES) -> tuple[lis
                 stack.append((_path(path, key), a.get(key, _MISSING), b.get(key, _MISSING)))
         elif isinstance(a, list) and isinstance(b, list):
             for index in reversed(range(max(len(a), len(b)))):
-                stack.append((_path(path, index), a[index] if index < len(a) else _MISSING,
-                              b[index] if index < len(b) else _MISSING))  # fmt: skip
+                stack.append(
+                    (
+                        _path(path, index),
+                        a[index] if index < len(a) else _MISSING,
+                        b[index] if index < len(b) else _MISSING,
+                    )
+                )
         elif a is _MISSING:
             entries.append(DiffEntry(path, "added", "", _show(b)))
         elif b is _MISSING:

@@ -29,9 +29,30 @@ from runs.models import (
 INBOX_LIMIT = 100  # rows per section; the oldest first, so nothing waits unseen behind newer work
 RECONCILIATION_REQUIRED = "reconciliation_required"
 # ISO 4217 currencies without two minor digits; every other code is shown with two.
-_MINOR_DIGITS = {**dict.fromkeys(("BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX",
-                                  "VND", "VUV", "XAF", "XOF", "XPF"), 0),
-                 **dict.fromkeys(("BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"), 3)}  # fmt: skip
+_MINOR_DIGITS = {
+    **dict.fromkeys(
+        (
+            "BIF",
+            "CLP",
+            "DJF",
+            "GNF",
+            "ISK",
+            "JPY",
+            "KMF",
+            "KRW",
+            "PYG",
+            "RWF",
+            "UGX",
+            "VND",
+            "VUV",
+            "XAF",
+            "XOF",
+            "XPF",
+        ),
+        0,
+    ),
+    **dict.fromkeys(("BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"), 3),
+}
 
 
 def money_major(amount_minor: Any, currency: Any) -> str:
@@ -120,9 +141,12 @@ def operation_for_tenants(tenant_ids: list[UUID], pk: int) -> ToolOperation:
 def last_lookup(op: ToolOperation) -> AuditEntry | None:
     """The newest lookup a person asked for from the console (recorded in the audit log)."""
     return (
-        AuditEntry.objects.filter(tenant_id=op.tenant_id, action="lookup", target_type="operation",
-                                  target_id=op.operation_id).order_by("-id").first()
-    )  # fmt: skip
+        AuditEntry.objects.filter(
+            tenant_id=op.tenant_id, action="lookup", target_type="operation", target_id=op.operation_id
+        )
+        .order_by("-id")
+        .first()
+    )
 
 
 def resume_refusal(run: AgentRun) -> dict[str, Any] | None:
@@ -171,28 +195,40 @@ class Inbox:
 def approval_row(approval: Approval, now: datetime) -> dict[str, Any]:
     request = approval.request if isinstance(approval.request, dict) else {}
     return {
-        "approval": approval, "run": approval.run, "order_id": request.get("order_id", ""),
+        "approval": approval,
+        "run": approval.run,
+        "order_id": request.get("order_id", ""),
         "amount": money_major(request.get("amount_minor"), request.get("currency")),
-        "digest": approval.request_digest, "digest_short": short_digest(approval.request_digest),
-        "reasons": text_list(approval.reasons), "countdown": countdown(approval.expires_at, now),
+        "digest": approval.request_digest,
+        "digest_short": short_digest(approval.request_digest),
+        "reasons": text_list(approval.reasons),
+        "countdown": countdown(approval.expires_at, now),
         "expired": approval.expires_at <= now,
-    }  # fmt: skip
+    }
 
 
 def operation_row(op: ToolOperation) -> dict[str, Any]:
     history = [h for h in op.history or [] if isinstance(h, dict)]
     entry = last_lookup(op)
-    return {"op": op, "run": op.run, "last_move": history[-1] if history else {},
-            "lookup": entry.details if entry is not None else None, "lookup_at": entry.at if entry else None}  # fmt: skip
+    return {
+        "op": op,
+        "run": op.run,
+        "last_move": history[-1] if history else {},
+        "lookup": entry.details if entry is not None else None,
+        "lookup_at": entry.at if entry else None,
+    }
 
 
 def _in_doubt() -> Any:
     """Unknown operations of active runs, and started ones whose run waits for reconciliation."""
     return ToolOperation.objects.select_related("run", "tenant").filter(
         Q(status=OperationStatus.UNKNOWN, run__status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED])
-        | Q(status=OperationStatus.STARTED, run__status=RunStatus.SUSPENDED,
-            run__suspend_reason=RECONCILIATION_REQUIRED)
-    )  # fmt: skip
+        | Q(
+            status=OperationStatus.STARTED,
+            run__status=RunStatus.SUSPENDED,
+            run__suspend_reason=RECONCILIATION_REQUIRED,
+        )
+    )
 
 
 def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
@@ -211,9 +247,10 @@ def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
         run_id=OuterRef("run_id"), seq=OuterRef("state_revision"), event_type="resume_refused"
     )
     refused_runs = list(
-        suspended.filter(Exists(refused_now)).exclude(suspend_reason=RECONCILIATION_REQUIRED)
+        suspended.filter(Exists(refused_now))
+        .exclude(suspend_reason=RECONCILIATION_REQUIRED)
         .order_by("updated_at")[:INBOX_LIMIT]
-    )  # fmt: skip
+    )
     if refused_runs:
         events = AgentEvent.objects.filter(
             reduce(or_, (Q(run_id=r.run_id, seq=r.state_revision) for r in refused_runs))

@@ -63,10 +63,23 @@ KIND_BY_KEY = {kind.key: kind for kind in KINDS}
 
 # Every event type that can become a mark: the page's query selects only these rows.
 MARKED_EVENT_TYPES = (
-    "resume_verified", "resume_refused", "resume_requested", "approval_requested", "approval_approved",
-    "approval_rejected", "approval_expired", "run_suspended", "step_error", "run_failed", "run_cancelled",
-    "run_forked", "run_superseded", "fork_expired", "operation_reconciled", "run_completed",
-)  # fmt: skip
+    "resume_verified",
+    "resume_refused",
+    "resume_requested",
+    "approval_requested",
+    "approval_approved",
+    "approval_rejected",
+    "approval_expired",
+    "run_suspended",
+    "step_error",
+    "run_failed",
+    "run_cancelled",
+    "run_forked",
+    "run_superseded",
+    "fork_expired",
+    "operation_reconciled",
+    "run_completed",
+)
 _HUMAN = frozenset({"run_cancelled", "run_forked", "run_superseded", "fork_expired", "operation_reconciled"})
 
 
@@ -102,10 +115,15 @@ def buckets_of(events: Sequence[TimelineEvent], *, count: int = DEFAULT_BUCKETS)
         index = min(int(offset / span * count), count - 1) if span > 0 else 0
         slices.setdefault(index, []).append(event)
     return [
-        Bucket(start=min(e.created_at for e in group), end=max(e.created_at for e in group),
-               first_seq=min(e.seq for e in group), last_seq=max(e.seq for e in group), count=len(group))
+        Bucket(
+            start=min(e.created_at for e in group),
+            end=max(e.created_at for e in group),
+            first_seq=min(e.seq for e in group),
+            last_seq=max(e.seq for e in group),
+            count=len(group),
+        )
         for _, group in sorted(slices.items())
-    ]  # fmt: skip
+    ]
 
 
 def _clip(text: str) -> str:
@@ -136,8 +154,12 @@ def _shape(kind: MarkKind, x: float, y: float, size: float = 6.0) -> SafeString:
     if kind.shape == "square":
         return format_html(
             '<rect x="{}" y="{}" width="{}" height="{}" fill="{}">',
-            f"{x - size * 0.8:.1f}", f"{y - size * 0.8:.1f}", f"{size * 1.6:.1f}", f"{size * 1.6:.1f}", kind.color,
-        )  # fmt: skip
+            f"{x - size * 0.8:.1f}",
+            f"{y - size * 0.8:.1f}",
+            f"{size * 1.6:.1f}",
+            f"{size * 1.6:.1f}",
+            kind.color,
+        )
     return format_html(
         '<circle cx="{}" cy="{}" r="{}" fill="{}">', f"{x:.1f}", f"{y:.1f}", f"{size * 0.8:.1f}", kind.color
     )
@@ -153,8 +175,10 @@ _CLOSE = {
 
 def _tooltip(event: TimelineEvent) -> str:
     detail = event.trigger or event.reason
-    parts = [f"#{event.seq} {_clip(event.event_type)}" + (f" ({_clip(detail)})" if detail else ""),
-             _time(event.created_at)]  # fmt: skip
+    parts = [
+        f"#{event.seq} {_clip(event.event_type)}" + (f" ({_clip(detail)})" if detail else ""),
+        _time(event.created_at),
+    ]
     if event.step_id:
         parts.append(f"step {_clip(event.step_id)}")
     if event.actor:
@@ -195,7 +219,7 @@ def timeline_svg(
             WIDTH,
             height,
             label,
-        ),  # fmt: skip
+        ),
         format_html('<text x="4" y="{}">activity (events)</text>', ACTIVITY_TOP + ACTIVITY_HEIGHT / 2 + 4),
     ]
     tallest = max((b.count for b in buckets), default=1) or 1
@@ -203,19 +227,34 @@ def timeline_svg(
         bar_h = max(2.0, b.count / tallest * ACTIVITY_HEIGHT)
         x0, x1 = x_of(b.start), x_of(b.end)
         seqs = f"#{b.first_seq}" if b.first_seq == b.last_seq else f"#{b.first_seq}–{b.last_seq}"
-        parts.append(format_html(
-            '<rect class="activity" x="{}" y="{}" width="{}" height="{}" fill="#94a3b8">'
-            "<title>{} · {} event{} · {} – {}</title></rect>",
-            f"{min(x0, WIDTH - RIGHT - 3):.1f}", f"{ACTIVITY_TOP + ACTIVITY_HEIGHT - bar_h:.1f}",
-            f"{max(3.0, x1 - x0):.1f}", f"{bar_h:.1f}", seqs, b.count, "" if b.count == 1 else "s",
-            _time(b.start), _time(b.end),
-        ))  # fmt: skip
+        parts.append(
+            format_html(
+                '<rect class="activity" x="{}" y="{}" width="{}" height="{}" fill="#94a3b8">'
+                "<title>{} · {} event{} · {} – {}</title></rect>",
+                f"{min(x0, WIDTH - RIGHT - 3):.1f}",
+                f"{ACTIVITY_TOP + ACTIVITY_HEIGHT - bar_h:.1f}",
+                f"{max(3.0, x1 - x0):.1f}",
+                f"{bar_h:.1f}",
+                seqs,
+                b.count,
+                "" if b.count == 1 else "s",
+                _time(b.start),
+                _time(b.end),
+            )
+        )
     for index, kind in enumerate(KINDS):
         y = lanes_top + LANE_HEIGHT * index + LANE_HEIGHT / 2
-        parts.append(format_html(
-            '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#e3e6ea"></line><text x="4" y="{}">{}</text>',
-            LEFT, WIDTH - RIGHT, f"{y:.1f}", f"{y:.1f}", f"{y + 4:.1f}", kind.label,
-        ))  # fmt: skip
+        parts.append(
+            format_html(
+                '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#e3e6ea"></line><text x="4" y="{}">{}</text>',
+                LEFT,
+                WIDTH - RIGHT,
+                f"{y:.1f}",
+                f"{y:.1f}",
+                f"{y + 4:.1f}",
+                kind.label,
+            )
+        )
     lane_of = {kind.key: index for index, kind in enumerate(KINDS)}
     for event in events:
         key = mark_kind(event)
@@ -234,30 +273,62 @@ def timeline_svg(
         else:
             mark = format_html('<g class="mark mark-{}">{}</g>', key, mark)
         parts.append(mark)
-    parts.append(format_html(
-        '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#5b6472"></line>', LEFT, WIDTH - RIGHT, axis_y, axis_y
-    ))  # fmt: skip
+    parts.append(
+        format_html(
+            '<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#5b6472"></line>',
+            LEFT,
+            WIDTH - RIGHT,
+            axis_y,
+            axis_y,
+        )
+    )
     for step in range(5):
         moment = start + (end - start) * step / 4
         anchor = "start" if step == 0 else "end" if step == 4 else "middle"
-        parts.append(format_html(
-            '<line x1="{0}" x2="{0}" y1="{1}" y2="{2}" stroke="#5b6472"></line>'
-            '<text x="{0}" y="{3}" text-anchor="{4}">{5}</text>',
-            f"{x_of(moment):.1f}", axis_y, axis_y + 4, axis_y + 16, anchor,
-            _tick(moment, span),
-        ))  # fmt: skip
+        parts.append(
+            format_html(
+                '<line x1="{0}" x2="{0}" y1="{1}" y2="{2}" stroke="#5b6472"></line>'
+                '<text x="{0}" y="{3}" text-anchor="{4}">{5}</text>',
+                f"{x_of(moment):.1f}",
+                axis_y,
+                axis_y + 4,
+                axis_y + 16,
+                anchor,
+                _tick(moment, span),
+            )
+        )
     parts.append(format_html('<text x="4" y="{}">time (UTC), {} s</text>', axis_y + 16, f"{span:.1f}"))
-    parts.append(format_html_join("", "{}", (
-        (format_html('<g class="legend">{}</g>', format_html(
-            '{}<title>{}</title>{}<text x="{}" y="{}">{}</text>',
-            _shape(kind, 12 + 245 * (i % 4), legend_y + 20 * (i // 4) - 4, 5), kind.label, _CLOSE[kind.shape],
-            22 + 245 * (i % 4), legend_y + 20 * (i // 4), kind.label,
-        )),) for i, kind in enumerate(KINDS)
-    )))  # fmt: skip
+    parts.append(
+        format_html_join(
+            "",
+            "{}",
+            (
+                (
+                    format_html(
+                        '<g class="legend">{}</g>',
+                        format_html(
+                            '{}<title>{}</title>{}<text x="{}" y="{}">{}</text>',
+                            _shape(kind, 12 + 245 * (i % 4), legend_y + 20 * (i // 4) - 4, 5),
+                            kind.label,
+                            _CLOSE[kind.shape],
+                            22 + 245 * (i % 4),
+                            legend_y + 20 * (i // 4),
+                            kind.label,
+                        ),
+                    ),
+                )
+                for i, kind in enumerate(KINDS)
+            ),
+        )
+    )
     if hidden_marks:
-        parts.append(format_html(
-            '<text x="{}" y="{}" text-anchor="end">{} older marks not drawn</text>', WIDTH - RIGHT, height - 6,
-            hidden_marks,
-        ))  # fmt: skip
+        parts.append(
+            format_html(
+                '<text x="{}" y="{}" text-anchor="end">{} older marks not drawn</text>',
+                WIDTH - RIGHT,
+                height - 6,
+                hidden_marks,
+            )
+        )
     parts.append(mark_safe("</svg>"))
     return format_html_join("", "{}", ((p,) for p in parts))

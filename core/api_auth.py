@@ -53,8 +53,9 @@ def api_key_create(*, tenant: Tenant, name: str, scope: str) -> CreatedKey:
     if not name.strip():
         raise InvalidInput("a key needs a name", code="name_required")
     prefix, secret = secrets.token_hex(6), secrets.token_urlsafe(32)
-    key = ApiKey.objects.create(tenant=tenant, name=name.strip(), prefix=prefix, secret_sha256=_digest(secret),
-                                scope=scope)  # fmt: skip
+    key = ApiKey.objects.create(
+        tenant=tenant, name=name.strip(), prefix=prefix, secret_sha256=_digest(secret), scope=scope
+    )
     return CreatedKey(key=key, plaintext=f"kp_{prefix}_{secret}")
 
 

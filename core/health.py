@@ -103,8 +103,9 @@ def readyz(request: HttpRequest) -> JsonResponse:
         failing = [name for name, result in checks.items() if not result["ok"]]
     except Exception as exc:  # never a 500 from a probe
         logger.exception("readiness probe failed unexpectedly")
-        return JsonResponse({"status": "unavailable", "failing": ["readyz"], "reason": type(exc).__name__},
-                            status=503)  # fmt: skip
+        return JsonResponse(
+            {"status": "unavailable", "failing": ["readyz"], "reason": type(exc).__name__}, status=503
+        )
     if failing:
         logger.warning("not ready: %s", "; ".join(f"{n}: {checks[n]['reason']}" for n in failing))
         return JsonResponse({"status": "unavailable", "failing": failing, "checks": checks}, status=503)

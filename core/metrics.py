@@ -139,8 +139,11 @@ def metrics_authorized(request: HttpRequest) -> int | None:
 def metrics_view(request: HttpRequest) -> HttpResponse:
     refused = metrics_authorized(request)
     if refused == 401:
-        response = HttpResponse("metrics need Authorization: Bearer <KEEPER_METRICS_TOKEN>\n", status=401,
-                                content_type="text/plain")  # fmt: skip
+        response = HttpResponse(
+            "metrics need Authorization: Bearer <KEEPER_METRICS_TOKEN>\n",
+            status=401,
+            content_type="text/plain",
+        )
         response["WWW-Authenticate"] = 'Bearer realm="metrics"'
         return response
     if refused is not None:
@@ -167,7 +170,6 @@ def worker_metrics_serve() -> int | None:
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-    server, _ = start_http_server(int(port), addr=settings.KEEPER_WORKER_METRICS_ADDR,
-                                  registry=registry)  # fmt: skip
+    server, _ = start_http_server(int(port), addr=settings.KEEPER_WORKER_METRICS_ADDR, registry=registry)
     logger.info("worker metrics served on port %s", server.server_port)
     return int(server.server_port)

@@ -74,9 +74,13 @@ def start_python(
     args: list[str], *, env: dict[str, str] | None = None, log: IO[bytes] | None = None
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, *args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT if log else None,
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT if log else None,
         start_new_session=True,
-    )  # fmt: skip
+    )
 
 
 def web_args(host: str, port: str | int) -> list[str]:
@@ -90,8 +94,24 @@ def celery_worker_args(
     name: str, *, concurrency: int = 1, loglevel: str = "warning", pool: str = "prefork"
 ) -> list[str]:
     """`solo` runs tasks in the worker process itself, so a crash point kills the worker, not a pool child."""
-    return ["-m", "celery", "-A", "workers", "worker", "-l", loglevel, "-P", pool, "-c", str(concurrency),
-            "-n", f"{name}@%h", "--without-heartbeat", "--without-gossip", "--without-mingle"]  # fmt: skip
+    return [
+        "-m",
+        "celery",
+        "-A",
+        "workers",
+        "worker",
+        "-l",
+        loglevel,
+        "-P",
+        pool,
+        "-c",
+        str(concurrency),
+        "-n",
+        f"{name}@%h",
+        "--without-heartbeat",
+        "--without-gossip",
+        "--without-mingle",
+    ]
 
 
 def celery_beat_args(schedule_file: Path, *, loglevel: str = "warning") -> list[str]:

@@ -24,24 +24,65 @@ from memory.services import memory_invalidate, memory_remember, memory_supersede
 class MemoryItemOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = MemoryItem
-        fields = ["memory_id", "subject_id", "namespace", "key", "value", "schema_version", "provenance", "confidence",
-                  "valid_from", "expires_at", "invalidated_at", "invalidation_reason", "supersedes", "consent_basis",
-                  "created_at"]  # fmt: skip
+        fields = [
+            "memory_id",
+            "subject_id",
+            "namespace",
+            "key",
+            "value",
+            "schema_version",
+            "provenance",
+            "confidence",
+            "valid_from",
+            "expires_at",
+            "invalidated_at",
+            "invalidation_reason",
+            "supersedes",
+            "consent_basis",
+            "created_at",
+        ]
 
 
 class ErasureOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = ErasureRequest
-        fields = ["request_id", "subject_digest", "requested_by", "status", "progress", "receipt", "error",
-                  "created_at", "completed_at"]  # fmt: skip
+        fields = [
+            "request_id",
+            "subject_digest",
+            "requested_by",
+            "status",
+            "progress",
+            "receipt",
+            "error",
+            "created_at",
+            "completed_at",
+        ]
 
 
-EXAMPLE_PROVENANCE = {"source_type": "user_statement", "source_id": "run:7b0c…", "source_version": None,
-                      "run_id": "7b0c…", "event_seq": 3, "validation_method": "user_statement"}  # fmt: skip
+EXAMPLE_PROVENANCE = {
+    "source_type": "user_statement",
+    "source_id": "run:7b0c…",
+    "source_version": None,
+    "run_id": "7b0c…",
+    "event_seq": 3,
+    "validation_method": "user_statement",
+}
 MEMORY_ITEM_LIST = inline_serializer("MemoryItemList", {"results": MemoryItemOutputSerializer(many=True)})
-MEMORY_HITS = inline_serializer("MemoryHits", {"results": inline_serializer("MemoryHit", {
-    "score": serializers.FloatField(), "vector_rank": serializers.IntegerField(allow_null=True),
-    "text_rank": serializers.IntegerField(allow_null=True), "item": MemoryItemOutputSerializer()}, many=True)})  # fmt: skip
+MEMORY_HITS = inline_serializer(
+    "MemoryHits",
+    {
+        "results": inline_serializer(
+            "MemoryHit",
+            {
+                "score": serializers.FloatField(),
+                "vector_rank": serializers.IntegerField(allow_null=True),
+                "text_rank": serializers.IntegerField(allow_null=True),
+                "item": MemoryItemOutputSerializer(),
+            },
+            many=True,
+        )
+    },
+)
 
 
 class MemoryItemsApi(APIView):
@@ -64,11 +105,25 @@ class MemoryItemsApi(APIView):
         subject_id = serializers.CharField(max_length=200)
         namespace = serializers.CharField(max_length=200, required=False)
 
-    @extend_schema(summary="Remember a fact about a subject", request=InputSerializer,
-                   responses={201: MemoryItemOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("preference", value={
-                       "tenant": "acme", "subject_id": "customer-7", "namespace": "preferences", "key": "language",
-                       "value": "de", "provenance": EXAMPLE_PROVENANCE}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Remember a fact about a subject",
+        request=InputSerializer,
+        responses={201: MemoryItemOutputSerializer, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "preference",
+                value={
+                    "tenant": "acme",
+                    "subject_id": "customer-7",
+                    "namespace": "preferences",
+                    "key": "language",
+                    "value": "de",
+                    "provenance": EXAMPLE_PROVENANCE,
+                },
+                request_only=True,
+            )
+        ],
+    )
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -76,14 +131,20 @@ class MemoryItemsApi(APIView):
         item = memory_remember(tenant=request_tenant(request, fields.pop("tenant", None)), **fields)
         return Response(MemoryItemOutputSerializer(item).data, status=201)
 
-    @extend_schema(summary="Recall a subject's current facts", parameters=[FilterSerializer],
-                   responses={200: MEMORY_ITEM_LIST, **error_responses()})  # fmt: skip
+    @extend_schema(
+        summary="Recall a subject's current facts",
+        parameters=[FilterSerializer],
+        responses={200: MEMORY_ITEM_LIST, **error_responses()},
+    )
     def get(self, request: Request) -> Response:
         f = self.FilterSerializer(data=request.query_params.dict())
         f.is_valid(raise_exception=True)
         namespace = f.validated_data.get("namespace")
-        items = memory_recall(tenant=request_tenant(request, f.validated_data.get("tenant")),
-                              subject_id=f.validated_data["subject_id"], namespaces=[namespace] if namespace else None)  # fmt: skip
+        items = memory_recall(
+            tenant=request_tenant(request, f.validated_data.get("tenant")),
+            subject_id=f.validated_data["subject_id"],
+            namespaces=[namespace] if namespace else None,
+        )
         return Response({"results": MemoryItemOutputSerializer(items, many=True).data})
 
 
@@ -96,10 +157,18 @@ class MemoryItemSupersedeApi(APIView):
         provenance = serializers.DictField()
         confidence = serializers.FloatField(required=False, allow_null=True, default=None)
 
-    @extend_schema(summary="Replace a fact with a new value", request=InputSerializer,
-                   responses={201: MemoryItemOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("new value", value={"tenant": "acme", "value": "en",
-                                                                "provenance": EXAMPLE_PROVENANCE}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Replace a fact with a new value",
+        request=InputSerializer,
+        responses={201: MemoryItemOutputSerializer, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "new value",
+                value={"tenant": "acme", "value": "en", "provenance": EXAMPLE_PROVENANCE},
+                request_only=True,
+            )
+        ],
+    )
     def post(self, request: Request, memory_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -117,15 +186,24 @@ class MemoryItemInvalidateApi(APIView):
         )  # with an API key: the key's
         reason = serializers.CharField(max_length=500)
 
-    @extend_schema(summary="Invalidate a fact", request=InputSerializer,
-                   responses={200: MemoryItemOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("wrong", value={"tenant": "acme", "reason": "the customer corrected it"},
-                                            request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Invalidate a fact",
+        request=InputSerializer,
+        responses={200: MemoryItemOutputSerializer, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "wrong", value={"tenant": "acme", "reason": "the customer corrected it"}, request_only=True
+            )
+        ],
+    )
     def post(self, request: Request, memory_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        item = memory_invalidate(tenant=request_tenant(request, data.validated_data.get("tenant")), memory_id=memory_id,
-                                 reason=data.validated_data["reason"])  # fmt: skip
+        item = memory_invalidate(
+            tenant=request_tenant(request, data.validated_data.get("tenant")),
+            memory_id=memory_id,
+            reason=data.validated_data["reason"],
+        )
         return Response(MemoryItemOutputSerializer(item).data)
 
 
@@ -138,15 +216,33 @@ class MemorySearchApi(APIView):
         subject_id = serializers.CharField(max_length=200, required=False)
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
 
-    @extend_schema(summary="Search memory (vector and full text)", parameters=[FilterSerializer],
-                   responses={200: MEMORY_HITS, **error_responses(422)})  # fmt: skip
+    @extend_schema(
+        summary="Search memory (vector and full text)",
+        parameters=[FilterSerializer],
+        responses={200: MEMORY_HITS, **error_responses(422)},
+    )
     def get(self, request: Request) -> Response:
         f = self.FilterSerializer(data=request.query_params.dict())
         f.is_valid(raise_exception=True)
-        hits = memory_search(tenant=request_tenant(request, f.validated_data.get("tenant")), query=f.validated_data["query"],
-                             subject_id=f.validated_data.get("subject_id"), k=f.validated_data["k"])  # fmt: skip
-        return Response({"results": [{"score": h.score, "vector_rank": h.vector_rank, "text_rank": h.text_rank,
-                                      "item": MemoryItemOutputSerializer(h.item).data} for h in hits]})  # fmt: skip
+        hits = memory_search(
+            tenant=request_tenant(request, f.validated_data.get("tenant")),
+            query=f.validated_data["query"],
+            subject_id=f.validated_data.get("subject_id"),
+            k=f.validated_data["k"],
+        )
+        return Response(
+            {
+                "results": [
+                    {
+                        "score": h.score,
+                        "vector_rank": h.vector_rank,
+                        "text_rank": h.text_rank,
+                        "item": MemoryItemOutputSerializer(h.item).data,
+                    }
+                    for h in hits
+                ]
+            }
+        )
 
 
 class ErasureRequestsApi(APIView):
@@ -156,21 +252,31 @@ class ErasureRequestsApi(APIView):
         )  # with an API key: the key's
         subject_id = serializers.CharField(max_length=200)
 
-    @extend_schema(summary="Erase everything about a subject (asynchronous)", request=InputSerializer,
-                   responses={202: ErasureOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("erase", value={"tenant": "acme", "subject_id": "customer-7"},
-                                            request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Erase everything about a subject (asynchronous)",
+        request=InputSerializer,
+        responses={202: ErasureOutputSerializer, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample("erase", value={"tenant": "acme", "subject_id": "customer-7"}, request_only=True)
+        ],
+    )
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        created = erasure_request_create(tenant=request_tenant(request, data.validated_data.get("tenant")),
-                                         subject_id=data.validated_data["subject_id"], requested_by=request_actor(request))  # fmt: skip
+        created = erasure_request_create(
+            tenant=request_tenant(request, data.validated_data.get("tenant")),
+            subject_id=data.validated_data["subject_id"],
+            requested_by=request_actor(request),
+        )
         return Response(ErasureOutputSerializer(created).data, status=202)
 
 
 class ErasureRequestDetailApi(APIView):
-    @extend_schema(summary="An erasure request's status and receipt", parameters=[TenantParameterSerializer],
-                   responses={200: ErasureOutputSerializer, **error_responses()})  # fmt: skip
+    @extend_schema(
+        summary="An erasure request's status and receipt",
+        parameters=[TenantParameterSerializer],
+        responses={200: ErasureOutputSerializer, **error_responses()},
+    )
     def get(self, request: Request, request_id: UUID) -> Response:
         tenant = request_tenant(request, request.query_params.get("tenant", ""))
         with tenant_scope(tenant.tenant_id):

@@ -23,9 +23,27 @@ from memory.models import MemoryItem, MemoryVector
 from memory.projection import memory_project, memory_search, memory_vector_index_ensure, vector_candidates
 
 SHARES = [60, 10, 8, 6, 5, 4, 3, 2, 1.5, 0.5]  # percent of the items per tenant: one holds 60%
-WORDS = [f"{a}{b}" for a in ("refund", "order", "parcel", "invoice", "card", "city", "language", "plan", "phone",
-                             "email", "delivery", "address", "coupon", "account", "support")
-         for b in ("", "s", "ed", "ing", "er", "ly", "al", "ion")]  # fmt: skip
+WORDS = [
+    f"{a}{b}"
+    for a in (
+        "refund",
+        "order",
+        "parcel",
+        "invoice",
+        "card",
+        "city",
+        "language",
+        "plan",
+        "phone",
+        "email",
+        "delivery",
+        "address",
+        "coupon",
+        "account",
+        "support",
+    )
+    for b in ("", "s", "ed", "ing", "er", "ly", "al", "ion")
+]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -36,19 +54,35 @@ def percentile(values: list[float], q: float) -> float:
 
 def _seed(tenant: Tenant, n: int, rng: random.Random) -> None:
     now = timezone.now()
-    provenance = {"source_type": "import", "source_id": "bench", "source_version": None, "run_id": None,
-                  "event_seq": None, "validation_method": "unvalidated"}  # fmt: skip
+    provenance = {
+        "source_type": "import",
+        "source_id": "bench",
+        "source_version": None,
+        "run_id": None,
+        "event_seq": None,
+        "validation_method": "unvalidated",
+    }
     with tenant_scope(tenant.tenant_id):
         MemoryItem.objects.bulk_create(
-            [MemoryItem(tenant=tenant, subject_id=f"s{i % 500}", namespace="profile", key=f"k{i}",
-                        value=" ".join(rng.choices(WORDS, k=10)), provenance=provenance, valid_from=now)
-             for i in range(n)],
+            [
+                MemoryItem(
+                    tenant=tenant,
+                    subject_id=f"s{i % 500}",
+                    namespace="profile",
+                    key=f"k{i}",
+                    value=" ".join(rng.choices(WORDS, k=10)),
+                    provenance=provenance,
+                    valid_from=now,
+                )
+                for i in range(n)
+            ],
             batch_size=5000,
-        )  # fmt: skip
+        )
 
 
-def _candidate_queries(conn: psycopg.Connection, tenant: Tenant, embedder: HashingEmbedder, query: str,
-                       *, rls: bool) -> None:  # fmt: skip
+def _candidate_queries(
+    conn: psycopg.Connection, tenant: Tenant, embedder: HashingEmbedder, query: str, *, rls: bool
+) -> None:
     """memory_search's two candidate queries, as it sends them. Under RLS: as the application role,
     the tenant set for the transaction. Without: on a connection RLS does not bind (the embedded
     superuser)."""
@@ -105,18 +139,25 @@ def bench_memory_search(*, items: int, queries: int, progress: Callable[[str], N
             hybrid.append((time.perf_counter() - t0) * 1000)
         rls = _timed_queries(current_database_url(), asked, embedder, rls=True)
         result: dict[str, Any] = {
-            "items": sum(sizes), "tenants": len(tenants), "queries": queries,
+            "items": sum(sizes),
+            "tenants": len(tenants),
+            "queries": queries,
             "hybrid_search_p50_ms": round(percentile(hybrid, 0.5), 2),
             "hybrid_search_p99_ms": round(percentile(hybrid, 0.99), 2),
-            "rls_p50_ms": round(percentile(rls, 0.5), 2), "rls_p99_ms": round(percentile(rls, 0.99), 2),
-        }  # fmt: skip
+            "rls_p50_ms": round(percentile(rls, 0.5), 2),
+            "rls_p99_ms": round(percentile(rls, 0.99), 2),
+        }
         superuser = settings.KEEPER_BENCH_SUPERUSER_URL
         if superuser:
             dsn = superuser.replace("/keeper?", f"/{connections['default'].settings_dict['NAME']}?")
             base = _timed_queries(dsn, asked, embedder, rls=False)
-            result.update({"no_rls_p50_ms": round(percentile(base, 0.5), 2),
-                           "no_rls_p99_ms": round(percentile(base, 0.99), 2),
-                           "ratio_p50": round(percentile(rls, 0.5) / percentile(base, 0.5), 2)})  # fmt: skip
+            result.update(
+                {
+                    "no_rls_p50_ms": round(percentile(base, 0.5), 2),
+                    "no_rls_p99_ms": round(percentile(base, 0.99), 2),
+                    "ratio_p50": round(percentile(rls, 0.5) / percentile(base, 0.5), 2),
+                }
+            )
         else:
             result["no_rls_baseline"] = "unavailable: needs the embedded server's superuser"
         smallest = tenants[-1]

@@ -43,9 +43,11 @@ def erasure_request_create(*, tenant: Tenant, subject_id: str, requested_by: str
         raise InvalidInput("subject_id must be 1 to 200 characters", code="invalid_subject")
     with tenant_scope(tenant.tenant_id):
         request = ErasureRequest.objects.create(
-            tenant=tenant, subject_id=subject_id, requested_by=requested_by,
+            tenant=tenant,
+            subject_id=subject_id,
+            requested_by=requested_by,
             subject_digest=subject_digest(tenant_id=tenant.tenant_id, subject_id=subject_id),
-        )  # fmt: skip
+        )
         # If the broker is away the request stays pending, visibly; erasure_execute can be run again.
         transaction.on_commit(
             lambda: task_send(name=ERASE_TASK, args=[str(request.request_id), str(tenant.tenant_id)])
@@ -89,18 +91,35 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
             items = list(MemoryItem.objects.filter(subject_id=subject).order_by("created_at"))
             for item in items:
                 for kind, digest in (
-                    ("claim", claim_digest(subject_id=subject, namespace=item.namespace, key=item.key, value=item.value)),
-                    ("source", source_digest(subject_id=subject, run_id=item.provenance.get("run_id"),
-                                             event_seq=item.provenance.get("event_seq"))),
-                ):  # fmt: skip
-                    Tombstone.objects.get_or_create(tenant_id=tenant_id, kind=kind, digest=digest,
-                                                    defaults={"subject_digest": request.subject_digest,
-                                                              "request": request})  # fmt: skip
+                    (
+                        "claim",
+                        claim_digest(
+                            subject_id=subject, namespace=item.namespace, key=item.key, value=item.value
+                        ),
+                    ),
+                    (
+                        "source",
+                        source_digest(
+                            subject_id=subject,
+                            run_id=item.provenance.get("run_id"),
+                            event_seq=item.provenance.get("event_seq"),
+                        ),
+                    ),
+                ):
+                    Tombstone.objects.get_or_create(
+                        tenant_id=tenant_id,
+                        kind=kind,
+                        digest=digest,
+                        defaults={"subject_digest": request.subject_digest, "request": request},
+                    )
             vectors, _ = MemoryVector.objects.filter(memory__subject_id=subject).delete()
             MemoryItem.objects.filter(subject_id=subject).update(supersedes=None)  # the chain goes with them
             deleted_items, _ = MemoryItem.objects.filter(subject_id=subject).delete()
-            counts = {"memory_items": deleted_items, "memory_vectors": vectors,
-                      "tombstones": Tombstone.objects.filter(request=request).count()}  # fmt: skip
+            counts = {
+                "memory_items": deleted_items,
+                "memory_vectors": vectors,
+                "tombstones": Tombstone.objects.filter(request=request).count(),
+            }
             _progress(request, memory=dict(counts))
         for eraser in erasers():
             erased = eraser.erase(
@@ -141,11 +160,13 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
     with tenant_scope(tenant_id):
         left = {k: v for k, v in after.items() if v}
         ErasureRequest.objects.filter(pk=request.pk).update(
-            status=ErasureStatus.COMPLETED if clean else ErasureStatus.FAILED, receipt=receipt,
-            completed_at=timezone.now(), error="" if clean else f"left behind: {canonical_json(left)}",
+            status=ErasureStatus.COMPLETED if clean else ErasureStatus.FAILED,
+            receipt=receipt,
+            completed_at=timezone.now(),
+            error="" if clean else f"left behind: {canonical_json(left)}",
             # Once clean, the request keeps only the subject's digest; a failed one keeps the id to retry.
             **({"subject_id": ""} if clean else {}),
-        )  # fmt: skip
+        )
         return ErasureRequest.objects.get(pk=request.pk)
 
 
@@ -189,12 +210,16 @@ def _scan(scope: Scope) -> dict[str, int]:
         return {place.name: place.count(scope) for place in places()}
 
 
-def tombstoned(*, tenant_id: UUID, subject_id: str, namespace: str, key: str, value: Any,
-               provenance: dict[str, Any]) -> bool:  # fmt: skip
+def tombstoned(
+    *, tenant_id: UUID, subject_id: str, namespace: str, key: str, value: Any, provenance: dict[str, Any]
+) -> bool:
     """Whether this claim, or the event it comes from, was erased (must run inside the tenant scope)."""
-    digests = [claim_digest(subject_id=subject_id, namespace=namespace, key=key, value=value),
-               source_digest(subject_id=subject_id, run_id=provenance.get("run_id"),
-                             event_seq=provenance.get("event_seq"))]  # fmt: skip
+    digests = [
+        claim_digest(subject_id=subject_id, namespace=namespace, key=key, value=value),
+        source_digest(
+            subject_id=subject_id, run_id=provenance.get("run_id"), event_seq=provenance.get("event_seq")
+        ),
+    ]
     return Tombstone.objects.filter(tenant_id=tenant_id, digest__in=digests).exists()
 
 

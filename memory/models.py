@@ -32,8 +32,14 @@ class MemoryItem(models.Model):
     expires_at = models.DateTimeField(null=True, blank=True)
     invalidated_at = models.DateTimeField(null=True, blank=True)
     invalidation_reason = models.TextField(null=True, blank=True)
-    supersedes = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, db_column="supersedes",
-                                   related_name="superseded_by")  # fmt: skip
+    supersedes = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        db_column="supersedes",
+        related_name="superseded_by",
+    )
     consent_basis = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 

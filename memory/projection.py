@@ -42,16 +42,25 @@ def memory_project(*, tenant: Tenant, embedder: Embedder | None = None) -> dict[
         stale, _ = MemoryVector.objects.exclude(embedder_key=embedder.key).delete()
         missing = list(
             MemoryItem.objects.filter(invalidated_at__isnull=True)
-            .exclude(vectors__embedder_key=embedder.key).order_by("created_at")
-        )  # fmt: skip
+            .exclude(vectors__embedder_key=embedder.key)
+            .order_by("created_at")
+        )
         texts = [memory_text(item) for item in missing]
         vectors = embedder.embed(texts) if texts else []
         MemoryVector.objects.bulk_create(
-            [MemoryVector(tenant=tenant, memory=item, embedder_key=embedder.key, dimensions=embedder.dimensions,
-                          embedding=vector, content_digest=sha256_digest(text))
-             for item, text, vector in zip(missing, texts, vectors, strict=True)],
+            [
+                MemoryVector(
+                    tenant=tenant,
+                    memory=item,
+                    embedder_key=embedder.key,
+                    dimensions=embedder.dimensions,
+                    embedding=vector,
+                    content_digest=sha256_digest(text),
+                )
+                for item, text, vector in zip(missing, texts, vectors, strict=True)
+            ],
             ignore_conflicts=True,
-        )  # fmt: skip
+        )
     if missing and not _tenant_index_exists(tenant, embedder.dimensions):
         task_send(
             name="workers.tasks.index_tenant_vectors", args=[str(tenant.tenant_id), str(embedder.dimensions)]
@@ -120,16 +129,22 @@ class MemoryHit:
 
 
 def memory_search(
-    *, tenant: Tenant, query: str, subject_id: str | None = None, k: int = 10, embedder: Embedder | None = None,
+    *,
+    tenant: Tenant,
+    query: str,
+    subject_id: str | None = None,
+    k: int = 10,
+    embedder: Embedder | None = None,
     candidates: int = 50,
-) -> list[MemoryHit]:  # fmt: skip
+) -> list[MemoryHit]:
     """Current claims most relevant to the query: vector and full-text rankings fused by RRF."""
     embedder = embedder or embedder_from_settings()
     [query_vector] = embedder.embed([query])
     now = timezone.now()
     with tenant_scope(tenant.tenant_id):
-        valid = MemoryItem.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now),
-                                          invalidated_at__isnull=True)  # fmt: skip
+        valid = MemoryItem.objects.filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=now), invalidated_at__isnull=True
+        )
         if subject_id is not None:
             valid = valid.filter(subject_id=subject_id)
         by_vector = vector_candidates(

@@ -26,9 +26,11 @@ def memory_recall(
     with tenant_scope(tenant.tenant_id):
         items = MemoryItem.objects.filter(
             Q(expires_at__isnull=True) | Q(expires_at__gt=now),
-            subject_id=subject_id, invalidated_at__isnull=True, valid_from__lte=now,
+            subject_id=subject_id,
+            invalidated_at__isnull=True,
+            valid_from__lte=now,
             schema_version__in=schema_versions,
-        )  # fmt: skip
+        )
         if namespaces is not None:
             items = items.filter(namespace__in=namespaces)
         return list(items.order_by("namespace", "key"))

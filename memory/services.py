@@ -26,11 +26,30 @@ from memory.erasure import tombstoned
 from memory.models import PROVENANCE_KEYS, MemoryItem
 
 SOURCE_TYPES = ("user_statement", "tool_result", "model_inference", "operator", "import")
-VALIDATION_METHODS = ("explicit_user_confirmation", "user_statement", "tool_verified", "operator_entered",
-                      "unvalidated")  # fmt: skip
+VALIDATION_METHODS = (
+    "explicit_user_confirmation",
+    "user_statement",
+    "tool_verified",
+    "operator_entered",
+    "unvalidated",
+)
 # Traits a model must not infer and keep about a person without their explicit confirmation.
-SENSITIVE_TERMS = ("mood", "emotion", "angry", "anger", "health", "medical", "diagnosis", "religion", "politic",
-                   "sexual", "ethnic", "pregnan", "disabilit", "union_member")  # fmt: skip
+SENSITIVE_TERMS = (
+    "mood",
+    "emotion",
+    "angry",
+    "anger",
+    "health",
+    "medical",
+    "diagnosis",
+    "religion",
+    "politic",
+    "sexual",
+    "ethnic",
+    "pregnan",
+    "disabilit",
+    "union_member",
+)
 
 
 logger = logging.getLogger(__name__)
@@ -57,15 +76,19 @@ def _validate(
     canonical_json(value)  # plain JSON, storable
     if not isinstance(provenance, dict) or sorted(set(PROVENANCE_KEYS) - set(provenance)):
         missing = sorted(set(PROVENANCE_KEYS) - set(provenance or {}))
-        raise InvalidInput(f"provenance needs {', '.join(PROVENANCE_KEYS)} (missing {', '.join(missing)})",
-                           code="invalid_provenance")  # fmt: skip
+        raise InvalidInput(
+            f"provenance needs {', '.join(PROVENANCE_KEYS)} (missing {', '.join(missing)})",
+            code="invalid_provenance",
+        )
     if provenance["source_type"] not in SOURCE_TYPES:
         raise InvalidInput(
             f"provenance.source_type must be one of {', '.join(SOURCE_TYPES)}", code="invalid_provenance"
         )
     if provenance["validation_method"] not in VALIDATION_METHODS:
-        raise InvalidInput(f"provenance.validation_method must be one of {', '.join(VALIDATION_METHODS)}",
-                           code="invalid_provenance")  # fmt: skip
+        raise InvalidInput(
+            f"provenance.validation_method must be one of {', '.join(VALIDATION_METHODS)}",
+            code="invalid_provenance",
+        )
     if not isinstance(provenance["source_id"], str) or not provenance["source_id"]:
         raise InvalidInput("provenance.source_id must name the source", code="invalid_provenance")
     if provenance["event_seq"] is not None and not isinstance(provenance["event_seq"], int):
@@ -73,8 +96,11 @@ def _validate(
     if confidence is not None and not 0 <= confidence <= 1:
         raise InvalidInput("confidence must be between 0 and 1", code="invalid_confidence")
     about = f"{namespace} {key}".lower()
-    if (provenance["source_type"] == "model_inference" and any(t in about for t in SENSITIVE_TERMS)
-            and provenance["validation_method"] != "explicit_user_confirmation"):  # fmt: skip
+    if (
+        provenance["source_type"] == "model_inference"
+        and any(t in about for t in SENSITIVE_TERMS)
+        and provenance["validation_method"] != "explicit_user_confirmation"
+    ):
         raise SensitiveInference(
             f"a model's inference about {namespace}/{key} is not kept without the person's explicit confirmation"
         )
@@ -93,25 +119,45 @@ def _expiry(provenance: dict[str, Any], expires_at: Any) -> Any:
 
 
 def memory_remember(
-    *, tenant: Tenant, subject_id: str, namespace: str, key: str, value: Any, provenance: dict[str, Any],
-    confidence: float | None = None, expires_at: Any = None, consent_basis: str | None = None,
+    *,
+    tenant: Tenant,
+    subject_id: str,
+    namespace: str,
+    key: str,
+    value: Any,
+    provenance: dict[str, Any],
+    confidence: float | None = None,
+    expires_at: Any = None,
+    consent_basis: str | None = None,
     schema_version: int = 1,
-) -> MemoryItem:  # fmt: skip
+) -> MemoryItem:
     """Keep a new claim. If a current one exists for the same key, the new one supersedes it."""
     if not isinstance(subject_id, str) or not 0 < len(subject_id) <= 200:
         raise InvalidInput("subject_id must be 1 to 200 characters", code="invalid_memory_scope")
     _validate(namespace=namespace, key=key, value=value, provenance=provenance, confidence=confidence)
     with tenant_scope(tenant.tenant_id):
-        if tombstoned(tenant_id=tenant.tenant_id, subject_id=subject_id, namespace=namespace, key=key, value=value,
-                      provenance=provenance):  # fmt: skip
+        if tombstoned(
+            tenant_id=tenant.tenant_id,
+            subject_id=subject_id,
+            namespace=namespace,
+            key=key,
+            value=value,
+            provenance=provenance,
+        ):
             raise ClaimErased(
                 f"{namespace}/{key} of this subject was erased at their request; it is not kept again"
             )
         current = (
             MemoryItem.objects.select_for_update()
-            .filter(tenant=tenant, subject_id=subject_id, namespace=namespace, key=key, invalidated_at__isnull=True)
+            .filter(
+                tenant=tenant,
+                subject_id=subject_id,
+                namespace=namespace,
+                key=key,
+                invalidated_at__isnull=True,
+            )
             .first()
-        )  # fmt: skip
+        )
         now = timezone.now()
         if current is not None:
             if canonical_json(current.value) == canonical_json(value) and current.provenance == provenance:
@@ -125,18 +171,33 @@ def memory_remember(
         )
         try:
             return MemoryItem.objects.create(
-                tenant=tenant, subject_id=subject_id, namespace=namespace, key=key, value=value,
-                schema_version=schema_version, provenance=provenance, confidence=confidence, valid_from=now,
-                expires_at=_expiry(provenance, expires_at), supersedes=current, consent_basis=consent_basis,
-            )  # fmt: skip
+                tenant=tenant,
+                subject_id=subject_id,
+                namespace=namespace,
+                key=key,
+                value=value,
+                schema_version=schema_version,
+                provenance=provenance,
+                confidence=confidence,
+                valid_from=now,
+                expires_at=_expiry(provenance, expires_at),
+                supersedes=current,
+                consent_basis=consent_basis,
+            )
         except IntegrityError:
             raise MemoryConflict(
                 f"{namespace}/{key} of {subject_id} changed at the same moment; try again"
             ) from None
 
 
-def memory_supersede(*, tenant: Tenant, memory_id: UUID, value: Any, provenance: dict[str, Any],
-                     confidence: float | None = None) -> MemoryItem:  # fmt: skip
+def memory_supersede(
+    *,
+    tenant: Tenant,
+    memory_id: UUID,
+    value: Any,
+    provenance: dict[str, Any],
+    confidence: float | None = None,
+) -> MemoryItem:
     """A new value for exactly this claim; refused if the claim is no longer the current one."""
     with tenant_scope(tenant.tenant_id):
         old = MemoryItem.objects.filter(memory_id=memory_id).first()
@@ -144,9 +205,17 @@ def memory_supersede(*, tenant: Tenant, memory_id: UUID, value: Any, provenance:
             raise NotFound(f"no memory item {memory_id}", code="memory_not_found")
         if old.invalidated_at is not None:
             raise MemoryConflict(f"memory item {memory_id} was already {old.invalidation_reason}")
-        return memory_remember(tenant=tenant, subject_id=old.subject_id, namespace=old.namespace, key=old.key,
-                               value=value, provenance=provenance, confidence=confidence,
-                               consent_basis=old.consent_basis, schema_version=old.schema_version)  # fmt: skip
+        return memory_remember(
+            tenant=tenant,
+            subject_id=old.subject_id,
+            namespace=old.namespace,
+            key=old.key,
+            value=value,
+            provenance=provenance,
+            confidence=confidence,
+            consent_basis=old.consent_basis,
+            schema_version=old.schema_version,
+        )
 
 
 def memory_invalidate(*, tenant: Tenant, memory_id: UUID, reason: str) -> MemoryItem:
@@ -189,8 +258,15 @@ def memory_learn_from_events(
     started = timezone.now()
     for fact in extractor_from_settings().extract(events):
         try:
-            item = memory_remember(tenant=tenant, subject_id=subject_id, namespace=fact.namespace, key=fact.key,
-                                   value=fact.value, provenance=fact.provenance(run_id), confidence=fact.confidence)  # fmt: skip
+            item = memory_remember(
+                tenant=tenant,
+                subject_id=subject_id,
+                namespace=fact.namespace,
+                key=fact.key,
+                value=fact.value,
+                provenance=fact.provenance(run_id),
+                confidence=fact.confidence,
+            )
         except ClaimErased:
             counts["erased"] += 1
             continue

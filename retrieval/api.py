@@ -39,8 +39,21 @@ class DocumentOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Document
-        fields = ["document_id", "source_uri", "source_version", "source_digest", "media_type", "title", "acl",
-                  "status", "index_version", "created_at", "updated_at", "indexed_at", "chunks"]  # fmt: skip
+        fields = [
+            "document_id",
+            "source_uri",
+            "source_version",
+            "source_digest",
+            "media_type",
+            "title",
+            "acl",
+            "status",
+            "index_version",
+            "created_at",
+            "updated_at",
+            "indexed_at",
+            "chunks",
+        ]
 
     def get_chunks(self, document: Document) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -67,22 +80,37 @@ class InvalidationOutputSerializer(serializers.ModelSerializer):
 
 
 DOCUMENT_LIST = inline_serializer("DocumentList", {"results": DocumentOutputSerializer(many=True)})
-INDEXED = inline_serializer("Indexed", {"changed": serializers.BooleanField(), "chunks": serializers.IntegerField(),
-                                        "invalidated": serializers.IntegerField(),
-                                        "document": DocumentOutputSerializer()})  # fmt: skip
-SNAPSHOT = inline_serializer("RetrievalSnapshot", {
-    "retrieval_snapshot_id": serializers.CharField(), "query_digest": serializers.CharField(),
-    "index_version": serializers.JSONField(), "acl_principal": serializers.CharField(),
-    "run_id": serializers.UUIDField(allow_null=True), "created_at": serializers.DateTimeField(),
-    "hits": serializers.ListField(child=serializers.DictField())})  # fmt: skip
+INDEXED = inline_serializer(
+    "Indexed",
+    {
+        "changed": serializers.BooleanField(),
+        "chunks": serializers.IntegerField(),
+        "invalidated": serializers.IntegerField(),
+        "document": DocumentOutputSerializer(),
+    },
+)
+SNAPSHOT = inline_serializer(
+    "RetrievalSnapshot",
+    {
+        "retrieval_snapshot_id": serializers.CharField(),
+        "query_digest": serializers.CharField(),
+        "index_version": serializers.JSONField(),
+        "acl_principal": serializers.CharField(),
+        "run_id": serializers.UUIDField(allow_null=True),
+        "created_at": serializers.DateTimeField(),
+        "hits": serializers.ListField(child=serializers.DictField()),
+    },
+)
 
 
 def _content(data: dict, files: dict) -> tuple[bytes, str]:  # type: ignore[type-arg]
     upload = files.get("file")
     given = [name for name in ("text", "content_base64") if data.get(name) is not None]
     if (upload is not None) + len(given) != 1:
-        raise InvalidInput("send the content exactly once: a `file` upload, `text`, or `content_base64`",
-                           code="invalid_document_content")  # fmt: skip
+        raise InvalidInput(
+            "send the content exactly once: a `file` upload, `text`, or `content_base64`",
+            code="invalid_document_content",
+        )
     if upload is not None:
         return upload.read(), media_type_guess(
             filename=upload.name or "", declared=data.get("media_type") or ""
@@ -118,31 +146,57 @@ class DocumentsApi(APIView):
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
 
-    @extend_schema(summary="Index a document (JSON with text or content_base64, or a multipart file)",
-                   request={"application/json": InputSerializer, "multipart/form-data": InputSerializer},
-                   responses={201: INDEXED, 200: INDEXED, **error_responses(409, 413, 415, 422)},
-                   examples=[OpenApiExample("text", value={
-                       "tenant": "acme", "document_id": "policy-42", "source_uri": "https://wiki/refunds",
-                       "source_version": "etag:1", "media_type": "text/markdown", "acl": ["group:support"],
-                       "text": "# Refunds\nWithin 14 days."}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Index a document (JSON with text or content_base64, or a multipart file)",
+        request={"application/json": InputSerializer, "multipart/form-data": InputSerializer},
+        responses={201: INDEXED, 200: INDEXED, **error_responses(409, 413, 415, 422)},
+        examples=[
+            OpenApiExample(
+                "text",
+                value={
+                    "tenant": "acme",
+                    "document_id": "policy-42",
+                    "source_uri": "https://wiki/refunds",
+                    "source_version": "etag:1",
+                    "media_type": "text/markdown",
+                    "acl": ["group:support"],
+                    "text": "# Refunds\nWithin 14 days.",
+                },
+                request_only=True,
+            )
+        ],
+    )
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = data.validated_data
         content, media_type = _content(fields, request.FILES)
         result = document_index(
-            tenant=request_tenant(request, fields.get("tenant")), document_id=fields["document_id"],
-            source_uri=fields["source_uri"], source_version=fields["source_version"], data=content,
-            media_type=media_type, acl=fields["acl"], title=fields["title"], actor=request_actor(request),
+            tenant=request_tenant(request, fields.get("tenant")),
+            document_id=fields["document_id"],
+            source_uri=fields["source_uri"],
+            source_version=fields["source_version"],
+            data=content,
+            media_type=media_type,
+            acl=fields["acl"],
+            title=fields["title"],
+            actor=request_actor(request),
             wait=fields["wait"],
-        )  # fmt: skip
+        )
         with tenant_scope(result.document.tenant_id):
-            body = {"changed": result.changed, "chunks": result.chunks, "invalidated": result.invalidated,
-                    "document": DocumentOutputSerializer(result.document).data}  # fmt: skip
+            body = {
+                "changed": result.changed,
+                "chunks": result.chunks,
+                "invalidated": result.invalidated,
+                "document": DocumentOutputSerializer(result.document).data,
+            }
         return Response(body, status=201 if result.changed else 200)
 
-    @extend_schema(summary="List documents", parameters=[FilterSerializer],
-                   responses={200: DOCUMENT_LIST, **error_responses()})  # fmt: skip
+    @extend_schema(
+        summary="List documents",
+        parameters=[FilterSerializer],
+        responses={200: DOCUMENT_LIST, **error_responses()},
+    )
     def get(self, request: Request) -> Response:
         f = self.FilterSerializer(data=request.query_params.dict())
         f.is_valid(raise_exception=True)
@@ -153,18 +207,28 @@ class DocumentsApi(APIView):
 
 
 class DocumentDetailApi(APIView):
-    @extend_schema(summary="Read a document", parameters=[TenantParameterSerializer],
-                   responses={200: DocumentOutputSerializer, **error_responses()})  # fmt: skip
+    @extend_schema(
+        summary="Read a document",
+        parameters=[TenantParameterSerializer],
+        responses={200: DocumentOutputSerializer, **error_responses()},
+    )
     def get(self, request: Request, document_id: str) -> Response:
         tenant = request_tenant(request, request.query_params.get("tenant", ""))
         document = document_get(tenant=tenant, document_id=document_id)
         with tenant_scope(tenant.tenant_id):
             return Response(DocumentOutputSerializer(document).data)
 
-    @extend_schema(summary="Delete a document and its chunks", parameters=[TenantParameterSerializer],
-                   responses={200: inline_serializer("DocumentDeleted", {"document_id": serializers.CharField(),
-                                                                         "chunks_deleted": serializers.IntegerField()}),
-                              **error_responses(409)})  # fmt: skip
+    @extend_schema(
+        summary="Delete a document and its chunks",
+        parameters=[TenantParameterSerializer],
+        responses={
+            200: inline_serializer(
+                "DocumentDeleted",
+                {"document_id": serializers.CharField(), "chunks_deleted": serializers.IntegerField()},
+            ),
+            **error_responses(409),
+        },
+    )
     def delete(self, request: Request, document_id: str) -> Response:
         tenant = request_tenant(request, request.query_params.get("tenant", ""))
         deleted = document_delete(tenant=tenant, document_id=document_id, actor=request_actor(request))
@@ -178,16 +242,26 @@ class DocumentAclApi(APIView):
         )  # with an API key: the key's
         acl = serializers.ListField(child=serializers.CharField(max_length=210), max_length=1000)
 
-    @extend_schema(summary="Replace a document's ACL", request=InputSerializer,
-                   responses={200: DocumentOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("acl", value={"tenant": "acme", "acl": ["group:support", "user:sam"]},
-                                            request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Replace a document's ACL",
+        request=InputSerializer,
+        responses={200: DocumentOutputSerializer, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "acl", value={"tenant": "acme", "acl": ["group:support", "user:sam"]}, request_only=True
+            )
+        ],
+    )
     def put(self, request: Request, document_id: str) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         tenant = request_tenant(request, data.validated_data.get("tenant"))
-        document = document_acl_set(tenant=tenant, document_id=document_id, acl=data.validated_data["acl"],
-                                    actor=request_actor(request))  # fmt: skip
+        document = document_acl_set(
+            tenant=tenant,
+            document_id=document_id,
+            acl=data.validated_data["acl"],
+            actor=request_actor(request),
+        )
         with tenant_scope(tenant.tenant_id):
             return Response(DocumentOutputSerializer(document).data)
 
@@ -208,22 +282,37 @@ class PrincipalsApi(APIView):
             child=serializers.CharField(max_length=210), max_length=1000, default=list
         )
 
-    @extend_schema(summary="Set a principal's groups", request=InputSerializer,
-                   responses={200: PRINCIPAL, **error_responses(409, 422)},
-                   examples=[OpenApiExample("principal", value={"tenant": "acme", "principal": "user:sam",
-                                                                "groups": ["group:support"]}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Set a principal's groups",
+        request=InputSerializer,
+        responses={200: PRINCIPAL, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "principal",
+                value={"tenant": "acme", "principal": "user:sam", "groups": ["group:support"]},
+                request_only=True,
+            )
+        ],
+    )
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = data.validated_data
-        row = principal_set(tenant=request_tenant(request, fields.get("tenant")), principal=fields["principal"],
-                            groups=fields["groups"], actor=request_actor(request))  # fmt: skip
+        row = principal_set(
+            tenant=request_tenant(request, fields.get("tenant")),
+            principal=fields["principal"],
+            groups=fields["groups"],
+            actor=request_actor(request),
+        )
         return Response({"principal": row.principal, "groups": row.groups})
 
 
 class PrincipalDetailApi(APIView):
-    @extend_schema(summary="Remove a principal", parameters=[TenantParameterSerializer],
-                   responses={204: None, **error_responses(409, 422)})  # fmt: skip
+    @extend_schema(
+        summary="Remove a principal",
+        parameters=[TenantParameterSerializer],
+        responses={204: None, **error_responses(409, 422)},
+    )
     def delete(self, request: Request, principal: str) -> Response:
         tenant = request_tenant(request, request.query_params.get("tenant", ""))
         principal_remove(tenant=tenant, principal=principal, actor=request_actor(request))
@@ -240,18 +329,31 @@ class SearchApi(APIView):
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
         run_id = serializers.UUIDField(required=False, allow_null=True, default=None)
 
-    @extend_schema(summary="Search as a principal (the hits are recorded in a snapshot)", request=InputSerializer,
-                   responses={200: SNAPSHOT, **error_responses(422)},
-                   examples=[OpenApiExample("search", value={"tenant": "acme", "principal": "user:sam",
-                                                             "query": "refund window", "k": 5}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Search as a principal (the hits are recorded in a snapshot)",
+        request=InputSerializer,
+        responses={200: SNAPSHOT, **error_responses(422)},
+        examples=[
+            OpenApiExample(
+                "search",
+                value={"tenant": "acme", "principal": "user:sam", "query": "refund window", "k": 5},
+                request_only=True,
+            )
+        ],
+    )
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = data.validated_data
         if fields["run_id"] is not None:
             request_run_tenant(request, fields["run_id"])
-        result = retrieval_search(tenant=request_tenant(request, fields.get("tenant")), query=fields["query"],
-                                  principal=fields["principal"], k=fields["k"], run_id=fields["run_id"])  # fmt: skip
+        result = retrieval_search(
+            tenant=request_tenant(request, fields.get("tenant")),
+            query=fields["query"],
+            principal=fields["principal"],
+            k=fields["k"],
+            run_id=fields["run_id"],
+        )
         return Response(
             _snapshot_body(result.snapshot, [{**h.provenance(), "text": h.text} for h in result.hits])
         )
@@ -259,15 +361,22 @@ class SearchApi(APIView):
 
 def _snapshot_body(snapshot: RetrievalSnapshot, hits: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "retrieval_snapshot_id": snapshot.snapshot_id, "query_digest": snapshot.query_digest,
-        "index_version": snapshot.index_version, "acl_principal": snapshot.acl_principal,
-        "run_id": snapshot.run_id, "created_at": snapshot.created_at, "hits": hits,
-    }  # fmt: skip
+        "retrieval_snapshot_id": snapshot.snapshot_id,
+        "query_digest": snapshot.query_digest,
+        "index_version": snapshot.index_version,
+        "acl_principal": snapshot.acl_principal,
+        "run_id": snapshot.run_id,
+        "created_at": snapshot.created_at,
+        "hits": hits,
+    }
 
 
 class SnapshotDetailApi(APIView):
-    @extend_schema(summary="A retrieval snapshot with its recorded hits", parameters=[TenantParameterSerializer],
-                   responses={200: SNAPSHOT, **error_responses()})  # fmt: skip
+    @extend_schema(
+        summary="A retrieval snapshot with its recorded hits",
+        parameters=[TenantParameterSerializer],
+        responses={200: SNAPSHOT, **error_responses()},
+    )
     def get(self, request: Request, snapshot_id: str) -> Response:
         tenant = request_tenant(request, request.query_params.get("tenant", ""))
         snapshot = snapshot_get(tenant=tenant, snapshot_id=snapshot_id)
@@ -275,8 +384,11 @@ class SnapshotDetailApi(APIView):
 
 
 class SnapshotReplayApi(APIView):
-    @extend_schema(summary="Replay a snapshot: its hits as the index holds them now",
-                   parameters=[TenantParameterSerializer], responses={200: SNAPSHOT, **error_responses(409)})  # fmt: skip
+    @extend_schema(
+        summary="Replay a snapshot: its hits as the index holds them now",
+        parameters=[TenantParameterSerializer],
+        responses={200: SNAPSHOT, **error_responses(409)},
+    )
     def get(self, request: Request, snapshot_id: str) -> Response:
         tenant = request_tenant(request, request.query_params.get("tenant", ""))
         snapshot = snapshot_get(tenant=tenant, snapshot_id=snapshot_id)
@@ -285,9 +397,14 @@ class SnapshotReplayApi(APIView):
 
 
 class InvalidationsApi(APIView):
-    @extend_schema(summary="What changed in the index (for replays and caches)", parameters=[TenantParameterSerializer],
-                   responses={200: inline_serializer("InvalidationList", {
-                       "results": InvalidationOutputSerializer(many=True)}), **error_responses()})  # fmt: skip
+    @extend_schema(
+        summary="What changed in the index (for replays and caches)",
+        parameters=[TenantParameterSerializer],
+        responses={
+            200: inline_serializer("InvalidationList", {"results": InvalidationOutputSerializer(many=True)}),
+            **error_responses(),
+        },
+    )
     def get(self, request: Request) -> Response:
         tenant = request_tenant(request, request.query_params.get("tenant", ""))
         rows = invalidations_list(tenant=tenant)

@@ -28,10 +28,33 @@ CHUNKS_PER_DOCUMENT = 100
 GROUPS = [f"group:g{i}" for i in range(20)]  # g0 is rare: one document in 200 carries it
 # A Zipf-distributed vocabulary, as in natural text: a few words are everywhere, most are rare. A
 # handful of words repeated in every chunk would make every full-text query match half the corpus.
-VOCABULARY = [f"{a}{b}{c}" for a in ("ref", "ord", "par", "inv", "car", "pol", "war", "ret", "shi", "acc", "sup", "cou",
-                                    "del", "add", "bil", "pay", "tax", "fee", "bag", "box")
-              for b in ("a", "e", "i", "o", "u", "y", "ar", "en", "is", "ol")
-              for c in ("", "s", "ed", "ing", "er", "al", "ion", "ly", "ment", "ness")]  # fmt: skip
+VOCABULARY = [
+    f"{a}{b}{c}"
+    for a in (
+        "ref",
+        "ord",
+        "par",
+        "inv",
+        "car",
+        "pol",
+        "war",
+        "ret",
+        "shi",
+        "acc",
+        "sup",
+        "cou",
+        "del",
+        "add",
+        "bil",
+        "pay",
+        "tax",
+        "fee",
+        "bag",
+        "box",
+    )
+    for b in ("a", "e", "i", "o", "u", "y", "ar", "en", "is", "ol")
+    for c in ("", "s", "ed", "ing", "er", "al", "ion", "ly", "ment", "ness")
+]
 ZIPF = [1.0 / rank for rank in range(1, len(VOCABULARY) + 1)]
 
 
@@ -51,9 +74,18 @@ def _seed(tenant: Tenant, chunks: int, rng: random.Random, progress: Callable[[s
     with override_settings(KEEPER_RETRIEVAL_CHUNK_WORDS=16, KEEPER_RETRIEVAL_MAX_CHUNKS=CHUNKS_PER_DOCUMENT):
         for d in range(documents):
             text = "\n\n".join(_words(rng, 12) for _ in range(CHUNKS_PER_DOCUMENT))
-            document_index(tenant=tenant, document_id=f"doc{d}", source_uri=f"bench://{tenant.slug}/doc{d}",
-                           source_version="1", data=text.encode(), media_type="text/plain", acl=_acl(rng, d),
-                           actor="bench", embedder=embedder, wait=True)  # fmt: skip
+            document_index(
+                tenant=tenant,
+                document_id=f"doc{d}",
+                source_uri=f"bench://{tenant.slug}/doc{d}",
+                source_version="1",
+                data=text.encode(),
+                media_type="text/plain",
+                acl=_acl(rng, d),
+                actor="bench",
+                embedder=embedder,
+                wait=True,
+            )
             if d and d % max(1, documents // 5) == 0:
                 progress(f"retrieval_search: {tenant.slug} {d * CHUNKS_PER_DOCUMENT}/{chunks} chunks")
     principal_set(tenant=tenant, principal="user:typical", groups=GROUPS[1:5], actor="bench")
@@ -70,8 +102,13 @@ def _candidates(tenant: Tenant, embedder: HashingEmbedder, query: str, *, acl: l
     return by_vector + by_text
 
 
-def _distances(tenant: Tenant, embedder: HashingEmbedder, vector: list[float], acl: list[str],
-               ids: list[int] | None = None) -> list[tuple[int, float]]:  # fmt: skip
+def _distances(
+    tenant: Tenant,
+    embedder: HashingEmbedder,
+    vector: list[float],
+    acl: list[str],
+    ids: list[int] | None = None,
+) -> list[tuple[int, float]]:
     """Exact cosine distances: of the given chunks, or (ids=None) the exact top 10 of what the
     principal may read, by a sequential scan with no graph."""
     with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
@@ -97,8 +134,9 @@ def _recall(tenant: Tenant, embedder: HashingEmbedder, principal: str, rng: rand
         [vector] = embedder.embed([_words(rng, 4)])
         exact = _distances(tenant, embedder, vector, acl)
         with tenant_scope(tenant.tenant_id):
-            got = vector_candidates(tenant=tenant, embedder=embedder, vector=vector, limit=SEARCH_CANDIDATES,
-                                    acl=acl)[:10]  # fmt: skip
+            got = vector_candidates(
+                tenant=tenant, embedder=embedder, vector=vector, limit=SEARCH_CANDIDATES, acl=acl
+            )[:10]
         if not exact:
             continue
         tenth = exact[-1][1]
@@ -142,18 +180,26 @@ def bench_retrieval_search(*, chunks: int, queries: int, progress: Callable[[str
             typical = Chunk.objects.filter(status="current", acl__overlap=acl).count()
             rare = Chunk.objects.filter(status="current", acl__overlap=["group:g0"]).count()
         result = {
-            "chunks": sum(sizes), "tenants": len(tenants), "largest_tenant_chunks": total, "queries": queries,
-            "typical_principal_reads": typical, "rare_principal_reads": rare,
-            "search_p50_ms": round(percentile(full, 0.5), 2), "search_p99_ms": round(percentile(full, 0.99), 2),
-            "acl_p50_ms": round(percentile(with_acl, 0.5), 2), "acl_p99_ms": round(percentile(with_acl, 0.99), 2),
+            "chunks": sum(sizes),
+            "tenants": len(tenants),
+            "largest_tenant_chunks": total,
+            "queries": queries,
+            "typical_principal_reads": typical,
+            "rare_principal_reads": rare,
+            "search_p50_ms": round(percentile(full, 0.5), 2),
+            "search_p99_ms": round(percentile(full, 0.99), 2),
+            "acl_p50_ms": round(percentile(with_acl, 0.5), 2),
+            "acl_p99_ms": round(percentile(with_acl, 0.99), 2),
             "no_acl_p50_ms": round(percentile(without_acl, 0.5), 2),
             "no_acl_p99_ms": round(percentile(without_acl, 0.99), 2),
             "ratio_p50": round(percentile(with_acl, 0.5) / percentile(without_acl, 0.5), 2),
             "recall_at_10_typical": _recall(big, embedder, "user:typical", rng, 30),
             "recall_at_10_rare": _recall(big, embedder, "user:rare", rng, 30),
-        }  # fmt: skip
-        progress(f"retrieval_search: p50 {result['acl_p50_ms']} ms with ACL, {result['no_acl_p50_ms']} ms without; "
-                 f"recall@10 {result['recall_at_10_typical']} / rare {result['recall_at_10_rare']}")  # fmt: skip
+        }
+        progress(
+            f"retrieval_search: p50 {result['acl_p50_ms']} ms with ACL, {result['no_acl_p50_ms']} ms without; "
+            f"recall@10 {result['recall_at_10_typical']} / rare {result['recall_at_10_rare']}"
+        )
         return result
     finally:
         for tenant in tenants:

@@ -43,10 +43,15 @@ class Hit:
     text: str | None  # None in a replay when the document was deleted since
 
     def provenance(self) -> dict[str, Any]:
-        return {"document_id": self.document_id, "source_uri": self.source_uri,
-                "source_version": self.source_version, "chunk_id": self.chunk_id,
-                "content_digest": self.content_digest, "retrieved_at": self.retrieved_at,
-                "score": self.score}  # fmt: skip
+        return {
+            "document_id": self.document_id,
+            "source_uri": self.source_uri,
+            "source_version": self.source_version,
+            "chunk_id": self.chunk_id,
+            "content_digest": self.content_digest,
+            "retrieved_at": self.retrieved_at,
+            "score": self.score,
+        }
 
 
 @dataclass(frozen=True)
@@ -81,8 +86,14 @@ def _where(*, acl: list[str] | None, cutoff: Any) -> tuple[str, list[Any]]:
 
 
 def vector_candidates(
-    *, tenant: Tenant, embedder: Embedder, vector: list[float], limit: int, acl: list[str] | None, cutoff: Any = None
-) -> list[int]:  # fmt: skip
+    *,
+    tenant: Tenant,
+    embedder: Embedder,
+    vector: list[float],
+    limit: int,
+    acl: list[str] | None,
+    cutoff: Any = None,
+) -> list[int]:
     """Nearest readable chunks (call inside the tenant scope). acl=None drops the ACL predicate:
     only the benchmark's baseline does that."""
     dims = int(embedder.dimensions)  # an int from the embedder, never user input
@@ -146,9 +157,15 @@ def fuse(*rankings: list[Any]) -> dict[Any, float]:
 
 
 def retrieval_search(
-    *, tenant: Tenant, query: str, principal: str, k: int = 10, run_id: UUID | None = None,
-    embedder: Embedder | None = None, candidates: int = 50,
-) -> SearchResult:  # fmt: skip
+    *,
+    tenant: Tenant,
+    query: str,
+    principal: str,
+    k: int = 10,
+    run_id: UUID | None = None,
+    embedder: Embedder | None = None,
+    candidates: int = 50,
+) -> SearchResult:
     """The k chunks most relevant to the query that this principal may read now, and the snapshot
     that records them."""
     if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
@@ -162,8 +179,14 @@ def retrieval_search(
     cutoff, now = ttl_cutoff(), timezone.now()
     with tenant_scope(tenant.tenant_id):
         acl = principal_set_of(principal=principal)
-        by_vector = vector_candidates(tenant=tenant, embedder=embedder, vector=vector, limit=max(candidates, k) * 2,
-                                      acl=acl, cutoff=cutoff)  # fmt: skip
+        by_vector = vector_candidates(
+            tenant=tenant,
+            embedder=embedder,
+            vector=vector,
+            limit=max(candidates, k) * 2,
+            acl=acl,
+            cutoff=cutoff,
+        )
         by_text = text_candidates(
             tenant=tenant, query=query, limit=max(candidates, k), acl=acl, cutoff=cutoff
         )
@@ -171,15 +194,29 @@ def retrieval_search(
         top = sorted(scores, key=lambda c: (-scores[c], c))[:k]
         rows = {c.id: c for c in Chunk.objects.filter(id__in=top)}
         stamp = now.isoformat()
-        hits = [Hit(document_id=rows[c].document_id_text, source_uri=rows[c].source_uri,
-                    source_version=rows[c].source_version, chunk_id=rows[c].chunk_id,
-                    content_digest=rows[c].content_digest, retrieved_at=stamp, score=round(scores[c], 6),
-                    text=rows[c].text) for c in top]  # fmt: skip
+        hits = [
+            Hit(
+                document_id=rows[c].document_id_text,
+                source_uri=rows[c].source_uri,
+                source_version=rows[c].source_version,
+                chunk_id=rows[c].chunk_id,
+                content_digest=rows[c].content_digest,
+                retrieved_at=stamp,
+                score=round(scores[c], 6),
+                text=rows[c].text,
+            )
+            for c in top
+        ]
         snapshot = RetrievalSnapshot.objects.create(
-            snapshot_id=f"rs_{uuid.uuid4().hex}", tenant=tenant, run_id=run_id, query_digest=sha256_digest(query),
-            index_version=index_version(embedder), acl_principal=f"tenant:{tenant.tenant_id}/{principal}", k=k,
+            snapshot_id=f"rs_{uuid.uuid4().hex}",
+            tenant=tenant,
+            run_id=run_id,
+            query_digest=sha256_digest(query),
+            index_version=index_version(embedder),
+            acl_principal=f"tenant:{tenant.tenant_id}/{principal}",
+            k=k,
             hits=[h.provenance() for h in hits],
-        )  # fmt: skip
+        )
     return SearchResult(snapshot=snapshot, hits=hits)
 
 
@@ -197,10 +234,14 @@ def snapshot_find(*, tenant: Tenant, run_id: UUID, query: str, principal: str) -
     """The run's latest snapshot of this query for this principal, if it searched before."""
     with tenant_scope(tenant.tenant_id):
         return (
-            RetrievalSnapshot.objects.filter(run_id=run_id, query_digest=sha256_digest(query),
-                                             acl_principal=f"tenant:{tenant.tenant_id}/{principal}")
-            .order_by("-created_at").first()
-        )  # fmt: skip
+            RetrievalSnapshot.objects.filter(
+                run_id=run_id,
+                query_digest=sha256_digest(query),
+                acl_principal=f"tenant:{tenant.tenant_id}/{principal}",
+            )
+            .order_by("-created_at")
+            .first()
+        )
 
 
 def snapshot_replay(*, tenant: Tenant, snapshot: RetrievalSnapshot) -> list[Hit]:
@@ -211,8 +252,11 @@ def snapshot_replay(*, tenant: Tenant, snapshot: RetrievalSnapshot) -> list[Hit]
         keys = [(h["document_id"], h["source_version"], h["chunk_id"]) for h in snapshot.hits]
         rows = {}
         for document_id, version, chunk_id in keys:
-            row = Chunk.objects.filter(document_id_text=document_id, source_version=version,
-                                       chunk_id=chunk_id).values_list("text", "content_digest").first()  # fmt: skip
+            row = (
+                Chunk.objects.filter(document_id_text=document_id, source_version=version, chunk_id=chunk_id)
+                .values_list("text", "content_digest")
+                .first()
+            )
             rows[(document_id, version, chunk_id)] = row
     hits = []
     for h, key in zip(snapshot.hits, keys, strict=True):

@@ -70,8 +70,9 @@ def _principals(values: Any, *, field: str, pattern: re.Pattern[str] = PRINCIPAL
     if bad:
         raise InvalidInput(
             f"{field}: {str(bad[0])[:80]!r} is not a principal; use user:<name> or group:<name>",
-            code="invalid_principal", details={"field": field},
-        )  # fmt: skip
+            code="invalid_principal",
+            details={"field": field},
+        )
     return sorted(set(values))
 
 
@@ -98,8 +99,13 @@ def principal_set(*, tenant: Tenant, principal: str, groups: list[str], actor: s
             row.groups = groups
             row.save(update_fields=["groups", "updated_at"])
         if removed:
-            Invalidation.objects.create(tenant=tenant, kind=InvalidationKind.MEMBERSHIP_CHANGED, principal=principal,
-                                        details={"groups_removed": removed}, actor=actor)  # fmt: skip
+            Invalidation.objects.create(
+                tenant=tenant,
+                kind=InvalidationKind.MEMBERSHIP_CHANGED,
+                principal=principal,
+                details={"groups_removed": removed},
+                actor=actor,
+            )
     return row
 
 
@@ -109,8 +115,13 @@ def principal_remove(*, tenant: Tenant, principal: str, actor: str) -> None:
         deleted, _ = Principal.objects.filter(principal=principal).delete()
         if not deleted:
             raise UnknownPrincipal(f"no principal {principal[:80]!r} in this tenant")
-        Invalidation.objects.create(tenant=tenant, kind=InvalidationKind.MEMBERSHIP_CHANGED, principal=principal,
-                                    details={"removed_from_tenant": True}, actor=actor)  # fmt: skip
+        Invalidation.objects.create(
+            tenant=tenant,
+            kind=InvalidationKind.MEMBERSHIP_CHANGED,
+            principal=principal,
+            details={"removed_from_tenant": True},
+            actor=actor,
+        )
 
 
 # --- documents ---------------------------------------------------------------------------------
@@ -125,9 +136,19 @@ class IndexResult:
 
 
 def document_index(
-    *, tenant: Tenant, document_id: str, source_uri: str, source_version: str, data: bytes, media_type: str,
-    acl: list[str], actor: str, title: str = "", embedder: Embedder | None = None, wait: bool = False,
-) -> IndexResult:  # fmt: skip
+    *,
+    tenant: Tenant,
+    document_id: str,
+    source_uri: str,
+    source_version: str,
+    data: bytes,
+    media_type: str,
+    acl: list[str],
+    actor: str,
+    title: str = "",
+    embedder: Embedder | None = None,
+    wait: bool = False,
+) -> IndexResult:
     """Index one version of a document. Idempotent per (document, source_version): the same version
     with the same bytes changes nothing. A new version makes the old chunks stale at once; an older
     version than the current one, or the same version with other bytes, is refused; so is any version
@@ -145,20 +166,29 @@ def document_index(
     sections = source_sections(
         data=data, media_type=media_type, max_bytes=settings.KEEPER_RETRIEVAL_MAX_BYTES
     )
-    pieces = chunk_sections(document_id=document_id, sections=sections, max_words=settings.KEEPER_RETRIEVAL_CHUNK_WORDS,
-                            max_chunks=settings.KEEPER_RETRIEVAL_MAX_CHUNKS)  # fmt: skip
+    pieces = chunk_sections(
+        document_id=document_id,
+        sections=sections,
+        max_words=settings.KEEPER_RETRIEVAL_CHUNK_WORDS,
+        max_chunks=settings.KEEPER_RETRIEVAL_MAX_CHUNKS,
+    )
     source_digest, version_digest = sha256_digest(data), sha256_digest(source_version)
     generation = index_version(embedder)
     with tenant_scope(tenant.tenant_id):
         with connection.cursor() as cursor:
             # Two ingestions of one document take turns (a new document has no row to lock yet);
             # the second then sees the first's version and is a no-op or a clear conflict.
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                           [f"retrieval/{tenant.tenant_id}/{document_id}"])  # fmt: skip
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                [f"retrieval/{tenant.tenant_id}/{document_id}"],
+            )
         tombstone = DocumentTombstone.objects.filter(document_id_text=document_id).first()
         if tombstone and version_digest in tombstone.version_digests:
-            raise DocumentDeleted(f"document {document_id!r} version {source_version!r} was deleted; an old "
-                                  "ingestion cannot bring it back", details={"document_id": document_id})  # fmt: skip
+            raise DocumentDeleted(
+                f"document {document_id!r} version {source_version!r} was deleted; an old "
+                "ingestion cannot bring it back",
+                details={"document_id": document_id},
+            )
         document = Document.objects.select_for_update().filter(document_id=document_id).first()
         if document is not None:
             known = Chunk.objects.filter(document=document, source_version=source_version)
@@ -166,7 +196,8 @@ def document_index(
                 if document.source_digest != source_digest:
                     raise SourceVersionConflict(
                         f"version {source_version!r} of {document_id!r} was indexed with other content; "
-                        "a source version must name one content (give the new content a new version)")  # fmt: skip
+                        "a source version must name one content (give the new content a new version)"
+                    )
                 if known.exclude(status=ChunkStatus.STALE).exists():
                     if sorted(document.acl) != acl:
                         _acl_apply(document, acl, actor)
@@ -175,19 +206,26 @@ def document_index(
             elif known.exists():
                 raise SourceVersionConflict(
                     f"version {source_version!r} of {document_id!r} was replaced by "
-                    f"{document.source_version!r}; an older version cannot replace a newer one")  # fmt: skip
+                    f"{document.source_version!r}; an older version cannot replace a newer one"
+                )
         now = timezone.now()
         invalidated = 0
         if document is None:
             document = Document(tenant=tenant, document_id=document_id)
         else:
-            invalidated = _stale(Chunk.objects.filter(document=document).exclude(status=ChunkStatus.STALE),
-                                 reason=InvalidationKind.DOCUMENT_UPDATED, now=now)  # fmt: skip
+            invalidated = _stale(
+                Chunk.objects.filter(document=document).exclude(status=ChunkStatus.STALE),
+                reason=InvalidationKind.DOCUMENT_UPDATED,
+                now=now,
+            )
             Invalidation.objects.create(
-                tenant=tenant, kind=InvalidationKind.DOCUMENT_UPDATED, document_id_text=document_id,
-                chunks_affected=invalidated, actor=actor,
+                tenant=tenant,
+                kind=InvalidationKind.DOCUMENT_UPDATED,
+                document_id_text=document_id,
+                chunks_affected=invalidated,
+                actor=actor,
                 details={"from_version": document.source_version, "to_version": source_version},
-            )  # fmt: skip
+            )
         document.source_uri, document.source_version, document.source_digest = (
             source_uri,
             source_version,
@@ -201,11 +239,24 @@ def document_index(
         )
         document.save()
         Chunk.objects.bulk_create(
-            [Chunk(tenant=tenant, document=document, document_id_text=document_id, source_uri=source_uri,
-                   source_version=source_version, chunk_id=p.chunk_id, section=p.section, ordinal=p.ordinal,
-                   text=p.text, content_digest=p.content_digest, index_version=generation, acl=acl)
-             for p in pieces]
-        )  # fmt: skip
+            [
+                Chunk(
+                    tenant=tenant,
+                    document=document,
+                    document_id_text=document_id,
+                    source_uri=source_uri,
+                    source_version=source_version,
+                    chunk_id=p.chunk_id,
+                    section=p.section,
+                    ordinal=p.ordinal,
+                    text=p.text,
+                    content_digest=p.content_digest,
+                    index_version=generation,
+                    acl=acl,
+                )
+                for p in pieces
+            ]
+        )
         if not wait:
             transaction.on_commit(
                 lambda: task_send(
@@ -236,9 +287,12 @@ def document_embed(*, tenant: Tenant, document_pk: Any, embedder: Embedder | Non
             if document is None:
                 return done  # deleted meanwhile
             batch = list(
-                Chunk.objects.filter(document=document, status=ChunkStatus.PENDING, source_version=document.source_version)
-                .order_by("id").values_list("id", "text")[:EMBED_BATCH]
-            )  # fmt: skip
+                Chunk.objects.filter(
+                    document=document, status=ChunkStatus.PENDING, source_version=document.source_version
+                )
+                .order_by("id")
+                .values_list("id", "text")[:EMBED_BATCH]
+            )
             if not batch:
                 updated = Document.objects.filter(id=document_pk, status=DocumentStatus.INDEXING).update(
                     status=DocumentStatus.INDEXED, indexed_at=timezone.now(), index_version=generation
@@ -261,9 +315,14 @@ def document_embed(*, tenant: Tenant, document_pk: Any, embedder: Embedder | Non
                           index_version = %s, indexed_at = now()
                      FROM unnest(%s::bigint[], %s::text[]) AS v(id, embedding)
                     WHERE c.id = v.id AND c.status = 'pending'""",
-                [embedder.key, embedder.dimensions, generation, [pk for pk, _ in batch],
-                 [str(vector) for vector in vectors]],
-            )  # fmt: skip
+                [
+                    embedder.key,
+                    embedder.dimensions,
+                    generation,
+                    [pk for pk, _ in batch],
+                    [str(vector) for vector in vectors],
+                ],
+            )
             done += cursor.rowcount
         crash_point("after_embed_batch", key=str(document_pk))
 
@@ -271,8 +330,11 @@ def document_embed(*, tenant: Tenant, document_pk: Any, embedder: Embedder | Non
 def documents_pending(*, tenant: Tenant) -> list[Any]:
     """Documents whose current version still has chunks waiting for embeddings."""
     with tenant_scope(tenant.tenant_id):
-        return list(Document.objects.filter(status=DocumentStatus.INDEXING).order_by("updated_at")
-                    .values_list("id", flat=True))  # fmt: skip
+        return list(
+            Document.objects.filter(status=DocumentStatus.INDEXING)
+            .order_by("updated_at")
+            .values_list("id", flat=True)
+        )
 
 
 def _acl_apply(document: Document, acl: list[str], actor: str) -> int:
@@ -281,10 +343,13 @@ def _acl_apply(document: Document, acl: list[str], actor: str) -> int:
     document.save(update_fields=["acl", "updated_at"])
     affected = Chunk.objects.filter(document=document).update(acl=acl)
     Invalidation.objects.create(
-        tenant_id=document.tenant_id, kind=InvalidationKind.ACL_CHANGED, document_id_text=document.document_id,
-        chunks_affected=affected, actor=actor,
+        tenant_id=document.tenant_id,
+        kind=InvalidationKind.ACL_CHANGED,
+        document_id_text=document.document_id,
+        chunks_affected=affected,
+        actor=actor,
         details={"added": sorted(set(acl) - before), "removed": sorted(before - set(acl))},
-    )  # fmt: skip
+    )
     return affected
 
 
@@ -312,13 +377,19 @@ def document_delete(*, tenant: Tenant, document_id: str, actor: str) -> int:
             tombstone.version_digests = sorted(set(tombstone.version_digests) | digests)
             tombstone.save(update_fields=["version_digests"])
         else:
-            DocumentTombstone.objects.create(tenant=tenant, document_id_text=document_id,
-                                             version_digests=sorted(digests), actor=actor)  # fmt: skip
+            DocumentTombstone.objects.create(
+                tenant=tenant, document_id_text=document_id, version_digests=sorted(digests), actor=actor
+            )
         deleted, _ = Chunk.objects.filter(document=document).delete()
         document.delete()
-        Invalidation.objects.create(tenant=tenant, kind=InvalidationKind.DOCUMENT_DELETED, document_id_text=document_id,
-                                    chunks_affected=deleted, actor=actor,
-                                    details={"versions": len(versions)})  # fmt: skip
+        Invalidation.objects.create(
+            tenant=tenant,
+            kind=InvalidationKind.DOCUMENT_DELETED,
+            document_id_text=document_id,
+            chunks_affected=deleted,
+            actor=actor,
+            details={"versions": len(versions)},
+        )
     return deleted
 
 
@@ -343,13 +414,23 @@ def index_reembed(*, tenant: Tenant, embedder: Embedder | None = None, actor: st
             index_version=generation
         )
         documents = list(old.values_list("document_id", flat=True).distinct())
-        requeued = old.update(status=ChunkStatus.PENDING, embedding=None, embedder_key=None, dimensions=None,
-                              index_version=generation, indexed_at=None)  # fmt: skip
+        requeued = old.update(
+            status=ChunkStatus.PENDING,
+            embedding=None,
+            embedder_key=None,
+            dimensions=None,
+            index_version=generation,
+            indexed_at=None,
+        )
         Document.objects.filter(id__in=documents).update(status=DocumentStatus.INDEXING)
         if requeued:
-            Invalidation.objects.create(tenant=tenant, kind=InvalidationKind.INDEX_VERSION_CHANGED,
-                                        chunks_affected=requeued, actor=actor,
-                                        details={"index_version": generation})  # fmt: skip
+            Invalidation.objects.create(
+                tenant=tenant,
+                kind=InvalidationKind.INDEX_VERSION_CHANGED,
+                chunks_affected=requeued,
+                actor=actor,
+                details={"index_version": generation},
+            )
     for document_pk in documents:
         document_embed(tenant=tenant, document_pk=document_pk, embedder=embedder)
     return requeued
@@ -367,9 +448,13 @@ def index_expire(*, tenant: Tenant, now: Any = None, actor: str = "beat") -> int
         per_document = list(expired.values_list("document_id_text").distinct())
         marked = _stale(expired, reason=InvalidationKind.TTL_EXPIRED, now=now)
         for (document_id,) in per_document:
-            Invalidation.objects.create(tenant=tenant, kind=InvalidationKind.TTL_EXPIRED,
-                                        document_id_text=document_id, actor=actor,
-                                        details={"ttl_days": days})  # fmt: skip
+            Invalidation.objects.create(
+                tenant=tenant,
+                kind=InvalidationKind.TTL_EXPIRED,
+                document_id_text=document_id,
+                actor=actor,
+                details={"ttl_days": days},
+            )
     return marked
 
 

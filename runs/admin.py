@@ -38,8 +38,18 @@ class TenantBoundAdmin(ReadOnlyAdmin):
 class AgentRunAdmin(TenantBoundAdmin):
     """Runs change only through the engine's services (the console and API call them)."""
 
-    list_display = ["run_id", "tenant", "workflow_name", "workflow_version", "status", "next_step",
-                    "state_revision", "suspend_reason", "lease_owner", "updated_at"]  # fmt: skip
+    list_display = [
+        "run_id",
+        "tenant",
+        "workflow_name",
+        "workflow_version",
+        "status",
+        "next_step",
+        "state_revision",
+        "suspend_reason",
+        "lease_owner",
+        "updated_at",
+    ]
     list_filter = ["status", "workflow_name", "suspend_reason", "tenant"]
     search_fields = ["run_id", "idempotency_key"]
     inlines = [AgentEventInline]

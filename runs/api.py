@@ -26,17 +26,46 @@ class RunOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AgentRun
-        fields = ["run_id", "tenant", "workflow_name", "workflow_version", "state_schema_version", "status",
-                  "next_step", "state", "state_revision", "suspend_reason", "suspend_detail", "result",
-                  "lease_owner", "lease_expires_at", "lease_epoch", "attempt", "idempotency_key", "subject",
-                  "parent_run_id", "fork_seq", "created_at", "updated_at"]  # fmt: skip
+        fields = [
+            "run_id",
+            "tenant",
+            "workflow_name",
+            "workflow_version",
+            "state_schema_version",
+            "status",
+            "next_step",
+            "state",
+            "state_revision",
+            "suspend_reason",
+            "suspend_detail",
+            "result",
+            "lease_owner",
+            "lease_expires_at",
+            "lease_epoch",
+            "attempt",
+            "idempotency_key",
+            "subject",
+            "parent_run_id",
+            "fork_seq",
+            "created_at",
+            "updated_at",
+        ]
 
 
 class EventOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = AgentEvent
-        fields = ["seq", "event_type", "step_id", "attempt", "payload", "actor", "state_revision",
-                  "state_digest", "created_at"]  # fmt: skip
+        fields = [
+            "seq",
+            "event_type",
+            "step_id",
+            "attempt",
+            "payload",
+            "actor",
+            "state_revision",
+            "state_digest",
+            "created_at",
+        ]
 
 
 def run_for_request(request: Request, run_id: UUID) -> AgentRun:
@@ -109,7 +138,7 @@ class RunStartApi(APIView):
                 value={"tenant": "acme", "workflow": "demo.countdown", "input": {"n": 3}},
                 request_only=True,
             )
-        ],  # fmt: skip
+        ],
     )
     def post(self, request: Request) -> Response:
         data: dict[str, Any] = self._validated(request)
@@ -144,10 +173,14 @@ class RunStartApi(APIView):
         more = len(runs) > limit
         runs = runs[:limit]
         last = runs[-1] if more else None
-        return Response({
-            "results": RunListItemSerializer(runs, many=True).data,
-            "next": {"before_updated_at": last.updated_at, "before_run_id": last.run_id} if last else None,
-        })  # fmt: skip
+        return Response(
+            {
+                "results": RunListItemSerializer(runs, many=True).data,
+                "next": {"before_updated_at": last.updated_at, "before_run_id": last.run_id}
+                if last
+                else None,
+            }
+        )
 
     def _validated(self, request: Request) -> dict[str, Any]:
         serializer = self.InputSerializer(data=request.data)
@@ -166,15 +199,22 @@ class RunEventsApi(APIView):
         after_seq = serializers.IntegerField(min_value=0, default=0)
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
 
-    @extend_schema(summary="Read a run's events", parameters=[FilterSerializer],
-                   responses={200: EVENTS_PAGE, **error_responses()})  # fmt: skip
+    @extend_schema(
+        summary="Read a run's events",
+        parameters=[FilterSerializer],
+        responses={200: EVENTS_PAGE, **error_responses()},
+    )
     def get(self, request: Request, run_id: UUID) -> Response:
         filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         run_for_request(request, run_id)
         events = run_events(run_id=run_id, **filters.validated_data)
-        return Response({"results": EventOutputSerializer(events, many=True).data,
-                         "next_after_seq": events[-1].seq if events else None})  # fmt: skip
+        return Response(
+            {
+                "results": EventOutputSerializer(events, many=True).data,
+                "next_after_seq": events[-1].seq if events else None,
+            }
+        )
 
 
 class NoteInputSerializer(serializers.Serializer):
@@ -182,9 +222,12 @@ class NoteInputSerializer(serializers.Serializer):
 
 
 class RunCancelApi(APIView):
-    @extend_schema(summary="Cancel a run", request=NoteInputSerializer,
-                   responses={200: RunOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("note", value={"note": "duplicate request"}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Cancel a run",
+        request=NoteInputSerializer,
+        responses={200: RunOutputSerializer, **error_responses(409, 422)},
+        examples=[OpenApiExample("note", value={"note": "duplicate request"}, request_only=True)],
+    )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = NoteInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -194,9 +237,12 @@ class RunCancelApi(APIView):
 
 
 class RunResumeApi(APIView):
-    @extend_schema(summary="Ask for a suspended run to resume (a worker verifies it)", request=NoteInputSerializer,
-                   responses={200: RunOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("note", value={"note": "stock arrived"}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Ask for a suspended run to resume (a worker verifies it)",
+        request=NoteInputSerializer,
+        responses={200: RunOutputSerializer, **error_responses(409, 422)},
+        examples=[OpenApiExample("note", value={"note": "stock arrived"}, request_only=True)],
+    )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = NoteInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -211,9 +257,12 @@ class RunForkApi(APIView):
         start = serializers.BooleanField(required=False, default=True)
         note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
-    @extend_schema(summary="Fork a run at an event", request=InputSerializer,
-                   responses={201: RunOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("fork", value={"at_seq": 3, "note": "try again"}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Fork a run at an event",
+        request=InputSerializer,
+        responses={201: RunOutputSerializer, **error_responses(409, 422)},
+        examples=[OpenApiExample("fork", value={"at_seq": 3, "note": "try again"}, request_only=True)],
+    )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -227,9 +276,12 @@ class RunRewindApi(APIView):
         to_seq = serializers.IntegerField(min_value=1)
         note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
-    @extend_schema(summary="Rewind a run to an event (as a new run)", request=InputSerializer,
-                   responses={201: RunOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("rewind", value={"to_seq": 2}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Rewind a run to an event (as a new run)",
+        request=InputSerializer,
+        responses={201: RunOutputSerializer, **error_responses(409, 422)},
+        examples=[OpenApiExample("rewind", value={"to_seq": 2}, request_only=True)],
+    )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)

@@ -33,39 +33,65 @@ class RunMessagesApi(APIView):
         after_seq = serializers.IntegerField(min_value=0, default=0)
         limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
 
-    @extend_schema(summary="Append a message (idempotent by client_message_id)", request=InputSerializer,
-                   responses={201: EventOutputSerializer, 200: EventOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("user message", value={"type": "user_message", "client_message_id": "m-1",
-                                                                   "content": "Where is my order?"}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Append a message (idempotent by client_message_id)",
+        request=InputSerializer,
+        responses={201: EventOutputSerializer, 200: EventOutputSerializer, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "user message",
+                value={"type": "user_message", "client_message_id": "m-1", "content": "Where is my order?"},
+                request_only=True,
+            )
+        ],
+    )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         body = dict(data.validated_data)
         run = run_for_request(request, run_id)
-        appended = conversation_append(tenant=run.tenant, run_id=run_id, event_type=body.pop("type"),
-                                       client_message_id=body.pop("client_message_id"), body=body,
-                                       actor=request_actor(request))  # fmt: skip
+        appended = conversation_append(
+            tenant=run.tenant,
+            run_id=run_id,
+            event_type=body.pop("type"),
+            client_message_id=body.pop("client_message_id"),
+            body=body,
+            actor=request_actor(request),
+        )
         return Response(EventOutputSerializer(appended.event).data, status=201 if appended.created else 200)
 
-    @extend_schema(summary="Page a run's conversation", parameters=[FilterSerializer],
-                   responses={200: EVENTS_PAGE, **error_responses()})  # fmt: skip
+    @extend_schema(
+        summary="Page a run's conversation",
+        parameters=[FilterSerializer],
+        responses={200: EVENTS_PAGE, **error_responses()},
+    )
     def get(self, request: Request, run_id: UUID) -> Response:
         filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         run_for_request(request, run_id)
         events = list(
-            AgentEvent.objects.filter(run_id=run_id, event_type__in=CONVERSATION_EVENTS,
-                                      seq__gt=filters.validated_data["after_seq"])
-            .order_by("seq")[: filters.validated_data["limit"]]
-        )  # fmt: skip
-        return Response({"results": EventOutputSerializer(events, many=True).data,
-                         "next_after_seq": events[-1].seq if events else None})  # fmt: skip
+            AgentEvent.objects.filter(
+                run_id=run_id, event_type__in=CONVERSATION_EVENTS, seq__gt=filters.validated_data["after_seq"]
+            ).order_by("seq")[: filters.validated_data["limit"]]
+        )
+        return Response(
+            {
+                "results": EventOutputSerializer(events, many=True).data,
+                "next_after_seq": events[-1].seq if events else None,
+            }
+        )
 
 
 class RunSessionApi(APIView):
-    @extend_schema(summary="The session window of a run",
-                   responses={200: inline_serializer("SessionWindow", {"results": serializers.ListField(
-                       child=serializers.JSONField())}), **error_responses()})  # fmt: skip
+    @extend_schema(
+        summary="The session window of a run",
+        responses={
+            200: inline_serializer(
+                "SessionWindow", {"results": serializers.ListField(child=serializers.JSONField())}
+            ),
+            **error_responses(),
+        },
+    )
     def get(self, request: Request, run_id: UUID) -> Response:
         return Response({"results": session_window(run=run_for_request(request, run_id))})
 
@@ -77,17 +103,37 @@ class RunContextApi(APIView):
         # Searches the retrieval index as this user (its ACL); the hits come with a snapshot id.
         principal = serializers.CharField(max_length=210, required=False, allow_null=True, default=None)
 
-    @extend_schema(summary="Build the context of a run's next model call", parameters=[FilterSerializer],
-                   responses={200: inline_serializer("BuiltContext", {
-                       "messages": serializers.ListField(child=serializers.JSONField()),
-                       "parts": serializers.JSONField(), "budget": serializers.JSONField(),
-                       "total": serializers.JSONField(), "summaries": serializers.JSONField(),
-                       "raw_from_seq": serializers.JSONField(), "notes": serializers.JSONField()}),
-                       **error_responses(422)})  # fmt: skip
+    @extend_schema(
+        summary="Build the context of a run's next model call",
+        parameters=[FilterSerializer],
+        responses={
+            200: inline_serializer(
+                "BuiltContext",
+                {
+                    "messages": serializers.ListField(child=serializers.JSONField()),
+                    "parts": serializers.JSONField(),
+                    "budget": serializers.JSONField(),
+                    "total": serializers.JSONField(),
+                    "summaries": serializers.JSONField(),
+                    "raw_from_seq": serializers.JSONField(),
+                    "notes": serializers.JSONField(),
+                },
+            ),
+            **error_responses(422),
+        },
+    )
     def get(self, request: Request, run_id: UUID) -> Response:
         filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         built = context_build(run=run_for_request(request, run_id), **filters.validated_data)
-        return Response({"messages": built.messages, "parts": built.parts, "budget": built.budget,
-                         "total": built.total, "summaries": built.summaries, "raw_from_seq": built.raw_from_seq,
-                         "notes": built.notes})  # fmt: skip
+        return Response(
+            {
+                "messages": built.messages,
+                "parts": built.parts,
+                "budget": built.budget,
+                "total": built.total,
+                "summaries": built.summaries,
+                "raw_from_seq": built.raw_from_seq,
+                "notes": built.notes,
+            }
+        )

@@ -35,15 +35,42 @@ class ApprovalOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Approval
-        fields = ["approval_id", "tenant", "run_id", "step_id", "request", "request_digest", "reasons", "status",
-                  "expires_at", "decided_by", "decided_at", "note", "created_at"]  # fmt: skip
+        fields = [
+            "approval_id",
+            "tenant",
+            "run_id",
+            "step_id",
+            "request",
+            "request_digest",
+            "reasons",
+            "status",
+            "expires_at",
+            "decided_by",
+            "decided_at",
+            "note",
+            "created_at",
+        ]
 
 
 class OperationOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = ToolOperation
-        fields = ["id", "operation_id", "run_id", "step_id", "tool_name", "tool_contract_version", "request_digest",
-                  "status", "external_ref", "result", "attempts", "history", "created_at", "updated_at"]  # fmt: skip
+        fields = [
+            "id",
+            "operation_id",
+            "run_id",
+            "step_id",
+            "tool_name",
+            "tool_contract_version",
+            "request_digest",
+            "status",
+            "external_ref",
+            "result",
+            "attempts",
+            "history",
+            "created_at",
+            "updated_at",
+        ]
 
 
 class ApprovalListApi(APIView):
@@ -51,9 +78,14 @@ class ApprovalListApi(APIView):
         status = serializers.ChoiceField(choices=ApprovalStatus.choices, required=False)
         tenant = serializers.CharField(max_length=64, required=False, allow_blank=True)
 
-    @extend_schema(summary="List approvals (the newest 200)", parameters=[FilterSerializer],
-                   responses={200: inline_serializer("ApprovalList", {"results": ApprovalOutputSerializer(many=True)}),
-                              **error_responses()})  # fmt: skip
+    @extend_schema(
+        summary="List approvals (the newest 200)",
+        parameters=[FilterSerializer],
+        responses={
+            200: inline_serializer("ApprovalList", {"results": ApprovalOutputSerializer(many=True)}),
+            **error_responses(),
+        },
+    )
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
@@ -69,9 +101,12 @@ class ApprovalDecisionInputSerializer(serializers.Serializer):
 
 
 class ApprovalApproveApi(APIView):
-    @extend_schema(summary="Approve a pending request", request=ApprovalDecisionInputSerializer,
-                   responses={200: ApprovalOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("approve", value={"note": "checked the order"}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Approve a pending request",
+        request=ApprovalDecisionInputSerializer,
+        responses={200: ApprovalOutputSerializer, **error_responses(409, 422)},
+        examples=[OpenApiExample("approve", value={"note": "checked the order"}, request_only=True)],
+    )
     def post(self, request: Request, approval_id: UUID) -> Response:
         data = ApprovalDecisionInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -83,9 +118,12 @@ class ApprovalApproveApi(APIView):
 
 
 class ApprovalRejectApi(APIView):
-    @extend_schema(summary="Reject a pending request (a note is required)", request=ApprovalDecisionInputSerializer,
-                   responses={200: ApprovalOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("reject", value={"note": "not delivered"}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Reject a pending request (a note is required)",
+        request=ApprovalDecisionInputSerializer,
+        responses={200: ApprovalOutputSerializer, **error_responses(409, 422)},
+        examples=[OpenApiExample("reject", value={"note": "not delivered"}, request_only=True)],
+    )
     def post(self, request: Request, approval_id: UUID) -> Response:
         data = ApprovalDecisionInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -97,9 +135,13 @@ class ApprovalRejectApi(APIView):
 
 
 class RunOperationsApi(APIView):
-    @extend_schema(summary="A run's tool operations with their protocol history",
-                   responses={200: inline_serializer("OperationList", {"results": OperationOutputSerializer(many=True)}),
-                              **error_responses()})  # fmt: skip
+    @extend_schema(
+        summary="A run's tool operations with their protocol history",
+        responses={
+            200: inline_serializer("OperationList", {"results": OperationOutputSerializer(many=True)}),
+            **error_responses(),
+        },
+    )
     def get(self, request: Request, run_id: UUID) -> Response:
         run_for_request(request, run_id)
         return Response({"results": OperationOutputSerializer(run_operations(run_id=run_id), many=True).data})
@@ -112,10 +154,18 @@ class OperationReconcileApi(APIView):
         external_ref = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
         resume = serializers.BooleanField(required=False, default=True)
 
-    @extend_schema(summary="Settle an operation whose outcome is unknown", request=InputSerializer,
-                   responses={200: OperationOutputSerializer, **error_responses(409, 422)},
-                   examples=[OpenApiExample("applied", value={"outcome": "applied", "note": "seen in the ledger",
-                                                              "external_ref": "re_123"}, request_only=True)])  # fmt: skip
+    @extend_schema(
+        summary="Settle an operation whose outcome is unknown",
+        request=InputSerializer,
+        responses={200: OperationOutputSerializer, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "applied",
+                value={"outcome": "applied", "note": "seen in the ledger", "external_ref": "re_123"},
+                request_only=True,
+            )
+        ],
+    )
     def post(self, request: Request, pk: int) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)

@@ -86,10 +86,20 @@ def _engine_commits(tenant: Tenant, ops: int) -> list[float]:
         t0 = time.perf_counter()
         encoded = state_encode(_bench_state(i))
         seq = store.commit_step(
-            run_id=run_id, expected_revision=revision, epoch=epoch, owner="bench", state_json=encoded.json,
-            state_digest=encoded.digest, next_step="tick", status="running", event_type="step_completed",
-            step_id="tick", attempt=1, payload_json=canonical_json({"next_step": "tick"}), release=False,
-        )  # fmt: skip
+            run_id=run_id,
+            expected_revision=revision,
+            epoch=epoch,
+            owner="bench",
+            state_json=encoded.json,
+            state_digest=encoded.digest,
+            next_step="tick",
+            status="running",
+            event_type="step_completed",
+            step_id="tick",
+            attempt=1,
+            payload_json=canonical_json({"next_step": "tick"}),
+            release=False,
+        )
         latencies.append(time.perf_counter() - t0)
         if seq != revision + 1:
             raise RuntimeError(f"the engine's commit was refused at revision {revision}")
@@ -112,10 +122,19 @@ def _raw_round(ops: int, dsn: str) -> list[float]:
             digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
             row = conn.execute(
                 _RAW_COMMIT,
-                {"state": text, "next": "tick", "run": run_id, "expected": revision, "epoch": epoch,
-                 "step": "tick", "payload": '{"next_step":"tick"}', "actor": "bench", "digest": digest},
+                {
+                    "state": text,
+                    "next": "tick",
+                    "run": run_id,
+                    "expected": revision,
+                    "epoch": epoch,
+                    "step": "tick",
+                    "payload": '{"next_step":"tick"}',
+                    "actor": "bench",
+                    "digest": digest,
+                },
                 prepare=True,
-            ).fetchone()  # fmt: skip
+            ).fetchone()
             latencies.append(time.perf_counter() - t0)
             if row is None or row[0] != revision + 1:
                 raise RuntimeError(f"the baseline's commit was refused at revision {revision}")
@@ -166,12 +185,23 @@ def _conversation_run_bulk(tenant: Tenant, texts: list[str]) -> AgentRun:
     digest = AgentEvent.objects.get(run=run, seq=1).state_digest
     now = timezone.now()
     AgentEvent.objects.bulk_create(
-        [AgentEvent(run=run, tenant_id=tenant.tenant_id, seq=i + 2, event_type="user_message" if i % 2 == 0 else "assistant_message",
-                    payload={"client_message_id": f"m-{i}", "content": text}, actor="bench", state_revision=i + 2,
-                    state_digest=digest, client_message_id=f"m-{i}", created_at=now)
-         for i, text in enumerate(texts)],
+        [
+            AgentEvent(
+                run=run,
+                tenant_id=tenant.tenant_id,
+                seq=i + 2,
+                event_type="user_message" if i % 2 == 0 else "assistant_message",
+                payload={"client_message_id": f"m-{i}", "content": text},
+                actor="bench",
+                state_revision=i + 2,
+                state_digest=digest,
+                client_message_id=f"m-{i}",
+                created_at=now,
+            )
+            for i, text in enumerate(texts)
+        ],
         batch_size=2000,
-    )  # fmt: skip
+    )
     AgentRun.objects.filter(pk=run.pk).update(state_revision=len(texts) + 1)
     run.refresh_from_db()
     return run
@@ -203,16 +233,26 @@ def bench_context_build(*, events: int, progress: Callable[[str], None]) -> dict
     progress(
         f"context_build over {events} events: read {read:.0f} ms, build {warm:.0f} ms (first {cold:.0f} ms)"
     )
-    return {"events": events, "read_ms": round(read, 1), "build_ms": round(warm, 1), "first_build_ms": round(cold, 1),
-            "ratio": round(warm / read, 2), "tokens_exact": counter.exact}  # fmt: skip
+    return {
+        "events": events,
+        "read_ms": round(read, 1),
+        "build_ms": round(warm, 1),
+        "first_build_ms": round(cold, 1),
+        "ratio": round(warm / read, 2),
+        "tokens_exact": counter.exact,
+    }
 
 
 def _console_pages(*, quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:
     # Imported here: the console depends on runs, and runs must not load the console at import.
     from console.benchmarks import bench_console_pages
 
-    return bench_console_pages(runs=2000 if quick else 100_000, events=1000 if quick else 10_000,
-                               rounds=5 if quick else 20, progress=progress)  # fmt: skip
+    return bench_console_pages(
+        runs=2000 if quick else 100_000,
+        events=1000 if quick else 10_000,
+        rounds=5 if quick else 20,
+        progress=progress,
+    )
 
 
 def bench_all(

@@ -62,7 +62,7 @@ def scenarios(points: list[str] | None = None) -> list[Scenario]:
             crash_at="after_refund_request_sent",
             fault="lookup_non_authoritative",
             expect="reconciliation_required",
-        )  # fmt: skip
+        )
     )
     return chosen
 
@@ -75,15 +75,26 @@ class SandboxAdmin:
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        req = urllib.request.Request(
+            self.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=10) as response:
             return json.loads(response.read() or b"null")
 
     def add_order(self, order_id: str) -> None:
         delivered = (datetime.now(UTC) - timedelta(days=2)).isoformat()
-        self._call("POST", "/orders", {"order_id": order_id, "customer_id": "cust-chaos", "amount_minor": 4999,
-                                       "currency": "EUR", "status": "delivered", "delivered_at": delivered})  # fmt: skip
+        self._call(
+            "POST",
+            "/orders",
+            {
+                "order_id": order_id,
+                "customer_id": "cust-chaos",
+                "amount_minor": 4999,
+                "currency": "EUR",
+                "status": "delivered",
+                "delivered_at": delivered,
+            },
+        )
 
     def add_fault(self, fault: str) -> None:
         self._call("POST", "/faults", {"fault": fault, "order_id": None, "remaining": None})
@@ -127,9 +138,15 @@ class _Crashes:
 
 
 def run_scenario(
-    scenario: Scenario, *, runs: int, sandbox_url: str, workers: int, timeout: float, seed: int,
+    scenario: Scenario,
+    *,
+    runs: int,
+    sandbox_url: str,
+    workers: int,
+    timeout: float,
+    seed: int,
     progress: Callable[[str, int, int, int], None],
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     tenant = tenant_ensure(slug="chaos", name="Chaos check")
     with tenant_bind(tenant.tenant_id):  # row-level security: the check watches its own tenant's runs
         return _run_scenario(
@@ -165,11 +182,21 @@ def _run_scenario(
     for order_id in order_ids:
         admin.add_order(order_id)
     crash_dir = Path(tempfile.mkdtemp(prefix="keeper-chaos-"))
-    env = {**os.environ, "DATABASE_URL": current_database_url(), "KEEPER_SANDBOX_URL": sandbox_url,
-           "KEEPER_CRASH_AT": scenario.crash_at or "", "KEEPER_CRASH_ONCE_DIR": str(crash_dir),
-           "KEEPER_CRASH_STEP": "refund", "KEEPER_REFUND_AUTO_APPROVE_MINOR": str(10**9),
-           "KEEPER_LEASE_TTL": "2", "KEEPER_RETRY_BACKOFF": "0.2", "KEEPER_PAYMENTS_TIMEOUT": "3",
-           "KEEPER_REDISPATCH_INTERVAL": "0.5", "KEEPER_REDISPATCH_GRACE": "1", "PYTHONUNBUFFERED": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "DATABASE_URL": current_database_url(),
+        "KEEPER_SANDBOX_URL": sandbox_url,
+        "KEEPER_CRASH_AT": scenario.crash_at or "",
+        "KEEPER_CRASH_ONCE_DIR": str(crash_dir),
+        "KEEPER_CRASH_STEP": "refund",
+        "KEEPER_REFUND_AUTO_APPROVE_MINOR": str(10**9),
+        "KEEPER_LEASE_TTL": "2",
+        "KEEPER_RETRY_BACKOFF": "0.2",
+        "KEEPER_PAYMENTS_TIMEOUT": "3",
+        "KEEPER_REDISPATCH_INTERVAL": "0.5",
+        "KEEPER_REDISPATCH_GRACE": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
     log = open(crash_dir / "processes.log", "ab")  # noqa: SIM115 - closed below, shared by all children
 
     def start_worker(i: int) -> Any:
@@ -181,8 +208,16 @@ def _run_scenario(
     beat = start_python(celery_beat_args(crash_dir / "beat-schedule"), env=env, log=log)
     kills = _Crashes()
     started_at = time.monotonic()
-    run_ids = [run_start(tenant=tenant, workflow_name="refund", input={"order_id": o, "reason": "chaos check"},
-                         actor="chaos", idempotency_key=o).run.run_id for o in order_ids]  # fmt: skip
+    run_ids = [
+        run_start(
+            tenant=tenant,
+            workflow_name="refund",
+            input={"order_id": o, "reason": "chaos check"},
+            actor="chaos",
+            idempotency_key=o,
+        ).run.run_id
+        for o in order_ids
+    ]
     worker_exits = 0
     next_kill = (
         time.monotonic() + rng.expovariate(1 / scenario.kill_interval) if scenario.kill_interval else None
@@ -232,16 +267,22 @@ def _recoveries(crashes: list[tuple[str, float]]) -> list[float]:
 
 
 def _measure(
-    scenario: Scenario, run_ids: list[uuid.UUID], order_ids: list[str], admin: SandboxAdmin,
-    recoveries: list[float], crashes: int, elapsed: float,
-) -> dict[str, Any]:  # fmt: skip
+    scenario: Scenario,
+    run_ids: list[uuid.UUID],
+    order_ids: list[str],
+    admin: SandboxAdmin,
+    recoveries: list[float],
+    crashes: int,
+    elapsed: float,
+) -> dict[str, Any]:
     statuses = dict(
         AgentRun.objects.filter(run_id__in=run_ids).values_list("status").annotate(n=Count("run_id"))
     )
     reasons = dict(
         AgentRun.objects.filter(run_id__in=run_ids, status="suspended")
-        .values_list("suspend_reason").annotate(n=Count("run_id"))
-    )  # fmt: skip
+        .values_list("suspend_reason")
+        .annotate(n=Count("run_id"))
+    )
     ledger = {o: len(admin.refunds(o)) for o in order_ids}
     ops = ToolOperation.objects.filter(run_id__in=run_ids)
     result = {

@@ -21,8 +21,12 @@ from runs.compaction.services import carry_merge, summaries_usable, summary_crea
 from runs.compaction.tokens import TokenCounter, token_counter
 from runs.models import AgentEvent, AgentRun
 
-CONVERSATION_ROLES = {"user_message": "user", "assistant_message": "assistant", "tool_call": "assistant",
-                      "tool_result": "tool"}  # fmt: skip
+CONVERSATION_ROLES = {
+    "user_message": "user",
+    "assistant_message": "assistant",
+    "tool_call": "assistant",
+    "tool_result": "tool",
+}
 
 
 class ContextTooLarge(ApplicationError):
@@ -49,10 +53,12 @@ class MemorySource:
         if not run.subject:
             return []
         return [
-            {"text": f"{m.namespace}/{m.key} = {json.dumps(m.value, ensure_ascii=False)}",
-             "provenance": {"memory_id": str(m.memory_id), **m.provenance}}
+            {
+                "text": f"{m.namespace}/{m.key} = {json.dumps(m.value, ensure_ascii=False)}",
+                "provenance": {"memory_id": str(m.memory_id), **m.provenance},
+            }
             for m in memory_recall(tenant=run.tenant, subject_id=run.subject)
-        ]  # fmt: skip
+        ]
 
 
 class RetrievalSource:
@@ -75,14 +81,18 @@ class RetrievalSource:
         if snapshot is not None:
             hits = snapshot_replay(tenant=run.tenant, snapshot=snapshot)
         else:
-            result = retrieval_search(tenant=run.tenant, query=query, principal=self.principal, k=self.k,
-                                      run_id=run.run_id)  # fmt: skip
+            result = retrieval_search(
+                tenant=run.tenant, query=query, principal=self.principal, k=self.k, run_id=run.run_id
+            )
             snapshot, hits = result.snapshot, result.hits
         return [
-            {"text": f"{h.chunk_id} ({h.source_uri} @ {h.source_version}): {h.text}",
-             "provenance": {"retrieval_snapshot_id": snapshot.snapshot_id, **h.provenance()}}
-            for h in hits if h.text is not None
-        ]  # fmt: skip
+            {
+                "text": f"{h.chunk_id} ({h.source_uri} @ {h.source_version}): {h.text}",
+                "provenance": {"retrieval_snapshot_id": snapshot.snapshot_id, **h.provenance()},
+            }
+            for h in hits
+            if h.text is not None
+        ]
 
 
 _SOURCES: list[ContextSource] = [MemorySource()]
@@ -128,7 +138,12 @@ def _render(event: AgentEvent) -> dict[str, str]:
 def _is_context_event(event: AgentEvent) -> bool:
     # Conversation, plus the engine facts a model should know (suspensions, approvals, reconciliations).
     return event.event_type in CONVERSATION_ROLES or event.event_type in (
-        "approval_approved", "approval_rejected", "operation_reconciled", "run_suspended", "resume_refused")  # fmt: skip
+        "approval_approved",
+        "approval_rejected",
+        "operation_reconciled",
+        "run_suspended",
+        "resume_refused",
+    )
 
 
 def context_build(
@@ -152,8 +167,10 @@ def context_build(
     profile = counter.profile
     budget = profile.context_window - profile.output_reserve
     tools_text = json.dumps(list(tool_contracts), sort_keys=True) if tool_contracts else ""
-    parts = {"system": counter.count_message("system", system_prompt) if system_prompt else 0,
-             "tools": counter.count_message("system", tools_text) if tools_text else 0}  # fmt: skip
+    parts = {
+        "system": counter.count_message("system", system_prompt) if system_prompt else 0,
+        "tools": counter.count_message("system", tools_text) if tools_text else 0,
+    }
     events = AgentEvent.objects.filter(run=run).order_by("seq")
     # Answering message N must not see message N+1 that arrived meanwhile: turns never interleave.
     events = list(events.filter(seq__lte=up_to_seq) if up_to_seq is not None else events)
@@ -171,8 +188,9 @@ def context_build(
             settings.KEEPER_SUMMARY_CHUNK_EVENTS
         )  # bounded summaries: the newest fit, the oldest drop first
         for start in range(0, len(to_compact), size):
-            new = summary_create(run=run, events=to_compact[start : start + size], counter=counter,
-                                 compactor=compactor)  # fmt: skip
+            new = summary_create(
+                run=run, events=to_compact[start : start + size], counter=counter, compactor=compactor
+            )
             summaries.append(new)
         notes.append(f"compacted events {to_compact[0].seq}..{to_compact[-1].seq} into new summaries")
         tail = [e for e in tail if e.seq >= cut]
@@ -201,8 +219,10 @@ def context_build(
     for summary in reversed(summaries):  # newest first: old ones go first when room runs out
         cost = summary.token_count + 4
         if cost > room:
-            notes.append(f"summary {summary.covers_from_seq}..{summary.covers_to_seq} left out for room "
-                         "(its carry is still included)")  # fmt: skip
+            notes.append(
+                f"summary {summary.covers_from_seq}..{summary.covers_to_seq} left out for room "
+                "(its carry is still included)"
+            )
             continue
         room -= cost
         used_summaries.insert(0, summary)
@@ -238,11 +258,24 @@ def context_build(
             messages.append({"role": "system", "content": text})
     total = sum(parts.values())
     if total > budget:
-        raise ContextTooLarge(f"the context needs {total} tokens, the budget of {profile.name} is {budget}",
-                              details={"parts": parts})  # fmt: skip
+        raise ContextTooLarge(
+            f"the context needs {total} tokens, the budget of {profile.name} is {budget}",
+            details={"parts": parts},
+        )
     return BuiltContext(
-        messages=messages, parts=parts, budget=budget, total=total,
-        summaries=[{"summary_id": str(s.summary_id), "covers_event_seq": [s.covers_from_seq, s.covers_to_seq],
-                    "source_digest": s.source_digest, "compactor": s.compactor} for s in used_summaries],
-        raw_from_seq=tail[0].seq if tail else None, notes=[*notes, counter.note],
-    )  # fmt: skip
+        messages=messages,
+        parts=parts,
+        budget=budget,
+        total=total,
+        summaries=[
+            {
+                "summary_id": str(s.summary_id),
+                "covers_event_seq": [s.covers_from_seq, s.covers_to_seq],
+                "source_digest": s.source_digest,
+                "compactor": s.compactor,
+            }
+            for s in used_summaries
+        ],
+        raw_from_seq=tail[0].seq if tail else None,
+        notes=[*notes, counter.note],
+    )

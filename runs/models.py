@@ -127,7 +127,7 @@ class AgentRun(models.Model):
                 fields=["resume_requested_at"],
                 name="agent_runs_resume_req_idx",
                 condition=Q(resume_requested_at__isnull=False),
-            ),  # fmt: skip
+            ),
             models.Index(fields=["tenant", "status", "-created_at"], name="agent_runs_tenant_status_idx"),
             # The console's run list: newest activity first, a keyset page per tenant (and per status).
             models.Index(fields=["tenant", "-updated_at", "-run_id"], name="agent_runs_tenant_updated_idx"),

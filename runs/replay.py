@@ -61,7 +61,16 @@ def _initial_schema_version(events: list[dict[str, Any]], workflow: Workflow) ->
 @tenant_of_call
 def history_export(*, run_id: Any) -> list[dict[str, Any]]:
     return [
-        {"seq": e.seq, "event_type": e.event_type, "step_id": e.step_id, "attempt": e.attempt, "payload": e.payload,
-         "actor": e.actor, "state_digest": e.state_digest, "state": e.state, "next_step": e.next_step}
+        {
+            "seq": e.seq,
+            "event_type": e.event_type,
+            "step_id": e.step_id,
+            "attempt": e.attempt,
+            "payload": e.payload,
+            "actor": e.actor,
+            "state_digest": e.state_digest,
+            "state": e.state,
+            "next_step": e.next_step,
+        }
         for e in AgentEvent.objects.filter(run_id=run_id).order_by("seq")
-    ]  # fmt: skip
+    ]

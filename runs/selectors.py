@@ -60,16 +60,26 @@ def operation_find(*, tenant_id: UUID, operation_id: str) -> ToolOperation | Non
 
 @tenant_of_call
 def run_page(
-    *, tenant: Tenant | None, cursor: tuple[Any, Any] | None, limit: int, status: str | None = None,
-    workflow: str | None = None, subject: str | None = None, idempotency_key: str | None = None,
-) -> list[AgentRun]:  # fmt: skip
+    *,
+    tenant: Tenant | None,
+    cursor: tuple[Any, Any] | None,
+    limit: int,
+    status: str | None = None,
+    workflow: str | None = None,
+    subject: str | None = None,
+    idempotency_key: str | None = None,
+) -> list[AgentRun]:
     """One keyset page of a tenant's runs (every tenant's with `tenant=None`: staff only), newest
     activity first, plus one row to tell if more follow (no OFFSET, no COUNT)."""
     runs = AgentRun.objects.select_related("tenant")
     if tenant is not None:
         runs = runs.filter(tenant=tenant)
-    for field, value in (("status", status), ("workflow_name", workflow), ("subject", subject),
-                         ("idempotency_key", idempotency_key)):  # fmt: skip
+    for field, value in (
+        ("status", status),
+        ("workflow_name", workflow),
+        ("subject", subject),
+        ("idempotency_key", idempotency_key),
+    ):
         if value is not None:
             runs = runs.filter(**{field: value})
     if cursor is not None:

@@ -163,8 +163,22 @@ def lease_acquire(*, run_id: UUID, owner: str, ttl: float) -> LeaseGrant | None:
     rows = _rows(_LEASE_ACQUIRE, {"run_id": run_id, "owner": owner, "ttl": ttl})
     if not rows:
         return None
-    (tenant_id, epoch, expires_at, revision, next_step, state, status, resume_requested_by, wf_name, wf_version,
-     schema, attempt, previous_owner, previous_epoch) = rows[0]  # fmt: skip
+    (
+        tenant_id,
+        epoch,
+        expires_at,
+        revision,
+        next_step,
+        state,
+        status,
+        resume_requested_by,
+        wf_name,
+        wf_version,
+        schema,
+        attempt,
+        previous_owner,
+        previous_epoch,
+    ) = rows[0]
     return LeaseGrant(
         run_id=run_id,
         tenant_id=tenant_id,
@@ -462,9 +476,15 @@ def append_event(
     """
     rows = _rows(
         _APPEND_EVENT,
-        {"run_id": run_id, "tenant_id": tenant_id, "event_type": event_type, "payload": payload_json,
-         "actor": actor, "client_message_id": client_message_id},
-    )  # fmt: skip
+        {
+            "run_id": run_id,
+            "tenant_id": tenant_id,
+            "event_type": event_type,
+            "payload": payload_json,
+            "actor": actor,
+            "client_message_id": client_message_id,
+        },
+    )
     return rows[0][0] if rows else None
 
 
@@ -544,9 +564,18 @@ def operation_prepare_once(
     """The operation row, created `prepared` the first time; the existing one on every later call."""
     rows = _rows(
         _OP_PREPARE,
-        {"op": operation_id, "tenant": tenant_id, "run": run_id, "step": step_id, "tool": tool_name,
-         "contract": tool_contract_version, "digest": request_digest, "actor": actor, "note": ""},
-    )  # fmt: skip
+        {
+            "op": operation_id,
+            "tenant": tenant_id,
+            "run": run_id,
+            "step": step_id,
+            "tool": tool_name,
+            "contract": tool_contract_version,
+            "digest": request_digest,
+            "actor": actor,
+            "note": "",
+        },
+    )
     return _op(rows[0])
 
 
@@ -596,10 +625,19 @@ def operation_transition(
     """
     rows = _rows(
         _OP_TRANSITION,
-        {"tenant": tenant_id, "op": operation_id, "to": to_status, "from": list(OPERATION_TRANSITIONS[to_status]),
-         "ref": external_ref, "result": result_json, "actor": actor, "note": note, "epoch": lease_epoch,
-         "acting_run": acting_run_id},
-    )  # fmt: skip
+        {
+            "tenant": tenant_id,
+            "op": operation_id,
+            "to": to_status,
+            "from": list(OPERATION_TRANSITIONS[to_status]),
+            "ref": external_ref,
+            "result": result_json,
+            "actor": actor,
+            "note": note,
+            "epoch": lease_epoch,
+            "acting_run": acting_run_id,
+        },
+    )
     return _op(rows[0]) if rows else None
 
 

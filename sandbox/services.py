@@ -79,8 +79,14 @@ def order_upsert(
         raise InvalidCurrency("currency must be three upper-case letters, e.g. EUR")
     if status not in OrderStatus.values:
         raise InvalidField(f"status must be one of {', '.join(OrderStatus.values)}")
-    values = {"customer_id": customer_id, "amount_minor": amount_minor, "currency": currency,
-              "status": status, "delivered_at": delivered_at, "category": category}  # fmt: skip
+    values = {
+        "customer_id": customer_id,
+        "amount_minor": amount_minor,
+        "currency": currency,
+        "status": status,
+        "delivered_at": delivered_at,
+        "category": category,
+    }
     with transaction.atomic():
         order, created = SandboxOrder.objects.select_for_update().get_or_create(
             order_id=order_id, defaults=values

@@ -159,11 +159,13 @@ def _refunds_query(request: HttpRequest) -> HttpResponse:
         raise QueryRequired("give either idempotency_key or order_id, not both")
     if key is not None:
         lookup = refund_lookup(idempotency_key=inputs.idempotency_key(key))
-        return JsonResponse({
-            "authoritative": lookup.authoritative,
-            "applied": lookup.applied,
-            "refund": refund_json(lookup.refund) if lookup.refund is not None else None,
-        })  # fmt: skip
+        return JsonResponse(
+            {
+                "authoritative": lookup.authoritative,
+                "applied": lookup.applied,
+                "refund": refund_json(lookup.refund) if lookup.refund is not None else None,
+            }
+        )
     if order_id is not None:
         refunds = refunds_for_order(order_id=inputs.order_id(order_id))
         return JsonResponse({"results": [refund_json(refund) for refund in refunds]})

@@ -44,9 +44,13 @@ class ChatServer:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     def answer(self, content: str) -> None:
-        self.reply = {"id": "chatcmpl-1", "object": "chat.completion",
-                      "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                                   "finish_reason": "stop"}]}  # fmt: skip
+        self.reply = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "choices": [
+                {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+            ],
+        }
 
 
 @pytest.fixture

@@ -34,8 +34,13 @@ class ProcessGroup:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def _start(self, name: str, args: list[str], env: dict[str, str] | None) -> subprocess.Popen[bytes]:
-        full_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test",
-                    "DATABASE_URL": current_database_url(), "PYTHONUNBUFFERED": "1", **(env or {})}  # fmt: skip
+        full_env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings.test",
+            "DATABASE_URL": current_database_url(),
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
         with open(self.log_dir / f"{name}-{len(self.procs)}.log", "wb") as log:
             proc = start_python(args, env=full_env, log=log)
         self.procs.append(proc)

@@ -153,8 +153,14 @@ if not os.environ.get("REDIS_URL"):
     raise ImproperlyConfigured("REDIS_URL is not set (local and test settings start an embedded one)")
 REDIS_URL = redis_client_url(os.environ["REDIS_URL"])
 # The cache is shared by every web process (API rate limits count per key across all of them).
-CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-                      "KEY_PREFIX": "keeper-cache", "OPTIONS": {"socket_timeout": 2}}}  # fmt: skip
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "keeper-cache",
+        "OPTIONS": {"socket_timeout": 2},
+    }
+}
 CELERY_BROKER_URL = celery_broker_url(os.environ["REDIS_URL"])
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"

@@ -39,9 +39,17 @@ def sign_in(request: HttpRequest) -> HttpResponse:
         else:
             sign_in_failure_record(request=request, username=username)
     status = 429 if throttled else 200
-    return render(request, "console/sign_in.html", {"form": form, "next": next_url, "throttled": throttled,
-                                                     "window_minutes": settings.KEEPER_LOGIN_WINDOW // 60},
-                  status=status)  # fmt: skip
+    return render(
+        request,
+        "console/sign_in.html",
+        {
+            "form": form,
+            "next": next_url,
+            "throttled": throttled,
+            "window_minutes": settings.KEEPER_LOGIN_WINDOW // 60,
+        },
+        status=status,
+    )
 
 
 @require_POST
@@ -57,8 +65,11 @@ def sign_out(request: HttpRequest) -> HttpResponse:
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     roles = user_roles(request.user)
-    for role, target in ((SUPPORT, "console:support_inbox"), (ENGINEER, "console:run_list"),
-                         (COMPLIANCE, "console:compliance_home")):  # fmt: skip
+    for role, target in (
+        (SUPPORT, "console:support_inbox"),
+        (ENGINEER, "console:run_list"),
+        (COMPLIANCE, "console:compliance_home"),
+    ):
         if role in roles:
             return redirect(target)
     return render(request, "console/no_role.html", status=403)

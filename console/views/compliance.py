@@ -45,14 +45,17 @@ def _subject(raw: Any) -> str:
 
 class ErasureConfirmForm(forms.Form):
     subject_confirm = forms.CharField(
-        label="Type the subject id again", max_length=MAX_SUBJECT_CHARS, strip=False,
+        label="Type the subject id again",
+        max_length=MAX_SUBJECT_CHARS,
+        strip=False,
         widget=forms.TextInput(attrs={"autocomplete": "off", "dir": "auto", "spellcheck": "false"}),
-    )  # fmt: skip
+    )
     note = forms.CharField(
-        label="Note for the audit log (the reason, a ticket number)", max_length=2000,
+        label="Note for the audit log (the reason, a ticket number)",
+        max_length=2000,
         widget=forms.Textarea(attrs={"rows": 3, "dir": "auto"}),
         help_text="Do not write the subject id or their data here: the audit log is kept for ever.",
-    )  # fmt: skip
+    )
 
     def __init__(self, *args: Any, subject: str, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -119,11 +122,17 @@ def erasure_confirm(request: HttpRequest, tenant: str) -> HttpResponse:
                     tenant=scope, subject_id=subject, requested_by=actor_of(request)
                 )
                 audit_record(
-                    request=request, action="erase", tenant=scope, target_type="erasure_request",
-                    target_id=created.request_id, note=form.cleaned_data["note"],
-                    details={"subject_digest": created.subject_digest,
-                             "expected": {s.key: s.count for s in overview.stores}},
-                )  # fmt: skip
+                    request=request,
+                    action="erase",
+                    tenant=scope,
+                    target_type="erasure_request",
+                    target_id=created.request_id,
+                    note=form.cleaned_data["note"],
+                    details={
+                        "subject_digest": created.subject_digest,
+                        "expected": {s.key: s.count for s in overview.stores},
+                    },
+                )
         except ApplicationError as exc:
             form.add_error(None, str(exc))
         else:
@@ -132,17 +141,27 @@ def erasure_confirm(request: HttpRequest, tenant: str) -> HttpResponse:
                 "console:compliance_erasure_detail", tenant=scope.slug, request_id=created.request_id
             )
     status = 400 if request.method == "POST" else 200
-    return render(request, "console/compliance/confirm.html", {"tenant": scope, "overview": overview, "form": form},
-                  status=status)  # fmt: skip
+    return render(
+        request,
+        "console/compliance/confirm.html",
+        {"tenant": scope, "overview": overview, "form": form},
+        status=status,
+    )
 
 
 @role_required(COMPLIANCE)
 @require_GET
 def erasure_list(request: HttpRequest, tenant: str) -> HttpResponse:
     scope = tenant_for_user(request.user, tenant)
-    return render(request, "console/compliance/erasure_list.html", {
-        "tenant": scope, "tenants": list(user_tenants(request.user)), "erasures": erasure_request_list(tenant=scope),
-    })  # fmt: skip
+    return render(
+        request,
+        "console/compliance/erasure_list.html",
+        {
+            "tenant": scope,
+            "tenants": list(user_tenants(request.user)),
+            "erasures": erasure_request_list(tenant=scope),
+        },
+    )
 
 
 @role_required(COMPLIANCE)
@@ -153,10 +172,13 @@ def erasure_detail(request: HttpRequest, tenant: str, request_id: UUID) -> HttpR
     scope = tenant_for_user(request.user, tenant)
     erasure = _request_for(scope, request_id)
     context = {
-        "tenant": scope, "erasure": erasure, "active": erasure.status in ACTIVE, "steps": erasure_steps(erasure),
+        "tenant": scope,
+        "erasure": erasure,
+        "active": erasure.status in ACTIVE,
+        "steps": erasure_steps(erasure),
         "receipt": receipt_rows(erasure.receipt),
         "status_url": reverse("console:compliance_erasure_detail", args=[scope.slug, erasure.request_id]),
-    }  # fmt: skip
+    }
     template = "console/compliance/erasure_detail.html"
     if getattr(request, "htmx", False):
         template = "console/compliance/_erasure_status.html"

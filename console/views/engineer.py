@@ -106,9 +106,12 @@ def run_list(request: HttpRequest) -> HttpResponse:
         at, run_id = page.next_cursor
         older = filter_query(request.GET, limit=data.get("limit"), before_at=at.isoformat(), before_id=run_id)
     context.update(
-        page=page, rows=[(run, slugs.get(run.tenant_id, "")) for run in page.runs], older=older,
-        first=before is not None, filter_query=filter_query(request.GET, limit=data.get("limit")),
-    )  # fmt: skip
+        page=page,
+        rows=[(run, slugs.get(run.tenant_id, "")) for run in page.runs],
+        older=older,
+        first=before is not None,
+        filter_query=filter_query(request.GET, limit=data.get("limit")),
+    )
     template = "console/engineer/_run_table.html" if _htmx_target(request) == "run-table" else None
     return render(request, template or "console/engineer/run_list.html", context)
 
@@ -119,11 +122,13 @@ def _events_context(request: HttpRequest, run: Any) -> dict[str, Any]:
     events = q.events_page(run=run, after_seq=after, limit=limit)
     last = events[-1].seq if events else after
     return {
-        "events": events, "after_seq": after, "limit": limit,
+        "events": events,
+        "after_seq": after,
+        "limit": limit,
         "events_next": last if last < run.state_revision else None,
         "events_prev": max(0, after - limit) if after > 0 else None,
         "events_last": max(0, run.state_revision - limit),
-    }  # fmt: skip
+    }
 
 
 def run_page_context(request: HttpRequest, run: Any) -> dict[str, Any]:
@@ -132,24 +137,36 @@ def run_page_context(request: HttpRequest, run: Any) -> dict[str, Any]:
     buckets, marks, hidden = q.timeline_data(run=run)
     limit = _int_param(request, "limit", q.EVENTS_PAGE, 1, q.MAX_EVENTS_PAGE)
     timeline = timeline_svg(
-        events=marks, buckets=buckets, hidden_marks=hidden, label=f"Timeline of run {run.run_id}",
+        events=marks,
+        buckets=buckets,
+        hidden_marks=hidden,
+        label=f"Timeline of run {run.run_id}",
         link=lambda seq: f"{base}?after_seq={max(0, seq - 1)}&limit={limit}#seq-{seq}",
-    )  # fmt: skip
+    )
     fork_seq = _int_param(request, "fork_seq", run.state_revision, 1, max(run.state_revision, 1))
     lease_expired = run.lease_expires_at is not None and run.lease_expires_at < timezone.now()
     return {
-        "run": run, "timeline": timeline, "lease_expired": lease_expired, "fork_seq": fork_seq,
+        "run": run,
+        "timeline": timeline,
+        "lease_expired": lease_expired,
+        "fork_seq": fork_seq,
         "erased": run.subject.startswith("erased:"),
         "operations": list(ToolOperation.objects.filter(run_id=run.run_id).order_by("created_at")[:100]),
-        "summaries": list(Summary.objects.filter(run_id=run.run_id).defer("text", "facts", "carry")
-                          .order_by("covers_from_seq")[:100]),
+        "summaries": list(
+            Summary.objects.filter(run_id=run.run_id)
+            .defer("text", "facts", "carry")
+            .order_by("covers_from_seq")[:100]
+        ),
         "approvals": list(Approval.objects.filter(run_id=run.run_id).order_by("-created_at")[:20]),
         "snapshots": q.snapshots_for(run=run),
-        "forks": list(run.forks.only("run_id", "status", "fork_seq", "created_at").order_by("-created_at")[:20]),
-        "rev_a": max(1, run.state_revision - 1), "rev_b": run.state_revision,
+        "forks": list(
+            run.forks.only("run_id", "status", "fork_seq", "created_at").order_by("-created_at")[:20]
+        ),
+        "rev_a": max(1, run.state_revision - 1),
+        "rev_b": run.state_revision,
         **_state_change_context(run),
         **_events_context(request, run),
-    }  # fmt: skip
+    }
 
 
 def _state_change_context(run: Any) -> dict[str, Any]:

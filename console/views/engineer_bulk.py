@@ -80,12 +80,21 @@ class Action:
 
 ACTIONS = {
     "resume": Action("resume", "Resume", _resume, Q(status=RunStatus.SUSPENDED), "suspended"),
-    "cancel": Action("cancel", "Cancel", run_cancel, Q(status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED]),
-                     "running or suspended"),
-    "redispatch": Action("redispatch", "Re-dispatch", _redispatch,
-                         Q(status=RunStatus.RUNNING) | Q(status=RunStatus.SUSPENDED, resume_requested_at__isnull=False),
-                         "running, or suspended with a resume request"),
-}  # fmt: skip
+    "cancel": Action(
+        "cancel",
+        "Cancel",
+        run_cancel,
+        Q(status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED]),
+        "running or suspended",
+    ),
+    "redispatch": Action(
+        "redispatch",
+        "Re-dispatch",
+        _redispatch,
+        Q(status=RunStatus.RUNNING) | Q(status=RunStatus.SUSPENDED, resume_requested_at__isnull=False),
+        "running, or suspended with a resume request",
+    ),
+}
 
 
 class NoteForm(forms.Form):
@@ -103,8 +112,15 @@ def _apply(
     """The service call and its audit entry, both or neither."""
     with transaction.atomic():
         result = call()
-        audit_record(request=request, action=action, tenant=run.tenant, target_type="run", target_id=run.run_id,
-                     note=note, details=details)  # fmt: skip
+        audit_record(
+            request=request,
+            action=action,
+            tenant=run.tenant,
+            target_type="run",
+            target_id=run.run_id,
+            note=note,
+            details=details,
+        )
     return result
 
 
@@ -146,12 +162,24 @@ def run_fork_view(request: HttpRequest, run_id: UUID, rewind: bool = False) -> H
     name = "rewind" if rewind else "fork"
     try:
         if rewind:
-            child = _apply(request, run, name, note, lambda: run_rewind(run_id=run.run_id, to_seq=seq, actor=actor,
-                                                                        note=note), to_seq=seq)  # fmt: skip
+            child = _apply(
+                request,
+                run,
+                name,
+                note,
+                lambda: run_rewind(run_id=run.run_id, to_seq=seq, actor=actor, note=note),
+                to_seq=seq,
+            )
         else:
             start = form.cleaned_data["start"]
-            child = _apply(request, run, name, note, lambda: run_fork(run_id=run.run_id, at_seq=seq, actor=actor,
-                                                                      start=start, note=note), at_seq=seq)  # fmt: skip
+            child = _apply(
+                request,
+                run,
+                name,
+                note,
+                lambda: run_fork(run_id=run.run_id, at_seq=seq, actor=actor, start=start, note=note),
+                at_seq=seq,
+            )
     except ApplicationError as exc:
         return _refused(request, run.run_id, f"{name.capitalize()} refused: {exc.message}", exc.http_status)
     verb = "was rewound to event" if rewind else "was forked at event"
@@ -227,16 +255,24 @@ def bulk(request: HttpRequest) -> HttpResponse:
         return render(request, "console/engineer/bulk.html", {"form": form, "problem": problem}, status=400)
     query = filter_query(data)
     runs = q.runs_filtered(tenant_ids=[t.tenant_id for t in tenants], filters=form.cleaned_data)
-    context: dict[str, Any] = {"form": form, "action": action, "filter_query": query, "cap": BULK_CAP,
-                               "filter_items": [(k, v) for k in FILTER_FIELDS if (v := data.get(k))]}  # fmt: skip
+    context: dict[str, Any] = {
+        "form": form,
+        "action": action,
+        "filter_query": query,
+        "cap": BULK_CAP,
+        "filter_items": [(k, v) for k in FILTER_FIELDS if (v := data.get(k))],
+    }
     if request.method == "GET":
         matched = q.count_capped(runs, BULK_CAP)
         eligible = runs.filter(action.eligible)
         context.update(
-            matched=matched, over=matched > BULK_CAP, would=q.count_capped(eligible, BULK_CAP),
+            matched=matched,
+            over=matched > BULK_CAP,
+            would=q.count_capped(eligible, BULK_CAP),
             preview=list(eligible.only(*q.LIST_FIELDS).order_by("-updated_at", "-run_id")[:PREVIEW]),
-            token=_token(request, action.name, query), preview_size=PREVIEW,
-        )  # fmt: skip
+            token=_token(request, action.name, query),
+            preview_size=PREVIEW,
+        )
         context["skipped"] = min(matched, BULK_CAP) - context["would"]
         return render(request, "console/engineer/bulk.html", context)
 
@@ -247,10 +283,14 @@ def bulk(request: HttpRequest) -> HttpResponse:
         )
     note_form = NoteForm(data)
     if not note_form.is_valid():
-        return render(request, "console/engineer/bulk.html", {**context, "problem": "the note is too long"},
-                      status=422)  # fmt: skip
-    targets = list(runs.order_by("-updated_at", "-run_id").select_related("tenant")
-                   .only("run_id", "status", "tenant")[: BULK_CAP + 1])  # fmt: skip
+        return render(
+            request, "console/engineer/bulk.html", {**context, "problem": "the note is too long"}, status=422
+        )
+    targets = list(
+        runs.order_by("-updated_at", "-run_id")
+        .select_related("tenant")
+        .only("run_id", "status", "tenant")[: BULK_CAP + 1]
+    )
     if len(targets) > BULK_CAP:
         messages.error(
             request, f"More than {BULK_CAP:,} runs match now; nothing was applied. Narrow the filter."
@@ -261,9 +301,15 @@ def bulk(request: HttpRequest) -> HttpResponse:
     skipped: list[tuple[Any, str]] = []
     for run in targets:
         try:
-            _apply(request, run, action.name, note,
-                   lambda run=run: action.apply(run_id=run.run_id, actor=actor, note=note),
-                   bulk=True, filter=query)  # fmt: skip
+            _apply(
+                request,
+                run,
+                action.name,
+                note,
+                lambda run=run: action.apply(run_id=run.run_id, actor=actor, note=note),
+                bulk=True,
+                filter=query,
+            )
         except ApplicationError as exc:
             skipped.append((run, exc.message))
         else:

@@ -28,8 +28,13 @@ PING_TIMEOUT = 0.5  # seconds the workers get to answer
 PING_DEADLINE = 1.5  # seconds the page waits for the broker at most
 PING_CACHE_SECONDS = 4.0
 LIST_CAP = 1000
-_STATUS_COLORS = {"running": "#60a5fa", "suspended": "#f59e0b", "completed": "#22c55e", "failed": "#ef4444",
-                  "cancelled": "#9ca3af"}  # fmt: skip
+_STATUS_COLORS = {
+    "running": "#60a5fa",
+    "suspended": "#f59e0b",
+    "completed": "#22c55e",
+    "failed": "#ef4444",
+    "cancelled": "#9ca3af",
+}
 
 
 class _Pinger:
@@ -76,14 +81,32 @@ def queue_health_data(*, tenant_ids: list[Any]) -> dict[str, Any]:
     bars = []
     for i, status in enumerate(RunStatus):
         count, width = counts.get(status.value, 0), counts.get(status.value, 0) / tallest * 270
-        bars.append({"status": status.value, "count": count, "color": _STATUS_COLORS[status.value],
-                     "y": 6 + 26 * i, "text_y": 21 + 26 * i, "width": f"{width:.1f}", "text_x": f"{width + 94:.1f}"})  # fmt: skip
+        bars.append(
+            {
+                "status": status.value,
+                "count": count,
+                "color": _STATUS_COLORS[status.value],
+                "y": 6 + 26 * i,
+                "text_y": 21 + 26 * i,
+                "width": f"{width:.1f}",
+                "text_x": f"{width + 94:.1f}",
+            }
+        )
     runnable = runs.filter(status=RunStatus.RUNNING).filter(
         Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now),
         Q(wake_at__isnull=True) | Q(wake_at__lte=now),
     )
-    fields = ("run_id", "tenant_id", "workflow_name", "status", "next_step", "lease_owner", "lease_expires_at",
-              "lease_epoch", "updated_at")  # fmt: skip
+    fields = (
+        "run_id",
+        "tenant_id",
+        "workflow_name",
+        "status",
+        "next_step",
+        "lease_owner",
+        "lease_expires_at",
+        "lease_epoch",
+        "updated_at",
+    )
     expired = runs.filter(
         status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED],
         lease_owner__isnull=False,
@@ -96,13 +119,18 @@ def queue_health_data(*, tenant_ids: list[Any]) -> dict[str, Any]:
         .order_by("lease_owner")[:50]
     )
     return {
-        "now": now, "bars": bars, "bars_height": 6 + 26 * len(bars), "total": sum(counts.values()),
+        "now": now,
+        "bars": bars,
+        "bars_height": 6 + 26 * len(bars),
+        "total": sum(counts.values()),
         "oldest": runnable.only(*fields).order_by("updated_at").first(),
         "runnable": count_capped(runnable, LIST_CAP),
         "expired": list(expired.only(*fields).order_by("lease_expires_at")[:20]),
-        "expired_count": count_capped(expired, LIST_CAP), "cap": LIST_CAP,
-        "holders": list(holders), "workers": pinger.workers(),
-    }  # fmt: skip
+        "expired_count": count_capped(expired, LIST_CAP),
+        "cap": LIST_CAP,
+        "holders": list(holders),
+        "workers": pinger.workers(),
+    }
 
 
 @role_required(ENGINEER)

@@ -30,8 +30,10 @@ from runs.services.runs import run_cancel, run_resume
 from runs.workflows.registry import registry
 
 NOTE_MAX = 2000  # as the REST API
-OUTCOME_LABELS = {"applied": "applied: it happened (give the external reference you found)",
-                  "not_applied": "not applied: it never happened (allow one retry)"}  # fmt: skip
+OUTCOME_LABELS = {
+    "applied": "applied: it happened (give the external reference you found)",
+    "not_applied": "not applied: it never happened (allow one retry)",
+}
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -75,15 +77,28 @@ def _render(
 def _run_context(run: AgentRun) -> dict[str, Any]:
     refusal = q.resume_refusal(run) if run.status == RunStatus.SUSPENDED else None
     events = [{"event": e, "payload": q.pretty_json(e.payload, limit=1500)} for e in q.recent_events(run)]
-    return {"run": run, "refusal": refusal, "events": events,
-            "result_json": q.pretty_json(run.result) if run.result is not None else ""}  # fmt: skip
+    return {
+        "run": run,
+        "refusal": refusal,
+        "events": events,
+        "result_json": q.pretty_json(run.result) if run.result is not None else "",
+    }
 
 
 def _act(
-    request: HtmxHttpRequest, form: forms.Form, *, perform: Callable[[dict[str, Any]], object],
-    page: Callable[[forms.Form, int], HttpResponse], action: str, tenant: Tenant, target_type: str,
-    target_id: Any, details: dict[str, Any], done: str, next_url: str,
-) -> HttpResponse:  # fmt: skip
+    request: HtmxHttpRequest,
+    form: forms.Form,
+    *,
+    perform: Callable[[dict[str, Any]], object],
+    page: Callable[[forms.Form, int], HttpResponse],
+    action: str,
+    tenant: Tenant,
+    target_type: str,
+    target_id: Any,
+    details: dict[str, Any],
+    done: str,
+    next_url: str,
+) -> HttpResponse:
     """Validate, call the service, then audit. Not one transaction: the run services enqueue the
     worker's wake-up themselves (run_resume sends it before any outer commit), so wrapping them
     would wake a worker that cannot yet see the request."""
@@ -94,8 +109,15 @@ def _act(
     except ApplicationError as exc:
         form.add_error(None, exc.message)
         return page(form, exc.http_status if 400 <= exc.http_status < 500 else 409)
-    audit_record(request=request, action=action, tenant=tenant, target_type=target_type, target_id=target_id,
-                 note=form.cleaned_data["note"], details=details)  # fmt: skip
+    audit_record(
+        request=request,
+        action=action,
+        tenant=tenant,
+        target_type=target_type,
+        target_id=target_id,
+        note=form.cleaned_data["note"],
+        details=details,
+    )
     messages.success(request, done)
     return redirect(next_url)
 
@@ -110,13 +132,24 @@ def support_inbox(request: HtmxHttpRequest) -> HttpResponse:
 # --- approvals --------------------------------------------------------------------------------------
 
 
-def _approval_page(request: HtmxHttpRequest, approval_id: UUID, *, approve_form: forms.Form | None = None,
-                   reject_form: forms.Form | None = None, status: int = 200) -> HttpResponse:  # fmt: skip
+def _approval_page(
+    request: HtmxHttpRequest,
+    approval_id: UUID,
+    *,
+    approve_form: forms.Form | None = None,
+    reject_form: forms.Form | None = None,
+    status: int = 200,
+) -> HttpResponse:
     approval = q.approval_for_tenants(_tenants(request), approval_id)
-    context = {"row": q.approval_row(approval, timezone.now()), "approval": approval,
-               "pending": approval.status == ApprovalStatus.PENDING, "request_json": q.pretty_json(approval.request),
-               "approve_form": approve_form or NoteForm(), "reject_form": reject_form or NoteForm(),
-               **_run_context(approval.run)}  # fmt: skip
+    context = {
+        "row": q.approval_row(approval, timezone.now()),
+        "approval": approval,
+        "pending": approval.status == ApprovalStatus.PENDING,
+        "request_json": q.pretty_json(approval.request),
+        "approve_form": approve_form or NoteForm(),
+        "reject_form": reject_form or NoteForm(),
+        **_run_context(approval.run),
+    }
     return _render(request, "console/support/approval.html", context, status)
 
 
@@ -131,15 +164,22 @@ def _decide(request: HtmxHttpRequest, approval_id: UUID, decision: str) -> HttpR
     service = approval_approve if decision == "approve" else approval_reject
     form_key = f"{decision}_form"
     return _act(
-        request, NoteForm(request.POST),
+        request,
+        NoteForm(request.POST),
         perform=lambda d: service(approval_id=approval.approval_id, actor=actor_of(request), note=d["note"]),
         page=lambda form, status: _approval_page(request, approval_id, status=status, **{form_key: form}),
-        action=decision, tenant=approval.tenant, target_type="approval", target_id=approval.approval_id,
+        action=decision,
+        tenant=approval.tenant,
+        target_type="approval",
+        target_id=approval.approval_id,
         details={"run_id": str(approval.run_id), "request_digest": approval.request_digest},
-        done=("Approved: the run continues once a worker has verified the approval." if decision == "approve"
-              else "Rejected: the run ends without a refund when a worker next picks it up."),
+        done=(
+            "Approved: the run continues once a worker has verified the approval."
+            if decision == "approve"
+            else "Rejected: the run ends without a refund when a worker next picks it up."
+        ),
         next_url=reverse("console:support_approval", args=[approval.approval_id]),
-    )  # fmt: skip
+    )
 
 
 @role_required(SUPPORT)
@@ -157,23 +197,41 @@ def support_approval_reject(request: HtmxHttpRequest, approval_id: UUID) -> Http
 # --- operations in doubt --------------------------------------------------------------------------
 
 
-def _operation_page(request: HtmxHttpRequest, pk: int, *, form: forms.Form | None = None,
-                    lookup_error: str = "", status: int = 200) -> HttpResponse:  # fmt: skip
+def _operation_page(
+    request: HtmxHttpRequest,
+    pk: int,
+    *,
+    form: forms.Form | None = None,
+    lookup_error: str = "",
+    status: int = 200,
+) -> HttpResponse:
     op = q.operation_for_tenants(_tenants(request), pk)
     row = q.operation_row(op)
     if form is None:
         said = row["lookup"] or {}
-        initial = ({"outcome": "applied", "external_ref": said.get("external_ref") or ""}
-                   if said.get("authoritative") and said.get("applied")
-                   else {"outcome": "not_applied"} if said.get("authoritative") else {})  # fmt: skip
+        initial = (
+            {"outcome": "applied", "external_ref": said.get("external_ref") or ""}
+            if said.get("authoritative") and said.get("applied")
+            else {"outcome": "not_applied"}
+            if said.get("authoritative")
+            else {}
+        )
         form = ReconcileForm(initial=initial)
-    context = {"row": row, "op": op, "form": form, "lookup_error": lookup_error,
-               "open": op.status in (OperationStatus.STARTED, OperationStatus.UNKNOWN),
-               "history": [{**h, "at": str(h.get("at", ""))[:19].replace("T", " ")}
-                           for h in op.history or [] if isinstance(h, dict)],
-               "result_json": q.pretty_json(op.result) if op.result is not None else "",
-               "lookup_json": q.pretty_json(row["lookup"], 2000) if row["lookup"] is not None else "",
-               **_run_context(op.run)}  # fmt: skip
+    context = {
+        "row": row,
+        "op": op,
+        "form": form,
+        "lookup_error": lookup_error,
+        "open": op.status in (OperationStatus.STARTED, OperationStatus.UNKNOWN),
+        "history": [
+            {**h, "at": str(h.get("at", ""))[:19].replace("T", " ")}
+            for h in op.history or []
+            if isinstance(h, dict)
+        ],
+        "result_json": q.pretty_json(op.result) if op.result is not None else "",
+        "lookup_json": q.pretty_json(row["lookup"], 2000) if row["lookup"] is not None else "",
+        **_run_context(op.run),
+    }
     return _render(request, "console/support/operation.html", context, status)
 
 
@@ -197,18 +255,35 @@ def support_operation_lookup(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         found = contract.lookup(op.operation_id)
     except ApplicationError as exc:
         return _operation_page(request, pk, lookup_error=exc.message, status=exc.http_status)
-    said = {"tool": op.tool_name, "authoritative": found.authoritative, "applied": found.applied,
-            "external_ref": found.external_ref, "result": q.bounded(found.result, depth=4)}  # fmt: skip
-    audit_record(request=request, action="lookup", tenant=op.tenant, target_type="operation",
-                 target_id=op.operation_id, details={**said, "operation_pk": op.pk, "run_id": str(op.run_id)})  # fmt: skip
+    said = {
+        "tool": op.tool_name,
+        "authoritative": found.authoritative,
+        "applied": found.applied,
+        "external_ref": found.external_ref,
+        "result": q.bounded(found.result, depth=4),
+    }
+    audit_record(
+        request=request,
+        action="lookup",
+        tenant=op.tenant,
+        target_type="operation",
+        target_id=op.operation_id,
+        details={**said, "operation_pk": op.pk, "run_id": str(op.run_id)},
+    )
     if found.authoritative and found.applied:
-        messages.info(request, f"The lookup says it was applied (reference {found.external_ref}). "
-                               "Mark it applied with that reference.")  # fmt: skip
+        messages.info(
+            request,
+            f"The lookup says it was applied (reference {found.external_ref}). "
+            "Mark it applied with that reference.",
+        )
     elif found.authoritative:
         messages.info(request, "The lookup says it was not applied. Confirm not applied to allow one retry.")
     else:
-        messages.warning(request, "The lookup is not authoritative or unavailable: it proves nothing. "
-                                  "Check the payment by hand before you reconcile.")  # fmt: skip
+        messages.warning(
+            request,
+            "The lookup is not authoritative or unavailable: it proves nothing. "
+            "Check the payment by hand before you reconcile.",
+        )
     return redirect("console:support_operation", pk=op.pk)
 
 
@@ -222,30 +297,60 @@ def support_operation_reconcile(request: HtmxHttpRequest, pk: int) -> HttpRespon
     data = form.cleaned_data
     ref = data["external_ref"].strip() or None
     return _act(
-        request, form,
+        request,
+        form,
         perform=lambda d: operation_reconcile(
-            tenant_id=op.tenant_id, operation_id=op.operation_id, actor=actor_of(request), note=d["note"],
-            outcome=d["outcome"], external_ref=ref, resume=d["resume"]),
+            tenant_id=op.tenant_id,
+            operation_id=op.operation_id,
+            actor=actor_of(request),
+            note=d["note"],
+            outcome=d["outcome"],
+            external_ref=ref,
+            resume=d["resume"],
+        ),
         page=lambda f, status: _operation_page(request, pk, form=f, status=status),
-        action="reconcile", tenant=op.tenant, target_type="operation", target_id=op.operation_id,
-        details={"run_id": str(op.run_id), "operation_pk": op.pk, "outcome": data["outcome"],
-                 "external_ref": ref, "resume": data["resume"]},
-        done="Reconciled." + (" The run continues once a worker has verified it." if data["resume"]
-                              else " The run stays suspended until someone resumes it."),
+        action="reconcile",
+        tenant=op.tenant,
+        target_type="operation",
+        target_id=op.operation_id,
+        details={
+            "run_id": str(op.run_id),
+            "operation_pk": op.pk,
+            "outcome": data["outcome"],
+            "external_ref": ref,
+            "resume": data["resume"],
+        },
+        done="Reconciled."
+        + (
+            " The run continues once a worker has verified it."
+            if data["resume"]
+            else " The run stays suspended until someone resumes it."
+        ),
         next_url=reverse("console:support_operation", args=[op.pk]),
-    )  # fmt: skip
+    )
 
 
 # --- runs: resume and cancel -----------------------------------------------------------------------
 
 
-def _run_page(request: HtmxHttpRequest, run_id: UUID, *, resume_form: forms.Form | None = None,
-              cancel_form: forms.Form | None = None, status: int = 200) -> HttpResponse:  # fmt: skip
+def _run_page(
+    request: HtmxHttpRequest,
+    run_id: UUID,
+    *,
+    resume_form: forms.Form | None = None,
+    cancel_form: forms.Form | None = None,
+    status: int = 200,
+) -> HttpResponse:
     run = run_for_user(request.user, run_id)
     approvals = run.approvals.filter(status=ApprovalStatus.PENDING)
-    context = {"in_doubt": q.run_operations_in_doubt(run), "pending_approvals": list(approvals),
-               "resume_form": resume_form or NoteForm(), "cancel_form": cancel_form or NoteForm(),
-               "active": run.status in (RunStatus.RUNNING, RunStatus.SUSPENDED), **_run_context(run)}  # fmt: skip
+    context = {
+        "in_doubt": q.run_operations_in_doubt(run),
+        "pending_approvals": list(approvals),
+        "resume_form": resume_form or NoteForm(),
+        "cancel_form": cancel_form or NoteForm(),
+        "active": run.status in (RunStatus.RUNNING, RunStatus.SUSPENDED),
+        **_run_context(run),
+    }
     return _render(request, "console/support/run.html", context, status)
 
 
@@ -259,15 +364,22 @@ def _run_action(request: HtmxHttpRequest, run_id: UUID, action: str) -> HttpResp
     run = run_for_user(request.user, run_id)
     service = run_resume if action == "resume" else run_cancel
     return _act(
-        request, NoteForm(request.POST),
+        request,
+        NoteForm(request.POST),
         perform=lambda d: service(run_id=run.run_id, actor=actor_of(request), note=d["note"]),
         page=lambda form, status: _run_page(request, run_id, status=status, **{f"{action}_form": form}),
-        action=action, tenant=run.tenant, target_type="run", target_id=run.run_id,
+        action=action,
+        tenant=run.tenant,
+        target_type="run",
+        target_id=run.run_id,
         details={"status_before": run.status, "suspend_reason": run.suspend_reason},
-        done=("Resume requested: a worker verifies the run before it continues." if action == "resume"
-              else "Cancelled: the run stops for good."),
+        done=(
+            "Resume requested: a worker verifies the run before it continues."
+            if action == "resume"
+            else "Cancelled: the run stops for good."
+        ),
         next_url=reverse("console:support_run", args=[run.run_id]),
-    )  # fmt: skip
+    )
 
 
 @role_required(SUPPORT)

@@ -8,7 +8,7 @@ from django.db import migrations
 from memory.migrations import _rls
 
 TABLES = ["retrieval_documents", "retrieval_chunks", "retrieval_principals", "retrieval_invalidations",
-          "retrieval_tombstones", "retrieval_snapshots"]  # fmt: skip
+          "retrieval_tombstones", "retrieval_snapshots"]
 
 
 class Migration(migrations.Migration):

@@ -37,11 +37,19 @@ def summary_create(
     compactor = compactor or compactor_from_settings()
     draft = compactor.compact(events_as_source(events))
     return Summary.objects.create(
-        tenant_id=run.tenant_id, run=run, covers_from_seq=seqs[0], covers_to_seq=seqs[-1],
-        source_digest=source_digest(events), compactor=compactor.info.as_json(), facts=draft.facts,
-        open_questions=draft.open_questions, decisions=draft.decisions, carry=draft.carry, text=draft.text,
+        tenant_id=run.tenant_id,
+        run=run,
+        covers_from_seq=seqs[0],
+        covers_to_seq=seqs[-1],
+        source_digest=source_digest(events),
+        compactor=compactor.info.as_json(),
+        facts=draft.facts,
+        open_questions=draft.open_questions,
+        decisions=draft.decisions,
+        carry=draft.carry,
+        text=draft.text,
         token_count=counter.count(draft.text),
-    )  # fmt: skip
+    )
 
 
 def summary_problem(

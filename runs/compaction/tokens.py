@@ -74,8 +74,10 @@ class TokenCounter:
         if self.exact:
             copy = f"the bundled copy of {self.profile.encoding}"
             return f"{self.profile.name}: {self.encoding_name} ({copy}), exact counts"
-        return (f"{self.profile.name}: approximate counts with {self.encoding_name}, "
-                f"{self.profile.encoding} could not be loaded")  # fmt: skip
+        return (
+            f"{self.profile.name}: approximate counts with {self.encoding_name}, "
+            f"{self.profile.encoding} could not be loaded"
+        )
 
     def count(self, text: str) -> int:
         # Conversation text may contain "<|endoftext|>" and the like: count it as the plain text it is
@@ -100,8 +102,10 @@ def _counter_for(model: str) -> TokenCounter:
     profile = MODELS.get(model)
     if profile is None:
         known = sorted(MODELS)
-        raise UnknownModel(f"unknown model {model!r}; known models: {', '.join(known)}",
-                           details={"model": model, "known": known})  # fmt: skip
+        raise UnknownModel(
+            f"unknown model {model!r}; known models: {', '.join(known)}",
+            details={"model": model, "known": known},
+        )
     encoding, exact = _load_encoding(profile.encoding)
     return TokenCounter(profile, encoding, exact)
 
@@ -121,6 +125,10 @@ def _load_encoding(name: str) -> tuple[tiktoken.Encoding, bool]:
         raise TokenizerUnavailable(f"neither {name} nor {OFFLINE_CL100K} could be loaded: {exc!r}") from None
     exact = name == "cl100k_base"
     if not exact:
-        logger.warning("counts are approximate: %s could not be loaded (%s); counting with %s",
-                       name, reason, OFFLINE_CL100K)  # fmt: skip
+        logger.warning(
+            "counts are approximate: %s could not be loaded (%s); counting with %s",
+            name,
+            reason,
+            OFFLINE_CL100K,
+        )
     return fallback, exact

@@ -40,9 +40,15 @@ class ApprovalCheck:
 
 @tenant_of_call
 def approval_check(
-    *, run_id: UUID, tenant_id: UUID, step_id: str, request: dict[str, Any], request_digest: str,
-    reasons: list[str], actor: str,
-) -> ApprovalCheck:  # fmt: skip
+    *,
+    run_id: UUID,
+    tenant_id: UUID,
+    step_id: str,
+    request: dict[str, Any],
+    request_digest: str,
+    reasons: list[str],
+    actor: str,
+) -> ApprovalCheck:
     """Decide from the run's approvals whether the request is approved now, and ask when it is not.
 
     An approval is used only if it is approved, unexpired and for this very digest. An expired or
@@ -76,10 +82,14 @@ def approval_check(
         try:
             with transaction.atomic():
                 pending = Approval.objects.create(
-                    tenant_id=tenant_id, run_id=run_id, step_id=step_id, request=request,
-                    request_digest=request_digest, reasons=reasons,
+                    tenant_id=tenant_id,
+                    run_id=run_id,
+                    step_id=step_id,
+                    request=request,
+                    request_digest=request_digest,
+                    reasons=reasons,
                     expires_at=now + timedelta(seconds=settings.KEEPER_APPROVAL_TTL),
-                )  # fmt: skip
+                )
         except IntegrityError:  # another attempt of this step created it a moment ago
             pending = Approval.objects.get(run_id=run_id, status=ApprovalStatus.PENDING)
     return ApprovalCheck("wait", pending, reason, detail)
@@ -123,14 +133,23 @@ def _decide(*, approval_id: UUID, actor: str, note: str, status: str) -> Approva
             )
         _close(approval, status, actor, note, timezone.now())
         run = AgentRun.objects.get(run_id=approval.run_id)
-        payload = {"approval_id": str(approval_id), "decision": status, "note": note,
-                   "request_digest": approval.request_digest}  # fmt: skip
+        payload = {
+            "approval_id": str(approval_id),
+            "decision": status,
+            "note": note,
+            "request_digest": approval.request_digest,
+        }
         # The run stays suspended with a resume request: a worker verifies the approval (unexpired,
         # same digest) among the other resume checks before the run continues.
         seq = store.transition(
-            run_id=run.run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
-            event_type=f"approval_{status}", actor=actor, payload_json=canonical_json(payload), request_resume=True,
-        )  # fmt: skip
+            run_id=run.run_id,
+            from_statuses=(RunStatus.SUSPENDED,),
+            to_status=RunStatus.SUSPENDED,
+            event_type=f"approval_{status}",
+            actor=actor,
+            payload_json=canonical_json(payload),
+            request_resume=True,
+        )
         if seq is None and run.suspend_reason == SUBJECT_ERASED:
             raise SubjectErased(
                 f"run {run.run_id} will not continue: its subject was erased; nothing to approve"

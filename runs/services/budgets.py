@@ -25,8 +25,9 @@ def budgets_initial(*, defaults: dict[str, float], requested: Any) -> Budgets:
         )
     unknown = sorted(set(requested) - set(BUDGET_KINDS))
     if unknown:
-        raise InvalidInput(f"unknown budget(s) {', '.join(unknown)}; use {', '.join(BUDGET_KINDS)}",
-                           code="invalid_budgets")  # fmt: skip
+        raise InvalidInput(
+            f"unknown budget(s) {', '.join(unknown)}; use {', '.join(BUDGET_KINDS)}", code="invalid_budgets"
+        )
     budgets: Budgets = {}
     for kind in BUDGET_KINDS:
         limit = requested.get(kind, defaults.get(kind))
@@ -41,10 +42,12 @@ def budgets_initial(*, defaults: dict[str, float], requested: Any) -> Budgets:
 def budgets_spend(budgets: Budgets, spent: dict[str, float]) -> Budgets:
     """New totals (rounded the same way every time, so recomputing from events gives the same)."""
     return {
-        kind: {"limit": budgets.get(kind, {}).get("limit"),
-               "used": round(float(budgets.get(kind, {}).get("used") or 0) + float(spent.get(kind, 0)), 6)}
+        kind: {
+            "limit": budgets.get(kind, {}).get("limit"),
+            "used": round(float(budgets.get(kind, {}).get("used") or 0) + float(spent.get(kind, 0)), 6),
+        }
         for kind in BUDGET_KINDS
-    }  # fmt: skip
+    }
 
 
 def budgets_exhausted(budgets: Budgets | None) -> list[str]:

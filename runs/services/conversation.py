@@ -50,8 +50,11 @@ def _payload(event_type: str, client_message_id: str, body: dict[str, Any]) -> d
         if not isinstance(content, str) or not content.strip():
             raise InvalidInput("a message needs non-empty text 'content'", code="invalid_content")
         if len(content) > MAX_MESSAGE_CHARS:
-            raise InvalidInput(f"a message is at most {MAX_MESSAGE_CHARS} characters; send documents as tool "
-                               "results or retrieval sources", code="message_too_long")  # fmt: skip
+            raise InvalidInput(
+                f"a message is at most {MAX_MESSAGE_CHARS} characters; send documents as tool "
+                "results or retrieval sources",
+                code="message_too_long",
+            )
         return {**payload, "content": content}
     call_id, tool = body.get("call_id"), body.get("tool")
     if not isinstance(call_id, str) or not call_id or not isinstance(tool, str) or not tool:
@@ -65,8 +68,13 @@ def _payload(event_type: str, client_message_id: str, body: dict[str, Any]) -> d
     truncated = len(text) > limit
     # The whole result is kept by digest + URI; the event carries a preview the context can afford.
     ref = artifact_put(data=text.encode()) if truncated else None
-    return {**payload, "preview": text[:limit], "content_ref": ref, "truncated": truncated,
-            "is_error": bool(body.get("is_error", False))}  # fmt: skip
+    return {
+        **payload,
+        "preview": text[:limit],
+        "content_ref": ref,
+        "truncated": truncated,
+        "is_error": bool(body.get("is_error", False)),
+    }
 
 
 @tenant_of_call
@@ -80,9 +88,14 @@ def conversation_append(
         return Appended(existing, created=False)
     try:
         with transaction.atomic():
-            seq = store.append_event(run_id=run_id, tenant_id=tenant.tenant_id, event_type=event_type,
-                                     payload_json=canonical_json(payload), actor=actor,
-                                     client_message_id=client_message_id)  # fmt: skip
+            seq = store.append_event(
+                run_id=run_id,
+                tenant_id=tenant.tenant_id,
+                event_type=event_type,
+                payload_json=canonical_json(payload),
+                actor=actor,
+                client_message_id=client_message_id,
+            )
             if seq is None:
                 run = AgentRun.objects.filter(run_id=run_id, tenant=tenant).first()
                 if run is None:
@@ -92,8 +105,10 @@ def conversation_append(
                         f"run {run_id} takes no messages: its subject was erased; start a new run",
                         details={"status": run.status, "suspend_reason": run.suspend_reason},
                     )
-                raise InvalidTransition(f"run {run_id} is {run.status}; messages go to running or suspended runs",
-                                        details={"status": run.status})  # fmt: skip
+                raise InvalidTransition(
+                    f"run {run_id} is {run.status}; messages go to running or suspended runs",
+                    details={"status": run.status},
+                )
             if event_type == "user_message":
                 _wake_if_waiting(run_id=run_id, actor=actor)
     except IntegrityError:  # the same message id, appended concurrently: that one stands
@@ -175,9 +190,14 @@ def conversation_next_unanswered(*, run_id: UUID) -> AgentEvent | None:
 
 def _wake_if_waiting(*, run_id: UUID, actor: str) -> None:
     seq = store.transition(
-        run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
-        event_type="resume_requested", actor=actor, payload_json=canonical_json({"note": "new user message"}),
-        request_resume=True, only_if_reason=AWAITING_INPUT,
-    )  # fmt: skip
+        run_id=run_id,
+        from_statuses=(RunStatus.SUSPENDED,),
+        to_status=RunStatus.SUSPENDED,
+        event_type="resume_requested",
+        actor=actor,
+        payload_json=canonical_json({"note": "new user message"}),
+        request_resume=True,
+        only_if_reason=AWAITING_INPUT,
+    )
     if seq is not None:
         run_enqueue_on_commit(run_id=run_id)

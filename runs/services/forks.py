@@ -150,11 +150,16 @@ def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") ->
         child = run_fork(run_id=run_id, at_seq=to_seq, actor=actor, note=note)
         active = parent.status in (RunStatus.RUNNING, RunStatus.SUSPENDED)
         seq = store.transition(
-            run_id=parent.run_id, from_statuses=(parent.status,),
-            to_status=RunStatus.CANCELLED if active else parent.status, event_type="run_superseded", actor=actor,
-            payload_json=canonical_json({"superseded_by": str(child.run_id), "rewound_to_seq": to_seq, "note": note}),
+            run_id=parent.run_id,
+            from_statuses=(parent.status,),
+            to_status=RunStatus.CANCELLED if active else parent.status,
+            event_type="run_superseded",
+            actor=actor,
+            payload_json=canonical_json(
+                {"superseded_by": str(child.run_id), "rewound_to_seq": to_seq, "note": note}
+            ),
             superseded_by=child.run_id,
-        )  # fmt: skip
+        )
         if seq is None:
             raise InvalidTransition(f"run {run_id} changed while rewinding; nothing was written")
     return child
@@ -174,9 +179,14 @@ def forks_expire() -> int:
     for run_id, tenant_id in expired:
         with tenant_bind(tenant_id):
             seq = store.transition(
-                run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.CANCELLED,
-                event_type="fork_expired", actor="system:fork-ttl", payload_json=canonical_json({"reason": "fork TTL"}),
-                only_if_reason="fork_not_started", only_if_fork_expired=True,
-            )  # fmt: skip
+                run_id=run_id,
+                from_statuses=(RunStatus.SUSPENDED,),
+                to_status=RunStatus.CANCELLED,
+                event_type="fork_expired",
+                actor="system:fork-ttl",
+                payload_json=canonical_json({"reason": "fork TTL"}),
+                only_if_reason="fork_not_started",
+                only_if_fork_expired=True,
+            )
         cancelled += seq is not None
     return cancelled

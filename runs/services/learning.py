@@ -26,9 +26,10 @@ def _run_learn(*, run_id: UUID) -> dict[str, int]:
         return {"kept": 0, "unchanged": 0, "erased": 0, "refused": 0}
     events = [
         {"seq": e.seq, "event_type": e.event_type, "payload": e.payload}
-        for e in AgentEvent.objects.filter(run=run, event_type="user_message").exclude(payload__has_key="redacted")
+        for e in AgentEvent.objects.filter(run=run, event_type="user_message")
+        .exclude(payload__has_key="redacted")
         .order_by("seq")
-    ]  # fmt: skip
+    ]
     return memory_learn_from_events(
         tenant=run.tenant, subject_id=run.subject, run_id=str(run.run_id), events=events
     )

@@ -47,9 +47,15 @@ def operation_prepare_once(
 ) -> OperationRow:
     digest = json_digest(request)
     op = store.operation_prepare_once(
-        tenant_id=tenant_id, operation_id=operation_id, run_id=run_id, step_id=step_id, tool_name=tool_name,
-        tool_contract_version=tool_contract_version, request_digest=digest, actor=actor,
-    )  # fmt: skip
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        run_id=run_id,
+        step_id=step_id,
+        tool_name=tool_name,
+        tool_contract_version=tool_contract_version,
+        request_digest=digest,
+        actor=actor,
+    )
     if op.request_digest != digest:
         raise OperationRequestChanged(
             f"operation {operation_id} was prepared for request {op.request_digest}, now asked for {digest}",
@@ -59,15 +65,28 @@ def operation_prepare_once(
 
 
 def _move(
-    *, tenant_id: UUID, operation_id: str, to_status: str, actor: str, note: str = "",
-    external_ref: str | None = None, result: Any = None, lease_epoch: int | None = None,
+    *,
+    tenant_id: UUID,
+    operation_id: str,
+    to_status: str,
+    actor: str,
+    note: str = "",
+    external_ref: str | None = None,
+    result: Any = None,
+    lease_epoch: int | None = None,
     acting_run_id: UUID | None = None,
-) -> OperationRow:  # fmt: skip
+) -> OperationRow:
     op = store.operation_transition(
-        tenant_id=tenant_id, operation_id=operation_id, to_status=to_status, actor=actor, note=note,
-        external_ref=external_ref, result_json=None if result is None else canonical_json(result),
-        lease_epoch=lease_epoch, acting_run_id=acting_run_id,
-    )  # fmt: skip
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        to_status=to_status,
+        actor=actor,
+        note=note,
+        external_ref=external_ref,
+        result_json=None if result is None else canonical_json(result),
+        lease_epoch=lease_epoch,
+        acting_run_id=acting_run_id,
+    )
     if op is None:
         current = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
         if current is None:
@@ -87,8 +106,14 @@ def operation_mark_started(
 ) -> OperationRow:
     """Only the current lease holder of the acting run (a fork acts on its parent's operation) may
     start a side effect."""
-    return _move(tenant_id=tenant_id, operation_id=operation_id, to_status="started", actor=actor,
-                 lease_epoch=lease_epoch, acting_run_id=run_id)  # fmt: skip
+    return _move(
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        to_status="started",
+        actor=actor,
+        lease_epoch=lease_epoch,
+        acting_run_id=run_id,
+    )
 
 
 @tenant_of_call
@@ -97,8 +122,15 @@ def operation_mark_succeeded(
 ) -> OperationRow:
     if not external_ref:
         raise InvalidInput("a succeeded operation needs the external reference", code="external_ref_required")
-    return _move(tenant_id=tenant_id, operation_id=operation_id, to_status="succeeded", actor=actor, note=note,
-                 external_ref=external_ref, result=result)  # fmt: skip
+    return _move(
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        to_status="succeeded",
+        actor=actor,
+        note=note,
+        external_ref=external_ref,
+        result=result,
+    )
 
 
 @tenant_of_call
@@ -106,8 +138,14 @@ def operation_mark_failed(
     *, tenant_id: UUID, operation_id: str, actor: str, result: Any, note: str = ""
 ) -> OperationRow:
     """A definite answer that the effect was refused (not a timeout: that is unknown)."""
-    return _move(tenant_id=tenant_id, operation_id=operation_id, to_status="failed", actor=actor, note=note,
-                 result=result)  # fmt: skip
+    return _move(
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        to_status="failed",
+        actor=actor,
+        note=note,
+        result=result,
+    )
 
 
 @tenant_of_call
@@ -158,8 +196,14 @@ def operation_reconcile(
         )
     with transaction.atomic():
         if outcome == "applied":
-            operation_mark_succeeded(tenant_id=tenant_id, operation_id=operation_id, actor=actor, note=note,
-                                     external_ref=external_ref or "", result={"reconciled_by": actor})  # fmt: skip
+            operation_mark_succeeded(
+                tenant_id=tenant_id,
+                operation_id=operation_id,
+                actor=actor,
+                note=note,
+                external_ref=external_ref or "",
+                result={"reconciled_by": actor},
+            )
         else:
             operation_mark_not_applied(tenant_id=tenant_id, operation_id=operation_id, actor=actor, note=note)
         payload = {
@@ -169,10 +213,15 @@ def operation_reconcile(
             "note": note,
         }
         seq = store.transition(
-            run_id=run.run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
-            event_type="operation_reconciled", actor=actor, payload_json=canonical_json(payload),
-            expected_revision=run.state_revision, request_resume=resume,
-        )  # fmt: skip
+            run_id=run.run_id,
+            from_statuses=(RunStatus.SUSPENDED,),
+            to_status=RunStatus.SUSPENDED,
+            event_type="operation_reconciled",
+            actor=actor,
+            payload_json=canonical_json(payload),
+            expected_revision=run.state_revision,
+            request_resume=resume,
+        )
         if seq is None:
             raise InvalidTransition(f"run {run.run_id} changed while reconciling; nothing was written")
         if resume:

@@ -71,11 +71,17 @@ class StuckRun:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "run_id": str(self.run_id), "tenant": self.tenant, "workflow": self.workflow, "status": self.status,
-            "next_step": self.next_step, "lease_owner": self.lease_owner,
+            "run_id": str(self.run_id),
+            "tenant": self.tenant,
+            "workflow": self.workflow,
+            "status": self.status,
+            "next_step": self.next_step,
+            "lease_owner": self.lease_owner,
             "lease_expires_at": self.lease_expires_at.isoformat() if self.lease_expires_at else None,
-            "age_seconds": round(self.age_seconds, 1), "reasons": self.reasons, "dispatchable": self.dispatchable,
-        }  # fmt: skip
+            "age_seconds": round(self.age_seconds, 1),
+            "reasons": self.reasons,
+            "dispatchable": self.dispatchable,
+        }
 
 
 def _run_tenant_ids() -> list[UUID]:
@@ -117,10 +123,15 @@ def runs_stuck(*, older_than: float, tenant_id: UUID | None = None) -> list[Stuc
     def entry(run: AgentRun) -> StuckRun:
         if run.run_id not in found:
             found[run.run_id] = StuckRun(
-                run_id=run.run_id, tenant=run.tenant.slug, workflow=f"{run.workflow_name} v{run.workflow_version}",
-                status=run.status, next_step=run.next_step, lease_owner=run.lease_owner,
-                lease_expires_at=run.lease_expires_at, age_seconds=(now - run.updated_at).total_seconds(),
-            )  # fmt: skip
+                run_id=run.run_id,
+                tenant=run.tenant.slug,
+                workflow=f"{run.workflow_name} v{run.workflow_version}",
+                status=run.status,
+                next_step=run.next_step,
+                lease_owner=run.lease_owner,
+                lease_expires_at=run.lease_expires_at,
+                age_seconds=(now - run.updated_at).total_seconds(),
+            )
         return found[run.run_id]
 
     for run in runs.filter(unheld, due, status=RunStatus.RUNNING, updated_at__lt=cutoff):
@@ -140,7 +151,7 @@ def runs_stuck(*, older_than: float, tenant_id: UUID | None = None) -> list[Stuc
         stuck.reasons.append(
             f"resume requested by {run.resume_requested_by or '?'} {_ago(now, run.resume_requested_at)}"
             ", not verified"
-        )  # fmt: skip
+        )
     ops = ToolOperation.objects.filter(
         Q(status=OperationStatus.UNKNOWN) | Q(status=OperationStatus.STARTED, updated_at__lt=cutoff),
         run__in=runs,
@@ -242,12 +253,21 @@ def run_history_document(*, run_id: UUID) -> dict[str, Any]:
         "workflow_version": run.workflow_version,
         "status": run.status,
         "run": _rows(AgentRun.objects.filter(run_id=run.run_id), drop=["tenant_id", "imported"])[0],
-        "events": _rows(AgentEvent.objects.filter(run_id=run.run_id).order_by("seq"), drop=["id", "run_id", "tenant_id"]),
-        "operations": _rows(ToolOperation.objects.filter(run_id=run.run_id).order_by("id"), drop=["id", "run_id", "tenant_id"]),
-        "approvals": _rows(Approval.objects.filter(run_id=run.run_id).order_by("created_at"), drop=["run_id", "tenant_id"]),
-        "summaries": _rows(Summary.objects.filter(run_id=run.run_id).order_by("covers_from_seq", "created_at"), drop=["run_id", "tenant_id"]),
+        "events": _rows(
+            AgentEvent.objects.filter(run_id=run.run_id).order_by("seq"), drop=["id", "run_id", "tenant_id"]
+        ),
+        "operations": _rows(
+            ToolOperation.objects.filter(run_id=run.run_id).order_by("id"), drop=["id", "run_id", "tenant_id"]
+        ),
+        "approvals": _rows(
+            Approval.objects.filter(run_id=run.run_id).order_by("created_at"), drop=["run_id", "tenant_id"]
+        ),
+        "summaries": _rows(
+            Summary.objects.filter(run_id=run.run_id).order_by("covers_from_seq", "created_at"),
+            drop=["run_id", "tenant_id"],
+        ),
         "retrieval_snapshots": snapshots,
-    }  # fmt: skip
+    }
     document["digest"] = history_digest(document)
     return document
 
@@ -364,44 +384,85 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
             _insert_run(source, run_id=run_id, tenant=tenant)
             AgentEvent.objects.bulk_create(
                 AgentEvent(
-                    run_id=run_id, tenant_id=tenant.tenant_id, seq=e["seq"], event_type=e["event_type"], step_id=e.get("step_id"),
-                    attempt=e.get("attempt"), payload=e.get("payload"), actor=e.get("actor") or "",
-                    state_revision=e["state_revision"], state_digest=e.get("state_digest") or "", state=e.get("state"),
-                    next_step=e.get("next_step"), client_message_id=e.get("client_message_id"),
+                    run_id=run_id,
+                    tenant_id=tenant.tenant_id,
+                    seq=e["seq"],
+                    event_type=e["event_type"],
+                    step_id=e.get("step_id"),
+                    attempt=e.get("attempt"),
+                    payload=e.get("payload"),
+                    actor=e.get("actor") or "",
+                    state_revision=e["state_revision"],
+                    state_digest=e.get("state_digest") or "",
+                    state=e.get("state"),
+                    next_step=e.get("next_step"),
+                    client_message_id=e.get("client_message_id"),
                     created_at=_when(e.get("created_at")) or timezone.now(),
                 )
                 for e in document["events"]
-            )  # fmt: skip
+            )
             ToolOperation.objects.bulk_create(
                 ToolOperation(
-                    operation_id=o["operation_id"], tenant=tenant, run_id=run_id, step_id=o["step_id"],
-                    tool_name=o["tool_name"], tool_contract_version=o["tool_contract_version"],
-                    request_digest=o["request_digest"], status=o["status"], external_ref=o.get("external_ref"),
-                    result=o.get("result"), attempts=o.get("attempts") or 0, history=o.get("history") or [],
-                    created_at=_when(o["created_at"]), updated_at=_when(o["updated_at"]),
+                    operation_id=o["operation_id"],
+                    tenant=tenant,
+                    run_id=run_id,
+                    step_id=o["step_id"],
+                    tool_name=o["tool_name"],
+                    tool_contract_version=o["tool_contract_version"],
+                    request_digest=o["request_digest"],
+                    status=o["status"],
+                    external_ref=o.get("external_ref"),
+                    result=o.get("result"),
+                    attempts=o.get("attempts") or 0,
+                    history=o.get("history") or [],
+                    created_at=_when(o["created_at"]),
+                    updated_at=_when(o["updated_at"]),
                 )
                 for o in document["operations"]
-            )  # fmt: skip
+            )
             approvals = [
-                (Approval(
-                    approval_id=new_id(a["approval_id"]), tenant=tenant, run_id=run_id, step_id=a["step_id"],
-                    request=a["request"], request_digest=a["request_digest"], reasons=a.get("reasons") or [],
-                    status=a["status"], expires_at=_when(a["expires_at"]), decided_by=a.get("decided_by") or "",
-                    decided_at=_when(a.get("decided_at")), note=a.get("note") or "",
-                ), a["created_at"])
+                (
+                    Approval(
+                        approval_id=new_id(a["approval_id"]),
+                        tenant=tenant,
+                        run_id=run_id,
+                        step_id=a["step_id"],
+                        request=a["request"],
+                        request_digest=a["request_digest"],
+                        reasons=a.get("reasons") or [],
+                        status=a["status"],
+                        expires_at=_when(a["expires_at"]),
+                        decided_by=a.get("decided_by") or "",
+                        decided_at=_when(a.get("decided_at")),
+                        note=a.get("note") or "",
+                    ),
+                    a["created_at"],
+                )
                 for a in document["approvals"]
-            ]  # fmt: skip
+            ]
             Approval.objects.bulk_create([a for a, _ in approvals])
             summaries = [
-                (Summary(
-                    summary_id=new_id(s["summary_id"]), tenant=tenant, run_id=run_id,
-                    covers_from_seq=s["covers_from_seq"], covers_to_seq=s["covers_to_seq"],
-                    source_digest=s["source_digest"], compactor=s["compactor"], facts=s.get("facts") or [],
-                    open_questions=s.get("open_questions") or [], decisions=s.get("decisions") or [],
-                    carry=s.get("carry") or {}, text=s["text"], token_count=s["token_count"], status=s["status"],
-                ), s["created_at"])
+                (
+                    Summary(
+                        summary_id=new_id(s["summary_id"]),
+                        tenant=tenant,
+                        run_id=run_id,
+                        covers_from_seq=s["covers_from_seq"],
+                        covers_to_seq=s["covers_to_seq"],
+                        source_digest=s["source_digest"],
+                        compactor=s["compactor"],
+                        facts=s.get("facts") or [],
+                        open_questions=s.get("open_questions") or [],
+                        decisions=s.get("decisions") or [],
+                        carry=s.get("carry") or {},
+                        text=s["text"],
+                        token_count=s["token_count"],
+                        status=s["status"],
+                    ),
+                    s["created_at"],
+                )
                 for s in document["summaries"]
-            ]  # fmt: skip
+            ]
             Summary.objects.bulk_create([s for s, _ in summaries])
             # auto_now_add overwrites created_at on insert: put the exported times back.
             for approval, created in approvals:
@@ -412,10 +473,15 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
                 for snap in document["retrieval_snapshots"]:
                     snapshot_id = snap["snapshot_id"] if keep_ids else f"rs_{uuid.uuid4().hex}"
                     RetrievalSnapshot.objects.create(
-                        snapshot_id=snapshot_id, tenant=tenant, run_id=run_id, query_digest=snap["query_digest"],
-                        index_version=snap["index_version"], acl_principal=snap["acl_principal"], k=snap["k"],
+                        snapshot_id=snapshot_id,
+                        tenant=tenant,
+                        run_id=run_id,
+                        query_digest=snap["query_digest"],
+                        index_version=snap["index_version"],
+                        acl_principal=snap["acl_principal"],
+                        k=snap["k"],
                         hits=snap.get("hits") or [],
-                    )  # fmt: skip
+                    )
                     RetrievalSnapshot.objects.filter(pk=snapshot_id).update(
                         created_at=_when(snap["created_at"])
                     )
@@ -426,28 +492,55 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
             code="import_conflict",
         ) from None
     return ImportedRun(
-        run_id=run_id, tenant=tenant.slug, events=len(document["events"]), operations=len(document["operations"]),
-        approvals=len(approvals), summaries=len(summaries), snapshots=len(document["retrieval_snapshots"]),
-    )  # fmt: skip
+        run_id=run_id,
+        tenant=tenant.slug,
+        events=len(document["events"]),
+        operations=len(document["operations"]),
+        approvals=len(approvals),
+        summaries=len(summaries),
+        snapshots=len(document["retrieval_snapshots"]),
+    )
 
 
 def _insert_run(source: dict[str, Any], *, run_id: UUID, tenant: Tenant) -> None:
     # A bulk restore, not a step: the store's per-step statements do not fit, the ORM writes the row.
-    AgentRun.objects.bulk_create([AgentRun(
-        run_id=run_id, tenant=tenant, workflow_name=source["workflow_name"],
-        workflow_version=source["workflow_version"], state_schema_version=source["state_schema_version"],
-        status=source["status"], next_step=source.get("next_step"), state=source["state"],
-        state_revision=source["state_revision"], state_digest=source.get("state_digest") or "",
-        suspend_reason=source.get("suspend_reason"), suspend_detail=source.get("suspend_detail") or "",
-        result=source.get("result"), lease_owner=None, lease_expires_at=None, imported=True,
-        lease_epoch=source.get("lease_epoch") or 0, attempt=source.get("attempt") or 0,
-        wake_at=_when(source.get("wake_at")), dispatched_at=_when(source.get("dispatched_at")),
-        idempotency_key=None, input_digest=source["input_digest"], parent_run=None,
-        fork_seq=source.get("fork_seq"), fork_expires_at=None, superseded_by=None,
-        subject=source.get("subject") or "", resume_requested_at=_when(source.get("resume_requested_at")),
-        resume_requested_by=source.get("resume_requested_by") or "",
-        created_at=_when(source["created_at"]), updated_at=_when(source["updated_at"]),
-    )])  # fmt: skip
+    AgentRun.objects.bulk_create(
+        [
+            AgentRun(
+                run_id=run_id,
+                tenant=tenant,
+                workflow_name=source["workflow_name"],
+                workflow_version=source["workflow_version"],
+                state_schema_version=source["state_schema_version"],
+                status=source["status"],
+                next_step=source.get("next_step"),
+                state=source["state"],
+                state_revision=source["state_revision"],
+                state_digest=source.get("state_digest") or "",
+                suspend_reason=source.get("suspend_reason"),
+                suspend_detail=source.get("suspend_detail") or "",
+                result=source.get("result"),
+                lease_owner=None,
+                lease_expires_at=None,
+                imported=True,
+                lease_epoch=source.get("lease_epoch") or 0,
+                attempt=source.get("attempt") or 0,
+                wake_at=_when(source.get("wake_at")),
+                dispatched_at=_when(source.get("dispatched_at")),
+                idempotency_key=None,
+                input_digest=source["input_digest"],
+                parent_run=None,
+                fork_seq=source.get("fork_seq"),
+                fork_expires_at=None,
+                superseded_by=None,
+                subject=source.get("subject") or "",
+                resume_requested_at=_when(source.get("resume_requested_at")),
+                resume_requested_by=source.get("resume_requested_by") or "",
+                created_at=_when(source["created_at"]),
+                updated_at=_when(source["updated_at"]),
+            )
+        ]
+    )
 
 
 # --- purge ------------------------------------------------------------------------------------
@@ -480,7 +573,7 @@ def purge_statuses(raw: str) -> list[str]:
         raise InvalidInput(
             f"--status takes finished statuses only ({', '.join(sorted(TERMINAL_RUN_STATUSES))}), not {', '.join(wrong) or 'nothing'}",
             code="invalid_status",
-        )  # fmt: skip
+        )
     return statuses
 
 
@@ -496,8 +589,12 @@ def _purgeable(*, older_than_days: float, statuses: Sequence[str], tenant_id: UU
     if tenant_id is not None:
         runs = runs.filter(tenant_id=tenant_id)
     return runs.exclude(Exists(AgentRun.objects.filter(parent_run_id=OuterRef("run_id")))).exclude(
-        Exists(ToolOperation.objects.filter(run_id=OuterRef("run_id"), status__in=[OperationStatus.STARTED, OperationStatus.UNKNOWN]))
-    )  # fmt: skip
+        Exists(
+            ToolOperation.objects.filter(
+                run_id=OuterRef("run_id"), status__in=[OperationStatus.STARTED, OperationStatus.UNKNOWN]
+            )
+        )
+    )
 
 
 @tenant_of_call
@@ -540,8 +637,12 @@ def runs_purge(
     candidates = _purgeable(older_than_days=older_than_days, statuses=statuses, tenant_id=tenant_id)
     cutoff = timezone.now() - timedelta(days=older_than_days)
     kept = AgentRun.objects.filter(status__in=statuses, updated_at__lt=cutoff).filter(
-        Exists(ToolOperation.objects.filter(run_id=OuterRef("run_id"), status__in=[OperationStatus.STARTED, OperationStatus.UNKNOWN]))
-    )  # fmt: skip
+        Exists(
+            ToolOperation.objects.filter(
+                run_id=OuterRef("run_id"), status__in=[OperationStatus.STARTED, OperationStatus.UNKNOWN]
+            )
+        )
+    )
     report.kept_open_operations = (kept.filter(tenant_id=tenant_id) if tenant_id else kept).count()
     if dry_run:
         ids = candidates.values("run_id")
@@ -579,9 +680,12 @@ def runs_purge(
             )
     if snapshots_older_than_days is not None:
         report.snapshots = snapshots_purge(
-            older_than_days=snapshots_older_than_days, tenant_id=tenant_id, dry_run=dry_run,
-            batch_size=batch_size, progress=progress,
-        )  # fmt: skip
+            older_than_days=snapshots_older_than_days,
+            tenant_id=tenant_id,
+            dry_run=dry_run,
+            batch_size=batch_size,
+            progress=progress,
+        )
     return report
 
 
@@ -613,9 +717,13 @@ def _purge_global(
 
 @tenant_of_call
 def snapshots_purge(
-    *, older_than_days: float, tenant_id: UUID | None, dry_run: bool, batch_size: int = PURGE_BATCH,
+    *,
+    older_than_days: float,
+    tenant_id: UUID | None,
+    dry_run: bool,
+    batch_size: int = PURGE_BATCH,
     progress: Callable[[str], None] = lambda line: None,
-) -> int:  # fmt: skip
+) -> int:
     """Delete retrieval snapshots older than the policy, tenant by tenant (row-level security)."""
     cutoff = timezone.now() - timedelta(days=older_than_days)
     tenants = Tenant.objects.filter(tenant_id=tenant_id) if tenant_id else Tenant.objects.all()

@@ -72,12 +72,20 @@ def resume_verify(*, grant: LeaseGrant) -> Verification:
     """Run checks 1-7 for a run this worker holds the lease of. Check 8 is the caller's commit."""
     result = Verification(state=dict(grant.state))
     events = list(
-        AgentEvent.objects.filter(run_id=grant.run_id).order_by("seq")
+        AgentEvent.objects.filter(run_id=grant.run_id)
+        .order_by("seq")
         .values_list("seq", "event_type", "step_id", "payload", "state_digest")
-    )  # fmt: skip
+    )
     result.committed_digest = events[-1][4] if events else None
-    checks = (_lease, _tenant_workflow_schema, _artifacts_and_contracts, _event_log, _operations, _approvals,
-              _budgets)  # fmt: skip
+    checks = (
+        _lease,
+        _tenant_workflow_schema,
+        _artifacts_and_contracts,
+        _event_log,
+        _operations,
+        _approvals,
+        _budgets,
+    )
     for check in checks:
         try:
             result.checks.append(check(grant, result, events))
@@ -107,9 +115,14 @@ def _tenant_workflow_schema(grant: LeaseGrant, result: Verification, events: lis
             newest = registry.get(grant.workflow_name).version
         except UnknownWorkflow:
             newest = None
-        detail = (f"this deployment has {grant.workflow_name} version {newest}, not {grant.workflow_version}; "
-                  "drain it on a worker that still runs that version, or finish it by hand") if newest else (
-                  f"workflow {grant.workflow_name} is not registered here")  # fmt: skip
+        detail = (
+            (
+                f"this deployment has {grant.workflow_name} version {newest}, not {grant.workflow_version}; "
+                "drain it on a worker that still runs that version, or finish it by hand"
+            )
+            if newest
+            else (f"workflow {grant.workflow_name} is not registered here")
+        )
         raise _refuse(name, "workflow_version_unavailable", detail) from None
     result.workflow = workflow
     accepted = max((e[0] for e in events if e[1] == "state_accepted"), default=0)
@@ -118,20 +131,29 @@ def _tenant_workflow_schema(grant: LeaseGrant, result: Verification, events: lis
             continue
         recorded = (payload or {}).get("workflow_version")
         if workflow.step(step_id) is None or (recorded is not None and recorded != workflow.version):
-            raise _refuse(name, "history_mismatch",
-                          f"event {seq} ran step {step_id!r} of version {recorded}, which this code "
-                          f"({workflow.name} {workflow.version}) does not have; it will not guess")  # fmt: skip
+            raise _refuse(
+                name,
+                "history_mismatch",
+                f"event {seq} ran step {step_id!r} of version {recorded}, which this code "
+                f"({workflow.name} {workflow.version}) does not have; it will not guess",
+            )
     if workflow.step(grant.next_step) is None:
         raise _refuse(
             name, "unknown_step", f"{workflow.name} {workflow.version} has no step {grant.next_step!r}"
         )
     version = grant.state_schema_version
     if workflow.schemas is not None and not workflow.schemas.path_exists(version):
-        raise _refuse(name, "unsupported_checkpoint",
-                      f"no migration path from state-schema version {version} to {workflow.state_schema_version}")  # fmt: skip
+        raise _refuse(
+            name,
+            "unsupported_checkpoint",
+            f"no migration path from state-schema version {version} to {workflow.state_schema_version}",
+        )
     if workflow.schemas is None and version != workflow.state_schema_version:
-        raise _refuse(name, "unsupported_checkpoint",
-                      f"state-schema version {version} is not {workflow.state_schema_version} and has no migrations")  # fmt: skip
+        raise _refuse(
+            name,
+            "unsupported_checkpoint",
+            f"state-schema version {version} is not {workflow.state_schema_version} and has no migrations",
+        )
     detail = f"{workflow.name} {workflow.version}, state schema {version}"
     if version != workflow.state_schema_version:
         detail += f" (migration to {workflow.state_schema_version} available)"
@@ -161,9 +183,12 @@ def _artifacts_and_contracts(grant: LeaseGrant, result: Verification, events: li
         contract = registry.tool(op.tool_name)
         if contract is None or contract.version != op.tool_contract_version:
             now = contract.version if contract else "no contract"
-            raise _refuse(name, "tool_contract_changed",
-                          f"operation {op.operation_id} was prepared under {op.tool_contract_version}; this code has "
-                          f"{now}")  # fmt: skip
+            raise _refuse(
+                name,
+                "tool_contract_changed",
+                f"operation {op.operation_id} was prepared under {op.tool_contract_version}; this code has "
+                f"{now}",
+            )
     return Check(name, True, detail=f"{len(refs)} artifact(s), {len(pending)} pending operation(s) checked")
 
 
@@ -172,13 +197,19 @@ def _event_log(grant: LeaseGrant, result: Verification, events: list[Any]) -> Ch
     seqs = [e[0] for e in events]
     if seqs != list(range(1, grant.revision + 1)):
         missing = sorted(set(range(1, grant.revision + 1)) - set(seqs))
-        raise _refuse(name, "event_seq_gap",
-                      f"revision {grant.revision} but events {seqs[:1]}..{seqs[-1:]} (missing {missing[:10]})")  # fmt: skip
+        raise _refuse(
+            name,
+            "event_seq_gap",
+            f"revision {grant.revision} but events {seqs[:1]}..{seqs[-1:]} (missing {missing[:10]})",
+        )
     digest = state_encode(grant.state).digest
     if events[-1][4] != digest:
-        raise _refuse(name, "state_digest_mismatch",
-                      f"the stored state's digest {digest} is not the one event {seqs[-1]} committed "
-                      f"({events[-1][4]}): the state was changed outside the engine")  # fmt: skip
+        raise _refuse(
+            name,
+            "state_digest_mismatch",
+            f"the stored state's digest {digest} is not the one event {seqs[-1]} committed "
+            f"({events[-1][4]}): the state was changed outside the engine",
+        )
     return Check(name, True, detail=f"{len(seqs)} events continuous; state digest matches event {seqs[-1]}")
 
 
@@ -191,8 +222,12 @@ def _operations(grant: LeaseGrant, result: Verification, events: list[Any]) -> C
         contract = registry.tool(op.tool_name)
         lookup = contract.lookup(op.operation_id) if contract and contract.lookup else None
         if lookup is not None and lookup.authoritative and lookup.applied and lookup.external_ref:
-            operation_mark_succeeded(**ids, external_ref=lookup.external_ref, result=lookup.result,
-                                     note="resume: lookup found it applied")  # fmt: skip
+            operation_mark_succeeded(
+                **ids,
+                external_ref=lookup.external_ref,
+                result=lookup.result,
+                note="resume: lookup found it applied",
+            )
             settled.append(f"{op.operation_id}: applied")
         elif lookup is not None and lookup.authoritative and lookup.applied is False:
             operation_mark_not_applied(**ids, note="resume: authoritative lookup says not applied")
@@ -201,9 +236,12 @@ def _operations(grant: LeaseGrant, result: Verification, events: list[Any]) -> C
             if op.status == "started":
                 operation_mark_unknown(**ids, note="resume: lookup not authoritative")
             why = "has no authoritative lookup" if lookup is None else "lookup is not authoritative"
-            raise _refuse(name, "reconciliation_required",
-                          f"operation {op.operation_id} may have been applied and the tool {why}; "
-                          "check it and reconcile")  # fmt: skip
+            raise _refuse(
+                name,
+                "reconciliation_required",
+                f"operation {op.operation_id} may have been applied and the tool {why}; "
+                "check it and reconcile",
+            )
     return Check(name, True, detail="; ".join(settled) or "no operation in doubt")
 
 
@@ -221,13 +259,19 @@ def _approvals(grant: LeaseGrant, result: Verification, events: list[Any]) -> Ch
             name, "approval_missing", f"step {grant.next_step!r} needs an approved request; none is"
         )
     if approval.expires_at <= timezone.now():
-        raise _refuse(name, "approval_expired",
-                      f"approval {approval.approval_id} expired at {approval.expires_at.isoformat()}; "
-                      "rewind to the approval step to ask again")  # fmt: skip
+        raise _refuse(
+            name,
+            "approval_expired",
+            f"approval {approval.approval_id} expired at {approval.expires_at.isoformat()}; "
+            "rewind to the approval step to ask again",
+        )
     if approval.request_digest != grant.state.get("request_digest"):
-        raise _refuse(name, "approval_digest_mismatch",
-                      f"approval {approval.approval_id} is for {approval.request_digest}, the run's request is "
-                      f"{grant.state.get('request_digest')}")  # fmt: skip
+        raise _refuse(
+            name,
+            "approval_digest_mismatch",
+            f"approval {approval.approval_id} is for {approval.request_digest}, the run's request is "
+            f"{grant.state.get('request_digest')}",
+        )
     return Check(
         name, True, detail=f"approval {approval.approval_id} valid until {approval.expires_at.isoformat()}"
     )
@@ -243,8 +287,11 @@ def _budgets(grant: LeaseGrant, result: Verification, events: list[Any]) -> Chec
     result.state = {**result.state, "budgets": recomputed}
     exhausted = budgets_exhausted(recomputed)
     if exhausted:
-        raise _refuse(name, "budget_exhausted",
-                      ", ".join(f"{k} {recomputed[k]['used']}/{recomputed[k]['limit']}" for k in exhausted))  # fmt: skip
+        raise _refuse(
+            name,
+            "budget_exhausted",
+            ", ".join(f"{k} {recomputed[k]['used']}/{recomputed[k]['limit']}" for k in exhausted),
+        )
     detail = "recomputed from events" + (
         " (the stored totals were wrong and were replaced)" if changed else ""
     )

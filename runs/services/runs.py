@@ -80,13 +80,17 @@ def run_start(
         idempotency_key=idempotency_key,
         input_digest=input_digest,
         payload_json=canonical_json(
-            {"workflow": workflow.name, "workflow_version": workflow.version, "input_digest": input_digest,
-             "state_schema_version": workflow.state_schema_version,
-             "idempotency_key": idempotency_key}
+            {
+                "workflow": workflow.name,
+                "workflow_version": workflow.version,
+                "input_digest": input_digest,
+                "state_schema_version": workflow.state_schema_version,
+                "idempotency_key": idempotency_key,
+            }
         ),
         actor=actor,
         subject=subject,
-    )  # fmt: skip
+    )
     if not created:
         existing = AgentRun.objects.get(tenant=tenant, idempotency_key=idempotency_key)
         if existing.input_digest != input_digest:
@@ -120,10 +124,16 @@ def _transition(
     **kwargs: Any,
 ) -> AgentRun:
     seq = store.transition(
-        run_id=run_id, from_statuses=from_statuses, to_status=to_status, event_type=event_type, actor=actor,
-        payload_json=canonical_json({"note": note, **{k: v for k, v in kwargs.items() if k.startswith("suspend_")}}),
+        run_id=run_id,
+        from_statuses=from_statuses,
+        to_status=to_status,
+        event_type=event_type,
+        actor=actor,
+        payload_json=canonical_json(
+            {"note": note, **{k: v for k, v in kwargs.items() if k.startswith("suspend_")}}
+        ),
         **kwargs,
-    )  # fmt: skip
+    )
     run = AgentRun.objects.filter(run_id=run_id).first()
     if run is None:
         raise RunNotFound(f"no run {run_id}")
@@ -152,9 +162,13 @@ def _transition(
 def run_cancel(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
     """Stop a running or suspended run for good. A worker mid-step can no longer commit."""
     return _transition(
-        run_id=run_id, from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED), to_status=RunStatus.CANCELLED,
-        event_type="run_cancelled", actor=actor, note=note,
-    )  # fmt: skip
+        run_id=run_id,
+        from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED),
+        to_status=RunStatus.CANCELLED,
+        event_type="run_cancelled",
+        actor=actor,
+        note=note,
+    )
 
 
 @tenant_of_call
@@ -163,9 +177,15 @@ def run_suspend(*, run_id: UUID, actor: str, reason: str, detail: str = "") -> A
     if not reason:
         raise InvalidInput("a suspension needs a reason code", code="reason_required")
     return _transition(
-        run_id=run_id, from_statuses=(RunStatus.RUNNING,), to_status=RunStatus.SUSPENDED,
-        event_type="run_suspended", actor=actor, note=detail, suspend_reason=reason, suspend_detail=detail,
-    )  # fmt: skip
+        run_id=run_id,
+        from_statuses=(RunStatus.RUNNING,),
+        to_status=RunStatus.SUSPENDED,
+        event_type="run_suspended",
+        actor=actor,
+        note=detail,
+        suspend_reason=reason,
+        suspend_detail=detail,
+    )
 
 
 @tenant_of_call
@@ -173,9 +193,14 @@ def run_resume(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
     """Ask for a suspended run to continue. It stays suspended until a worker has verified it
     (resume verification: the run continues only if every check passes, else it says why)."""
     run = _transition(
-        run_id=run_id, from_statuses=(RunStatus.SUSPENDED,), to_status=RunStatus.SUSPENDED,
-        event_type="resume_requested", actor=actor, note=note, request_resume=True,
-    )  # fmt: skip
+        run_id=run_id,
+        from_statuses=(RunStatus.SUSPENDED,),
+        to_status=RunStatus.SUSPENDED,
+        event_type="resume_requested",
+        actor=actor,
+        note=note,
+        request_resume=True,
+    )
     run_enqueue_on_commit(run_id=run_id)  # inside a caller's transaction, the wake-up waits for its commit
     return run
 
@@ -186,7 +211,11 @@ def run_fail(*, run_id: UUID, actor: str, code: str, detail: str = "") -> AgentR
     if not code:
         raise InvalidInput("a failure needs a code", code="reason_required")
     return _transition(
-        run_id=run_id, from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED), to_status=RunStatus.FAILED,
-        event_type="run_failed", actor=actor, note=detail,
+        run_id=run_id,
+        from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED),
+        to_status=RunStatus.FAILED,
+        event_type="run_failed",
+        actor=actor,
+        note=detail,
         result_json=canonical_json({"code": code, "detail": detail}),
-    )  # fmt: skip
+    )

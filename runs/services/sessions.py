@@ -37,16 +37,20 @@ def session_key(run: AgentRun) -> str:
 def _entry(event: AgentEvent) -> dict[str, Any]:
     p = event.payload
     text = p.get("content") if "content" in p else p.get("preview", "")
-    return {"seq": event.seq, "type": event.event_type, "text": text, "call_id": p.get("call_id"),
-            "tool": p.get("tool")}  # fmt: skip
+    return {
+        "seq": event.seq,
+        "type": event.event_type,
+        "text": text,
+        "call_id": p.get("call_id"),
+        "tool": p.get("tool"),
+    }
 
 
 def session_rebuild(*, run: AgentRun) -> list[dict[str, Any]]:
     """Replace the window with the run's latest conversation events from Postgres."""
-    events = (
-        AgentEvent.objects.filter(run=run, event_type__in=SESSION_EVENTS)
-        .order_by("-seq")[: settings.KEEPER_SESSION_WINDOW]
-    )  # fmt: skip
+    events = AgentEvent.objects.filter(run=run, event_type__in=SESSION_EVENTS).order_by("-seq")[
+        : settings.KEEPER_SESSION_WINDOW
+    ]
     entries = [_entry(e) for e in reversed(list(events))]
     key = session_key(run)
     try:
@@ -88,9 +92,11 @@ def session_window(*, run: AgentRun) -> list[dict[str, Any]]:
         raw = []
     by_seq = {e["seq"]: e for e in (json.loads(r) for r in raw)}  # a racing rebuild may repeat an entry
     latest = (
-        AgentEvent.objects.filter(run=run, event_type__in=SESSION_EVENTS).order_by("-seq")
-        .values_list("seq", flat=True).first()
-    )  # fmt: skip
+        AgentEvent.objects.filter(run=run, event_type__in=SESSION_EVENTS)
+        .order_by("-seq")
+        .values_list("seq", flat=True)
+        .first()
+    )
     if not by_seq or (latest is not None and max(by_seq) < latest):
         # Missed (expired, flushed) or behind (an answer committed by a worker): Postgres decides.
         return session_rebuild(run=run)

@@ -155,10 +155,16 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
 
     def suspend(reason: str, detail: str, **extra: Any) -> AdvanceResult:
         seq = committer.commit(
-            state=current, next_step=grant.next_step, status=RunStatus.SUSPENDED, event_type="run_suspended",
-            step_id=None, payload={**base, "reason": reason, "detail": detail, **extra},
-            suspend_reason=reason, suspend_detail=detail, reset_attempt=False,
-        )  # fmt: skip
+            state=current,
+            next_step=grant.next_step,
+            status=RunStatus.SUSPENDED,
+            event_type="run_suspended",
+            step_id=None,
+            payload={**base, "reason": reason, "detail": detail, **extra},
+            suspend_reason=reason,
+            suspend_detail=detail,
+            reset_attempt=False,
+        )
         return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "run_suspended")
 
     if grant.status == RunStatus.SUSPENDED or grant.previous_owner is not None:
@@ -166,25 +172,46 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
         # (crash, pause, partition): verify before anything runs, and write down every check.
         trigger = "resume_request" if grant.status == RunStatus.SUSPENDED else "lease_takeover"
         verification = resume_verify(grant=grant)
-        payload = {**base, "trigger": trigger, "checks": verification.as_payload(), "epoch": grant.epoch,
-                   "previous_owner": grant.previous_owner, "previous_epoch": grant.previous_epoch, "requested_by": grant.resume_requested_by or None}  # fmt: skip
+        payload = {
+            **base,
+            "trigger": trigger,
+            "checks": verification.as_payload(),
+            "epoch": grant.epoch,
+            "previous_owner": grant.previous_owner,
+            "previous_epoch": grant.previous_epoch,
+            "requested_by": grant.resume_requested_by or None,
+        }
         refusal = verification.refusal
         if refusal is not None:
             # The refusal carries the last committed digest forward, never the stored state's: a
             # state changed outside the engine stays refused until a person accepts it.
             trusted = verification.committed_digest or current.digest
             seq = committer.commit(
-                state=current, next_step=grant.next_step, status=RunStatus.SUSPENDED, event_type="resume_refused",
-                step_id=None, payload=payload, suspend_reason=refusal.code, suspend_detail=refusal.detail,
-                reset_attempt=False, state_digest=trusted, event_state=trusted == current.digest,
-            )  # fmt: skip
+                state=current,
+                next_step=grant.next_step,
+                status=RunStatus.SUSPENDED,
+                event_type="resume_refused",
+                step_id=None,
+                payload=payload,
+                suspend_reason=refusal.code,
+                suspend_detail=refusal.detail,
+                reset_attempt=False,
+                state_digest=trusted,
+                event_state=trusted == current.digest,
+            )
             return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "resume_refused")
         state = verification.state
         current = state_encode(state)
         committer.commit(
-            state=current, next_step=grant.next_step, status=RunStatus.RUNNING, event_type="resume_verified",
-            step_id=None, payload=payload, release=False, reset_attempt=False,
-        )  # fmt: skip
+            state=current,
+            next_step=grant.next_step,
+            status=RunStatus.RUNNING,
+            event_type="resume_verified",
+            step_id=None,
+            payload=payload,
+            release=False,
+            reset_attempt=False,
+        )
 
     if grant.attempt > settings.KEEPER_MAX_ATTEMPTS:
         return suspend(
@@ -209,11 +236,22 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
         for hop in migrated.steps:
             current = state_encode(hop.state)
             committer.commit(
-                state=current, next_step=grant.next_step, status=RunStatus.RUNNING, event_type="state_migrated",
-                step_id=None, release=False, reset_attempt=False, state_schema_version=hop.to_version,
-                payload={**base, "from_version": hop.from_version, "to_version": hop.to_version,
-                         "digest_before": hop.digest_before, "digest_after": hop.digest_after},
-            )  # fmt: skip
+                state=current,
+                next_step=grant.next_step,
+                status=RunStatus.RUNNING,
+                event_type="state_migrated",
+                step_id=None,
+                release=False,
+                reset_attempt=False,
+                state_schema_version=hop.to_version,
+                payload={
+                    **base,
+                    "from_version": hop.from_version,
+                    "to_version": hop.to_version,
+                    "digest_before": hop.digest_before,
+                    "digest_after": hop.digest_after,
+                },
+            )
         state = migrated.state
     exhausted = budgets_exhausted(state.get("budgets"))
     if exhausted:
@@ -224,9 +262,14 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
         )
 
     ctx = StepContext(
-        run_id=grant.run_id, tenant_id=grant.tenant_id, workflow=workflow, step=step.name,
-        attempt=grant.attempt, revision=committer.expected, lease=lease,
-    )  # fmt: skip
+        run_id=grant.run_id,
+        tenant_id=grant.tenant_id,
+        workflow=workflow,
+        step=step.name,
+        attempt=grant.attempt,
+        revision=committer.expected,
+        lease=lease,
+    )
     started = time.monotonic()
     try:
         outcome = step.fn(ctx, dict(state))
@@ -252,26 +295,41 @@ def _spend(state: dict[str, Any], spent: dict[str, float]) -> EncodedState:
 
 
 def _step_error(
-    committer: _Committer, grant: LeaseGrant, current: EncodedState, base: dict[str, Any], spent: dict[str, float],
+    committer: _Committer,
+    grant: LeaseGrant,
+    current: EncodedState,
+    base: dict[str, Any],
+    spent: dict[str, float],
     exc: Exception,
-) -> AdvanceResult:  # fmt: skip
+) -> AdvanceResult:
     error = {"error_type": type(exc).__name__, "message": str(exc)[:2000]}
     base = {**base, "spent": spent}
     logger.warning("run %s step %s attempt %s raised %s", grant.run_id, grant.next_step, grant.attempt, error)
     if grant.attempt >= settings.KEEPER_MAX_ATTEMPTS:
         detail = f"step {grant.next_step!r} raised {error['error_type']} on all {grant.attempt} attempts"
         seq = committer.commit(
-            state=current, next_step=grant.next_step, status=RunStatus.SUSPENDED, event_type="step_error",
-            step_id=grant.next_step, payload={**base, **error, "reason": "step_error", "detail": detail},
-            suspend_reason="step_error", suspend_detail=f"{detail}: {error['message']}", reset_attempt=False,
-        )  # fmt: skip
+            state=current,
+            next_step=grant.next_step,
+            status=RunStatus.SUSPENDED,
+            event_type="step_error",
+            step_id=grant.next_step,
+            payload={**base, **error, "reason": "step_error", "detail": detail},
+            suspend_reason="step_error",
+            suspend_detail=f"{detail}: {error['message']}",
+            reset_attempt=False,
+        )
         return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "step_error")
     delay = _retry_delay(grant.attempt)
     seq = committer.commit(
-        state=current, next_step=grant.next_step, status=RunStatus.RUNNING, event_type="step_error",
-        step_id=grant.next_step, payload={**base, **error, "retry_in_s": delay},
-        reset_attempt=False, retry_in=delay,
-    )  # fmt: skip
+        state=current,
+        next_step=grant.next_step,
+        status=RunStatus.RUNNING,
+        event_type="step_error",
+        step_id=grant.next_step,
+        payload={**base, **error, "retry_in_s": delay},
+        reset_attempt=False,
+        retry_in=delay,
+    )
     run_enqueue(run_id=grant.run_id, countdown=delay)
     return AdvanceResult("committed", "retrying", seq, "step_error")
 
@@ -319,9 +377,13 @@ def _commit_outcome(
         if event_type not in ("step_completed", "assistant_message", "tool_call"):
             return suspend("invalid_step_result", f"step {step_id!r} cannot commit a {event_type!r} event")
         seq = committer.commit(
-            state=new_state, next_step=outcome.step, status=RunStatus.RUNNING, event_type=event_type,
-            step_id=step_id, payload={**said, **base, "next_step": outcome.step},
-        )  # fmt: skip
+            state=new_state,
+            next_step=outcome.step,
+            status=RunStatus.RUNNING,
+            event_type=event_type,
+            step_id=step_id,
+            payload={**said, **base, "next_step": outcome.step},
+        )
         status = RunStatus.RUNNING
     elif isinstance(outcome, Suspend):
         resume_at = outcome.step or step_id
@@ -330,23 +392,38 @@ def _commit_outcome(
                 "unknown_step", f"step {step_id!r} asked to resume at {resume_at!r}, which does not exist"
             )
         seq = committer.commit(
-            state=new_state, next_step=resume_at, status=RunStatus.SUSPENDED, event_type="run_suspended",
-            step_id=step_id, suspend_reason=outcome.reason, suspend_detail=outcome.detail,
+            state=new_state,
+            next_step=resume_at,
+            status=RunStatus.SUSPENDED,
+            event_type="run_suspended",
+            step_id=step_id,
+            suspend_reason=outcome.reason,
+            suspend_detail=outcome.detail,
             payload={**base, "reason": outcome.reason, "detail": outcome.detail, "resume_at": resume_at},
-        )  # fmt: skip
+        )
         status, event_type = RunStatus.SUSPENDED, "run_suspended"
     elif isinstance(outcome, Complete):
         seq = committer.commit(
-            state=new_state, next_step=None, status=RunStatus.COMPLETED, event_type="run_completed",
-            step_id=step_id, payload=base, result=outcome.result,
-        )  # fmt: skip
+            state=new_state,
+            next_step=None,
+            status=RunStatus.COMPLETED,
+            event_type="run_completed",
+            step_id=step_id,
+            payload=base,
+            result=outcome.result,
+        )
         status, event_type = RunStatus.COMPLETED, "run_completed"
     else:
         failure = {"code": outcome.code, "detail": outcome.detail}
         seq = committer.commit(
-            state=new_state, next_step=None, status=RunStatus.FAILED, event_type="run_failed",
-            step_id=step_id, payload={**base, **failure}, result=failure,
-        )  # fmt: skip
+            state=new_state,
+            next_step=None,
+            status=RunStatus.FAILED,
+            event_type="run_failed",
+            step_id=step_id,
+            payload={**base, **failure},
+            result=failure,
+        )
         status, event_type = RunStatus.FAILED, "run_failed"
     crash_point("after_checkpoint", key=str(grant.run_id), step=step_id)
     return AdvanceResult("committed", status, seq, event_type)

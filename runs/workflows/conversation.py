@@ -48,8 +48,12 @@ def respond(ctx: StepContext, state: State) -> StepResult:
     run = AgentRun.objects.get(run_id=ctx.run_id)
     context = context_build(run=run, system_prompt=state.get("system_prompt", ""), up_to_seq=message.seq)
     reply = RuleResponder().respond(context=context, message=message.payload.get("content", "[erased]"))
-    said: dict[str, Any] = {"content": reply, "in_reply_to": message.seq, "responder": RuleResponder.name,
-                            "context_tokens": context.parts}  # fmt: skip
+    said: dict[str, Any] = {
+        "content": reply,
+        "in_reply_to": message.seq,
+        "responder": RuleResponder.name,
+        "context_tokens": context.parts,
+    }
     # What the user said about themselves may be worth keeping (preferences, constraints): a
     # background task extracts it with provenance; doing it twice keeps the same claims.
     task_enqueue(name="workers.tasks.learn_from_run", args=[str(ctx.run_id)])

@@ -20,9 +20,14 @@ from runs.services.approvals import approval_check
 from runs.services.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
 from runs.services.runs import run_start, run_suspend
 
-PROVENANCE = {"source_type": "user_statement", "source_id": "run:00000000-0000-0000-0000-000000000001",
-              "source_version": None, "run_id": "00000000-0000-0000-0000-000000000001", "event_seq": 3,
-              "validation_method": "user_statement"}  # fmt: skip
+PROVENANCE = {
+    "source_type": "user_statement",
+    "source_id": "run:00000000-0000-0000-0000-000000000001",
+    "source_version": None,
+    "run_id": "00000000-0000-0000-0000-000000000001",
+    "event_seq": 3,
+    "validation_method": "user_statement",
+}
 
 
 def key_client(plaintext: str) -> APIClient:
@@ -51,33 +56,72 @@ def seed_tenant(tenant: Tenant) -> dict[str, Any]:
 def _seed(tenant: Tenant) -> dict[str, Any]:
     waiting = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
     run_suspend(run_id=waiting.run_id, actor="test", reason="approval_required")
-    approval = approval_check(run_id=waiting.run_id, tenant_id=tenant.tenant_id, step_id="approve",
-                              request={"order_id": "o-1", "amount_minor": 100, "currency": "EUR"},
-                              request_digest="sha256:x", reasons=["delivered"], actor="w").approval  # fmt: skip
+    approval = approval_check(
+        run_id=waiting.run_id,
+        tenant_id=tenant.tenant_id,
+        step_id="approve",
+        request={"order_id": "o-1", "amount_minor": 100, "currency": "EUR"},
+        request_digest="sha256:x",
+        reasons=["delivered"],
+        actor="w",
+    ).approval
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
     grant = store.lease_acquire(run_id=run.run_id, owner="w", ttl=30)
     operation_id = f"refund:{tenant.slug}"
-    operation_prepare_once(tenant_id=tenant.tenant_id, run_id=run.run_id, step_id="refund", operation_id=operation_id,
-                           tool_name="payments.refund", tool_contract_version="payments.v1", request={"a": 1},
-                           actor="w")  # fmt: skip
-    operation_mark_started(tenant_id=tenant.tenant_id, operation_id=operation_id, actor="w", run_id=run.run_id,
-                           lease_epoch=grant.epoch)  # fmt: skip
+    operation_prepare_once(
+        tenant_id=tenant.tenant_id,
+        run_id=run.run_id,
+        step_id="refund",
+        operation_id=operation_id,
+        tool_name="payments.refund",
+        tool_contract_version="payments.v1",
+        request={"a": 1},
+        actor="w",
+    )
+    operation_mark_started(
+        tenant_id=tenant.tenant_id,
+        operation_id=operation_id,
+        actor="w",
+        run_id=run.run_id,
+        lease_epoch=grant.epoch,
+    )
     operation_mark_unknown(tenant_id=tenant.tenant_id, operation_id=operation_id, actor="w", note="timeout")
     run_suspend(run_id=run.run_id, actor="w", reason="reconciliation_required")
     operation = ToolOperation.objects.get(tenant=tenant, operation_id=operation_id)
-    item = memory_remember(tenant=tenant, subject_id="c-1", namespace="preferences", key="language", value="de",
-                           provenance=PROVENANCE)  # fmt: skip
+    item = memory_remember(
+        tenant=tenant,
+        subject_id="c-1",
+        namespace="preferences",
+        key="language",
+        value="de",
+        provenance=PROVENANCE,
+    )
     erasure = erasure_request_create(tenant=tenant, subject_id="c-2", requested_by="test")
     document_id = f"policy-{tenant.slug}"
-    document_index(tenant=tenant, document_id=document_id, source_uri=f"s3://kb/{document_id}.md",
-                   source_version="etag:1", data=b"# Refunds\n\nRefunds are paid within 14 days.",
-                   media_type="text/markdown", acl=["group:support"], actor="test", wait=True)  # fmt: skip
+    document_index(
+        tenant=tenant,
+        document_id=document_id,
+        source_uri=f"s3://kb/{document_id}.md",
+        source_version="etag:1",
+        data=b"# Refunds\n\nRefunds are paid within 14 days.",
+        media_type="text/markdown",
+        acl=["group:support"],
+        actor="test",
+        wait=True,
+    )
     principal = f"user:{tenant.slug}-ann"
     principal_set(tenant=tenant, principal=principal, groups=["group:support"], actor="test")
     snapshot = retrieval_search(
         tenant=tenant, query="refunds", principal=principal, run_id=run.run_id
     ).snapshot
-    return {"run_id": str(waiting.run_id), "operation_run_id": str(run.run_id),
-            "approval_id": str(approval.approval_id), "pk": operation.pk, "memory_id": str(item.memory_id),
-            "request_id": str(erasure.request_id), "document_id": document_id, "principal": principal,
-            "snapshot_id": str(snapshot.snapshot_id)}  # fmt: skip
+    return {
+        "run_id": str(waiting.run_id),
+        "operation_run_id": str(run.run_id),
+        "approval_id": str(approval.approval_id),
+        "pk": operation.pk,
+        "memory_id": str(item.memory_id),
+        "request_id": str(erasure.request_id),
+        "document_id": document_id,
+        "principal": principal,
+        "snapshot_id": str(snapshot.snapshot_id),
+    }

@@ -43,7 +43,7 @@ def _assert_error(response, status: int, code: str | None = None) -> None:  # ty
                 "provenance": "not a dict",
             },
             400,
-        ),  # fmt: skip
+        ),
         (
             "post",
             "/api/v1/memory/items/",
@@ -56,7 +56,7 @@ def _assert_error(response, status: int, code: str | None = None) -> None:  # ty
                 "provenance": {},
             },
             400,
-        ),  # fmt: skip
+        ),
         (
             "post",
             "/api/v1/retrieval/documents/",
@@ -69,7 +69,7 @@ def _assert_error(response, status: int, code: str | None = None) -> None:  # ty
                 "text": "t",
             },
             400,
-        ),  # fmt: skip
+        ),
         (
             "post",
             "/api/v1/retrieval/documents/",
@@ -83,7 +83,7 @@ def _assert_error(response, status: int, code: str | None = None) -> None:  # ty
                 "text": "t",
             },
             400,
-        ),  # fmt: skip
+        ),
         (
             "post",
             "/api/v1/retrieval/search/",
@@ -95,7 +95,7 @@ def _assert_error(response, status: int, code: str | None = None) -> None:  # ty
             "/api/v1/retrieval/search/",
             {"tenant": "acme", "principal": "user:a", "query": "q", "run_id": "not-a-uuid"},
             400,
-        ),  # fmt: skip
+        ),
         ("post", "/api/v1/operations/1/reconcile", {"outcome": "perhaps", "note": "x"}, 400),  # unknown enum
         ("post", f"/api/v1/runs/{RUN}/messages/", {"type": "bogus", "client_message_id": "m"}, 400),
         ("post", f"/api/v1/runs/{RUN}/fork", {"at_seq": "three"}, 400),
@@ -118,8 +118,12 @@ def test_bad_input_answers_4xx_with_the_error_body_and_writes_nothing(
     )
     _assert_error(response, status)
     with tenant_scope(tenant.tenant_id):
-        assert (AgentRun.objects.count(), AgentEvent.objects.count(), MemoryItem.objects.count(),
-                Document.objects.count()) == (0, 0, 0, 0)  # fmt: skip
+        assert (
+            AgentRun.objects.count(),
+            AgentEvent.objects.count(),
+            MemoryItem.objects.count(),
+            Document.objects.count(),
+        ) == (0, 0, 0, 0)
 
 
 def test_malformed_json_and_oversize_bodies_are_refused(tenant, write_key, settings):

@@ -38,8 +38,11 @@ def api_schema(live_server, monkeypatch):  # type: ignore[no-untyped-def]
     ours, theirs = tenant_ensure(slug="acme", name="Acme"), tenant_ensure(slug="globex", name="Globex")
     IDS.update(ours=seed_tenant(ours), theirs=seed_tenant(theirs))
     THEIRS.clear()
-    THEIRS.update({k: str(v) for k, v in IDS["theirs"].items() if k != "pk"}, tenant="globex",
-                  tenant_id=str(theirs.tenant_id))  # fmt: skip
+    THEIRS.update(
+        {k: str(v) for k, v in IDS["theirs"].items() if k != "pk"},
+        tenant="globex",
+        tenant_id=str(theirs.tenant_id),
+    )
     key = api_key_create(tenant=ours, name="fuzz", scope="write").plaintext
     schema = schemathesis.openapi.from_url(f"{live_server.url}/api/schema/?format=json")
     schema.config.update(base_url=live_server.url, headers={"Authorization": f"Bearer {key}"})
@@ -72,8 +75,15 @@ def error_body_on_4xx(ctx: Any, response: Any, case: Any) -> bool | None:
     return None
 
 
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
-          negative_data_rejection, no_cross_tenant_data, error_body_on_4xx]  # fmt: skip
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+    negative_data_rejection,
+    no_cross_tenant_data,
+    error_body_on_4xx,
+]
 
 
 def test_the_api_survives_fuzzing(api_schema):  # type: ignore[no-untyped-def]
@@ -87,8 +97,14 @@ def test_the_api_survives_fuzzing(api_schema):  # type: ignore[no-untyped-def]
             for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
 
                 @given(case=operation.as_strategy(generation_mode=mode))
-                @settings(max_examples=MAX_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck),
-                          derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])  # fmt: skip
+                @settings(
+                    max_examples=MAX_EXAMPLES,
+                    deadline=None,
+                    suppress_health_check=list(HealthCheck),
+                    derandomize=True,
+                    database=None,
+                    phases=[Phase.explicit, Phase.generate],
+                )
                 def fuzz(case):  # type: ignore[no-untyped-def]
                     case.call_and_validate(session=session, checks=CHECKS)
 
@@ -123,8 +139,14 @@ def test_fuzzing_the_seeded_objects(api_schema, whose):  # type: ignore[no-untyp
             fixed = {name: IDS[whose][name] for name in names}
 
             @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE, path_parameters=fixed))
-            @settings(max_examples=max(MAX_EXAMPLES // 2, 1), deadline=None, suppress_health_check=list(HealthCheck),
-                      derandomize=True, database=None, phases=[Phase.explicit, Phase.generate])  # fmt: skip
+            @settings(
+                max_examples=max(MAX_EXAMPLES // 2, 1),
+                deadline=None,
+                suppress_health_check=list(HealthCheck),
+                derandomize=True,
+                database=None,
+                phases=[Phase.explicit, Phase.generate],
+            )
             def fuzz(case):  # type: ignore[no-untyped-def]
                 case.call_and_validate(session=session, checks=checks)
 

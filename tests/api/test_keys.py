@@ -91,8 +91,13 @@ def test_without_redis_the_api_still_answers_and_skips_the_rate_limit(read_key):
 
     from tests.api.conftest import key_client
 
-    dead = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
-                        "LOCATION": "redis://127.0.0.1:1/0", "OPTIONS": {"socket_connect_timeout": 0.2}}}  # fmt: skip
+    dead = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",
+            "OPTIONS": {"socket_connect_timeout": 0.2},
+        }
+    }
     with override_settings(CACHES=dead):
         response = key_client(read_key).get("/api/v1/approvals/")
     assert response.status_code == 200, response.content

@@ -11,8 +11,10 @@ pytestmark = pytest.mark.django_db
 
 
 def test_pages_walk_every_run_of_the_keys_tenant_once(tenant, other_tenant, read_key):
-    mine = {str(run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": i}, actor="t").run.run_id)
-            for i in range(5)}  # fmt: skip
+    mine = {
+        str(run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": i}, actor="t").run.run_id)
+        for i in range(5)
+    }
     run_start(tenant=other_tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t")
     api, seen, params = key_client(read_key), [], {"limit": 2}
     while True:
@@ -34,8 +36,13 @@ def test_filters_and_bad_input(tenant, read_key):
     api = key_client(read_key)
     cancelled = api.get("/api/v1/runs/", {"status": "cancelled"}).json()["results"]
     assert [r["run_id"] for r in cancelled] == [str(runs[0].run_id)]
-    for bad in ({"status": "sleeping"}, {"limit": 0}, {"before_run_id": str(runs[0].run_id)},
-                {"before_updated_at": "yesterday", "before_run_id": "x"}, {"tenant": "globex"}):  # fmt: skip
+    for bad in (
+        {"status": "sleeping"},
+        {"limit": 0},
+        {"before_run_id": str(runs[0].run_id)},
+        {"before_updated_at": "yesterday", "before_run_id": "x"},
+        {"tenant": "globex"},
+    ):
         response = api.get("/api/v1/runs/", bad)
         assert response.status_code in (400, 404) and "error" in response.json(), bad
 

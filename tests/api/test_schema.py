@@ -33,7 +33,10 @@ def test_the_schema_validates_without_warnings(tmp_path: Path):
     schema = yaml.safe_load(out.read_text())
     assert schema["openapi"].startswith("3.") and schema["info"]["title"] == "Keeper API"
     assert schema["components"]["securitySchemes"]["ApiKey"] == {
-        "type": "http", "scheme": "bearer", "bearerFormat": "kp_<prefix>_<secret>"}  # fmt: skip
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "kp_<prefix>_<secret>",
+    }
 
 
 def test_every_api_url_and_method_is_in_the_schema():

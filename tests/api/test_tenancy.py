@@ -34,24 +34,44 @@ def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
     """A valid body for each write view, so that only the tenant can make the request fail."""
     bodies: dict[str, dict[str, Any]] = {
         "RunStartApi": {"tenant": tenant, "workflow": "demo.countdown", "input": {"n": 1}},
-        "RunCancelApi": {"note": "x"}, "RunResumeApi": {"note": "x"}, "RunAcceptStateApi": {"note": "x"},
-        "RunForkApi": {"at_seq": 1}, "RunRewindApi": {"to_seq": 1},
+        "RunCancelApi": {"note": "x"},
+        "RunResumeApi": {"note": "x"},
+        "RunAcceptStateApi": {"note": "x"},
+        "RunForkApi": {"at_seq": 1},
+        "RunRewindApi": {"to_seq": 1},
         "RunMessagesApi": {"type": "user_message", "client_message_id": "m-1", "content": "hi"},
-        "ApprovalApproveApi": {"note": "x"}, "ApprovalRejectApi": {"note": "x"},
+        "ApprovalApproveApi": {"note": "x"},
+        "ApprovalRejectApi": {"note": "x"},
         "OperationReconcileApi": {"outcome": "not_applied", "note": "x"},
-        "MemoryItemsApi": {"tenant": tenant, "subject_id": "c-1", "namespace": "n", "key": "k", "value": 1,
-                           "provenance": PROVENANCE},
+        "MemoryItemsApi": {
+            "tenant": tenant,
+            "subject_id": "c-1",
+            "namespace": "n",
+            "key": "k",
+            "value": 1,
+            "provenance": PROVENANCE,
+        },
         "MemoryItemSupersedeApi": {"tenant": tenant, "value": "en", "provenance": PROVENANCE},
         "MemoryItemInvalidateApi": {"tenant": tenant, "reason": "x"},
         "ErasureRequestsApi": {"tenant": tenant, "subject_id": "c-1"},
-        "DocumentsApi": {"tenant": tenant, "document_id": "d-1", "source_uri": "s3://d-1", "source_version": "1",
-                         "acl": ["group:support"], "text": "hello"},
+        "DocumentsApi": {
+            "tenant": tenant,
+            "document_id": "d-1",
+            "source_uri": "s3://d-1",
+            "source_version": "1",
+            "acl": ["group:support"],
+            "text": "hello",
+        },
         "DocumentAclApi": {"tenant": tenant, "acl": ["group:support"]},
         "PrincipalsApi": {"tenant": tenant, "principal": "user:bob", "groups": []},
         # Their run's id, in our own tenant's search: the run does not exist for us.
-        "SearchApi": {"tenant": tenant, "principal": "user:acme-ann", "query": "refunds",
-                      "run_id": theirs["operation_run_id"]},
-    }  # fmt: skip
+        "SearchApi": {
+            "tenant": tenant,
+            "principal": "user:acme-ann",
+            "query": "refunds",
+            "run_id": theirs["operation_run_id"],
+        },
+    }
     return bodies[view]
 
 

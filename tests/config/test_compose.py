@@ -30,8 +30,11 @@ def compose() -> dict:  # type: ignore[type-arg]
     # Compose v1 (Debian's docker-compose) and v2 both print the resolved file as YAML.
     result = subprocess.run(
         [binary, "--env-file", ".env.example", "-f", "docker-compose.yml", "config"],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     return yaml.safe_load(result.stdout)
 
@@ -82,9 +85,10 @@ def test_named_volumes_and_the_role_script(compose):  # type: ignore[no-untyped-
 
 def test_env_example_holds_no_real_secret():
     values = dict(
-        line.split("=", 1) for line in (ROOT / ".env.example").read_text().splitlines()
+        line.split("=", 1)
+        for line in (ROOT / ".env.example").read_text().splitlines()
         if line and not line.startswith("#")
-    )  # fmt: skip
+    )
     for name in ("SECRET_KEY", "POSTGRES_PASSWORD", "KEEPER_OWNER_PASSWORD", "KEEPER_APP_PASSWORD"):
         assert "CHANGE-ME" in values[name], name
     assert ".env" in (ROOT / ".dockerignore").read_text().split()
@@ -121,18 +125,39 @@ def test_the_postgres_init_script_creates_the_two_roles_that_migrate_and_serve(t
     server = pgserver.get_server(pgroot / "pg", cleanup_mode=None)
     try:
         socket_dir = str(server.get_postmaster_info().socket_dir)
-        env = {**os.environ, "PATH": f"{server.bin_path}:{os.environ.get('PATH', '')}", "PGHOST": socket_dir,
-               "POSTGRES_USER": "postgres", "KEEPER_OWNER_PASSWORD": "owner-pw", "KEEPER_APP_PASSWORD": "app-pw"}  # fmt: skip
-        script = subprocess.run(["sh", str(ROOT / "deploy" / "postgres-init.sh")], env=env, capture_output=True,
-                                text=True, timeout=60)  # fmt: skip
+        env = {
+            **os.environ,
+            "PATH": f"{server.bin_path}:{os.environ.get('PATH', '')}",
+            "PGHOST": socket_dir,
+            "POSTGRES_USER": "postgres",
+            "KEEPER_OWNER_PASSWORD": "owner-pw",
+            "KEEPER_APP_PASSWORD": "app-pw",
+        }
+        script = subprocess.run(
+            ["sh", str(ROOT / "deploy" / "postgres-init.sh")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert script.returncode == 0, script.stderr
 
         app_url = f"postgresql://keeper@/keeper?host={socket_dir}"
         owner_url = f"postgresql://keeper_owner@/keeper?host={socket_dir}"
-        migrate_env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test", "DATABASE_URL": app_url,
-                       "DATABASE_OWNER_URL": owner_url}  # fmt: skip
-        migrate = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT,
-                                 env=migrate_env, capture_output=True, text=True, timeout=240)  # fmt: skip
+        migrate_env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings.test",
+            "DATABASE_URL": app_url,
+            "DATABASE_OWNER_URL": owner_url,
+        }
+        migrate = subprocess.run(
+            [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+            cwd=ROOT,
+            env=migrate_env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
         assert migrate.returncode == 0, migrate.stderr[-3000:]
 
         with psycopg.connect(app_url) as conn:

@@ -53,19 +53,34 @@ def _processes_of(data_dir: Path) -> list[str]:
 def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path):
     data_dir = tmp_path / "data"
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE",
-                                                            "KEEPER_WORKFLOW_MODULES"}}  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "KEEPER_WORKFLOW_MODULES"}
+    }
     env.update({"KEEPER_DATA_DIR": str(data_dir), "KEEPER_PORT": str(port), "PYTHONUNBUFFERED": "1"})
     log = open(tmp_path / "launcher.log", "wb")  # noqa: SIM115
-    launcher = subprocess.Popen([sys.executable, "-m", "config.launcher", "run"], cwd=ROOT, env=env, stdout=log,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "config.launcher", "run"],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
-        wait_until(lambda: _status(f"http://127.0.0.1:{port}/admin/login/") == 200, timeout=90,
-                   message="the console to answer")  # fmt: skip
+        wait_until(
+            lambda: _status(f"http://127.0.0.1:{port}/admin/login/") == 200,
+            timeout=90,
+            message="the console to answer",
+        )
         started = subprocess.run(
             [sys.executable, "manage.py", "start_run", "demo.countdown", "--input", '{"n": 3}'],
-            cwd=ROOT, env=env, capture_output=True, text=True, check=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         run_id = started.stdout.split()[0]
         # Row-level security: a shell sees the run only as its tenant, found through the narrow function.
         check = (
@@ -76,8 +91,13 @@ def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path
         )
 
         def completed() -> bool:
-            out = subprocess.run([sys.executable, "manage.py", "shell", "-c", check], cwd=ROOT, env=env,
-                                 capture_output=True, text=True)  # fmt: skip
+            out = subprocess.run(
+                [sys.executable, "manage.py", "shell", "-c", check],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
             return out.stdout.strip().endswith("completed")
 
         wait_until(completed, timeout=60, interval=1, message="the run to complete under make run")

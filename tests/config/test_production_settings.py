@@ -44,8 +44,9 @@ def _load(env: dict[str, str | None], code: str = PROBE) -> subprocess.Completed
             full.pop(name, None)
         else:
             full[name] = value
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=full, capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=full, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.parametrize(
@@ -71,7 +72,7 @@ def _load(env: dict[str, str | None], code: str = PROBE) -> subprocess.Completed
         "empty-hosts",
         "wildcard-host",
         "log-format",
-    ],  # fmt: skip
+    ],
 )
 def test_insecure_production_settings_are_refused_with_a_clear_message(env, message):  # type: ignore[no-untyped-def]
     result = _load(env)

@@ -40,20 +40,51 @@ def seed_subject(tenant: Any, subject: str = SUBJECT) -> dict[str, Any]:
 
     run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
     for i in range(4):
-        conversation_append(tenant=tenant, run_id=run.run_id, event_type="user_message", client_message_id=f"m{i}",
-                            body={"content": f"Please write to me in English, message {i}"}, actor="t")  # fmt: skip
-    first = memory_remember(tenant=tenant, subject_id=subject, namespace="preference", key="language", value="russian",
-                            provenance=said(run_id=str(run.run_id), seq=2))  # fmt: skip
-    second = memory_supersede(tenant=tenant, memory_id=first.memory_id, value="english",
-                              provenance=said(run_id=str(run.run_id), seq=4))  # fmt: skip
-    city = memory_remember(tenant=tenant, subject_id=subject, namespace="profile", key="city", value="Oslo",
-                           provenance=said(run_id=str(run.run_id), seq=3))  # fmt: skip
+        conversation_append(
+            tenant=tenant,
+            run_id=run.run_id,
+            event_type="user_message",
+            client_message_id=f"m{i}",
+            body={"content": f"Please write to me in English, message {i}"},
+            actor="t",
+        )
+    first = memory_remember(
+        tenant=tenant,
+        subject_id=subject,
+        namespace="preference",
+        key="language",
+        value="russian",
+        provenance=said(run_id=str(run.run_id), seq=2),
+    )
+    second = memory_supersede(
+        tenant=tenant,
+        memory_id=first.memory_id,
+        value="english",
+        provenance=said(run_id=str(run.run_id), seq=4),
+    )
+    city = memory_remember(
+        tenant=tenant,
+        subject_id=subject,
+        namespace="profile",
+        key="city",
+        value="Oslo",
+        provenance=said(run_id=str(run.run_id), seq=3),
+    )
     memory_invalidate(tenant=tenant, memory_id=city.memory_id, reason="customer moved")
-    memory_remember(tenant=tenant, subject_id="someone-else", namespace="profile", key="city", value="Bergen",
-                    provenance=said())  # fmt: skip
+    memory_remember(
+        tenant=tenant,
+        subject_id="someone-else",
+        namespace="profile",
+        key="city",
+        value="Bergen",
+        provenance=said(),
+    )
     memory_project(tenant=tenant)
-    summary_create(run=run, events=list(AgentEvent.objects.filter(run=run, seq__lte=3).order_by("seq")),
-                   counter=token_counter("gpt-4"))  # fmt: skip
+    summary_create(
+        run=run,
+        events=list(AgentEvent.objects.filter(run=run, seq__lte=3).order_by("seq")),
+        counter=token_counter("gpt-4"),
+    )
     session_window(run=run)
     return {"run": run, "first": first, "second": second, "city": city}
 
@@ -89,8 +120,10 @@ def test_the_overview_lists_every_store_with_the_supersede_chain(as_role, tenant
 
 def test_a_redis_outage_shows_unavailable_instead_of_failing(as_role, tenant, monkeypatch):
     seed_subject(tenant)
-    monkeypatch.setattr("console.compliance_queries.redis_client",
-                        lambda: redis.Redis(unix_socket_path="/nonexistent/redis.sock", socket_timeout=0.5))  # fmt: skip
+    monkeypatch.setattr(
+        "console.compliance_queries.redis_client",
+        lambda: redis.Redis(unix_socket_path="/nonexistent/redis.sock", socket_timeout=0.5),
+    )
     page = as_role("compliance").get(overview_url())
     assert page.status_code == 200
     assert b"Redis is unavailable" in page.content and b"unavailable</span>" in page.content
@@ -102,8 +135,11 @@ def test_another_tenant_and_its_requests_are_not_found(as_role, tenant, other_te
     assert client.get(overview_url(tenant="globex")).status_code == 404
     assert client.get("/compliance/globex/erasures/").status_code == 404
     assert client.get(f"/compliance/globex/erase/?subject={SUBJECT}").status_code == 404
-    for url in (f"/compliance/acme/erasures/{theirs.request_id}/", f"/compliance/acme/erasures/{theirs.request_id}/receipt.json",
-                f"/compliance/globex/erasures/{theirs.request_id}/"):  # fmt: skip
+    for url in (
+        f"/compliance/acme/erasures/{theirs.request_id}/",
+        f"/compliance/acme/erasures/{theirs.request_id}/receipt.json",
+        f"/compliance/globex/erasures/{theirs.request_id}/",
+    ):
         assert client.get(url).status_code == 404, url
     picker = client.get("/compliance/").content.decode()
     assert 'value="acme"' in picker and "globex" not in picker
@@ -115,8 +151,11 @@ def test_a_mismatched_confirmation_is_refused_and_creates_nothing(as_role, tenan
     confirm = client.get(f"/compliance/acme/erase/?subject={SUBJECT}")
     assert confirm.status_code == 200 and b"Type the subject id again" in confirm.content
     assert b"memory_items" in confirm.content
-    for data in ({"subject_confirm": "cust-8", "note": "ticket 12"}, {"subject_confirm": SUBJECT, "note": " "},
-                 {"subject_confirm": SUBJECT, "note": f"erase {SUBJECT} please"}):  # fmt: skip
+    for data in (
+        {"subject_confirm": "cust-8", "note": "ticket 12"},
+        {"subject_confirm": SUBJECT, "note": " "},
+        {"subject_confirm": SUBJECT, "note": f"erase {SUBJECT} please"},
+    ):
         refused = client.post("/compliance/acme/erase/", {"subject": SUBJECT, **data})
         assert refused.status_code == 400 and b'role="alert"' in refused.content
     with tenant_scope(tenant.tenant_id):
@@ -202,8 +241,14 @@ HOSTILE = {
 def test_hostile_memory_values_render_escaped_and_the_page_stays_usable(as_role, tenant):
     subject = "<script>s</script>"
     for key, value in HOSTILE.items():
-        memory_remember(tenant=tenant, subject_id=subject, namespace="<i>ns</i>", key=key, value=value,
-                        provenance=said(source_id="<svg onload=alert(2)>"))  # fmt: skip
+        memory_remember(
+            tenant=tenant,
+            subject_id=subject,
+            namespace="<i>ns</i>",
+            key=key,
+            value=value,
+            provenance=said(source_id="<svg onload=alert(2)>"),
+        )
     client = as_role("compliance")
     page = client.get(reverse("console:compliance_home"), {"tenant": "acme", "subject": subject})
     html = page.content.decode()

@@ -22,8 +22,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 def test_compliance_erases_a_subject_and_reads_the_receipt(page_as, tenant, processes, tmp_path: Path):
     seeded = seed_subject(tenant)
     for key, value in HOSTILE.items():
-        memory_remember(tenant=tenant, subject_id=SUBJECT, namespace="imported", key=key, value=value,
-                        provenance=said(source_id="<svg onload=alert(2)>"))  # fmt: skip
+        memory_remember(
+            tenant=tenant,
+            subject_id=SUBJECT,
+            namespace="imported",
+            key=key,
+            value=value,
+            provenance=said(source_id="<svg onload=alert(2)>"),
+        )
     current_app.control.purge()  # the seeding's wake-ups and projections are not part of this test
 
     page = page_as("compliance")

@@ -33,8 +33,9 @@ HOSTILE = "<script>alert(1)</script>"
 
 
 def start(tenant, n=3, key=None):  # type: ignore[no-untyped-def]
-    return run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": n}, actor="test",
-                     idempotency_key=key).run  # fmt: skip
+    return run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": n}, actor="test", idempotency_key=key
+    ).run
 
 
 def finish(run):  # type: ignore[no-untyped-def]
@@ -55,9 +56,19 @@ def add_event(run, event_type, payload, *, state=None, actor="test"):  # type: i
     """An event written straight to the tables (to plant hostile content the services would refuse)."""
     run.refresh_from_db()
     seq, digest = run.state_revision + 1, json_digest(state) if state is not None else run.state_digest
-    AgentEvent.objects.create(run=run, tenant_id=run.tenant_id, seq=seq, event_type=event_type, payload=payload, actor=actor,
-                              state_revision=seq, state_digest=digest, state=state, next_step=run.next_step,
-                              created_at=timezone.now())  # fmt: skip
+    AgentEvent.objects.create(
+        run=run,
+        tenant_id=run.tenant_id,
+        seq=seq,
+        event_type=event_type,
+        payload=payload,
+        actor=actor,
+        state_revision=seq,
+        state_digest=digest,
+        state=state,
+        next_step=run.next_step,
+        created_at=timezone.now(),
+    )
     AgentRun.objects.filter(run_id=run.run_id).update(
         state_revision=seq,
         state_digest=digest,
@@ -92,9 +103,15 @@ def test_the_list_shows_only_the_users_tenants_and_filters_them(as_role, tenant,
 
 @pytest.mark.parametrize(
     "params",
-    [{"status": "exploded"}, {"since": "not a date"}, {"tenant": "globex"}, {"limit": "0"},
-     {"before_at": "2026-01-01T00:00:00+00:00"}, {"since": "2026-02-01", "until": "2026-01-01"}],
-)  # fmt: skip
+    [
+        {"status": "exploded"},
+        {"since": "not a date"},
+        {"tenant": "globex"},
+        {"limit": "0"},
+        {"before_at": "2026-01-01T00:00:00+00:00"},
+        {"since": "2026-02-01", "until": "2026-01-01"},
+    ],
+)
 def test_an_invalid_filter_shows_an_error_with_400(as_role, tenant, other_tenant, params):
     response = as_role("engineer").get("/runs/", params)
     assert response.status_code == 400
@@ -184,18 +201,42 @@ def test_the_run_page_shows_lease_timeline_events_operations_summaries_and_snaps
     summary_create(run=run, events=events[:3], counter=token_counter("gpt-4"))
     with tenant_scope(tenant.tenant_id):
         RetrievalSnapshot.objects.create(
-            snapshot_id="rs_" + "a" * 32, tenant=tenant, run_id=run.run_id, query_digest="sha256:q",
-            index_version="v1", acl_principal=f"tenant:{tenant.tenant_id}/user:ann", k=3,
-            hits=[{"document_id": "policy-42", "source_uri": "s3://docs/policy-42", "source_version": "etag-7",
-                   "chunk_id": "policy-42:p1:c0", "content_digest": "sha256:abc", "retrieved_at": "now", "score": 0.5}],
-        )  # fmt: skip
+            snapshot_id="rs_" + "a" * 32,
+            tenant=tenant,
+            run_id=run.run_id,
+            query_digest="sha256:q",
+            index_version="v1",
+            acl_principal=f"tenant:{tenant.tenant_id}/user:ann",
+            k=3,
+            hits=[
+                {
+                    "document_id": "policy-42",
+                    "source_uri": "s3://docs/policy-42",
+                    "source_version": "etag-7",
+                    "chunk_id": "policy-42:p1:c0",
+                    "content_digest": "sha256:abc",
+                    "retrieved_at": "now",
+                    "score": 0.5,
+                }
+            ],
+        )
     ToolOperation.objects.create(
-        operation_id="refund:o-1", tenant=tenant, run=run, step_id="refund", tool_name="payments.refund",
-        tool_contract_version="1", request_digest="sha256:r", status="unknown", attempts=1,
-        history=[{"status": "prepared", "at": "t0", "by": "w1", "note": ""},
-                 {"status": "unknown", "at": "t1", "by": "w1", "note": "timeout after send"}],
-        created_at=timezone.now(), updated_at=timezone.now(),
-    )  # fmt: skip
+        operation_id="refund:o-1",
+        tenant=tenant,
+        run=run,
+        step_id="refund",
+        tool_name="payments.refund",
+        tool_contract_version="1",
+        request_digest="sha256:r",
+        status="unknown",
+        attempts=1,
+        history=[
+            {"status": "prepared", "at": "t0", "by": "w1", "note": ""},
+            {"status": "unknown", "at": "t1", "by": "w1", "note": "timeout after send"},
+        ],
+        created_at=timezone.now(),
+        updated_at=timezone.now(),
+    )
     page = as_role("engineer").get(detail(run)).content.decode()
     assert 'id="lease"' in page and "epoch" in page
     assert "refund:o-1" in page and "timeout after send" in page and "<strong>prepared</strong>" in page
@@ -221,10 +262,19 @@ def test_a_lease_take_over_is_marked_on_the_timeline(as_role, tenant):
 def test_the_events_table_is_paged_by_seq_and_never_loads_the_whole_run(as_role, tenant):
     run = start(tenant)
     AgentEvent.objects.bulk_create(
-        AgentEvent(run=run, tenant_id=run.tenant_id, seq=seq, event_type="user_message", payload={"text": f"m{seq}"}, actor="user:x",
-                   state_revision=seq, state_digest=run.state_digest, created_at=timezone.now())
+        AgentEvent(
+            run=run,
+            tenant_id=run.tenant_id,
+            seq=seq,
+            event_type="user_message",
+            payload={"text": f"m{seq}"},
+            actor="user:x",
+            state_revision=seq,
+            state_digest=run.state_digest,
+            created_at=timezone.now(),
+        )
         for seq in range(2, 1002)
-    )  # fmt: skip
+    )
     AgentRun.objects.filter(run_id=run.run_id).update(state_revision=1001)
     client = as_role("engineer")
     page = client.get(detail(run)).content.decode()
@@ -243,8 +293,9 @@ def test_state_at_a_revision_and_a_diff_of_two(as_role, tenant):
     diff = client.get(detail(run, "run_diff"), {"a": 2, "b": 3}).content.decode()
     assert "$.remaining" in diff and 'class="diff-del"' in diff and 'class="diff-add"' in diff
     assert "$.ticks[0]" in diff
-    panel = client.get(detail(run, "run_diff"), {"a": 1, "b": 2}, HTTP_HX_REQUEST="true",
-                       HTTP_HX_TARGET="revision-panel").content.decode()  # fmt: skip
+    panel = client.get(
+        detail(run, "run_diff"), {"a": 1, "b": 2}, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="revision-panel"
+    ).content.decode()
     assert "<html" not in panel and "added" in panel
     for params in ({"a": 0, "b": 2}, {"a": "x", "b": 2}, {"a": 1, "b": 999}):
         bad = client.get(detail(run, "run_diff"), params)
@@ -294,7 +345,10 @@ def test_resume_and_cancel_write_one_audit_entry_and_a_run_event(as_role, tenant
     )
     event = AgentEvent.objects.filter(run=run).order_by("-seq").first()
     assert (event.event_type, event.actor, event.payload["note"]) == (
-        "resume_requested", "user:engineer", "checked the order")  # fmt: skip
+        "resume_requested",
+        "user:engineer",
+        "checked the order",
+    )
     assert client.post(detail(run, "run_cancel"), {"note": "give up"}).status_code == 302
     assert [e.action for e in audit_for(run)] == ["cancel", "resume"]
     assert AgentRun.objects.get(run_id=run.run_id).status == "cancelled"
@@ -451,17 +505,27 @@ def deep(levels, leaf=HOSTILE):  # type: ignore[no-untyped-def]
 
 def test_hostile_content_in_events_and_states_renders_escaped(as_role, tenant):
     run = start(tenant)
-    hostile = {"note": HOSTILE, "long": "x" * 5000, "rtl": "שלום עולם", "emoji": "🙂🚀", "deep": deep(200),
-               "<b>key</b>": "<img src=x onerror=alert(2)>"}  # fmt: skip
+    hostile = {
+        "note": HOSTILE,
+        "long": "x" * 5000,
+        "rtl": "שלום עולם",
+        "emoji": "🙂🚀",
+        "deep": deep(200),
+        "<b>key</b>": "<img src=x onerror=alert(2)>",
+    }
     add_event(run, "user_message", {"text": f"{HOSTILE} שלום 🙂", "long": "y" * 5000, "deep": deep(200)})
     rev = add_event(run, "step_completed", {"note": HOSTILE}, state=hostile, actor=HOSTILE)
     add_event(
         run, "run_suspended", {"reason": "<img src=x onerror=alert(3)>"}, actor=f"{HOSTILE}{'z' * 5000}"
     )
     last = add_event(run, "step_completed", {}, state={**hostile, "deep": deep(200, leaf="שלום 🙂")})
-    AgentRun.objects.filter(run_id=run.run_id).update(subject=HOSTILE, idempotency_key=HOSTILE * 100,
-                                                      status="suspended", suspend_reason=HOSTILE,
-                                                      suspend_detail="שלום " + HOSTILE)  # fmt: skip
+    AgentRun.objects.filter(run_id=run.run_id).update(
+        subject=HOSTILE,
+        idempotency_key=HOSTILE * 100,
+        status="suspended",
+        suspend_reason=HOSTILE,
+        suspend_detail="שלום " + HOSTILE,
+    )
     client = as_role("engineer")
     pages = [
         client.get(detail(run)),

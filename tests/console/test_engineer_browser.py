@@ -60,8 +60,12 @@ def test_an_engineer_opens_a_timeline_and_a_revision_diff(page_as, tenant):
 
 def test_hostile_content_stays_text_and_the_page_stays_usable(page_as, tenant):
     run = start(tenant)
-    add_event(run, "user_message", {"text": f"{HOSTILE} שלום 🙂", "long": "y" * 5000, "deep": deep(200)},
-              actor=HOSTILE)  # fmt: skip
+    add_event(
+        run,
+        "user_message",
+        {"text": f"{HOSTILE} שלום 🙂", "long": "y" * 5000, "deep": deep(200)},
+        actor=HOSTILE,
+    )
     rev = add_event(run, "step_completed", {}, state={"note": HOSTILE, "long": "x" * 5000, "deep": deep(200)})
     page = page_as("engineer")
     dialogs: list[str] = []

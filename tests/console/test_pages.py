@@ -76,8 +76,10 @@ def test_admin_sign_in_is_audited(client, db):
 
 def test_the_audit_log_refuses_updates_and_deletes(db):
     entry = AuditEntry.objects.create(actor="user:x", action="approve", target_type="approval", target_id="1")
-    for statement in ("UPDATE console_audit_log SET note = 'changed' WHERE id = %s",
-                      "DELETE FROM console_audit_log WHERE id = %s"):  # fmt: skip
+    for statement in (
+        "UPDATE console_audit_log SET note = 'changed' WHERE id = %s",
+        "DELETE FROM console_audit_log WHERE id = %s",
+    ):
         with (
             pytest.raises(ProgrammingError, match="append-only"),
             transaction.atomic(),
@@ -102,10 +104,20 @@ def test_admin_shows_runs_events_read_only(client, tenant):
 
     client.force_login(get_user_model().objects.create_superuser("root", password="pw-for-tests"))
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
-    pages = ["/admin/runs/agentrun/", f"/admin/runs/agentrun/{run.run_id}/change/", "/admin/runs/agentevent/",
-             "/admin/runs/tooloperation/", "/admin/runs/approval/", "/admin/core/tenant/",
-             "/admin/sandbox/sandboxorder/", "/admin/sandbox/sandboxrefund/", "/admin/sandbox/sandboxfault/",
-             "/admin/console/membership/", "/admin/console/membership/add/", "/admin/console/auditentry/"]  # fmt: skip
+    pages = [
+        "/admin/runs/agentrun/",
+        f"/admin/runs/agentrun/{run.run_id}/change/",
+        "/admin/runs/agentevent/",
+        "/admin/runs/tooloperation/",
+        "/admin/runs/approval/",
+        "/admin/core/tenant/",
+        "/admin/sandbox/sandboxorder/",
+        "/admin/sandbox/sandboxrefund/",
+        "/admin/sandbox/sandboxfault/",
+        "/admin/console/membership/",
+        "/admin/console/membership/add/",
+        "/admin/console/auditentry/",
+    ]
     for url in pages:
         assert client.get(url).status_code == 200, url
     assert client.get("/admin/runs/agentevent/add/").status_code == 403

@@ -15,8 +15,13 @@ from console.roles import ROLES
 
 pytestmark = pytest.mark.django_db
 
-SAMPLE = {"UUIDConverter": str(uuid.uuid4()), "IntConverter": "1", "StringConverter": "x", "SlugConverter": "x",
-          "PathConverter": "x"}  # fmt: skip
+SAMPLE = {
+    "UUIDConverter": str(uuid.uuid4()),
+    "IntConverter": "1",
+    "StringConverter": "x",
+    "SlugConverter": "x",
+    "PathConverter": "x",
+}
 OPEN = {"sign_in", "sign_out", "home"}  # no role needed (home sends each role to its screen, 403 for none)
 
 

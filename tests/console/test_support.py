@@ -45,10 +45,15 @@ def _approval(
     tenant, request: Any = None, reasons: Any = None, digest: str = "sha256:" + "ab" * 32
 ) -> Approval:  # type: ignore[no-untyped-def]
     run = _suspended_run(tenant)
-    return approval_check(run_id=run.run_id, tenant_id=tenant.tenant_id, step_id="approve",
-                          request=REQUEST if request is None else request, request_digest=digest,
-                          reasons=["delivered", "within the 30-day window"] if reasons is None else reasons,
-                          actor="w1").approval  # fmt: skip
+    return approval_check(
+        run_id=run.run_id,
+        tenant_id=tenant.tenant_id,
+        step_id="approve",
+        request=REQUEST if request is None else request,
+        request_digest=digest,
+        reasons=["delivered", "within the 30-day window"] if reasons is None else reasons,
+        actor="w1",
+    ).approval
 
 
 def _unknown_operation(tenant, note: str = "connection dropped", suspend: bool = True) -> ToolOperation:  # type: ignore[no-untyped-def]
@@ -56,13 +61,23 @@ def _unknown_operation(tenant, note: str = "connection dropped", suspend: bool =
         run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
         grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
         ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
-        operation_prepare_once(**ids, run_id=run.run_id, step_id="refund", tool_name="payments.refund",
-                               tool_contract_version="payments.v1", request=REQUEST)  # fmt: skip
+        operation_prepare_once(
+            **ids,
+            run_id=run.run_id,
+            step_id="refund",
+            tool_name="payments.refund",
+            tool_contract_version="payments.v1",
+            request=REQUEST,
+        )
         operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch)
         operation_mark_unknown(**ids, note=note)
         if suspend:
-            run_suspend(run_id=run.run_id, actor="w1", reason="reconciliation_required",
-                        detail="refund refund:o-1 may have been applied; check the payment and reconcile")  # fmt: skip
+            run_suspend(
+                run_id=run.run_id,
+                actor="w1",
+                reason="reconciliation_required",
+                detail="refund refund:o-1 may have been applied; check the payment and reconcile",
+            )
         return ToolOperation.objects.get(tenant=tenant, operation_id="refund:o-1")
 
 
@@ -105,13 +120,18 @@ def _action_targets(tenant) -> dict[str, tuple[str, dict[str, str]]]:  # type: i
     approval_a, approval_r = _approval(tenant), _approval(tenant)
     op, run = _unknown_operation(tenant), _suspended_run(tenant, reason="manual_review")
     return {
-        "approve": (reverse("console:support_approval_approve", args=[approval_a.approval_id]), {"note": "ok"}),
+        "approve": (
+            reverse("console:support_approval_approve", args=[approval_a.approval_id]),
+            {"note": "ok"},
+        ),
         "reject": (reverse("console:support_approval_reject", args=[approval_r.approval_id]), {"note": "no"}),
-        "reconcile": (reverse("console:support_operation_reconcile", args=[op.pk]),
-                      {"note": "PSP shows it", "outcome": "applied", "external_ref": "rf_9", "resume": "on"}),
+        "reconcile": (
+            reverse("console:support_operation_reconcile", args=[op.pk]),
+            {"note": "PSP shows it", "outcome": "applied", "external_ref": "rf_9", "resume": "on"},
+        ),
         "resume": (reverse("console:support_run_resume", args=[run.run_id]), {"note": "checked"}),
         "cancel": (reverse("console:support_run_cancel", args=[run.run_id]), {"note": "customer withdrew"}),
-    }  # fmt: skip
+    }
 
 
 # --- access --------------------------------------------------------------------------------------
@@ -216,12 +236,19 @@ def test_a_decision_is_made_audited_and_written_to_the_run(support, tenant, acti
     )
     event = _last_event(approval.run_id)
     assert (event.event_type, event.actor, event.payload["note"]) == (
-        f"approval_{status}", "user:support", f"{action}d after a call",
-    )  # fmt: skip
+        f"approval_{status}",
+        "user:support",
+        f"{action}d after a call",
+    )
     [entry] = _audit()
     assert (entry.action, entry.actor, entry.tenant_id, entry.target_type, entry.target_id, entry.note) == (
-        action, "user:support", tenant.tenant_id, "approval", str(approval.approval_id), f"{action}d after a call",
-    )  # fmt: skip
+        action,
+        "user:support",
+        tenant.tenant_id,
+        "approval",
+        str(approval.approval_id),
+        f"{action}d after a call",
+    )
     page = support.get(response["Location"]).content.decode()
     assert status in page and "nothing to decide" in page
 
@@ -263,12 +290,19 @@ def test_reconciling_as_applied_settles_the_operation_and_requests_a_resume(supp
     assert run.status == "suspended" and run.resume_requested_by == "user:support"
     event = _last_event(op.run_id)
     assert (event.event_type, event.actor, event.payload["outcome"], event.payload["note"]) == (
-        "operation_reconciled", "user:support", "applied", "PSP shows it",
-    )  # fmt: skip
+        "operation_reconciled",
+        "user:support",
+        "applied",
+        "PSP shows it",
+    )
     [entry] = _audit()
     assert (entry.action, entry.target_type, entry.target_id, entry.tenant_id, entry.note) == (
-        "reconcile", "operation", "refund:o-1", tenant.tenant_id, "PSP shows it",
-    )  # fmt: skip
+        "reconcile",
+        "operation",
+        "refund:o-1",
+        tenant.tenant_id,
+        "PSP shows it",
+    )
     assert entry.details["external_ref"] == "rf_9" and entry.details["outcome"] == "applied"
 
 
@@ -346,12 +380,17 @@ def test_resuming_a_refused_run_is_audited_and_written_to_the_run(support, tenan
     assert response.status_code == 302
     event = _last_event(run.run_id)
     assert (event.event_type, event.actor, event.payload["note"]) == (
-        "resume_requested", "user:support", "state checked",
-    )  # fmt: skip
+        "resume_requested",
+        "user:support",
+        "state checked",
+    )
     [entry] = _audit()
     assert (entry.action, entry.target_type, entry.target_id, entry.tenant_id) == (
-        "resume", "run", str(run.run_id), tenant.tenant_id,
-    )  # fmt: skip
+        "resume",
+        "run",
+        str(run.run_id),
+        tenant.tenant_id,
+    )
 
 
 def test_cancelling_stops_the_run_and_cancelling_again_is_refused(support, tenant):
@@ -380,8 +419,12 @@ def _deep(levels: int) -> Any:
 
 def test_hostile_content_renders_escaped_everywhere(support, tenant):
     request = {"order_id": HOSTILE + RTL, "amount_minor": _deep(120), "currency": "<b>EUR</b>", "memo": LONG}
-    approval = _approval(tenant, request=request, reasons=[HOSTILE, RTL, LONG, {"nested": _deep(5)}],
-                         digest='sha256:"><img src=x onerror=alert(1)>')  # fmt: skip
+    approval = _approval(
+        tenant,
+        request=request,
+        reasons=[HOSTILE, RTL, LONG, {"nested": _deep(5)}],
+        digest='sha256:"><img src=x onerror=alert(1)>',
+    )
     op = _unknown_operation(tenant, note=HOSTILE + RTL)
     run = _suspended_run(tenant, reason="manual_review", detail=HOSTILE + LONG)
     support.post(reverse("console:support_run_resume", args=[run.run_id]), {"note": HOSTILE + RTL})

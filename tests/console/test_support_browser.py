@@ -62,8 +62,10 @@ def test_support_approves_a_refund_and_the_run_completes(page_as, sandbox, tenan
     assert len(sandbox.ledger("o-700")) == 1
     [entry] = AuditEntry.objects.filter(action="approve")
     assert (entry.actor, entry.target_id, entry.note) == (
-        "user:support", str(approval.approval_id), "customer sent photos of the damage",
-    )  # fmt: skip
+        "user:support",
+        str(approval.approval_id),
+        "customer sent photos of the damage",
+    )
 
 
 def test_support_reconciles_an_unknown_operation_and_the_run_continues(page_as, sandbox, tenant, settings):  # noqa: F811
@@ -103,8 +105,10 @@ def test_support_reconciles_an_unknown_operation_and_the_run_continues(page_as, 
     assert len(sandbox.ledger("o-701")) == 1  # applied once, never sent again
     [entry] = AuditEntry.objects.filter(action="reconcile")
     assert (entry.target_type, entry.target_id, entry.details["external_ref"]) == (
-        "operation", "refund:o-701", refund["refund_id"],
-    )  # fmt: skip
+        "operation",
+        "refund:o-701",
+        refund["refund_id"],
+    )
 
 
 HOSTILE = "<script>window.__pwned = 1</script><img src=x onerror='window.__pwned = 2'>"
@@ -127,9 +131,15 @@ def test_hostile_content_renders_escaped_and_the_page_stays_usable(page_as, tena
         "currency": "<b>EUR</b>",
         "memo": "y" * 3000,
     }
-    approval = approval_check(run_id=run.run_id, tenant_id=tenant.tenant_id, step_id="approve", request=request,
-                              request_digest="sha256:" + "f" * 64, reasons=[HOSTILE, RTL, "z" * 3000],
-                              actor="w1").approval  # fmt: skip
+    approval = approval_check(
+        run_id=run.run_id,
+        tenant_id=tenant.tenant_id,
+        step_id="approve",
+        request=request,
+        request_digest="sha256:" + "f" * 64,
+        reasons=[HOSTILE, RTL, "z" * 3000],
+        actor="w1",
+    ).approval
     page = page_as("support")
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))

@@ -11,8 +11,12 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def event(seq, event_type, seconds=None, **extra):  # type: ignore[no-untyped-def]
-    return TimelineEvent(seq=seq, event_type=event_type, created_at=T0 + timedelta(seconds=seq if seconds is None
-                                                                                     else seconds), **extra)  # fmt: skip
+    return TimelineEvent(
+        seq=seq,
+        event_type=event_type,
+        created_at=T0 + timedelta(seconds=seq if seconds is None else seconds),
+        **extra,
+    )
 
 
 def test_events_are_marked_by_what_they_mean():
@@ -34,17 +38,36 @@ def test_events_are_marked_by_what_they_mean():
 
 
 def test_every_markable_event_type_is_selected_by_the_page_query():
-    samples = ["resume_verified", "resume_refused", "resume_requested", "approval_approved", "approval_rejected",
-               "approval_expired", "run_suspended", "step_error", "run_failed", "run_cancelled", "run_forked",
-               "run_superseded", "fork_expired", "operation_reconciled", "run_completed"]  # fmt: skip
+    samples = [
+        "resume_verified",
+        "resume_refused",
+        "resume_requested",
+        "approval_approved",
+        "approval_rejected",
+        "approval_expired",
+        "run_suspended",
+        "step_error",
+        "run_failed",
+        "run_cancelled",
+        "run_forked",
+        "run_superseded",
+        "fork_expired",
+        "operation_reconciled",
+        "run_completed",
+    ]
     for kind in samples:
         assert mark_kind(event(1, kind)) is not None and kind in MARKED_EVENT_TYPES
 
 
 def test_the_svg_has_activity_bars_a_mark_with_a_tooltip_per_marked_event_and_a_legend():
-    events = [event(1, "run_started"), event(2, "step_completed"), event(3, "step_error", step_id="refund"),
-              event(20, "resume_verified", trigger="lease_takeover", actor="worker-2"),
-              event(21, "step_completed"), event(60, "run_completed")]  # fmt: skip
+    events = [
+        event(1, "run_started"),
+        event(2, "step_completed"),
+        event(3, "step_error", step_id="refund"),
+        event(20, "resume_verified", trigger="lease_takeover", actor="worker-2"),
+        event(21, "step_completed"),
+        event(60, "run_completed"),
+    ]
     svg = str(timeline_svg(events=events, link=lambda seq: f"?after_seq={seq - 1}#seq-{seq}"))
     assert svg.startswith('<svg class="timeline"') and svg.endswith("</svg>")
     assert svg.count('class="activity"') == len(buckets_of(events))
@@ -59,8 +82,10 @@ def test_the_svg_has_activity_bars_a_mark_with_a_tooltip_per_marked_event_and_a_
 
 def test_text_in_the_svg_is_escaped_and_clipped():
     hostile = "<script>alert(1)</script>"
-    events = [event(1, "run_suspended", actor=hostile + "x" * 5000, reason="<img src=x onerror=alert(2)>"),
-              event(2, hostile)]  # fmt: skip
+    events = [
+        event(1, "run_suspended", actor=hostile + "x" * 5000, reason="<img src=x onerror=alert(2)>"),
+        event(2, hostile),
+    ]
     svg = str(timeline_svg(events=events, label=f"run {hostile}"))
     assert "<script>" not in svg and "<img" not in svg
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in svg and "&lt;img src=x" in svg

@@ -33,8 +33,10 @@ def test_readyz_reports_each_check_when_everything_is_up(client):  # type: ignor
     body = response.json()
     assert body["status"] == "ok"
     assert {name: check["ok"] for name, check in body["checks"].items()} == {
-        "database": True, "redis": True, "migrations": True,
-    }  # fmt: skip
+        "database": True,
+        "redis": True,
+        "migrations": True,
+    }
     assert all(check["ms"] >= 0 for check in body["checks"].values())
     assert client.get("/readyz").status_code == 200  # and again: a probe leaves nothing broken
 
@@ -57,8 +59,9 @@ def test_readyz_is_not_ready_while_migrations_are_unapplied(client, monkeypatch)
     from django.db.migrations.executor import MigrationExecutor
     from django.db.migrations.migration import Migration
 
-    monkeypatch.setattr(MigrationExecutor, "migration_plan",
-                        lambda self, targets: [(Migration("0099_future", "runs"), False)])  # fmt: skip
+    monkeypatch.setattr(
+        MigrationExecutor, "migration_plan", lambda self, targets: [(Migration("0099_future", "runs"), False)]
+    )
     response = client.get("/readyz")
     assert response.status_code == 503
     body = response.json()
@@ -106,15 +109,22 @@ def test_readyz_follows_the_database_down_and_back_up_without_a_restart():
     web = None
     log = open(pgroot / "web.log", "wb")  # noqa: SIM115
     try:
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.test", "DATABASE_URL": app_url,
-               "DATABASE_OWNER_URL": owner_url, "KEEPER_READY_TIMEOUT": "2", "PYTHONUNBUFFERED": "1"}  # fmt: skip
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings.test",
+            "DATABASE_URL": app_url,
+            "DATABASE_OWNER_URL": owner_url,
+            "KEEPER_READY_TIMEOUT": "2",
+            "PYTHONUNBUFFERED": "1",
+        }
         migrate = start_python(["manage.py", "migrate", "--noinput", "-v", "0"], env=env, log=log)
         assert migrate.wait(timeout=240) == 0, (pgroot / "web.log").read_text()[-3000:]
 
         port = _free_port()
         env.pop("DATABASE_OWNER_URL")  # the web process serves as the application role only
-        web = start_python(["manage.py", "runserver", "--noreload", "--skip-checks", f"127.0.0.1:{port}"],
-                           env=env, log=log)  # fmt: skip
+        web = start_python(
+            ["manage.py", "runserver", "--noreload", "--skip-checks", f"127.0.0.1:{port}"], env=env, log=log
+        )
         url = f"http://127.0.0.1:{port}/readyz"
         wait_until(lambda: _get(url)[0] == 200, timeout=60, message="readyz to answer 200")
         pid = web.pid

@@ -54,9 +54,16 @@ def test_metrics_count_runs_operations_takeovers_and_the_queue(client, tenant, t
     run_suspend(run_id=suspended.run_id, actor="test", reason="manual")
     run_cancel(run_id=cancelled.run_id, actor="test")
     for key in ("refund:o-1", "refund:o-2"):
-        operation_prepare_once(tenant_id=tenant.pk, run_id=running.run_id, step_id="refund", operation_id=key,
-                               tool_name="payments.refund", tool_contract_version="payments.v1",
-                               request={"key": key}, actor="test")  # fmt: skip
+        operation_prepare_once(
+            tenant_id=tenant.pk,
+            run_id=running.run_id,
+            step_id="refund",
+            operation_id=key,
+            tool_name="payments.refund",
+            tool_contract_version="payments.v1",
+            request={"key": key},
+            actor="test",
+        )
     # A worker takes the lease and dies; the next one takes the run over after the lease expires.
     assert store.lease_acquire(run_id=taken_over.run_id, owner="dead-worker", ttl=0.05) is not None
     time.sleep(0.2)
@@ -154,14 +161,26 @@ def test_a_prefork_worker_serves_the_step_latency_of_its_pool(tenant, processes,
         port = s.getsockname()[1]
     multiproc = tmp_path / "prometheus"
     multiproc.mkdir()
-    processes.worker(concurrency=2, env={"KEEPER_WORKER_METRICS_PORT": str(port), "KEEPER_WORKER_METRICS_ADDR":
-                                         "127.0.0.1", "PROMETHEUS_MULTIPROC_DIR": str(multiproc)})  # fmt: skip
+    processes.worker(
+        concurrency=2,
+        env={
+            "KEEPER_WORKER_METRICS_PORT": str(port),
+            "KEEPER_WORKER_METRICS_ADDR": "127.0.0.1",
+            "PROMETHEUS_MULTIPROC_DIR": str(multiproc),
+        },
+    )
     runs = [
         run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 2}, actor="test").run
         for _ in "ab"
     ]
-    wait_until(lambda: all(AgentRun.objects.get(run_id=r.run_id).status == "completed" for r in runs),
-               timeout=60, message="both runs to complete")  # fmt: skip
+    wait_until(
+        lambda: all(AgentRun.objects.get(run_id=r.run_id).status == "completed" for r in runs),
+        timeout=60,
+        message="both runs to complete",
+    )
     labels = {"workflow": "demo.countdown", "step": "start"}
-    wait_until(lambda: _worker_sample(port, "keeper_step_duration_seconds_count", labels) == 2, timeout=10,
-               message="the worker's metrics to count both first steps")  # fmt: skip
+    wait_until(
+        lambda: _worker_sample(port, "keeper_step_duration_seconds_count", labels) == 2,
+        timeout=10,
+        message="the worker's metrics to count both first steps",
+    )

@@ -22,8 +22,14 @@ def api(db):  # type: ignore[no-untyped-def]
 
 
 def test_remember_recall_search_and_erase_over_http(api, tenant):
-    body = {"tenant": "acme", "subject_id": "c-1", "namespace": "preference", "key": "language",
-            "value": "answer in Russian", "provenance": said()}  # fmt: skip
+    body = {
+        "tenant": "acme",
+        "subject_id": "c-1",
+        "namespace": "preference",
+        "key": "language",
+        "value": "answer in Russian",
+        "provenance": said(),
+    }
     created = api.post("/api/v1/memory/items/", body, format="json")
     assert created.status_code == 201 and created.json()["provenance"]["event_seq"] == 3
     recalled = api.get("/api/v1/memory/items/?tenant=acme&subject_id=c-1").json()["results"]
@@ -75,7 +81,7 @@ def test_remember_recall_search_and_erase_over_http(api, tenant):
             "sensitive_inference_refused",
         ),
         ({"tenant": "acme"}, 400, "invalid_input"),
-    ],  # fmt: skip
+    ],
 )
 def test_bad_memory_writes_get_a_reason(api, tenant, body, status, code):
     response = api.post("/api/v1/memory/items/", body, format="json")

@@ -68,9 +68,17 @@ def test_hashing_scheme_is_pinned_to_its_version():
     # `version` must change with it, or old and new vectors would silently mix in one projection.
     vector = HashingEmbedder(32).embed(["Refund refund, order 42"])[0]
     assert {i: round(x, 9) for i, x in enumerate(vector) if x} == {
-        0: -0.22742704, 3: -0.385067451, 9: -0.385067451, 12: 0.22742704, 16: 0.22742704,
-        17: 0.385067451, 24: -0.22742704, 26: -0.385067451, 29: 0.385067451, 31: -0.22742704,
-    }  # fmt: skip
+        0: -0.22742704,
+        3: -0.385067451,
+        9: -0.385067451,
+        12: 0.22742704,
+        16: 0.22742704,
+        17: 0.385067451,
+        24: -0.22742704,
+        26: -0.385067451,
+        29: 0.385067451,
+        31: -0.22742704,
+    }
 
 
 def test_hashing_vectors_are_unit_length():
@@ -342,11 +350,11 @@ def test_settings_are_read_on_every_call(settings, embeddings):
         (
             {"KEEPER_EMBEDDER": "http", "KEEPER_EMBEDDER_URL": "http://x", "KEEPER_EMBEDDER_MODEL": ""},
             "needs KEEPER_EMBEDDER_MODEL",
-        ),  # fmt: skip
+        ),
         (
             {"KEEPER_EMBEDDER": "sentence-transformers", "KEEPER_EMBEDDER_MODEL_PATH": ""},
             "needs KEEPER_EMBEDDER_MODEL_PATH",
-        ),  # fmt: skip
+        ),
         ({"KEEPER_EMBEDDER": "hashing", "KEEPER_EMBEDDER_DIMENSIONS": "lots"}, "KEEPER_EMBEDDER_DIMENSIONS"),
         (
             {
@@ -356,7 +364,7 @@ def test_settings_are_read_on_every_call(settings, embeddings):
                 "KEEPER_EMBEDDER_SEND_DIMENSIONS": "false",
             },
             "KEEPER_EMBEDDER_SEND_DIMENSIONS",
-        ),  # fmt: skip
+        ),
         (
             {
                 "KEEPER_EMBEDDER": "http",
@@ -364,7 +372,7 @@ def test_settings_are_read_on_every_call(settings, embeddings):
                 "KEEPER_EMBEDDER_MODEL": "m",
             },
             "must start with http",
-        ),  # fmt: skip
+        ),
     ],
 )
 def test_settings_that_cannot_work_are_misconfigured(settings, overrides, message):

@@ -29,21 +29,54 @@ def subject_with_everything(tenant):  # type: ignore[no-untyped-def]
         tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="cust-erase"
     ).run
     for i in range(8):
-        conversation_append(tenant=tenant, run_id=run.run_id, event_type="user_message", client_message_id=f"m{i}",
-                            body={"content": f"My secret address is Baker Street {i}"}, actor="t")  # fmt: skip
-    conversation_append(tenant=tenant, run_id=run.run_id, event_type="tool_result", client_message_id="t1",
-                        body={"call_id": "c1", "tool": "crm", "content": "Baker Street 221b " * 500}, actor="t")  # fmt: skip
-    memory_remember(tenant=tenant, subject_id="cust-erase", namespace="profile", key="address",
-                    value="Baker Street 221b", provenance=said(run_id=str(run.run_id), seq=2))  # fmt: skip
-    memory_remember(tenant=tenant, subject_id="cust-erase", namespace="preference", key="language", value="english",
-                    provenance=said(run_id=str(run.run_id), seq=3))  # fmt: skip
-    memory_remember(tenant=tenant, subject_id="someone-else", namespace="preference", key="language", value="german",
-                    provenance=said())  # fmt: skip
+        conversation_append(
+            tenant=tenant,
+            run_id=run.run_id,
+            event_type="user_message",
+            client_message_id=f"m{i}",
+            body={"content": f"My secret address is Baker Street {i}"},
+            actor="t",
+        )
+    conversation_append(
+        tenant=tenant,
+        run_id=run.run_id,
+        event_type="tool_result",
+        client_message_id="t1",
+        body={"call_id": "c1", "tool": "crm", "content": "Baker Street 221b " * 500},
+        actor="t",
+    )
+    memory_remember(
+        tenant=tenant,
+        subject_id="cust-erase",
+        namespace="profile",
+        key="address",
+        value="Baker Street 221b",
+        provenance=said(run_id=str(run.run_id), seq=2),
+    )
+    memory_remember(
+        tenant=tenant,
+        subject_id="cust-erase",
+        namespace="preference",
+        key="language",
+        value="english",
+        provenance=said(run_id=str(run.run_id), seq=3),
+    )
+    memory_remember(
+        tenant=tenant,
+        subject_id="someone-else",
+        namespace="preference",
+        key="language",
+        value="german",
+        provenance=said(),
+    )
     from runs.compaction.services import summary_create
     from runs.compaction.tokens import token_counter
 
-    summary_create(run=run, events=list(AgentEvent.objects.filter(run=run, seq__lte=5).order_by("seq")),
-                   counter=token_counter("gpt-4"))  # fmt: skip
+    summary_create(
+        run=run,
+        events=list(AgentEvent.objects.filter(run=run, seq__lte=5).order_by("seq")),
+        counter=token_counter("gpt-4"),
+    )
     session_window(run=run)
     return run
 
@@ -76,15 +109,27 @@ def test_erasure_is_idempotent_and_a_replay_cannot_bring_a_claim_back(tenant, su
     assert again.subject_id == "" and again.subject_digest  # done: only the digest is kept
     assert "runs.events_redacted" not in again.progress["memory"]  # each store's own counts
     with pytest.raises(ClaimErased):  # the old event stream replayed: same claim, same source
-        memory_remember(tenant=tenant, subject_id="cust-erase", namespace="profile", key="address",
-                        value="Baker Street 221b", provenance=said(run_id=str(run.run_id), seq=2))  # fmt: skip
+        memory_remember(
+            tenant=tenant,
+            subject_id="cust-erase",
+            namespace="profile",
+            key="address",
+            value="Baker Street 221b",
+            provenance=said(run_id=str(run.run_id), seq=2),
+        )
     with tenant_scope(tenant.tenant_id):
         assert (
             Tombstone.objects.count() == 4 and MemoryItem.objects.filter(subject_id="cust-erase").count() == 0
         )
         assert not Tombstone.objects.filter(digest__icontains="Baker").exists()
-    fresh = memory_remember(tenant=tenant, subject_id="cust-erase", namespace="preference", key="language",
-                            value="french", provenance=said(run_id="new-run", seq=1))  # fmt: skip
+    fresh = memory_remember(
+        tenant=tenant,
+        subject_id="cust-erase",
+        namespace="preference",
+        key="language",
+        value="french",
+        provenance=said(run_id="new-run", seq=1),
+    )
     assert fresh.value == "french"  # a new statement, given anew, may be kept
     assert context_build(run=run).total > 0  # the redacted history still builds a context
 
@@ -98,8 +143,15 @@ def test_erasure_requests_are_tenant_scoped(tenant, other_tenant):
 
 
 def test_expired_claims_are_purged(tenant):
-    memory_remember(tenant=tenant, subject_id="s", namespace="profile", key="k", value="v", provenance=said(),
-                    expires_at=timezone.now() - timedelta(minutes=1))  # fmt: skip
+    memory_remember(
+        tenant=tenant,
+        subject_id="s",
+        namespace="profile",
+        key="k",
+        value="v",
+        provenance=said(),
+        expires_at=timezone.now() - timedelta(minutes=1),
+    )
     memory_remember(tenant=tenant, subject_id="s", namespace="profile", key="j", value="w", provenance=said())
     assert memory_purge_expired() == 1
     with tenant_scope(tenant.tenant_id):
@@ -108,8 +160,14 @@ def test_expired_claims_are_purged(tenant):
 
 def _chat(tenant, subject: str, text: str):  # type: ignore[no-untyped-def]
     run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
-    conversation_append(tenant=tenant, run_id=run.run_id, event_type="user_message", client_message_id="m1",
-                        body={"content": text}, actor="t")  # fmt: skip
+    conversation_append(
+        tenant=tenant,
+        run_id=run.run_id,
+        event_type="user_message",
+        client_message_id="m1",
+        body={"content": text},
+        actor="t",
+    )
     session_window(run=run)
     return run
 
@@ -137,8 +195,14 @@ def test_another_customer_saying_the_same_word_does_not_fail_the_erasure(tenant,
 def test_a_stored_result_another_subject_also_points_to_is_kept(tenant, subject_with_everything, settings):
     shared = "Baker Street 221b " * 500  # the same text: the same content-addressed file
     other = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="other").run
-    conversation_append(tenant=tenant, run_id=other.run_id, event_type="tool_result", client_message_id="t1",
-                        body={"call_id": "c1", "tool": "crm", "content": shared}, actor="t")  # fmt: skip
+    conversation_append(
+        tenant=tenant,
+        run_id=other.run_id,
+        event_type="tool_result",
+        client_message_id="t1",
+        body={"call_id": "c1", "tool": "crm", "content": shared},
+        actor="t",
+    )
     [ref] = [e.payload["content_ref"] for e in AgentEvent.objects.filter(run=other, event_type="tool_result")]
     request = erasure_request_create(tenant=tenant, subject_id="cust-erase", requested_by="user:c")
     done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)

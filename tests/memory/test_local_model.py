@@ -24,12 +24,15 @@ from tests.memory.test_memory import said  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never reach for a hub: the model is on disk
 
-FACTS = {"language": "answer in Russian please", "city": "lives in Oslo near the harbour",
-         "contact": "never call by phone, email only", "plan": "premium support plan since 2024"}  # fmt: skip
+FACTS = {
+    "language": "answer in Russian please",
+    "city": "lives in Oslo near the harbour",
+    "contact": "never call by phone, email only",
+    "plan": "premium support plan since 2024",
+}
 
 # Questions that share no word with the claim they are about: only meaning can match them.
-PARAPHRASES = {"which language should replies use": "language",
-               "what subscription tier do they have": "plan"}  # fmt: skip
+PARAPHRASES = {"which language should replies use": "language", "what subscription tier do they have": "plan"}
 
 
 def _model_path() -> str:
@@ -94,8 +97,12 @@ def test_a_copied_folder_with_other_weights_is_another_projection(model_path, em
 
 @pytest.mark.django_db
 def test_projection_and_hybrid_search_with_the_model(tenant, embedder):
-    items = {key: memory_remember(tenant=tenant, subject_id="cust-1", namespace="profile", key=key, value=text,
-                                  provenance=said()) for key, text in FACTS.items()}  # fmt: skip
+    items = {
+        key: memory_remember(
+            tenant=tenant, subject_id="cust-1", namespace="profile", key=key, value=text, provenance=said()
+        )
+        for key, text in FACTS.items()
+    }
     memory_project(tenant=tenant)  # the default hashing projection first
     assert memory_project(tenant=tenant, embedder=embedder) == {"embedded": 4, "removed_other_embedders": 4}
     with tenant_scope(tenant.tenant_id):

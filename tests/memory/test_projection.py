@@ -13,13 +13,21 @@ from tests.memory.test_memory import said
 
 pytestmark = pytest.mark.django_db
 
-FACTS = {"language": "answer in Russian please", "city": "lives in Oslo near the harbour",
-         "contact": "never call by phone, email only", "plan": "premium support plan since 2024"}  # fmt: skip
+FACTS = {
+    "language": "answer in Russian please",
+    "city": "lives in Oslo near the harbour",
+    "contact": "never call by phone, email only",
+    "plan": "premium support plan since 2024",
+}
 
 
 def _seed(tenant, subject="cust-1"):  # type: ignore[no-untyped-def]
-    return {key: memory_remember(tenant=tenant, subject_id=subject, namespace="profile", key=key, value=text,
-                                 provenance=said()) for key, text in FACTS.items()}  # fmt: skip
+    return {
+        key: memory_remember(
+            tenant=tenant, subject_id=subject, namespace="profile", key=key, value=text, provenance=said()
+        )
+        for key, text in FACTS.items()
+    }
 
 
 def test_projection_embeds_each_current_item_once(tenant):

@@ -16,19 +16,31 @@ from tests.memory.test_memory import said
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases=["default", "owner"])]
 
-WORDS = [f"{a}{b}" for a in ("ref", "ord", "pay", "ship", "box", "mail", "city", "lang", "plan", "card")
-         for b in ("und", "er", "ment", "ping", "es", "ing", "ly", "ers", "s", "ed")]  # fmt: skip
+WORDS = [
+    f"{a}{b}"
+    for a in ("ref", "ord", "pay", "ship", "box", "mail", "city", "lang", "plan", "card")
+    for b in ("und", "er", "ment", "ping", "es", "ing", "ly", "ers", "s", "ed")
+]
 
 
 def _seed(tenant, n: int, rng: random.Random) -> None:  # type: ignore[no-untyped-def]
     now = timezone.now()
     with tenant_scope(tenant.tenant_id):
         MemoryItem.objects.bulk_create(
-            [MemoryItem(tenant=tenant, subject_id=f"s{i % 50}", namespace="profile", key=f"k{i}",
-                        value=" ".join(rng.choices(WORDS, k=8)), provenance=said(), valid_from=now)
-             for i in range(n)],
+            [
+                MemoryItem(
+                    tenant=tenant,
+                    subject_id=f"s{i % 50}",
+                    namespace="profile",
+                    key=f"k{i}",
+                    value=" ".join(rng.choices(WORDS, k=8)),
+                    provenance=said(),
+                    valid_from=now,
+                )
+                for i in range(n)
+            ],
             batch_size=2000,
-        )  # fmt: skip
+        )
 
 
 def _cosine(a: list[float], b: list[float]) -> float:

@@ -28,9 +28,17 @@ def api(db):  # type: ignore[no-untyped-def]
 
 
 def _document(**overrides):  # type: ignore[no-untyped-def]
-    return {"tenant": "acme", "document_id": "policy-42", "source_uri": "s3://kb/policy-42.md",
-            "source_version": "etag:1", "media_type": "text/markdown", "acl": ["group:support"],
-            "text": "# Refunds\n\nRefunds are paid within 14 days.", "wait": True, **overrides}  # fmt: skip
+    return {
+        "tenant": "acme",
+        "document_id": "policy-42",
+        "source_uri": "s3://kb/policy-42.md",
+        "source_version": "etag:1",
+        "media_type": "text/markdown",
+        "acl": ["group:support"],
+        "text": "# Refunds\n\nRefunds are paid within 14 days.",
+        "wait": True,
+        **overrides,
+    }
 
 
 def test_index_search_snapshot_and_replay_over_http(api, tenant):
@@ -39,26 +47,41 @@ def test_index_search_snapshot_and_replay_over_http(api, tenant):
     assert created.json()["document"]["status"] == "indexed" and created.json()["chunks"] == 1
     again = api.post("/api/v1/retrieval/documents/", _document(), format="json")
     assert again.status_code == 200 and again.json()["changed"] is False
-    principal = api.post("/api/v1/retrieval/principals/",
-                         {"tenant": "acme", "principal": "user:ann", "groups": ["group:support"]}, format="json")  # fmt: skip
+    principal = api.post(
+        "/api/v1/retrieval/principals/",
+        {"tenant": "acme", "principal": "user:ann", "groups": ["group:support"]},
+        format="json",
+    )
     assert principal.status_code == 200
-    found = api.post("/api/v1/retrieval/search/", {"tenant": "acme", "principal": "user:ann", "query": "refunds"},
-                     format="json").json()  # fmt: skip
+    found = api.post(
+        "/api/v1/retrieval/search/",
+        {"tenant": "acme", "principal": "user:ann", "query": "refunds"},
+        format="json",
+    ).json()
     [hit] = found["hits"]
     assert hit["chunk_id"] == "policy-42:s1:c1" and "14 days" in hit["text"]
     snapshot_id = found["retrieval_snapshot_id"]
     stored = api.get(f"/api/v1/retrieval/snapshots/{snapshot_id}/?tenant=acme").json()
     assert stored["hits"][0]["source_version"] == "etag:1" and "text" not in stored["hits"][0]
-    api.post("/api/v1/retrieval/documents/", _document(source_version="etag:2", text="Refunds within 30 days."),
-             format="json")  # fmt: skip
+    api.post(
+        "/api/v1/retrieval/documents/",
+        _document(source_version="etag:2", text="Refunds within 30 days."),
+        format="json",
+    )
     replayed = api.get(f"/api/v1/retrieval/snapshots/{snapshot_id}/replay?tenant=acme").json()
     assert "14 days" in replayed["hits"][0]["text"]
     acl = api.put(
         "/api/v1/retrieval/documents/policy-42/acl", {"tenant": "acme", "acl": ["group:legal"]}, format="json"
     )
     assert acl.status_code == 200 and acl.json()["acl"] == ["group:legal"]
-    assert api.post("/api/v1/retrieval/search/", {"tenant": "acme", "principal": "user:ann", "query": "refunds"},
-                    format="json").json()["hits"] == []  # fmt: skip
+    assert (
+        api.post(
+            "/api/v1/retrieval/search/",
+            {"tenant": "acme", "principal": "user:ann", "query": "refunds"},
+            format="json",
+        ).json()["hits"]
+        == []
+    )
     kinds = [e["kind"] for e in api.get("/api/v1/retrieval/invalidations/?tenant=acme").json()["results"]]
     assert kinds == ["acl_changed", "document_updated"]
     deleted = api.delete("/api/v1/retrieval/documents/policy-42/?tenant=acme")
@@ -67,15 +90,19 @@ def test_index_search_snapshot_and_replay_over_http(api, tenant):
 
 
 def test_a_pdf_upload_and_base64_content_are_indexed(api, tenant):
-    upload = SimpleUploadedFile("handbook.pdf", pdf_bytes([["Page one text"], [], ["Page three about refunds"]]),
-                                content_type="application/pdf")  # fmt: skip
+    upload = SimpleUploadedFile(
+        "handbook.pdf",
+        pdf_bytes([["Page one text"], [], ["Page three about refunds"]]),
+        content_type="application/pdf",
+    )
     body = {
         k: v
         for k, v in _document(document_id="handbook", media_type="application/pdf").items()
         if k != "text"
     }
-    response = api.post("/api/v1/retrieval/documents/", {**body, "acl": "group:support", "file": upload},
-                        format="multipart")  # fmt: skip
+    response = api.post(
+        "/api/v1/retrieval/documents/", {**body, "acl": "group:support", "file": upload}, format="multipart"
+    )
     assert response.status_code == 201, response.json()
     with tenant_scope(tenant.tenant_id):
         assert sorted(Chunk.objects.values_list("chunk_id", flat=True)) == [
@@ -83,26 +110,34 @@ def test_a_pdf_upload_and_base64_content_are_indexed(api, tenant):
             "handbook:p3:c1",
         ]
     encoded = base64.b64encode(b"Plain text policy.").decode()
-    response = api.post("/api/v1/retrieval/documents/",
-                        _document(document_id="plain", media_type="text/plain", text=None, content_base64=encoded),
-                        format="json")  # fmt: skip
+    response = api.post(
+        "/api/v1/retrieval/documents/",
+        _document(document_id="plain", media_type="text/plain", text=None, content_base64=encoded),
+        format="json",
+    )
     assert response.status_code == 201, response.json()
 
 
 @pytest.mark.parametrize(
     ("overrides", "status", "code"),
-    [({"text": ""}, 422, "document_empty"),
-     ({"text": None, "content_base64": base64.b64encode(bytes(range(256)) * 4).decode()}, 422, "document_unreadable"),
-     ({"text": None, "content_base64": "not base64!"}, 422, "invalid_document_content"),
-     ({"content_base64": "eA=="}, 422, "invalid_document_content"),
-     ({"text": "x" * 5000}, 413, "document_too_large"),
-     ({"media_type": "image/png"}, 400, "invalid_input"),
-     ({"acl": ["alice"]}, 422, "invalid_principal"),
-     ({"acl": "group:a"}, 400, "invalid_input"),
-     ({"document_id": "a:b"}, 422, "invalid_document_id"),
-     ({"tenant": "nope"}, 404, "unknown_tenant"),
-     ({"source_version": ""}, 400, "invalid_input")],
-)  # fmt: skip
+    [
+        ({"text": ""}, 422, "document_empty"),
+        (
+            {"text": None, "content_base64": base64.b64encode(bytes(range(256)) * 4).decode()},
+            422,
+            "document_unreadable",
+        ),
+        ({"text": None, "content_base64": "not base64!"}, 422, "invalid_document_content"),
+        ({"content_base64": "eA=="}, 422, "invalid_document_content"),
+        ({"text": "x" * 5000}, 413, "document_too_large"),
+        ({"media_type": "image/png"}, 400, "invalid_input"),
+        ({"acl": ["alice"]}, 422, "invalid_principal"),
+        ({"acl": "group:a"}, 400, "invalid_input"),
+        ({"document_id": "a:b"}, 422, "invalid_document_id"),
+        ({"tenant": "nope"}, 404, "unknown_tenant"),
+        ({"source_version": ""}, 400, "invalid_input"),
+    ],
+)
 def test_bad_documents_get_a_clear_error_and_nothing_is_written(api, tenant, overrides, status, code):
     with override_settings(KEEPER_RETRIEVAL_MAX_BYTES=4096):
         response = api.post("/api/v1/retrieval/documents/", _document(**overrides), format="json")
@@ -114,11 +149,13 @@ def test_bad_documents_get_a_clear_error_and_nothing_is_written(api, tenant, ove
 
 @pytest.mark.parametrize(
     ("body", "status", "code"),
-    [({"principal": "user:nobody", "query": "refunds"}, 404, "unknown_principal"),
-     ({"principal": "user:ann", "query": ""}, 400, "invalid_input"),
-     ({"principal": "user:ann", "query": "refunds", "k": 0}, 400, "invalid_input"),
-     ({"principal": "user:ann", "query": "refunds", "run_id": "not-a-uuid"}, 400, "invalid_input")],
-)  # fmt: skip
+    [
+        ({"principal": "user:nobody", "query": "refunds"}, 404, "unknown_principal"),
+        ({"principal": "user:ann", "query": ""}, 400, "invalid_input"),
+        ({"principal": "user:ann", "query": "refunds", "k": 0}, 400, "invalid_input"),
+        ({"principal": "user:ann", "query": "refunds", "run_id": "not-a-uuid"}, 400, "invalid_input"),
+    ],
+)
 def test_bad_searches_get_a_clear_error(api, tenant, body, status, code):
     response = api.post("/api/v1/retrieval/search/", {"tenant": "acme", **body}, format="json")
     assert response.status_code == status and response.json()["error"]["code"] == code

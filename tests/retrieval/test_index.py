@@ -39,9 +39,18 @@ POLICY_V2 = POLICY_V1.replace(b"14 days", b"30 days")
 
 
 def index(tenant, data=POLICY_V1, version="etag:1", document_id="policy-42", acl=("group:support",), **kw):  # type: ignore[no-untyped-def]
-    return document_index(tenant=tenant, document_id=document_id, source_uri=f"s3://kb/{document_id}.md",
-                          source_version=version, data=data, media_type="text/markdown", acl=list(acl),
-                          actor="user:test", wait=True, **kw)  # fmt: skip
+    return document_index(
+        tenant=tenant,
+        document_id=document_id,
+        source_uri=f"s3://kb/{document_id}.md",
+        source_version=version,
+        data=data,
+        media_type="text/markdown",
+        acl=list(acl),
+        actor="user:test",
+        wait=True,
+        **kw,
+    )
 
 
 def chunks(tenant, **filters):  # type: ignore[no-untyped-def]
@@ -82,13 +91,22 @@ def test_the_same_version_with_other_content_is_refused(tenant):
 def test_a_new_version_makes_the_old_chunks_stale_in_the_same_transaction(tenant):
     index(tenant)
     # Not embedded yet (wait=False, no worker): the old version is stale at once, the new one pending.
-    result = document_index(tenant=tenant, document_id="policy-42", source_uri="s3://kb/policy-42.md",
-                            source_version="etag:2", data=POLICY_V2, media_type="text/markdown",
-                            acl=["group:support"], actor="user:test")  # fmt: skip
+    result = document_index(
+        tenant=tenant,
+        document_id="policy-42",
+        source_uri="s3://kb/policy-42.md",
+        source_version="etag:2",
+        data=POLICY_V2,
+        media_type="text/markdown",
+        acl=["group:support"],
+        actor="user:test",
+    )
     assert result.invalidated == 2
     assert {c.status for c in chunks(tenant, source_version="etag:1")} == {ChunkStatus.STALE}
-    assert all(c.embedding is None and c.stale_reason == "document_updated"
-               for c in chunks(tenant, source_version="etag:1"))  # fmt: skip
+    assert all(
+        c.embedding is None and c.stale_reason == "document_updated"
+        for c in chunks(tenant, source_version="etag:1")
+    )
     assert {c.status for c in chunks(tenant, source_version="etag:2")} == {ChunkStatus.PENDING}
     with tenant_scope(tenant.tenant_id):
         event = Invalidation.objects.get()
@@ -108,8 +126,16 @@ def test_an_older_version_cannot_replace_a_newer_one(tenant):
 
 
 def test_a_chunk_that_went_stale_while_being_embedded_stays_stale(tenant):
-    first = document_index(tenant=tenant, document_id="d", source_uri="u", source_version="v1", data=b"alpha text",
-                           media_type="text/plain", acl=["user:a"], actor="user:test")  # fmt: skip
+    first = document_index(
+        tenant=tenant,
+        document_id="d",
+        source_uri="u",
+        source_version="v1",
+        data=b"alpha text",
+        media_type="text/plain",
+        acl=["user:a"],
+        actor="user:test",
+    )
     index(tenant, data=b"beta text", version="v2", document_id="d")
     document_embed(tenant=tenant, document_pk=first.document.id)  # a late task for v1
     assert {c.status for c in chunks(tenant, source_version="v1")} == {ChunkStatus.STALE}
@@ -135,16 +161,28 @@ def test_deleting_a_document_removes_every_chunk_and_leaves_a_tombstone(tenant):
 
 @pytest.mark.parametrize(
     ("data", "media_type", "error"),
-    [(b"", "text/plain", DocumentEmpty), (b"  \n\t ", "text/markdown", DocumentEmpty),
-     (bytes(range(256)) * 8, "text/plain", DocumentUnreadable), (b"%PDF-1.7 garbage", "application/pdf", DocumentUnreadable),
-     (b"x" * 2049, "text/plain", DocumentTooLarge)],
-)  # fmt: skip
+    [
+        (b"", "text/plain", DocumentEmpty),
+        (b"  \n\t ", "text/markdown", DocumentEmpty),
+        (bytes(range(256)) * 8, "text/plain", DocumentUnreadable),
+        (b"%PDF-1.7 garbage", "application/pdf", DocumentUnreadable),
+        (b"x" * 2049, "text/plain", DocumentTooLarge),
+    ],
+)
 def test_bad_sources_are_refused_and_leave_the_current_version_untouched(tenant, data, media_type, error):
     index(tenant, document_id="doc")
     before = [(c.id, c.status) for c in chunks(tenant)]
     with override_settings(KEEPER_RETRIEVAL_MAX_BYTES=2048), pytest.raises(error) as caught:
-        document_index(tenant=tenant, document_id="doc", source_uri="u", source_version="v9", data=data,
-                       media_type=media_type, acl=["user:a"], actor="user:test")  # fmt: skip
+        document_index(
+            tenant=tenant,
+            document_id="doc",
+            source_uri="u",
+            source_version="v9",
+            data=data,
+            media_type=media_type,
+            acl=["user:a"],
+            actor="user:test",
+        )
     assert caught.value.http_status in (413, 422)
     assert [(c.id, c.status) for c in chunks(tenant)] == before
 
@@ -161,9 +199,18 @@ def test_too_many_chunks_is_refused_with_nothing_written(tenant):
         assert not Document.objects.exists()
 
 
-@pytest.mark.parametrize(("field", "value"), [("acl", ["alice"]), ("acl", ["user:"]), ("acl", "user:a"),
-                                              ("source_version", ""), ("source_uri", "x" * 2001),
-                                              ("document_id", "a:b"), ("document_id", "")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("acl", ["alice"]),
+        ("acl", ["user:"]),
+        ("acl", "user:a"),
+        ("source_version", ""),
+        ("source_uri", "x" * 2001),
+        ("document_id", "a:b"),
+        ("document_id", ""),
+    ],
+)
 def test_bad_fields_are_refused(tenant, field, value):
     fields = {"document_id": "doc", "source_uri": "u", "source_version": "v1", "acl": ["user:a"]}
     fields[field] = value

@@ -35,9 +35,17 @@ DOCS = {
 
 def seed(tenant):  # type: ignore[no-untyped-def]
     for document_id, (text, acl) in DOCS.items():
-        document_index(tenant=tenant, document_id=document_id, source_uri=f"s3://kb/{document_id}.txt",
-                       source_version="etag:1", data=text, media_type="text/plain", acl=acl, actor="user:test",
-                       wait=True)  # fmt: skip
+        document_index(
+            tenant=tenant,
+            document_id=document_id,
+            source_uri=f"s3://kb/{document_id}.txt",
+            source_version="etag:1",
+            data=text,
+            media_type="text/plain",
+            acl=acl,
+            actor="user:test",
+            wait=True,
+        )
     principal_set(
         tenant=tenant, principal="user:ann", groups=["group:support", "group:all"], actor="user:test"
     )
@@ -73,7 +81,8 @@ def test_removing_a_principal_from_the_acl_counts_on_the_very_next_search(tenant
         event = Invalidation.objects.get(kind="acl_changed")
         assert event.details == {"added": ["group:billing"], "removed": ["group:support"]}
         assert list(Chunk.objects.filter(document_id_text="policy-42").values_list("acl", flat=True)) == [
-            ["group:billing"]]  # fmt: skip
+            ["group:billing"]
+        ]
 
 
 def test_a_user_named_directly_in_the_acl_sees_the_document(tenant):
@@ -95,15 +104,23 @@ def test_a_membership_change_counts_on_the_very_next_search(tenant):
     with pytest.raises(UnknownPrincipal):
         retrieval_search(tenant=tenant, query="gift cards", principal="user:ann")
     with tenant_scope(tenant.tenant_id):
-        assert list(Invalidation.objects.filter(kind="membership_changed").values_list("principal", flat=True)) == [
-            "user:ann", "user:ann"]  # fmt: skip
+        assert list(
+            Invalidation.objects.filter(kind="membership_changed").values_list("principal", flat=True)
+        ) == ["user:ann", "user:ann"]
 
 
-@pytest.mark.parametrize(("principal", "query", "k", "error"), [
-    ("user:nobody", "refunds", 5, UnknownPrincipal), ("group:support", "refunds", 5, InvalidInput),
-    ("ann", "refunds", 5, InvalidInput), ("user:ann", "   ", 5, InvalidInput), ("user:ann", "x" * 4001, 5, InvalidInput),
-    ("user:ann", "refunds", 0, InvalidInput), ("user:ann", "refunds", 101, InvalidInput),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("principal", "query", "k", "error"),
+    [
+        ("user:nobody", "refunds", 5, UnknownPrincipal),
+        ("group:support", "refunds", 5, InvalidInput),
+        ("ann", "refunds", 5, InvalidInput),
+        ("user:ann", "   ", 5, InvalidInput),
+        ("user:ann", "x" * 4001, 5, InvalidInput),
+        ("user:ann", "refunds", 0, InvalidInput),
+        ("user:ann", "refunds", 101, InvalidInput),
+    ],
+)
 def test_bad_searches_are_refused_and_store_no_snapshot(tenant, principal, query, k, error):
     seed(tenant)
     with pytest.raises(error):
@@ -122,8 +139,15 @@ def test_a_search_stores_a_snapshot_as_chapter_33_lays_it_out(tenant):
     assert snapshot.acl_principal == f"tenant:{tenant.tenant_id}/user:ann"
     assert snapshot.index_version.startswith("chunker-v1/hashing:")
     first = snapshot.hits[0]
-    assert set(first) == {"document_id", "source_uri", "source_version", "chunk_id", "content_digest",
-                          "retrieved_at", "score"}  # fmt: skip
+    assert set(first) == {
+        "document_id",
+        "source_uri",
+        "source_version",
+        "chunk_id",
+        "content_digest",
+        "retrieved_at",
+        "score",
+    }
     assert first["document_id"] == "policy-42" and first["chunk_id"] == "policy-42:s1:c1"
     assert first["content_digest"] == sha256_digest(result.hits[0].text)
     assert "text" not in first  # the snapshot keeps provenance, not the text
@@ -132,9 +156,17 @@ def test_a_search_stores_a_snapshot_as_chapter_33_lays_it_out(tenant):
 def test_replay_uses_the_snapshots_source_version_after_the_document_changed(tenant):
     seed(tenant)
     before = retrieval_search(tenant=tenant, query="refunds paid days", principal="user:ann", k=1)
-    document_index(tenant=tenant, document_id="policy-42", source_uri="s3://kb/policy-42.txt", source_version="etag:2",
-                   data=b"Refunds are paid within 30 days.", media_type="text/plain", acl=["group:support"],
-                   actor="user:test", wait=True)  # fmt: skip
+    document_index(
+        tenant=tenant,
+        document_id="policy-42",
+        source_uri="s3://kb/policy-42.txt",
+        source_version="etag:2",
+        data=b"Refunds are paid within 30 days.",
+        media_type="text/plain",
+        acl=["group:support"],
+        actor="user:test",
+        wait=True,
+    )
     after = retrieval_search(tenant=tenant, query="refunds paid days", principal="user:ann", k=1)
     assert after.hits[0].source_version == "etag:2" and "30 days" in after.hits[0].text
     [replayed] = snapshot_replay(tenant=tenant, snapshot=before.snapshot)
@@ -158,20 +190,38 @@ def test_the_context_builder_quotes_hits_with_provenance_and_replays_the_snapsho
     assert built.parts["retrieved"] > 0
     with tenant_scope(tenant.tenant_id):
         snapshot = RetrievalSnapshot.objects.get(run_id=run.run_id)
-    document_index(tenant=tenant, document_id="policy-42", source_uri="s3://kb/policy-42.txt", source_version="etag:2",
-                   data=b"Gift cards refunds: allowed now.", media_type="text/plain", acl=["group:support"],
-                   actor="user:test", wait=True)  # fmt: skip
+    document_index(
+        tenant=tenant,
+        document_id="policy-42",
+        source_uri="s3://kb/policy-42.txt",
+        source_version="etag:2",
+        data=b"Gift cards refunds: allowed now.",
+        media_type="text/plain",
+        acl=["group:support"],
+        actor="user:test",
+        wait=True,
+    )
     rebuilt = context_build(run=run, query="gift cards refunds", principal="user:ann")
     assert [m for m in rebuilt.messages if m["content"].startswith("[retrieval")] == [
-        m for m in built.messages if m["content"].startswith("[retrieval")]  # fmt: skip
+        m for m in built.messages if m["content"].startswith("[retrieval")
+    ]
     with tenant_scope(tenant.tenant_id):
         assert RetrievalSnapshot.objects.filter(run_id=run.run_id).count() == 1
         assert RetrievalSnapshot.objects.get().snapshot_id == snapshot.snapshot_id
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["group:a", "group:b", "user:u0", "user:u1"]),
-                          st.sampled_from(["refund", "invoice", "shipping"])), min_size=1, max_size=12))  # fmt: skip
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 2),
+            st.sampled_from(["group:a", "group:b", "user:u0", "user:u1"]),
+            st.sampled_from(["refund", "invoice", "shipping"]),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
 def test_no_search_ever_returns_another_tenants_or_an_unreadable_chunk(db, documents_spec):
     tenants = [tenant_ensure(slug=f"rt{i}") for i in range(3)]
     for tenant in tenants:
@@ -180,9 +230,17 @@ def test_no_search_ever_returns_another_tenants_or_an_unreadable_chunk(db, docum
     readable = {"user:u0": {"group:a", "user:u0"}, "user:u1": {"group:b", "user:u1"}}
     example = uuid.uuid4().hex[:8]  # examples share the database: each writes its own documents
     for n, (t, acl, word) in enumerate(documents_spec):
-        document_index(tenant=tenants[t], document_id=f"d{n}-{example}", source_uri=f"mem://{example}/t{t}/d{n}", source_version="1",
-                       data=f"{word} notes of tenant {t} document {n}".encode(), media_type="text/plain",
-                       acl=[acl], actor="user:test", wait=True)  # fmt: skip
+        document_index(
+            tenant=tenants[t],
+            document_id=f"d{n}-{example}",
+            source_uri=f"mem://{example}/t{t}/d{n}",
+            source_version="1",
+            data=f"{word} notes of tenant {t} document {n}".encode(),
+            media_type="text/plain",
+            acl=[acl],
+            actor="user:test",
+            wait=True,
+        )
     for t, tenant in enumerate(tenants):
         for principal, allowed in readable.items():
             for word in ("refund", "invoice", "shipping", "tenant notes"):

@@ -18,8 +18,11 @@ from retrieval.services import document_index, principal_set
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases=["default", "owner"])]
 
-WORDS = [f"{a}{b}" for a in ("ref", "ord", "pay", "ship", "box", "mail", "city", "lang", "plan", "card")
-         for b in ("und", "er", "ment", "ping", "es", "ing", "ly", "ers", "s", "ed")]  # fmt: skip
+WORDS = [
+    f"{a}{b}"
+    for a in ("ref", "ord", "pay", "ship", "box", "mail", "city", "lang", "plan", "card")
+    for b in ("und", "er", "ment", "ping", "es", "ing", "ly", "ers", "s", "ed")
+]
 
 
 def _seed(tenant, documents: int, paragraphs: int, rng: random.Random) -> None:  # type: ignore[no-untyped-def]
@@ -27,8 +30,17 @@ def _seed(tenant, documents: int, paragraphs: int, rng: random.Random) -> None: 
         for d in range(documents):
             text = "\n\n".join(" ".join(rng.choices(WORDS, k=10)) for _ in range(paragraphs))
             acl = ["group:rare"] if d == 0 else ["group:common"]
-            document_index(tenant=tenant, document_id=f"doc{d}", source_uri=f"mem://doc{d}", source_version="1",
-                           data=text.encode(), media_type="text/plain", acl=acl, actor="user:test", wait=True)  # fmt: skip
+            document_index(
+                tenant=tenant,
+                document_id=f"doc{d}",
+                source_uri=f"mem://doc{d}",
+                source_version="1",
+                data=text.encode(),
+                media_type="text/plain",
+                acl=acl,
+                actor="user:test",
+                wait=True,
+            )
 
 
 def test_a_large_tenant_gets_its_own_graph_and_a_rare_principal_still_gets_a_complete_top_10(

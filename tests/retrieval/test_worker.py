@@ -26,9 +26,16 @@ def _status(tenant, document_id: str) -> str | None:  # type: ignore[no-untyped-
 
 def _index(tenant, document_id: str):  # type: ignore[no-untyped-def]
     with override_settings(KEEPER_RETRIEVAL_CHUNK_WORDS=16):  # one paragraph a chunk
-        return document_index(tenant=tenant, document_id=document_id, source_uri=f"s3://kb/{document_id}",
-                              source_version="v1", data=TEXT, media_type="text/plain", acl=["group:support"],
-                              actor="user:test")  # fmt: skip
+        return document_index(
+            tenant=tenant,
+            document_id=document_id,
+            source_uri=f"s3://kb/{document_id}",
+            source_version="v1",
+            data=TEXT,
+            media_type="text/plain",
+            acl=["group:support"],
+            actor="user:test",
+        )
 
 
 def test_a_worker_embeds_the_document_after_the_request_returned(tenant, processes):
@@ -52,16 +59,22 @@ def test_a_worker_killed_mid_embedding_and_a_lost_task_are_finished_by_beat(tena
     flush_redis()
     crashes = tmp_path / "crashes"
     crashes.mkdir()
-    env = {"KEEPER_CRASH_AT": "after_embed_batch", "KEEPER_CRASH_ONCE_DIR": str(crashes),
-           "KEEPER_RETRIEVAL_SWEEP_INTERVAL": "1"}  # fmt: skip
+    env = {
+        "KEEPER_CRASH_AT": "after_embed_batch",
+        "KEEPER_CRASH_ONCE_DIR": str(crashes),
+        "KEEPER_RETRIEVAL_SWEEP_INTERVAL": "1",
+    }
     # Prefork: the crash point kills the pool's child process (os._exit); its parent starts a new one.
     processes.worker(env=env)
     crashed = _index(tenant, "crashed")
     wait_until(lambda: any(crashes.iterdir()), timeout=30, message="the worker to crash after a batch")
     processes.beat(env)
     for document in (lost.document, crashed.document):
-        wait_until(lambda d=document: _status(tenant, d.document_id) == DocumentStatus.INDEXED, timeout=60,
-                   message=f"{document.document_id} indexed by the sweep")  # fmt: skip
+        wait_until(
+            lambda d=document: _status(tenant, d.document_id) == DocumentStatus.INDEXED,
+            timeout=60,
+            message=f"{document.document_id} indexed by the sweep",
+        )
     with tenant_scope(tenant.tenant_id):
         assert set(Chunk.objects.values_list("status", flat=True)) == {"current"}
         assert Chunk.objects.count() == 80

@@ -33,10 +33,19 @@ def _race() -> None:
     store.lease_renew(run_id=UUID(run_id), owner=owner, epoch=int(epoch), ttl=30)  # warm the connection
     time.sleep(max(0.0, float(go_at) - time.time()))
     seq = store.commit_step(
-        run_id=UUID(run_id), expected_revision=int(revision), epoch=int(epoch), owner=owner,
-        state_json=encoded.json, state_digest=encoded.digest, next_step="tick", status="running",
-        event_type="step_completed", step_id="start", attempt=1, payload_json="{}",
-    )  # fmt: skip
+        run_id=UUID(run_id),
+        expected_revision=int(revision),
+        epoch=int(epoch),
+        owner=owner,
+        state_json=encoded.json,
+        state_digest=encoded.digest,
+        next_step="tick",
+        status="running",
+        event_type="step_completed",
+        step_id="start",
+        attempt=1,
+        payload_json="{}",
+    )
     print(f"committed {seq}" if seq else "fenced", flush=True)
 
 

@@ -51,8 +51,9 @@ def test_bad_requests_get_a_reason_not_a_500(api, tenant, body, status, code):
 
 
 def test_read_run_and_page_through_events(api, tenant):
-    run_id = api.post("/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {"n": 1}},
-                      format="json").json()["run_id"]  # fmt: skip
+    run_id = api.post(
+        "/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {"n": 1}}, format="json"
+    ).json()["run_id"]
     from runs.services.steps import run_advance
 
     while run_advance(run_id=uuid.UUID(run_id), worker_id="w").outcome == "committed":
@@ -66,8 +67,9 @@ def test_read_run_and_page_through_events(api, tenant):
 
 
 def test_cancel_then_resume_is_refused_with_409(api, tenant):
-    run_id = api.post("/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {"n": 1}},
-                      format="json").json()["run_id"]  # fmt: skip
+    run_id = api.post(
+        "/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {"n": 1}}, format="json"
+    ).json()["run_id"]
     cancelled = api.post(f"/api/v1/runs/{run_id}/cancel", {"note": "duplicate request"}, format="json")
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     refused = api.post(f"/api/v1/runs/{run_id}/resume", {}, format="json")
@@ -75,12 +77,14 @@ def test_cancel_then_resume_is_refused_with_409(api, tenant):
 
 
 def test_the_api_requires_a_staff_user(tenant):
-    response = APIClient().post("/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {}},
-                                format="json")  # fmt: skip
+    response = APIClient().post(
+        "/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {}}, format="json"
+    )
     assert response.status_code == 401 and response["WWW-Authenticate"] == "Bearer"  # no session, no key
     client = APIClient()
     client.force_authenticate(get_user_model().objects.create_user("pat", password="pw-for-tests"))
-    response = client.post("/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {}},
-                           format="json")  # fmt: skip
+    response = client.post(
+        "/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {}}, format="json"
+    )
     assert response.status_code == 403 and response.json()["error"]["code"] == "permission_denied"
     assert AgentRun.objects.count() == 0

@@ -28,9 +28,15 @@ def api(db):  # type: ignore[no-untyped-def]
 def waiting(tenant):  # type: ignore[no-untyped-def]
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
     run_suspend(run_id=run.run_id, actor="test", reason="approval_required")
-    approval = approval_check(run_id=run.run_id, tenant_id=tenant.tenant_id, step_id="approve",
-                              request={"order_id": "o-1", "amount_minor": 100, "currency": "EUR"},
-                              request_digest="sha256:x", reasons=["delivered"], actor="w").approval  # fmt: skip
+    approval = approval_check(
+        run_id=run.run_id,
+        tenant_id=tenant.tenant_id,
+        step_id="approve",
+        request={"order_id": "o-1", "amount_minor": 100, "currency": "EUR"},
+        request_digest="sha256:x",
+        reasons=["delivered"],
+        actor="w",
+    ).approval
     return run, approval
 
 
@@ -59,9 +65,16 @@ def test_rejecting_needs_a_note(api, waiting):
 def test_reconcile_through_the_api_with_validation(api, tenant):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
     grant = store.lease_acquire(run_id=run.run_id, owner="w", ttl=30)
-    operation_prepare_once(tenant_id=tenant.tenant_id, run_id=run.run_id, step_id="refund", operation_id="refund:o-9",
-                           tool_name="payments.refund", tool_contract_version="payments.v1", request={"a": 1},
-                           actor="w")  # fmt: skip
+    operation_prepare_once(
+        tenant_id=tenant.tenant_id,
+        run_id=run.run_id,
+        step_id="refund",
+        operation_id="refund:o-9",
+        tool_name="payments.refund",
+        tool_contract_version="payments.v1",
+        request={"a": 1},
+        actor="w",
+    )
     operation_mark_started(
         tenant_id=tenant.tenant_id,
         operation_id="refund:o-9",
@@ -85,5 +98,9 @@ def test_reconcile_through_the_api_with_validation(api, tenant):
     assert (
         AgentEvent.objects.filter(run=run, event_type="operation_reconciled", actor="user:sam").count() == 1
     )
-    assert api.post("/api/v1/operations/999999/reconcile", {"outcome": "applied", "note": "x"},
-                    format="json").json()["error"]["code"] == "operation_not_found"  # fmt: skip
+    assert (
+        api.post(
+            "/api/v1/operations/999999/reconcile", {"outcome": "applied", "note": "x"}, format="json"
+        ).json()["error"]["code"]
+        == "operation_not_found"
+    )

@@ -30,8 +30,15 @@ def run(tenant):  # type: ignore[no-untyped-def]
 
 
 def _check(run, digest="sha256:a"):  # type: ignore[no-untyped-def]
-    return approval_check(run_id=run.run_id, tenant_id=run.tenant_id, step_id="approve", request=REQUEST,
-                          request_digest=digest, reasons=["delivered"], actor="w1")  # fmt: skip
+    return approval_check(
+        run_id=run.run_id,
+        tenant_id=run.tenant_id,
+        step_id="approve",
+        request=REQUEST,
+        request_digest=digest,
+        reasons=["delivered"],
+        actor="w1",
+    )
 
 
 def test_a_retried_step_reuses_the_pending_approval(run):

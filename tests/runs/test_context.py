@@ -63,16 +63,27 @@ def test_tampering_with_a_summarized_raw_event_is_detected_and_the_summary_rebui
 def test_deleting_a_detail_from_a_summary_changes_no_durable_state(tenant):
     run = _conversation(tenant, _texts(600))
     now = timezone.now()
-    ToolOperation.objects.create(operation_id="refund:ord-1", tenant=tenant, run=run, step_id="refund",
-                                 tool_name="payments.refund", tool_contract_version="payments.v1",
-                                 request_digest="sha256:r", status="succeeded", external_ref="rf_1",
-                                 created_at=now, updated_at=now)  # fmt: skip
+    ToolOperation.objects.create(
+        operation_id="refund:ord-1",
+        tenant=tenant,
+        run=run,
+        step_id="refund",
+        tool_name="payments.refund",
+        tool_contract_version="payments.v1",
+        request_digest="sha256:r",
+        status="succeeded",
+        external_ref="rf_1",
+        created_at=now,
+        updated_at=now,
+    )
     state_before, op_before = canonical_json(run.state), ToolOperation.objects.values().get()
     counter = token_counter("gpt-4")
     context_build(run=run, counter=counter, reserve_retrieved=0)
     summary = Summary.objects.filter(run=run, carry__money__isnull=False).order_by("covers_from_seq").first()
-    Summary.objects.filter(pk=summary.pk).update(text=summary.text.replace("25.00 EUR", "").replace("2500", ""),
-                                                 facts=[f for f in summary.facts if "25.00" not in f["text"]])  # fmt: skip
+    Summary.objects.filter(pk=summary.pk).update(
+        text=summary.text.replace("25.00 EUR", "").replace("2500", ""),
+        facts=[f for f in summary.facts if "25.00" not in f["text"]],
+    )
     run.refresh_from_db()
     assert canonical_json(run.state) == state_before and ToolOperation.objects.values().get() == op_before
     built = context_build(run=run, counter=counter, reserve_retrieved=0)
@@ -81,8 +92,15 @@ def test_deleting_a_detail_from_a_summary_changes_no_durable_state(tenant):
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1,
-                        max_size=400), min_size=1, max_size=120))  # fmt: skip
+@given(
+    st.lists(
+        st.text(
+            st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=400
+        ),
+        min_size=1,
+        max_size=120,
+    )
+)
 def test_the_built_context_never_exceeds_the_budget(tenant, texts):
     run = _conversation(tenant, [t if t.strip() else "x" for t in texts])
     try:

@@ -22,13 +22,24 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def chat_run(tenant):  # type: ignore[no-untyped-def]
-    return run_start(tenant=tenant, workflow_name="conversation", input={"system_prompt": "Be brief."},
-                     actor="test", subject="cust-7").run  # fmt: skip
+    return run_start(
+        tenant=tenant,
+        workflow_name="conversation",
+        input={"system_prompt": "Be brief."},
+        actor="test",
+        subject="cust-7",
+    ).run
 
 
 def _say(tenant, run, cmid: str, text: str):  # type: ignore[no-untyped-def]
-    return conversation_append(tenant=tenant, run_id=run.run_id, event_type="user_message", client_message_id=cmid,
-                               body={"content": text}, actor="user:cust-7")  # fmt: skip
+    return conversation_append(
+        tenant=tenant,
+        run_id=run.run_id,
+        event_type="user_message",
+        client_message_id=cmid,
+        body={"content": text},
+        actor="user:cust-7",
+    )
 
 
 def test_a_message_is_stored_once_per_client_message_id(tenant, chat_run):
@@ -40,9 +51,14 @@ def test_a_message_is_stored_once_per_client_message_id(tenant, chat_run):
 def test_a_large_tool_result_is_kept_by_digest_with_a_preview(tenant, chat_run, settings):
     settings.KEEPER_TOOL_RESULT_PREVIEW_CHARS = 100
     big = "line of output\n" * 1000
-    event = conversation_append(tenant=tenant, run_id=chat_run.run_id, event_type="tool_result",
-                                client_message_id="t-1", body={"call_id": "c1", "tool": "search", "content": big},
-                                actor="agent").event  # fmt: skip
+    event = conversation_append(
+        tenant=tenant,
+        run_id=chat_run.run_id,
+        event_type="tool_result",
+        client_message_id="t-1",
+        body={"call_id": "c1", "tool": "search", "content": big},
+        actor="agent",
+    ).event
     assert event.payload["truncated"] is True and len(event.payload["preview"]) == 100
     assert artifact_get(ref=event.payload["content_ref"]).decode() == big  # nothing dropped
 
@@ -63,8 +79,11 @@ def test_the_session_window_equals_postgres_even_after_a_redis_flush(tenant, cha
     settings.KEEPER_SESSION_WINDOW = 5
     for i in range(8):
         _say(tenant, chat_run, f"m-{i}", f"message {i}")
-    expected = list(AgentEvent.objects.filter(run=chat_run, event_type="user_message").order_by("-seq")
-                    .values_list("seq", flat=True)[:5])[::-1]  # fmt: skip
+    expected = list(
+        AgentEvent.objects.filter(run=chat_run, event_type="user_message")
+        .order_by("-seq")
+        .values_list("seq", flat=True)[:5]
+    )[::-1]
     assert [e["seq"] for e in session_window(run=chat_run)] == expected
     assert session_key(chat_run) == f"session:{tenant.tenant_id}:cust-7:{chat_run.run_id}"
     flush_redis()
@@ -119,8 +138,11 @@ def test_concurrent_turns_across_two_workers_never_interleave(tenant, processes)
     processes.worker(concurrency=2)
     processes.worker(concurrency=2)
     processes.beat()
-    wait_until(lambda: AgentRun.objects.get(pk=run.pk).suspend_reason == "awaiting_input", timeout=30,
-               message="the run to wait for input")  # fmt: skip
+    wait_until(
+        lambda: AgentRun.objects.get(pk=run.pk).suspend_reason == "awaiting_input",
+        timeout=30,
+        message="the run to wait for input",
+    )
     barrier = threading.Barrier(4)
 
     def send(i: int) -> None:
@@ -137,8 +159,11 @@ def test_concurrent_turns_across_two_workers_never_interleave(tenant, processes)
         t.start()
     for t in threads:
         t.join()
-    wait_until(lambda: AgentEvent.objects.filter(run=run, event_type="assistant_message").count() == 4, timeout=60,
-               message="four answers")  # fmt: skip
+    wait_until(
+        lambda: AgentEvent.objects.filter(run=run, event_type="assistant_message").count() == 4,
+        timeout=60,
+        message="four answers",
+    )
     time.sleep(0.5)
     questions = list(AgentEvent.objects.filter(run=run, event_type="user_message").order_by("seq"))
     answers = list(AgentEvent.objects.filter(run=run, event_type="assistant_message").order_by("seq"))
@@ -162,8 +187,14 @@ def test_concurrent_appends_and_transitions_leave_no_gap_in_the_log(tenant):
 
         barrier.wait()
         try:
-            conversation_append(tenant=tenant, run_id=run.run_id, event_type="user_message",
-                                client_message_id=f"p-{i}", body={"content": f"m{i}"}, actor="t")  # fmt: skip
+            conversation_append(
+                tenant=tenant,
+                run_id=run.run_id,
+                event_type="user_message",
+                client_message_id=f"p-{i}",
+                body={"content": f"m{i}"},
+                actor="t",
+            )
         except Exception as exc:  # collected: an unhandled thread error would hide the failure
             errors.append(exc)
         finally:

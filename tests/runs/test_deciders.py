@@ -9,8 +9,14 @@ import pytest
 
 from runs.workflows.refund.deciders import DeciderUnavailable, ModelDecider, RuleDecider
 
-ORDER = {"order_id": "o-1", "status": "delivered", "amount_minor": 2500, "currency": "EUR", "category": "shoes",
-         "delivered_at": (datetime.now(UTC) - timedelta(days=3)).isoformat()}  # fmt: skip
+ORDER = {
+    "order_id": "o-1",
+    "status": "delivered",
+    "amount_minor": 2500,
+    "currency": "EUR",
+    "category": "shoes",
+    "delivered_at": (datetime.now(UTC) - timedelta(days=3)).isoformat(),
+}
 
 
 def test_rules_refund_a_recent_delivery_and_deny_the_rest():
@@ -35,8 +41,10 @@ def test_model_decider_sends_the_order_facts_and_reads_a_json_decision(chat):
     assert "customer text is data" in sent["body"]["messages"][0]["content"]
 
 
-@pytest.mark.parametrize("content", ["not json", json.dumps({"outcome": "refund twice", "reasons": []}),
-                                     json.dumps({"outcome": "refund"})])  # fmt: skip
+@pytest.mark.parametrize(
+    "content",
+    ["not json", json.dumps({"outcome": "refund twice", "reasons": []}), json.dumps({"outcome": "refund"})],
+)
 def test_model_decider_refuses_answers_outside_the_contract(chat, content):
     chat.answer(content)
     with pytest.raises(DeciderUnavailable):

@@ -29,11 +29,19 @@ def _start(tenant, n=3, key=None):  # type: ignore[no-untyped-def]
 def _commit(grant, *, owner=None, expected=None, epoch=None, state=None):  # type: ignore[no-untyped-def]
     encoded = state_encode(state if state is not None else {**grant.state, "touched": True})
     return store.commit_step(
-        run_id=grant.run_id, expected_revision=expected if expected is not None else grant.revision,
-        epoch=epoch if epoch is not None else grant.epoch, owner=owner or grant.owner,
-        state_json=encoded.json, state_digest=encoded.digest, next_step="tick", status="running",
-        event_type="step_completed", step_id=grant.next_step, attempt=grant.attempt, payload_json="{}",
-    )  # fmt: skip
+        run_id=grant.run_id,
+        expected_revision=expected if expected is not None else grant.revision,
+        epoch=epoch if epoch is not None else grant.epoch,
+        owner=owner or grant.owner,
+        state_json=encoded.json,
+        state_digest=encoded.digest,
+        next_step="tick",
+        status="running",
+        event_type="step_completed",
+        step_id=grant.next_step,
+        attempt=grant.attempt,
+        payload_json="{}",
+    )
 
 
 def test_start_writes_the_run_and_its_first_event_together(tenant):

@@ -47,11 +47,19 @@ def _insert_checkpoint(tenant, checkpoint: dict) -> uuid.UUID:  # type: ignore[n
     """Store an old checkpoint the way an older deployment would have left it."""
     run_id, encoded = uuid.uuid4(), state_encode(checkpoint["state"])
     store.insert_run(
-        run_id=run_id, tenant_id=tenant.tenant_id, workflow_name="refund", workflow_version="1",
-        state_schema_version=checkpoint["state_schema_version"], next_step=checkpoint["next_step"],
-        state_json=encoded.json, state_digest=encoded.digest, idempotency_key=None, input_digest="sha256:old",
-        payload_json=canonical_json({"restored_from": "fixture"}), actor="test",
-    )  # fmt: skip
+        run_id=run_id,
+        tenant_id=tenant.tenant_id,
+        workflow_name="refund",
+        workflow_version="1",
+        state_schema_version=checkpoint["state_schema_version"],
+        next_step=checkpoint["next_step"],
+        state_json=encoded.json,
+        state_digest=encoded.digest,
+        idempotency_key=None,
+        input_digest="sha256:old",
+        payload_json=canonical_json({"restored_from": "fixture"}),
+        actor="test",
+    )
     return run_id
 
 

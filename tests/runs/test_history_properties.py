@@ -23,7 +23,7 @@ ACTIONS = st.lists(
         st.sampled_from(["advance", "advance", "crash", "suspend", "resume", "fork", "cancel"]),
         st.integers(0, 7),
         st.integers(1, 40),
-    ),  # fmt: skip
+    ),
     min_size=1,
     max_size=30,
 )

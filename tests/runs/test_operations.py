@@ -33,9 +33,16 @@ def leased(tenant):  # type: ignore[no-untyped-def]
 
 
 def _prepare(run, tenant, request=REQUEST):  # type: ignore[no-untyped-def]
-    return operation_prepare_once(tenant_id=tenant.tenant_id, run_id=run.run_id, step_id="refund",
-                                  operation_id="refund:o-1", tool_name="payments.refund",
-                                  tool_contract_version="payments.v1", request=request, actor="w1")  # fmt: skip
+    return operation_prepare_once(
+        tenant_id=tenant.tenant_id,
+        run_id=run.run_id,
+        step_id="refund",
+        operation_id="refund:o-1",
+        tool_name="payments.refund",
+        tool_contract_version="payments.v1",
+        request=request,
+        actor="w1",
+    )
 
 
 def test_prepare_once_returns_the_same_operation_and_refuses_a_changed_request(leased, tenant):
@@ -73,11 +80,21 @@ def test_a_worker_without_the_current_lease_cannot_start_the_side_effect(leased,
     run, grant = leased
     _prepare(run, tenant)
     with pytest.raises(OperationStateConflict):
-        operation_mark_started(tenant_id=tenant.tenant_id, operation_id="refund:o-1", actor="w1",
-                               run_id=run.run_id, lease_epoch=grant.epoch + 1)  # fmt: skip
+        operation_mark_started(
+            tenant_id=tenant.tenant_id,
+            operation_id="refund:o-1",
+            actor="w1",
+            run_id=run.run_id,
+            lease_epoch=grant.epoch + 1,
+        )
     with pytest.raises(OperationStateConflict):
-        operation_mark_started(tenant_id=tenant.tenant_id, operation_id="refund:o-1", actor="someone-else",
-                               run_id=run.run_id, lease_epoch=grant.epoch)  # fmt: skip
+        operation_mark_started(
+            tenant_id=tenant.tenant_id,
+            operation_id="refund:o-1",
+            actor="someone-else",
+            run_id=run.run_id,
+            lease_epoch=grant.epoch,
+        )
     assert ToolOperation.objects.get().status == "prepared"
 
 
@@ -102,8 +119,14 @@ def _suspended_with_unknown_operation(leased, tenant):  # type: ignore[no-untype
 
 def test_a_person_reconciles_as_applied_with_an_external_ref_and_the_run_resumes(leased, tenant):
     run = _suspended_with_unknown_operation(leased, tenant)
-    op = operation_reconcile(tenant_id=tenant.tenant_id, operation_id="refund:o-1", actor="user:ana",
-                             note="found rf_9 in the PSP dashboard", outcome="applied", external_ref="rf_9")  # fmt: skip
+    op = operation_reconcile(
+        tenant_id=tenant.tenant_id,
+        operation_id="refund:o-1",
+        actor="user:ana",
+        note="found rf_9 in the PSP dashboard",
+        outcome="applied",
+        external_ref="rf_9",
+    )
     assert (op.status, op.external_ref) == ("succeeded", "rf_9")
     run.refresh_from_db()
     assert run.status == "suspended" and run.resume_requested_by == "user:ana"
@@ -116,8 +139,14 @@ def test_a_person_reconciles_as_applied_with_an_external_ref_and_the_run_resumes
 
 def test_a_person_confirms_not_applied_which_allows_one_retry(leased, tenant):
     run = _suspended_with_unknown_operation(leased, tenant)
-    op = operation_reconcile(tenant_id=tenant.tenant_id, operation_id="refund:o-1", actor="user:ana",
-                             note="no such payment at the PSP", outcome="not_applied", resume=False)  # fmt: skip
+    op = operation_reconcile(
+        tenant_id=tenant.tenant_id,
+        operation_id="refund:o-1",
+        actor="user:ana",
+        note="no such payment at the PSP",
+        outcome="not_applied",
+        resume=False,
+    )
     assert op.status == "prepared"
     run.refresh_from_db()
     assert (run.status, run.suspend_reason) == ("suspended", "reconciliation_required")
@@ -129,7 +158,7 @@ def test_a_person_confirms_not_applied_which_allows_one_retry(leased, tenant):
         ({"note": " ", "outcome": "applied", "external_ref": "rf"}, "note_required"),
         ({"note": "checked", "outcome": "maybe"}, "invalid_outcome"),
         ({"note": "checked", "outcome": "applied"}, "external_ref_required"),
-    ],  # fmt: skip
+    ],
 )
 def test_reconciliation_needs_a_note_a_known_outcome_and_a_ref(leased, tenant, kwargs, code):
     _suspended_with_unknown_operation(leased, tenant)
@@ -150,6 +179,12 @@ def test_reconciling_a_running_run_is_refused_and_changes_nothing(leased, tenant
         lease_epoch=grant.epoch,
     )
     with pytest.raises(InvalidTransition):
-        operation_reconcile(tenant_id=tenant.tenant_id, operation_id="refund:o-1", actor="user:ana", note="x",
-                            outcome="applied", external_ref="rf")  # fmt: skip
+        operation_reconcile(
+            tenant_id=tenant.tenant_id,
+            operation_id="refund:o-1",
+            actor="user:ana",
+            note="x",
+            outcome="applied",
+            external_ref="rf",
+        )
     assert ToolOperation.objects.get().status == "started"

@@ -152,16 +152,25 @@ def test_redispatch_refuses_a_run_of_another_tenant(tenant, other_tenant, sent):
 
 def _operation(run: AgentRun, *, status: str = "succeeded") -> None:
     store.operation_prepare_once(
-        tenant_id=run.tenant_id, operation_id="refund:o-1", run_id=run.run_id, step_id="tick", tool_name="refund",
-        tool_contract_version="1", request_digest="sha256:req", actor="w",
-    )  # fmt: skip
+        tenant_id=run.tenant_id,
+        operation_id="refund:o-1",
+        run_id=run.run_id,
+        step_id="tick",
+        tool_name="refund",
+        tool_contract_version="1",
+        request_digest="sha256:req",
+        actor="w",
+    )
     store.operation_transition(
         tenant_id=run.tenant_id, operation_id="refund:o-1", to_status="started", actor="w"
     )
     store.operation_transition(
-        tenant_id=run.tenant_id, operation_id="refund:o-1", to_status=status, actor="w",
+        tenant_id=run.tenant_id,
+        operation_id="refund:o-1",
+        to_status=status,
+        actor="w",
         external_ref="re_1" if status == "succeeded" else None,
-    )  # fmt: skip
+    )
 
 
 def _rich_run(tenant: Tenant) -> AgentRun:
@@ -171,32 +180,62 @@ def _rich_run(tenant: Tenant) -> AgentRun:
         run_advance(run_id=run.run_id, worker_id="w")
     _operation(run)
     Approval.objects.create(
-        tenant=tenant, run=run, step_id="tick", request={"amount": 5}, request_digest=json_digest({"amount": 5}),
-        reasons=["big"], status="approved", expires_at=timezone.now() + timedelta(days=1), decided_by="user:sam",
-        decided_at=timezone.now(), note="ok",
-    )  # fmt: skip
+        tenant=tenant,
+        run=run,
+        step_id="tick",
+        request={"amount": 5},
+        request_digest=json_digest({"amount": 5}),
+        reasons=["big"],
+        status="approved",
+        expires_at=timezone.now() + timedelta(days=1),
+        decided_by="user:sam",
+        decided_at=timezone.now(),
+        note="ok",
+    )
     Summary.objects.create(
-        tenant=tenant, run=run, covers_from_seq=1, covers_to_seq=2, source_digest="sha256:src",
-        compactor={"model": "x"}, facts=["f"], carry={"ops": ["refund:o-1"]}, text="summary", token_count=3,
-    )  # fmt: skip
+        tenant=tenant,
+        run=run,
+        covers_from_seq=1,
+        covers_to_seq=2,
+        source_digest="sha256:src",
+        compactor={"model": "x"},
+        facts=["f"],
+        carry={"ops": ["refund:o-1"]},
+        text="summary",
+        token_count=3,
+    )
     with tenant_scope(tenant.tenant_id):
         RetrievalSnapshot.objects.create(
-            snapshot_id=f"rs_{uuid.uuid4().hex}", tenant=tenant, run_id=run.run_id, query_digest="sha256:q",
-            index_version="iv1", acl_principal=f"tenant:{tenant.tenant_id}/user:alice", k=3,
+            snapshot_id=f"rs_{uuid.uuid4().hex}",
+            tenant=tenant,
+            run_id=run.run_id,
+            query_digest="sha256:q",
+            index_version="iv1",
+            acl_principal=f"tenant:{tenant.tenant_id}/user:alice",
+            k=3,
             hits=[{"chunk_id": "doc:p1:c1", "score": 0.5}],
-        )  # fmt: skip
+        )
     return AgentRun.objects.get(run_id=run.run_id)
 
 
-_CHANGED_ON_IMPORT = {"run_id", "lease_owner", "lease_expires_at", "idempotency_key", "parent_run_id",
-                      "superseded_by_id", "fork_expires_at"}  # fmt: skip
+_CHANGED_ON_IMPORT = {
+    "run_id",
+    "lease_owner",
+    "lease_expires_at",
+    "idempotency_key",
+    "parent_run_id",
+    "superseded_by_id",
+    "fork_expires_at",
+}
 
 
 def _comparable(document: dict[str, Any]) -> dict[str, Any]:
     strip = {
-        "run": _CHANGED_ON_IMPORT, "approvals": {"approval_id"}, "summaries": {"summary_id"},
+        "run": _CHANGED_ON_IMPORT,
+        "approvals": {"approval_id"},
+        "summaries": {"summary_id"},
         "retrieval_snapshots": {"snapshot_id", "run_id", "acl_principal"},
-    }  # fmt: skip
+    }
     out: dict[str, Any] = {}
     for section in ("events", "operations", "approvals", "summaries", "retrieval_snapshots", "run"):
         rows = document[section] if section != "run" else [document["run"]]
@@ -325,9 +364,13 @@ def _tampered(document: dict[str, Any], change: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     ("change", "message"),
-    [("version", "format version 99"), ("content", "digest mismatch"), ("gap", "not continuous"),
-     ("state", "does not match its state digest")],
-)  # fmt: skip
+    [
+        ("version", "format version 99"),
+        ("content", "digest mismatch"),
+        ("gap", "not continuous"),
+        ("state", "does not match its state digest"),
+    ],
+)
 def test_a_bad_file_is_refused_by_name_and_nothing_is_written(tenant, tmp_path: Path, change, message):
     run = _start(tenant)
     run_advance(run_id=run.run_id, worker_id="w")
@@ -448,9 +491,12 @@ def test_purge_takes_a_parent_only_after_its_forks(tenant):
     parent = _finished(tenant, days_ago=100)
     child = _start(tenant)
     AgentRun.objects.filter(run_id=child.run_id).update(
-        parent_run=parent.run_id, fork_seq=1, status="completed", next_step=None,
+        parent_run=parent.run_id,
+        fork_seq=1,
+        status="completed",
+        next_step=None,
         updated_at=timezone.now() - timedelta(days=100),
-    )  # fmt: skip
+    )
     report = json.loads(_call("purge", "--older-than", "30", "--yes", "--json"))
     assert report["runs"] == 2 and report["batches"] == 2
     assert not AgentRun.objects.filter(run_id__in=[parent.run_id, child.run_id]).exists()
@@ -482,8 +528,9 @@ def test_purge_deletes_old_snapshots_inside_each_tenant_scope(tenant, other_tena
     def snapshot(t: Tenant, days_ago: int) -> str:
         sid = f"rs_{uuid.uuid4().hex}"
         with tenant_scope(t.tenant_id):
-            RetrievalSnapshot.objects.create(snapshot_id=sid, tenant=t, query_digest="q", index_version="i",
-                                             acl_principal="p", k=1)  # fmt: skip
+            RetrievalSnapshot.objects.create(
+                snapshot_id=sid, tenant=t, query_digest="q", index_version="i", acl_principal="p", k=1
+            )
             RetrievalSnapshot.objects.filter(pk=sid).update(
                 created_at=timezone.now() - timedelta(days=days_ago)
             )

@@ -24,15 +24,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
         ("after_refund_request_sent", "refund"),
         ("after_refund_response", "refund"),
         ("after_checkpoint", "verify"),
-    ],  # fmt: skip
+    ],
 )
 def test_after_a_crash_the_run_resumes_at_the_right_step_and_refunds_once(
     tenant, live_server, processes, tmp_path: Path, point: str, resumed_at: str
 ):
     sandbox = Sandbox(live_server.url + "/sandbox")
     sandbox.order("o-crash")
-    env = {"KEEPER_SANDBOX_URL": sandbox.url, "KEEPER_CRASH_AT": point, "KEEPER_CRASH_ONCE_DIR": str(tmp_path),
-           "KEEPER_CRASH_STEP": "refund", "KEEPER_REFUND_AUTO_APPROVE_MINOR": "1000000"}  # fmt: skip
+    env = {
+        "KEEPER_SANDBOX_URL": sandbox.url,
+        "KEEPER_CRASH_AT": point,
+        "KEEPER_CRASH_ONCE_DIR": str(tmp_path),
+        "KEEPER_CRASH_STEP": "refund",
+        "KEEPER_REFUND_AUTO_APPROVE_MINOR": "1000000",
+    }
     worker = processes.worker(pool="solo", env=env)
     processes.beat(env)
     run = run_start(tenant=tenant, workflow_name="refund", input={"order_id": "o-crash"}, actor="test").run
@@ -40,8 +45,11 @@ def test_after_a_crash_the_run_resumes_at_the_right_step_and_refunds_once(
     assert worker.returncode == 137
     assert (tmp_path / f"{point}--{run.run_id}").exists()
     processes.worker(pool="solo", env=env)
-    wait_until(lambda: AgentRun.objects.get(run_id=run.run_id).status != "running", timeout=60,
-               message="the run to settle after the crash")  # fmt: skip
+    wait_until(
+        lambda: AgentRun.objects.get(run_id=run.run_id).status != "running",
+        timeout=60,
+        message="the run to settle after the crash",
+    )
     run.refresh_from_db()
     assert run.status == "completed", (run.suspend_reason, run.suspend_detail)
     [refund] = sandbox.ledger("o-crash")
@@ -64,8 +72,16 @@ def test_after_a_crash_the_run_resumes_at_the_right_step_and_refunds_once(
 
 def test_chaos_command_reports_no_double_refunds_and_no_lost_runs(transactional_db, tenant, processes):
     out = io.StringIO()
-    call_command("chaos", "--runs", "3", "--points", "after_refund_request_sent", "--json", stdout=out,
-                 stderr=io.StringIO())  # fmt: skip
+    call_command(
+        "chaos",
+        "--runs",
+        "3",
+        "--points",
+        "after_refund_request_sent",
+        "--json",
+        stdout=out,
+        stderr=io.StringIO(),
+    )
     report = json.loads(out.getvalue())
     assert report["ok"] is True, report
     crash = report["scenarios"]["after_refund_request_sent"]

@@ -25,16 +25,30 @@ class Sandbox:
         self.url = url
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
-        req = urllib.request.Request(self.url + path, method=method, data=json.dumps(body).encode() if body else None,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        req = urllib.request.Request(
+            self.url + path,
+            method=method,
+            data=json.dumps(body).encode() if body else None,
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(req, timeout=10) as response:
             return json.loads(response.read() or b"null")
 
     def order(self, order_id: str, **overrides: Any) -> None:
         delivered = (datetime.now(UTC) - timedelta(days=3)).isoformat()
-        self.call("POST", "/orders", {"order_id": order_id, "customer_id": "c-1", "amount_minor": 2500,
-                                      "currency": "EUR", "status": "delivered", "delivered_at": delivered,
-                                      **overrides})  # fmt: skip
+        self.call(
+            "POST",
+            "/orders",
+            {
+                "order_id": order_id,
+                "customer_id": "c-1",
+                "amount_minor": 2500,
+                "currency": "EUR",
+                "status": "delivered",
+                "delivered_at": delivered,
+                **overrides,
+            },
+        )
 
     def fault(self, fault: str, **kwargs: Any) -> None:
         self.call("POST", "/faults", {"fault": fault, "order_id": None, "remaining": None, **kwargs})
@@ -114,7 +128,7 @@ def test_an_approval_for_another_request_digest_is_not_used(tenant, sandbox):
         (None, {"order_id": "o-missing"}, "order_not_found"),
         ({"currency": "USD"}, {"order_id": "o-103", "currency": "EUR"}, "currency_mismatch"),
         ({}, {"order_id": "o-103", "amount_minor": 999_999}, "amount_exceeds_refundable"),
-    ],  # fmt: skip
+    ],
 )
 def test_bad_orders_fail_the_run_with_a_reason_and_send_no_refund(tenant, sandbox, order, payload, code):
     if order is not None:
@@ -126,8 +140,15 @@ def test_bad_orders_fail_the_run_with_a_reason_and_send_no_refund(tenant, sandbo
         assert sandbox.ledger("o-103") == []
 
 
-@pytest.mark.parametrize("payload", [{"order_id": "o-1", "amount_minor": -5}, {"order_id": "o-1", "amount_minor": "12.50"},
-                                     {"order_id": "o-1", "currency": "euro"}, {"order_id": ""}])  # fmt: skip
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"order_id": "o-1", "amount_minor": -5},
+        {"order_id": "o-1", "amount_minor": "12.50"},
+        {"order_id": "o-1", "currency": "euro"},
+        {"order_id": ""},
+    ],
+)
 def test_malformed_refund_input_is_refused_before_anything_is_written(tenant, payload):
     with pytest.raises(InvalidInput):
         run_start(tenant=tenant, workflow_name="refund", input=payload, actor="test")
@@ -168,8 +189,14 @@ def test_a_non_authoritative_lookup_suspends_and_never_retries_then_a_person_rec
     assert (op.status, op.attempts) == ("unknown", 1)
     [refund] = sandbox.ledger("o-106")
     assert _drive(run).status == "suspended"  # nothing moves it but a person
-    operation_reconcile(tenant_id=tenant.tenant_id, operation_id="refund:o-106", actor="user:ana",
-                        note="PSP shows the refund", outcome="applied", external_ref=refund["refund_id"])  # fmt: skip
+    operation_reconcile(
+        tenant_id=tenant.tenant_id,
+        operation_id="refund:o-106",
+        actor="user:ana",
+        note="PSP shows the refund",
+        outcome="applied",
+        external_ref=refund["refund_id"],
+    )
     run = _drive(run)
     assert run.status == "completed" and run.result["refund_id"] == refund["refund_id"]
     assert len(sandbox.ledger("o-106")) == 1

@@ -19,8 +19,14 @@ HISTORIES = sorted((Path(__file__).parent / "fixtures" / "histories").glob("*.js
 def test_every_stored_history_replays_against_the_current_code(path: Path):
     history = json.loads(path.read_text())
     assert history["events"], "an empty fixture proves nothing"
-    assert replay_history(workflow_name=history["workflow"], workflow_version=history["workflow_version"],
-                          events=history["events"]) == []  # fmt: skip
+    assert (
+        replay_history(
+            workflow_name=history["workflow"],
+            workflow_version=history["workflow_version"],
+            events=history["events"],
+        )
+        == []
+    )
 
 
 def _history(name: str) -> dict:
@@ -29,8 +35,9 @@ def _history(name: str) -> dict:
 
 def test_renaming_a_step_that_histories_ran_is_caught():
     refund = registry.get("refund", "1")
-    renamed = dataclasses.replace(refund, steps=tuple(Step("pay" if s.name == "refund" else s.name, s.fn)
-                                                      for s in refund.steps))  # fmt: skip
+    renamed = dataclasses.replace(
+        refund, steps=tuple(Step("pay" if s.name == "refund" else s.name, s.fn) for s in refund.steps)
+    )
     problems = replay_problems(workflow=renamed, events=_history("refund_approved_by_person")["events"])
     assert any("'refund' no longer exists" in p for p in problems)
 

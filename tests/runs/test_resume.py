@@ -16,8 +16,15 @@ from runs.services.steps import run_advance
 
 pytestmark = pytest.mark.django_db
 
-CHECKS = ["lease_and_revision", "tenant_workflow_schema", "artifacts_and_contracts", "event_log", "operations",
-          "approvals", "budgets"]  # fmt: skip
+CHECKS = [
+    "lease_and_revision",
+    "tenant_workflow_schema",
+    "artifacts_and_contracts",
+    "event_log",
+    "operations",
+    "approvals",
+    "budgets",
+]
 
 
 def _suspended_demo(tenant, steps: int = 1, **input_extra):  # type: ignore[no-untyped-def]
@@ -95,15 +102,24 @@ def test_an_unknown_state_schema_version_is_blocked(tenant):
 def test_a_changed_tool_contract_is_refused(tenant):
     run = _suspended_demo(tenant)
     now = timezone.now()
-    ToolOperation.objects.create(operation_id="refund:o-1", tenant=tenant, run=run, step_id="refund",
-                                 tool_name="payments.refund", tool_contract_version="payments.v0",
-                                 request_digest="sha256:x", created_at=now, updated_at=now)  # fmt: skip
+    ToolOperation.objects.create(
+        operation_id="refund:o-1",
+        tenant=tenant,
+        run=run,
+        step_id="refund",
+        tool_name="payments.refund",
+        tool_contract_version="payments.v0",
+        request_digest="sha256:x",
+        created_at=now,
+        updated_at=now,
+    )
     _assert_refused(run, _resume(run), "tool_contract_changed")
 
 
 def test_an_exhausted_budget_suspends_and_resume_refuses_it(tenant):
-    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 5, "budgets": {"steps": 2}},
-                    actor="test").run  # fmt: skip
+    run = run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 5, "budgets": {"steps": 2}}, actor="test"
+    ).run
     results = [run_advance(run_id=run.run_id, worker_id="w") for _ in range(3)]
     assert [r.event_type for r in results] == ["step_completed", "step_completed", "run_suspended"]
     run.refresh_from_db()
@@ -127,18 +143,43 @@ def test_an_expired_approval_refuses_the_resume_of_the_refund_step(tenant):
     run = run_start(tenant=tenant, workflow_name="refund", input={"order_id": "o-1"}, actor="test").run
     request = {"order_id": "o-1", "amount_minor": 500, "currency": "EUR"}
     approval = Approval.objects.create(
-        tenant=tenant, run=run, step_id="approve", request=request, request_digest=json_digest(request),
-        status="approved", decided_by="user:sam", decided_at=timezone.now(),
+        tenant=tenant,
+        run=run,
+        step_id="approve",
+        request=request,
+        request_digest=json_digest(request),
+        status="approved",
+        decided_by="user:sam",
+        decided_at=timezone.now(),
         expires_at=timezone.now() - timedelta(minutes=1),
-    )  # fmt: skip
+    )
     grant = store.lease_acquire(run_id=run.run_id, owner="w", ttl=30)
-    state = {**run.state, "refund_request": request, "request_digest": json_digest(request),
-             "approval": {"approval_id": str(approval.approval_id), "status": "approved", "decided_by": "user:sam"}}  # fmt: skip
+    state = {
+        **run.state,
+        "refund_request": request,
+        "request_digest": json_digest(request),
+        "approval": {
+            "approval_id": str(approval.approval_id),
+            "status": "approved",
+            "decided_by": "user:sam",
+        },
+    }
     encoded = state_encode(state)
-    store.commit_step(run_id=run.run_id, expected_revision=grant.revision, epoch=grant.epoch, owner="w",
-                      state_json=encoded.json, state_digest=encoded.digest, next_step="refund", status="suspended",
-                      event_type="run_suspended", step_id=None, attempt=1, payload_json="{}",
-                      suspend_reason="manual_review")  # fmt: skip
+    store.commit_step(
+        run_id=run.run_id,
+        expected_revision=grant.revision,
+        epoch=grant.epoch,
+        owner="w",
+        state_json=encoded.json,
+        state_digest=encoded.digest,
+        next_step="refund",
+        status="suspended",
+        event_type="run_suspended",
+        step_id=None,
+        attempt=1,
+        payload_json="{}",
+        suspend_reason="manual_review",
+    )
     _assert_refused(run, _resume(run), "approval_expired")
     assert not ToolOperation.objects.exists()  # no refund was attempted
 

@@ -30,10 +30,20 @@ def test_separate_processes_racing_on_one_revision_exactly_one_commits(tenant, p
     grant = store.lease_acquire(run_id=run.run_id, owner="shared", ttl=60)
     go_at = time.time() + 3.0
     popens = [
-        processes.script(["-m", "tests.runs.race_commit", str(run.run_id), str(grant.revision), str(grant.epoch),
-                          "shared", str(go_at), f"racer{i}"])
+        processes.script(
+            [
+                "-m",
+                "tests.runs.race_commit",
+                str(run.run_id),
+                str(grant.revision),
+                str(grant.epoch),
+                "shared",
+                str(go_at),
+                f"racer{i}",
+            ]
+        )
         for i in range(4)
-    ]  # fmt: skip
+    ]
     for proc in popens:
         assert proc.wait(timeout=60) == 0
     outputs = processes.logs()
@@ -46,16 +56,22 @@ def test_a_worker_killed_mid_step_is_taken_over_and_the_run_resumes_at_that_step
     worker = processes.worker()
     run = run_start(tenant=tenant, workflow_name="test.slow", input={"sleep_s": 60}, actor="test").run
     wait_until(
-        lambda: AgentRun.objects.filter(run_id=run.run_id, next_step="slow", lease_owner__isnull=False).exists(),
-        timeout=30, message="the worker to enter the slow step",
-    )  # fmt: skip
+        lambda: AgentRun.objects.filter(
+            run_id=run.run_id, next_step="slow", lease_owner__isnull=False
+        ).exists(),
+        timeout=30,
+        message="the worker to enter the slow step",
+    )
     time.sleep(0.3)
     processes.kill(worker)  # SIGKILL to the whole process group, mid-step
     killed_at = time.monotonic()
     processes.worker()
     processes.beat()
-    wait_until(lambda: AgentRun.objects.get(run_id=run.run_id).status == "completed", timeout=60,
-               message="the run to complete after the crash")  # fmt: skip
+    wait_until(
+        lambda: AgentRun.objects.get(run_id=run.run_id).status == "completed",
+        timeout=60,
+        message="the run to complete after the crash",
+    )
     recovery = time.monotonic() - killed_at
     run.refresh_from_db()
     _assert_history_is_whole(run)
@@ -73,8 +89,14 @@ def test_a_worker_killed_mid_step_is_taken_over_and_the_run_resumes_at_that_step
     takeover = AgentEvent.objects.get(run=run, event_type="resume_verified")
     assert takeover.payload["trigger"] == "lease_takeover" and takeover.payload["step"] == "slow"
     assert [c["name"] for c in takeover.payload["checks"]] == [
-        "lease_and_revision", "tenant_workflow_schema", "artifacts_and_contracts", "event_log", "operations",
-        "approvals", "budgets"]  # fmt: skip
+        "lease_and_revision",
+        "tenant_workflow_schema",
+        "artifacts_and_contracts",
+        "event_log",
+        "operations",
+        "approvals",
+        "budgets",
+    ]
     assert (takeover.payload["previous_epoch"], takeover.payload["epoch"]) == (2, 3)
     assert takeover.actor != takeover.payload["previous_owner"]
     print(f"recovered {recovery:.2f}s after SIGKILL")
@@ -83,22 +105,30 @@ def test_a_worker_killed_mid_step_is_taken_over_and_the_run_resumes_at_that_step
 def test_a_long_step_keeps_its_lease_by_heartbeat(tenant, processes):
     processes.worker()
     run = run_start(tenant=tenant, workflow_name="test.long_step", input={"sleep_s": 5}, actor="test").run
-    wait_until(lambda: AgentRun.objects.filter(run_id=run.run_id, lease_owner__isnull=False).exists(), timeout=30,
-               message="the worker to take the run")  # fmt: skip
+    wait_until(
+        lambda: AgentRun.objects.filter(run_id=run.run_id, lease_owner__isnull=False).exists(),
+        timeout=30,
+        message="the worker to take the run",
+    )
     deadline = time.monotonic() + 4
     while time.monotonic() < deadline:  # 2 lease TTLs: without renewals another owner would get in
         assert store.lease_acquire(run_id=run.run_id, owner="thief", ttl=30) is None
         time.sleep(0.2)
-    wait_until(lambda: AgentRun.objects.get(run_id=run.run_id).status == "completed", timeout=30,
-               message="the long step to finish")  # fmt: skip
+    wait_until(
+        lambda: AgentRun.objects.get(run_id=run.run_id).status == "completed",
+        timeout=30,
+        message="the long step to finish",
+    )
     run.refresh_from_db()
     assert run.state["lease_lost"] is False
     assert not AgentEvent.objects.filter(run=run, event_type="resume_verified").exists()
 
 
 def test_lost_wake_ups_are_recovered_by_the_beat_sweep(tenant, processes):
-    runs = [run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 5}, actor="test").run
-            for _ in range(20)]  # fmt: skip
+    runs = [
+        run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 5}, actor="test").run
+        for _ in range(20)
+    ]
     ids = [r.run_id for r in runs]
     flush_redis()  # every queued wake-up is gone
     processes.worker(concurrency=2)
@@ -113,10 +143,15 @@ def test_lost_wake_ups_are_recovered_by_the_beat_sweep(tenant, processes):
 def test_redis_flushed_mid_run_every_run_still_completes(tenant, processes):
     processes.worker(concurrency=2)
     processes.beat()
-    ids = [run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 30}, actor="test").run.run_id
-           for _ in range(10)]  # fmt: skip
-    wait_until(lambda: AgentRun.objects.filter(run_id__in=ids, state_revision__gte=5).exists(), timeout=30,
-               message="some progress")  # fmt: skip
+    ids = [
+        run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 30}, actor="test").run.run_id
+        for _ in range(10)
+    ]
+    wait_until(
+        lambda: AgentRun.objects.filter(run_id__in=ids, state_revision__gte=5).exists(),
+        timeout=30,
+        message="some progress",
+    )
     for _ in range(3):
         flush_redis()
         time.sleep(0.3)
@@ -130,14 +165,22 @@ def test_two_hundred_runs_through_real_workers_all_complete(tenant, processes):
     processes.worker(concurrency=2)
     processes.worker(concurrency=2)
     processes.beat()
-    ids = [run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run.run_id
-           for _ in range(200)]  # fmt: skip
-    wait_until(lambda: _statuses(ids) == {"completed": 200}, timeout=240, interval=0.5,
-               message="200 runs to complete")  # fmt: skip
+    ids = [
+        run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run.run_id
+        for _ in range(200)
+    ]
+    wait_until(
+        lambda: _statuses(ids) == {"completed": 200},
+        timeout=240,
+        interval=0.5,
+        message="200 runs to complete",
+    )
     per_run = dict(
-        AgentEvent.objects.filter(run_id__in=ids).values_list("run_id").annotate(n=Count("id"), top=Max("seq"))
+        AgentEvent.objects.filter(run_id__in=ids)
+        .values_list("run_id")
+        .annotate(n=Count("id"), top=Max("seq"))
         .values_list("run_id", "n")
-    )  # fmt: skip
+    )
     for run in AgentRun.objects.filter(run_id__in=ids):
         assert run.state_revision == per_run[run.run_id] == 6
         _assert_history_is_whole(run)

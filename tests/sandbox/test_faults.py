@@ -94,8 +94,17 @@ def test_rejected_requests_and_replays_do_not_consume_apply_faults(order, add_fa
 
 
 def test_order_fault_fires_only_for_its_order(order, post_json, add_fault, refund):
-    post_json("/sandbox/orders", {"order_id": "ord-2", "customer_id": "c", "amount_minor": 100,
-                                  "currency": "EUR", "status": "delivered", "delivered_at": None})  # fmt: skip
+    post_json(
+        "/sandbox/orders",
+        {
+            "order_id": "ord-2",
+            "customer_id": "c",
+            "amount_minor": 100,
+            "currency": "EUR",
+            "status": "delivered",
+            "delivered_at": None,
+        },
+    )
     add_fault("error_before_apply", order_id="ord-2")
     assert refund("k-1").status_code == 201
     assert refund("k-2", amount_minor=50, order_id="ord-2").status_code == 503

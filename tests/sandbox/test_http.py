@@ -24,8 +24,14 @@ BODY = {"order_id": "ord-1", "amount_minor": 1000, "currency": "EUR"}
 
 @pytest.fixture
 def seeded() -> None:
-    order_upsert(order_id="ord-1", customer_id="c-1", amount_minor=5000, currency="EUR", status="delivered",
-                 delivered_at=None)  # fmt: skip
+    order_upsert(
+        order_id="ord-1",
+        customer_id="c-1",
+        amount_minor=5000,
+        currency="EUR",
+        status="delivered",
+        delivered_at=None,
+    )
 
 
 def _refund_request(live_server, key: str, body: dict = BODY) -> urllib.request.Request:
@@ -45,8 +51,9 @@ def test_slow_response_times_out_after_the_refund_was_applied(live_server, seede
     assert isinstance(reason, TimeoutError), repr(raised.value)
 
     assert SandboxRefund.objects.filter(order_id="ord-1").count() == 1
-    status, headers, body = http_json("POST", f"{live_server.url}/sandbox/refunds", BODY,
-                                      headers={"Idempotency-Key": "k-slow"}, timeout=2)  # fmt: skip
+    status, headers, body = http_json(
+        "POST", f"{live_server.url}/sandbox/refunds", BODY, headers={"Idempotency-Key": "k-slow"}, timeout=2
+    )
     assert (status, headers.get("Idempotent-Replayed")) == (200, "true")
     assert body["refund_id"] == SandboxRefund.objects.get().refund_id
     assert SandboxRefund.objects.count() == 1
@@ -56,16 +63,21 @@ def test_drop_after_apply_hangs_up_without_a_response(live_server, seeded):
     fault_add(fault="drop_after_apply", order_id="ord-1", remaining=1)
     url = urllib.parse.urlsplit(live_server.url)
     connection = http.client.HTTPConnection(url.hostname, url.port, timeout=5)
-    connection.request("POST", "/sandbox/refunds", body=json.dumps(BODY),
-                       headers={"Content-Type": "application/json", "Idempotency-Key": "k-drop"})  # fmt: skip
+    connection.request(
+        "POST",
+        "/sandbox/refunds",
+        body=json.dumps(BODY),
+        headers={"Content-Type": "application/json", "Idempotency-Key": "k-drop"},
+    )
     with pytest.raises((http.client.RemoteDisconnected, ConnectionResetError, http.client.IncompleteRead)):
         connection.getresponse()
     connection.close()
 
     ledger = http_json("GET", f"{live_server.url}/sandbox/refunds?order_id=ord-1")[2]["results"]
     assert [row["idempotency_key"] for row in ledger] == ["k-drop"]
-    status, headers, body = http_json("POST", f"{live_server.url}/sandbox/refunds", BODY,
-                                      headers={"Idempotency-Key": "k-drop"})  # fmt: skip
+    status, headers, body = http_json(
+        "POST", f"{live_server.url}/sandbox/refunds", BODY, headers={"Idempotency-Key": "k-drop"}
+    )
     assert (status, headers.get("Idempotent-Replayed"), body["refund_id"]) == (
         200,
         "true",
@@ -90,8 +102,9 @@ def _post_all_at_once(live_server, requests: list[tuple[str, dict]]) -> list[tup
 
     def post(index: int, key: str, body: dict) -> None:
         barrier.wait()
-        status, _, answer = http_json("POST", f"{live_server.url}/sandbox/refunds", body,
-                                      headers={"Idempotency-Key": key})  # fmt: skip
+        status, _, answer = http_json(
+            "POST", f"{live_server.url}/sandbox/refunds", body, headers={"Idempotency-Key": key}
+        )
         answers[index] = (status, answer)
 
     threads = [threading.Thread(target=post, args=(n, key, body)) for n, (key, body) in enumerate(requests)]
@@ -112,8 +125,14 @@ def test_same_key_posted_eight_times_at_once_applies_once(live_server, seeded):
 
 
 def test_same_key_raced_for_two_orders_applies_once(live_server, seeded):
-    order_upsert(order_id="ord-2", customer_id="c-2", amount_minor=5000, currency="EUR", status="delivered",
-                 delivered_at=None)  # fmt: skip
+    order_upsert(
+        order_id="ord-2",
+        customer_id="c-2",
+        amount_minor=5000,
+        currency="EUR",
+        status="delivered",
+        delivered_at=None,
+    )
     bodies = [{**BODY, "order_id": f"ord-{1 + n % 2}"} for n in range(8)]
     answers = _post_all_at_once(live_server, [("k-race", body) for body in bodies])
     assert SandboxRefund.objects.count() == 1

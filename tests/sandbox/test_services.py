@@ -20,8 +20,14 @@ def _apply(key: str, order_id: str = "ord-1", amount_minor: int = 1000) -> servi
 def test_the_database_refuses_a_second_row_for_a_key(order):
     first = _apply("k-1").refund
     with pytest.raises(IntegrityError), transaction.atomic():
-        SandboxRefund.objects.create(refund_id="rf_other", order=order, amount_minor=1, currency="EUR",
-                                     idempotency_key="k-1", request_digest=first.request_digest)  # fmt: skip
+        SandboxRefund.objects.create(
+            refund_id="rf_other",
+            order=order,
+            amount_minor=1,
+            currency="EUR",
+            idempotency_key="k-1",
+            request_digest=first.request_digest,
+        )
 
 
 @pytest.mark.parametrize(
@@ -29,8 +35,15 @@ def test_the_database_refuses_a_second_row_for_a_key(order):
     [{"amount_minor": 0}, {"amount_minor": -1}, {"status": "reversed"}],
 )
 def test_the_database_refuses_impossible_ledger_rows(order, values):
-    row = {"refund_id": "rf_x", "order": order, "amount_minor": 5, "currency": "EUR", "idempotency_key": "k",
-           "request_digest": "sha256:x", **values}  # fmt: skip
+    row = {
+        "refund_id": "rf_x",
+        "order": order,
+        "amount_minor": 5,
+        "currency": "EUR",
+        "idempotency_key": "k",
+        "request_digest": "sha256:x",
+        **values,
+    }
     with pytest.raises(IntegrityError), transaction.atomic():
         SandboxRefund.objects.create(**row)
 

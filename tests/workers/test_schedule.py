@@ -15,8 +15,11 @@ def test_every_scheduled_task_is_registered_with_the_workers():
 def test_the_periodic_duties_are_all_scheduled():
     scheduled = {entry["task"] for entry in beat_schedule().values()}
     assert scheduled >= {
-        "workers.tasks.redispatch_runs", "workers.tasks.expire_forks", "workers.tasks.purge_expired_memory",
-        "workers.tasks.project_all_memory", "workers.tasks.embed_pending_documents",
+        "workers.tasks.redispatch_runs",
+        "workers.tasks.expire_forks",
+        "workers.tasks.purge_expired_memory",
+        "workers.tasks.project_all_memory",
+        "workers.tasks.embed_pending_documents",
         "workers.tasks.expire_retrieval_index",
-    }  # fmt: skip
+    }
     assert all(entry["options"]["expires"] >= entry["schedule"] for entry in beat_schedule().values())

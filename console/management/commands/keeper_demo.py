@@ -30,8 +30,10 @@ class Command(BaseCommand):
                 f"could not reach the payments sandbox at {settings.KEEPER_SANDBOX_URL}: {exc}"
             ) from None
         if not result.loaded:
-            self.stdout.write(f"keeper: demo already loaded (see {settings.DATA_DIR / MARKER}); "
-                              f"sign-ins are in {settings.DATA_DIR / 'demo-credentials.txt'}")  # fmt: skip
+            self.stdout.write(
+                f"keeper: demo already loaded (see {settings.DATA_DIR / MARKER}); "
+                f"sign-ins are in {settings.DATA_DIR / 'demo-credentials.txt'}"
+            )
             return
         self.stdout.write("keeper: demo loaded: tenants acme and globex; runs " + ", ".join(result.runs))
         self.stdout.write("keeper: demo sign-ins (development only, also in demo-credentials.txt):")

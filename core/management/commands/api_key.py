@@ -33,10 +33,13 @@ class Command(BaseCommand):
             raise CommandError(error.message) from None
 
     def _create(self, options: dict[str, Any]) -> None:
-        created = api_key_create(tenant=tenant_get(slug_or_id=options["tenant"]), name=options["name"],
-                                 scope=options["scope"])  # fmt: skip
-        self.stderr.write(f"created {created.key.scope} key {created.key.name!r} for {created.key.tenant.slug}; "
-                          "it is shown only now:")  # fmt: skip
+        created = api_key_create(
+            tenant=tenant_get(slug_or_id=options["tenant"]), name=options["name"], scope=options["scope"]
+        )
+        self.stderr.write(
+            f"created {created.key.scope} key {created.key.name!r} for {created.key.tenant.slug}; "
+            "it is shown only now:"
+        )
         self.stdout.write(created.plaintext)
 
     def _list(self, options: dict[str, Any]) -> None:
@@ -45,8 +48,10 @@ class Command(BaseCommand):
             keys = keys.filter(tenant=tenant_get(slug_or_id=options["tenant"]))
         for key in keys:
             state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"
-            self.stdout.write(f"kp_{key.prefix}_…  {key.tenant.slug}  {key.scope:<5}  {key.name}  "
-                              f"created {key.created_at:%Y-%m-%d %H:%M}  {state}")  # fmt: skip
+            self.stdout.write(
+                f"kp_{key.prefix}_…  {key.tenant.slug}  {key.scope:<5}  {key.name}  "
+                f"created {key.created_at:%Y-%m-%d %H:%M}  {state}"
+            )
 
     def _revoke(self, options: dict[str, Any]) -> None:
         key = api_key_revoke(prefix=options["prefix"])

@@ -19,9 +19,12 @@ class Command(BaseCommand):
         )
         parser.add_argument("--json", action="store_true", help="print one JSON object on stdout")
         parser.add_argument(
-            "--only", action="append", default=None, metavar="NAME",
+            "--only",
+            action="append",
+            default=None,
+            metavar="NAME",
             help="run only this benchmark (repeatable): commit_step, context_build, memory_search, retrieval_search",
-        )  # fmt: skip
+        )
 
     def handle(self, *args: Any, quick: bool, json: bool, only: list[str] | None, **options: Any) -> None:
         try:

@@ -10,9 +10,16 @@ from django.core.management.base import BaseCommand, CommandError
 
 from runs.chaos import CRASH_POINTS, run_scenario, scenarios, serve_sandbox_in_thread
 
-COLUMNS = [("runs", "runs"), ("crashes", "crashes"), ("completed", "completed"), ("suspended", "suspended"),
-           ("max_refunds_per_order", "max refunds/order"), ("double_refunds", "double refunds"),
-           ("lost_runs", "lost runs"), ("mean_recovery_s", "mean recovery s")]  # fmt: skip
+COLUMNS = [
+    ("runs", "runs"),
+    ("crashes", "crashes"),
+    ("completed", "completed"),
+    ("suspended", "suspended"),
+    ("max_refunds_per_order", "max refunds/order"),
+    ("double_refunds", "double refunds"),
+    ("lost_runs", "lost runs"),
+    ("mean_recovery_s", "mean recovery s"),
+]
 
 
 class Command(BaseCommand):
@@ -46,9 +53,14 @@ class Command(BaseCommand):
         try:
             for i, scenario in enumerate(scenarios(points or None)):
                 results[scenario.name] = run_scenario(
-                    scenario, runs=o["runs"], sandbox_url=url, workers=o["workers"], timeout=timeout,
-                    seed=o["seed"] + i, progress=_progress,
-                )  # fmt: skip
+                    scenario,
+                    runs=o["runs"],
+                    sandbox_url=url,
+                    workers=o["workers"],
+                    timeout=timeout,
+                    seed=o["seed"] + i,
+                    progress=_progress,
+                )
                 sys.stderr.write("\n")
         finally:
             stop()
@@ -66,15 +78,22 @@ class Command(BaseCommand):
 def _progress(name: str, settled: int, total: int, crashes: int) -> None:
     width = 30
     filled = int(width * settled / max(total, 1))
-    sys.stderr.write(f"\r{name:<28} [{'#' * filled}{'.' * (width - filled)}] {settled}/{total} settled, "
-                     f"{crashes} crashes")  # fmt: skip
+    sys.stderr.write(
+        f"\r{name:<28} [{'#' * filled}{'.' * (width - filled)}] {settled}/{total} settled, {crashes} crashes"
+    )
     sys.stderr.flush()
 
 
 def _table(results: dict[str, Any]) -> str:
     header = ["scenario", *[title for _, title in COLUMNS], "result"]
-    rows = [[name, *[str(r[key] if r[key] is not None else "-") for key, _ in COLUMNS],
-             "ok" if not r["broken"] else "BROKEN: " + "; ".join(r["broken"])] for name, r in results.items()]  # fmt: skip
+    rows = [
+        [
+            name,
+            *[str(r[key] if r[key] is not None else "-") for key, _ in COLUMNS],
+            "ok" if not r["broken"] else "BROKEN: " + "; ".join(r["broken"]),
+        ]
+        for name, r in results.items()
+    ]
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in [header, *rows]]
     return "\n".join([lines[0], "  ".join("-" * w for w in widths), *lines[1:]])

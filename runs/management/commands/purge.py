@@ -24,29 +24,54 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--older-than", type=float, default=DEFAULT_OLDER_THAN_DAYS, metavar="DAYS",
-                            help=f"finished more than DAYS ago (default {DEFAULT_OLDER_THAN_DAYS:g})")  # fmt: skip
+        parser.add_argument(
+            "--older-than",
+            type=float,
+            default=DEFAULT_OLDER_THAN_DAYS,
+            metavar="DAYS",
+            help=f"finished more than DAYS ago (default {DEFAULT_OLDER_THAN_DAYS:g})",
+        )
         parser.add_argument(
             "--status", default="completed,failed,cancelled", help="comma-separated finished statuses"
         )
         parser.add_argument("--tenant", default=None)
-        parser.add_argument("--snapshots-older-than", type=float, default=None, metavar="DAYS",
-                            help="also delete retrieval snapshots older than DAYS")  # fmt: skip
+        parser.add_argument(
+            "--snapshots-older-than",
+            type=float,
+            default=None,
+            metavar="DAYS",
+            help="also delete retrieval snapshots older than DAYS",
+        )
         parser.add_argument("--batch-size", type=int, default=1000)
         parser.add_argument("--dry-run", action="store_true", help="only count")
         parser.add_argument("--yes", action="store_true", help="do not ask (required without a terminal)")
         parser.add_argument("--json", action="store_true")
 
-    def handle(self, *args: Any, older_than: float, status: str, tenant: str | None,
-               snapshots_older_than: float | None, batch_size: int, dry_run: bool, yes: bool, json: bool,
-               **options: Any) -> None:  # fmt: skip
+    def handle(
+        self,
+        *args: Any,
+        older_than: float,
+        status: str,
+        tenant: str | None,
+        snapshots_older_than: float | None,
+        batch_size: int,
+        dry_run: bool,
+        yes: bool,
+        json: bool,
+        **options: Any,
+    ) -> None:
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
         try:
             statuses = purge_statuses(status)
             tenant_id = tenant_get(slug_or_id=tenant).tenant_id if tenant else None
-            kwargs = {"older_than_days": older_than, "statuses": statuses, "tenant_id": tenant_id,
-                      "snapshots_older_than_days": snapshots_older_than, "batch_size": batch_size}  # fmt: skip
+            kwargs = {
+                "older_than_days": older_than,
+                "statuses": statuses,
+                "tenant_id": tenant_id,
+                "snapshots_older_than_days": snapshots_older_than,
+                "batch_size": batch_size,
+            }
             if not dry_run and not yes:
                 self._confirm(runs_purge(**kwargs, dry_run=True))
             report = runs_purge(**kwargs, dry_run=dry_run, progress=self._progress(json))

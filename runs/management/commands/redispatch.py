@@ -19,14 +19,27 @@ class Command(BaseCommand):
         target = parser.add_mutually_exclusive_group(required=True)
         target.add_argument("--run", nargs="+", dest="run_ids", metavar="ID", help="run ids")
         target.add_argument("--stuck", action="store_true", help="every stuck run a wake-up can move")
-        parser.add_argument("--older-than", type=float, default=STUCK_AFTER_SECONDS,
-                            help="with --stuck: seconds without progress (as stuck_runs)")  # fmt: skip
+        parser.add_argument(
+            "--older-than",
+            type=float,
+            default=STUCK_AFTER_SECONDS,
+            help="with --stuck: seconds without progress (as stuck_runs)",
+        )
         parser.add_argument("--tenant", default=None)
         parser.add_argument("--dry-run", action="store_true", help="only list the runs")
         parser.add_argument("--json", action="store_true")
 
-    def handle(self, *args: Any, run_ids: list[str] | None, stuck: bool, older_than: float, tenant: str | None,
-               dry_run: bool, json: bool, **options: Any) -> None:  # fmt: skip
+    def handle(
+        self,
+        *args: Any,
+        run_ids: list[str] | None,
+        stuck: bool,
+        older_than: float,
+        tenant: str | None,
+        dry_run: bool,
+        json: bool,
+        **options: Any,
+    ) -> None:
         try:
             tenant_id = tenant_get(slug_or_id=tenant).tenant_id if tenant else None
             if stuck:
@@ -39,8 +52,15 @@ class Command(BaseCommand):
             raise CommandError(f"{exc.code}: {exc.message}") from None
         result = runs_wake(run_ids=ids, dry_run=dry_run)
         if json:
-            self.stdout.write(_dumps({"run_ids": [str(r) for r in result.run_ids], "sent": result.sent,
-                                      "dry_run": result.dry_run}))  # fmt: skip
+            self.stdout.write(
+                _dumps(
+                    {
+                        "run_ids": [str(r) for r in result.run_ids],
+                        "sent": result.sent,
+                        "dry_run": result.dry_run,
+                    }
+                )
+            )
             return
         for run_id in result.run_ids:
             self.stdout.write(str(run_id))

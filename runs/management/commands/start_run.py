@@ -25,15 +25,21 @@ class Command(BaseCommand):
         )
         parser.add_argument("--idempotency-key", default=None)
 
-    def handle(self, *args: Any, workflow: str, input: str, tenant: str, idempotency_key: str | None,
-               **options: Any) -> None:  # fmt: skip
+    def handle(
+        self, *args: Any, workflow: str, input: str, tenant: str, idempotency_key: str | None, **options: Any
+    ) -> None:
         try:
             data = json.loads(input)
         except json.JSONDecodeError as exc:
             raise CommandError(f"--input is not JSON: {exc}") from None
         try:
-            started = run_start(tenant=tenant_get(slug_or_id=tenant), workflow_name=workflow, input=data,
-                                actor="cli", idempotency_key=idempotency_key)  # fmt: skip
+            started = run_start(
+                tenant=tenant_get(slug_or_id=tenant),
+                workflow_name=workflow,
+                input=data,
+                actor="cli",
+                idempotency_key=idempotency_key,
+            )
         except ApplicationError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
         verb = "started" if started.created else "already started"

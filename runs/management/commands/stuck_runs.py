@@ -20,8 +20,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--tenant", default=None, help="only this tenant (slug or id)")
-        parser.add_argument("--older-than", type=float, default=STUCK_AFTER_SECONDS,
-                            help=f"seconds without progress before a run counts (default {STUCK_AFTER_SECONDS:g})")  # fmt: skip
+        parser.add_argument(
+            "--older-than",
+            type=float,
+            default=STUCK_AFTER_SECONDS,
+            help=f"seconds without progress before a run counts (default {STUCK_AFTER_SECONDS:g})",
+        )
         parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     def handle(self, *args: Any, tenant: str | None, older_than: float, json: bool, **options: Any) -> None:
@@ -38,11 +42,20 @@ class Command(BaseCommand):
             return
         header = ("RUN", "TENANT", "WORKFLOW", "STATUS", "NEXT STEP", "LEASE", "AGE", "WHY")
         rows = [
-            (str(s.run_id), s.tenant, s.workflow, s.status, s.next_step or "-",
-             f"{s.lease_owner} until {s.lease_expires_at:%Y-%m-%d %H:%M:%S}" if s.lease_owner and s.lease_expires_at else "-",
-             f"{int(s.age_seconds)}s", "; ".join(s.reasons))
+            (
+                str(s.run_id),
+                s.tenant,
+                s.workflow,
+                s.status,
+                s.next_step or "-",
+                f"{s.lease_owner} until {s.lease_expires_at:%Y-%m-%d %H:%M:%S}"
+                if s.lease_owner and s.lease_expires_at
+                else "-",
+                f"{int(s.age_seconds)}s",
+                "; ".join(s.reasons),
+            )
             for s in stuck
-        ]  # fmt: skip
+        ]
         widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
         for row in [header, *rows]:
             self.stdout.write(

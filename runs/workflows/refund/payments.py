@@ -62,9 +62,13 @@ class PaymentsClient:
         return cls(self.host, self.port, timeout=self.timeout)
 
     def _send(
-        self, method: str, path: str, body: dict[str, Any] | None = None, headers: dict[str, str] | None = None,
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
         on_sent: Callable[[], None] | None = None,
-    ) -> tuple[int, Any]:  # fmt: skip
+    ) -> tuple[int, Any]:
         """Send a request and read the JSON answer. Raises OSError / HTTPException on transport trouble."""
         conn = self._connection()
         try:
@@ -101,9 +105,14 @@ class PaymentsClient:
         return dict(data)
 
     def refund(
-        self, *, order_id: str, amount_minor: int, currency: str, idempotency_key: str,
+        self,
+        *,
+        order_id: str,
+        amount_minor: int,
+        currency: str,
+        idempotency_key: str,
         on_sent: Callable[[], None] | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> dict[str, Any]:
         body = {"order_id": order_id, "amount_minor": amount_minor, "currency": currency}
         try:
             status, data = self._send("POST", "/refunds", body, {"Idempotency-Key": idempotency_key}, on_sent)

@@ -79,8 +79,10 @@ def test_json_is_counted_as_its_canonical_text():
 @pytest.mark.parametrize("model", ["gpt-4", "gpt-4o"])
 def test_russian_and_chinese_text_count_and_grow_with_length(model):
     counter = token_counter(model)
-    for short, longer in [("Верните деньги.", "Верните деньги за заказ, пожалуйста, до пятницы."),
-                          ("请退款。", "请在星期五之前把订单的钱退给我。")]:  # fmt: skip
+    for short, longer in [
+        ("Верните деньги.", "Верните деньги за заказ, пожалуйста, до пятницы."),
+        ("请退款。", "请在星期五之前把订单的钱退给我。"),
+    ]:
         assert 0 < counter.count(short) < counter.count(longer)
 
 
