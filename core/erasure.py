@@ -7,6 +7,7 @@ its AppConfig.ready; the memory app's erasure service runs the erasers and scans
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -126,6 +127,19 @@ def _like(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+def id_regex_of(text: str) -> str:
+    """A PostgreSQL regular expression for the subject id as a whole token: "cust-100" is found in
+    "cust-100:m1" but never inside "cust-1000" (another subject's id). Non-alphanumeric characters
+    are escaped (a backslash before one is always literal in PostgreSQL's regular expressions)."""
+    escaped = re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)  # ASCII punctuation, each made literal
+    return f"(^|[^0-9A-Za-z]){escaped}($|[^0-9A-Za-z])"
+
+
+def id_pattern(text: str) -> re.Pattern[str]:
+    """The same whole-token rule in Python (the redactor must match exactly what the scan counts)."""
+    return re.compile(r"(?<![0-9A-Za-z])" + re.escape(text) + r"(?![0-9A-Za-z])", re.IGNORECASE)
+
+
 def _json_text(text: str) -> str:
     """How a string appears inside jsonb's text form (quotes, backslashes, controls escaped)."""
     return json.dumps(text, ensure_ascii=False)[1:-1]
@@ -166,7 +180,8 @@ def column_place(
     sql = f"""
         SELECT count(*) FROM {table} t
          WHERE ({tenant_sql}) AND (
-               {as_text} ILIKE ANY(%(id_like)s) OR lower({as_text}) = ANY(%(id_exact)s)
+               {as_text} ~* ANY(%(id_regex)s) OR {as_text} ILIKE ANY(%(id_like)s)
+            OR lower({as_text}) = ANY(%(id_exact)s)
             OR ({in_runs} AND ({as_text} ILIKE ANY(%(value_like)s) OR lower({as_text}) = ANY(%(value_exact)s)))
             OR (({unowned}) AND {as_text} ILIKE ANY(%(distinct_like)s)))
     """  # noqa: S608 - table and column names come from the registry, values are parameters
@@ -183,6 +198,10 @@ def column_place(
 
     def count(scope: Scope) -> int:
         id_like, id_exact = patterns([scope.subject_id], IDENTIFIER_SUBSTRING_CHARS)
+        id_regex: list[str] = []
+        if len(scope.subject_id) >= IDENTIFIER_SUBSTRING_CHARS:  # a whole token, not any substring
+            encoded = _json_text(scope.subject_id) if kind == "json" else scope.subject_id
+            id_like, id_regex = [], [id_regex_of(encoded)]
         values_ = [v for v in scope.values if len(v) >= MIN_VALUE_CHARS] if values else []
         value_like, value_exact = patterns(values_, VALUE_SUBSTRING_CHARS)
         params = {
@@ -190,6 +209,7 @@ def column_place(
             "runs": list(scope.run_ids),
             "subject": scope.subject_id,
             "id_like": id_like,
+            "id_regex": id_regex,
             "id_exact": id_exact,
             "value_like": value_like,
             "value_exact": value_exact,

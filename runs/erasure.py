@@ -31,6 +31,7 @@ from core.erasure import (
     Scope,
     column_place,
     free_register,
+    id_pattern,
     place_register,
 )
 from core.tenancy import tenant_scope
@@ -103,14 +104,18 @@ class _Redactor:
         texts = [v for v in values if len(v) >= MIN_VALUE_CHARS]
         self.needles = [v.lower() for v in texts if len(v) >= VALUE_SUBSTRING_CHARS]
         self.wholes = {v.lower() for v in texts if len(v) < VALUE_SUBSTRING_CHARS}
-        if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS:
-            self.needles.append(subject_id.lower())
-        else:
+        # The id as a whole token ("cust-100" never inside "cust-1000"); a short one as a whole value.
+        self.id_token = id_pattern(subject_id) if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS else None
+        if self.id_token is None:
             self.wholes.add(subject_id.lower())
 
     def hit(self, text: str) -> bool:
         low = text.lower()
-        return low in self.wholes or any(n in low for n in self.needles)
+        return (
+            low in self.wholes
+            or any(n in low for n in self.needles)
+            or (self.id_token is not None and self.id_token.search(text) is not None)
+        )
 
     def __call__(self, value: Any) -> Any:
         if isinstance(value, str):

@@ -423,3 +423,56 @@ def test_short_values_are_erased_only_as_whole_values():
         "note": "[erased]",
     }
     assert redact({"client_message_id": "cust-7f3a9e-m1"})["client_message_id"].startswith("erased:")
+
+
+def _subject_with_data(tenant, subject: str) -> AgentRun:  # type: ignore[no-untyped-def]
+    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
+    conversation_append(
+        tenant=tenant,
+        run_id=run.run_id,
+        event_type="user_message",
+        client_message_id=f"{subject}:m1",
+        body={"content": f"I am {subject}, please call me back"},
+        actor="t",
+    )
+    memory_remember(
+        tenant=tenant,
+        subject_id=subject,
+        namespace="profile",
+        key="customer_id",
+        value=f"crm record {subject}",
+        provenance=said(run_id=str(run.run_id), seq=2),
+    )
+    return run
+
+
+def test_a_subject_whose_id_begins_another_subjects_id_is_erased_without_touching_the_other(tenant):
+    """Erasing "cust-yy-100" must neither count nor touch "cust-yy-1000": ids are whole tokens."""
+    _subject_with_data(tenant, "cust-yy-100")
+    other = _subject_with_data(tenant, "cust-yy-1000")
+    request = erasure_request_create(tenant=tenant, subject_id="cust-yy-100", requested_by="t")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt["clean"], done.error
+    assert done.receipt["counts"]["memory_items"] == 1
+    with tenant_scope(tenant.tenant_id):
+        other = AgentRun.objects.get(run_id=other.run_id)
+        assert other.subject == "cust-yy-1000"
+        assert AgentEvent.objects.get(run=other, seq=2).client_message_id == "cust-yy-1000:m1"
+        assert "cust-yy-1000" in AgentEvent.objects.get(run=other, seq=2).payload["content"]
+    from memory.models import MemoryItem
+
+    with tenant_scope(tenant.tenant_id):
+        assert MemoryItem.objects.filter(subject_id="cust-yy-1000").count() == 1
+        assert not MemoryItem.objects.filter(subject_id="cust-yy-100").exists()
+
+
+def test_the_subject_id_is_matched_as_a_whole_token():
+    from runs.erasure import _Redactor
+
+    redact = _Redactor("cust-yy-100", ())
+    assert redact({"a": "cust-yy-1000", "b": "cust-yy-100:m1", "c": "x cust-yy-100.", "d": "CUST-YY-100"}) == {
+        "a": "cust-yy-1000",
+        "b": "[erased]",
+        "c": "[erased]",
+        "d": "[erased]",
+    }
