@@ -130,13 +130,22 @@ class _Redactor:
         return erased_id(value) if isinstance(value, str) and self.hit(value) else self(value)
 
 
-def _free_texts(value: Any, under_key: bool = False) -> list[str]:
+# A machine code ("awaiting_input", "approval_required"): what an event's "reason" usually holds.
+CODE = re.compile(r"[a-z][a-z0-9_.:-]*")
+
+
+def _free_texts(value: Any, under_key: bool = False, *, codes: bool = True) -> list[str]:
+    """The texts under free-text keys; codes=False leaves out machine codes (event payloads say why
+    a run stopped with a code, which is nobody's personal data)."""
     if isinstance(value, str):
-        return [value] if under_key and len(value) >= MIN_VALUE_CHARS and value != ERASED else []
+        text = under_key and len(value) >= MIN_VALUE_CHARS and value != ERASED
+        return [value] if text and (codes or not CODE.fullmatch(value)) else []
     if isinstance(value, list):
-        return [t for v in value for t in _free_texts(v, under_key)]
+        return [t for v in value for t in _free_texts(v, under_key, codes=codes)]
     if isinstance(value, dict):
-        return [t for k, v in value.items() for t in _free_texts(v, under_key or k in FREE_TEXT_KEYS)]
+        return [
+            t for k, v in value.items() for t in _free_texts(v, under_key or k in FREE_TEXT_KEYS, codes=codes)
+        ]
     return []
 
 
@@ -182,7 +191,7 @@ class RunsEraser:
             for payload, state in AgentEvent.objects.filter(run_id__in=run_ids).values_list(
                 "payload", "state"
             ):
-                texts.update(_free_texts(payload) + _free_texts(state))
+                texts.update(_free_texts(payload, codes=False) + _free_texts(state))
                 uris |= _artifact_uris(payload) | _artifact_uris(state)
             for request, note in Approval.objects.filter(run_id__in=run_ids).values_list("request", "note"):
                 texts.update(_free_texts(request) + _free_texts({"note": note}))

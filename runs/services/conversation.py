@@ -195,7 +195,7 @@ def _wake_if_waiting(*, run_id: UUID, actor: str) -> None:
         to_status=RunStatus.SUSPENDED,
         event_type="resume_requested",
         actor=actor,
-        payload_json=canonical_json({"note": "new user message"}),
+        payload_json=canonical_json({"trigger": "user_message"}),  # a code, not a person's note
         request_resume=True,
         only_if_reason=AWAITING_INPUT,
     )

@@ -476,3 +476,25 @@ def test_the_subject_id_is_matched_as_a_whole_token():
         "c": "[erased]",
         "d": "[erased]",
     }
+
+
+def test_erasure_keeps_the_codes_of_a_runs_history(tenant):
+    """Why a run stopped ("awaiting_input") is a code, not the subject's text: it stays."""
+    from runs.services.steps import run_advance
+
+    run = _subject_with_data(tenant, "cust-codes-42")
+    for _ in range(5):  # the worker's steps, in this process: answer, then wait for the customer
+        run_advance(run_id=run.run_id)
+    with tenant_scope(tenant.tenant_id):
+        reasons = [
+            e.payload["reason"] for e in AgentEvent.objects.filter(run=run, payload__has_key="reason")
+        ]
+    assert "awaiting_input" in reasons
+    request = erasure_request_create(tenant=tenant, subject_id="cust-codes-42", requested_by="t")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.receipt["clean"], done.error
+    with tenant_scope(tenant.tenant_id):
+        after = [e.payload["reason"] for e in AgentEvent.objects.filter(run=run, payload__has_key="reason")]
+        content = AgentEvent.objects.get(run=run, seq=2).payload
+    assert after == reasons and "[erased]" not in after
+    assert "content" not in content and content.get("redacted")
