@@ -18,7 +18,7 @@ from core.errors import Conflict, InvalidInput, NotFound
 from core.tenancy import tenant_of_call
 from runs import store
 from runs.errors import InvalidTransition
-from runs.models import AgentRun, RunStatus, ToolOperation
+from runs.models import SUBJECT_ERASED, AgentRun, RunStatus, ToolOperation
 from runs.services.dispatch import run_enqueue_on_commit
 from runs.store import OperationRow
 
@@ -194,6 +194,9 @@ def operation_reconcile(
             f"run {run.run_id} is {run.status}; operations are reconciled on suspended runs",
             details={"status": run.status},
         )
+    if run.suspend_reason == SUBJECT_ERASED:
+        # The money is settled all the same; the run itself never continues after an erasure.
+        resume = False
     with transaction.atomic():
         if outcome == "applied":
             operation_mark_succeeded(
@@ -223,7 +226,10 @@ def operation_reconcile(
             request_resume=resume,
         )
         if seq is None:
-            raise InvalidTransition(f"run {run.run_id} changed while reconciling; nothing was written")
+            raise InvalidTransition(
+                f"run {run.run_id} changed while reconciling (a worker, a person or an erasure acted); "
+                "nothing was written: look at the run and try again"
+            )
         if resume:
             run_enqueue_on_commit(run_id=run.run_id)
     op.refresh_from_db()

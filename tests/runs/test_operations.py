@@ -188,3 +188,32 @@ def test_reconciling_a_running_run_is_refused_and_changes_nothing(leased, tenant
             external_ref="rf",
         )
     assert ToolOperation.objects.get().status == "started"
+
+
+def test_an_operation_in_doubt_is_still_settled_after_its_subject_was_erased(tenant):
+    """Money first: erasure leaves the run stopped, but a refund whose outcome is unknown must still be
+    reconciled (recorded on the operation and in the log) without asking the erased run to continue."""
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    run = run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test", subject="cust-op-77"
+    ).run
+    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    _suspended_with_unknown_operation((run, grant), tenant)
+    request = erasure_request_create(tenant=tenant, subject_id="cust-op-77", requested_by="t")
+    assert erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).receipt["clean"]
+    run.refresh_from_db()
+    assert run.suspend_reason == "subject_erased"
+    op = operation_reconcile(
+        tenant_id=tenant.tenant_id,
+        operation_id="refund:o-1",
+        actor="user:ana",
+        note="found rf_9 in the PSP dashboard",
+        outcome="applied",
+        external_ref="rf_9",
+    )
+    assert (op.status, op.external_ref) == ("succeeded", "rf_9")
+    run.refresh_from_db()
+    assert (run.status, run.suspend_reason, run.resume_requested_at) == ("suspended", "subject_erased", None)
+    event = AgentEvent.objects.filter(run=run).order_by("-seq").first()
+    assert (event.event_type, event.payload["outcome"]) == ("operation_reconciled", "applied")
