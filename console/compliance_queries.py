@@ -18,8 +18,9 @@ import redis
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from core.erasure import places
 from core.models import Tenant
-from memory.erasure import subject_digest
+from memory.erasure import subject_digest, subject_places
 from memory.models import PROVENANCE_KEYS, ErasureRequest, MemoryItem
 from memory.selectors import (
     erasure_request_list,
@@ -121,6 +122,9 @@ class SubjectOverview:
     tombstones: int
     erasures: list[ErasureRequest]
     stores: list[StoreCount]
+    # Every registered place holding the subject's id or text, counted as an erasure's receipt counts
+    # it before erasing (run state, events of every run, approvals, operations, audit notes...).
+    places: list[StoreCount] = field(default_factory=list)
 
     @property
     def summaries(self) -> list[Summary]:
@@ -128,7 +132,7 @@ class SubjectOverview:
 
     @property
     def nothing_stored(self) -> bool:
-        return not any(s.count for s in self.stores)
+        return not any(s.count for s in self.stores) and not any(p.count for p in self.places)
 
 
 def claim_state(item: MemoryItem, now: Any) -> str:
@@ -207,6 +211,7 @@ def _stored_tool_results(tenant: Tenant, subject_id: str) -> int:
 
 
 def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
+    what = {place.name: place.what for place in places()}
     digest = subject_digest(tenant_id=tenant.tenant_id, subject_id=subject_id)
     items = memory_subject_items(tenant=tenant, subject_id=subject_id)
     vectors = memory_subject_vector_counts(tenant=tenant, subject_id=subject_id)
@@ -263,6 +268,11 @@ def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
         tombstones=memory_tombstone_count(tenant=tenant, subject_digest=digest),
         erasures=erasure_request_list(tenant=tenant, subject_digest=digest),
         stores=[StoreCount(key=k, label=STORE_LABELS[k], count=v) for k, v in counts.items()],
+        places=[
+            StoreCount(key=name, label=what[name], count=n)
+            for name, n in subject_places(tenant_id=tenant.tenant_id, subject_id=subject_id).items()
+            if n != 0
+        ],
     )
 
 

@@ -204,6 +204,24 @@ def _collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
     )
 
 
+def subject_places(*, tenant_id: UUID, subject_id: str) -> dict[str, int | None]:
+    """Every registered place that holds the subject's id or text now, with its count, as the next
+    erasure's receipt would count it before erasing (None: the place could not be read)."""
+    scope = _collect(
+        tenant_id=tenant_id,
+        subject_id=subject_id,
+        subject_digest=subject_digest(tenant_id=tenant_id, subject_id=subject_id),
+    )
+    found: dict[str, int | None] = {}
+    with tenant_scope(tenant_id):
+        for place in places():
+            try:
+                found[place.name] = place.count(scope)
+            except Exception:  # Redis away: the page says "unavailable", it does not fail
+                found[place.name] = None
+    return found
+
+
 def _scan(scope: Scope) -> dict[str, int]:
     """Count every registered place, read directly (the same scope before and after erasure)."""
     with tenant_scope(scope.tenant_id):

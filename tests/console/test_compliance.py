@@ -290,3 +290,22 @@ def test_the_session_window_count_names_exactly_this_subject(tenant):
         assert glob["runs.redis_session_windows"] == 0
     finally:
         redis_client().delete(*keys)
+
+
+def test_a_subject_with_only_a_run_is_not_shown_as_nothing_stored(as_role, tenant):
+    """The overview counts every registered place, as the receipt will: a refund run with a reason and
+    no conversation or memory still holds the subject's data."""
+    run_start(
+        tenant=tenant,
+        workflow_name="demo.countdown",
+        input={"n": 1, "reason": "parcel left at Elm Road 77b"},
+        actor="t",
+        subject="cust-vv-1",
+    )
+    with tenant_scope(tenant.tenant_id):
+        overview = subject_overview(tenant=tenant, subject_id="cust-vv-1")
+    assert not overview.nothing_stored
+    found = {p.key: p.count for p in overview.places}
+    assert found["agent_runs.subject"] == 1 and found["agent_events.state"] >= 1
+    html = as_role("compliance").get(overview_url(subject="cust-vv-1")).content.decode()
+    assert "Nothing about this subject is stored" not in html and "agent_runs.subject" in html
