@@ -97,7 +97,7 @@ def event_redacted_as_recorded(event: dict[str, Any], records: dict[int, dict[st
     )
 
 
-class _Redactor:
+class Redactor:
     def __init__(self, subject_id: str, values: tuple[str, ...]):
         # The same rule as the scan (core.erasure.column_place): long texts anywhere inside a string,
         # short ones only as the whole string, case-insensitively.
@@ -214,7 +214,7 @@ class RunsEraser:
         )
 
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
-        redact = _Redactor(scope.subject_id, scope.values)
+        redact = Redactor(scope.subject_id, scope.values)
         counts = {"runs_redacted": 0, "events_redacted": 0, "approvals_redacted": 0, "operations_redacted": 0}
         for run_id in scope.run_ids:
             for key, n in _erase_run(
@@ -242,7 +242,7 @@ def _paths(uris: tuple[str, ...]) -> list[Path]:
 
 
 def _erase_run(
-    *, run_id: UUID, scope: Scope, redact: _Redactor, request_id: UUID, subject: str
+    *, run_id: UUID, scope: Scope, redact: Redactor, request_id: UUID, subject: str
 ) -> dict[str, int]:
     """Redact one run in one transaction; its new state goes in with the fenced subject_erased event."""
     for _ in range(20):  # the run moved on while we read it (a message, a step): read it again
@@ -338,7 +338,7 @@ def _erase_run(
         }
 
 
-def _redact_rows(queryset: Any, redact: _Redactor, fields: tuple[str, ...]) -> int:
+def _redact_rows(queryset: Any, redact: Redactor, fields: tuple[str, ...]) -> int:
     n = 0
     for row in queryset:
         new = {f: redact(getattr(row, f)) for f in fields}

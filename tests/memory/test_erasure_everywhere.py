@@ -351,7 +351,7 @@ def test_a_place_the_erasers_missed_makes_the_receipt_not_clean(tenant):
         action="resume",
         target_type="run",
         target_id=str(chat.run_id),
-        note=f"customer {SUBJECT} asked",
+        details={"customer": SUBJECT},  # details are never rewritten: the scan must find this
     )
 
     class LateWriter:
@@ -379,11 +379,11 @@ def test_a_place_the_erasers_missed_makes_the_receipt_not_clean(tenant):
         eraser_unregister("zz_late_writer")
     places = {p["place"]: p for p in done.receipt["places"]}
     assert done.status == "failed" and done.receipt["clean"] is False
-    assert places["console_audit_log.note"]["after"] == 1  # append-only: found and shown, never hidden
+    assert places["console_audit_log.details"]["after"] == 1  # append-only: found and shown, never hidden
     assert (
         places["agent_runs.suspend_detail"]["after"] == 1
     )  # the scan reads the place, not the eraser's word
-    assert done.subject_id == SUBJECT and "console_audit_log.note" in done.error
+    assert done.subject_id == SUBJECT and "console_audit_log.details" in done.error
 
 
 @pytest.mark.slow
@@ -414,9 +414,9 @@ def test_a_worker_mid_step_during_erasure_cannot_write_the_subject_back(tenant, 
 
 
 def test_short_values_are_erased_only_as_whole_values():
-    from runs.erasure import _Redactor
+    from runs.erasure import Redactor
 
-    redact = _Redactor("cust-7f3a9e", ("english", "Baker Street 221b"))
+    redact = Redactor("cust-7f3a9e", ("english", "Baker Street 221b"))
     assert redact({"lang": "English", "status": "englishman", "note": "to baker street 221B now"}) == {
         "lang": "[erased]",
         "status": "englishman",
@@ -467,10 +467,12 @@ def test_a_subject_whose_id_begins_another_subjects_id_is_erased_without_touchin
 
 
 def test_the_subject_id_is_matched_as_a_whole_token():
-    from runs.erasure import _Redactor
+    from runs.erasure import Redactor
 
-    redact = _Redactor("cust-yy-100", ())
-    assert redact({"a": "cust-yy-1000", "b": "cust-yy-100:m1", "c": "x cust-yy-100.", "d": "CUST-YY-100"}) == {
+    redact = Redactor("cust-yy-100", ())
+    assert redact(
+        {"a": "cust-yy-1000", "b": "cust-yy-100:m1", "c": "x cust-yy-100.", "d": "CUST-YY-100"}
+    ) == {
         "a": "cust-yy-1000",
         "b": "[erased]",
         "c": "[erased]",
@@ -486,9 +488,7 @@ def test_erasure_keeps_the_codes_of_a_runs_history(tenant):
     for _ in range(5):  # the worker's steps, in this process: answer, then wait for the customer
         run_advance(run_id=run.run_id)
     with tenant_scope(tenant.tenant_id):
-        reasons = [
-            e.payload["reason"] for e in AgentEvent.objects.filter(run=run, payload__has_key="reason")
-        ]
+        reasons = [e.payload["reason"] for e in AgentEvent.objects.filter(run=run, payload__has_key="reason")]
     assert "awaiting_input" in reasons
     request = erasure_request_create(tenant=tenant, subject_id="cust-codes-42", requested_by="t")
     done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
@@ -498,3 +498,46 @@ def test_erasure_keeps_the_codes_of_a_runs_history(tenant):
         content = AgentEvent.objects.get(run=run, seq=2).payload
     assert after == reasons and "[erased]" not in after
     assert "content" not in content and content.get("redacted")
+
+
+def test_a_staff_note_about_the_subject_is_blanked_and_the_audit_entry_stays(tenant):
+    """A support note on the subject's run is the subject's data: erasure blanks it (the trigger allows
+    exactly that), the entry stays as evidence, and the log still refuses every other change."""
+    from django.db import DatabaseError, transaction
+
+    run = _subject_with_data(tenant, "cust-ww-5150")
+    note = "checked with customer Zorro 5150 lives at Elm Road 77"
+    on_run = AuditEntry.objects.create(
+        actor="user:ana",
+        tenant=tenant,
+        action="approve",
+        target_type="run",
+        target_id=str(run.run_id),
+        note=note,
+    )
+    elsewhere = AuditEntry.objects.create(
+        actor="user:ana",
+        tenant=tenant,
+        action="note",
+        target_type="user",
+        target_id="7",
+        note="called cust-ww-5150",
+    )
+    bystander = AuditEntry.objects.create(
+        actor="user:ana", tenant=tenant, action="resume", target_type="run", target_id="x", note="looked fine"
+    )
+    request = erasure_request_create(tenant=tenant, subject_id="cust-ww-5150", requested_by="t")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt["clean"], done.error
+    assert done.receipt["counts"]["console.audit_notes_erased"] == 2
+    for entry in (on_run, elsewhere):
+        entry.refresh_from_db()
+        assert entry.note == "[erased]" and entry.details["note_erased_by"] == str(request.request_id)
+        assert entry.action in ("approve", "note") and entry.actor == "user:ana"
+    bystander.refresh_from_db()
+    assert bystander.note == "looked fine"
+    for change in ({"note": "rewritten"}, {"note": "[erased]", "action": "other"}):
+        with pytest.raises(DatabaseError), transaction.atomic():
+            AuditEntry.objects.filter(pk=bystander.pk).update(**change)
+    with pytest.raises(DatabaseError), transaction.atomic():
+        AuditEntry.objects.filter(pk=bystander.pk).delete()
