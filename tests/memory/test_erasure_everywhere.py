@@ -314,6 +314,8 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
     assert b"Quince" not in page.content and SUBJECT.encode() not in page.content
     state_page = client.get(f"/runs/{refund.run_id}/state/?rev=2").content.decode()
     assert "erased: the subject" in state_page and "Quince" not in state_page
+    diff_page = client.get(f"/runs/{refund.run_id}/diff/?a=2&b=3").content.decode()
+    assert "redacted by an erasure" in diff_page and "does not match" not in diff_page
     client.force_login(make_user("comp", "compliance", tenants=(tenant,)))
     shown = client.get(f"/compliance/{tenant.slug}/erasures/{done.request_id}/").content.decode()
     assert "Every place, before and after" in shown and "VACUUM" in shown
