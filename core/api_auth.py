@@ -139,6 +139,11 @@ class IsStaffOrScopedKey(permissions.BasePermission):
         key = request_key(request)
         if key is None:
             allowed = bool(request.user and request.user.is_staff)
+            if not allowed:
+                self.message = (
+                    "the API takes an API key (Authorization: Bearer kp_...) or a staff session; "
+                    "this console user is not staff"
+                )
             if allowed:  # row-level security: staff see every tenant (a named one narrows it later)
                 tenant_bind_request(request, list(Tenant.objects.values_list("tenant_id", flat=True)))
             return allowed

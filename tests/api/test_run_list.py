@@ -73,3 +73,16 @@ def test_a_staff_session_lists_every_tenants_runs_or_the_one_it_names(
     named = client.get("/api/v1/runs/", {"tenant": other_tenant.slug}).json()["results"]
     assert [r["run_id"] for r in named] == [theirs]
     assert client.get("/api/v1/runs/", {"tenant": "no-such-tenant"}).status_code == 404
+
+
+def test_a_console_user_who_is_not_staff_is_told_what_the_api_takes(tenant):
+    from rest_framework.test import APIClient
+
+    from tests.console.conftest import make_user
+
+    client = APIClient()
+    client.force_login(make_user("sup", "support", tenants=(tenant,)))
+    response = client.get("/api/v1/runs/")
+    assert response.status_code == 403
+    message = response.json()["error"]["message"]
+    assert "not staff" in message and "API key" in message and "may only read" not in message
