@@ -34,7 +34,7 @@ class RunMessagesApi(APIView):
         limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
 
     @extend_schema(
-        summary="Append a message (idempotent by client_message_id)",
+        summary="Append a message (idempotent by client_message_id; the same id with another message is 409)",
         request=InputSerializer,
         responses={201: EventOutputSerializer, 200: EventOutputSerializer, **error_responses(409, 422)},
         examples=[

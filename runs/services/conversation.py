@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.digests import canonical_json
-from core.errors import InvalidInput
+from core.errors import Conflict, InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_of_call
 from runs import store
@@ -85,7 +85,7 @@ def conversation_append(
     payload = _payload(event_type, client_message_id, body)
     existing = AgentEvent.objects.filter(run_id=run_id, client_message_id=client_message_id).first()
     if existing is not None:
-        return Appended(existing, created=False)
+        return _the_same_again(existing, event_type, payload)
     try:
         with transaction.atomic():
             seq = store.append_event(
@@ -112,12 +112,26 @@ def conversation_append(
             if event_type == "user_message":
                 _wake_if_waiting(run_id=run_id, actor=actor)
     except IntegrityError:  # the same message id, appended concurrently: that one stands
-        return Appended(
-            AgentEvent.objects.get(run_id=run_id, client_message_id=client_message_id), created=False
-        )
+        existing = AgentEvent.objects.get(run_id=run_id, client_message_id=client_message_id)
+        return _the_same_again(existing, event_type, payload)
     event = AgentEvent.objects.get(run_id=run_id, seq=seq)
     session_append(run=AgentRun.objects.get(run_id=run_id), event=event)
     return Appended(event, created=True)
+
+
+def _the_same_again(existing: AgentEvent, event_type: str, payload: dict[str, Any]) -> Appended:
+    """A message id sent again with the same message is a no-op; with another message it is a
+    mistake the client must hear about (409), never a silent drop of what it sent."""
+    if existing.payload.get("redacted"):  # erased since: nothing left to compare, and nothing to add
+        return Appended(existing, created=False)
+    if existing.event_type != event_type or any(existing.payload.get(k) != v for k, v in payload.items()):
+        raise Conflict(
+            f"client_message_id {payload['client_message_id']!r} was already used for another message "
+            f"(event {existing.seq}); send a new id for a new message",
+            code="client_message_id_reused",
+            details={"seq": existing.seq},
+        )
+    return Appended(existing, created=False)
 
 
 def conversation_copy(

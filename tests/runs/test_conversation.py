@@ -48,6 +48,24 @@ def test_a_message_is_stored_once_per_client_message_id(tenant, chat_run):
     assert AgentEvent.objects.filter(run=chat_run, event_type="user_message").count() == 1
 
 
+def test_a_message_id_sent_again_with_other_text_is_a_conflict_not_a_silent_drop(tenant, chat_run):
+    from core.errors import Conflict
+
+    _say(tenant, chat_run, "m-1", "hello")
+    with pytest.raises(Conflict) as refused:
+        _say(tenant, chat_run, "m-1", "goodbye")
+    assert refused.value.code == "client_message_id_reused" and refused.value.http_status == 409
+    assert AgentEvent.objects.get(run=chat_run, client_message_id="m-1").payload["content"] == "hello"
+    client = APIClient()
+    client.force_login(get_user_model().objects.create_user("ops", password="pw", is_staff=True))
+    answer = client.post(
+        f"/api/v1/runs/{chat_run.run_id}/messages/",
+        {"type": "user_message", "client_message_id": "m-1", "content": "goodbye again"},
+        format="json",
+    )
+    assert answer.status_code == 409 and answer.json()["error"]["code"] == "client_message_id_reused"
+
+
 def test_a_large_tool_result_is_kept_by_digest_with_a_preview(tenant, chat_run, settings):
     settings.KEEPER_TOOL_RESULT_PREVIEW_CHARS = 100
     big = "line of output\n" * 1000
