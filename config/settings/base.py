@@ -141,7 +141,6 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # One name per choice set that several serializers share.
     "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.models.RunStatus"},
