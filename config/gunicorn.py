@@ -1,5 +1,6 @@
-"""gunicorn's settings for the image (`gunicorn config.wsgi -c config/gunicorn.py`): its access and
-error lines are JSON objects like the application's (KEEPER_LOG_FORMAT=json), one per line."""
+"""gunicorn's settings for the image and `make run` (`gunicorn config.wsgi -c config/gunicorn.py`): its
+access and error lines follow KEEPER_LOG_FORMAT and KEEPER_LOG_LEVEL like the application's (JSON by
+default under production settings, plain lines otherwise)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ import os
 
 from gunicorn.glogging import Logger
 
-from core.logging import query_redact, request_line_redact
+from config.env import env_str
+from core.logging import PLAIN_FORMAT, query_redact, request_line_redact
+
+_production = os.environ.get("DJANGO_SETTINGS_MODULE", "").endswith(".production")
+LOG_FORMAT = env_str("KEEPER_LOG_FORMAT", "json" if _production else "plain")
+LOG_LEVEL = env_str("KEEPER_LOG_LEVEL", "INFO")
 
 bind = "0.0.0.0:8000"
 workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
@@ -39,16 +45,16 @@ logger_class = AccessLogger
 logconfig_dict = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "core.logging.JSONFormatter"}},
+    "formatters": {"json": {"()": "core.logging.JSONFormatter"}, "plain": {"format": PLAIN_FORMAT}},
     "handlers": {
-        "json": {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
+        "stderr": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "stream": "ext://sys.stderr"}
     },
     # gunicorn merges this dict over its defaults one key deep: without a root of our own, the
     # default root names the default "console" handler this dict replaced, and gunicorn exits with
     # "Unable to configure root logger" before serving anything.
-    "root": {"level": "INFO", "handlers": ["json"]},
+    "root": {"level": LOG_LEVEL, "handlers": ["stderr"]},
     "loggers": {
-        "gunicorn.error": {"handlers": ["json"], "level": "INFO", "propagate": False},
-        "gunicorn.access": {"handlers": ["json"], "level": "INFO", "propagate": False},
+        "gunicorn.error": {"handlers": ["stderr"], "level": LOG_LEVEL, "propagate": False},
+        "gunicorn.access": {"handlers": ["stderr"], "level": LOG_LEVEL, "propagate": False},
     },
 }

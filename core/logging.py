@@ -97,6 +97,10 @@ class RunContextFilter(logging.Filter):
         return True
 
 
+# The plain line format (KEEPER_LOG_FORMAT=plain), for the application and gunicorn alike.
+PLAIN_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+
 class JSONFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, run_id / tenant_id when known,
     and the exception's traceback as one string."""

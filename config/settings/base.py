@@ -19,6 +19,7 @@ from config.env import (
     env_str,
     redis_client_url,
 )
+from core.logging import PLAIN_FORMAT
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(env_str("KEEPER_DATA_DIR", str(BASE_DIR / ".data")))
@@ -280,7 +281,7 @@ LOGGING = {
         "access_lines": {"()": "core.logging.AccessLineFilter"},
     },
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "plain": {"format": PLAIN_FORMAT},
         "json": {"()": "core.logging.JSONFormatter"},
     },
     "handlers": {

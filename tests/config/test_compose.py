@@ -176,10 +176,12 @@ def test_the_postgres_init_script_creates_the_two_roles_that_migrate_and_serve(t
         shutil.rmtree(pgroot, ignore_errors=True)
 
 
-def test_gunicorn_writes_json_lines(capsys):
+def test_gunicorn_writes_json_lines(capsys, monkeypatch):
     import logging.config
     import runpy
 
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "config.settings.production")  # as the image sets it
+    monkeypatch.delenv("KEEPER_LOG_FORMAT", raising=False)
     config = runpy.run_path(str(ROOT / "config" / "gunicorn.py"))
     assert config["bind"] == "0.0.0.0:8000" and config["accesslog"] == "-"
     logging.config.dictConfig(config["logconfig_dict"])
@@ -212,6 +214,7 @@ def test_gunicorn_sets_up_its_logging_and_keeps_query_values_out(monkeypatch, ca
     from gunicorn.app.wsgiapp import WSGIApplication
 
     monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("KEEPER_LOG_FORMAT", "json")  # the image's default
     monkeypatch.setattr("sys.argv", ["gunicorn", "config.wsgi", "-c", "config/gunicorn.py"])
     app = WSGIApplication.__new__(WSGIApplication)
     app.usage = app.prog = app.callable = app.cfg = app.logger = None
@@ -236,3 +239,16 @@ def test_gunicorn_sets_up_its_logging_and_keeps_query_values_out(monkeypatch, ca
         assert "cust-1" not in line["message"]
     finally:
         configure_logging(settings.LOGGING_CONFIG, settings.LOGGING)
+
+
+def test_gunicorn_follows_the_log_settings(monkeypatch):
+    """Under `make run` (local settings) gunicorn's lines are plain like the application's, and
+    KEEPER_LOG_LEVEL=WARNING silences its access lines too."""
+    import runpy
+
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    monkeypatch.delenv("KEEPER_LOG_FORMAT", raising=False)
+    monkeypatch.setenv("KEEPER_LOG_LEVEL", "WARNING")
+    config = runpy.run_path(str(ROOT / "config" / "gunicorn.py"))["logconfig_dict"]
+    assert config["handlers"]["stderr"]["formatter"] == "plain"
+    assert config["loggers"]["gunicorn.access"]["level"] == "WARNING"

@@ -128,8 +128,17 @@ CASES: dict[str, tuple[str, str, object]] = {
     "KEEPER_TASK_TIME_LIMIT": ("120", "settings.CELERY_TASK_TIME_LIMIT", 120),
     "KEEPER_SESSION_AGE": ("3600", "settings.SESSION_COOKIE_AGE", 3600),
     "KEEPER_MODEL": ("gpt-doc", "settings.KEEPER_MODEL", "gpt-doc"),
-    "KEEPER_LOG_LEVEL": ("DEBUG", "settings.LOGGING['root']['level']", "DEBUG"),
-    "KEEPER_LOG_FORMAT": ("plain", "settings.LOGGING['handlers']['console']['formatter']", "plain"),
+    "KEEPER_LOG_LEVEL": (
+        "DEBUG",
+        "[settings.LOGGING['root']['level'], gunicorn['logconfig_dict']['loggers']['gunicorn.access']['level']]",
+        ["DEBUG", "DEBUG"],
+    ),
+    "KEEPER_LOG_FORMAT": (
+        "plain",
+        "[settings.LOGGING['handlers']['console']['formatter'], "
+        "gunicorn['logconfig_dict']['handlers']['stderr']['formatter']]",
+        ["plain", "plain"],
+    ),
     "KEEPER_METRICS_TOKEN": ("tok-123", "settings.KEEPER_METRICS_TOKEN", "tok-123"),
     "KEEPER_WORKER_METRICS_PORT": ("9101", "settings.KEEPER_WORKER_METRICS_PORT", "9101"),
     "KEEPER_WORKER_METRICS_ADDR": ("127.0.0.1", "settings.KEEPER_WORKER_METRICS_ADDR", "127.0.0.1"),
