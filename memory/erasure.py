@@ -64,8 +64,9 @@ def _progress(request: ErasureRequest, **step: Any) -> None:
 
 REMANENCE = (
     "Physical remanence is outside an application's reach: PostgreSQL keeps dead row versions until VACUUM, "
-    "and WAL, replicas and backups keep old pages until they expire; the operator runs VACUUM on the erased "
-    "tables and lets backups age out within the retention period the erasure policy promises."
+    "and WAL, replicas and backups keep old pages until they expire, as Redis snapshots (RDB/AOF) keep deleted "
+    "keys until the next rewrite; the operator runs VACUUM on the erased tables, lets Redis rewrite its "
+    "snapshot, and lets backups age out within the retention period the erasure policy promises."
 )
 
 
