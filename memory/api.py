@@ -90,7 +90,7 @@ class MemoryItemsApi(APIView):
         tenant = serializers.CharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        subject_id = serializers.CharField(max_length=200)
+        subject_id = serializers.CharField(max_length=200, trim_whitespace=False)
         namespace = serializers.CharField(max_length=200)
         key = serializers.CharField(max_length=200)
         value = serializers.JSONField()
@@ -102,7 +102,7 @@ class MemoryItemsApi(APIView):
         tenant = serializers.CharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        subject_id = serializers.CharField(max_length=200)
+        subject_id = serializers.CharField(max_length=200, trim_whitespace=False)
         namespace = serializers.CharField(max_length=200, required=False)
 
     @extend_schema(
@@ -213,7 +213,7 @@ class MemorySearchApi(APIView):
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
         query = serializers.CharField(max_length=2000)
-        subject_id = serializers.CharField(max_length=200, required=False)
+        subject_id = serializers.CharField(max_length=200, trim_whitespace=False, required=False)
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
 
     @extend_schema(
@@ -250,7 +250,7 @@ class ErasureRequestsApi(APIView):
         tenant = serializers.CharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        subject_id = serializers.CharField(max_length=200)
+        subject_id = serializers.CharField(max_length=200, trim_whitespace=False)
 
     @extend_schema(
         summary="Erase everything about a subject (asynchronous)",

@@ -106,7 +106,7 @@ class RunStartApi(APIView):
         tenant = serializers.CharField(max_length=64, required=False, allow_blank=True)
         status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
         workflow = serializers.CharField(max_length=200, required=False)
-        subject = serializers.CharField(max_length=200, required=False)
+        subject = serializers.CharField(max_length=200, trim_whitespace=False, required=False)
         idempotency_key = serializers.CharField(max_length=200, required=False)
         before_updated_at = serializers.DateTimeField(required=False)
         before_run_id = serializers.UUIDField(required=False)
@@ -126,7 +126,7 @@ class RunStartApi(APIView):
         workflow = serializers.CharField(max_length=200)
         workflow_version = serializers.CharField(max_length=50, required=False)
         input = serializers.JSONField()
-        subject = serializers.CharField(max_length=200, required=False, default="")
+        subject = serializers.CharField(max_length=200, trim_whitespace=False, required=False, default="")
 
     @extend_schema(
         summary="Start a run (idempotent with an Idempotency-Key header)",

@@ -137,3 +137,12 @@ def test_malformed_json_and_oversize_bodies_are_refused(tenant, write_key, setti
         client.post("/api/v1/runs/", huge, content_type="application/json"), 413, "request_too_large"
     )
     assert AgentRun.objects.count() == 0
+
+
+def test_a_subject_id_is_taken_exactly_as_sent_and_too_long_is_refused(write_key):
+    """The schema says at most 200 characters: 205 characters of which 5 are padding are 205, not
+    a trimmed 200 (schemathesis found the mismatch), and an id is never silently changed."""
+    client = key_client(write_key)
+    padded = "\x1d    " + "x" * 200
+    answer = client.post("/api/v1/erasure-requests/", {"subject_id": padded}, format="json")
+    assert answer.status_code == 400 and "subject_id" in answer.json()["error"]["details"]
