@@ -28,10 +28,10 @@ from memory.selectors import (
     memory_subject_vector_counts,
     memory_tombstone_count,
 )
-from runs.erasure import subject_session_keys
-from runs.models import AgentEvent, AgentRun, Summary
-from runs.services.conversation import CONVERSATION_EVENTS
-from runs.services.sessions import redis_client, session_key
+from runs.conversations.erasure import subject_session_keys
+from runs.conversations.messages import CONVERSATION_EVENTS
+from runs.conversations.sessions import redis_client, session_key
+from runs.engine.models import AgentEvent, AgentRun, Summary
 
 logger = logging.getLogger(__name__)
 

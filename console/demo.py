@@ -29,11 +29,11 @@ from core.tenancy import tenant_bind, tenant_ensure
 from memory.erasure import erasure_execute, erasure_request_create
 from memory.services import memory_remember, memory_supersede
 from retrieval.services import document_index, principal_set
-from runs.models import AgentRun
-from runs.services.approvals import approval_approve
-from runs.services.forks import run_fork
-from runs.services.runs import run_resume, run_start, run_suspend
-from runs.services.steps import run_advance
+from runs.engine.approvals import approval_approve
+from runs.engine.forks import run_fork
+from runs.engine.models import AgentRun
+from runs.engine.runs import run_resume, run_start, run_suspend
+from runs.engine.steps import run_advance
 
 MARKER = "demo-loaded.txt"
 
@@ -171,7 +171,7 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             ).run
         )
         if unknown.suspend_reason == "approval_required":
-            from runs.models import Approval
+            from runs.engine.models import Approval
 
             approval = Approval.objects.get(run=unknown, status="pending")
             approval_approve(

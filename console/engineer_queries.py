@@ -25,10 +25,10 @@ from core.digests import json_digest
 from core.errors import ApplicationError, InvalidInput
 from core.tenancy import tenant_scope
 from retrieval.models import RetrievalSnapshot
-from runs.compaction.compactors import compactor_from_settings
-from runs.compaction.services import summary_problem
-from runs.erasure import ERASED_EVENT, redactions_of
-from runs.models import AgentEvent, AgentRun, Summary
+from runs.conversations.compaction.compactors import compactor_from_settings
+from runs.conversations.compaction.services import summary_problem
+from runs.conversations.erasure import ERASED_EVENT, redactions_of
+from runs.engine.models import AgentEvent, AgentRun, Summary
 
 EVENTS_PAGE, MAX_EVENTS_PAGE = 200, 500
 MAX_MARKS = 400  # marked events drawn on one timeline (the newest)

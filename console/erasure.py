@@ -12,8 +12,8 @@ from uuid import UUID
 from console.models import AuditEntry
 from core.erasure import Scope
 from core.tenancy import tenant_scope
-from runs.erasure import ERASED, Redactor
-from runs.models import Approval, ToolOperation
+from runs.conversations.erasure import ERASED, Redactor
+from runs.engine.models import Approval, ToolOperation
 
 
 class AuditNotesEraser:

@@ -68,7 +68,7 @@ def tenant_ids_for_user(user: Any) -> list[UUID]:
 
 def run_for_user(user: Any, run_id: UUID | str) -> Any:
     """The run, if it belongs to one of the user's tenants; otherwise 404 (no existence leak)."""
-    from runs.models import AgentRun
+    from runs.engine.models import AgentRun
 
     try:
         run = AgentRun.objects.select_related("tenant").filter(run_id=UUID(str(run_id))).first()

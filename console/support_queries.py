@@ -16,7 +16,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.http import Http404
 
 from console.models import AuditEntry
-from runs.models import (
+from runs.engine.models import (
     AgentEvent,
     AgentRun,
     Approval,

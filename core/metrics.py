@@ -44,7 +44,7 @@ class KeeperCollector:
     """Reads the durable tables and the Celery queue at scrape time (nothing is cached in memory)."""
 
     def collect(self) -> Iterator[Metric]:
-        from runs.models import OperationStatus, RunStatus
+        from runs.engine.models import OperationStatus, RunStatus
 
         up = GaugeMetricFamily(
             "keeper_metrics_source_up",

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from core.admin import ReadOnlyAdmin
 from core.models import Tenant
 from core.tenancy import tenant_bind_request
-from runs.models import AgentEvent, AgentRun, Approval, ToolOperation
+from runs.engine.models import AgentEvent, AgentRun, Approval, ToolOperation
 
 
 class AgentEventInline(admin.TabularInline):

@@ -14,11 +14,11 @@ from rest_framework.views import APIView
 from core.api import error_responses
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
 from core.roles import ENGINEER, user_roles
-from runs.models import AgentEvent, AgentRun, RunStatus
-from runs.selectors import run_events, run_get, run_page
-from runs.services.forks import run_fork, run_rewind
-from runs.services.resume import run_state_accept
-from runs.services.runs import run_cancel, run_resume, run_start
+from runs.engine.forks import run_fork, run_rewind
+from runs.engine.models import AgentEvent, AgentRun, RunStatus
+from runs.engine.resume import run_state_accept
+from runs.engine.runs import run_cancel, run_resume, run_start
+from runs.engine.selectors import run_events, run_get, run_page
 
 
 class RunOutputSerializer(serializers.ModelSerializer):

@@ -13,10 +13,10 @@ from rest_framework.views import APIView
 from core.api import error_responses
 from core.api_auth import request_actor
 from runs.api import EVENTS_PAGE, EventOutputSerializer, run_for_request
-from runs.context import context_build
-from runs.models import AgentEvent
-from runs.services.conversation import CONVERSATION_EVENTS, conversation_append
-from runs.services.sessions import session_window
+from runs.conversations.context import context_build
+from runs.conversations.messages import CONVERSATION_EVENTS, conversation_append
+from runs.conversations.sessions import session_window
+from runs.engine.models import AgentEvent
 
 
 class RunMessagesApi(APIView):

@@ -14,10 +14,10 @@ from core.api import error_responses
 from core.api_auth import request_actor, request_key, request_may_see, request_tenant
 from core.errors import NotFound
 from runs.api import run_for_request
-from runs.models import Approval, ApprovalStatus, ToolOperation
-from runs.selectors import approval_list, operation_get, run_operations
-from runs.services.approvals import approval_approve, approval_reject
-from runs.services.operations import RECONCILE_OUTCOMES, operation_reconcile
+from runs.engine.approvals import approval_approve, approval_reject
+from runs.engine.models import Approval, ApprovalStatus, ToolOperation
+from runs.engine.operations import RECONCILE_OUTCOMES, operation_reconcile
+from runs.engine.selectors import approval_list, operation_get, run_operations
 
 
 def _approval_check(request: Request, approval_id: UUID) -> None:

@@ -14,7 +14,7 @@ class RunsConfig(AppConfig):
         import_module("runs.workflows.refund.workflow")
         import_module("runs.workflows.conversation")
         from core.erasure import eraser_register
-        from runs.erasure import RunsEraser, register
+        from runs.conversations.erasure import RunsEraser, register
 
         eraser_register(RunsEraser())
         register()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from runs.workflows.registry import Complete, Next, State, Step, StepContext, StepResult, Workflow, registry
+from runs.engine.registry import Complete, Next, State, Step, StepContext, StepResult, Workflow, registry
 
 
 def _begin(ctx: StepContext, state: State) -> StepResult:
@@ -77,8 +77,8 @@ bad_jump = registry.register(Workflow(name="test.bad_jump", version="1", steps=(
 
 def _interrupted(ctx: StepContext, state: State) -> StepResult:
     # The first attempt is overtaken by a message stored while it runs (a new revision, same lease).
-    from runs import store
-    from runs.models import AgentEvent
+    from runs.engine import store
+    from runs.engine.models import AgentEvent
 
     if not AgentEvent.objects.filter(run_id=ctx.run_id, event_type="user_message").exists():
         store.append_event(

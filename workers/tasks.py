@@ -13,10 +13,10 @@ from memory.projection import memory_project, memory_vector_index_ensure
 from memory.services import memory_purge_expired
 from retrieval.indexes import chunk_index_ensure
 from retrieval.services import document_embed, documents_pending, index_expire, index_reembed
-from runs.services.dispatch import runs_redispatch
-from runs.services.forks import forks_expire
-from runs.services.learning import run_learn
-from runs.services.steps import run_advance
+from runs.conversations.learning import run_learn
+from runs.engine.dispatch import runs_redispatch
+from runs.engine.forks import forks_expire
+from runs.engine.steps import run_advance
 
 
 @shared_task(name="workers.tasks.advance_run", ignore_result=True)

@@ -44,6 +44,7 @@ INSTALLED_APPS = [
     "memory",
     "retrieval",
     "workers",
+    "bench",
     "console",
     "sandbox",
 ]
@@ -144,7 +145,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # One name per choice set that several serializers share.
-    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.models.RunStatus"},
+    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.engine.models.RunStatus"},
     # The Bearer scheme of API keys is declared by core.api.ApiKeyAuthenticationScheme.
 }
 

@@ -23,8 +23,8 @@ from console.roles import ENGINEER, role_required, run_for_user, user_tenants
 from console.timeline import timeline_svg
 from core.errors import ApplicationError
 from core.models import Tenant
-from runs.models import Approval, RunStatus, Summary, ToolOperation
-from runs.services.resume import ACCEPTABLE_REFUSALS, run_state_change
+from runs.engine.models import Approval, RunStatus, Summary, ToolOperation
+from runs.engine.resume import ACCEPTABLE_REFUSALS, run_state_change
 
 BULK_ACTIONS = (("resume", "Resume"), ("cancel", "Cancel"), ("redispatch", "Re-dispatch"))
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 200

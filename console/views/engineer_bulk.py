@@ -27,12 +27,12 @@ from console.audit import actor_of, audit_record
 from console.roles import ENGINEER, role_required, run_for_user, user_tenants
 from console.views.engineer import FILTER_FIELDS, RunFilterForm, filter_query, run_page_context
 from core.errors import ApplicationError
-from runs.errors import InvalidTransition
-from runs.models import AgentRun, RunStatus
-from runs.services.dispatch import run_enqueue
-from runs.services.forks import run_fork, run_rewind
-from runs.services.resume import run_state_accept
-from runs.services.runs import run_cancel, run_resume
+from runs.engine.dispatch import run_enqueue
+from runs.engine.errors import InvalidTransition
+from runs.engine.forks import run_fork, run_rewind
+from runs.engine.models import AgentRun, RunStatus
+from runs.engine.resume import run_state_accept
+from runs.engine.runs import run_cancel, run_resume
 
 NOTE_MAX = 2000
 BULK_CAP = 1000  # runs one bulk action may touch; a bigger set must be narrowed first

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_safe
 
 from console.engineer_queries import count_capped
 from console.roles import ENGINEER, role_required, tenant_ids_for_user
-from runs.models import AgentRun, RunStatus
+from runs.engine.models import AgentRun, RunStatus
 
 logger = logging.getLogger(__name__)
 

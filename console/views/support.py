@@ -23,11 +23,11 @@ from console.audit import actor_of, audit_record
 from console.roles import SUPPORT, role_required, run_for_user, tenant_ids_for_user
 from core.errors import ApplicationError
 from core.models import Tenant
-from runs.models import AgentRun, ApprovalStatus, OperationStatus, RunStatus
-from runs.services.approvals import approval_approve, approval_reject
-from runs.services.operations import RECONCILE_OUTCOMES, operation_reconcile
-from runs.services.runs import run_cancel, run_resume
-from runs.workflows.registry import registry
+from runs.engine.approvals import approval_approve, approval_reject
+from runs.engine.models import AgentRun, ApprovalStatus, OperationStatus, RunStatus
+from runs.engine.operations import RECONCILE_OUTCOMES, operation_reconcile
+from runs.engine.registry import registry
+from runs.engine.runs import run_cancel, run_resume
 
 NOTE_MAX = 2000  # as the REST API
 OUTCOME_LABELS = {

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from runs.context import BuiltContext, context_build
-from runs.models import AgentRun
-from runs.services.conversation import AWAITING_INPUT, conversation_next_unanswered
-from runs.services.dispatch import task_enqueue
-from runs.workflows.registry import Next, State, Step, StepContext, StepResult, Suspend, Workflow, registry
+from runs.conversations.context import BuiltContext, context_build
+from runs.conversations.messages import AWAITING_INPUT, conversation_next_unanswered
+from runs.engine.dispatch import task_enqueue
+from runs.engine.models import AgentRun
+from runs.engine.registry import Next, State, Step, StepContext, StepResult, Suspend, Workflow, registry
 
 
 class Responder(Protocol):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.errors import InvalidInput
-from runs.workflows.registry import Complete, Next, State, Step, StepContext, StepResult, Workflow, registry
+from runs.engine.registry import Complete, Next, State, Step, StepContext, StepResult, Workflow, registry
 
 MAX_TICKS = 10_000
 

@@ -14,11 +14,11 @@ from memory.erasure import erasure_request_create
 from memory.services import memory_remember
 from retrieval.search import retrieval_search
 from retrieval.services import document_index, principal_set
-from runs import store
-from runs.models import ToolOperation
-from runs.services.approvals import approval_check
-from runs.services.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
-from runs.services.runs import run_start, run_suspend
+from runs.engine import store
+from runs.engine.approvals import approval_check
+from runs.engine.models import ToolOperation
+from runs.engine.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
+from runs.engine.runs import run_start, run_suspend
 
 PROVENANCE = {
     "source_type": "user_statement",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs.services.runs import run_cancel, run_start
+from runs.engine.runs import run_cancel, run_start
 from tests.api.conftest import key_client
 
 pytestmark = pytest.mark.django_db

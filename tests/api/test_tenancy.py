@@ -16,7 +16,7 @@ from memory.models import MemoryItem
 from retrieval import urls as retrieval_urls
 from retrieval.models import Document, Principal
 from runs import api_urls as runs_urls
-from runs.models import AgentRun, Approval, ToolOperation
+from runs.engine.models import AgentRun, Approval, ToolOperation
 from tests.api.conftest import PROVENANCE, key_client, seed_tenant
 
 pytestmark = pytest.mark.django_db

@@ -167,7 +167,7 @@ django.setup()
 from config.launcher import launch_options
 from memory.embedders import embedder_from_settings
 from memory.extraction import extractor_from_settings
-from runs.compaction.compactors import compactor_from_settings
+from runs.conversations.compaction.compactors import compactor_from_settings
 from runs.workflows.refund.deciders import decider_from_settings
 
 def described(thing, *extra):

@@ -21,10 +21,10 @@ from memory.erasure import erasure_execute, erasure_request_create, subject_dige
 from memory.models import ErasureRequest
 from memory.projection import memory_project
 from memory.services import memory_invalidate, memory_remember, memory_supersede
-from runs.models import AgentEvent
-from runs.services.conversation import conversation_append
-from runs.services.runs import run_start
-from runs.services.sessions import redis_client, session_window
+from runs.conversations.messages import conversation_append
+from runs.conversations.sessions import redis_client, session_window
+from runs.engine.models import AgentEvent
+from runs.engine.runs import run_start
 from tests.memory.test_memory import said
 
 pytestmark = pytest.mark.django_db
@@ -35,8 +35,8 @@ SUBJECT = "cust-7"
 def seed_subject(tenant: Any, subject: str = SUBJECT) -> dict[str, Any]:
     """A subject with a supersede chain, an invalidated claim, vectors, a conversation run with a
     Redis window and a summary; plus another subject that must never show up."""
-    from runs.compaction.services import summary_create
-    from runs.compaction.tokens import token_counter
+    from runs.conversations.compaction.services import summary_create
+    from runs.conversations.compaction.tokens import token_counter
 
     run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
     for i in range(4):

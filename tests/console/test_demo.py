@@ -10,7 +10,7 @@ from core.models import Tenant
 from core.tenancy import tenant_scope
 from memory.models import ErasureRequest, MemoryItem
 from retrieval.models import Document
-from runs.models import AgentRun, ToolOperation
+from runs.engine.models import AgentRun, ToolOperation
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -21,11 +21,11 @@ from console.views import engineer_bulk, engineer_queue
 from core.digests import json_digest
 from core.tenancy import tenant_bind, tenant_ensure, tenant_scope
 from retrieval.models import RetrievalSnapshot
-from runs.compaction.services import summary_create
-from runs.compaction.tokens import token_counter
-from runs.models import AgentEvent, AgentRun, Summary, ToolOperation
-from runs.services.runs import run_start, run_suspend
-from runs.services.steps import run_advance
+from runs.conversations.compaction.services import summary_create
+from runs.conversations.compaction.tokens import token_counter
+from runs.engine.models import AgentEvent, AgentRun, Summary, ToolOperation
+from runs.engine.runs import run_start, run_suspend
+from runs.engine.steps import run_advance
 from tests.console.conftest import make_user
 
 pytestmark = pytest.mark.django_db
@@ -247,7 +247,7 @@ def test_the_run_page_shows_lease_timeline_events_operations_summaries_and_snaps
 
 
 def test_a_lease_take_over_is_marked_on_the_timeline(as_role, tenant):
-    from runs import store
+    from runs.engine import store
 
     run = start(tenant)
     assert store.lease_acquire(run_id=run.run_id, owner="w-crashed", ttl=0.01) is not None
@@ -558,7 +558,7 @@ def test_accepting_a_changed_state_shows_both_digests_and_the_diff_needs_a_note_
             "UPDATE agent_runs SET state = state || '{\"remaining\": 77}'::jsonb WHERE run_id = %s",
             [run.run_id],
         )
-    from runs.services.runs import run_resume
+    from runs.engine.runs import run_resume
 
     run_resume(run_id=run.run_id, actor="test")
     run_advance(run_id=run.run_id, worker_id="w-test")
@@ -566,7 +566,7 @@ def test_accepting_a_changed_state_shows_both_digests_and_the_diff_needs_a_note_
     assert run.suspend_reason == "state_digest_mismatch"
     client = as_role("engineer")
     page = client.get(detail(run)).content.decode()
-    from runs.services.state import state_encode
+    from runs.engine.state import state_encode
 
     edited = state_encode(run.state).digest
     assert 'id="accept-state-form"' in page and committed in page and edited in page

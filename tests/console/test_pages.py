@@ -100,7 +100,7 @@ def test_a_user_sees_only_the_audit_entries_of_its_tenants(client, tenant, other
 def test_admin_shows_runs_events_read_only(client, tenant):
     from django.contrib.auth import get_user_model
 
-    from runs.services.runs import run_start
+    from runs.engine.runs import run_start
 
     client.force_login(get_user_model().objects.create_superuser("root", password="pw-for-tests"))
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run

@@ -14,17 +14,17 @@ from django.utils import timezone
 from console.models import AuditEntry
 from console.urls_support import urlpatterns
 from core.tenancy import tenant_bind
-from runs import store
-from runs.models import AgentEvent, AgentRun, Approval, ToolOperation
-from runs.services.approvals import approval_check
-from runs.services.operations import (
+from runs.engine import store
+from runs.engine.approvals import approval_check
+from runs.engine.models import AgentEvent, AgentRun, Approval, ToolOperation
+from runs.engine.operations import (
     operation_mark_started,
     operation_mark_unknown,
     operation_prepare_once,
 )
-from runs.services.runs import run_resume, run_start, run_suspend
-from runs.services.steps import run_advance
-from runs.workflows.registry import ToolContract, ToolLookup
+from runs.engine.registry import ToolContract, ToolLookup
+from runs.engine.runs import run_resume, run_start, run_suspend
+from runs.engine.steps import run_advance
 
 pytestmark = pytest.mark.django_db
 REQUEST = {"order_id": "o-1", "amount_minor": 2500, "currency": "EUR"}

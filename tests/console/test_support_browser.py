@@ -11,11 +11,11 @@ import pytest
 from playwright.sync_api import expect
 
 from console.models import AuditEntry
-from runs.models import Approval, ToolOperation
-from runs.services.approvals import approval_check
-from runs.services.runs import run_start, run_suspend
+from runs.engine.approvals import approval_check
+from runs.engine.models import Approval, ToolOperation
+from runs.engine.runs import run_start, run_suspend
 from tests.console.conftest import screenshot
-from tests.runs.test_refund_workflow import _drive, _start, sandbox  # noqa: F401 - sandbox is a fixture
+from tests.runs.workflows.test_refund_workflow import _drive, _start, sandbox  # noqa: F401 - sandbox is a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 POLL_TIMEOUT = 10_000  # ms: the pages poll every 3 s

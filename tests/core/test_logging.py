@@ -10,9 +10,9 @@ from collections.abc import Iterator
 import pytest
 
 from core.logging import JSONFormatter, RunContextFilter, log_context
-from runs.services.runs import run_start
-from runs.services.steps import run_advance
-from runs.workflows.registry import Complete, State, Step, StepContext, StepResult, Workflow, registry
+from runs.engine.registry import Complete, State, Step, StepContext, StepResult, Workflow, registry
+from runs.engine.runs import run_start
+from runs.engine.steps import run_advance
 
 step_logger = logging.getLogger("tests.core.logging_step")
 

@@ -13,11 +13,11 @@ from django.conf import settings as django_settings
 from prometheus_client import REGISTRY
 
 from core.metrics import worker_metrics_serve
-from runs import store
-from runs.models import AgentRun
-from runs.services.operations import operation_prepare_once
-from runs.services.runs import run_cancel, run_start, run_suspend
-from runs.services.steps import run_advance
+from runs.engine import store
+from runs.engine.models import AgentRun
+from runs.engine.operations import operation_prepare_once
+from runs.engine.runs import run_cancel, run_start, run_suspend
+from runs.engine.steps import run_advance
 from tests.processes import flush_redis, wait_until
 
 TOKEN = "metrics-token-for-tests"

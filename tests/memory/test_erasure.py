@@ -11,11 +11,11 @@ from core.tenancy import tenant_scope
 from memory.erasure import erasure_execute, erasure_request_create
 from memory.models import ErasureRequest, MemoryItem, Tombstone
 from memory.services import ClaimErased, memory_purge_expired, memory_remember
-from runs.context import context_build
-from runs.models import AgentEvent, Summary
-from runs.services.conversation import conversation_append
-from runs.services.runs import run_start
-from runs.services.sessions import redis_client, session_key, session_window
+from runs.conversations.context import context_build
+from runs.conversations.messages import conversation_append
+from runs.conversations.sessions import redis_client, session_key, session_window
+from runs.engine.models import AgentEvent, Summary
+from runs.engine.runs import run_start
 from tests.conftest import no_tenant
 from tests.memory.test_memory import said
 
@@ -69,8 +69,8 @@ def subject_with_everything(tenant):  # type: ignore[no-untyped-def]
         value="german",
         provenance=said(),
     )
-    from runs.compaction.services import summary_create
-    from runs.compaction.tokens import token_counter
+    from runs.conversations.compaction.services import summary_create
+    from runs.conversations.compaction.tokens import token_counter
 
     summary_create(
         run=run,
@@ -207,6 +207,6 @@ def test_a_stored_result_another_subject_also_points_to_is_kept(tenant, subject_
     request = erasure_request_create(tenant=tenant, subject_id="cust-erase", requested_by="user:c")
     done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
     assert done.status == "completed" and done.receipt["counts"]["runs.artifacts"] == 0
-    from runs.services.artifacts import artifact_get
+    from runs.engine.artifacts import artifact_get
 
     assert artifact_get(ref=ref).decode().startswith("Baker Street")  # the other subject's result is intact

@@ -23,24 +23,24 @@ from core.tenancy import tenant_scope
 from memory.erasure import erasure_execute, erasure_request_create
 from memory.models import ErasureRequest
 from memory.services import memory_remember
-from runs import store
-from runs.compaction.services import summary_create
-from runs.compaction.tokens import token_counter
-from runs.errors import SubjectErased
-from runs.models import AgentEvent, AgentRun, Approval
-from runs.replay import history_export, replay_history
-from runs.services.approvals import approval_approve
-from runs.services.conversation import conversation_append
-from runs.services.forks import run_fork
-from runs.services.operations import operation_reconcile
-from runs.services.operator import history_verify, run_history_document
-from runs.services.runs import run_resume, run_start, run_suspend
-from runs.services.sessions import redis_client, session_window
+from runs.conversations.compaction.services import summary_create
+from runs.conversations.compaction.tokens import token_counter
+from runs.conversations.messages import conversation_append
+from runs.conversations.sessions import redis_client, session_window
+from runs.engine import store
+from runs.engine.approvals import approval_approve
+from runs.engine.errors import SubjectErased
+from runs.engine.forks import run_fork
+from runs.engine.models import AgentEvent, AgentRun, Approval
+from runs.engine.operations import operation_reconcile
+from runs.engine.runs import run_resume, run_start, run_suspend
+from runs.operator.history import history_verify, run_history_document
+from runs.operator.replay import history_export, replay_history
 from tests.console.conftest import make_user
 from tests.memory.test_memory import said
 from tests.processes import wait_until
-from tests.runs.test_refund_workflow import Sandbox, _drive
-from tests.runs.test_refund_workflow import sandbox as sandbox  # noqa: F401 - the fixture
+from tests.runs.workflows.test_refund_workflow import Sandbox, _drive
+from tests.runs.workflows.test_refund_workflow import sandbox as sandbox  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -338,7 +338,7 @@ def test_an_edited_redacted_event_breaks_the_history_check(tenant):
     history_verify(document)
     event = next(e for e in document["events"] if e["event_type"] == "run_started")
     event["state"] = {**(event["state"] or {}), "smuggled": "back"}
-    from runs.services.operator import HistoryImportError, history_digest
+    from runs.operator.history import HistoryImportError, history_digest
 
     document["digest"] = history_digest(document)
     with pytest.raises(HistoryImportError, match="state does not match"):
@@ -416,7 +416,7 @@ def test_a_worker_mid_step_during_erasure_cannot_write_the_subject_back(tenant, 
 
 
 def test_short_values_are_erased_only_as_whole_values():
-    from runs.erasure import Redactor
+    from runs.conversations.erasure import Redactor
 
     redact = Redactor("cust-7f3a9e", ("english", "Baker Street 221b"))
     assert redact({"lang": "English", "status": "englishman", "note": "to baker street 221B now"}) == {
@@ -469,7 +469,7 @@ def test_a_subject_whose_id_begins_another_subjects_id_is_erased_without_touchin
 
 
 def test_the_subject_id_is_matched_as_a_whole_token():
-    from runs.erasure import Redactor
+    from runs.conversations.erasure import Redactor
 
     redact = Redactor("cust-yy-100", ())
     assert redact(
@@ -484,7 +484,7 @@ def test_the_subject_id_is_matched_as_a_whole_token():
 
 def test_erasure_keeps_the_codes_of_a_runs_history(tenant):
     """Why a run stopped ("awaiting_input") is a code, not the subject's text: it stays."""
-    from runs.services.steps import run_advance
+    from runs.engine.steps import run_advance
 
     run = _subject_with_data(tenant, "cust-codes-42")
     for _ in range(5):  # the worker's steps, in this process: answer, then wait for the customer

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from memory.selectors import memory_recall
-from runs.services.conversation import conversation_append
-from runs.services.learning import run_learn
-from runs.services.runs import run_start
+from runs.conversations.learning import run_learn
+from runs.conversations.messages import conversation_append
+from runs.engine.runs import run_start
 
 pytestmark = pytest.mark.django_db
 

@@ -178,8 +178,8 @@ def test_replay_uses_the_snapshots_source_version_after_the_document_changed(ten
 
 
 def test_the_context_builder_quotes_hits_with_provenance_and_replays_the_snapshot(tenant):
-    from runs.context import context_build
-    from runs.services.runs import run_start
+    from runs.conversations.context import context_build
+    from runs.engine.runs import run_start
 
     seed(tenant)
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="user:test").run

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from runs.models import AgentRun
+from runs.engine.models import AgentRun
 
 pytestmark = pytest.mark.django_db
 
@@ -54,7 +54,7 @@ def test_read_run_and_page_through_events(api, tenant):
     run_id = api.post(
         "/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {"n": 1}}, format="json"
     ).json()["run_id"]
-    from runs.services.steps import run_advance
+    from runs.engine.steps import run_advance
 
     while run_advance(run_id=uuid.UUID(run_id), worker_id="w").outcome == "committed":
         pass

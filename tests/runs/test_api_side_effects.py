@@ -6,11 +6,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from runs import store
-from runs.models import AgentEvent, ToolOperation
-from runs.services.approvals import approval_check
-from runs.services.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
-from runs.services.runs import run_start, run_suspend
+from runs.engine import store
+from runs.engine.approvals import approval_check
+from runs.engine.models import AgentEvent, ToolOperation
+from runs.engine.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
+from runs.engine.runs import run_start, run_suspend
 
 pytestmark = pytest.mark.django_db
 

@@ -7,9 +7,9 @@ import time
 import pytest
 from django.db.models import Count, Max
 
-from runs import store
-from runs.models import AgentEvent, AgentRun
-from runs.services.runs import run_start
+from runs.engine import store
+from runs.engine.models import AgentEvent, AgentRun
+from runs.engine.runs import run_start
 from tests.processes import flush_redis, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -33,7 +33,7 @@ def test_separate_processes_racing_on_one_revision_exactly_one_commits(tenant, p
         processes.script(
             [
                 "-m",
-                "tests.runs.race_commit",
+                "tests.runs.engine.race_commit",
                 str(run.run_id),
                 str(grant.revision),
                 str(grant.epoch),

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.chaos import CRASH_POINTS, run_scenario, scenarios, serve_sandbox_in_thread
+from runs.operator.chaos import CRASH_POINTS, run_scenario, scenarios, serve_sandbox_in_thread
 
 COLUMNS = [
     ("runs", "runs"),

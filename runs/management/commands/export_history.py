@@ -16,7 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApplicationError
-from runs.services.operator import run_history_document
+from runs.operator.history import run_history_document
 
 
 class Command(BaseCommand):

@@ -13,7 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApplicationError
-from runs.services.operator import history_import
+from runs.operator.history import history_import
 
 
 class Command(BaseCommand):

@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApplicationError
 from core.tenancy import tenant_get
-from runs.services.operator import purge_statuses, runs_purge
+from runs.operator.retention import purge_statuses, runs_purge
 
 DEFAULT_OLDER_THAN_DAYS = 90.0
 _TABLES = ("runs", "events", "operations", "approvals", "summaries", "snapshots", "forks_expired")

@@ -9,7 +9,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApplicationError
 from core.tenancy import tenant_get
-from runs.services.operator import STUCK_AFTER_SECONDS, runs_for_redispatch, runs_stuck, runs_wake
+from runs.operator.redispatch import runs_for_redispatch, runs_wake
+from runs.operator.stuck import STUCK_AFTER_SECONDS, runs_stuck
 
 
 class Command(BaseCommand):

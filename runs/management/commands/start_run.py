@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApplicationError
 from core.tenancy import tenant_get
-from runs.services.runs import run_start
+from runs.engine.runs import run_start
 
 
 class Command(BaseCommand):

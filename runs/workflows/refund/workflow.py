@@ -17,10 +17,9 @@ from django.utils import timezone
 from core.crash import crash_point
 from core.digests import json_digest
 from core.errors import InvalidInput
-from runs.models import Approval
-from runs.selectors import operation_find
-from runs.services.approvals import ApprovalCheck, approval_check, approval_grant_automatically
-from runs.services.operations import (
+from runs.engine.approvals import ApprovalCheck, approval_check, approval_grant_automatically
+from runs.engine.models import Approval
+from runs.engine.operations import (
     OperationRequestChanged,
     operation_mark_failed,
     operation_mark_not_applied,
@@ -29,15 +28,7 @@ from runs.services.operations import (
     operation_mark_unknown,
     operation_prepare_once,
 )
-from runs.workflows.refund.deciders import decider_from_settings
-from runs.workflows.refund.payments import (
-    CONTRACT_VERSION,
-    AmbiguousTransportError,
-    PaymentRejected,
-    PaymentsClient,
-)
-from runs.workflows.refund.schemas import REFUND_SCHEMAS
-from runs.workflows.registry import (
+from runs.engine.registry import (
     Complete,
     Fail,
     Next,
@@ -51,6 +42,15 @@ from runs.workflows.registry import (
     Workflow,
     registry,
 )
+from runs.engine.selectors import operation_find
+from runs.workflows.refund.deciders import decider_from_settings
+from runs.workflows.refund.payments import (
+    CONTRACT_VERSION,
+    AmbiguousTransportError,
+    PaymentRejected,
+    PaymentsClient,
+)
+from runs.workflows.refund.schemas import REFUND_SCHEMAS
 
 _CURRENCY = re.compile(r"^[A-Z]{3}$")
 

@@ -1,0 +1,1 @@
+"""Benchmarks in one place: they import the apps, and no app imports them (manage.py bench)."""

@@ -1,0 +1,241 @@
+"""Benchmarks of the durable core, each against a raw baseline run side by side in the same process.
+
+commit_step: the engine's commit (state validation, canonical JSON, digest, the one-statement
+CTE through Django's connection) against the fastest correct raw form of the same write: the
+same JSON + digest work and the single CTE of DESIGN.md (the state goes into the run row and the
+event, as the engine writes it) on a plain psycopg connection, prepared.
+Rounds alternate engine and baseline so drift in the machine hits both alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from django.utils import timezone
+
+from bench.memory import percentile
+from core.digests import canonical_json
+from core.models import Tenant
+from core.processes import current_database_url
+from core.tenancy import tenant_bind, tenant_ensure
+from runs.engine import store
+from runs.engine.models import AgentEvent, AgentRun
+from runs.engine.runs import run_start
+from runs.engine.state import state_encode
+
+_RAW_COMMIT = """
+WITH u AS (
+  UPDATE agent_runs SET state = %(state)s::jsonb, state_digest = %(digest)s, next_step = %(next)s, status = 'running',
+         state_revision = state_revision + 1, updated_at = now()
+   WHERE run_id = %(run)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
+  RETURNING run_id, tenant_id, state_revision)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
+                          state_revision, state_digest, state, next_step, created_at)
+SELECT run_id, tenant_id, state_revision, 'step_completed', %(step)s, 1, %(payload)s::jsonb, %(actor)s,
+       state_revision, %(digest)s, %(state)s::jsonb, %(next)s, now() FROM u
+RETURNING seq
+"""
+
+
+def _bench_state(i: int) -> dict[str, Any]:
+    # About 1 KB, like a refund run's state: inputs, step results, budgets, references.
+    return {
+        "n": 3,
+        "order": {
+            "id": f"ord-{i % 97}",
+            "amount_minor": 129_900,
+            "currency": "EUR",
+            "items": list(range(12)),
+        },
+        "decision": {"code": "REFUND_OK", "reasons": ["delivered", "within_30_days", "amount_under_limit"]},
+        "budgets": {"steps": {"limit": 50, "used": i % 50}, "tokens": {"limit": 200_000, "used": 1234 + i}},
+        "artifacts": [{"digest": "sha256:" + "ab" * 32, "uri": "file:///data/artifacts/ab/abab"}],
+        "notes": "x" * 520,
+        "tick": i,
+    }
+
+
+def _new_run(tenant: Tenant) -> tuple[UUID, int, int]:
+    start_input = {k: v for k, v in _bench_state(0).items() if k != "budgets"}  # the engine sets its own
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input=start_input, actor="bench").run
+    grant = store.lease_acquire(run_id=run.run_id, owner="bench", ttl=3600)
+    if grant is None:
+        raise RuntimeError("a fresh benchmark run could not be leased")
+    return run.run_id, grant.revision, grant.epoch
+
+
+def _engine_round(ops: int) -> list[float]:
+    tenant = tenant_ensure(slug="bench")
+    with tenant_bind(tenant.tenant_id):  # as a worker's task: the run's tenant for the whole task
+        return _engine_commits(tenant, ops)
+
+
+def _engine_commits(tenant: Tenant, ops: int) -> list[float]:
+    run_id, revision, epoch = _new_run(tenant)
+    latencies = []
+    for i in range(ops):
+        t0 = time.perf_counter()
+        encoded = state_encode(_bench_state(i))
+        seq = store.commit_step(
+            run_id=run_id,
+            expected_revision=revision,
+            epoch=epoch,
+            owner="bench",
+            state_json=encoded.json,
+            state_digest=encoded.digest,
+            next_step="tick",
+            status="running",
+            event_type="step_completed",
+            step_id="tick",
+            attempt=1,
+            payload_json=canonical_json({"next_step": "tick"}),
+            release=False,
+        )
+        latencies.append(time.perf_counter() - t0)
+        if seq != revision + 1:
+            raise RuntimeError(f"the engine's commit was refused at revision {revision}")
+        revision = seq
+    return latencies
+
+
+def _raw_round(ops: int, dsn: str) -> list[float]:
+    tenant = tenant_ensure(slug="bench")
+    with tenant_bind(tenant.tenant_id):
+        run_id, revision, epoch = _new_run(tenant)
+    latencies = []
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # The same row-level security conditions as the engine: the application role, with the
+        # run's tenant set for the session, so every statement pays the same policy checks.
+        conn.execute("SELECT set_config('app.tenant_id', %s, false)", [str(tenant.tenant_id)])
+        for i in range(ops):
+            t0 = time.perf_counter()
+            text = json.dumps(_bench_state(i), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+            digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+            row = conn.execute(
+                _RAW_COMMIT,
+                {
+                    "state": text,
+                    "next": "tick",
+                    "run": run_id,
+                    "expected": revision,
+                    "epoch": epoch,
+                    "step": "tick",
+                    "payload": '{"next_step":"tick"}',
+                    "actor": "bench",
+                    "digest": digest,
+                },
+                prepare=True,
+            ).fetchone()
+            latencies.append(time.perf_counter() - t0)
+            if row is None or row[0] != revision + 1:
+                raise RuntimeError(f"the baseline's commit was refused at revision {revision}")
+            revision = row[0]
+    return latencies
+
+
+def bench_commit_step(*, ops: int, rounds: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    dsn = current_database_url()
+    _engine_round(min(ops, 50))  # warm both paths: connections, prepared statements, caches
+    _raw_round(min(ops, 50), dsn)
+    engine_rates, raw_rates, engine_lat, raw_lat = [], [], [], []
+    for r in range(rounds):
+        lat = _engine_round(ops)
+        engine_rates.append(ops / sum(lat))
+        engine_lat += lat
+        lat = _raw_round(ops, dsn)
+        raw_rates.append(ops / sum(lat))
+        raw_lat += lat
+        progress(
+            f"commit_step round {r + 1}/{rounds}: engine {engine_rates[-1]:.0f} ops/s, raw {raw_rates[-1]:.0f} ops/s"
+        )
+    engine, raw = statistics.median(engine_rates), statistics.median(raw_rates)
+    return {
+        "engine_ops_s": round(engine, 1),
+        "raw_ops_s": round(raw, 1),
+        "ratio": round(engine / raw, 3),
+        "p50_ms": round(percentile(engine_lat, 0.50) * 1000, 3),
+        "p99_ms": round(percentile(engine_lat, 0.99) * 1000, 3),
+        "raw_p50_ms": round(percentile(raw_lat, 0.50) * 1000, 3),
+        "raw_p99_ms": round(percentile(raw_lat, 0.99) * 1000, 3),
+        "rounds": rounds,
+        "ops_per_round": ops,
+        "state_bytes": len(canonical_json(_bench_state(1)).encode()),
+    }
+
+
+def conversation_run_bulk(*, tenant_slug: str, texts: list[str]) -> AgentRun:
+    """A conversation run holding these messages (alternating user/assistant), written in bulk: what
+    as many appends would leave, without waiting for them."""
+    tenant = tenant_ensure(slug=tenant_slug)
+    with tenant_bind(tenant.tenant_id):
+        return _conversation_run_bulk(tenant, texts)
+
+
+def _conversation_run_bulk(tenant: Tenant, texts: list[str]) -> AgentRun:
+    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="bench").run
+    digest = AgentEvent.objects.get(run=run, seq=1).state_digest
+    now = timezone.now()
+    AgentEvent.objects.bulk_create(
+        [
+            AgentEvent(
+                run=run,
+                tenant_id=tenant.tenant_id,
+                seq=i + 2,
+                event_type="user_message" if i % 2 == 0 else "assistant_message",
+                payload={"client_message_id": f"m-{i}", "content": text},
+                actor="bench",
+                state_revision=i + 2,
+                state_digest=digest,
+                client_message_id=f"m-{i}",
+                created_at=now,
+            )
+            for i, text in enumerate(texts)
+        ],
+        batch_size=2000,
+    )
+    AgentRun.objects.filter(pk=run.pk).update(state_revision=len(texts) + 1)
+    run.refresh_from_db()
+    return run
+
+
+def bench_context_build(*, events: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    """Building a run's context against merely reading its events (the floor any build pays)."""
+    from runs.conversations.compaction.tokens import token_counter
+    from runs.conversations.context import context_build
+
+    texts = [
+        f"Message {i}: where is my parcel for order ord-{i % 97}? It was due on Monday."
+        for i in range(events)
+    ]
+    texts[5] = "Refund 25.00 EUR for order ord-5, and never call me by phone."
+    run = conversation_run_bulk(tenant_slug="bench", texts=texts)
+    counter = token_counter("gpt-4o-mini")
+
+    def timed(fn: Callable[[], object]) -> float:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1000
+
+    read = statistics.median(
+        timed(lambda: list(AgentEvent.objects.filter(run=run).order_by("seq"))) for _ in range(3)
+    )
+    cold = timed(lambda: context_build(run=run, counter=counter))  # compacts: writes the summaries
+    warm = statistics.median(timed(lambda: context_build(run=run, counter=counter)) for _ in range(3))
+    progress(
+        f"context_build over {events} events: read {read:.0f} ms, build {warm:.0f} ms (first {cold:.0f} ms)"
+    )
+    return {
+        "events": events,
+        "read_ms": round(read, 1),
+        "build_ms": round(warm, 1),
+        "first_build_ms": round(cold, 1),
+        "ratio": round(warm / read, 2),
+        "tokens_exact": counter.exact,
+    }

@@ -1,0 +1,1 @@
+"""Conversations: messages, session windows, compaction, context building, learning, and their erasure."""

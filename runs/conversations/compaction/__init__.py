@@ -1,0 +1,1 @@
+"""Conversation compaction: compactors, checked summaries, token counting."""

@@ -1,0 +1,495 @@
+"""What the runs app keeps about a subject, for erasure: its places, how they are found, and the eraser.
+
+The subject's runs are the runs whose `subject` is the subject and every fork or rewind below them
+(parent_run_id). In them every string that holds the subject's id or a text the request covers is
+replaced by "[erased]": run state and result, every event's payload and state copy, approvals and
+operations; conversation text is dropped from the events (a digest stays); client message ids and
+idempotency keys that carry the id become digests; `subject` becomes `erased:<subject digest>`.
+Summaries, Redis windows and stored tool results only these runs point to are deleted.
+
+History stays verifiable: each run gets one `subject_erased` event, written with the redacted state
+in one fenced statement (runs/engine/store.py), whose payload records per redacted event the digest of its
+content before and after; history checks accept a changed event only when it matches that record.
+
+Over 400 lines on purpose: every place the runs app keeps a subject's data (runs, events,
+approvals, summaries, session windows, artifacts) is listed and erased in one file, so none is forgotten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+
+from core.digests import canonical_json, json_digest
+from core.erasure import (
+    IDENTIFIER_SUBSTRING_CHARS,
+    MIN_VALUE_CHARS,
+    VALUE_SUBSTRING_CHARS,
+    Place,
+    Scope,
+    column_place,
+    free_register,
+    id_pattern,
+    place_register,
+)
+from core.tenancy import tenant_scope
+from runs.conversations.messages import CONVERSATION_EVENTS
+from runs.conversations.sessions import redis_client
+from runs.engine import store
+from runs.engine.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
+from runs.engine.state import state_encode
+
+ERASED = "[erased]"
+ERASED_EVENT = "subject_erased"
+ERASED_DETAIL = (
+    "the subject of this run was erased (an erasure request); its text is redacted and the run "
+    "cannot continue: start a new run if the customer asks again"
+)
+TEXT_KEYS = ("content", "preview", "arguments")  # conversation text, dropped from redacted events
+# Where people and customers write free text; these strings are what the request covers.
+FREE_TEXT_KEYS = frozenset({"content", "preview", "arguments", "reason", "note"})
+GLOB_SPECIAL = re.compile(r"[*?\[\]\\]")  # Redis MATCH pattern characters
+
+
+def subject_session_keys(*, tenant_id: UUID, subject_id: str) -> list[bytes]:
+    """The Redis window keys of this subject's runs. Glob characters in a subject id are escaped,
+    and a key must be this subject's followed by a run id only: erasing "a*" or "a" must never
+    touch the windows of "ab" or "a:b"."""
+    prefix = f"session:{tenant_id}:{subject_id}:".encode()
+    escaped = GLOB_SPECIAL.sub(lambda m: "\\" + m.group(0), subject_id)
+    pattern = f"session:{tenant_id}:{escaped}:*"
+    return [
+        key
+        for key in redis_client().scan_iter(match=pattern, count=500)
+        if key.startswith(prefix) and b":" not in key[len(prefix) :]
+    ]
+
+
+def erased_id(text: str) -> str:
+    """What an id that carried the subject becomes: still unique, no longer readable."""
+    return "erased:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def redaction_digest(*, payload: Any, state: Any, client_message_id: Any) -> str:
+    """The digest of what redaction may change in an event, recorded before and after."""
+    return json_digest({"payload": payload, "state": state, "client_message_id": client_message_id})
+
+
+def redactions_of(events: list[dict[str, Any]]) -> dict[int, dict[str, str]]:
+    """The redaction records of a history: seq -> {before, after}, from its subject_erased events."""
+    records: dict[int, dict[str, str]] = {}
+    for event in events:
+        if event.get("event_type") == ERASED_EVENT:
+            for seq, record in ((event.get("payload") or {}).get("redactions") or {}).items():
+                records[int(seq)] = record
+    return records
+
+
+def event_redacted_as_recorded(event: dict[str, Any], records: dict[int, dict[str, str]]) -> bool:
+    """Whether this event was changed by an erasure exactly as its record says (and only then)."""
+    record = records.get(int(event.get("seq") or 0))
+    return record is not None and record.get("after") == redaction_digest(
+        payload=event.get("payload"),
+        state=event.get("state"),
+        client_message_id=event.get("client_message_id"),
+    )
+
+
+class Redactor:
+    def __init__(self, subject_id: str, values: tuple[str, ...]):
+        # The same rule as the scan (core.erasure.column_place): long texts anywhere inside a string,
+        # short ones only as the whole string, case-insensitively.
+        texts = [v for v in values if len(v) >= MIN_VALUE_CHARS]
+        self.needles = [v.lower() for v in texts if len(v) >= VALUE_SUBSTRING_CHARS]
+        self.wholes = {v.lower() for v in texts if len(v) < VALUE_SUBSTRING_CHARS}
+        # The id as a whole token ("cust-100" never inside "cust-1000"); a short one as a whole value.
+        self.id_token = id_pattern(subject_id) if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS else None
+        if self.id_token is None:
+            self.wholes.add(subject_id.lower())
+
+    def hit(self, text: str) -> bool:
+        low = text.lower()
+        return (
+            low in self.wholes
+            or any(n in low for n in self.needles)
+            or (self.id_token is not None and self.id_token.search(text) is not None)
+        )
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return ERASED if self.hit(value) else value
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        if isinstance(value, dict):
+            return {k: (self.ident(v) if k == "client_message_id" else self(v)) for k, v in value.items()}
+        return value
+
+    def ident(self, value: Any) -> Any:
+        return erased_id(value) if isinstance(value, str) and self.hit(value) else self(value)
+
+
+# A machine code ("awaiting_input", "approval_required"): what an event's "reason" usually holds.
+CODE = re.compile(r"[a-z][a-z0-9_.:-]*")
+
+
+def _free_texts(value: Any, under_key: bool = False, *, codes: bool = True) -> list[str]:
+    """The texts under free-text keys; codes=False leaves out machine codes (event payloads say why
+    a run stopped with a code, which is nobody's personal data)."""
+    if isinstance(value, str):
+        text = under_key and len(value) >= MIN_VALUE_CHARS and value != ERASED
+        return [value] if text and (codes or not CODE.fullmatch(value)) else []
+    if isinstance(value, list):
+        return [t for v in value for t in _free_texts(v, under_key, codes=codes)]
+    if isinstance(value, dict):
+        return [
+            t for k, v in value.items() for t in _free_texts(v, under_key or k in FREE_TEXT_KEYS, codes=codes)
+        ]
+    return []
+
+
+def _artifact_uris(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        found = (
+            {value["uri"]}
+            if isinstance(value.get("uri"), str) and isinstance(value.get("digest"), str)
+            else set()
+        )
+        return found | {u for v in value.values() for u in _artifact_uris(v)}
+    if isinstance(value, list):
+        return {u for v in value for u in _artifact_uris(v)}
+    return set()
+
+
+_SUBJECT_RUNS = """
+WITH RECURSIVE tree AS (
+  SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND subject IN (%(subject)s, %(erased)s)
+  UNION
+  SELECT r.run_id FROM agent_runs r JOIN tree ON r.parent_run_id = tree.run_id WHERE r.tenant_id = %(tenant)s)
+SELECT run_id FROM tree
+"""
+
+
+class RunsEraser:
+    name = "runs"
+
+    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
+        # Runs an interrupted erasure already marked are the subject's too: a retry finishes them.
+        with tenant_scope(tenant_id), connection.cursor() as cursor:
+            params = {"tenant": tenant_id, "subject": subject_id, "erased": f"erased:{subject_digest}"}
+            cursor.execute(_SUBJECT_RUNS, params)
+            run_ids = tuple(sorted(row[0] for row in cursor.fetchall()))
+            texts: set[str] = set()
+            uris: set[str] = set()
+            keys: set[bytes] = set(subject_session_keys(tenant_id=tenant_id, subject_id=subject_id))
+            for run in AgentRun.objects.filter(run_id__in=run_ids):
+                texts.update(_free_texts(run.state))
+                texts.update(_free_texts(run.result))
+                uris |= _artifact_uris(run.state)
+                keys.update(redis_client().scan_iter(match=f"session:{tenant_id}:*:{run.run_id}", count=500))
+            for payload, state in AgentEvent.objects.filter(run_id__in=run_ids).values_list(
+                "payload", "state"
+            ):
+                texts.update(_free_texts(payload, codes=False) + _free_texts(state))
+                uris |= _artifact_uris(payload) | _artifact_uris(state)
+            for request, note in Approval.objects.filter(run_id__in=run_ids).values_list("request", "note"):
+                texts.update(_free_texts(request) + _free_texts({"note": note}))
+            # Stored by content digest: a file another run also points to is that run's too, and stays.
+            shared = {
+                u
+                for p, s in AgentEvent.objects.filter(run__tenant_id=tenant_id)
+                .exclude(run_id__in=run_ids)
+                .filter(payload__content_ref__uri__in=list(uris))
+                .values_list("payload", "state")
+                for u in _artifact_uris(p) | _artifact_uris(s)
+            }
+        return Scope(
+            tenant_id=tenant_id,
+            subject_id=subject_id,
+            run_ids=run_ids,
+            values=tuple(sorted(texts)),
+            session_keys=tuple(sorted(keys)),
+            artifact_uris=tuple(sorted(uris - shared)),
+        )
+
+    def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
+        redact = Redactor(scope.subject_id, scope.values)
+        counts = {"runs_redacted": 0, "events_redacted": 0, "approvals_redacted": 0, "operations_redacted": 0}
+        for run_id in scope.run_ids:
+            for key, n in _erase_run(
+                run_id=run_id,
+                scope=scope,
+                redact=redact,
+                request_id=request_id,
+                subject=f"erased:{subject_digest}",
+            ).items():
+                counts[key] += n
+        with tenant_scope(scope.tenant_id):
+            counts["summaries"], _ = Summary.objects.filter(run_id__in=scope.run_ids).delete()
+        existing = [k for k in scope.session_keys if redis_client().exists(k)]
+        counts["redis_session_windows"] = redis_client().delete(*existing) if existing else 0
+        counts["artifacts"] = 0
+        for path in _paths(scope.artifact_uris):
+            if path.exists():
+                path.unlink()
+                counts["artifacts"] += 1
+        return counts
+
+
+def _paths(uris: tuple[str, ...]) -> list[Path]:
+    return [Path(u[len("file://") :]) for u in uris if u.startswith("file://")]
+
+
+def _erase_run(
+    *, run_id: UUID, scope: Scope, redact: Redactor, request_id: UUID, subject: str
+) -> dict[str, int]:
+    """Redact one run in one transaction; its new state goes in with the fenced subject_erased event."""
+    for _ in range(20):  # the run moved on while we read it (a message, a step): read it again
+        with tenant_scope(scope.tenant_id):
+            run = AgentRun.objects.get(run_id=run_id)
+            changed: list[tuple[int, dict[str, Any]]] = []
+            records: dict[str, dict[str, str]] = {}
+            for event in AgentEvent.objects.filter(run_id=run_id).order_by("seq"):
+                payload = event.payload
+                if event.event_type in CONVERSATION_EVENTS and "redacted" not in payload:
+                    kept = {k: v for k, v in payload.items() if k not in TEXT_KEYS}
+                    payload = {
+                        **kept,
+                        "redacted": True,
+                        "text_digest": json_digest({k: payload.get(k) for k in TEXT_KEYS}),
+                    }
+                new = {
+                    "payload": redact(payload),
+                    "state": redact(event.state),
+                    "client_message_id": redact.ident(event.client_message_id),
+                }
+                old = {
+                    "payload": event.payload,
+                    "state": event.state,
+                    "client_message_id": event.client_message_id,
+                }
+                if new != old:
+                    changed.append((event.pk, new))
+                    records[str(event.seq)] = {
+                        "before": redaction_digest(**old),
+                        "after": redaction_digest(**new),
+                    }
+            state = redact(run.state)
+            result = redact(run.result)
+            key = redact.ident(run.idempotency_key) if run.idempotency_key else run.idempotency_key
+            if (
+                not changed
+                and state == run.state
+                and result == run.result
+                and run.subject == subject
+                and (key == run.idempotency_key)
+            ):
+                break  # nothing left: a second erasure changes nothing
+            encoded = state_encode(state)
+            seq = store.subject_erased(
+                run_id=run_id,
+                tenant_id=scope.tenant_id,
+                expected_revision=run.state_revision,
+                state_json=encoded.json,
+                state_digest=encoded.digest,
+                subject=subject,
+                result_json=None if result is None else canonical_json(result),
+                idempotency_key=key,
+                detail=ERASED_DETAIL,
+                old_detail=ERASED if redact.hit(run.suspend_detail) else run.suspend_detail,
+                payload_json=canonical_json(
+                    {
+                        "erasure_request_id": str(request_id),
+                        "redactions": records,
+                        "state_digest_before": run.state_digest,
+                    }
+                ),
+                actor=f"erasure:{request_id}",
+            )
+            if seq is None:
+                continue
+            for pk, new in changed:
+                AgentEvent.objects.filter(pk=pk).update(**new)
+            approvals = _redact_rows(
+                Approval.objects.filter(run_id=run_id), redact, ("request", "reasons", "note")
+            )
+            operations = _redact_rows(
+                ToolOperation.objects.filter(run_id=run_id), redact, ("result", "history")
+            )
+            return {
+                "runs_redacted": 1,
+                "events_redacted": len(changed),
+                "approvals_redacted": approvals,
+                "operations_redacted": operations,
+            }
+    else:
+        raise RuntimeError(f"run {run_id} kept moving; erasure did not get a stable read of it")
+    with tenant_scope(scope.tenant_id):  # the run itself was done before; its side rows may not be
+        return {
+            "runs_redacted": 0,
+            "events_redacted": 0,
+            "approvals_redacted": _redact_rows(
+                Approval.objects.filter(run_id=run_id), redact, ("request", "reasons", "note")
+            ),
+            "operations_redacted": _redact_rows(
+                ToolOperation.objects.filter(run_id=run_id), redact, ("result", "history")
+            ),
+        }
+
+
+def _redact_rows(queryset: Any, redact: Redactor, fields: tuple[str, ...]) -> int:
+    n = 0
+    for row in queryset:
+        new = {f: redact(getattr(row, f)) for f in fields}
+        if any(new[f] != getattr(row, f) for f in fields):
+            type(row).objects.filter(pk=row.pk).update(**new)
+            n += 1
+    return n
+
+
+# --- the places the runs app keeps, and the columns that never hold a subject's data -------------
+
+_IN_TENANT = "t.tenant_id = %(tenant)s"
+_RUN_IN_TENANT = "t.run_id IN (SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s)"
+_MINE = "t.run_id = ANY(%(runs)s::uuid[])"
+_OWNER = "(SELECT r.subject FROM agent_runs r WHERE r.run_id = t.run_id)"
+
+
+def _count_session_windows(scope: Scope) -> int:
+    keys = set(scope.session_keys) | set(
+        subject_session_keys(tenant_id=scope.tenant_id, subject_id=scope.subject_id)
+    )
+    return sum(1 for k in keys if redis_client().exists(k))
+
+
+def _count_artifacts(scope: Scope) -> int:
+    return sum(1 for path in _paths(scope.artifact_uris) if path.exists())
+
+
+def register() -> None:
+    """Called from RunsConfig.ready."""
+    for table, tenant, columns in (
+        (
+            "agent_runs",
+            _IN_TENANT,
+            (
+                ("state", "json"),
+                ("result", "json"),
+                ("subject", "text"),
+                ("suspend_detail", "text"),
+                ("idempotency_key", "text"),
+            ),
+        ),
+        (
+            "agent_events",
+            _RUN_IN_TENANT,
+            (("payload", "json"), ("state", "json"), ("client_message_id", "text")),
+        ),
+        ("approvals", _IN_TENANT, (("request", "json"), ("reasons", "json"), ("note", "text"))),
+        ("tool_operations", _IN_TENANT, (("result", "json"), ("history", "json"))),
+    ):
+        for column, kind in columns:
+            place_register(
+                column_place(
+                    table=table,
+                    column=column,
+                    kind=kind,
+                    tenant_sql=tenant,
+                    erased_by="runs",
+                    mine_sql=_MINE,
+                    owner_sql="t.subject" if table == "agent_runs" else _OWNER,
+                    what=f"{table}.{column} (redacted)",
+                )
+            )
+    for column in ("facts", "open_questions", "decisions", "carry", "text"):
+        place_register(
+            column_place(
+                table="summaries",
+                column=column,
+                kind="text" if column == "text" else "json",
+                tenant_sql=_IN_TENANT,
+                erased_by="runs",
+                mine_sql=_MINE,
+                owner_sql=_OWNER,
+                what=f"summaries.{column} (deleted)",
+            )
+        )
+    place_register(
+        column_place(
+            table="tool_operations",
+            column="operation_id",
+            kind="text",
+            tenant_sql=_IN_TENANT,
+            mine_sql=_MINE,
+            owner_sql=_OWNER,
+            values=False,
+            erased_by="",
+            what="tool_operations.operation_id: the external system's idempotency key; never rewritten (a new key "
+            "could apply a refund twice), so an id built from the subject shows here",
+        )
+    )
+    place_register(
+        column_place(
+            table="tool_operations",
+            column="external_ref",
+            kind="text",
+            tenant_sql=_IN_TENANT,
+            mine_sql=_MINE,
+            owner_sql=_OWNER,
+            values=False,
+            erased_by="",
+            what="tool_operations.external_ref: the external system's id",
+        )
+    )
+    place_register(
+        Place(
+            name="redis.session_windows",
+            what="Redis session windows of the subject's runs",
+            erased_by="runs",
+            count=_count_session_windows,
+        )
+    )
+    place_register(
+        Place(
+            name="artifacts.tool_results",
+            what="stored tool results (files by digest) only the subject's runs point to",
+            erased_by="runs",
+            count=_count_artifacts,
+        )
+    )
+    ids = "ids, digests, statuses, codes, step and workflow names"
+    free_register(
+        "agent_runs",
+        ids,
+        "workflow_name",
+        "workflow_version",
+        "status",
+        "next_step",
+        "state_digest",
+        "suspend_reason",
+        "input_digest",
+    )
+    free_register(
+        "agent_runs",
+        "who holds or asked: a worker id, a staff user or API key",
+        "lease_owner",
+        "resume_requested_by",
+    )
+    free_register("agent_events", ids, "event_type", "step_id", "state_digest", "next_step")
+    free_register("agent_events", "who acted: a worker id, a staff user or API key", "actor")
+    free_register(
+        "tool_operations", ids, "step_id", "tool_name", "tool_contract_version", "request_digest", "status"
+    )
+    free_register("approvals", ids, "step_id", "request_digest", "status")
+    free_register("approvals", "who decided: a staff user or API key", "decided_by")
+    free_register(
+        "summaries",
+        ids + "; the compactor's model and prompt version",
+        "source_digest",
+        "compactor",
+        "status",
+    )

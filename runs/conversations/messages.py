@@ -1,0 +1,217 @@
+"""Conversation events on a run: user and assistant messages, tool calls and tool results.
+
+Each is an agent_events row, appended idempotently by the client's message id. A large tool result
+goes to the artifact store (digest + URI) and the event keeps a preview: nothing is dropped
+silently. A message to a run waiting for input asks it to resume.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from core.digests import canonical_json
+from core.errors import Conflict, InvalidInput
+from core.models import Tenant
+from core.tenancy import tenant_of_call
+from runs.conversations.sessions import session_append
+from runs.engine import store
+from runs.engine.artifacts import artifact_put
+from runs.engine.dispatch import run_enqueue_on_commit
+from runs.engine.errors import InvalidTransition, RunNotFound, SubjectErased
+from runs.engine.models import SUBJECT_ERASED, AgentEvent, AgentRun, RunStatus
+
+CONVERSATION_EVENTS = ("user_message", "assistant_message", "tool_call", "tool_result")
+AWAITING_INPUT = "awaiting_input"
+MAX_MESSAGE_CHARS = 100_000
+
+
+@dataclass(frozen=True)
+class Appended:
+    event: AgentEvent
+    created: bool
+
+
+def _payload(event_type: str, client_message_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    if event_type not in CONVERSATION_EVENTS:
+        raise InvalidInput(
+            f"event type must be one of {', '.join(CONVERSATION_EVENTS)}", code="invalid_event_type"
+        )
+    if not isinstance(client_message_id, str) or not 0 < len(client_message_id) <= 200:
+        raise InvalidInput("client_message_id must be 1 to 200 characters", code="invalid_client_message_id")
+    payload: dict[str, Any] = {"client_message_id": client_message_id}
+    if event_type in ("user_message", "assistant_message"):
+        content = body.get("content")
+        if not isinstance(content, str) or not content.strip():
+            raise InvalidInput("a message needs non-empty text 'content'", code="invalid_content")
+        if len(content) > MAX_MESSAGE_CHARS:
+            raise InvalidInput(
+                f"a message is at most {MAX_MESSAGE_CHARS} characters; send documents as tool "
+                "results or retrieval sources",
+                code="message_too_long",
+            )
+        return {**payload, "content": content}
+    call_id, tool = body.get("call_id"), body.get("tool")
+    if not isinstance(call_id, str) or not call_id or not isinstance(tool, str) or not tool:
+        raise InvalidInput("a tool event needs 'call_id' and 'tool'", code="invalid_tool_event")
+    payload.update({"call_id": call_id, "tool": tool})
+    if event_type == "tool_call":
+        return {**payload, "arguments": body.get("arguments", {})}
+    content = body.get("content", "")
+    text = content if isinstance(content, str) else canonical_json(content)
+    limit = settings.KEEPER_TOOL_RESULT_PREVIEW_CHARS
+    truncated = len(text) > limit
+    # The whole result is kept by digest + URI; the event carries a preview the context can afford.
+    ref = artifact_put(data=text.encode()) if truncated else None
+    return {
+        **payload,
+        "preview": text[:limit],
+        "content_ref": ref,
+        "truncated": truncated,
+        "is_error": bool(body.get("is_error", False)),
+    }
+
+
+@tenant_of_call
+def conversation_append(
+    *, tenant: Tenant, run_id: UUID, event_type: str, client_message_id: str, body: dict[str, Any], actor: str
+) -> Appended:
+    """Append one conversation event (or return the one already stored under that message id)."""
+    payload = _payload(event_type, client_message_id, body)
+    existing = AgentEvent.objects.filter(run_id=run_id, client_message_id=client_message_id).first()
+    if existing is not None:
+        return _the_same_again(existing, event_type, payload)
+    try:
+        with transaction.atomic():
+            seq = store.append_event(
+                run_id=run_id,
+                tenant_id=tenant.tenant_id,
+                event_type=event_type,
+                payload_json=canonical_json(payload),
+                actor=actor,
+                client_message_id=client_message_id,
+            )
+            if seq is None:
+                run = AgentRun.objects.filter(run_id=run_id, tenant=tenant).first()
+                if run is None:
+                    raise RunNotFound(f"no run {run_id} for tenant {tenant.slug}")
+                if run.suspend_reason == SUBJECT_ERASED:
+                    raise SubjectErased(
+                        f"run {run_id} takes no messages: its subject was erased; start a new run",
+                        details={"status": run.status, "suspend_reason": run.suspend_reason},
+                    )
+                raise InvalidTransition(
+                    f"run {run_id} is {run.status}; messages go to running or suspended runs",
+                    details={"status": run.status},
+                )
+            if event_type == "user_message":
+                _wake_if_waiting(run_id=run_id, actor=actor)
+    except IntegrityError:  # the same message id, appended concurrently: that one stands
+        existing = AgentEvent.objects.get(run_id=run_id, client_message_id=client_message_id)
+        return _the_same_again(existing, event_type, payload)
+    event = AgentEvent.objects.get(run_id=run_id, seq=seq)
+    session_append(run=AgentRun.objects.get(run_id=run_id), event=event)
+    return Appended(event, created=True)
+
+
+def _the_same_again(existing: AgentEvent, event_type: str, payload: dict[str, Any]) -> Appended:
+    """A message id sent again with the same message is a no-op; with another message it is a
+    mistake the client must hear about (409), never a silent drop of what it sent."""
+    if existing.payload.get("redacted"):  # erased since: nothing left to compare, and nothing to add
+        return Appended(existing, created=False)
+    if existing.event_type != event_type or any(existing.payload.get(k) != v for k, v in payload.items()):
+        raise Conflict(
+            f"client_message_id {payload['client_message_id']!r} was already used for another message "
+            f"(event {existing.seq}); send a new id for a new message",
+            code="client_message_id_reused",
+            details={"seq": existing.seq},
+        )
+    return Appended(existing, created=False)
+
+
+def conversation_copy(
+    *, parent: AgentRun, child_id: UUID, at_seq: int, next_step: str, state_digest: str
+) -> int:
+    """Give a new fork the parent's conversation up to `at_seq` as its own events (seq 2 on).
+
+    Each copy names its source (`forked_from`: run and seq); a reply's `in_reply_to` is renumbered
+    to the child's seq of the message it answers, so the child's answered position is its own. What
+    the parent spent stays with the parent's events (the fork's first event carries the total).
+    Returns how many events were copied.
+    """
+    source = list(
+        AgentEvent.objects.filter(run=parent, seq__lte=at_seq, event_type__in=CONVERSATION_EVENTS).order_by(
+            "seq"
+        )
+    )
+    if not source:
+        return 0
+    renumbered = {event.seq: 2 + i for i, event in enumerate(source)}
+    copies = []
+    for event in source:
+        payload = {k: v for k, v in (event.payload or {}).items() if k != "spent"}
+        origin: dict[str, Any] = {"run_id": str(parent.run_id), "seq": event.seq}
+        if "in_reply_to" in payload:
+            origin["in_reply_to"] = payload["in_reply_to"]
+            payload["in_reply_to"] = renumbered.get(payload["in_reply_to"])
+        payload["forked_from"] = origin
+        seq = renumbered[event.seq]
+        copies.append(
+            AgentEvent(
+                run_id=child_id,
+                tenant_id=parent.tenant_id,
+                seq=seq,
+                event_type=event.event_type,
+                step_id=event.step_id,
+                attempt=event.attempt,
+                payload=payload,
+                actor=event.actor,
+                state_revision=seq,
+                state_digest=state_digest,
+                state=None,
+                next_step=next_step,
+                client_message_id=event.client_message_id,
+                created_at=timezone.now(),
+            )
+        )
+    with transaction.atomic():
+        AgentEvent.objects.bulk_create(copies)
+        AgentRun.objects.filter(run_id=child_id, state_revision=1).update(state_revision=1 + len(copies))
+    return len(copies)
+
+
+def conversation_next_unanswered(*, run_id: UUID) -> AgentEvent | None:
+    """The run's first user message that no assistant message of this run answers."""
+    answered = {
+        seq
+        for seq in AgentEvent.objects.filter(run_id=run_id, event_type="assistant_message").values_list(
+            "payload__in_reply_to", flat=True
+        )
+        if isinstance(seq, int)
+    }
+    return (
+        AgentEvent.objects.filter(run_id=run_id, event_type="user_message")
+        .exclude(seq__in=answered)
+        .order_by("seq")
+        .first()
+    )
+
+
+def _wake_if_waiting(*, run_id: UUID, actor: str) -> None:
+    seq = store.transition(
+        run_id=run_id,
+        from_statuses=(RunStatus.SUSPENDED,),
+        to_status=RunStatus.SUSPENDED,
+        event_type="resume_requested",
+        actor=actor,
+        payload_json=canonical_json({"trigger": "user_message"}),  # a code, not a person's note
+        request_resume=True,
+        only_if_reason=AWAITING_INPUT,
+    )
+    if seq is not None:
+        run_enqueue_on_commit(run_id=run_id)

@@ -1,0 +1,192 @@
+"""A run's history is a tree: fork a child from any committed event, or rewind (a fork that supersedes).
+
+The child starts from the exact state committed at that seq (rebuilt from the events and checked
+against that event's digest). Side effects are not forked: operations keep their stable ids, so a
+child reaching a refund its parent already made finds it succeeded and never pays twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from core.digests import canonical_json
+from core.errors import Conflict, InvalidInput
+from core.tenancy import tenant_bind, tenant_of_call, tenant_scope
+from runs.conversations.messages import conversation_copy
+from runs.engine import store
+from runs.engine.dispatch import run_enqueue_on_commit
+from runs.engine.errors import InvalidTransition, RunImported, SubjectErased
+from runs.engine.models import AgentEvent, AgentRun, RunStatus
+from runs.engine.selectors import run_get
+from runs.engine.state import state_encode
+
+
+class ForkStateMismatch(Conflict):
+    """The events do not rebuild the state their digest names: the history was changed."""
+
+    code = "fork_state_mismatch"
+
+
+def _state_at(run: AgentRun, seq: int) -> tuple[dict[str, object], str | None, int]:
+    """The state, next step and state-schema version as they were right after event `seq`."""
+    event = AgentEvent.objects.filter(run=run, seq=seq).first()
+    if event is None:
+        raise InvalidInput(
+            f"run {run.run_id} has no event {seq} (it has 1..{run.state_revision})", code="invalid_seq"
+        )
+    source = (
+        AgentEvent.objects.filter(run=run, seq__lte=seq, state__isnull=False)
+        .order_by("-seq")
+        .values("state")
+        .first()
+    )
+    if source is None:
+        raise ForkStateMismatch(f"no event at or before {seq} of run {run.run_id} stores a state")
+    state = source["state"]
+    if state_encode(state).digest != event.state_digest:
+        raise ForkStateMismatch(
+            f"the state rebuilt at event {seq} does not match its digest {event.state_digest}"
+        )
+    migrated = (
+        AgentEvent.objects.filter(run=run, seq__lte=seq, event_type="state_migrated").order_by("-seq").first()
+    )
+    started = AgentEvent.objects.filter(run=run, seq=1).values_list("payload", flat=True).first() or {}
+    if migrated is not None:
+        version = int(migrated.payload["to_version"])
+    elif "state_schema_version" in started:
+        version = int(started["state_schema_version"])
+    elif not AgentEvent.objects.filter(run=run, event_type="state_migrated").exists():
+        version = run.state_schema_version
+    else:
+        raise ForkStateMismatch(
+            f"the state-schema version at event {seq} of run {run.run_id} is not recorded"
+        )
+    return state, event.next_step, version
+
+
+def _carried(state: dict[str, object]) -> dict[str, float]:
+    """What the parent had spent up to the fork: the child's log starts with it, so its budgets
+    recompute from its own events."""
+    budgets = state.get("budgets")
+    if not isinstance(budgets, dict):
+        return {}
+    return {kind: b.get("used") or 0 for kind, b in budgets.items() if isinstance(b, dict)}
+
+
+@tenant_of_call
+def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, note: str = "") -> AgentRun:
+    """A new run continuing from event `at_seq` of this one. Not started, it expires after a TTL.
+
+    The child keeps the parent's subject (erasure and learning reach it) and carries the
+    conversation up to `at_seq` as its own events, each naming the event it was copied from.
+    """
+    parent = run_get(run_id=run_id)
+    if parent.subject.startswith("erased:"):
+        raise SubjectErased(
+            f"run {run_id} cannot be forked or rewound: its subject was erased and its content redacted",
+            details={"subject_erased": True},
+        )
+    state, next_step, schema_version = _state_at(parent, at_seq)
+    if next_step is None:
+        raise InvalidInput(
+            f"nothing is left to run after event {at_seq} of run {run_id}", code="nothing_to_fork"
+        )
+    encoded = state_encode(state)
+    child_id = uuid.uuid4()
+    expires = None if start else timezone.now() + timedelta(seconds=settings.KEEPER_FORK_TTL)
+    payload = {
+        "parent_run_id": str(parent.run_id),
+        "fork_seq": at_seq,
+        "note": note,
+        "state_schema_version": schema_version,
+        "spent": _carried(state),
+    }
+    with tenant_scope(parent.tenant_id):
+        store.insert_run(
+            run_id=child_id,
+            tenant_id=parent.tenant_id,
+            workflow_name=parent.workflow_name,
+            workflow_version=parent.workflow_version,
+            state_schema_version=schema_version,
+            next_step=next_step,
+            state_json=encoded.json,
+            state_digest=encoded.digest,
+            idempotency_key=None,
+            input_digest=parent.input_digest,
+            actor=actor,
+            parent_run_id=parent.run_id,
+            fork_seq=at_seq,
+            fork_expires_at=expires,
+            event_type="run_forked",
+            suspend_reason=None if start else "fork_not_started",
+            payload_json=canonical_json(payload),
+            subject=parent.subject,
+        )
+        conversation_copy(
+            parent=parent, child_id=child_id, at_seq=at_seq, next_step=next_step, state_digest=encoded.digest
+        )
+        if start:
+            run_enqueue_on_commit(run_id=child_id)
+    return AgentRun.objects.get(run_id=child_id)
+
+
+@tenant_of_call
+def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") -> AgentRun:
+    """Continue from event `to_seq` in a new run that supersedes this one; this one is kept, marked
+    (and cancelled if it was still active)."""
+    with transaction.atomic():
+        parent = AgentRun.objects.select_for_update().get(run_id=run_get(run_id=run_id).run_id)
+        if parent.imported:
+            raise RunImported(
+                f"run {run_id} is an imported history copy and never runs here; fork it instead (a fork runs)"
+            )
+        if parent.superseded_by_id is not None:
+            raise InvalidTransition(f"run {run_id} was already superseded by {parent.superseded_by_id}")
+        child = run_fork(run_id=run_id, at_seq=to_seq, actor=actor, note=note)
+        active = parent.status in (RunStatus.RUNNING, RunStatus.SUSPENDED)
+        seq = store.transition(
+            run_id=parent.run_id,
+            from_statuses=(parent.status,),
+            to_status=RunStatus.CANCELLED if active else parent.status,
+            event_type="run_superseded",
+            actor=actor,
+            payload_json=canonical_json(
+                {"superseded_by": str(child.run_id), "rewound_to_seq": to_seq, "note": note}
+            ),
+            superseded_by=child.run_id,
+        )
+        if seq is None:
+            raise InvalidTransition(f"run {run_id} changed while rewinding; nothing was written")
+    return child
+
+
+def forks_expire() -> int:
+    """Cancel forks that were never started before their TTL ran out.
+
+    Across tenants only ids come back; each is then cancelled in its own tenant, and the statement
+    re-checks it (still unstarted, no start requested, expired): a fork started between the look-up
+    and the cancel is left alone.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT run_id, tenant_id FROM keeper_forks_expired()")
+        expired = cursor.fetchall()
+    cancelled = 0
+    for run_id, tenant_id in expired:
+        with tenant_bind(tenant_id):
+            seq = store.transition(
+                run_id=run_id,
+                from_statuses=(RunStatus.SUSPENDED,),
+                to_status=RunStatus.CANCELLED,
+                event_type="fork_expired",
+                actor="system:fork-ttl",
+                payload_json=canonical_json({"reason": "fork TTL"}),
+                only_if_reason="fork_not_started",
+                only_if_fork_expired=True,
+            )
+        cancelled += seq is not None
+    return cancelled

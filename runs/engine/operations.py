@@ -1,0 +1,236 @@
+"""The idempotent protocol for external side effects: prepare once, start, then an outcome.
+
+prepared → started → succeeded | failed | unknown. A timeout or broken connection after the
+request was sent is `unknown`, never `failed`: the effect may have happened. Before sending again,
+`started`/`unknown` operations are reconciled by their idempotency key (the operation id): only an
+authoritative "not applied" returns them to `prepared`. Anything less suspends the run for a person.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from django.db import transaction
+
+from core.digests import canonical_json, json_digest
+from core.errors import Conflict, InvalidInput, NotFound
+from core.tenancy import tenant_of_call
+from runs.engine import store
+from runs.engine.dispatch import run_enqueue_on_commit
+from runs.engine.errors import InvalidTransition
+from runs.engine.models import SUBJECT_ERASED, AgentRun, RunStatus, ToolOperation
+from runs.engine.store import OperationRow
+
+
+class OperationRequestChanged(Conflict):
+    """The operation id was prepared before for a different request: sending it would be a guess."""
+
+    code = "operation_request_changed"
+
+
+class OperationStateConflict(Conflict):
+    code = "operation_state_conflict"
+
+
+@tenant_of_call
+def operation_prepare_once(
+    *,
+    tenant_id: UUID,
+    run_id: UUID,
+    step_id: str,
+    operation_id: str,
+    tool_name: str,
+    tool_contract_version: str,
+    request: dict[str, Any],
+    actor: str,
+) -> OperationRow:
+    digest = json_digest(request)
+    op = store.operation_prepare_once(
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        run_id=run_id,
+        step_id=step_id,
+        tool_name=tool_name,
+        tool_contract_version=tool_contract_version,
+        request_digest=digest,
+        actor=actor,
+    )
+    if op.request_digest != digest:
+        raise OperationRequestChanged(
+            f"operation {operation_id} was prepared for request {op.request_digest}, now asked for {digest}",
+            details={"operation_id": operation_id, "prepared_digest": op.request_digest, "digest": digest},
+        )
+    return op
+
+
+def _move(
+    *,
+    tenant_id: UUID,
+    operation_id: str,
+    to_status: str,
+    actor: str,
+    note: str = "",
+    external_ref: str | None = None,
+    result: Any = None,
+    lease_epoch: int | None = None,
+    acting_run_id: UUID | None = None,
+) -> OperationRow:
+    op = store.operation_transition(
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        to_status=to_status,
+        actor=actor,
+        note=note,
+        external_ref=external_ref,
+        result_json=None if result is None else canonical_json(result),
+        lease_epoch=lease_epoch,
+        acting_run_id=acting_run_id,
+    )
+    if op is None:
+        current = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
+        if current is None:
+            raise NotFound(f"no operation {operation_id}", code="operation_not_found")
+        why = "the lease was lost" if lease_epoch is not None and current.status == "prepared" else ""
+        raise OperationStateConflict(
+            f"operation {operation_id} is {current.status}; it cannot become {to_status}"
+            + (f" ({why})" if why else ""),
+            details={"status": current.status},
+        )
+    return op
+
+
+@tenant_of_call
+def operation_mark_started(
+    *, tenant_id: UUID, operation_id: str, actor: str, run_id: UUID, lease_epoch: int
+) -> OperationRow:
+    """Only the current lease holder of the acting run (a fork acts on its parent's operation) may
+    start a side effect."""
+    return _move(
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        to_status="started",
+        actor=actor,
+        lease_epoch=lease_epoch,
+        acting_run_id=run_id,
+    )
+
+
+@tenant_of_call
+def operation_mark_succeeded(
+    *, tenant_id: UUID, operation_id: str, actor: str, external_ref: str, result: Any, note: str = ""
+) -> OperationRow:
+    if not external_ref:
+        raise InvalidInput("a succeeded operation needs the external reference", code="external_ref_required")
+    return _move(
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        to_status="succeeded",
+        actor=actor,
+        note=note,
+        external_ref=external_ref,
+        result=result,
+    )
+
+
+@tenant_of_call
+def operation_mark_failed(
+    *, tenant_id: UUID, operation_id: str, actor: str, result: Any, note: str = ""
+) -> OperationRow:
+    """A definite answer that the effect was refused (not a timeout: that is unknown)."""
+    return _move(
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        to_status="failed",
+        actor=actor,
+        note=note,
+        result=result,
+    )
+
+
+@tenant_of_call
+def operation_mark_unknown(*, tenant_id: UUID, operation_id: str, actor: str, note: str) -> OperationRow:
+    return _move(tenant_id=tenant_id, operation_id=operation_id, to_status="unknown", actor=actor, note=note)
+
+
+@tenant_of_call
+def operation_mark_not_applied(*, tenant_id: UUID, operation_id: str, actor: str, note: str) -> OperationRow:
+    """An authoritative answer says it never happened: the request may be sent once more."""
+    return _move(tenant_id=tenant_id, operation_id=operation_id, to_status="prepared", actor=actor, note=note)
+
+
+RECONCILE_OUTCOMES = ("applied", "not_applied")
+
+
+@tenant_of_call
+def operation_reconcile(
+    *,
+    tenant_id: UUID,
+    operation_id: str,
+    actor: str,
+    note: str,
+    outcome: str,
+    external_ref: str | None = None,
+    resume: bool = True,
+) -> ToolOperation:
+    """A person settles an operation whose outcome is unknown, and (by default) resumes its run.
+
+    `applied` marks it succeeded with the external reference they found; `not_applied` confirms
+    it never happened and permits one more attempt. Both are written to the run's event log with
+    the actor and the note, in the same transaction as the operation change.
+    """
+    if not note.strip():
+        raise InvalidInput("reconciliation needs a note saying what was checked", code="note_required")
+    if outcome not in RECONCILE_OUTCOMES:
+        raise InvalidInput(f"outcome must be one of {', '.join(RECONCILE_OUTCOMES)}", code="invalid_outcome")
+    if outcome == "applied" and not (external_ref or "").strip():
+        raise InvalidInput("an applied operation needs its external reference", code="external_ref_required")
+    op = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
+    if op is None:
+        raise NotFound(f"no operation {operation_id}", code="operation_not_found")
+    run = AgentRun.objects.get(run_id=op.run_id)
+    if run.status != RunStatus.SUSPENDED:
+        raise InvalidTransition(
+            f"run {run.run_id} is {run.status}; operations are reconciled on suspended runs",
+            details={"status": run.status},
+        )
+    if run.suspend_reason == SUBJECT_ERASED:
+        # The money is settled all the same; the run itself never continues after an erasure.
+        resume = False
+    with transaction.atomic():
+        if outcome == "applied":
+            operation_mark_succeeded(
+                tenant_id=tenant_id,
+                operation_id=operation_id,
+                actor=actor,
+                note=note,
+                external_ref=external_ref or "",
+                result={"reconciled_by": actor},
+            )
+        else:
+            operation_mark_not_applied(tenant_id=tenant_id, operation_id=operation_id, actor=actor, note=note)
+        payload = {
+            "operation_id": operation_id,
+            "outcome": outcome,
+            "external_ref": external_ref,
+            "note": note,
+        }
+        seq = store.transition(
+            run_id=run.run_id,
+            from_statuses=(RunStatus.SUSPENDED,),
+            to_status=RunStatus.SUSPENDED,
+            event_type="operation_reconciled",
+            actor=actor,
+            payload_json=canonical_json(payload),
+            expected_revision=run.state_revision,
+            request_resume=resume,
+        )
+        if seq is None:
+            raise InvalidTransition(
+                f"run {run.run_id} changed while reconciling (a worker, a person or an erasure acted); "
+                "nothing was written: look at the run and try again"
+            )
+        if resume:
+            run_enqueue_on_commit(run_id=run.run_id)
+    op.refresh_from_db()
+    return op

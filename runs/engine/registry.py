@@ -1,0 +1,228 @@
+"""Workflows: a name, a version and ordered step functions. Steps return the next state and move.
+
+A step function takes the step context and the run's state (a plain JSON dict) and returns one of
+Next / Suspend / Complete / Fail. It must not keep anything that matters outside that state: the
+state is what survives a crash. Clients, coroutines, exceptions and secrets never go into it; big
+payloads go into the artifact store and the state keeps their digest and URI.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from packaging.version import InvalidVersion, Version
+
+from runs.engine.errors import UnknownWorkflow, WorkflowDefinitionError
+from runs.engine.state_migrations import SchemaSet
+
+if TYPE_CHECKING:
+    from runs.engine.leases import HeldLease
+
+State = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Next:
+    state: State
+    step: str
+    # What this step said, when it is a conversation event (e.g. "assistant_message" with its
+    # content): committed as that event instead of a plain step_completed.
+    say: tuple[str, dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """Wait for a human or an outside event; resume continues at `step` (default: the same step)."""
+
+    state: State
+    reason: str
+    detail: str = ""
+    step: str | None = None
+
+
+@dataclass(frozen=True)
+class Complete:
+    state: State
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class Fail:
+    state: State
+    code: str
+    detail: str = ""
+
+
+StepResult = Next | Suspend | Complete | Fail
+
+
+class StepFailed(Exception):
+    """Raised by a step to fail the run on purpose (not retried)."""
+
+    def __init__(self, code: str, detail: str = ""):
+        super().__init__(detail or code)
+        self.code = code
+        self.detail = detail
+
+
+@dataclass
+class StepContext:
+    run_id: UUID
+    tenant_id: UUID
+    workflow: Workflow
+    step: str
+    attempt: int
+    revision: int
+    lease: HeldLease
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+    def spend(self, *, tokens: int = 0, cost_usd: float = 0.0) -> None:
+        """Charge model usage to the run's budgets (recorded on this step's event)."""
+        if tokens < 0 or cost_usd < 0:
+            raise ValueError("spending cannot be negative")
+        self.tokens += tokens
+        self.cost_usd += cost_usd
+
+    def spent(self, *, wall_s: float) -> dict[str, float]:
+        return {
+            "steps": 1,
+            "tokens": self.tokens,
+            "cost_usd": round(self.cost_usd, 6),
+            "wall_s": round(wall_s, 3),
+        }
+
+    def heartbeat(self) -> bool:
+        """Renew the lease now; False if it was lost (the commit will be refused)."""
+        return self.lease.renew()
+
+    @property
+    def lease_lost(self) -> bool:
+        return self.lease.lost
+
+
+StepFn = Callable[[StepContext, State], StepResult]
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    fn: StepFn
+
+
+@dataclass(frozen=True)
+class ToolLookup:
+    """What the external system says about an operation, looked up by its idempotency key."""
+
+    authoritative: bool
+    applied: bool | None
+    external_ref: str | None = None
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class ToolContract:
+    """An external tool's contract: its version (stored on every operation) and its lookup.
+
+    A tool with no authoritative lookup (lookup=None) is never retried automatically.
+    """
+
+    name: str
+    version: str
+    lookup: Callable[[str], ToolLookup] | None = None
+
+
+@dataclass(frozen=True)
+class Workflow:
+    name: str
+    version: str
+    steps: tuple[Step, ...]
+    state_schema_version: int = 1
+    # Raises core.errors.InvalidInput with a reason when a run's input is not acceptable.
+    validate_input: Callable[[State], None] | None = None
+    description: str = ""
+    # Validators and migrations per state-schema version (None: only state_schema_version exists).
+    schemas: SchemaSet | None = None
+    # Steps that act on an approval referenced by the state (state["approval"], state["request_digest"]):
+    # resume verification checks that approval is approved, unexpired and for the same digest.
+    approval_guarded_steps: frozenset[str] = frozenset()
+    # Limits per run, unless the run's input sets its own under "budgets".
+    default_budgets: dict[str, float] = field(default_factory=dict)
+    _by_name: dict[str, Step] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.schemas is not None and self.schemas.current != self.state_schema_version:
+            raise WorkflowDefinitionError(
+                f"workflow {self.name}: state_schema_version {self.state_schema_version} is not the newest "
+                f"schema ({self.schemas.current})"
+            )
+        if not self.steps:
+            raise WorkflowDefinitionError(f"workflow {self.name} has no steps")
+        for step in self.steps:
+            if step.name in self._by_name:
+                raise WorkflowDefinitionError(f"workflow {self.name} has two steps named {step.name}")
+            self._by_name[step.name] = step
+
+    @property
+    def first_step(self) -> str:
+        return self.steps[0].name
+
+    def step(self, name: str) -> Step | None:
+        return self._by_name.get(name)
+
+
+def _version_key(version: str) -> tuple[int, Version | str]:
+    try:
+        return (1, Version(version))
+    except InvalidVersion:
+        return (0, version)
+
+
+class WorkflowRegistry:
+    def __init__(self) -> None:
+        self._workflows: dict[tuple[str, str], Workflow] = {}
+        self._tools: dict[str, ToolContract] = {}
+        self._lock = threading.Lock()
+
+    def register_tool(self, contract: ToolContract) -> ToolContract:
+        self._tools[contract.name] = contract
+        return contract
+
+    def tool(self, name: str) -> ToolContract | None:
+        return self._tools.get(name)
+
+    def register(self, workflow: Workflow) -> Workflow:
+        with self._lock:
+            key = (workflow.name, workflow.version)
+            existing = self._workflows.get(key)
+            if existing is not None and [s.name for s in existing.steps] != [s.name for s in workflow.steps]:
+                raise WorkflowDefinitionError(
+                    f"{workflow.name} version {workflow.version} is already registered with other steps"
+                )
+            self._workflows[key] = workflow
+        return workflow
+
+    def get(self, name: str, version: str | None = None) -> Workflow:
+        """The given version, or the newest registered one."""
+        if version is not None:
+            workflow = self._workflows.get((name, version))
+            if workflow is None:
+                raise UnknownWorkflow(
+                    f"workflow {name!r} version {version!r} is not registered in this process"
+                )
+            return workflow
+        versions = [w for (n, _), w in self._workflows.items() if n == name]
+        if not versions:
+            known = ", ".join(sorted({n for n, _ in self._workflows})) or "none"
+            raise UnknownWorkflow(f"unknown workflow {name!r} (registered: {known})")
+        return max(versions, key=lambda w: _version_key(w.version))
+
+    def names(self) -> list[str]:
+        return sorted({n for n, _ in self._workflows})
+
+
+registry = WorkflowRegistry()

@@ -1,0 +1,221 @@
+"""Starting runs and moving them by hand: cancel, suspend, resume, fail. Each writes one event."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from core.digests import canonical_json, json_digest
+from core.errors import InvalidInput
+from core.models import Tenant
+from core.tenancy import tenant_of_call
+from runs.engine import store
+from runs.engine.budgets import budgets_initial
+from runs.engine.dispatch import run_enqueue_on_commit
+from runs.engine.errors import (
+    IdempotencyConflict,
+    InvalidState,
+    InvalidTransition,
+    RunImported,
+    RunNotFound,
+    SubjectErased,
+)
+from runs.engine.models import SUBJECT_ERASED, AgentRun, RunStatus
+from runs.engine.registry import registry
+from runs.engine.state import state_encode
+
+MAX_IDEMPOTENCY_KEY_LENGTH = 200
+
+
+@dataclass(frozen=True)
+class StartedRun:
+    run: AgentRun
+    created: bool
+
+
+@tenant_of_call
+def run_start(
+    *,
+    tenant: Tenant,
+    workflow_name: str,
+    input: Any,
+    actor: str,
+    idempotency_key: str | None = None,
+    workflow_version: str | None = None,
+    subject: str = "",
+) -> StartedRun:
+    """Start a run of the newest (or the given) workflow version; idempotent per tenant + key.
+
+    The same key with the same request returns the first run; with a different request it is a
+    conflict. Nothing is written unless the whole request is valid.
+    """
+    workflow = registry.get(workflow_name, workflow_version)
+    if not isinstance(input, dict):
+        raise InvalidState(f"input must be a JSON object, not {type(input).__name__}")
+    if idempotency_key is not None and not 0 < len(idempotency_key.strip()) <= MAX_IDEMPOTENCY_KEY_LENGTH:
+        raise InvalidInput(
+            f"idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
+            code="invalid_idempotency_key",
+        )
+    state_encode(input)  # plain JSON, no secrets, bounded: before any workflow rule looks at it
+    if workflow.validate_input is not None:
+        workflow.validate_input(input)
+    # The engine keeps the budgets in the state; the input may set their limits.
+    budgets = budgets_initial(defaults=workflow.default_budgets, requested=input.get("budgets"))
+    encoded = state_encode({**input, "budgets": budgets})
+    input_digest = json_digest({"workflow": workflow.name, "input": input})
+
+    run_id = uuid.uuid4()
+    created = store.insert_run(
+        run_id=run_id,
+        tenant_id=tenant.tenant_id,
+        workflow_name=workflow.name,
+        workflow_version=workflow.version,
+        state_schema_version=workflow.state_schema_version,
+        next_step=workflow.first_step,
+        state_json=encoded.json,
+        state_digest=encoded.digest,
+        idempotency_key=idempotency_key,
+        input_digest=input_digest,
+        payload_json=canonical_json(
+            {
+                "workflow": workflow.name,
+                "workflow_version": workflow.version,
+                "input_digest": input_digest,
+                "state_schema_version": workflow.state_schema_version,
+                "idempotency_key": idempotency_key,
+            }
+        ),
+        actor=actor,
+        subject=subject,
+    )
+    if not created:
+        existing = AgentRun.objects.get(tenant=tenant, idempotency_key=idempotency_key)
+        if existing.input_digest != input_digest:
+            raise IdempotencyConflict(
+                f"idempotency key {idempotency_key!r} was already used for a different request "
+                f"(run {existing.run_id})",
+                details={"run_id": str(existing.run_id)},
+            )
+        return StartedRun(existing, created=False)
+    run_enqueue_on_commit(run_id=run_id)
+    return StartedRun(AgentRun.objects.get(run_id=run_id), created=True)
+
+
+# The person's action each transition event stands for, for refusal messages.
+_ACTIONS = {
+    "run_cancelled": "cancel",
+    "resume_requested": "resume",
+    "run_suspended": "suspend",
+    "run_failed": "fail",
+}
+
+
+def _transition(
+    *,
+    run_id: UUID,
+    from_statuses: tuple[str, ...],
+    to_status: str,
+    event_type: str,
+    actor: str,
+    note: str,
+    **kwargs: Any,
+) -> AgentRun:
+    seq = store.transition(
+        run_id=run_id,
+        from_statuses=from_statuses,
+        to_status=to_status,
+        event_type=event_type,
+        actor=actor,
+        payload_json=canonical_json(
+            {"note": note, **{k: v for k, v in kwargs.items() if k.startswith("suspend_")}}
+        ),
+        **kwargs,
+    )
+    run = AgentRun.objects.filter(run_id=run_id).first()
+    if run is None:
+        raise RunNotFound(f"no run {run_id}")
+    if seq is None and run.imported:
+        raise RunImported(
+            f"run {run_id} is an imported history copy: it never runs here, so it cannot "
+            f"{_ACTIONS.get(event_type, event_type)}; fork it to continue from any of its events",
+            details={"status": run.status, "imported": True},
+        )
+    if seq is None and run.suspend_reason == SUBJECT_ERASED and kwargs.get("request_resume"):
+        raise SubjectErased(
+            f"run {run_id} cannot resume: its subject was erased and its content redacted; start a new run "
+            "if the customer asks again",
+            details={"status": run.status, "suspend_reason": run.suspend_reason},
+        )
+    if seq is None:
+        raise InvalidTransition(
+            f"run {run_id} is {run.status}; {_ACTIONS.get(event_type, event_type)} needs it to be "
+            + " or ".join(from_statuses),
+            details={"status": run.status},
+        )
+    return run
+
+
+@tenant_of_call
+def run_cancel(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
+    """Stop a running or suspended run for good. A worker mid-step can no longer commit."""
+    return _transition(
+        run_id=run_id,
+        from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED),
+        to_status=RunStatus.CANCELLED,
+        event_type="run_cancelled",
+        actor=actor,
+        note=note,
+    )
+
+
+@tenant_of_call
+def run_suspend(*, run_id: UUID, actor: str, reason: str, detail: str = "") -> AgentRun:
+    """Pause a running run for a person; the step in flight (if any) is fenced out and reruns on resume."""
+    if not reason:
+        raise InvalidInput("a suspension needs a reason code", code="reason_required")
+    return _transition(
+        run_id=run_id,
+        from_statuses=(RunStatus.RUNNING,),
+        to_status=RunStatus.SUSPENDED,
+        event_type="run_suspended",
+        actor=actor,
+        note=detail,
+        suspend_reason=reason,
+        suspend_detail=detail,
+    )
+
+
+@tenant_of_call
+def run_resume(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
+    """Ask for a suspended run to continue. It stays suspended until a worker has verified it
+    (resume verification: the run continues only if every check passes, else it says why)."""
+    run = _transition(
+        run_id=run_id,
+        from_statuses=(RunStatus.SUSPENDED,),
+        to_status=RunStatus.SUSPENDED,
+        event_type="resume_requested",
+        actor=actor,
+        note=note,
+        request_resume=True,
+    )
+    run_enqueue_on_commit(run_id=run_id)  # inside a caller's transaction, the wake-up waits for its commit
+    return run
+
+
+@tenant_of_call
+def run_fail(*, run_id: UUID, actor: str, code: str, detail: str = "") -> AgentRun:
+    """Mark a run failed by hand (an operator gives up on it)."""
+    if not code:
+        raise InvalidInput("a failure needs a code", code="reason_required")
+    return _transition(
+        run_id=run_id,
+        from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED),
+        to_status=RunStatus.FAILED,
+        event_type="run_failed",
+        actor=actor,
+        note=detail,
+        result_json=canonical_json({"code": code, "detail": detail}),
+    )

@@ -1,0 +1,1 @@
+"""Operator tooling: stuck runs, redispatch by id, history export/import, retention, chaos, replay."""
