@@ -24,13 +24,20 @@ local-model: $(STAMP)
 run: $(STAMP)
 	$(PY) -m config.launcher run
 
-## The whole suite, slow crash suites included.
+## Test processes for the fast part (pytest-xdist); each starts its own embedded PostgreSQL and Redis.
+TEST_WORKERS ?= 2
+
+## The whole suite: the fast part on $(TEST_WORKERS) processes, then in one process the slow crash /
+## many-run suites (real worker processes, timing-sensitive) and the few tests marked `serial` (see
+## tests/conftest.py). Exit status 5 is "no test selected" (PYTEST_ARGS may select one part only).
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not serial" -n $(TEST_WORKERS) $(PYTEST_ARGS) || test $$? -eq 5
+	$(PY) -m pytest -m "slow or serial" $(PYTEST_ARGS) || test $$? -eq 5
 
 ## The fast part only (no slow crash / many-run suites).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not serial" -n $(TEST_WORKERS) $(PYTEST_ARGS) || test $$? -eq 5
+	$(PY) -m pytest -m "serial and not slow" $(PYTEST_ARGS) || test $$? -eq 5
 
 ## commit_step through the engine against the raw single-statement baseline.
 bench: $(STAMP)

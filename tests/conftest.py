@@ -73,6 +73,20 @@ def processes(request, transactional_db, tmp_path: Path) -> Iterator[ProcessGrou
             print(group.logs())
 
 
+# Test files whose ids differ from one process to the next, which pytest-xdist refuses to split
+# (each worker must collect the same ids): the roles matrix names its cases by a random UUID and the
+# views' addresses. Marked `serial`, `make test` runs them in one process after the parallel part.
+SERIAL_FILES = {"tests/console/test_roles_matrix.py"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):  # type: ignore[no-untyped-def]
+    """Mark the tests of SERIAL_FILES `serial` before `-m` selects."""
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in SERIAL_FILES:
+            item.add_marker(pytest.mark.serial)
+
+
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
     report = yield
