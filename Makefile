@@ -24,15 +24,16 @@ local-model: $(STAMP)
 run: $(STAMP)
 	$(PY) -m config.launcher run
 
-## Test processes for the fast part (pytest-xdist); each starts its own embedded PostgreSQL and Redis.
+## Test processes (pytest-xdist); each starts its own embedded PostgreSQL and Redis in a temporary folder.
 TEST_WORKERS ?= 2
 
-## The whole suite: the fast part on $(TEST_WORKERS) processes, then in one process the slow crash /
-## many-run suites (real worker processes, timing-sensitive) and the few tests marked `serial` (see
-## tests/conftest.py). Exit status 5 is "no test selected" (PYTEST_ARGS may select one part only).
+## The whole suite, slow crash suites included, on $(TEST_WORKERS) processes (most of its time is spent
+## waiting for worker processes and leases, so the slow part gains as much as the fast part), then in
+## one process the few tests marked `serial` (see tests/conftest.py). Exit status 5 is "no test
+## selected" (PYTEST_ARGS may select only one of the two parts).
 test: $(STAMP)
-	$(PY) -m pytest -m "not slow and not serial" -n $(TEST_WORKERS) $(PYTEST_ARGS) || test $$? -eq 5
-	$(PY) -m pytest -m "slow or serial" $(PYTEST_ARGS) || test $$? -eq 5
+	$(PY) -m pytest -m "not serial" -n $(TEST_WORKERS) $(PYTEST_ARGS) || test $$? -eq 5
+	$(PY) -m pytest -m serial $(PYTEST_ARGS) || test $$? -eq 5
 
 ## The fast part only (no slow crash / many-run suites).
 test-fast: $(STAMP)
