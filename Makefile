@@ -24,13 +24,18 @@ local-model: $(STAMP)
 run: $(STAMP)
 	$(PY) -m config.launcher run
 
-## The whole suite, slow crash suites included.
+## Test processes (pytest-xdist); each starts its own embedded PostgreSQL and Redis in a temporary folder.
+TEST_WORKERS ?= 2
+
+## The whole suite, slow crash suites included, on $(TEST_WORKERS) pytest-xdist processes, each with its
+## own embedded PostgreSQL and Redis (config/pytest_plugin.py). Most of its time is spent waiting for
+## worker processes and leases, so the slow part gains as much as the fast part.
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 ## The fast part only (no slow crash / many-run suites).
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 ## commit_step through the engine against the raw single-statement baseline.
 bench: $(STAMP)

@@ -1,9 +1,9 @@
 """Embedded PostgreSQL (with pgvector) and Redis for development, tests and the default install.
 
-Production sets DATABASE_URL and REDIS_URL and never reaches this module. Without them, the
-process that first needs a service starts it, publishes its URL in the environment (so child
-processes such as Celery workers reuse it instead of starting their own) and, if it started the
-service, stops it when it exits.
+Production sets DATABASE_URL and REDIS_URL and never reaches this module. Without them, an entry
+point (`make run`'s launcher, manage.py, the tests' config.pytest_plugin; never the settings)
+starts the services, publishes their URLs in the environment (so child processes such as Celery
+workers reuse them instead of starting their own) and, if it started them, stops them when it exits.
 """
 
 from __future__ import annotations

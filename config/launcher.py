@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config.env import env_bool, env_int, env_str
+from config.settings.data_dir import data_dir
 from core.processes import ROOT, start_python, stop_groups, web_args
 
 
@@ -36,7 +37,7 @@ def launch_options() -> LaunchOptions:
         host=env_str("KEEPER_HOST", "127.0.0.1"),
         port=str(port),
         demo=env_bool("KEEPER_DEMO", True),
-        data_dir=Path(env_str("KEEPER_DATA_DIR", str(ROOT / ".data"))).resolve(),
+        data_dir=data_dir().resolve(),
     )
 
 
@@ -101,11 +102,12 @@ def run() -> int:
     from config.embedded import ensure_services
 
     options = launch_options()
-    data_dir = options.data_dir
     embedded = [name for name in ("DATABASE_URL", "REDIS_URL") if not os.environ.get(name)]
     if embedded:
-        _say(f"starting embedded {' and '.join(n.split('_')[0].title() for n in embedded)} under {data_dir}")
-    services = ensure_services(data_dir)
+        _say(
+            f"starting embedded {' and '.join(n.split('_')[0].title() for n in embedded)} under {options.data_dir}"
+        )
+    services = ensure_services(options.data_dir)
     supervisor = Supervisor()
 
     def request_stop(signum: int, _frame: object) -> None:
@@ -135,7 +137,7 @@ def run() -> int:
                 "-l",
                 "warning",
                 "-s",
-                str(data_dir / "celerybeat-schedule"),
+                str(options.data_dir / "celerybeat-schedule"),
             ],
         )
         _say(

@@ -172,14 +172,20 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
 
 
 def _texts(value: Any) -> list[str]:
-    """The strings inside an erased value, to search the other stores for."""
-    if isinstance(value, str):
-        return [value] if len(value) >= 4 else []
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _texts(v)]
-    if isinstance(value, list):
-        return [t for v in value for t in _texts(v)]
-    return []
+    """The strings inside an erased value, to search the other stores for. Iterative: a hostile value
+    may be nested deeper than Python recurses."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if len(item) >= 4:
+                found.append(item)
+        elif isinstance(item, dict):
+            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, list):
+            stack.extend(reversed(item))
+    return found
 
 
 def _collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:

@@ -1,6 +1,7 @@
 """Settings shared by every environment. DATABASE_URL and REDIS_URL must be set before import.
 
-local.py and test.py start embedded services when they are unset; production.py requires them.
+Importing settings never starts a server: `make run` (config.launcher), manage.py and the test
+plugin (config.pytest_plugin) start the embedded services and export their URLs first.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from config.env import (
     env_str,
     redis_client_url,
 )
+from config.settings.data_dir import data_dir
 from core.logging import PLAIN_FORMAT
 
 BASE_DIR = Path(__file__).resolve().parents[2]
-DATA_DIR = Path(env_str("KEEPER_DATA_DIR", str(BASE_DIR / ".data")))
+DATA_DIR = data_dir()
 
 SECRET_KEY = env_str("SECRET_KEY")
 DEBUG = env_bool("DEBUG", False)
@@ -88,8 +90,13 @@ TEMPLATES = [
     },
 ]
 
+_NO_SERVICE = (
+    "{} is not set. Start Keeper with `make run`, or run `python manage.py ...`: both start the embedded"
+    " PostgreSQL and Redis under KEEPER_DATA_DIR (or attach to those `make run` started); tests start"
+    " their own (config.pytest_plugin). Anywhere else, set DATABASE_URL and REDIS_URL."
+)
 if not os.environ.get("DATABASE_URL"):
-    raise ImproperlyConfigured("DATABASE_URL is not set (local and test settings start an embedded one)")
+    raise ImproperlyConfigured(_NO_SERVICE.format("DATABASE_URL"))
 # The application role serves requests and workers; the owner role (DATABASE_OWNER_URL) runs the
 # migrations and owns the tables, so row-level security binds the application.
 DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
@@ -151,7 +158,7 @@ SPECTACULAR_SETTINGS = {
 
 # --- Redis and Celery: Celery carries only "advance run X" wake-ups; PostgreSQL decides.
 if not os.environ.get("REDIS_URL"):
-    raise ImproperlyConfigured("REDIS_URL is not set (local and test settings start an embedded one)")
+    raise ImproperlyConfigured(_NO_SERVICE.format("REDIS_URL"))
 REDIS_URL = redis_client_url(os.environ["REDIS_URL"])
 # The cache is shared by every web process (API rate limits count per key across all of them).
 CACHES = {

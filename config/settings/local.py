@@ -1,17 +1,9 @@
-"""Development and the default install: embedded PostgreSQL and Redis under .data/ when unset."""
+"""Development and the default install; the embedded services are started by `make run` or manage.py."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
-from config.embedded import ensure_services
-
-_data_dir = Path(os.environ.get("KEEPER_DATA_DIR") or Path(__file__).resolve().parents[2] / ".data")
-EMBEDDED_SERVICES = ensure_services(_data_dir)
-
-from config.settings.base import *  # noqa: E402,F403
-from config.settings.base import env_bool, env_str  # noqa: E402
+from config.settings.base import *  # noqa: F403
+from config.settings.base import env_bool, env_str
 
 DEBUG = env_bool("DEBUG", True)
 SECRET_KEY = env_str("SECRET_KEY") or "insecure-local-development-key-do-not-use-in-production"

@@ -1,12 +1,10 @@
-"""Tests: a throw-away embedded PostgreSQL and Redis per test session, short leases and sweeps."""
+"""Tests: short leases and sweeps; the session's embedded services come from config.pytest_plugin."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
-
-from config.embedded import ensure_services
 
 for _name, _value in {
     "KEEPER_LEASE_TTL": "2",
@@ -16,8 +14,6 @@ for _name, _value in {
 }.items():
     os.environ.setdefault(_name, _value)  # worker processes started by tests inherit these
 
-EMBEDDED_SERVICES = ensure_services(Path(tempfile.gettempdir()), temporary=True)
-
 from config.settings.base import *  # noqa: E402,F403
 
 DEBUG = False
@@ -26,6 +22,7 @@ DEBUG = False
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
 SECRET_KEY = "insecure-test-key"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# The plugin points this into the session's temporary folder (one per xdist worker).
 KEEPER_ARTIFACT_ROOT = Path(
     os.environ.get("KEEPER_ARTIFACT_ROOT") or Path(tempfile.gettempdir()) / "keeper-test-artifacts"
 )

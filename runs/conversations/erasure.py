@@ -139,30 +139,36 @@ CODE = re.compile(r"[a-z][a-z0-9_.:-]*")
 
 def _free_texts(value: Any, under_key: bool = False, *, codes: bool = True) -> list[str]:
     """The texts under free-text keys; codes=False leaves out machine codes (event payloads say why
-    a run stopped with a code, which is nobody's personal data)."""
-    if isinstance(value, str):
-        text = under_key and len(value) >= MIN_VALUE_CHARS and value != ERASED
-        return [value] if text and (codes or not CODE.fullmatch(value)) else []
-    if isinstance(value, list):
-        return [t for v in value for t in _free_texts(v, under_key, codes=codes)]
-    if isinstance(value, dict):
-        return [
-            t for k, v in value.items() for t in _free_texts(v, under_key or k in FREE_TEXT_KEYS, codes=codes)
-        ]
-    return []
+    a run stopped with a code, which is nobody's personal data). Iterative: a hostile state may be
+    nested deeper than Python recurses."""
+    found: list[str] = []
+    stack: list[tuple[Any, bool]] = [(value, under_key)]
+    while stack:
+        item, under = stack.pop()
+        if isinstance(item, str):
+            text = under and len(item) >= MIN_VALUE_CHARS and item != ERASED
+            if text and (codes or not CODE.fullmatch(item)):
+                found.append(item)
+        elif isinstance(item, list):
+            stack.extend((v, under) for v in reversed(item))
+        elif isinstance(item, dict):
+            stack.extend((v, under or k in FREE_TEXT_KEYS) for k, v in reversed(list(item.items())))
+    return found
 
 
 def _artifact_uris(value: Any) -> set[str]:
-    if isinstance(value, dict):
-        found = (
-            {value["uri"]}
-            if isinstance(value.get("uri"), str) and isinstance(value.get("digest"), str)
-            else set()
-        )
-        return found | {u for v in value.values() for u in _artifact_uris(v)}
-    if isinstance(value, list):
-        return {u for v in value for u in _artifact_uris(v)}
-    return set()
+    """The URIs of stored artifacts ({uri, digest}) anywhere in a value, iteratively."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if isinstance(item.get("uri"), str) and isinstance(item.get("digest"), str):
+                found.add(item["uri"])
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
 
 
 _SUBJECT_RUNS = """

@@ -5,7 +5,6 @@ sent to sign in."""
 from __future__ import annotations
 
 import re
-import uuid
 from typing import Any
 
 import pytest
@@ -16,7 +15,8 @@ from console.roles import ROLES
 pytestmark = pytest.mark.django_db
 
 SAMPLE = {
-    "UUIDConverter": str(uuid.uuid4()),
+    # Fixed, so every pytest-xdist process collects the same test ids (a random id would differ).
+    "UUIDConverter": "00000000-0000-4000-8000-000000000001",
     "IntConverter": "1",
     "StringConverter": "x",
     "SlugConverter": "x",
@@ -52,7 +52,9 @@ def test_every_console_url_but_sign_in_and_out_declares_its_roles():
 
 
 @pytest.mark.parametrize(
-    ("url", "name", "view"), [p for p in PATTERNS if p[1] not in OPEN], ids=lambda v: str(v)
+    ("url", "name", "view"),
+    [p for p in PATTERNS if p[1] not in OPEN],
+    ids=lambda v: getattr(v, "__name__", str(v)),
 )
 def test_users_without_the_role_get_403_and_anonymous_visitors_sign_in(client, role_users, url, name, view):
     response = client.get(url)
