@@ -6,6 +6,7 @@ import threading
 import time
 
 import pytest
+from django.db import connection
 
 from core.digests import canonical_json
 from core.tenancy import tenant_bind
@@ -110,10 +111,19 @@ def test_commit_needs_the_expected_revision_the_current_epoch_and_the_owner(tena
     assert run.state_revision == 2 and run.lease_owner is None and run.state["touched"] is True
 
 
+def _expire_lease(run) -> None:  # type: ignore[no-untyped-def]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE agent_runs SET lease_expires_at = statement_timestamp() - interval '1 second' "
+            "WHERE run_id = %s",
+            [run.run_id],
+        )
+
+
 def test_stale_lease_holder_cannot_commit_even_before_the_new_owner_does(tenant):
     run = _start(tenant)
-    stale = store.lease_acquire(run_id=run.run_id, owner="sleepy", ttl=0.5)
-    time.sleep(0.6)
+    stale = store.lease_acquire(run_id=run.run_id, owner="sleepy", ttl=30)
+    _expire_lease(run)  # the clock moved past the lease (deterministic: no sleeping)
     fresh = store.lease_acquire(run_id=run.run_id, owner="fresh", ttl=30)
     assert fresh is not None and fresh.epoch == stale.epoch + 1 and fresh.previous_owner == "sleepy"
     # The old owner wakes up first, at the same revision: fenced out.
