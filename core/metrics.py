@@ -40,12 +40,19 @@ def observe_step(*, workflow: str, step: str, seconds: float) -> None:
     STEP_SECONDS.labels(workflow=workflow, step=step).observe(seconds)
 
 
+# Every status a gauge reports (0 when no row has it), registered by the app that owns the statuses
+# (runs, in its AppConfig.ready): core imports no app.
+STATUS_LABELS: dict[str, tuple[str, ...]] = {"runs": (), "operations": ()}
+
+
+def status_labels_register(*, runs: tuple[str, ...], operations: tuple[str, ...]) -> None:
+    STATUS_LABELS.update(runs=tuple(runs), operations=tuple(operations))
+
+
 class KeeperCollector:
     """Reads the durable tables and the Celery queue at scrape time (nothing is cached in memory)."""
 
     def collect(self) -> Iterator[Metric]:
-        from runs.engine.models import OperationStatus, RunStatus
-
         up = GaugeMetricFamily(
             "keeper_metrics_source_up",
             "1 when the source could be read during this scrape.",
@@ -59,11 +66,11 @@ class KeeperCollector:
         else:
             up.add_metric(["database"], 1)
             gauge = GaugeMetricFamily("keeper_runs", "Runs by status.", labels=["status"])
-            for status in RunStatus.values:
+            for status in STATUS_LABELS["runs"] or sorted(runs):
                 gauge.add_metric([status], runs.get(status, 0))
             yield gauge
             gauge = GaugeMetricFamily("keeper_operations", "Tool operations by status.", labels=["status"])
-            for status in OperationStatus.values:
+            for status in STATUS_LABELS["operations"] or sorted(operations):
                 gauge.add_metric([status], operations.get(status, 0))
             yield gauge
             yield CounterMetricFamily(

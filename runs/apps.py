@@ -14,9 +14,12 @@ class RunsConfig(AppConfig):
         import_module("runs.workflows.refund.workflow")
         import_module("runs.workflows.conversation")
         from core.erasure import eraser_register
+        from core.metrics import status_labels_register
         from runs.conversations.erasure import RunsEraser, register
+        from runs.engine.models import OperationStatus, RunStatus
 
         eraser_register(RunsEraser())
         register()
+        status_labels_register(runs=tuple(RunStatus.values), operations=tuple(OperationStatus.values))
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)
