@@ -280,6 +280,8 @@ BACKENDS = {
         model=env_str("KEEPER_EXTRACTOR_MODEL", KEEPER_MODEL),
         api_key=env_str("KEEPER_EXTRACTOR_API_KEY"),
     ),
+    # No variable chooses it: a deployment's settings module names its own class here.
+    "responder": {"BACKEND": "runs.workflows.conversation.RuleResponder", "OPTIONS": {}},
 }
 # /metrics needs this bearer token (unset: only a DEBUG process serves it); the worker serves its
 # own figures on KEEPER_WORKER_METRICS_PORT (unset: not at all).

@@ -43,6 +43,7 @@ def test_the_defaults_are_the_deterministic_parts(settings):
         "decider": "RuleDecider",
         "compactor": "ExtractiveCompactor",
         "extractor": "RuleExtractor",
+        "responder": "RuleResponder",
     }
 
 
@@ -51,8 +52,8 @@ def test_a_part_is_built_from_its_dotted_path_and_options(settings):
         "decider": {"BACKEND": "runs.workflows.refund.deciders.RuleDecider", "OPTIONS": {"window_days": 7}}
     }
     assert backend_build("decider").window_days == 7
-    with pytest.raises(ImproperlyConfigured, match="no 'responder'"):
-        backend_build("responder")
+    with pytest.raises(ImproperlyConfigured, match="no 'summariser'"):
+        backend_build("summariser")
     settings.BACKENDS = {"decider": {"BACKEND": "runs.workflows.refund.deciders.NoSuchDecider"}}
     with pytest.raises(ImproperlyConfigured, match="NoSuchDecider"):
         backend_build("decider")
