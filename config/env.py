@@ -79,3 +79,20 @@ def redis_client_url(redis_url: str) -> str:
     if redis_url.startswith("redis+socket://"):
         return "unix://" + redis_url[len("redis+socket://") :]
     return redis_url
+
+
+def backend_choice(
+    variable: str, kind: str, classes: dict[str, str], *, url: str, model: str, api_key: str
+) -> dict[str, Any]:
+    """settings.BACKENDS' entry for a part chosen by `variable` (e.g. KEEPER_DECIDER=rules|model).
+
+    The "model" kind talks to an OpenAI-compatible chat API and needs `variable`_URL; the others
+    take no options.
+    """
+    if kind not in classes:
+        raise ImproperlyConfigured(f"unknown {variable} {kind!r} (use {' or '.join(classes)})")
+    if kind != "model":
+        return {"BACKEND": classes[kind], "OPTIONS": {}}
+    if not url:
+        raise ImproperlyConfigured(f"{variable}=model needs {variable}_URL")
+    return {"BACKEND": classes[kind], "OPTIONS": {"base_url": url, "model": model, "api_key": api_key}}

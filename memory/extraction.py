@@ -6,16 +6,14 @@ here writes memory: the caller decides what to keep (memory_remember) and with w
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from django.conf import settings
-
+from core.backends import backend_build
+from core.chat import ModelUnavailable, chat_json
 from core.errors import ApplicationError, InvalidInput
 from memory.services import SENSITIVE_TERMS
 
@@ -60,10 +58,6 @@ class FactExtractor(Protocol):
 
 class ExtractorUnavailable(ApplicationError):
     code = "extractor_unavailable"
-
-
-class ExtractorMisconfigured(ApplicationError):
-    code = "extractor_misconfigured"
 
 
 def _user_messages(events: list[dict[str, Any]]) -> list[tuple[int, str]]:
@@ -380,25 +374,20 @@ class ModelExtractor:
             f"{json.dumps(text[:MAX_MESSAGE_CHARS], ensure_ascii=False)}"
             for seq, text in messages
         ]
-        body = {
-            "model": self.model,
-            "temperature": 0,
-            "response_format": {"type": "json_object"},
-            "messages": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": "User messages:\n" + "\n".join(lines)},
-            ],
-        }
-        auth = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        headers = {"Content-Type": "application/json", **auth}
-        req = urllib.request.Request(f"{self.base_url}/chat/completions", json.dumps(body).encode(), headers)
+        messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": "User messages:\n" + "\n".join(lines)},
+        ]
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as response:
-                answer = json.loads(response.read())
-            return json.loads(answer["choices"][0]["message"]["content"])
-        except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as exc:
-            # URLError and timeouts are OSErrors; a bad body is a ValueError (JSONDecodeError, UnicodeError)
-            raise ExtractorUnavailable(f"the model extractor gave no usable answer: {exc!r}") from None
+            return chat_json(
+                base_url=self.base_url,
+                model=self.model,
+                api_key=self.api_key,
+                messages=messages,
+                timeout=self.timeout,
+            )
+        except ModelUnavailable as exc:
+            raise ExtractorUnavailable(f"the model extractor gave no usable answer: {exc.message}") from None
 
 
 _KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -463,14 +452,5 @@ def _sentence_around(content: str, quote: str) -> str:
 
 
 def extractor_from_settings() -> FactExtractor:
-    """KEEPER_EXTRACTOR: "rules" (default) or "model" (KEEPER_EXTRACTOR_URL, _MODEL, _API_KEY)."""
-    kind = settings.KEEPER_EXTRACTOR
-    if kind == "rules":
-        return RuleExtractor()
-    if kind == "model":
-        url = settings.KEEPER_EXTRACTOR_URL
-        if not url:
-            raise ExtractorMisconfigured("KEEPER_EXTRACTOR=model needs KEEPER_EXTRACTOR_URL")
-        model = settings.KEEPER_EXTRACTOR_MODEL or settings.KEEPER_MODEL
-        return ModelExtractor(url, model, settings.KEEPER_EXTRACTOR_API_KEY)
-    raise ExtractorMisconfigured(f"unknown KEEPER_EXTRACTOR {kind!r} (use rules or model)")
+    """The extractor settings.BACKENDS["extractor"] names (KEEPER_EXTRACTOR: rules or model)."""
+    return backend_build("extractor")

@@ -1,13 +1,14 @@
 """A local HTTP server that speaks POST /v1/chat/completions like an OpenAI-compatible provider.
 
-Model-backed deciders and compactors are tested against it: the real client, the real protocol,
-a scripted reply.
+core.chat's client and the model-backed parts are tested against it: the real client, the real
+protocol, a scripted reply (or a scripted failure: a status, raw bytes, a delay).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -21,6 +22,9 @@ class ChatServer:
     def __init__(self) -> None:
         self.reply: Any = None
         self.requests: list[dict[str, Any]] = []
+        self.status = 200
+        self.raw: bytes | None = None  # written instead of an HTTP response, e.g. a broken status line
+        self.delay = 0.0  # seconds before answering
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -29,8 +33,13 @@ class ChatServer:
                 outer.requests.append(
                     {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
                 )
-                data = json.dumps(outer.reply).encode()
-                self.send_response(200)
+                time.sleep(outer.delay)
+                if outer.raw is not None:
+                    self.wfile.write(outer.raw)
+                    self.close_connection = True
+                    return
+                data = outer.reply if isinstance(outer.reply, bytes) else json.dumps(outer.reply).encode()
+                self.send_response(outer.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()

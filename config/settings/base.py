@@ -12,6 +12,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
+    backend_choice,
     celery_broker_url,
     database_from_url,
     env_bool,
@@ -207,13 +208,8 @@ KEEPER_TOOL_RESULT_PREVIEW_CHARS = env_int("KEEPER_TOOL_RESULT_PREVIEW_CHARS", 2
 # The Redis working window of a session: how many recent events, and for how long (seconds).
 KEEPER_SESSION_WINDOW = env_int("KEEPER_SESSION_WINDOW", 50, minimum=1)
 KEEPER_SESSION_TTL = env_int("KEEPER_SESSION_TTL", 7 * 24 * 3600, minimum=1)
-# "extractive" (deterministic, no model) or "model" (an OpenAI-compatible chat API).
-KEEPER_COMPACTOR = env_str("KEEPER_COMPACTOR", "extractive")
 # Events per summary when compacting (summaries stay small enough that the newest ones fit).
 KEEPER_SUMMARY_CHUNK_EVENTS = env_int("KEEPER_SUMMARY_CHUNK_EVENTS", 200, minimum=2)
-KEEPER_COMPACTOR_URL = env_str("KEEPER_COMPACTOR_URL")
-KEEPER_COMPACTOR_MODEL = env_str("KEEPER_COMPACTOR_MODEL", "gpt-4o-mini")
-KEEPER_COMPACTOR_API_KEY = env_str("KEEPER_COMPACTOR_API_KEY")
 
 # --- Long-term memory.
 # Days an unconfirmed model inference is kept (explicit statements have no default expiry).
@@ -237,11 +233,6 @@ KEEPER_PAYMENTS_TIMEOUT = env_number("KEEPER_PAYMENTS_TIMEOUT", 5.0, minimum=0.0
 KEEPER_APPROVAL_TTL = env_number("KEEPER_APPROVAL_TTL", 24 * 3600.0, minimum=1)
 KEEPER_REFUND_AUTO_APPROVE_MINOR = env_int("KEEPER_REFUND_AUTO_APPROVE_MINOR", 0)
 KEEPER_REFUND_WINDOW_DAYS = env_int("KEEPER_REFUND_WINDOW_DAYS", 30, minimum=1)
-# "rules" (deterministic) or "model" (an OpenAI-compatible chat API at KEEPER_DECIDER_URL).
-KEEPER_DECIDER = env_str("KEEPER_DECIDER", "rules")
-KEEPER_DECIDER_URL = env_str("KEEPER_DECIDER_URL")
-KEEPER_DECIDER_MODEL = env_str("KEEPER_DECIDER_MODEL", "gpt-4o-mini")
-KEEPER_DECIDER_API_KEY = env_str("KEEPER_DECIDER_API_KEY")
 
 # --- Embedding and fact extraction (memory and retrieval), operations, first run, chaos.
 # "hashing" (offline), "sentence-transformers" (KEEPER_EMBEDDER_MODEL_PATH) or "http" (an
@@ -253,12 +244,45 @@ KEEPER_EMBEDDER_API_KEY = env_str("KEEPER_EMBEDDER_API_KEY")
 KEEPER_EMBEDDER_MODEL_PATH = env_str("KEEPER_EMBEDDER_MODEL_PATH")
 KEEPER_EMBEDDER_DIMENSIONS = env_int("KEEPER_EMBEDDER_DIMENSIONS", 256, minimum=1)
 KEEPER_EMBEDDER_SEND_DIMENSIONS = env_bool("KEEPER_EMBEDDER_SEND_DIMENSIONS", True)
-# "rules" (deterministic) or "model" (an OpenAI-compatible chat API at KEEPER_EXTRACTOR_URL; the
-# model defaults to KEEPER_MODEL); memory.extraction.extractor_from_settings builds it.
-KEEPER_EXTRACTOR = env_str("KEEPER_EXTRACTOR", "rules")
-KEEPER_EXTRACTOR_URL = env_str("KEEPER_EXTRACTOR_URL")
-KEEPER_EXTRACTOR_MODEL = env_str("KEEPER_EXTRACTOR_MODEL")
-KEEPER_EXTRACTOR_API_KEY = env_str("KEEPER_EXTRACTOR_API_KEY")
+
+# --- Pluggable model-backed parts, like Django's STORAGES: a dotted BACKEND and its OPTIONS per part,
+# built by core.backends.backend_build. Each is chosen by the README's variables: KEEPER_<PART> is
+# "model" (an OpenAI-compatible chat API at KEEPER_<PART>_URL, with _MODEL and _API_KEY) or the
+# deterministic default; an unknown choice or a model without a URL stops the process here.
+BACKENDS = {
+    "decider": backend_choice(
+        "KEEPER_DECIDER",
+        env_str("KEEPER_DECIDER", "rules"),
+        {
+            "rules": "runs.workflows.refund.deciders.RuleDecider",
+            "model": "runs.workflows.refund.deciders.ModelDecider",
+        },
+        url=env_str("KEEPER_DECIDER_URL"),
+        model=env_str("KEEPER_DECIDER_MODEL", "gpt-4o-mini"),
+        api_key=env_str("KEEPER_DECIDER_API_KEY"),
+    ),
+    "compactor": backend_choice(
+        "KEEPER_COMPACTOR",
+        env_str("KEEPER_COMPACTOR", "extractive"),
+        {
+            "extractive": "runs.conversations.compaction.compactors.ExtractiveCompactor",
+            "model": "runs.conversations.compaction.compactors.ModelCompactor",
+        },
+        url=env_str("KEEPER_COMPACTOR_URL"),
+        model=env_str("KEEPER_COMPACTOR_MODEL", "gpt-4o-mini"),
+        api_key=env_str("KEEPER_COMPACTOR_API_KEY"),
+    ),
+    "extractor": backend_choice(
+        "KEEPER_EXTRACTOR",
+        env_str("KEEPER_EXTRACTOR", "rules"),
+        {"rules": "memory.extraction.RuleExtractor", "model": "memory.extraction.ModelExtractor"},
+        url=env_str("KEEPER_EXTRACTOR_URL"),
+        model=env_str("KEEPER_EXTRACTOR_MODEL", KEEPER_MODEL),
+        api_key=env_str("KEEPER_EXTRACTOR_API_KEY"),
+    ),
+    # No variable chooses it: a deployment's settings module names its own class here.
+    "responder": {"BACKEND": "runs.workflows.conversation.RuleResponder", "OPTIONS": {}},
+}
 # /metrics needs this bearer token (unset: only a DEBUG process serves it); the worker serves its
 # own figures on KEEPER_WORKER_METRICS_PORT (unset: not at all).
 KEEPER_METRICS_TOKEN = env_str("KEEPER_METRICS_TOKEN")

@@ -2,13 +2,15 @@
 
 Turns of one session never interleave: messages are appended with increasing seq, and the run's
 lease lets one worker answer at a time, each answer built from the context up to its message.
-The default responder is deterministic and says what it is; a model-backed one plugs in the same way.
+The responder is settings.BACKENDS["responder"] (default: the deterministic RuleResponder, which
+says what it is); a model-backed one plugs in there the same way.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
+from core.backends import backend_build
 from runs.conversations.context import BuiltContext, context_build
 from runs.conversations.messages import AWAITING_INPUT, conversation_next_unanswered
 from runs.engine.dispatch import task_enqueue
@@ -39,6 +41,11 @@ class RuleResponder:
         return "\n".join(lines)
 
 
+def responder_from_settings() -> Responder:
+    """The responder settings.BACKENDS["responder"] names."""
+    return backend_build("responder")
+
+
 def respond(ctx: StepContext, state: State) -> StepResult:
     # Answered is what this run's own replies say (a fork's copies are renumbered to its seqs),
     # not a position that may have been counted in a parent's seqs.
@@ -47,11 +54,12 @@ def respond(ctx: StepContext, state: State) -> StepResult:
         return Suspend(state, AWAITING_INPUT, "waiting for the next user message")
     run = AgentRun.objects.get(run_id=ctx.run_id)
     context = context_build(run=run, system_prompt=state.get("system_prompt", ""), up_to_seq=message.seq)
-    reply = RuleResponder().respond(context=context, message=message.payload.get("content", "[erased]"))
+    responder = responder_from_settings()
+    reply = responder.respond(context=context, message=message.payload.get("content", "[erased]"))
     said: dict[str, Any] = {
         "content": reply,
         "in_reply_to": message.seq,
-        "responder": RuleResponder.name,
+        "responder": responder.name,
         "context_tokens": context.parts,
     }
     # What the user said about themselves may be worth keeping (preferences, constraints): a

@@ -255,7 +255,9 @@ def test_the_defaults_build_the_offline_embedder_and_the_rule_extractor(settings
     settings.KEEPER_EMBEDDER, settings.KEEPER_EMBEDDER_URL = "http", "http://embed.example/v1"
     settings.KEEPER_EMBEDDER_MODEL = "embed-model"
     assert isinstance(embedder_from_settings(), HttpEmbedder)
-    settings.KEEPER_EXTRACTOR, settings.KEEPER_EXTRACTOR_URL = "model", "http://extract.example/v1"
+    options = {"base_url": "http://extract.example/v1", "model": "m", "api_key": ""}
+    backend = {"BACKEND": "memory.extraction.ModelExtractor", "OPTIONS": options}
+    settings.BACKENDS = {**settings.BACKENDS, "extractor": backend}
     assert isinstance(extractor_from_settings(), ModelExtractor)
 
 

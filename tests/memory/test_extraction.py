@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from core.errors import ApplicationError, InvalidInput
+from core.errors import InvalidInput
 from memory.extraction import (
     CandidateFact,
-    ExtractorMisconfigured,
     ExtractorUnavailable,
     ModelExtractor,
     RuleExtractor,
@@ -405,20 +404,12 @@ def test_an_unreachable_model_is_unavailable_not_a_crash(chat):
 def test_the_extractor_comes_from_settings(settings):
     rules = extractor_from_settings()
     assert isinstance(rules, RuleExtractor) and (rules.name, rules.version) == ("rules", "1")
-    settings.KEEPER_EXTRACTOR = "model"
-    settings.KEEPER_EXTRACTOR_URL = "http://127.0.0.1:9/v1"
-    settings.KEEPER_EXTRACTOR_MODEL = "small-model"
-    settings.KEEPER_EXTRACTOR_API_KEY = "k"
+    options = {"base_url": "http://127.0.0.1:9/v1", "model": "small-model", "api_key": "k"}
+    backend = "memory.extraction.ModelExtractor"
+    settings.BACKENDS = {**settings.BACKENDS, "extractor": {"BACKEND": backend, "OPTIONS": options}}
     model = extractor_from_settings()
     assert isinstance(model, ModelExtractor) and (model.model, model.api_key, model.name) == (
         "small-model",
         "k",
         "model:small-model",
     )
-    settings.KEEPER_EXTRACTOR_URL = ""
-    with pytest.raises(ExtractorMisconfigured):
-        extractor_from_settings()
-    settings.KEEPER_EXTRACTOR = "regex"
-    with pytest.raises(ApplicationError) as caught:
-        extractor_from_settings()
-    assert caught.value.code == "extractor_misconfigured" and "'regex'" in caught.value.message

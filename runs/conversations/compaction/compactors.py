@@ -4,23 +4,20 @@ The carry (tool calls without a result, approvals, operation ids, money, the use
 always extracted from the events by code, never written by a model, so prose can lose nothing of it.
 
 Over 400 lines on purpose: the interface, the carry extraction both compactors share, and its two
-implementations (extractive, model over the OpenAI protocol) are read side by side; issue 14 item 4
-moves the model client to core.
+implementations (extractive, model over the OpenAI protocol through core.chat) are read side by side.
 """
 
 from __future__ import annotations
 
 import copy
-import http.client
 import json
 import re
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
-from django.conf import settings
-
+from core.backends import backend_build
+from core.chat import ModelUnavailable, chat_json
 from core.errors import ApplicationError, InvalidInput
 
 MAX_TEXT = 500  # characters of one fact or question a model may return
@@ -63,10 +60,6 @@ class EventRangeInvalid(InvalidInput):
 
 class CompactorUnavailable(ApplicationError):
     code = "compactor_unavailable"
-
-
-class CompactorMisconfigured(ApplicationError):
-    code = "compactor_misconfigured"
 
 
 # A sentence ends at ! ? 。 ！ ？, a newline, or a period not followed by text (so "25.00" stays whole).
@@ -408,25 +401,20 @@ class ModelCompactor:
             "decisions; drop greetings and raw tool output."
         )
         rendered = "\n".join(_event_line(event) for event in events)
-        body = {
-            "model": self.model,
-            "temperature": 0,
-            "response_format": {"type": "json_object"},
-            "messages": [
-                {"role": "system", "content": system},
-                {"role": "user", "content": f"Events {first}..{last}:\n{rendered}"},
-            ],
-        }
-        auth = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        headers = {"Content-Type": "application/json", **auth}
-        req = urllib.request.Request(f"{self.base_url}/chat/completions", json.dumps(body).encode(), headers)
+        messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"Events {first}..{last}:\n{rendered}"},
+        ]
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as response:
-                answer = json.loads(response.read())
-            return json.loads(answer["choices"][0]["message"]["content"])
-        except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError, TypeError) as exc:
-            # URLError and timeouts are OSErrors; a bad body is a ValueError (JSONDecodeError, UnicodeError)
-            raise CompactorUnavailable(f"the model compactor gave no usable answer: {exc!r}") from None
+            return chat_json(
+                base_url=self.base_url,
+                model=self.model,
+                api_key=self.api_key,
+                messages=messages,
+                timeout=self.timeout,
+            )
+        except ModelUnavailable as exc:
+            raise CompactorUnavailable(f"the model compactor gave no usable answer: {exc.message}") from None
 
 
 def _event_line(event: dict[str, Any]) -> str:
@@ -492,14 +480,5 @@ def _contract(content: Any, first: int, last: int) -> tuple[_Items, list[str], _
 
 
 def compactor_from_settings() -> Compactor:
-    """KEEPER_COMPACTOR: "extractive" (default) or "model" (KEEPER_COMPACTOR_URL, _MODEL, _API_KEY)."""
-    kind = settings.KEEPER_COMPACTOR
-    if kind == "extractive":
-        return ExtractiveCompactor()
-    if kind == "model":
-        url = settings.KEEPER_COMPACTOR_URL
-        if not url:
-            raise CompactorMisconfigured("KEEPER_COMPACTOR=model needs KEEPER_COMPACTOR_URL")
-        model = settings.KEEPER_COMPACTOR_MODEL or settings.KEEPER_MODEL
-        return ModelCompactor(url, model, settings.KEEPER_COMPACTOR_API_KEY)
-    raise CompactorMisconfigured(f"unknown KEEPER_COMPACTOR {kind!r} (use extractive or model)")
+    """The compactor settings.BACKENDS["compactor"] names (KEEPER_COMPACTOR: extractive or model)."""
+    return backend_build("compactor")

@@ -122,6 +122,28 @@ def test_the_conversation_run_answers_each_message_in_order(tenant, chat_run):
     assert (chat_run.status, chat_run.suspend_reason) == ("suspended", "awaiting_input")
 
 
+class EchoResponder:
+    """A responder of the test's own, plugged in by settings.BACKENDS["responder"]."""
+
+    name = "echo-v1"
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def respond(self, *, context, message: str) -> str:  # type: ignore[no-untyped-def]
+        return f"{self.prefix} {message} ({context.total} tokens)"
+
+
+def test_the_conversation_answers_with_the_responder_the_settings_name(tenant, chat_run, settings):
+    backend = {"BACKEND": f"{__name__}.EchoResponder", "OPTIONS": {"prefix": "echo:"}}
+    settings.BACKENDS = {**settings.BACKENDS, "responder": backend}
+    _say(tenant, chat_run, "m-1", "hello there")
+    run_advance(run_id=chat_run.run_id, worker_id="w")
+    [answer] = AgentEvent.objects.filter(run=chat_run, event_type="assistant_message")
+    assert answer.payload["responder"] == "echo-v1"
+    assert answer.payload["content"].startswith("echo: hello there (")
+
+
 def test_the_messages_api(tenant, chat_run):
     api = APIClient()
     api.force_authenticate(

@@ -7,7 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runs.workflows.refund.deciders import DeciderUnavailable, ModelDecider, RuleDecider
+from runs.workflows.refund.deciders import (
+    DeciderUnavailable,
+    ModelDecider,
+    RuleDecider,
+    decider_from_settings,
+)
 
 ORDER = {
     "order_id": "o-1",
@@ -49,3 +54,21 @@ def test_model_decider_refuses_answers_outside_the_contract(chat, content):
     chat.answer(content)
     with pytest.raises(DeciderUnavailable):
         ModelDecider(chat.url, "small-model").decide(order=ORDER, request={})
+
+
+@pytest.mark.parametrize("raw", [b"garbage\r\n\r\n", b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}"])
+def test_model_decider_is_unavailable_on_a_broken_http_reply(chat, raw):
+    """A broken status line or a cut body is an http.client.HTTPException (not an OSError): the decider
+    used to let it escape as a crash of the step instead of saying it is unavailable."""
+    chat.raw = raw
+    with pytest.raises(DeciderUnavailable, match="no usable answer"):
+        ModelDecider(chat.url, "small-model", timeout=5).decide(order=ORDER, request={})
+
+
+def test_the_decider_comes_from_settings(settings):
+    assert isinstance(decider_from_settings(), RuleDecider)
+    options = {"base_url": "http://127.0.0.1:9/v1", "model": "small-model", "api_key": "k"}
+    backend = "runs.workflows.refund.deciders.ModelDecider"
+    settings.BACKENDS = {**settings.BACKENDS, "decider": {"BACKEND": backend, "OPTIONS": options}}
+    model = decider_from_settings()
+    assert isinstance(model, ModelDecider) and (model.model, model.api_key) == ("small-model", "k")

@@ -9,9 +9,7 @@ from typing import Any
 
 import pytest
 
-from core.errors import ApplicationError
 from runs.conversations.compaction.compactors import (
-    CompactorMisconfigured,
     CompactorUnavailable,
     EventRangeInvalid,
     ExtractiveCompactor,
@@ -302,15 +300,8 @@ def test_an_unreachable_model_is_unavailable_not_a_crash(chat):
 
 def test_the_compactor_comes_from_settings(settings):
     assert isinstance(compactor_from_settings(), ExtractiveCompactor)
-    settings.KEEPER_COMPACTOR = "model"
-    settings.KEEPER_COMPACTOR_URL = "http://127.0.0.1:9/v1"
-    settings.KEEPER_COMPACTOR_MODEL = "small-model"
-    settings.KEEPER_COMPACTOR_API_KEY = "k"
+    options = {"base_url": "http://127.0.0.1:9/v1", "model": "small-model", "api_key": "k"}
+    backend = "runs.conversations.compaction.compactors.ModelCompactor"
+    settings.BACKENDS = {**settings.BACKENDS, "compactor": {"BACKEND": backend, "OPTIONS": options}}
     model = compactor_from_settings()
     assert isinstance(model, ModelCompactor) and (model.model, model.api_key) == ("small-model", "k")
-    settings.KEEPER_COMPACTOR_URL = ""
-    with pytest.raises(CompactorMisconfigured):
-        compactor_from_settings()
-    settings.KEEPER_COMPACTOR = "abstractive"
-    with pytest.raises(ApplicationError, match="unknown KEEPER_COMPACTOR 'abstractive'"):
-        compactor_from_settings()
