@@ -96,3 +96,39 @@ def backend_choice(
     if not url:
         raise ImproperlyConfigured(f"{variable}=model needs {variable}_URL")
     return {"BACKEND": classes[kind], "OPTIONS": {"base_url": url, "model": model, "api_key": api_key}}
+
+
+EMBEDDERS = {
+    "hashing": "memory.embedders.hashing.HashingEmbedder",
+    "sentence-transformers": "memory.embedders.local.SentenceTransformerEmbedder",
+    "http": "memory.embedders.http.HttpEmbedder",
+}
+
+
+def embedder_choice(
+    kind: str, *, url: str, model: str, api_key: str, model_path: str, dimensions: int, send_dimensions: bool
+) -> dict[str, Any]:
+    """settings.BACKENDS' entry for the embedder chosen by KEEPER_EMBEDDER, with the options the
+    chosen class takes; an unknown kind or a missing required variable stops the process here."""
+    if kind not in EMBEDDERS:
+        raise ImproperlyConfigured(f"unknown KEEPER_EMBEDDER {kind!r} (use {' or '.join(EMBEDDERS)})")
+    options: dict[str, Any]
+    if kind == "hashing":
+        options = {"dimensions": dimensions}
+    elif kind == "sentence-transformers":
+        options = {"model_path": _required("KEEPER_EMBEDDER_MODEL_PATH", model_path, kind)}
+    else:
+        options = {
+            "base_url": _required("KEEPER_EMBEDDER_URL", url, kind),
+            "model": _required("KEEPER_EMBEDDER_MODEL", model, kind),
+            "dimensions": dimensions,
+            "api_key": api_key,
+            "send_dimensions": send_dimensions,
+        }
+    return {"BACKEND": EMBEDDERS[kind], "OPTIONS": options}
+
+
+def _required(variable: str, value: str, kind: str) -> str:
+    if not value:
+        raise ImproperlyConfigured(f"KEEPER_EMBEDDER={kind} needs {variable}")
+    return value

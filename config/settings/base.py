@@ -15,6 +15,7 @@ from config.env import (
     backend_choice,
     celery_broker_url,
     database_from_url,
+    embedder_choice,
     env_bool,
     env_int,
     env_number,
@@ -234,22 +235,22 @@ KEEPER_APPROVAL_TTL = env_number("KEEPER_APPROVAL_TTL", 24 * 3600.0, minimum=1)
 KEEPER_REFUND_AUTO_APPROVE_MINOR = env_int("KEEPER_REFUND_AUTO_APPROVE_MINOR", 0)
 KEEPER_REFUND_WINDOW_DAYS = env_int("KEEPER_REFUND_WINDOW_DAYS", 30, minimum=1)
 
-# --- Embedding and fact extraction (memory and retrieval), operations, first run, chaos.
-# "hashing" (offline), "sentence-transformers" (KEEPER_EMBEDDER_MODEL_PATH) or "http" (an
-# OpenAI-compatible /embeddings at KEEPER_EMBEDDER_URL); memory.embedders.embedder_from_settings builds it.
-KEEPER_EMBEDDER = env_str("KEEPER_EMBEDDER", "hashing")
-KEEPER_EMBEDDER_URL = env_str("KEEPER_EMBEDDER_URL")
-KEEPER_EMBEDDER_MODEL = env_str("KEEPER_EMBEDDER_MODEL")
-KEEPER_EMBEDDER_API_KEY = env_str("KEEPER_EMBEDDER_API_KEY")
-KEEPER_EMBEDDER_MODEL_PATH = env_str("KEEPER_EMBEDDER_MODEL_PATH")
-KEEPER_EMBEDDER_DIMENSIONS = env_int("KEEPER_EMBEDDER_DIMENSIONS", 256, minimum=1)
-KEEPER_EMBEDDER_SEND_DIMENSIONS = env_bool("KEEPER_EMBEDDER_SEND_DIMENSIONS", True)
-
 # --- Pluggable model-backed parts, like Django's STORAGES: a dotted BACKEND and its OPTIONS per part,
 # built by core.backends.backend_build. Each is chosen by the README's variables: KEEPER_<PART> is
 # "model" (an OpenAI-compatible chat API at KEEPER_<PART>_URL, with _MODEL and _API_KEY) or the
 # deterministic default; an unknown choice or a model without a URL stops the process here.
 BACKENDS = {
+    # "hashing" (offline), "sentence-transformers" (KEEPER_EMBEDDER_MODEL_PATH) or "http" (an
+    # OpenAI-compatible /embeddings at KEEPER_EMBEDDER_URL); _DIMENSIONS sizes hashing and http.
+    "embedder": embedder_choice(
+        env_str("KEEPER_EMBEDDER", "hashing"),
+        url=env_str("KEEPER_EMBEDDER_URL"),
+        model=env_str("KEEPER_EMBEDDER_MODEL"),
+        api_key=env_str("KEEPER_EMBEDDER_API_KEY"),
+        model_path=env_str("KEEPER_EMBEDDER_MODEL_PATH"),
+        dimensions=env_int("KEEPER_EMBEDDER_DIMENSIONS", 256, minimum=1),
+        send_dimensions=env_bool("KEEPER_EMBEDDER_SEND_DIMENSIONS", True),
+    ),
     "decider": backend_choice(
         "KEEPER_DECIDER",
         env_str("KEEPER_DECIDER", "rules"),
@@ -283,6 +284,7 @@ BACKENDS = {
     # No variable chooses it: a deployment's settings module names its own class here.
     "responder": {"BACKEND": "runs.workflows.conversation.RuleResponder", "OPTIONS": {}},
 }
+# --- Operations, first run, chaos.
 # /metrics needs this bearer token (unset: only a DEBUG process serves it); the worker serves its
 # own figures on KEEPER_WORKER_METRICS_PORT (unset: not at all).
 KEEPER_METRICS_TOKEN = env_str("KEEPER_METRICS_TOKEN")

@@ -14,6 +14,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from core.processes import ROOT
 
 # Production's minimum, with non-default values the checks below look for.
@@ -76,7 +78,6 @@ CASES: dict[str, tuple[str, str, object]] = {
     "KEEPER_EMBEDDER_API_KEY": ("k-embed", "factories['embedder'][3]", "k-embed"),
     "KEEPER_EMBEDDER_DIMENSIONS": ("384", "factories['embedder'][4]", 384),
     "KEEPER_EMBEDDER_SEND_DIMENSIONS": ("false", "factories['embedder'][5]", False),
-    "KEEPER_EMBEDDER_MODEL_PATH": ("/models/mini", "settings.KEEPER_EMBEDDER_MODEL_PATH", "/models/mini"),
     "KEEPER_RETRIEVAL_MAX_BYTES": ("2048", "settings.KEEPER_RETRIEVAL_MAX_BYTES", 2048),
     "KEEPER_RETRIEVAL_MAX_CHUNKS": ("100", "settings.KEEPER_RETRIEVAL_MAX_CHUNKS", 100),
     "KEEPER_RETRIEVAL_CHUNK_WORDS": ("64", "settings.KEEPER_RETRIEVAL_CHUNK_WORDS", 64),
@@ -174,17 +175,41 @@ def described(thing, *extra):
     fields = ("base_url", "model", "api_key", *extra)
     return [type(thing).__name__, *(getattr(thing, name, None) for name in fields)]
 
-factories = {
-    "embedder": described(embedder_from_settings(), "dimensions", "send_dimensions"),
-    "extractor": described(extractor_from_settings()),
-    "compactor": described(compactor_from_settings()),
-    "decider": described(decider_from_settings()),
-}
+class Factories(dict):
+    # Builds a part only when an expression asks for it (a local model is not there to load).
+
+    def __missing__(self, name):
+        built = {
+            "embedder": lambda: described(embedder_from_settings(), "dimensions", "send_dimensions"),
+            "extractor": lambda: described(extractor_from_settings()),
+            "compactor": lambda: described(compactor_from_settings()),
+            "decider": lambda: described(decider_from_settings()),
+        }[name]()
+        self[name] = built
+        return built
+
+
+factories = Factories()
 launch = launch_options()
 gunicorn = runpy.run_path("config/gunicorn.py")  # what `make run` and the image start the web with
 checks = json.loads(sys.argv[1])
 print(json.dumps({name: eval(expr) for name, expr in checks.items()}, default=str))
 """
+
+
+# Variables that only take effect beside another choice than CASES makes, each probed on its own:
+# variable -> (the other variables, a valid value, the expression, its expected value).
+ALONE: dict[str, tuple[dict[str, str], str, str, object]] = {
+    "KEEPER_EMBEDDER_MODEL_PATH": (
+        {"KEEPER_EMBEDDER": "sentence-transformers"},
+        "/models/mini",
+        "settings.BACKENDS['embedder']",
+        {
+            "BACKEND": "memory.embedders.local.SentenceTransformerEmbedder",
+            "OPTIONS": {"model_path": "/models/mini"},
+        },
+    ),
+}
 
 
 def documented_variables() -> list[str]:
@@ -225,7 +250,7 @@ def _probe(env: dict[str, str], checks: dict[str, str]) -> dict[str, object]:
 def test_the_table_and_the_checks_name_the_same_variables():
     documented = documented_variables()
     assert len(documented) == len(set(documented)), "a variable is documented twice"
-    assert set(documented) == {*CASES, "DEBUG", *COMPOSE_ONLY}
+    assert set(documented) == {*CASES, *ALONE, "DEBUG", *COMPOSE_ONLY}
 
 
 def test_every_documented_variable_reaches_the_setting_that_uses_it():
@@ -233,6 +258,13 @@ def test_every_documented_variable_reaches_the_setting_that_uses_it():
     got = _probe(env, {name: expr for name, (_, expr, _) in CASES.items()})
     wrong = {name: (got[name], expected) for name, (_, _, expected) in CASES.items() if got[name] != expected}
     assert not wrong, f"variable: (got, expected): {wrong}"
+
+
+@pytest.mark.parametrize("name", sorted(ALONE))
+def test_variables_of_another_choice_reach_their_setting(name):
+    others, value, expr, expected = ALONE[name]
+    env = {**PRODUCTION, **{n: v for n, (v, _, _) in CASES.items()}, **others, name: value}
+    assert _probe(env, {name: expr}) == {name: expected}
 
 
 def test_debug_reaches_the_settings():
@@ -252,8 +284,11 @@ def test_the_defaults_build_the_offline_embedder_and_the_rule_extractor(settings
 
     assert isinstance(embedder_from_settings(), HashingEmbedder)
     assert isinstance(extractor_from_settings(), RuleExtractor)
-    settings.KEEPER_EMBEDDER, settings.KEEPER_EMBEDDER_URL = "http", "http://embed.example/v1"
-    settings.KEEPER_EMBEDDER_MODEL = "embed-model"
+    embedder = {
+        "BACKEND": "memory.embedders.http.HttpEmbedder",
+        "OPTIONS": {"base_url": "http://e/v1", "model": "m", "dimensions": 8},
+    }
+    settings.BACKENDS = {**settings.BACKENDS, "embedder": embedder}
     assert isinstance(embedder_from_settings(), HttpEmbedder)
     options = {"base_url": "http://extract.example/v1", "model": "m", "api_key": ""}
     backend = {"BACKEND": "memory.extraction.ModelExtractor", "OPTIONS": options}

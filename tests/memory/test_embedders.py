@@ -15,7 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
+from config.env import embedder_choice
 from core.errors import InvalidInput
 from memory.embedders import (
     EmbedderMisconfigured,
@@ -324,18 +326,33 @@ def test_http_embedder_names_its_projection_after_the_model():
 # --- settings --------------------------------------------------------------------------------
 
 
-def test_settings_default_to_hashing_with_256_dimensions(settings):
-    for name in [n for n in dir(settings) if n.startswith("KEEPER_EMBEDDER")]:
-        delattr(settings, name)
-    assert embedder_from_settings().key == "hashing:1:256"
+def embedder_backend(kind: str = "hashing", **given: Any) -> dict[str, Any]:
+    """settings.BACKENDS["embedder"] as config.env.embedder_choice builds it from the variables."""
+    values = {
+        "url": "",
+        "model": "",
+        "api_key": "",
+        "model_path": "",
+        "dimensions": 256,
+        "send_dimensions": True,
+    }
+    return embedder_choice(kind, **{**values, **given})
 
 
-def test_settings_are_read_on_every_call(settings, embeddings):
-    settings.KEEPER_EMBEDDER, settings.KEEPER_EMBEDDER_DIMENSIONS = "hashing", 64
+def test_the_variables_default_to_hashing_with_256_dimensions():
+    assert embedder_backend() == {
+        "BACKEND": "memory.embedders.hashing.HashingEmbedder",
+        "OPTIONS": {"dimensions": 256},
+    }
+
+
+def test_the_backend_setting_is_read_on_every_call(settings, embeddings):
+    settings.BACKENDS = {**settings.BACKENDS, "embedder": embedder_backend(dimensions=64)}
     assert embedder_from_settings().key == "hashing:1:64"
-    settings.KEEPER_EMBEDDER, settings.KEEPER_EMBEDDER_DIMENSIONS = "http", "8"
-    settings.KEEPER_EMBEDDER_URL, settings.KEEPER_EMBEDDER_MODEL = embeddings.url, "embed-small"
-    settings.KEEPER_EMBEDDER_API_KEY = "k-test"
+    backend = embedder_backend(
+        "http", url=embeddings.url, model="embed-small", api_key="k-test", dimensions=8
+    )
+    settings.BACKENDS = {**settings.BACKENDS, "embedder": backend}
     embedder = embedder_from_settings()
     assert embedder.key == "http:embed-small:1:8"
     embedder.embed(["refund"])
@@ -343,48 +360,36 @@ def test_settings_are_read_on_every_call(settings, embeddings):
 
 
 @pytest.mark.parametrize(
-    ("overrides", "message"),
+    ("kind", "given", "message"),
     [
-        ({"KEEPER_EMBEDDER": "word2vec"}, "unknown KEEPER_EMBEDDER 'word2vec'"),
-        ({"KEEPER_EMBEDDER": "http", "KEEPER_EMBEDDER_URL": ""}, "needs KEEPER_EMBEDDER_URL"),
-        (
-            {"KEEPER_EMBEDDER": "http", "KEEPER_EMBEDDER_URL": "http://x", "KEEPER_EMBEDDER_MODEL": ""},
-            "needs KEEPER_EMBEDDER_MODEL",
-        ),
-        (
-            {"KEEPER_EMBEDDER": "sentence-transformers", "KEEPER_EMBEDDER_MODEL_PATH": ""},
-            "needs KEEPER_EMBEDDER_MODEL_PATH",
-        ),
-        ({"KEEPER_EMBEDDER": "hashing", "KEEPER_EMBEDDER_DIMENSIONS": "lots"}, "KEEPER_EMBEDDER_DIMENSIONS"),
-        (
-            {
-                "KEEPER_EMBEDDER": "http",
-                "KEEPER_EMBEDDER_URL": "http://x",
-                "KEEPER_EMBEDDER_MODEL": "m",
-                "KEEPER_EMBEDDER_SEND_DIMENSIONS": "false",
-            },
-            "KEEPER_EMBEDDER_SEND_DIMENSIONS",
-        ),
-        (
-            {
-                "KEEPER_EMBEDDER": "http",
-                "KEEPER_EMBEDDER_URL": "api.example.test",
-                "KEEPER_EMBEDDER_MODEL": "m",
-            },
-            "must start with http",
-        ),
+        ("word2vec", {}, "unknown KEEPER_EMBEDDER 'word2vec'"),
+        ("http", {"model": "m"}, "KEEPER_EMBEDDER=http needs KEEPER_EMBEDDER_URL"),
+        ("http", {"url": "http://x"}, "KEEPER_EMBEDDER=http needs KEEPER_EMBEDDER_MODEL"),
+        ("sentence-transformers", {}, "needs KEEPER_EMBEDDER_MODEL_PATH"),
     ],
 )
-def test_settings_that_cannot_work_are_misconfigured(settings, overrides, message):
-    for name, value in overrides.items():
-        setattr(settings, name, value)
+def test_variables_that_cannot_work_stop_the_process_at_settings(kind, given, message):
+    with pytest.raises(ImproperlyConfigured, match=message):
+        embedder_backend(kind, **given)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"base_url": "api.example.test", "model": "m", "dimensions": 8}, "must start with http"),
+        ({"base_url": "http://x", "model": "m", "dimensions": "lots"}, "must be a positive integer"),
+    ],
+)
+def test_options_that_cannot_work_are_misconfigured(settings, options, message):
+    backend = {"BACKEND": "memory.embedders.http.HttpEmbedder", "OPTIONS": options}
+    settings.BACKENDS = {**settings.BACKENDS, "embedder": backend}
     with pytest.raises(EmbedderMisconfigured, match=message) as caught:
         embedder_from_settings()
     assert caught.value.code == "embedder_misconfigured"
 
 
 def test_settings_pointing_at_a_missing_model_folder_are_unavailable(settings, tmp_path):
-    settings.KEEPER_EMBEDDER = "sentence-transformers"
-    settings.KEEPER_EMBEDDER_MODEL_PATH = str(tmp_path / "nowhere")
+    backend = embedder_backend("sentence-transformers", model_path=str(tmp_path / "nowhere"))
+    settings.BACKENDS = {**settings.BACKENDS, "embedder": backend}
     with pytest.raises(EmbedderUnavailable):
         embedder_from_settings()
