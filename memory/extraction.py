@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from core.backends import backend_build
 from core.chat import ModelUnavailable, chat_json
 from core.errors import ApplicationError, InvalidInput
-from memory.services import SENSITIVE_TERMS
+from memory.sensitive import SENSITIVE_TERMS
 
 CATEGORIES = ("preference", "profile", "constraint")
 RULE_CONFIDENCE = 0.9  # the user said it in so many words; a pattern can still misread a sentence

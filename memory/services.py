@@ -24,6 +24,7 @@ from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.erasure import tombstoned
 from memory.models import PROVENANCE_KEYS, MemoryItem
+from memory.sensitive import SENSITIVE_TERMS
 
 SOURCE_TYPES = ("user_statement", "tool_result", "model_inference", "operator", "import")
 VALIDATION_METHODS = (
@@ -32,23 +33,6 @@ VALIDATION_METHODS = (
     "tool_verified",
     "operator_entered",
     "unvalidated",
-)
-# Traits a model must not infer and keep about a person without their explicit confirmation.
-SENSITIVE_TERMS = (
-    "mood",
-    "emotion",
-    "angry",
-    "anger",
-    "health",
-    "medical",
-    "diagnosis",
-    "religion",
-    "politic",
-    "sexual",
-    "ethnic",
-    "pregnan",
-    "disabilit",
-    "union_member",
 )
 
 

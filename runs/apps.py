@@ -16,10 +16,13 @@ class RunsConfig(AppConfig):
         from core.erasure import eraser_register
         from core.metrics import status_labels_register
         from runs.conversations.erasure import RunsEraser, register
+        from runs.conversations.messages import conversation_copy
+        from runs.engine.forks import fork_copier_register
         from runs.engine.models import OperationStatus, RunStatus
 
         eraser_register(RunsEraser())
         register()
+        fork_copier_register(conversation_copy)
         status_labels_register(runs=tuple(RunStatus.values), operations=tuple(OperationStatus.values))
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Protocol
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -17,7 +18,6 @@ from django.utils import timezone
 from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput
 from core.tenancy import tenant_bind, tenant_of_call, tenant_scope
-from runs.conversations.messages import conversation_copy
 from runs.engine import store
 from runs.engine.dispatch import run_enqueue_on_commit
 from runs.engine.errors import InvalidTransition, RunImported, SubjectErased
@@ -78,6 +78,23 @@ def _carried(state: dict[str, object]) -> dict[str, float]:
     return {kind: b.get("used") or 0 for kind, b in budgets.items() if isinstance(b, dict)}
 
 
+class ForkCopier(Protocol):
+    def __call__(
+        self, *, parent: AgentRun, child_id: uuid.UUID, at_seq: int, next_step: str, state_digest: str
+    ) -> int: ...
+
+
+_copiers: list[ForkCopier] = []
+
+
+def fork_copier_register(copier: ForkCopier) -> None:
+    """Give every new fork what a part above the engine keeps beside the state (conversations
+    register the copy of a conversation's messages, in runs' AppConfig.ready). A copier runs in the
+    fork's transaction and returns how many events it wrote after the fork's first."""
+    if copier not in _copiers:
+        _copiers.append(copier)
+
+
 @tenant_of_call
 def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, note: str = "") -> AgentRun:
     """A new run continuing from event `at_seq` of this one. Not started, it expires after a TTL.
@@ -127,9 +144,14 @@ def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, 
             payload_json=canonical_json(payload),
             subject=parent.subject,
         )
-        conversation_copy(
-            parent=parent, child_id=child_id, at_seq=at_seq, next_step=next_step, state_digest=encoded.digest
-        )
+        for copy in _copiers:
+            copy(
+                parent=parent,
+                child_id=child_id,
+                at_seq=at_seq,
+                next_step=next_step,
+                state_digest=encoded.digest,
+            )
         if start:
             run_enqueue_on_commit(run_id=child_id)
     return AgentRun.objects.get(run_id=child_id)
