@@ -2,6 +2,9 @@
 
 A candidate is a narrow claim (namespace, key, value) with the user's sentence as its evidence. Nothing
 here writes memory: the caller decides what to keep (memory_remember) and with which provenance.
+
+Over 400 lines on purpose: the rule table (a third of the file) and the model extractor's answer
+contract are the two halves of one interface and are tested against the same cases.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 A document's content comes as a multipart file upload (`file`) or, in JSON, as `text` or
 `content_base64`. The tenant is explicit on every call.
+
+Just over 400 lines: one view per route of the retrieval API, each thin, kept in one file as
+routed in retrieval/urls.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ membership change, an embedder change, age) writes an invalidation event in the 
 that makes the entries unreadable: stale chunks are never served, and a task embeds the new
 version's chunks (`document_embed`). Deleted documents leave a tombstone with their versions'
 digests, so an old ingestion stream cannot index them again.
+
+Over 400 lines on purpose: every write that can make an index entry stale is here, beside the
+invalidation it must write in the same transaction.
 """
 
 from __future__ import annotations
