@@ -186,7 +186,11 @@ class RunsEraser:
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         # Runs an interrupted erasure already marked are the subject's too: a retry finishes them.
         with tenant_scope(tenant_id), connection.cursor() as cursor:
-            params = {"tenant": tenant_id, "subject": subject_id, "erased": f"erased:{subject_digest}"}
+            params: dict[str, UUID | str] = {
+                "tenant": tenant_id,
+                "subject": subject_id,
+                "erased": f"erased:{subject_digest}",
+            }
             cursor.execute(_SUBJECT_RUNS, params)
             run_ids = tuple(sorted(row[0] for row in cursor.fetchall()))
             texts: set[str] = set()
