@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -80,7 +81,7 @@ def redaction_digest(*, payload: Any, state: Any, client_message_id: Any) -> str
     return json_digest({"payload": payload, "state": state, "client_message_id": client_message_id})
 
 
-def redactions_of(events: list[dict[str, Any]]) -> dict[int, dict[str, str]]:
+def redactions_of(events: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, str]]:
     """The redaction records of a history: seq -> {before, after}, from its subject_erased events."""
     records: dict[int, dict[str, str]] = {}
     for event in events:
