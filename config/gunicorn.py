@@ -32,7 +32,7 @@ access_log_format = '%(h)s "%(r)s" %(s)s %(b)s bytes %(M)s ms'
 class AccessLogger(Logger):
     """Access lines name the query's parameters, never their values (subject ids, search text)."""
 
-    def atoms(self, resp, req, environ, request_time):  # type: ignore[no-untyped-def]
+    def atoms(self, resp, req, environ, request_time):
         atoms = super().atoms(resp, req, environ, request_time)
         atoms["r"] = request_line_redact(atoms["r"])
         atoms["q"] = query_redact(atoms["q"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from core.models import Tenant
 from memory.erasure import subject_digest, subject_places
 from memory.models import PROVENANCE_KEYS, ErasureRequest, MemoryItem
 from memory.selectors import (
+    VectorCount,
     erasure_request_list,
     memory_subject_items,
     memory_subject_vector_counts,
@@ -114,7 +116,7 @@ class SubjectOverview:
     digest: str
     chains: list[ClaimChain]
     claim_count: int
-    vectors: list[dict[str, Any]]
+    vectors: list[VectorCount]
     runs: list[SubjectRun]
     more_runs: bool
     redis_available: bool
@@ -165,7 +167,8 @@ def claim_chains(items: list[MemoryItem]) -> list[ClaimChain]:
     newer = {item.supersedes_id: item.memory_id for item in items if item.supersedes_id in by_id}
     chains = []
     for head in (item for item in items if item.memory_id not in newer):
-        claims, node, seen = [], head, set()
+        claims, seen = [], set()
+        node: MemoryItem | None = head
         while node is not None and node.memory_id not in seen:
             seen.add(node.memory_id)
             claims.append(
@@ -177,7 +180,7 @@ def claim_chains(items: list[MemoryItem]) -> list[ClaimChain]:
                     superseded_by=newer.get(node.memory_id),
                 )
             )
-            node = by_id.get(node.supersedes_id)
+            node = by_id.get(node.supersedes_id) if node.supersedes_id is not None else None
         chains.append(ClaimChain(namespace=head.namespace, key=head.key, claims=claims))
     return sorted(chains, key=lambda c: (c.namespace, c.key, -c.claims[0].item.created_at.timestamp()))
 
@@ -218,7 +221,7 @@ def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
     all_runs = AgentRun.objects.filter(tenant=tenant, subject=subject_id).order_by("-created_at")
     runs = list(all_runs[: MAX_RUNS + 1])
     more_runs, runs = len(runs) > MAX_RUNS, runs[:MAX_RUNS]
-    events = {
+    events: dict[Any, Mapping[str, Any]] = {
         row["run_id"]: row
         for row in AgentEvent.objects.filter(run__in=runs, event_type__in=CONVERSATION_EVENTS)
         .values("run_id")
@@ -299,8 +302,8 @@ def receipt_rows(receipt: dict[str, Any] | None) -> dict[str, Any]:
     """The receipt as rows for a template (JSON keys such as "items" would clash with dict methods)."""
     if not isinstance(receipt, dict):
         return {}
-    counts = receipt.get("counts") if isinstance(receipt.get("counts"), dict) else {}
-    scan = receipt.get("final_scan") if isinstance(receipt.get("final_scan"), dict) else {}
+    counts, scan = receipt.get("counts"), receipt.get("final_scan")
+    counts, scan = (counts if isinstance(counts, dict) else {}), (scan if isinstance(scan, dict) else {})
     places = [p for p in receipt.get("places") or [] if isinstance(p, dict)]  # receipts before places: none
     return {
         "counts": sorted(counts.items()),

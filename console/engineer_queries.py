@@ -149,7 +149,7 @@ def payload_preview(value: Any, limit: int = PAYLOAD_PREVIEW_CHARS) -> str:
 
 def events_page(*, run: AgentRun, after_seq: int, limit: int) -> list[AgentEvent]:
     """Events after `after_seq` in seq order, without their states (served by UNIQUE (run_id, seq))."""
-    events = list(
+    events: list[AgentEvent] = list(
         AgentEvent.objects.filter(run_id=run.run_id, seq__gt=after_seq)
         .defer("state")
         .annotate(has_state=ExpressionWrapper(Q(state__isnull=False), output_field=BooleanField()))

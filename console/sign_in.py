@@ -11,6 +11,7 @@ from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.functional import lazy
 
 from console.audit import audit_record
 from console.models import AuditEntry
@@ -49,7 +50,10 @@ class ThrottledAdminAuthenticationForm(AdminAuthenticationForm):
     """The admin's sign-in form, throttled and audited like the console's: a throttled user name is
     refused before its password is even checked, and each failure is an audit entry."""
 
-    error_messages = {**AdminAuthenticationForm.error_messages, "throttled": sign_in_throttled_message}
+    error_messages = {
+        **AdminAuthenticationForm.error_messages,
+        "throttled": lazy(sign_in_throttled_message, str)(),
+    }
 
     def clean(self) -> dict[str, Any]:
         username = str(self.data.get("username", ""))

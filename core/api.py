@@ -10,7 +10,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
-from drf_spectacular.utils import OpenApiResponse
+from drf_spectacular.utils import Direction, OpenApiResponse
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -40,7 +40,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         )
     code = getattr(exc, "default_code", "error")
     detail = response.data.get("detail", "") if isinstance(response.data, dict) else response.data
-    details = {"retry_after": exc.wait} if isinstance(exc, exceptions.Throttled) and exc.wait else None
+    # Throttled.__init__ sets `wait`; the DRF stubs leave the attribute out.
+    wait = exc.wait if isinstance(exc, exceptions.Throttled) else None  # type: ignore[attr-defined]
+    details = {"retry_after": wait} if wait else None
     wrapped = error_response(str(code), str(detail), response.status_code, details)
     for header in ("WWW-Authenticate", "Retry-After"):  # a 401 names the scheme; a 429 says when to retry
         if header in response:
@@ -48,10 +50,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     return wrapped
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
     """The error body of every 4xx (for the OpenAPI schema)."""
 
-    class ErrorBody(serializers.Serializer):
+    class ErrorBody(serializers.Serializer[dict[str, Any]]):
         code = serializers.CharField()
         message = serializers.CharField()
         details = serializers.JSONField()
@@ -90,7 +92,7 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
         return {"type": "http", "scheme": "bearer", "bearerFormat": "kp_<prefix>_<secret>"}
 
 
-class TenantParameterSerializer(serializers.Serializer):
+class TenantParameterSerializer(serializers.Serializer[dict[str, Any]]):
     """The `tenant` query parameter (slug or id); with an API key it may be left out (or empty)."""
 
     tenant = serializers.CharField(max_length=64, required=False, allow_blank=True)
@@ -100,7 +102,7 @@ class KeeperAutoSchema(AutoSchema):
     """Names nested `InputSerializer`s after their view (`RunStartApi.InputSerializer` → `RunStartInput`),
     and operations after their view class, so that one view per action gives unique names."""
 
-    def get_serializer_name(self, serializer: serializers.Serializer, direction: str) -> str:
+    def get_serializer_name(self, serializer: serializers.Serializer[Any], direction: Direction) -> str:
         qualname = type(serializer).__qualname__
         if "." in qualname:
             owner, _, own = qualname.rpartition(".")

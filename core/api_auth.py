@@ -192,6 +192,9 @@ class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
 
     scope = "api_key"
     _wait: float | None = None
+    # Set by SimpleRateThrottle.__init__ from the rate (parse_rate); the DRF stubs leave them out.
+    num_requests: int
+    duration: int
 
     def get_cache_key(self, request: Request, view: APIView) -> str | None:
         key = request_key(request)

@@ -204,7 +204,7 @@ def column_place(
             id_like, id_regex = [], [id_regex_of(encoded)]
         values_ = [v for v in scope.values if len(v) >= MIN_VALUE_CHARS] if values else []
         value_like, value_exact = patterns(values_, VALUE_SUBSTRING_CHARS)
-        params = {
+        params: dict[str, UUID | str | list[str] | list[UUID]] = {
             "tenant": scope.tenant_id,
             "runs": list(scope.run_ids),
             "subject": scope.subject_id,

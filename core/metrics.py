@@ -119,7 +119,7 @@ def _queue_depth(queue: str) -> int:
 
 
 _keeper_registry = CollectorRegistry(auto_describe=False)
-_keeper_registry.register(KeeperCollector())  # type: ignore[arg-type]
+_keeper_registry.register(KeeperCollector())
 
 
 def metrics_token() -> str:

@@ -40,7 +40,8 @@ def run_tenant(run_id: UUID) -> UUID | None:
     None if there is no such run. Workers and operator commands use it to know which tenant to set."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT keeper_run_tenant(%s)", [run_id])
-        return cursor.fetchone()[0]
+        tenant_id: UUID | None = cursor.fetchone()[0]
+        return tenant_id
 
 
 def _tenant_set(value: str, *, local: bool) -> str:

@@ -377,7 +377,7 @@ class ModelExtractor:
             f"{json.dumps(text[:MAX_MESSAGE_CHARS], ensure_ascii=False)}"
             for seq, text in messages
         ]
-        messages = [
+        chat_messages = [
             {"role": "system", "content": system},
             {"role": "user", "content": "User messages:\n" + "\n".join(lines)},
         ]
@@ -386,7 +386,7 @@ class ModelExtractor:
                 base_url=self.base_url,
                 model=self.model,
                 api_key=self.api_key,
-                messages=messages,
+                messages=chat_messages,
                 timeout=self.timeout,
             )
         except ModelUnavailable as exc:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 from uuid import UUID
 
 from django.db.models import Count, Q
@@ -49,7 +49,15 @@ def memory_subject_items(*, tenant: Tenant, subject_id: str) -> list[MemoryItem]
         )
 
 
-def memory_subject_vector_counts(*, tenant: Tenant, subject_id: str) -> list[dict[str, Any]]:
+class VectorCount(TypedDict):
+    """Vector rows of one embedder key (and its dimensions)."""
+
+    embedder_key: str
+    dimensions: int
+    count: int
+
+
+def memory_subject_vector_counts(*, tenant: Tenant, subject_id: str) -> list[VectorCount]:
     """The subject's vector rows per embedder key (counts only; the vectors stay in the database)."""
     with tenant_scope(tenant.tenant_id):
         return list(

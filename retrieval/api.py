@@ -13,6 +13,8 @@ import base64
 import binascii
 from typing import Any
 
+from django.core.files.uploadedfile import UploadedFile
+from django.utils.datastructures import MultiValueDict
 from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
@@ -106,7 +108,7 @@ SNAPSHOT = inline_serializer(
 )
 
 
-def _content(data: dict, files: dict) -> tuple[bytes, str]:  # type: ignore[type-arg]
+def _content(data: dict[str, Any], files: MultiValueDict[str, UploadedFile]) -> tuple[bytes, str]:
     upload = files.get("file")
     given = [name for name in ("text", "content_base64") if data.get(name) is not None]
     if (upload is not None) + len(given) != 1:

@@ -12,11 +12,13 @@ from core.models import Tenant
 from core.tenancy import tenant_bind_request
 from runs.engine.models import AgentEvent, AgentRun, Approval, ToolOperation
 
+_EVENT_FIELDS = ("seq", "event_type", "step_id", "attempt", "actor", "state_digest", "created_at")
+
 
 class AgentEventInline(admin.TabularInline):
     model = AgentEvent
-    fields = ["seq", "event_type", "step_id", "attempt", "actor", "state_digest", "created_at"]
-    readonly_fields = fields
+    fields = _EVENT_FIELDS
+    readonly_fields = _EVENT_FIELDS
     extra = 0
     can_delete = False
     ordering = ["seq"]

@@ -31,7 +31,8 @@ def client_socket(request: HttpRequest) -> socket.socket | None:
 def _wrapped(stream: Any) -> Any:
     """The object one layer below a stream, or None where the chain ends."""
     if isinstance(stream, LimitedStream):
-        return getattr(stream._read, "__self__", None)
+        # Django's LimitedStream keeps the wrapped stream's read method; the stubs omit the attribute.
+        return getattr(stream._read, "__self__", None)  # type: ignore[attr-defined]
     if isinstance(stream, io.BufferedReader):
         return stream.raw
     if isinstance(stream, socket.SocketIO):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -305,7 +306,7 @@ KEEPER_LOG_LEVEL = env_str("KEEPER_LOG_LEVEL", "INFO").upper()
 KEEPER_LOG_FORMAT = env_str("KEEPER_LOG_FORMAT", "plain")
 if KEEPER_LOG_FORMAT not in ("json", "plain"):
     raise ImproperlyConfigured(f"KEEPER_LOG_FORMAT must be json or plain, not {KEEPER_LOG_FORMAT!r}")
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "filters": {

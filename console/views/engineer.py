@@ -8,7 +8,7 @@ same templates the full page includes, rendered by the same view.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from uuid import UUID
 
 from django import forms
@@ -49,7 +49,10 @@ class RunFilterForm(forms.Form):
     def __init__(self, data: Any, *, tenants: list[Tenant]) -> None:
         super().__init__(data)
         self.tenant_ids = {t.slug: t.tenant_id for t in tenants}
-        self.fields["tenant"].choices = [("", "all of mine"), *((t.slug, t.slug) for t in tenants)]
+        cast(forms.ChoiceField, self.fields["tenant"]).choices = [
+            ("", "all of mine"),
+            *((t.slug, t.slug) for t in tenants),
+        ]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

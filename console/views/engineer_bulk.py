@@ -8,8 +8,9 @@ a refusal shows the service's message with its 4xx status and records nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -47,7 +48,9 @@ class BrokerUnreachable(ApplicationError):
 
 def _redispatch(*, run_id: UUID, actor: str, note: str = "") -> Any:
     """Send a runnable run a new wake-up (PostgreSQL still decides whether it runs)."""
-    row = AgentRun.objects.filter(run_id=run_id).values("status", "resume_requested_at").first() or {}
+    row: Mapping[str, Any] = (
+        AgentRun.objects.filter(run_id=run_id).values("status", "resume_requested_at").first() or {}
+    )
     status = row.get("status")
     if not (
         status == RunStatus.RUNNING or (status == RunStatus.SUSPENDED and row.get("resume_requested_at"))
@@ -306,7 +309,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
                 run,
                 action.name,
                 note,
-                lambda run=run: action.apply(run_id=run.run_id, actor=actor, note=note),
+                partial(action.apply, run_id=run.run_id, actor=actor, note=note),
                 bulk=True,
                 filter=query,
             )

@@ -138,7 +138,7 @@ def queue_health_data(*, tenant_ids: list[Any]) -> dict[str, Any]:
 def queue_health(request: HttpRequest) -> HttpResponse:
     context = queue_health_data(tenant_ids=tenant_ids_for_user(request.user))
     htmx = getattr(request, "htmx", None)
-    polled = bool(htmx) and htmx.target == "queue-panel"
+    polled = bool(htmx and htmx.target == "queue-panel")
     return render(
         request, "console/engineer/_queue_panel.html" if polled else "console/engineer/queue.html", context
     )

@@ -19,7 +19,7 @@ from core.errors import ApplicationError
 from runs.conversations.compaction.compactors import Compactor, compactor_from_settings
 from runs.conversations.compaction.services import carry_merge, summaries_usable, summary_create
 from runs.conversations.compaction.tokens import TokenCounter, token_counter
-from runs.engine.models import AgentEvent, AgentRun
+from runs.engine.models import AgentEvent, AgentRun, Summary
 
 CONVERSATION_ROLES = {
     "user_message": "user",
@@ -171,9 +171,9 @@ def context_build(
         "system": counter.count_message("system", system_prompt) if system_prompt else 0,
         "tools": counter.count_message("system", tools_text) if tools_text else 0,
     }
-    events = AgentEvent.objects.filter(run=run).order_by("seq")
+    all_events = AgentEvent.objects.filter(run=run).order_by("seq")
     # Answering message N must not see message N+1 that arrived meanwhile: turns never interleave.
-    events = list(events.filter(seq__lte=up_to_seq) if up_to_seq is not None else events)
+    events = list(all_events.filter(seq__lte=up_to_seq) if up_to_seq is not None else all_events)
     summaries, notes = summaries_usable(run=run, events=events, counter=counter, compactor=compactor)
     covered_to = summaries[-1].covers_to_seq if summaries else 0
     history_budget = budget - parts["system"] - parts["tools"] - reserve_retrieved
@@ -215,7 +215,7 @@ def context_build(
             }
         )
     room = history_budget - parts["carry"] - sum(counter.count_message(**_render(e)) for e in tail)
-    used_summaries = []
+    used_summaries: list[Summary] = []
     for summary in reversed(summaries):  # newest first: old ones go first when room runs out
         cost = summary.token_count + 4
         if cost > room:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -80,7 +81,7 @@ def redaction_digest(*, payload: Any, state: Any, client_message_id: Any) -> str
     return json_digest({"payload": payload, "state": state, "client_message_id": client_message_id})
 
 
-def redactions_of(events: list[dict[str, Any]]) -> dict[int, dict[str, str]]:
+def redactions_of(events: Iterable[Mapping[str, Any]]) -> dict[int, dict[str, str]]:
     """The redaction records of a history: seq -> {before, after}, from its subject_erased events."""
     records: dict[int, dict[str, str]] = {}
     for event in events:
@@ -186,7 +187,11 @@ class RunsEraser:
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         # Runs an interrupted erasure already marked are the subject's too: a retry finishes them.
         with tenant_scope(tenant_id), connection.cursor() as cursor:
-            params = {"tenant": tenant_id, "subject": subject_id, "erased": f"erased:{subject_digest}"}
+            params: dict[str, UUID | str] = {
+                "tenant": tenant_id,
+                "subject": subject_id,
+                "erased": f"erased:{subject_digest}",
+            }
             cursor.execute(_SUBJECT_RUNS, params)
             run_ids = tuple(sorted(row[0] for row in cursor.fetchall()))
             texts: set[str] = set()

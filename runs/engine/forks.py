@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
-from typing import Protocol
+from typing import Protocol, cast
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -47,7 +47,7 @@ def _state_at(run: AgentRun, seq: int) -> tuple[dict[str, object], str | None, i
     )
     if source is None:
         raise ForkStateMismatch(f"no event at or before {seq} of run {run.run_id} stores a state")
-    state = source["state"]
+    state = cast("dict[str, object]", source["state"])  # state__isnull=False: a stored JSON object
     if state_encode(state).digest != event.state_digest:
         raise ForkStateMismatch(
             f"the state rebuilt at event {seq} does not match its digest {event.state_digest}"

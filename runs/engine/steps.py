@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from django.conf import settings
@@ -147,7 +147,13 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
 
 
 def _retry_delay(attempt: int) -> float:
-    return min(settings.KEEPER_RETRY_BACKOFF * (2 ** max(0, attempt - 1)), 300.0)
+    return min(float(settings.KEEPER_RETRY_BACKOFF) * (2.0 ** max(0, attempt - 1)), 300.0)
+
+
+class _Suspend(Protocol):
+    """Suspends the run being advanced, with a reason and a detail (`_advance_leased`'s `suspend`)."""
+
+    def __call__(self, reason: str, detail: str, **extra: Any) -> AdvanceResult: ...
 
 
 def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
@@ -344,7 +350,7 @@ def _commit_outcome(
     current: EncodedState,
     base: dict[str, Any],
     outcome: object,
-    suspend: Any,
+    suspend: _Suspend,
     spent: dict[str, float],
 ) -> AdvanceResult:
     if not isinstance(outcome, Next | Suspend | Complete | Fail):

@@ -260,7 +260,9 @@ def _recoveries(crashes: list[tuple[str, float]]) -> list[float]:
     recoveries = []
     for run_id, crashed_at in crashes:
         after = datetime.fromtimestamp(crashed_at, UTC)
-        event = AgentEvent.objects.filter(run_id=run_id, created_at__gt=after).order_by("seq").first()
+        event = (
+            AgentEvent.objects.filter(run_id=uuid.UUID(run_id), created_at__gt=after).order_by("seq").first()
+        )
         if event is not None:
             recoveries.append(event.created_at.timestamp() - crashed_at)
     return recoveries

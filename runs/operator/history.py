@@ -191,6 +191,14 @@ def _when(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value) if value else None
 
 
+def _stamp(value: str | None, what: str) -> datetime:
+    """A timestamp the export always has (its column is NOT NULL)."""
+    when = _when(value)
+    if when is None:
+        raise HistoryImportError(f"the file has no {what}")
+    return when
+
+
 def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: bool = False) -> ImportedRun:
     """Insert an exported run, with everything recorded about it, in one transaction, marked imported.
 
@@ -253,8 +261,8 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
                     result=o.get("result"),
                     attempts=o.get("attempts") or 0,
                     history=o.get("history") or [],
-                    created_at=_when(o["created_at"]),
-                    updated_at=_when(o["updated_at"]),
+                    created_at=_stamp(o["created_at"], "operation created_at"),
+                    updated_at=_stamp(o["updated_at"], "operation updated_at"),
                 )
                 for o in document["operations"]
             )
@@ -269,7 +277,7 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
                         request_digest=a["request_digest"],
                         reasons=a.get("reasons") or [],
                         status=a["status"],
-                        expires_at=_when(a["expires_at"]),
+                        expires_at=_stamp(a["expires_at"], "approval expires_at"),
                         decided_by=a.get("decided_by") or "",
                         decided_at=_when(a.get("decided_at")),
                         note=a.get("note") or "",
@@ -374,8 +382,8 @@ def _insert_run(source: dict[str, Any], *, run_id: UUID, tenant: Tenant) -> None
                 subject=source.get("subject") or "",
                 resume_requested_at=_when(source.get("resume_requested_at")),
                 resume_requested_by=source.get("resume_requested_by") or "",
-                created_at=_when(source["created_at"]),
-                updated_at=_when(source["updated_at"]),
+                created_at=_stamp(source["created_at"], "run created_at"),
+                updated_at=_stamp(source["updated_at"], "run updated_at"),
             )
         ]
     )

@@ -122,6 +122,7 @@ def runs_stuck(*, older_than: float, tenant_id: UUID | None = None) -> list[Stuc
     for run in runs.filter(status=RunStatus.SUSPENDED, resume_requested_at__lt=cutoff):
         stuck = entry(run)
         stuck.dispatchable = True
+        assert run.resume_requested_at is not None  # resume_requested_at__lt=cutoff
         stuck.reasons.append(
             f"resume requested by {run.resume_requested_by or '?'} {_ago(now, run.resume_requested_at)}"
             ", not verified"

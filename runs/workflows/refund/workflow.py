@@ -107,9 +107,9 @@ def decide(ctx: StepContext, state: State) -> StepResult:
     # from) is ours: replaying decides the same request again instead of refusing it as over the
     # refundable amount (the order now counts it as refunded). The refund step then finds it done.
     own = operation_find(tenant_id=ctx.tenant_id, operation_id=f"refund:{order['order_id']}")
-    done = own is not None and own.status == "succeeded" and (own.result or {}).get("amount_minor")
+    done = (own.result or {}).get("amount_minor") if own is not None and own.status == "succeeded" else None
     if done:
-        amount = state.get("amount_minor") or int(own.result["amount_minor"])  # type: ignore[union-attr]
+        amount = state.get("amount_minor") or int(done)
     else:
         refundable = int(order["amount_minor"]) - int(order.get("refunded_minor") or 0)
         amount = state.get("amount_minor") or refundable
@@ -219,7 +219,8 @@ def refund(ctx: StepContext, state: State) -> StepResult:
             )
         operation_mark_not_applied(**ids, note="reconciled: authoritative lookup says not applied")
     # About to send: the approval must still be approved, unexpired and for this very request.
-    approval = Approval.objects.filter(approval_id=(state.get("approval") or {}).get("approval_id")).first()
+    approval_id = (state.get("approval") or {}).get("approval_id")
+    approval = Approval.objects.filter(approval_id=approval_id).first() if approval_id is not None else None
     if (
         approval is None
         or approval.status != "approved"
