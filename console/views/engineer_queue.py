@@ -13,14 +13,15 @@ import time
 from typing import Any
 
 from django.db.models import Count, Max, Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from console.engineer_queries import count_capped
+from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import ENGINEER, role_required, tenant_ids_for_user
 from runs.engine.models import AgentRun, RunStatus
+from runs.engine.selectors import run_count_capped
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +125,9 @@ def queue_health_data(*, tenant_ids: list[Any]) -> dict[str, Any]:
         "bars_height": 6 + 26 * len(bars),
         "total": sum(counts.values()),
         "oldest": runnable.only(*fields).order_by("updated_at").first(),
-        "runnable": count_capped(runnable, LIST_CAP),
+        "runnable": run_count_capped(runs=runnable, cap=LIST_CAP),
         "expired": list(expired.only(*fields).order_by("lease_expires_at")[:20]),
-        "expired_count": count_capped(expired, LIST_CAP),
+        "expired_count": run_count_capped(runs=expired, cap=LIST_CAP),
         "cap": LIST_CAP,
         "holders": list(holders),
         "workers": pinger.workers(),
@@ -135,10 +136,7 @@ def queue_health_data(*, tenant_ids: list[Any]) -> dict[str, Any]:
 
 @role_required(ENGINEER)
 @require_safe
-def queue_health(request: HttpRequest) -> HttpResponse:
+def queue_health(request: HtmxHttpRequest) -> HttpResponse:
     context = queue_health_data(tenant_ids=tenant_ids_for_user(request.user))
-    htmx = getattr(request, "htmx", None)
-    polled = bool(htmx) and htmx.target == "queue-panel"
-    return render(
-        request, "console/engineer/_queue_panel.html" if polled else "console/engineer/queue.html", context
-    )
+    partial = "#queue-panel" if htmx_target(request) == "queue-panel" else ""
+    return render(request, f"console/engineer/queue.html{partial}", context)
