@@ -33,5 +33,7 @@ def test_a_bad_cursor_shows_the_first_page_and_the_target_filter_holds(as_role, 
     client = as_role("support")
     page = client.get("/audit/", {"before": "x1", "target": "a"})
     assert page.status_code == 200
-    assert page.content.decode().count("<code>a</code>") == 2 and "<code>b</code>" not in page.content.decode()
+    assert (
+        page.content.decode().count("<code>a</code>") == 2 and "<code>b</code>" not in page.content.decode()
+    )
     assert client.get("/audit/", {"before": "9" * 40}).status_code == 200

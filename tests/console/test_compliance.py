@@ -13,8 +13,8 @@ import pytest
 import redis
 from django.urls import reverse
 
-from console.selectors import subject_overview
 from console.models import AuditEntry
+from console.selectors import subject_overview
 from console.urls_compliance import urlpatterns
 from core.tenancy import tenant_scope
 from memory.erasure import erasure_execute, erasure_request_create, subject_digest
