@@ -17,6 +17,7 @@ from runs.engine.selectors.history import (
     run_events,
     run_state_at,
 )
+from runs.engine.selectors.queue import QueueHealth, run_queue_health
 from runs.engine.selectors.runs import (
     LIST_FIELDS,
     RUN_KEYS,
@@ -52,6 +53,7 @@ __all__ = [
     "RECONCILIATION_REQUIRED",
     "RUN_KEYS",
     "EventBucket",
+    "QueueHealth",
     "MarkedEvent",
     "RevisionState",
     "RunCursor",
@@ -81,6 +83,7 @@ __all__ = [
     "run_operations",
     "run_operations_in_doubt",
     "run_page",
+    "run_queue_health",
     "run_refused_list",
     "run_state_at",
     "run_suspended_list",
