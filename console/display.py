@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 from django.utils import timezone
 
@@ -319,7 +320,9 @@ def claim_chains(items: list[MemoryItem], *, now: datetime) -> list[ClaimChain]:
     newer = {item.supersedes_id: item.memory_id for item in items if item.supersedes_id in by_id}
     chains = []
     for head in (item for item in items if item.memory_id not in newer):
-        claims, node, seen = [], head, set()
+        claims: list[Claim] = []
+        node: MemoryItem | None = head
+        seen: set[UUID] = set()
         while node is not None and node.memory_id not in seen:
             seen.add(node.memory_id)
             claims.append(
@@ -331,7 +334,7 @@ def claim_chains(items: list[MemoryItem], *, now: datetime) -> list[ClaimChain]:
                     superseded_by=newer.get(node.memory_id),
                 )
             )
-            node = by_id.get(node.supersedes_id)
+            node = by_id.get(node.supersedes_id) if node.supersedes_id is not None else None
         chains.append(ClaimChain(namespace=head.namespace, key=head.key, claims=claims))
     return sorted(chains, key=lambda c: (c.namespace, c.key, -c.claims[0].item.created_at.timestamp()))
 
@@ -357,8 +360,8 @@ def receipt_rows(receipt: dict[str, Any] | None) -> dict[str, Any]:
     """The receipt as rows for a template (JSON keys such as "items" would clash with dict methods)."""
     if not isinstance(receipt, dict):
         return {}
-    counts = receipt.get("counts") if isinstance(receipt.get("counts"), dict) else {}
-    scan = receipt.get("final_scan") if isinstance(receipt.get("final_scan"), dict) else {}
+    counts: dict[str, Any] = receipt["counts"] if isinstance(receipt.get("counts"), dict) else {}
+    scan: dict[str, Any] = receipt["final_scan"] if isinstance(receipt.get("final_scan"), dict) else {}
     places = [p for p in receipt.get("places") or [] if isinstance(p, dict)]  # receipts before places: none
     return {
         "counts": sorted(counts.items()),

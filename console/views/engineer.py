@@ -117,9 +117,11 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     )
     slugs = {t.tenant_id: t.slug for t in tenants}
     older = None
-    if page.next_cursor is not None:
-        at, run_id = page.next_cursor
-        older = filter_query(request.GET, limit=data.get("limit"), before_at=at.isoformat(), before_id=run_id)
+    if page.more:  # the cursor is the last row's (updated_at, run_id)
+        last = page.rows[-1]
+        older = filter_query(
+            request.GET, limit=data.get("limit"), before_at=last.updated_at.isoformat(), before_id=last.run_id
+        )
     context.update(
         page=page,
         rows=[(run, slugs.get(run.tenant_id, "")) for run in page.rows],

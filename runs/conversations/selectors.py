@@ -68,7 +68,7 @@ def revision_state_erased(*, run: AgentRun, state_seq: int | None) -> bool:
     erasures = AgentEvent.objects.filter(run_id=run.run_id, event_type=ERASED_EVENT).values(
         "event_type", "payload"
     )
-    return state_seq in redactions_of(list(erasures))
+    return state_seq in redactions_of([dict(row) for row in erasures])
 
 
 # --- what a subject's runs keep (the compliance overview) ------------------------------------------

@@ -53,7 +53,7 @@ class EventBucket(NamedTuple):
     end: datetime
     first_seq: int
     last_seq: int
-    count: int
+    events: int
 
 
 class MarkedEvent(NamedTuple):
@@ -90,7 +90,7 @@ def event_buckets(*, run: AgentRun, count: int) -> list[EventBucket]:
             _BUCKETS_SQL, {"start": start, "width": width, "last": count - 1, "run_id": run.run_id}
         )
         return [
-            EventBucket(start=row[4], end=row[5], first_seq=row[2], last_seq=row[3], count=row[1])
+            EventBucket(start=row[4], end=row[5], first_seq=row[2], last_seq=row[3], events=row[1])
             for row in cursor.fetchall()
         ]
 

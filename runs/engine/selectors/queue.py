@@ -60,5 +60,5 @@ def run_queue_health(*, tenant_ids: list[UUID], now: datetime, cap: int) -> Queu
         runnable=run_count_capped(runs=runnable, cap=cap),
         expired=list(expired.only(*QUEUE_FIELDS).order_by("lease_expires_at")[:20]),
         expired_count=run_count_capped(runs=expired, cap=cap),
-        holders=list(holders),
+        holders=[dict(row) for row in holders],
     )

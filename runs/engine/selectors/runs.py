@@ -97,8 +97,8 @@ def run_page(
 def run_filtered(*, tenant_ids: list[UUID], filters: Mapping[str, object]) -> QuerySet[AgentRun]:
     """The user's runs that match validated filters (unordered); `tenant_id` narrows to one of them."""
     runs = AgentRun.objects.filter(tenant_id__in=tenant_ids)
-    if filters.get("tenant_id"):
-        runs = runs.filter(tenant_id=filters["tenant_id"])
+    if isinstance(tenant_id := filters.get("tenant_id"), UUID):
+        runs = runs.filter(tenant_id=tenant_id)
     if query := str(filters.get("q") or "").strip():
         try:
             runs = runs.filter(Q(run_id=UUID(query)) | Q(idempotency_key=query))
