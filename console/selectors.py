@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from console.display import ClaimChain, approval_row, claim_chains, operation_row, refusal_of
@@ -42,6 +42,22 @@ from runs.engine.selectors import (
 )
 
 AUDIT_KEYS = ("id",)
+
+
+def tenant_list_for_user(*, user: Any) -> QuerySet[Tenant]:
+    """The tenants the user is a member of (every tenant for a superuser), by slug."""
+    if user.is_superuser:
+        return Tenant.objects.order_by("slug")
+    return Tenant.objects.filter(membership__user=user).order_by("slug").distinct()
+
+
+def tenant_get_for_user(*, user: Any, tenant: str | UUID) -> Tenant | None:
+    """One of the user's tenants, named by id or slug."""
+    tenants = tenant_list_for_user(user=user)
+    try:
+        return tenants.filter(tenant_id=UUID(str(tenant))).first()
+    except ValueError:
+        return tenants.filter(slug=str(tenant)[:64]).first()
 
 
 def audit_entry_page(
