@@ -17,9 +17,12 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 
+from console.selectors import tenant_get_for_user, tenant_list_for_user
 from core.models import Tenant
 from core.roles import COMPLIANCE, ENGINEER, ROLES, SUPPORT, user_roles  # noqa: F401 - the console names them here too
 from core.tenancy import tenant_bind_request
+from runs.engine.models import AgentRun
+from runs.engine.selectors import run_get_for_tenants
 
 
 def role_required(*roles: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:
@@ -45,18 +48,12 @@ def role_required(*roles: str) -> Callable[[Callable[..., HttpResponse]], Callab
 
 
 def user_tenants(user: Any) -> QuerySet[Tenant]:
-    if user.is_superuser:
-        return Tenant.objects.order_by("slug")
-    return Tenant.objects.filter(membership__user=user).order_by("slug").distinct()
+    return tenant_list_for_user(user=user)
 
 
 def tenant_for_user(user: Any, tenant: str | UUID) -> Tenant:
     """The tenant named by slug or id, if the user is a member; otherwise 404."""
-    tenants = user_tenants(user)
-    try:
-        found = tenants.filter(tenant_id=UUID(str(tenant))).first()
-    except ValueError:
-        found = tenants.filter(slug=str(tenant)[:64]).first()
+    found = tenant_get_for_user(user=user, tenant=tenant)
     if found is None:
         raise Http404("no such tenant")
     return found
@@ -66,14 +63,12 @@ def tenant_ids_for_user(user: Any) -> list[UUID]:
     return list(user_tenants(user).values_list("tenant_id", flat=True))
 
 
-def run_for_user(user: Any, run_id: UUID | str) -> Any:
+def run_for_user(user: Any, run_id: UUID | str) -> AgentRun:
     """The run, if it belongs to one of the user's tenants; otherwise 404 (no existence leak)."""
-    from runs.engine.models import AgentRun
-
     try:
-        run = AgentRun.objects.select_related("tenant").filter(run_id=UUID(str(run_id))).first()
+        run = run_get_for_tenants(tenant_ids=tenant_ids_for_user(user), run_id=UUID(str(run_id)))
     except ValueError:
         run = None
-    if run is None or run.tenant_id not in tenant_ids_for_user(user):
+    if run is None:
         raise Http404("no such run")
     return run

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from core.errors import NotFound
 from core.models import Tenant
 from core.tenancy import tenant_scope
-from retrieval.models import Document, Invalidation
+from retrieval.models import Document, Invalidation, RetrievalSnapshot
 
 
 def document_get(*, tenant: Tenant, document_id: str) -> Document:
@@ -24,3 +26,9 @@ def documents_list(*, tenant: Tenant, limit: int = 500) -> list[Document]:
 def invalidations_list(*, tenant: Tenant, limit: int = 200) -> list[Invalidation]:
     with tenant_scope(tenant.tenant_id):
         return list(Invalidation.objects.order_by("-id")[:limit])
+
+
+def retrieval_snapshot_list(*, tenant_id: UUID, run_id: UUID, limit: int = 20) -> list[RetrievalSnapshot]:
+    """A run's newest retrieval snapshots, read under the run's tenant (the table has RLS)."""
+    with tenant_scope(tenant_id):
+        return list(RetrievalSnapshot.objects.filter(run_id=run_id).order_by("-created_at")[:limit])

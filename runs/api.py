@@ -169,16 +169,12 @@ class RunStartApi(APIView):
         tenant = request_tenant(request, given) if given or request_key(request) is not None else None
         limit = data.pop("limit")
         cursor = (data.pop("before_updated_at", None), data.pop("before_run_id", None))
-        runs = run_page(tenant=tenant, cursor=cursor if cursor[0] else None, limit=limit, **data)
-        more = len(runs) > limit
-        runs = runs[:limit]
-        last = runs[-1] if more else None
+        page = run_page(tenant=tenant, cursor=cursor if cursor[0] else None, limit=limit, **data)
+        after = page.next_cursor
         return Response(
             {
-                "results": RunListItemSerializer(runs, many=True).data,
-                "next": {"before_updated_at": last.updated_at, "before_run_id": last.run_id}
-                if last
-                else None,
+                "results": RunListItemSerializer(page.rows, many=True).data,
+                "next": {"before_updated_at": after[0], "before_run_id": after[1]} if after else None,
             }
         )
 

@@ -44,6 +44,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    # Page fragments are {% partialdef %} blocks of their page, rendered as "page.html#name".
+    "template_partials",
     "core",
     "runs",
     "memory",

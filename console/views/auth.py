@@ -6,21 +6,22 @@ from django.conf import settings
 from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm
-from django.core.paginator import Paginator
-from django.db.models import Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console.audit import actor_of, audit_record
-from console.models import AuditEntry
+from console.htmx import HtmxHttpRequest
 from console.roles import COMPLIANCE, ENGINEER, SUPPORT, role_required, tenant_ids_for_user, user_roles
+from console.selectors import audit_entry_page
 from console.sign_in import sign_in_failure_record, sign_in_throttled
+
+AUDIT_PAGE = 50
 
 
 @require_http_methods(["GET", "POST"])
-def sign_in(request: HttpRequest) -> HttpResponse:
+def sign_in(request: HtmxHttpRequest) -> HttpResponse:
     next_url = request.POST.get("next") or request.GET.get("next") or "/"
     if not url_has_allowed_host_and_scheme(next_url, allowed_hosts={request.get_host()}):
         next_url = "/"
@@ -53,7 +54,7 @@ def sign_in(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
-def sign_out(request: HttpRequest) -> HttpResponse:
+def sign_out(request: HtmxHttpRequest) -> HttpResponse:
     if request.user.is_authenticated:
         audit_record(
             request=request, action="sign_out", target_type="user", target_id=request.user.get_username()
@@ -63,7 +64,7 @@ def sign_out(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-def home(request: HttpRequest) -> HttpResponse:
+def home(request: HtmxHttpRequest) -> HttpResponse:
     roles = user_roles(request.user)
     for role, target in (
         (SUPPORT, "console:support_inbox"),
@@ -76,15 +77,18 @@ def home(request: HttpRequest) -> HttpResponse:
 
 
 @role_required(SUPPORT, COMPLIANCE, ENGINEER)
-def audit_log(request: HttpRequest) -> HttpResponse:
-    """The audit entries of the user's tenants and the user's own (sign-ins); a superuser sees all."""
-    entries = AuditEntry.objects.select_related("tenant").filter(
-        Q(tenant_id__in=tenant_ids_for_user(request.user)) | Q(actor=actor_of(request))
-    )
-    if request.user.is_superuser:
-        entries = AuditEntry.objects.select_related("tenant")
+def audit_log(request: HtmxHttpRequest) -> HttpResponse:
+    """The audit entries of the user's tenants and the user's own (sign-ins); a superuser sees all.
+    Keyset pages newest first: `before` is the id the next page starts below."""
     target = request.GET.get("target", "")[:200]
-    if target:
-        entries = entries.filter(target_id=target)
-    page = Paginator(entries.order_by("-id"), 50).get_page(request.GET.get("page"))
-    return render(request, "console/audit_log.html", {"page": page, "target": target})
+    before = request.GET.get("before", "")
+    page = audit_entry_page(
+        tenant_ids=None if request.user.is_superuser else tenant_ids_for_user(request.user),
+        actor=actor_of(request),
+        target=target,
+        cursor=int(before) if before.isdecimal() and len(before) < 19 else None,
+        limit=AUDIT_PAGE,
+    )
+    older = page.next_cursor[0] if page.next_cursor else None
+    context = {"page": page, "target": target, "older": older, "first": bool(before)}
+    return render(request, "console/audit_log.html", context)

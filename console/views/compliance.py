@@ -12,15 +12,17 @@ from uuid import UUID
 from django import forms
 from django.contrib import messages
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
 from django.views.decorators.http import require_GET, require_http_methods
 
 from console.audit import actor_of, audit_record
-from console.compliance_queries import erasure_steps, receipt_rows, subject_overview
+from console.display import erasure_steps, receipt_rows
+from console.htmx import HtmxHttpRequest
 from console.roles import COMPLIANCE, role_required, tenant_for_user, user_tenants
+from console.selectors import subject_overview
 from core.errors import ApplicationError
 from core.models import Tenant
 from memory.erasure import erasure_request_create
@@ -85,7 +87,7 @@ def _request_for(tenant: Tenant, request_id: UUID) -> ErasureRequest:
 
 @role_required(COMPLIANCE)
 @require_GET
-def compliance_home(request: HttpRequest) -> HttpResponse:
+def compliance_home(request: HtmxHttpRequest) -> HttpResponse:
     """Tenant picker and subject search; with both, the subject's overview across every store."""
     tenants = list(user_tenants(request.user))
     chosen = request.GET.get("tenant", "")
@@ -105,7 +107,7 @@ def compliance_home(request: HttpRequest) -> HttpResponse:
 
 @role_required(COMPLIANCE)
 @require_http_methods(["GET", "POST"])
-def erasure_confirm(request: HttpRequest, tenant: str) -> HttpResponse:
+def erasure_confirm(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
     """What will be erased (counts per store); POST with the subject typed again and a note erases."""
     scope = tenant_for_user(request.user, tenant)
     data = request.POST if request.method == "POST" else request.GET
@@ -151,7 +153,7 @@ def erasure_confirm(request: HttpRequest, tenant: str) -> HttpResponse:
 
 @role_required(COMPLIANCE)
 @require_GET
-def erasure_list(request: HttpRequest, tenant: str) -> HttpResponse:
+def erasure_list(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
     scope = tenant_for_user(request.user, tenant)
     return render(
         request,
@@ -166,7 +168,7 @@ def erasure_list(request: HttpRequest, tenant: str) -> HttpResponse:
 
 @role_required(COMPLIANCE)
 @require_GET
-def erasure_detail(request: HttpRequest, tenant: str, request_id: UUID) -> HttpResponse:
+def erasure_detail(request: HtmxHttpRequest, tenant: str, request_id: UUID) -> HttpResponse:
     """The request's status and progress; once done, its receipt. htmx polls this URL for the
     status fragment until the request is no longer pending or running."""
     scope = tenant_for_user(request.user, tenant)
@@ -179,17 +181,15 @@ def erasure_detail(request: HttpRequest, tenant: str, request_id: UUID) -> HttpR
         "receipt": receipt_rows(erasure.receipt),
         "status_url": reverse("console:compliance_erasure_detail", args=[scope.slug, erasure.request_id]),
     }
-    template = "console/compliance/erasure_detail.html"
-    if getattr(request, "htmx", False):
-        template = "console/compliance/_erasure_status.html"
-    response = render(request, template, context)
+    partial = "#status" if request.htmx else ""
+    response = render(request, f"console/compliance/erasure_detail.html{partial}", context)
     patch_vary_headers(response, ("HX-Request",))  # the page and its fragment share a URL
     return response
 
 
 @role_required(COMPLIANCE)
 @require_GET
-def erasure_receipt(request: HttpRequest, tenant: str, request_id: UUID) -> HttpResponse:
+def erasure_receipt(request: HtmxHttpRequest, tenant: str, request_id: UUID) -> HttpResponse:
     """The receipt as a JSON file (names the subject by digest only)."""
     scope = tenant_for_user(request.user, tenant)
     erasure = _request_for(scope, request_id)

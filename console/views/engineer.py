@@ -2,32 +2,50 @@
 timeline, paged events, operations, summaries, snapshots), the state at a revision and a diff of two.
 
 Every view is for the engineer role and sees only the user's tenants (another tenant's run is 404).
-A page's parts that htmx refreshes (the run table, the events table, the revision panel) are the
-same templates the full page includes, rendered by the same view.
+A page's parts that htmx refreshes (the run table, the events table, the revision panel) are
+partials of the page's template (`page.html#name`), rendered by the same view with the same context.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, cast
 from uuid import UUID
 
 from django import forms
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from console import engineer_queries as q
+from console.display import MAX_DIFF_ENTRIES, events_formatted, json_diff
+from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import ENGINEER, role_required, run_for_user, user_tenants
-from console.timeline import timeline_svg
+from console.timeline import DEFAULT_BUCKETS, MARKED_EVENT_TYPES, Bucket, TimelineEvent, timeline_svg
 from core.errors import ApplicationError
 from core.models import Tenant
-from runs.engine.models import Approval, RunStatus, Summary, ToolOperation
+from retrieval.selectors import retrieval_snapshot_list
+from runs.conversations import selectors as conversations
+from runs.engine.models import AgentRun, RunStatus
 from runs.engine.resume import ACCEPTABLE_REFUSALS, run_state_change
+from runs.engine.selectors import (
+    RevisionState,
+    approval_run_list,
+    event_buckets,
+    event_marked_list,
+    event_page,
+    fork_list,
+    operation_run_list,
+    revision_parse,
+    run_filtered_page,
+    run_state_at,
+)
 
 BULK_ACTIONS = (("resume", "Resume"), ("cancel", "Cancel"), ("redispatch", "Re-dispatch"))
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 200
+EVENTS_PAGE, MAX_EVENTS_PAGE = 200, 500
+MAX_MARKS = 400  # marked events drawn on one timeline (the newest)
 FILTER_FIELDS = ("q", "status", "workflow", "version", "tenant", "reason", "since", "until")
 
 
@@ -78,12 +96,7 @@ def filter_query(data: Any, **extra: Any) -> str:
     return query.urlencode()
 
 
-def _htmx_target(request: HttpRequest) -> str:
-    htmx = getattr(request, "htmx", None)
-    return str(htmx.target or "") if htmx else ""
-
-
-def _int_param(request: HttpRequest, name: str, default: int, lo: int, hi: int) -> int:
+def _int_param(request: HtmxHttpRequest, name: str, default: int, lo: int, hi: int) -> int:
     try:
         return max(lo, min(hi, int(request.GET.get(name, default))))
     except (TypeError, ValueError):
@@ -92,7 +105,7 @@ def _int_param(request: HttpRequest, name: str, default: int, lo: int, hi: int) 
 
 @role_required(ENGINEER)
 @require_safe
-def run_list(request: HttpRequest) -> HttpResponse:
+def run_list(request: HtmxHttpRequest) -> HttpResponse:
     tenants = list(user_tenants(request.user))
     form = RunFilterForm(request.GET, tenants=tenants)
     context: dict[str, Any] = {"form": form, "bulk_actions": BULK_ACTIONS}
@@ -102,46 +115,51 @@ def run_list(request: HttpRequest) -> HttpResponse:
     data = form.cleaned_data
     limit = data.get("limit") or PAGE_SIZE
     before = (data["before_at"], data["before_id"]) if data.get("before_at") else None
-    page = q.runs_page(tenant_ids=[t.tenant_id for t in tenants], filters=data, before=before, limit=limit)
+    page = run_filtered_page(
+        tenant_ids=[t.tenant_id for t in tenants], filters=data, cursor=before, limit=limit
+    )
     slugs = {t.tenant_id: t.slug for t in tenants}
     older = None
-    if page.next_cursor is not None:
-        at, run_id = page.next_cursor
-        older = filter_query(request.GET, limit=data.get("limit"), before_at=at.isoformat(), before_id=run_id)
+    if page.more:  # the cursor is the last row's (updated_at, run_id)
+        last = page.rows[-1]
+        older = filter_query(
+            request.GET, limit=data.get("limit"), before_at=last.updated_at.isoformat(), before_id=last.run_id
+        )
     context.update(
         page=page,
-        rows=[(run, slugs.get(run.tenant_id, "")) for run in page.runs],
+        rows=[(run, slugs.get(run.tenant_id, "")) for run in page.rows],
         older=older,
         first=before is not None,
         filter_query=filter_query(request.GET, limit=data.get("limit")),
     )
-    template = "console/engineer/_run_table.html" if _htmx_target(request) == "run-table" else None
-    return render(request, template or "console/engineer/run_list.html", context)
+    partial = "#run-table" if htmx_target(request) == "run-table" else ""
+    return render(request, f"console/engineer/run_list.html{partial}", context)
 
 
-def _events_context(request: HttpRequest, run: Any) -> dict[str, Any]:
-    limit = _int_param(request, "limit", q.EVENTS_PAGE, 1, q.MAX_EVENTS_PAGE)
+def _events_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
+    limit = _int_param(request, "limit", EVENTS_PAGE, 1, MAX_EVENTS_PAGE)
     after = _int_param(request, "after_seq", 0, 0, max(run.state_revision, 0))
-    events = q.events_page(run=run, after_seq=after, limit=limit)
+    page = event_page(run=run, after_seq=after, limit=limit)
+    events = events_formatted(page.rows)
     last = events[-1].seq if events else after
     return {
         "events": events,
         "after_seq": after,
         "limit": limit,
-        "events_next": last if last < run.state_revision else None,
+        "events_next": last if page.more else None,
         "events_prev": max(0, after - limit) if after > 0 else None,
         "events_last": max(0, run.state_revision - limit),
     }
 
 
-def run_page_context(request: HttpRequest, run: Any) -> dict[str, Any]:
+def run_page_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
     """Everything the run page shows (the action views re-render it with an error)."""
     base = reverse("console:run_detail", args=[run.run_id])
-    buckets, marks, hidden = q.timeline_data(run=run)
-    limit = _int_param(request, "limit", q.EVENTS_PAGE, 1, q.MAX_EVENTS_PAGE)
+    marks, hidden = event_marked_list(run=run, event_types=MARKED_EVENT_TYPES, limit=MAX_MARKS)
+    limit = _int_param(request, "limit", EVENTS_PAGE, 1, MAX_EVENTS_PAGE)
     timeline = timeline_svg(
-        events=marks,
-        buckets=buckets,
+        events=[TimelineEvent(*mark) for mark in marks],
+        buckets=[Bucket(*bucket) for bucket in event_buckets(run=run, count=DEFAULT_BUCKETS)],
         hidden_marks=hidden,
         label=f"Timeline of run {run.run_id}",
         link=lambda seq: f"{base}?after_seq={max(0, seq - 1)}&limit={limit}#seq-{seq}",
@@ -154,17 +172,11 @@ def run_page_context(request: HttpRequest, run: Any) -> dict[str, Any]:
         "lease_expired": lease_expired,
         "fork_seq": fork_seq,
         "erased": run.subject.startswith("erased:"),
-        "operations": list(ToolOperation.objects.filter(run_id=run.run_id).order_by("created_at")[:100]),
-        "summaries": list(
-            Summary.objects.filter(run_id=run.run_id)
-            .defer("text", "facts", "carry")
-            .order_by("covers_from_seq")[:100]
-        ),
-        "approvals": list(Approval.objects.filter(run_id=run.run_id).order_by("-created_at")[:20]),
-        "snapshots": q.snapshots_for(run=run),
-        "forks": list(
-            run.forks.only("run_id", "status", "fork_seq", "created_at").order_by("-created_at")[:20]
-        ),
+        "operations": operation_run_list(run=run),
+        "summaries": conversations.summary_list(run=run),
+        "approvals": approval_run_list(run=run),
+        "snapshots": retrieval_snapshot_list(tenant_id=run.tenant_id, run_id=run.run_id),
+        "forks": fork_list(run=run),
         "rev_a": max(1, run.state_revision - 1),
         "rev_b": run.state_revision,
         **_state_change_context(run),
@@ -172,7 +184,7 @@ def run_page_context(request: HttpRequest, run: Any) -> dict[str, Any]:
     }
 
 
-def _state_change_context(run: Any) -> dict[str, Any]:
+def _state_change_context(run: AgentRun) -> dict[str, Any]:
     """For a run refused for a changed state or history: both digests and the diff to accept."""
     if run.status != "suspended" or run.suspend_reason not in ACCEPTABLE_REFUSALS:
         return {}
@@ -180,70 +192,79 @@ def _state_change_context(run: Any) -> dict[str, Any]:
         change = run_state_change(run=run)
     except ApplicationError as exc:
         return {"state_change_error": exc.message}
-    entries, cut = q.json_diff(change.committed_state, change.current_state)
+    entries, cut = json_diff(change.committed_state, change.current_state)
     return {
         "state_change": change,
         "state_change_entries": entries,
         "state_change_cut": cut,
-        "state_change_limit": q.MAX_DIFF_ENTRIES,
+        "state_change_limit": MAX_DIFF_ENTRIES,
     }
 
 
 @role_required(ENGINEER)
 @require_safe
-def run_detail(request: HttpRequest, run_id: UUID) -> HttpResponse:
+def run_detail(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
     run = run_for_user(request.user, run_id)
-    if _htmx_target(request) == "events":
-        return render(request, "console/engineer/_events.html", {"run": run, **_events_context(request, run)})
+    if htmx_target(request) == "events":
+        return render(
+            request, "console/engineer/run_detail.html#events", {"run": run, **_events_context(request, run)}
+        )
     return render(request, "console/engineer/run_detail.html", run_page_context(request, run))
 
 
 def _revision_page(
-    request: HttpRequest, run: Any, fragment: str, page: str, context: dict[str, Any], status: int = 200
+    request: HtmxHttpRequest, run: AgentRun, page: str, context: dict[str, Any], status: int = 200
 ) -> HttpResponse:
-    in_panel = _htmx_target(request) == "revision-panel"
-    return render(request, fragment if in_panel else page, {"run": run, **context}, status=status)
+    partial = "#revision-panel" if htmx_target(request) == "revision-panel" else ""
+    return render(request, f"{page}{partial}", {"run": run, **context}, status=status)
+
+
+def _state_at(run: AgentRun, revision: int) -> RevisionState:
+    found = run_state_at(run=run, revision=revision)
+    if found.digest_ok is False and conversations.revision_state_erased(run=run, state_seq=found.state_seq):
+        return replace(found, erased=True)
+    return found
 
 
 @role_required(ENGINEER)
 @require_safe
-def run_state(request: HttpRequest, run_id: UUID) -> HttpResponse:
+def run_state(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
     """The state right after one event, with that event's digest and whether the state matches it."""
     run = run_for_user(request.user, run_id)
-    fragment, page = "console/engineer/_state.html", "console/engineer/state.html"
+    page = "console/engineer/state.html"
     try:
-        revision = q.revision_parse(request.GET.get("rev", run.state_revision), run=run)
-        found = q.state_at(run=run, revision=revision)
+        revision = revision_parse(request.GET.get("rev", run.state_revision), run=run)
+        found = _state_at(run, revision)
     except ApplicationError as exc:
-        return _revision_page(request, run, fragment, page, {"error": exc.message}, status=exc.http_status)
-    return _revision_page(request, run, fragment, page, {"found": found})
+        return _revision_page(request, run, page, {"error": exc.message}, status=exc.http_status)
+    return _revision_page(request, run, page, {"found": found})
 
 
 @role_required(ENGINEER)
 @require_safe
-def run_diff(request: HttpRequest, run_id: UUID) -> HttpResponse:
+def run_diff(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
     """What changed in the state between two revisions (loads exactly those two states)."""
     run = run_for_user(request.user, run_id)
-    fragment, page = "console/engineer/_diff.html", "console/engineer/diff.html"
+    page = "console/engineer/diff.html"
     try:
-        a = q.revision_parse(request.GET.get("a", ""), run=run, name="revision a")
-        b = q.revision_parse(request.GET.get("b", ""), run=run, name="revision b")
-        old, new = q.state_at(run=run, revision=a), q.state_at(run=run, revision=b)
+        a = revision_parse(request.GET.get("a", ""), run=run, name="revision a")
+        b = revision_parse(request.GET.get("b", ""), run=run, name="revision b")
+        old, new = _state_at(run, a), _state_at(run, b)
     except ApplicationError as exc:
-        return _revision_page(request, run, fragment, page, {"error": exc.message}, status=exc.http_status)
-    entries, cut = q.json_diff(old.state, new.state)
-    context = {"old": old, "new": new, "entries": entries, "cut": cut, "limit": q.MAX_DIFF_ENTRIES}
-    return _revision_page(request, run, fragment, page, context)
+        return _revision_page(request, run, page, {"error": exc.message}, status=exc.http_status)
+    entries, cut = json_diff(old.state, new.state)
+    context = {"old": old, "new": new, "entries": entries, "cut": cut, "limit": MAX_DIFF_ENTRIES}
+    return _revision_page(request, run, page, context)
 
 
 @role_required(ENGINEER)
 @require_safe
-def summary_check(request: HttpRequest, run_id: UUID, summary_id: UUID) -> HttpResponse:
+def summary_check(request: HtmxHttpRequest, run_id: UUID, summary_id: UUID) -> HttpResponse:
     """One summary's check against its source events (loaded lazily: a big run has many summaries)."""
     run = run_for_user(request.user, run_id)
-    summary = Summary.objects.filter(run_id=run.run_id, summary_id=summary_id).first()
+    summary = conversations.summary_get(run=run, summary_id=summary_id)
     if summary is None:
         raise Http404("no such summary")
-    in_row = _htmx_target(request).startswith("summary-")
-    template = "console/engineer/_summary_check.html" if in_row else "console/engineer/summary_check.html"
-    return render(request, template, {"run": run, "summary": summary, "check": q.summary_check(summary)})
+    partial = "#check" if htmx_target(request).startswith("summary-") else ""
+    context = {"run": run, "summary": summary, "check": conversations.summary_check(summary=summary)}
+    return render(request, f"console/engineer/summary_check.html{partial}", context)

@@ -19,12 +19,12 @@ from django.contrib import messages
 from django.core import signing
 from django.db import transaction
 from django.db.models import Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from console import engineer_queries as q
 from console.audit import actor_of, audit_record
+from console.htmx import HtmxHttpRequest
 from console.roles import ENGINEER, role_required, run_for_user, user_tenants
 from console.views.engineer import FILTER_FIELDS, RunFilterForm, filter_query, run_page_context
 from core.errors import ApplicationError
@@ -34,6 +34,7 @@ from runs.engine.forks import run_fork, run_rewind
 from runs.engine.models import AgentRun, RunStatus
 from runs.engine.resume import run_state_accept
 from runs.engine.runs import run_cancel, run_resume
+from runs.engine.selectors import LIST_FIELDS, run_count_capped, run_filtered
 
 NOTE_MAX = 2000
 BULK_CAP = 1000  # runs one bulk action may touch; a bigger set must be narrowed first
@@ -110,7 +111,7 @@ class ForkForm(NoteForm):
 
 
 def _apply(
-    request: HttpRequest, run: Any, action: str, note: str, call: Callable[[], Any], **details: Any
+    request: HtmxHttpRequest, run: Any, action: str, note: str, call: Callable[[], Any], **details: Any
 ) -> Any:
     """The service call and its audit entry, both or neither."""
     with transaction.atomic():
@@ -127,7 +128,7 @@ def _apply(
     return result
 
 
-def _refused(request: HttpRequest, run_id: UUID, message: str, status: int) -> HttpResponse:
+def _refused(request: HtmxHttpRequest, run_id: UUID, message: str, status: int) -> HttpResponse:
     messages.error(request, message)
     run = run_for_user(request.user, run_id)  # reloaded: show it as it is now
     return render(request, "console/engineer/run_detail.html", run_page_context(request, run), status=status)
@@ -135,7 +136,7 @@ def _refused(request: HttpRequest, run_id: UUID, message: str, status: int) -> H
 
 @role_required(ENGINEER)
 @require_POST
-def run_action(request: HttpRequest, run_id: UUID, action: str) -> HttpResponse:
+def run_action(request: HtmxHttpRequest, run_id: UUID, action: str) -> HttpResponse:
     """Resume, cancel or re-dispatch one run."""
     run = run_for_user(request.user, run_id)
     chosen = ACTIONS[action]
@@ -153,7 +154,7 @@ def run_action(request: HttpRequest, run_id: UUID, action: str) -> HttpResponse:
 
 @role_required(ENGINEER)
 @require_POST
-def run_fork_view(request: HttpRequest, run_id: UUID, rewind: bool = False) -> HttpResponse:
+def run_fork_view(request: HtmxHttpRequest, run_id: UUID, rewind: bool = False) -> HttpResponse:
     """Fork a new run from one event, or rewind (a fork that supersedes this run)."""
     run = run_for_user(request.user, run_id)
     form = ForkForm(request.POST)
@@ -197,7 +198,7 @@ class AcceptStateForm(forms.Form):
 
 @role_required(ENGINEER)
 @require_POST
-def run_accept_state_view(request: HttpRequest, run_id: UUID) -> HttpResponse:
+def run_accept_state_view(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
     """Accept the changed state (or history) a resume was refused for: a note is required, and only
     the state shown on the page (its digest) is accepted."""
     run = run_for_user(request.user, run_id)
@@ -228,18 +229,18 @@ def run_accept_state_view(request: HttpRequest, run_id: UUID) -> HttpResponse:
 # --- bulk -----------------------------------------------------------------------------------------
 
 
-def _bulk_setup(request: HttpRequest, data: Any) -> tuple[Any, Action | None, Any]:
+def _bulk_setup(request: HtmxHttpRequest, data: Any) -> tuple[Any, Action | None, Any]:
     tenants = list(user_tenants(request.user))
     form = RunFilterForm(data, tenants=tenants)
     action = ACTIONS.get(str(data.get("action", "")))
     return form, action, tenants
 
 
-def _token(request: HttpRequest, action: str, query: str) -> str:
+def _token(request: HtmxHttpRequest, action: str, query: str) -> str:
     return signing.dumps({"a": action, "f": query, "u": request.user.pk}, salt=TOKEN_SALT)
 
 
-def _token_ok(request: HttpRequest, token: str, action: str, query: str) -> bool:
+def _token_ok(request: HtmxHttpRequest, token: str, action: str, query: str) -> bool:
     try:
         value = signing.loads(token, salt=TOKEN_SALT, max_age=TOKEN_AGE)
     except signing.BadSignature:
@@ -249,7 +250,7 @@ def _token_ok(request: HttpRequest, token: str, action: str, query: str) -> bool
 
 @role_required(ENGINEER)
 @require_http_methods(["GET", "POST"])
-def bulk(request: HttpRequest) -> HttpResponse:
+def bulk(request: HtmxHttpRequest) -> HttpResponse:
     """GET: the dry run (how many match, which would change). POST: the confirmed action."""
     data = request.POST if request.method == "POST" else request.GET
     form, action, tenants = _bulk_setup(request, data)
@@ -257,7 +258,7 @@ def bulk(request: HttpRequest) -> HttpResponse:
         problem = "choose resume, cancel or re-dispatch" if action is None else "the filter is not valid"
         return render(request, "console/engineer/bulk.html", {"form": form, "problem": problem}, status=400)
     query = filter_query(data)
-    runs = q.runs_filtered(tenant_ids=[t.tenant_id for t in tenants], filters=form.cleaned_data)
+    runs = run_filtered(tenant_ids=[t.tenant_id for t in tenants], filters=form.cleaned_data)
     context: dict[str, Any] = {
         "form": form,
         "action": action,
@@ -266,13 +267,13 @@ def bulk(request: HttpRequest) -> HttpResponse:
         "filter_items": [(k, v) for k in FILTER_FIELDS if (v := data.get(k))],
     }
     if request.method == "GET":
-        matched = q.count_capped(runs, BULK_CAP)
+        matched = run_count_capped(runs=runs, cap=BULK_CAP)
         eligible = runs.filter(action.eligible)
         context.update(
             matched=matched,
             over=matched > BULK_CAP,
-            would=q.count_capped(eligible, BULK_CAP),
-            preview=list(eligible.only(*q.LIST_FIELDS).order_by("-updated_at", "-run_id")[:PREVIEW]),
+            would=run_count_capped(runs=eligible, cap=BULK_CAP),
+            preview=list(eligible.only(*LIST_FIELDS).order_by("-updated_at", "-run_id")[:PREVIEW]),
             token=_token(request, action.name, query),
             preview_size=PREVIEW,
         )

@@ -11,16 +11,17 @@ import logging
 import threading
 import time
 from typing import Any
+from uuid import UUID
 
-from django.db.models import Count, Max, Q
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
-from console.engineer_queries import count_capped
+from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import ENGINEER, role_required, tenant_ids_for_user
-from runs.engine.models import AgentRun, RunStatus
+from runs.engine.models import RunStatus
+from runs.engine.selectors import run_queue_health
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +74,10 @@ class _Pinger:
 pinger = _Pinger()
 
 
-def queue_health_data(*, tenant_ids: list[Any]) -> dict[str, Any]:
+def queue_health_data(*, tenant_ids: list[UUID]) -> dict[str, Any]:
     now = timezone.now()
-    runs = AgentRun.objects.filter(tenant_id__in=tenant_ids)
-    counts = dict(runs.order_by().values_list("status").annotate(n=Count("run_id")))
+    health = run_queue_health(tenant_ids=tenant_ids, now=now, cap=LIST_CAP)
+    counts = health.counts
     tallest = max(counts.values(), default=0) or 1
     bars = []
     for i, status in enumerate(RunStatus):
@@ -92,53 +93,24 @@ def queue_health_data(*, tenant_ids: list[Any]) -> dict[str, Any]:
                 "text_x": f"{width + 94:.1f}",
             }
         )
-    runnable = runs.filter(status=RunStatus.RUNNING).filter(
-        Q(lease_owner__isnull=True) | Q(lease_expires_at__lt=now),
-        Q(wake_at__isnull=True) | Q(wake_at__lte=now),
-    )
-    fields = (
-        "run_id",
-        "tenant_id",
-        "workflow_name",
-        "status",
-        "next_step",
-        "lease_owner",
-        "lease_expires_at",
-        "lease_epoch",
-        "updated_at",
-    )
-    expired = runs.filter(
-        status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED],
-        lease_owner__isnull=False,
-        lease_expires_at__lt=now,
-    )
-    holders = (
-        runs.filter(lease_owner__isnull=False, lease_expires_at__gte=now)
-        .values("lease_owner")
-        .annotate(held=Count("run_id"), until=Max("lease_expires_at"))
-        .order_by("lease_owner")[:50]
-    )
     return {
         "now": now,
         "bars": bars,
         "bars_height": 6 + 26 * len(bars),
         "total": sum(counts.values()),
-        "oldest": runnable.only(*fields).order_by("updated_at").first(),
-        "runnable": count_capped(runnable, LIST_CAP),
-        "expired": list(expired.only(*fields).order_by("lease_expires_at")[:20]),
-        "expired_count": count_capped(expired, LIST_CAP),
+        "oldest": health.oldest_runnable,
+        "runnable": health.runnable,
+        "expired": health.expired,
+        "expired_count": health.expired_count,
         "cap": LIST_CAP,
-        "holders": list(holders),
+        "holders": health.holders,
         "workers": pinger.workers(),
     }
 
 
 @role_required(ENGINEER)
 @require_safe
-def queue_health(request: HttpRequest) -> HttpResponse:
+def queue_health(request: HtmxHttpRequest) -> HttpResponse:
     context = queue_health_data(tenant_ids=tenant_ids_for_user(request.user))
-    htmx = getattr(request, "htmx", None)
-    polled = bool(htmx and htmx.target == "queue-panel")
-    return render(
-        request, "console/engineer/_queue_panel.html" if polled else "console/engineer/queue.html", context
-    )
+    partial = "#queue-panel" if htmx_target(request) == "queue-panel" else ""
+    return render(request, f"console/engineer/queue.html{partial}", context)

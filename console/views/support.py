@@ -11,33 +11,39 @@ from uuid import UUID
 
 from django import forms
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
-from django_htmx.middleware import HtmxDetails
 
-from console import support_queries as q
 from console.audit import actor_of, audit_record
+from console.display import approval_row, bounded, operation_row, refusal_of
+from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import SUPPORT, role_required, run_for_user, tenant_ids_for_user
+from console.selectors import INBOX_LIMIT, operation_last_lookup
+from console.selectors import support_inbox as inbox_read
 from core.errors import ApplicationError
 from core.models import Tenant
 from runs.engine.approvals import approval_approve, approval_reject
-from runs.engine.models import AgentRun, ApprovalStatus, OperationStatus, RunStatus
+from runs.engine.models import AgentRun, Approval, ApprovalStatus, OperationStatus, RunStatus, ToolOperation
 from runs.engine.operations import RECONCILE_OUTCOMES, operation_reconcile
 from runs.engine.registry import registry
 from runs.engine.runs import run_cancel, run_resume
+from runs.engine.selectors import (
+    approval_get_for_tenants,
+    approval_pending_list,
+    event_latest_refusal,
+    event_recent_list,
+    operation_get_for_tenants,
+    run_operations_in_doubt,
+)
 
 NOTE_MAX = 2000  # as the REST API
 OUTCOME_LABELS = {
     "applied": "applied: it happened (give the external reference you found)",
     "not_applied": "not applied: it never happened (allow one retry)",
 }
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 class NoteForm(forms.Form):
@@ -63,25 +69,39 @@ def _tenants(request: HttpRequest) -> list[UUID]:
     return tenant_ids_for_user(request.user)
 
 
+def _approval(request: HtmxHttpRequest, approval_id: UUID) -> Approval:
+    approval = approval_get_for_tenants(tenant_ids=_tenants(request), approval_id=approval_id)
+    if approval is None:
+        raise Http404("no such approval")
+    return approval
+
+
+def _operation(request: HtmxHttpRequest, pk: int) -> ToolOperation:
+    op = operation_get_for_tenants(tenant_ids=_tenants(request), pk=pk)
+    if op is None:
+        raise Http404("no such operation")
+    return op
+
+
 def _render(
     request: HtmxHttpRequest, template: str, context: dict[str, Any], status: int = 200
 ) -> HttpResponse:
     """The page, or only its polled part when htmx asks for it (the same view and context)."""
-    if request.htmx and request.htmx.target == "run-status":
-        template = "console/support/_run_status.html"
-    elif request.htmx and request.htmx.target == "inbox-rows":
-        template = "console/support/_inbox_rows.html"
+    target = htmx_target(request)
+    if target == "run-status":  # the approval, operation and run pages all show the run page's part
+        template = "console/support/run.html#run-status"
+    elif target == "inbox-rows":
+        template = "console/support/inbox.html#inbox-rows"
     return render(request, template, context, status=status)
 
 
 def _run_context(run: AgentRun) -> dict[str, Any]:
-    refusal = q.resume_refusal(run) if run.status == RunStatus.SUSPENDED else None
-    events = [{"event": e, "payload": q.pretty_json(e.payload, limit=1500)} for e in q.recent_events(run)]
+    refused = event_latest_refusal(run=run) if run.status == RunStatus.SUSPENDED else None
+    refusal = refusal_of(refused) if refused is not None else None
     return {
         "run": run,
         "refusal": refusal,
-        "events": events,
-        "result_json": q.pretty_json(run.result) if run.result is not None else "",
+        "events": event_recent_list(run=run),
     }
 
 
@@ -125,8 +145,8 @@ def _act(
 @role_required(SUPPORT)
 @require_safe
 def support_inbox(request: HtmxHttpRequest) -> HttpResponse:
-    inbox = q.support_inbox(tenant_ids=_tenants(request), now=timezone.now())
-    return _render(request, "console/support/inbox.html", {"inbox": inbox, "limit": q.INBOX_LIMIT})
+    inbox = inbox_read(tenant_ids=_tenants(request), now=timezone.now())
+    return _render(request, "console/support/inbox.html", {"inbox": inbox, "limit": INBOX_LIMIT})
 
 
 # --- approvals --------------------------------------------------------------------------------------
@@ -140,12 +160,11 @@ def _approval_page(
     reject_form: forms.Form | None = None,
     status: int = 200,
 ) -> HttpResponse:
-    approval = q.approval_for_tenants(_tenants(request), approval_id)
+    approval = _approval(request, approval_id)
     context = {
-        "row": q.approval_row(approval, timezone.now()),
+        "row": approval_row(approval, timezone.now()),
         "approval": approval,
         "pending": approval.status == ApprovalStatus.PENDING,
-        "request_json": q.pretty_json(approval.request),
         "approve_form": approve_form or NoteForm(),
         "reject_form": reject_form or NoteForm(),
         **_run_context(approval.run),
@@ -160,7 +179,7 @@ def support_approval(request: HtmxHttpRequest, approval_id: UUID) -> HttpRespons
 
 
 def _decide(request: HtmxHttpRequest, approval_id: UUID, decision: str) -> HttpResponse:
-    approval = q.approval_for_tenants(_tenants(request), approval_id)
+    approval = _approval(request, approval_id)
     service = approval_approve if decision == "approve" else approval_reject
     form_key = f"{decision}_form"
     return _act(
@@ -205,8 +224,8 @@ def _operation_page(
     lookup_error: str = "",
     status: int = 200,
 ) -> HttpResponse:
-    op = q.operation_for_tenants(_tenants(request), pk)
-    row = q.operation_row(op)
+    op = _operation(request, pk)
+    row = operation_row(op, operation_last_lookup(op=op))
     if form is None:
         said = row["lookup"] or {}
         initial = (
@@ -228,8 +247,6 @@ def _operation_page(
             for h in op.history or []
             if isinstance(h, dict)
         ],
-        "result_json": q.pretty_json(op.result) if op.result is not None else "",
-        "lookup_json": q.pretty_json(row["lookup"], 2000) if row["lookup"] is not None else "",
         **_run_context(op.run),
     }
     return _render(request, "console/support/operation.html", context, status)
@@ -246,7 +263,7 @@ def support_operation(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def support_operation_lookup(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Ask the external system again, by idempotency key, through the tool's own lookup (the one the
     workflow and resume verification use), and record what it said. It settles nothing by itself."""
-    op = q.operation_for_tenants(_tenants(request), pk)
+    op = _operation(request, pk)
     contract = registry.tool(op.tool_name)
     if contract is None or contract.lookup is None:
         why = f"{op.tool_name} has no lookup here; check the external system by hand and reconcile"
@@ -260,7 +277,7 @@ def support_operation_lookup(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "authoritative": found.authoritative,
         "applied": found.applied,
         "external_ref": found.external_ref,
-        "result": q.bounded(found.result, depth=4),
+        "result": bounded(found.result, depth=4),
     }
     audit_record(
         request=request,
@@ -290,7 +307,7 @@ def support_operation_lookup(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @role_required(SUPPORT)
 @require_POST
 def support_operation_reconcile(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    op = q.operation_for_tenants(_tenants(request), pk)
+    op = _operation(request, pk)
     form = ReconcileForm(request.POST)
     if not form.is_valid():
         return _operation_page(request, pk, form=form, status=422)
@@ -342,10 +359,10 @@ def _run_page(
     status: int = 200,
 ) -> HttpResponse:
     run = run_for_user(request.user, run_id)
-    approvals = run.approvals.filter(status=ApprovalStatus.PENDING)
+    approvals = approval_pending_list(tenant_ids=[run.tenant_id], run_id=run.run_id)
     context = {
-        "in_doubt": q.run_operations_in_doubt(run),
-        "pending_approvals": list(approvals),
+        "in_doubt": run_operations_in_doubt(run=run),
+        "pending_approvals": approvals,
         "resume_form": resume_form or NoteForm(),
         "cancel_form": cancel_form or NoteForm(),
         "active": run.status in (RunStatus.RUNNING, RunStatus.SUSPENDED),

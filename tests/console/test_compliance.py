@@ -13,8 +13,8 @@ import pytest
 import redis
 from django.urls import reverse
 
-from console.compliance_queries import subject_overview
 from console.models import AuditEntry
+from console.selectors import subject_overview
 from console.urls_compliance import urlpatterns
 from core.tenancy import tenant_scope
 from memory.erasure import erasure_execute, erasure_request_create, subject_digest
@@ -121,7 +121,7 @@ def test_the_overview_lists_every_store_with_the_supersede_chain(as_role, tenant
 def test_a_redis_outage_shows_unavailable_instead_of_failing(as_role, tenant, monkeypatch):
     seed_subject(tenant)
     monkeypatch.setattr(
-        "console.compliance_queries.redis_client",
+        "runs.conversations.selectors.redis_client",
         lambda: redis.Redis(unix_socket_path="/nonexistent/redis.sock", socket_timeout=0.5),
     )
     page = as_role("compliance").get(overview_url())

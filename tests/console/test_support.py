@@ -192,6 +192,21 @@ def test_the_inbox_poll_returns_only_the_rows(support, tenant):
     )
 
 
+def test_the_run_status_poll_of_each_page_returns_only_the_run_part(support, tenant):
+    approval = _approval(tenant)
+    op = _unknown_operation(tenant)
+    for url, run_id in (
+        (reverse("console:support_approval", args=[approval.approval_id]), approval.run_id),
+        (reverse("console:support_operation", args=[op.pk]), op.run_id),
+        (reverse("console:support_run", args=[approval.run_id]), approval.run_id),
+    ):
+        full = support.get(url).content.decode()
+        polled = support.get(url, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="run-status").content.decode()
+        assert "<html" in full and 'id="run-status"' in full and "Recent events" in full
+        assert "<html" not in polled and f"<code>{run_id}</code>" in polled and "Recent events" in polled
+        assert 'id="run-status"' not in polled  # the part itself, swapped into the page's section
+
+
 @pytest.mark.parametrize("action", ["approve", "reject", "reconcile", "resume", "cancel"])
 def test_an_object_of_another_tenant_is_not_found_for_every_action(support, other_tenant, action):
     url, form = _action_targets(other_tenant)[action]

@@ -1,0 +1,231 @@
+"""Reads of the console's own tables (the audit log), and the console's views of several apps at
+once (the support inbox, a subject's overview), composed from each app's selectors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from console.display import ClaimChain, approval_row, claim_chains, operation_row, refusal_of
+from console.models import AuditEntry
+from core.erasure import places
+from core.models import Tenant
+from core.pagination import KeysetPage, keyset_page
+from memory.erasure import subject_digest, subject_places
+from memory.models import ErasureRequest
+from memory.selectors import (
+    VectorCount,
+    erasure_request_list,
+    memory_subject_items,
+    memory_subject_vector_counts,
+    memory_tombstone_count,
+)
+from runs.conversations.selectors import (
+    conversation_event_counts,
+    subject_run_list,
+    subject_session_windows,
+    subject_stored_tool_result_count,
+    subject_summary_count,
+    subject_unredacted_event_count,
+    summary_lists_by_run,
+)
+from runs.engine.models import AgentRun, Summary, ToolOperation
+from runs.engine.selectors import (
+    approval_pending_list,
+    operation_in_doubt_list,
+    run_refused_list,
+    run_suspended_list,
+)
+
+AUDIT_KEYS = ("id",)
+
+
+def tenant_list_for_user(*, user: Any) -> QuerySet[Tenant]:
+    """The tenants the user is a member of (every tenant for a superuser), by slug."""
+    if user.is_superuser:
+        return Tenant.objects.order_by("slug")
+    return Tenant.objects.filter(membership__user=user).order_by("slug").distinct()
+
+
+def tenant_get_for_user(*, user: Any, tenant: str | UUID) -> Tenant | None:
+    """One of the user's tenants, named by id or slug."""
+    tenants = tenant_list_for_user(user=user)
+    try:
+        return tenants.filter(tenant_id=UUID(str(tenant))).first()
+    except ValueError:
+        return tenants.filter(slug=str(tenant)[:64]).first()
+
+
+def audit_entry_page(
+    *, tenant_ids: list[UUID] | None, actor: str, target: str, cursor: int | None, limit: int
+) -> KeysetPage[AuditEntry]:
+    """Audit entries newest first: of `tenant_ids` and the actor's own (every entry with None)."""
+    entries = AuditEntry.objects.select_related("tenant")
+    if tenant_ids is not None:
+        entries = entries.filter(Q(tenant_id__in=tenant_ids) | Q(actor=actor))
+    if target:
+        entries = entries.filter(target_id=target)
+    return keyset_page(entries, keys=AUDIT_KEYS, cursor=None if cursor is None else (cursor,), limit=limit)
+
+
+def operation_last_lookup(*, op: ToolOperation) -> AuditEntry | None:
+    """The newest lookup a person asked for from the console (recorded in the audit log)."""
+    return (
+        AuditEntry.objects.filter(
+            tenant_id=op.tenant_id, action="lookup", target_type="operation", target_id=op.operation_id
+        )
+        .order_by("-id")
+        .first()
+    )
+
+
+# --- the support inbox -----------------------------------------------------------------------------
+
+INBOX_LIMIT = 100  # rows per section; the oldest first, so nothing waits unseen behind newer work
+
+
+@dataclass
+class Inbox:
+    approvals: list[dict[str, Any]] = field(default_factory=list)
+    operations: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    other: list[AgentRun] = field(default_factory=list)
+
+    @property
+    def total(self) -> int:
+        return len(self.approvals) + len(self.operations) + len(self.refused) + len(self.other)
+
+
+def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
+    """What waits for a person in the user's tenants, by kind; a run appears once."""
+    inbox = Inbox()
+    inbox.approvals = [
+        approval_row(a, now) for a in approval_pending_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
+    ]
+    inbox.operations = [
+        operation_row(op, operation_last_lookup(op=op))
+        for op in operation_in_doubt_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
+    ]
+    inbox.refused = [
+        {"run": run, **refusal_of(event)}
+        for run, event in run_refused_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
+    ]
+    covered = {row["run"].run_id for row in inbox.approvals + inbox.operations + inbox.refused}
+    inbox.other = run_suspended_list(tenant_ids=tenant_ids, excluding=covered, limit=INBOX_LIMIT)
+    return inbox
+
+
+# --- everything Keeper keeps about one subject (the compliance screens) ----------------------------
+
+MAX_RUNS = 200
+STORE_LABELS = {
+    "memory_items": "Memory items (claims)",
+    "memory_vectors": "Memory vectors",
+    "runs.events": "Conversation events (text redacted)",
+    "runs.summaries": "Summaries",
+    "runs.redis_session_windows": "Redis session windows",
+    "runs.artifacts": "Stored tool results",
+}
+
+
+@dataclass(frozen=True)
+class StoreCount:
+    key: str
+    label: str
+    count: int | None  # None: the store could not be read (Redis down)
+
+
+@dataclass(frozen=True)
+class SubjectRun:
+    run: AgentRun
+    conversation_events: int
+    redacted_events: int
+    window_size: int | None  # entries in the Redis window; None when Redis is unreachable
+    summaries: list[Summary] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SubjectOverview:
+    tenant: Tenant
+    subject_id: str
+    digest: str
+    chains: list[ClaimChain]
+    claim_count: int
+    vectors: list[VectorCount]
+    runs: list[SubjectRun]
+    more_runs: bool
+    redis_available: bool
+    artifacts: int
+    tombstones: int
+    erasures: list[ErasureRequest]
+    stores: list[StoreCount]
+    # Every registered place holding the subject's id or text, counted as an erasure's receipt counts
+    # it before erasing (run state, events of every run, approvals, operations, audit notes...).
+    places: list[StoreCount] = field(default_factory=list)
+
+    @property
+    def summaries(self) -> list[Summary]:
+        return [s for r in self.runs for s in r.summaries]
+
+    @property
+    def nothing_stored(self) -> bool:
+        return not any(s.count for s in self.stores) and not any(p.count for p in self.places)
+
+
+def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
+    """Everything Keeper keeps about one subject of one tenant: the stores memory/erasure.py erases
+    and scans (memory items and vectors; of the subject's runs, conversation events, summaries, Redis
+    session windows and stored tool results) and every registered place. Reads only."""
+    what = {place.name: place.what for place in places()}
+    digest = subject_digest(tenant_id=tenant.tenant_id, subject_id=subject_id)
+    items = memory_subject_items(tenant=tenant, subject_id=subject_id)
+    vectors = memory_subject_vector_counts(tenant=tenant, subject_id=subject_id)
+    runs = subject_run_list(tenant=tenant, subject_id=subject_id, limit=MAX_RUNS)
+    more_runs, runs = len(runs) > MAX_RUNS, runs[:MAX_RUNS]
+    events = conversation_event_counts(runs=runs)
+    summaries = summary_lists_by_run(runs=runs)
+    windows = subject_session_windows(tenant=tenant, subject_id=subject_id, runs=runs)
+    subject_runs = [
+        SubjectRun(
+            run=run,
+            conversation_events=events[run.run_id].total if run.run_id in events else 0,
+            redacted_events=events[run.run_id].redacted if run.run_id in events else 0,
+            window_size=None if windows is None else windows.sizes[run.run_id],
+            summaries=summaries.get(run.run_id, []),
+        )
+        for run in runs
+    ]
+    artifacts = subject_stored_tool_result_count(tenant=tenant, subject_id=subject_id)
+    counts = {
+        "memory_items": len(items),
+        "memory_vectors": sum(v["count"] for v in vectors),
+        "runs.events": subject_unredacted_event_count(tenant=tenant, subject_id=subject_id),
+        "runs.summaries": subject_summary_count(tenant=tenant, subject_id=subject_id),
+        "runs.redis_session_windows": None if windows is None else windows.keys,
+        "runs.artifacts": artifacts,
+    }
+    return SubjectOverview(
+        tenant=tenant,
+        subject_id=subject_id,
+        digest=digest,
+        chains=claim_chains(items, now=timezone.now()),
+        claim_count=len(items),
+        vectors=vectors,
+        runs=subject_runs,
+        more_runs=more_runs,
+        redis_available=windows is not None,
+        artifacts=artifacts,
+        tombstones=memory_tombstone_count(tenant=tenant, subject_digest=digest),
+        erasures=erasure_request_list(tenant=tenant, subject_digest=digest),
+        stores=[StoreCount(key=k, label=STORE_LABELS[k], count=v) for k, v in counts.items()],
+        places=[
+            StoreCount(key=name, label=what[name], count=n)
+            for name, n in subject_places(tenant_id=tenant.tenant_id, subject_id=subject_id).items()
+            if n != 0
+        ],
+    )

@@ -1,0 +1,49 @@
+"""Template filters over console.display: `{% load console_display %}`, then e.g.
+`{{ value|pretty_json }}`, `{{ amount|money_major:currency }}`, `{{ digest|short_digest }}`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django import template
+from django.utils import timezone
+
+from console import display
+
+register = template.Library()
+
+
+@register.filter
+def money_major(amount_minor: Any, currency: Any) -> str:
+    return display.money_major(amount_minor, currency)
+
+
+@register.filter
+def countdown(expires_at: datetime) -> str:
+    return display.countdown(expires_at, timezone.now())
+
+
+@register.filter
+def short_digest(digest: Any) -> str:
+    return display.short_digest(digest)
+
+
+@register.filter
+def clip(text: Any, limit: int) -> str:
+    return display.clip(str(text), int(limit))
+
+
+@register.filter
+def pretty_json(value: Any, limit: int = 6000) -> str:
+    return display.pretty_json(value, int(limit))
+
+
+@register.filter
+def readable_json(value: Any) -> str:
+    return display.readable_json(value)
+
+
+@register.filter
+def payload_preview(value: Any) -> str:
+    return display.payload_preview(value)

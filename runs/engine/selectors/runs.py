@@ -1,0 +1,146 @@
+"""Reads of runs: one run, the API's list and the console's filtered list, both as keyset pages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from uuid import UUID
+
+from django.db.models import Q, QuerySet
+
+from core.models import Tenant
+from core.pagination import KeysetPage, keyset_after, keyset_cut, keyset_page
+from core.tenancy import tenant_of_call
+from runs.engine.errors import RunNotFound
+from runs.engine.models import AgentRun
+
+# The index-friendly order of every run list: newest activity first (indexes lead with updated_at,
+# or with tenant_id then updated_at).
+RUN_KEYS = ("updated_at", "run_id")
+MAX_MERGED_TENANTS = 50
+# Only what a list row shows: a run's state may be 256 KB, and a page must not drag 50 of them along.
+LIST_FIELDS = (
+    "run_id",
+    "tenant_id",
+    "workflow_name",
+    "workflow_version",
+    "status",
+    "next_step",
+    "suspend_reason",
+    "state_revision",
+    "lease_owner",
+    "lease_expires_at",
+    "attempt",
+    "idempotency_key",
+    "subject",
+    "created_at",
+    "updated_at",
+)
+
+RunCursor = tuple[datetime, UUID]
+
+
+@tenant_of_call
+def run_get(*, run_id: UUID) -> AgentRun:
+    run = AgentRun.objects.select_related("tenant").filter(run_id=run_id).first()
+    if run is None:
+        raise RunNotFound(f"no run {run_id}")
+    return run
+
+
+def run_get_for_tenants(*, tenant_ids: list[UUID], run_id: UUID) -> AgentRun | None:
+    """The run if it belongs to one of `tenant_ids` (runs have no row-level security)."""
+    return AgentRun.objects.select_related("tenant").filter(run_id=run_id, tenant_id__in=tenant_ids).first()
+
+
+def fork_list(*, run: AgentRun, limit: int = 20) -> list[AgentRun]:
+    """The run's newest forks (only what a link to each shows)."""
+    return list(run.forks.only("run_id", "status", "fork_seq", "created_at").order_by("-created_at")[:limit])
+
+
+def run_list(*, status: str | None = None, workflow_name: str | None = None) -> QuerySet[AgentRun]:
+    runs = AgentRun.objects.select_related("tenant").order_by("-created_at")
+    if status:
+        runs = runs.filter(status=status)
+    if workflow_name:
+        runs = runs.filter(workflow_name=workflow_name)
+    return runs
+
+
+@tenant_of_call
+def run_page(
+    *,
+    tenant: Tenant | None,
+    cursor: RunCursor | None,
+    limit: int,
+    status: str | None = None,
+    workflow: str | None = None,
+    subject: str | None = None,
+    idempotency_key: str | None = None,
+) -> KeysetPage[AgentRun]:
+    """One keyset page of a tenant's runs (every tenant's with `tenant=None`: staff only), newest
+    activity first (no OFFSET, no COUNT)."""
+    runs = AgentRun.objects.select_related("tenant")
+    if tenant is not None:
+        runs = runs.filter(tenant=tenant)
+    for field, value in (
+        ("status", status),
+        ("workflow_name", workflow),
+        ("subject", subject),
+        ("idempotency_key", idempotency_key),
+    ):
+        if value is not None:
+            runs = runs.filter(**{field: value})
+    return keyset_page(runs, keys=RUN_KEYS, cursor=cursor, limit=limit)
+
+
+def run_filtered(*, tenant_ids: list[UUID], filters: Mapping[str, object]) -> QuerySet[AgentRun]:
+    """The user's runs that match validated filters (unordered); `tenant_id` narrows to one of them."""
+    runs = AgentRun.objects.filter(tenant_id__in=tenant_ids)
+    if isinstance(tenant_id := filters.get("tenant_id"), UUID):
+        runs = runs.filter(tenant_id=tenant_id)
+    if query := str(filters.get("q") or "").strip():
+        try:
+            runs = runs.filter(Q(run_id=UUID(query)) | Q(idempotency_key=query))
+        except ValueError:
+            runs = runs.filter(idempotency_key=query)
+    for field, column in (
+        ("status", "status"),
+        ("workflow", "workflow_name"),
+        ("version", "workflow_version"),
+        ("reason", "suspend_reason"),
+    ):
+        if filters.get(field):
+            runs = runs.filter(**{column: filters[field]})
+    if filters.get("since"):
+        runs = runs.filter(updated_at__gte=filters["since"])
+    if filters.get("until"):
+        runs = runs.filter(updated_at__lte=filters["until"])
+    return runs
+
+
+def run_filtered_page(
+    *, tenant_ids: list[UUID], filters: Mapping[str, object], cursor: RunCursor | None, limit: int
+) -> KeysetPage[AgentRun]:
+    """One keyset page of the filtered runs, newest first by (updated_at, run_id).
+
+    For several tenants it is one UNION ALL of a page per tenant (each an ordered range scan of an
+    index led by tenant_id), merged and cut again: `tenant_id IN (...)` cannot be read in order."""
+    tenant_id = filters.get("tenant_id")
+    tenants = [tenant_id] if isinstance(tenant_id, UUID) else tenant_ids
+    if 1 < len(tenants) <= MAX_MERGED_TENANTS:
+        parts = [
+            keyset_after(
+                run_filtered(tenant_ids=[t], filters=filters).only(*LIST_FIELDS), keys=RUN_KEYS, cursor=cursor
+            )[: limit + 1]
+            for t in tenants
+        ]
+        merged = parts[0].union(*parts[1:], all=True).order_by("-updated_at", "-run_id")
+        return keyset_cut(list(merged[: limit + 1]), keys=RUN_KEYS, limit=limit)
+    runs = run_filtered(tenant_ids=tenants, filters=filters).only(*LIST_FIELDS)
+    return keyset_page(runs, keys=RUN_KEYS, cursor=cursor, limit=limit)
+
+
+def run_count_capped(*, runs: QuerySet[AgentRun], cap: int) -> int:
+    """How many rows match, counting no further than cap + 1 (never a COUNT over the whole table)."""
+    return len(runs.order_by().values_list("run_id", flat=True)[: cap + 1])

@@ -1,0 +1,133 @@
+"""Reads of approvals and tool operations, and of what waits for a person (the support inbox):
+pending approvals, operations in doubt, runs whose resume was refused, other suspended runs."""
+
+from __future__ import annotations
+
+from functools import reduce
+from operator import or_
+from uuid import UUID
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
+
+from core.errors import NotFound
+from core.tenancy import tenant_of_call
+from runs.engine.models import (
+    AgentEvent,
+    AgentRun,
+    Approval,
+    ApprovalStatus,
+    OperationStatus,
+    RunStatus,
+    ToolOperation,
+)
+
+RECONCILIATION_REQUIRED = "reconciliation_required"
+
+
+def approval_list(*, status: str | None = None) -> QuerySet[Approval]:
+    approvals = Approval.objects.select_related("tenant").order_by("-created_at")
+    return approvals.filter(status=status) if status else approvals
+
+
+def approval_get_for_tenants(*, tenant_ids: list[UUID], approval_id: UUID) -> Approval | None:
+    return (
+        Approval.objects.select_related("run", "tenant")
+        .filter(approval_id=approval_id, tenant_id__in=tenant_ids)
+        .first()
+    )
+
+
+def approval_run_list(*, run: AgentRun, limit: int = 20) -> list[Approval]:
+    """The run's newest approvals."""
+    return list(Approval.objects.filter(run_id=run.run_id).order_by("-created_at")[:limit])
+
+
+def approval_pending_list(
+    *, tenant_ids: list[UUID], run_id: UUID | None = None, limit: int | None = None
+) -> list[Approval]:
+    """Pending approvals (of one run with `run_id`), the soonest to expire first."""
+    approvals = Approval.objects.select_related("run", "tenant").filter(
+        tenant_id__in=tenant_ids, status=ApprovalStatus.PENDING
+    )
+    if run_id is not None:
+        approvals = approvals.filter(run_id=run_id)
+    return list(approvals.order_by("expires_at")[:limit])
+
+
+def operation_get(*, pk: int) -> ToolOperation:
+    op = ToolOperation.objects.filter(pk=pk).first()
+    if op is None:
+        raise NotFound(f"no operation {pk}", code="operation_not_found")
+    return op
+
+
+def operation_get_for_tenants(*, tenant_ids: list[UUID], pk: int) -> ToolOperation | None:
+    return (
+        ToolOperation.objects.select_related("run", "tenant").filter(pk=pk, tenant_id__in=tenant_ids).first()
+    )
+
+
+@tenant_of_call
+def operation_find(*, tenant_id: UUID, operation_id: str) -> ToolOperation | None:
+    return ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
+
+
+@tenant_of_call
+def run_operations(*, run_id: UUID) -> QuerySet[ToolOperation]:
+    return ToolOperation.objects.filter(run_id=run_id).order_by("created_at")
+
+
+def operation_run_list(*, run: AgentRun, limit: int = 100) -> list[ToolOperation]:
+    """The run's operations in the order they began (the caller checked the run's tenant)."""
+    return list(ToolOperation.objects.filter(run_id=run.run_id).order_by("created_at")[:limit])
+
+
+def _in_doubt() -> QuerySet[ToolOperation]:
+    """Unknown operations of active runs, and started ones whose run waits for reconciliation."""
+    return ToolOperation.objects.select_related("run", "tenant").filter(
+        Q(status=OperationStatus.UNKNOWN, run__status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED])
+        | Q(
+            status=OperationStatus.STARTED,
+            run__status=RunStatus.SUSPENDED,
+            run__suspend_reason=RECONCILIATION_REQUIRED,
+        )
+    )
+
+
+def operation_in_doubt_list(*, tenant_ids: list[UUID], limit: int) -> list[ToolOperation]:
+    """Operations in doubt, the longest waiting first."""
+    return list(_in_doubt().filter(tenant_id__in=tenant_ids).order_by("updated_at")[:limit])
+
+
+def run_operations_in_doubt(*, run: AgentRun) -> list[ToolOperation]:
+    return list(_in_doubt().filter(run_id=run.run_id).order_by("created_at"))
+
+
+def _suspended(tenant_ids: list[UUID]) -> QuerySet[AgentRun]:
+    return AgentRun.objects.select_related("tenant").filter(
+        tenant_id__in=tenant_ids, status=RunStatus.SUSPENDED
+    )
+
+
+def run_refused_list(*, tenant_ids: list[UUID], limit: int) -> list[tuple[AgentRun, AgentEvent]]:
+    """Suspended runs whose latest event is a refused resume (not those waiting for reconciliation),
+    the longest waiting first, each with that event."""
+    refused_now = AgentEvent.objects.filter(
+        run_id=OuterRef("run_id"), seq=OuterRef("state_revision"), event_type="resume_refused"
+    )
+    runs = list(
+        _suspended(tenant_ids)
+        .filter(Exists(refused_now))
+        .exclude(suspend_reason=RECONCILIATION_REQUIRED)
+        .order_by("updated_at")[:limit]
+    )
+    if not runs:
+        return []
+    events = AgentEvent.objects.filter(reduce(or_, (Q(run_id=r.run_id, seq=r.state_revision) for r in runs)))
+    by_run = {e.run_id: e for e in events}
+    return [(r, by_run[r.run_id]) for r in runs if r.run_id in by_run]
+
+
+def run_suspended_list(*, tenant_ids: list[UUID], excluding: set[UUID], limit: int) -> list[AgentRun]:
+    """Suspended runs other than `excluding`, the longest waiting first."""
+    return list(_suspended(tenant_ids).exclude(run_id__in=excluding).order_by("updated_at")[:limit])
