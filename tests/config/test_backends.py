@@ -40,6 +40,7 @@ def test_an_unknown_choice_or_a_model_without_a_url_is_a_configuration_error():
 
 def test_the_defaults_are_the_deterministic_parts(settings):
     assert {part: spec["BACKEND"].rsplit(".", 1)[1] for part, spec in settings.BACKENDS.items()} == {
+        "embedder": "HashingEmbedder",
         "decider": "RuleDecider",
         "compactor": "ExtractiveCompactor",
         "extractor": "RuleExtractor",
