@@ -17,9 +17,12 @@ class RunsConfig(AppConfig):
         from core.metrics import status_labels_register
         from runs.conversations.erasure import RunsEraser, register
         from runs.engine.models import OperationStatus, RunStatus
+        from runs.langgraph import erasure as langgraph_erasure
 
         eraser_register(RunsEraser())
         register()
+        eraser_register(langgraph_erasure.LangGraphEraser())
+        langgraph_erasure.register()
         status_labels_register(runs=tuple(RunStatus.values), operations=tuple(OperationStatus.values))
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)
