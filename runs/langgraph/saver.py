@@ -12,10 +12,12 @@ import json
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
+from django.db import DEFAULT_DB_ALIAS, connections
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -61,6 +63,30 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         self.tenant_id = tenant_id
         self.actor = actor
         self._runs: dict[str, UUID] = {}  # thread id -> run id, learned once per process
+        # LangGraph calls a saver from its own threads too (background checkpoint writes); each
+        # uses that thread's Django connection. close() closes them all when the graph is done.
+        self._connections: dict[int, Any] = {}
+
+    @contextmanager
+    def _bound(self) -> Iterator[None]:
+        """The tenant on this thread's connection for one call (free when it is bound already)."""
+        wrapper = connections[DEFAULT_DB_ALIAS]
+        self._connections.setdefault(id(wrapper), wrapper)
+        with tenant_bind(self.tenant_id):
+            yield
+
+    def close(self) -> None:
+        """Close the connections the saver used in other threads (LangGraph's workers); the calling
+        thread's connection is Django's to manage. Call it when the graph's process is done with it."""
+        for wrapper in list(self._connections.values()):
+            if wrapper is connections[DEFAULT_DB_ALIAS]:
+                continue
+            wrapper.inc_thread_sharing()
+            try:
+                wrapper.close()
+            finally:
+                wrapper.dec_thread_sharing()
+        self._connections.clear()
 
     # --- threads ----------------------------------------------------------------------------
 
@@ -155,7 +181,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
             + meta_json
             + "}"
         )
-        with tenant_bind(self.tenant_id):
+        with self._bound():
             for _ in range(2):  # a cached run deleted meanwhile: learn the thread's run again
                 run_id = self._thread_run(config, thread_id)
                 seq = store.checkpoint_put(
@@ -206,7 +232,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
             channels.append(channel)
             types.append(kind)
             blobs.append(data)
-        with tenant_bind(self.tenant_id):
+        with self._bound():
             store.writes_put(
                 tenant_id=self.tenant_id,
                 run_id=self._thread_run(config, thread_id),
@@ -247,7 +273,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         configurable = config["configurable"]
-        with tenant_bind(self.tenant_id):
+        with self._bound():
             rows = store.checkpoints_select(
                 tenant_id=self.tenant_id,
                 thread_id=str(configurable["thread_id"]),
@@ -267,7 +293,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
     ) -> Iterator[CheckpointTuple]:
         configurable = (config or {}).get("configurable", {})
         thread_id = configurable.get("thread_id")
-        with tenant_bind(self.tenant_id):
+        with self._bound():
             rows = store.checkpoints_select(
                 tenant_id=self.tenant_id,
                 thread_id=None if thread_id is None else str(thread_id),
@@ -281,17 +307,17 @@ class KeeperSaver(BaseCheckpointSaver[str]):
             yield self._tuple(row)
 
     def delete_thread(self, thread_id: str) -> None:
-        with tenant_bind(self.tenant_id):
+        with self._bound():
             store.thread_delete(tenant_id=self.tenant_id, thread_id=str(thread_id))
         self._runs.pop(str(thread_id), None)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
-        with tenant_bind(self.tenant_id):
+        with self._bound():
             store.runs_delete(tenant_id=self.tenant_id, run_ids=[str(r) for r in run_ids])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         source, target = str(source_thread_id), str(target_thread_id)
-        with tenant_bind(self.tenant_id):
+        with self._bound():
             source_run = store.thread_run(tenant_id=self.tenant_id, thread_id=source)
             if source_run is None:
                 return
@@ -317,7 +343,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         threads = [str(t) for t in thread_ids]
         if not threads:
             return
-        with tenant_bind(self.tenant_id):
+        with self._bound():
             if strategy == "keep_latest":
                 store.threads_prune_keep_latest(tenant_id=self.tenant_id, thread_ids=threads)
             elif strategy == "delete":
