@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import operator
 import os
+import time
 from typing import Annotated, Any, TypedDict
 
 from langgraph.graph import END, START, StateGraph
@@ -21,6 +22,10 @@ def support_graph(checkpointer: Any) -> Any:
         return {"log": [f"intake: {state['note']}"]}
 
     def lookup(state: Ticket) -> dict[str, Any]:
+        calls = os.environ.get("KEEPER_LG_CALLS")  # the crash test counts how often lookup ran
+        if calls:
+            with open(calls, "a") as f:
+                f.write("lookup\n")
         return {"log": ["lookup: order found"]}
 
     def policy(state: Ticket) -> dict[str, Any]:
@@ -28,6 +33,7 @@ def support_graph(checkpointer: Any) -> Any:
         # task's: the superstep is cut in the middle.
         marker = os.environ.get("KEEPER_LG_CRASH_ONCE")
         if marker and not os.path.exists(marker):
+            time.sleep(1.0)  # lookup has finished and its write is kept by now
             open(marker, "w").close()  # noqa: SIM115 - a marker file, closed at once
             os.kill(os.getpid(), 9)
         return {"log": ["policy: refund allowed"]}
