@@ -11,9 +11,16 @@ from django.db import models
 
 
 class LangGraphCheckpoint(models.Model):
-    id = models.BigAutoField(primary_key=True)
+    pk = models.CompositePrimaryKey("tenant_id", "thread_id", "checkpoint_ns", "checkpoint_id")
     tenant_id = models.UUIDField()
-    run = models.ForeignKey("runs.AgentRun", on_delete=models.CASCADE, db_column="run_id", related_name="+")
+    run = models.ForeignKey(
+        "runs.AgentRun",
+        on_delete=models.CASCADE,
+        db_column="run_id",
+        related_name="+",
+        db_constraint=False,
+        db_index=False,
+    )
     thread_id = models.TextField()
     checkpoint_ns = models.TextField(default="")
     checkpoint_id = models.TextField()
@@ -26,12 +33,6 @@ class LangGraphCheckpoint(models.Model):
 
     class Meta:
         db_table = "langgraph_checkpoints"
-        constraints = [
-            models.UniqueConstraint(
-                fields=["tenant_id", "thread_id", "checkpoint_ns", "checkpoint_id"],
-                name="langgraph_checkpoints_key",
-            )
-        ]
         indexes = [models.Index(fields=["run"], name="langgraph_checkpoints_run_idx")]
 
     def __str__(self) -> str:
@@ -39,9 +40,16 @@ class LangGraphCheckpoint(models.Model):
 
 
 class LangGraphBlob(models.Model):
-    id = models.BigAutoField(primary_key=True)
+    pk = models.CompositePrimaryKey("tenant_id", "thread_id", "checkpoint_ns", "channel", "version")
     tenant_id = models.UUIDField()
-    run = models.ForeignKey("runs.AgentRun", on_delete=models.CASCADE, db_column="run_id", related_name="+")
+    run = models.ForeignKey(
+        "runs.AgentRun",
+        on_delete=models.CASCADE,
+        db_column="run_id",
+        related_name="+",
+        db_constraint=False,
+        db_index=False,
+    )
     thread_id = models.TextField()
     checkpoint_ns = models.TextField(default="")
     channel = models.TextField()
@@ -51,22 +59,24 @@ class LangGraphBlob(models.Model):
 
     class Meta:
         db_table = "langgraph_blobs"
-        constraints = [
-            models.UniqueConstraint(
-                fields=["tenant_id", "thread_id", "checkpoint_ns", "channel", "version"],
-                name="langgraph_blobs_key",
-            )
-        ]
-        indexes = [models.Index(fields=["run"], name="langgraph_blobs_run_idx")]
 
     def __str__(self) -> str:
         return f"{self.thread_id}/{self.checkpoint_ns} {self.channel}@{self.version}"
 
 
 class LangGraphWrite(models.Model):
-    id = models.BigAutoField(primary_key=True)
+    pk = models.CompositePrimaryKey(
+        "tenant_id", "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"
+    )
     tenant_id = models.UUIDField()
-    run = models.ForeignKey("runs.AgentRun", on_delete=models.CASCADE, db_column="run_id", related_name="+")
+    run = models.ForeignKey(
+        "runs.AgentRun",
+        on_delete=models.CASCADE,
+        db_column="run_id",
+        related_name="+",
+        db_constraint=False,
+        db_index=False,
+    )
     thread_id = models.TextField()
     checkpoint_ns = models.TextField(default="")
     checkpoint_id = models.TextField()
@@ -79,13 +89,6 @@ class LangGraphWrite(models.Model):
 
     class Meta:
         db_table = "langgraph_writes"
-        constraints = [
-            models.UniqueConstraint(
-                fields=["tenant_id", "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"],
-                name="langgraph_writes_key",
-            )
-        ]
-        indexes = [models.Index(fields=["run"], name="langgraph_writes_run_idx")]
 
     def __str__(self) -> str:
         return f"{self.thread_id}/{self.checkpoint_ns}/{self.checkpoint_id} {self.task_id}#{self.idx}"

@@ -167,7 +167,6 @@ class KeeperSaver(BaseCheckpointSaver[str]):
             "parent_checkpoint_id": parent,
             "step": meta.get("step"),
             "source": meta.get("source"),
-            "channel_versions": {k: str(v) for k, v in checkpoint["channel_versions"].items()},
         }
         state = state_encode({"langgraph": pointer})
         payload = (

@@ -55,7 +55,10 @@ def thread_run(*, tenant_id: UUID, thread_id: str) -> UUID | None:
 _PUT = """
 WITH u AS (
   UPDATE agent_runs
-     SET state_revision = state_revision + 1, updated_at = statement_timestamp(),
+     SET state_revision = state_revision + 1,
+         -- At most once a second: an unchanged updated_at (an indexed column) keeps the update HOT.
+         updated_at = CASE WHEN updated_at < statement_timestamp() - interval '1 second'
+                           THEN statement_timestamp() ELSE updated_at END,
          state = CASE WHEN %(root)s THEN %(state)s::jsonb ELSE state END,
          state_digest = CASE WHEN %(root)s THEN %(digest)s ELSE state_digest END
    WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
