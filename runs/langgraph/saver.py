@@ -9,6 +9,7 @@ checkpoint, so a superstep cut short resumes as LangGraph expects. Needs the `la
 from __future__ import annotations
 
 import json
+import math
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -50,6 +51,19 @@ def _metadata_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, default=str).replace("\\u0000", "")
 
 
+def _inline(value: Any) -> bool:
+    """A value JSON gives back exactly as it was (jsonb refuses NUL characters; 2**53 and beyond, NaN and
+    infinities would not come back the same)."""
+    kind = type(value)  # exactly these types: a subclass (an enum, a custom str) keeps its own type
+    if value is None or kind is bool:
+        return True
+    if kind is str:
+        return len(value) <= 1024 and "\x00" not in value
+    if kind is int:
+        return abs(value) < 2**53
+    return kind is float and math.isfinite(value)
+
+
 class KeeperSaver(BaseCheckpointSaver[str]):
     """`KeeperSaver(tenant_id=...)`; the graph's configurable `thread_id` names the thread (and run).
 
@@ -69,11 +83,11 @@ class KeeperSaver(BaseCheckpointSaver[str]):
 
     @contextmanager
     def _bound(self) -> Iterator[None]:
-        """The tenant on this thread's connection for one call (free when it is bound already)."""
+        """One call on this thread's connection (each statement of runs.langgraph.store runs as the
+        saver's tenant by itself)."""
         wrapper = connections[DEFAULT_DB_ALIAS]
         self._connections.setdefault(id(wrapper), wrapper)
-        with tenant_bind(self.tenant_id):
-            yield
+        yield
 
     def close(self) -> None:
         """Close the connections the saver used in other threads (LangGraph's workers); the calling
@@ -111,6 +125,23 @@ class KeeperSaver(BaseCheckpointSaver[str]):
     ) -> UUID:
         state = state_encode({"langgraph": {"thread_id": thread_id, "checkpoint_id": None}})
         run_id = uuid.uuid4()
+        with tenant_bind(self.tenant_id):
+            self._insert_run(run_id, thread_id, subject, event_type, payload, state.json, state.digest)
+        found = store.thread_run(tenant_id=self.tenant_id, thread_id=thread_id)  # ours, or a racer's
+        if found is None:
+            raise ThreadClosed(f"thread {thread_id!r} could not be created", code="langgraph_thread_missing")
+        return found
+
+    def _insert_run(
+        self,
+        run_id: UUID,
+        thread_id: str,
+        subject: str,
+        event_type: str,
+        payload: dict[str, Any],
+        state_json: str,
+        state_digest: str,
+    ) -> None:
         engine_store.insert_run(
             run_id=run_id,
             tenant_id=self.tenant_id,
@@ -118,20 +149,16 @@ class KeeperSaver(BaseCheckpointSaver[str]):
             workflow_version="1",
             state_schema_version=1,
             next_step=WORKFLOW,
-            state_json=state.json,
-            state_digest=state.digest,
+            state_json=state_json,
+            state_digest=state_digest,
             idempotency_key=thread_key(thread_id),
-            input_digest=state.digest,
+            input_digest=state_digest,
             payload_json=canonical_json(payload),
             actor=self.actor,
             event_type=event_type,
             suspend_reason=THREAD_REASON,
             subject=subject,
         )
-        found = store.thread_run(tenant_id=self.tenant_id, thread_id=thread_id)  # ours, or a racer's
-        if found is None:
-            raise ThreadClosed(f"thread {thread_id!r} could not be created", code="langgraph_thread_missing")
-        return found
 
     # --- sync API -----------------------------------------------------------------------------
 
@@ -147,18 +174,18 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         ns = configurable.get("checkpoint_ns", "")
         parent = configurable.get("checkpoint_id")
         values = checkpoint["channel_values"]
+        # Plain JSON values (numbers, flags, short texts) ride inside the checkpoint row; the rest is
+        # serialized once per channel version. A channel emptied at this version stores nothing.
+        inline = {channel: value for channel, value in values.items() if _inline(value)}
         blobs = Blobs([], [], [], [])
         for channel, version in new_versions.items():
-            blobs.channels.append(channel)
-            blobs.versions.append(str(version))
-            if channel in values:
+            if channel in values and channel not in inline:
                 kind, data = self.serde.dumps_typed(values[channel])
+                blobs.channels.append(channel)
+                blobs.versions.append(str(version))
                 blobs.types.append(kind)
                 blobs.blobs.append(data)
-            else:
-                blobs.types.append("empty")
-                blobs.blobs.append(None)
-        shape = {k: v for k, v in checkpoint.items() if k != "channel_values"}
+        shape = {**{k: v for k, v in checkpoint.items() if k != "channel_values"}, "channel_values": inline}
         meta = get_serializable_checkpoint_metadata(config, metadata)
         meta_json = _metadata_json(meta)
         pointer = {
@@ -190,7 +217,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
                     checkpoint_ns=ns,
                     checkpoint_id=checkpoint["id"],
                     parent_checkpoint_id=parent,
-                    checkpoint_json=_metadata_json(shape),
+                    checkpoint_json=json.dumps(shape, ensure_ascii=False),
                     metadata_json=meta_json,
                     blobs=blobs,
                     state_json=state.json,
@@ -250,9 +277,12 @@ class KeeperSaver(BaseCheckpointSaver[str]):
     def _tuple(self, row: store.StoredCheckpoint) -> CheckpointTuple:
         checkpoint = dict(row.checkpoint)
         checkpoint["channel_values"] = {
-            channel: self.serde.loads_typed((kind, blob))
-            for channel, kind, blob in row.values
-            if kind != "empty"
+            **checkpoint.get("channel_values", {}),
+            **{
+                channel: self.serde.loads_typed((kind, blob))
+                for channel, kind, blob in row.values
+                if kind != "empty"
+            },
         }
         base = {"thread_id": row.thread_id, "checkpoint_ns": row.checkpoint_ns}
         return CheckpointTuple(
@@ -320,10 +350,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
             source_run = store.thread_run(tenant_id=self.tenant_id, thread_id=source)
             if source_run is None:
                 return
-            subject = engine_store._rows(
-                "SELECT subject FROM agent_runs WHERE run_id = %(run)s AND tenant_id = %(tenant)s",
-                {"run": source_run, "tenant": self.tenant_id},
-            )[0][0]
+            subject = store.run_subject(tenant_id=self.tenant_id, run_id=source_run)
             target_run = store.thread_run(tenant_id=self.tenant_id, thread_id=target) or self._thread_create(
                 thread_id=target,
                 subject=subject,

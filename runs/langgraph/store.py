@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+import psycopg
+from django.conf import settings
+from django.db import connection
+
+from core.tenancy import tenant_bind, tenant_is_bound
 from runs.engine import store as engine_store
 
 WORKFLOW = "langgraph"
@@ -28,7 +33,29 @@ def thread_key(thread_id: str) -> str:
     return f"langgraph:{thread_id}"
 
 
-_rows = engine_store._rows
+def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The statement as params["tenant"]. Outside a transaction it goes in one round trip with the
+    tenant set for its own transaction only (BEGIN, set_config local, the statement, COMMIT, pipelined),
+    so LangGraph's threads never leave a tenant on a connection and pay no extra round trips for it.
+    Inside the caller's transaction, or a block that bound this tenant, it joins them."""
+    tenant_id = params["tenant"]
+    connection.ensure_connection()
+    if connection.in_atomic_block or tenant_is_bound(tenant_id):
+        with tenant_bind(tenant_id):
+            return engine_store._rows(sql, params)
+    raw = connection.connection
+    prepare = settings.KEEPER_PREPARED_STATEMENTS
+    if raw.prepare_threshold is None and prepare:
+        raw.prepare_threshold = 2**31  # as runs.engine.store: only these statements are prepared
+    with connection.wrap_database_errors:
+        with raw.pipeline():
+            # Both before one Sync: one implicit transaction, so the local setting ends with it.
+            psycopg.Cursor(raw).execute(_SET_TENANT, [str(tenant_id)], prepare=prepare)
+            cursor = psycopg.Cursor(raw).execute(sql, params, prepare=prepare)
+        return cursor.fetchall() if cursor.description else []
+
+
+_SET_TENANT = "SELECT set_config('app.tenant_id', %s, true)"
 
 
 def _json(value: Any) -> Any:
@@ -45,6 +72,14 @@ SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key =
 def thread_run(*, tenant_id: UUID, thread_id: str) -> UUID | None:
     rows = _rows(_THREAD_RUN, {"tenant": tenant_id, "key": thread_key(thread_id)})
     return rows[0][0] if rows else None
+
+
+def run_subject(*, tenant_id: UUID, run_id: UUID) -> str:
+    rows = _rows(
+        "SELECT subject FROM agent_runs WHERE run_id = %(run)s AND tenant_id = %(tenant)s",
+        {"run": run_id, "tenant": tenant_id},
+    )
+    return rows[0][0] if rows else ""
 
 
 # --- put ----------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ read it (row-level security), and erasing the thread's subject leaves no trace o
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from django.db import connection
 
@@ -128,3 +130,37 @@ def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant) -> None:  # t
             )
     finally:
         saver.close()
+
+
+def test_a_put_from_langgraphs_own_thread_leaves_no_tenant_on_its_connection(tenant) -> None:  # type: ignore[no-untyped-def]
+    """LangGraph writes checkpoints from its own threads; each statement sets the tenant for its own
+    transaction only, so the thread's connection is left with none (it sees nothing afterwards)."""
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    seen: dict[str, object] = {}
+
+    def in_thread() -> None:
+        saver.put(
+            {"configurable": {"thread_id": "t-bg", "checkpoint_ns": ""}},
+            {
+                "v": 1,
+                "id": "1f0-a",
+                "ts": "2026-11-30T00:00:00+00:00",
+                "channel_values": {"n": 1},
+                "channel_versions": {"n": "1"},
+                "versions_seen": {},
+                "updated_channels": None,
+            },
+            {"source": "input", "step": -1, "parents": {}},
+            {"n": "1"},
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('app.tenant_id', true), (SELECT count(*) FROM agent_runs)")
+            seen["setting"], seen["runs"] = cursor.fetchone()
+        seen["tuple"] = saver.get_tuple({"configurable": {"thread_id": "t-bg"}})
+
+    worker = threading.Thread(target=in_thread)
+    worker.start()
+    worker.join()
+    saver.close()
+    assert seen["setting"] in ("", None) and seen["runs"] == 0
+    assert seen["tuple"].checkpoint["channel_values"] == {"n": 1}
