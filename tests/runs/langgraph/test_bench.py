@@ -7,8 +7,10 @@ import json
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
+from django.db import connection, connections
 
+from core.models import Tenant
+from core.tenancy import tenant_scope
 from runs.engine.models import AgentRun
 
 
@@ -25,6 +27,13 @@ def test_bench_reports_keeper_puts_beside_postgres_saver_and_cleans_up(capsys) -
     )
     assert figures["p50_ms"] <= figures["p99_ms"] and "langgraph_put round 3/3" in err.getvalue()
     assert AgentRun.objects.filter(tenant__slug="bench").count() == 0  # cleaned up, the baseline's schema too
+    bench = Tenant.objects.get(slug="bench")
+    with tenant_scope(bench.tenant_id), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (SELECT count(*) FROM langgraph_checkpoints) + (SELECT count(*) FROM langgraph_blobs)"
+            " + (SELECT count(*) FROM langgraph_writes)"
+        )
+        assert cursor.fetchone()[0] == 0
     with connections["owner"].cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'langgraph_baseline'")
         assert cursor.fetchone()[0] == 0
