@@ -25,6 +25,7 @@ from runs.engine.models import (
     RunStatus,
     ToolOperation,
 )
+from runs.langgraph.store import THREAD_REASON as LANGGRAPH_THREAD
 
 INBOX_LIMIT = 100  # rows per section; the oldest first, so nothing waits unseen behind newer work
 RECONCILIATION_REQUIRED = "reconciliation_required"
@@ -240,8 +241,11 @@ def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
     ops = _in_doubt().filter(tenant_id__in=tenant_ids).order_by("updated_at")[:INBOX_LIMIT]
     inbox.operations = [operation_row(op) for op in ops]
 
-    suspended = AgentRun.objects.select_related("tenant").filter(
-        tenant_id__in=tenant_ids, status=RunStatus.SUSPENDED
+    # A LangGraph thread is "suspended" only in that Keeper's workers never step it: nobody has to act.
+    suspended = (
+        AgentRun.objects.select_related("tenant")
+        .filter(tenant_id__in=tenant_ids, status=RunStatus.SUSPENDED)
+        .exclude(suspend_reason=LANGGRAPH_THREAD)
     )
     refused_now = AgentEvent.objects.filter(
         run_id=OuterRef("run_id"), seq=OuterRef("state_revision"), event_type="resume_refused"
