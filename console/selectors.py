@@ -41,6 +41,7 @@ from runs.engine.selectors import (
     run_refused_list,
     run_suspended_list,
 )
+from runs.langgraph.store import THREAD_REASON as LANGGRAPH_THREAD
 
 AUDIT_KEYS = ("id",)
 
@@ -101,6 +102,10 @@ class Inbox:
         return len(self.approvals) + len(self.operations) + len(self.refused) + len(self.other)
 
 
+# A LangGraph thread is "suspended" only in that Keeper's workers never step it: nobody has to act.
+QUIET = frozenset({LANGGRAPH_THREAD})
+
+
 def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
     """What waits for a person in the user's tenants, by kind; a run appears once."""
     inbox = Inbox()
@@ -113,10 +118,10 @@ def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
     ]
     inbox.refused = [
         {"run": run, **refusal_of(event)}
-        for run, event in run_refused_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
+        for run, event in run_refused_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT, quiet=QUIET)
     ]
     covered = {row["run"].run_id for row in inbox.approvals + inbox.operations + inbox.refused}
-    inbox.other = run_suspended_list(tenant_ids=tenant_ids, excluding=covered, limit=INBOX_LIMIT)
+    inbox.other = run_suspended_list(tenant_ids=tenant_ids, excluding=covered, limit=INBOX_LIMIT, quiet=QUIET)
     return inbox
 
 

@@ -83,6 +83,12 @@ def tenant_bind(tenant_id: UUID) -> Iterator[None]:
             connection.close()  # cannot reset it (database gone, broken transaction): drop the session
 
 
+def tenant_is_bound(tenant_id: UUID) -> bool:
+    """Whether a tenant_bind block of this thread holds this tenant on the connection right now."""
+    raw = connection.connection
+    return raw is not None and getattr(_bound, "current", None) == (tenant_id, id(raw))
+
+
 def tenant_of_call(function: Callable[..., T]) -> Callable[..., T]:
     """Run a keyword-only service as the tenant it names: `tenant`, `tenant_id`, or the tenant of
     `run_id` (learned through the narrow function). Callers still decide who may act on what."""

@@ -19,10 +19,13 @@ class RunsConfig(AppConfig):
         from runs.conversations.messages import conversation_copy
         from runs.engine.forks import fork_copier_register
         from runs.engine.models import OperationStatus, RunStatus
+        from runs.langgraph import erasure as langgraph_erasure
 
         eraser_register(RunsEraser())
         register()
         fork_copier_register(conversation_copy)
+        eraser_register(langgraph_erasure.LangGraphEraser())
+        langgraph_erasure.register()
         status_labels_register(runs=tuple(RunStatus.values), operations=tuple(OperationStatus.values))
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

@@ -13,11 +13,15 @@ from runs.engine.models import (
     SummaryStatus,
     ToolOperation,
 )
+from runs.langgraph.models import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
 
 __all__ = [
     "AgentEvent",
     "AgentRun",
     "Approval",
+    "LangGraphBlob",
+    "LangGraphCheckpoint",
+    "LangGraphWrite",
     "ApprovalStatus",
     "OperationStatus",
     "RunStatus",

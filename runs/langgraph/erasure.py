@@ -1,0 +1,107 @@
+"""A subject's LangGraph threads in the erasure registry: their checkpoints, channel values and writes.
+
+The thread's run and events are the runs eraser's (redacted like any run of the subject); this eraser
+deletes the rows LangGraph loads a checkpoint from, so nothing of the subject's graph state is left.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.db import connection
+
+from core.erasure import Place, Scope, column_place, free_register, place_register
+from core.tenancy import tenant_scope
+
+TABLES = ("langgraph_checkpoints", "langgraph_blobs", "langgraph_writes")
+_IN_TENANT = "t.tenant_id = %(tenant)s"
+_MINE = "t.run_id = ANY(%(runs)s::uuid[])"
+_OWNER = "(SELECT r.subject FROM agent_runs r WHERE r.run_id = t.run_id)"
+
+_SUBJECT_THREADS = """
+WITH RECURSIVE tree AS (
+  SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND subject IN (%(subject)s, %(erased)s)
+  UNION
+  SELECT r.run_id FROM agent_runs r JOIN tree ON r.parent_run_id = tree.run_id WHERE r.tenant_id = %(tenant)s)
+SELECT run_id FROM tree JOIN agent_runs USING (run_id) WHERE workflow_name = 'langgraph'
+"""
+
+
+class LangGraphEraser:
+    name = "langgraph"
+
+    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
+        with tenant_scope(tenant_id), connection.cursor() as cursor:
+            cursor.execute(
+                _SUBJECT_THREADS,
+                {"tenant": tenant_id, "subject": subject_id, "erased": f"erased:{subject_digest}"},
+            )
+            run_ids = tuple(sorted(row[0] for row in cursor.fetchall()))
+        return Scope(tenant_id=tenant_id, subject_id=subject_id, run_ids=run_ids)
+
+    def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        with tenant_scope(scope.tenant_id), connection.cursor() as cursor:
+            for table in TABLES:
+                cursor.execute(
+                    f"DELETE FROM {table} WHERE tenant_id = %s AND run_id = ANY(%s::uuid[])",  # noqa: S608
+                    [scope.tenant_id, list(scope.run_ids)],
+                )
+                counts[table] = cursor.rowcount
+        return counts
+
+
+def _blob_place(table: str) -> Place:
+    """Serialized values (bytes): every row of the subject's threads is a trace, and so is any row of
+    the tenant whose bytes hold the subject's id."""
+    sql = f"""
+        SELECT count(*) FROM {table} t
+         WHERE t.tenant_id = %(tenant)s
+           AND (t.run_id = ANY(%(runs)s::uuid[]) OR position(convert_to(%(subject)s, 'UTF8') IN t.blob) > 0)
+    """  # noqa: S608 - the table name is one of ours
+
+    def count(scope: Scope) -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                sql, {"tenant": scope.tenant_id, "runs": list(scope.run_ids), "subject": scope.subject_id}
+            )
+            return int(cursor.fetchone()[0])
+
+    return Place(
+        name=f"{table}.blob",
+        what=f"{table}.blob (LangGraph's serialized values, deleted)",
+        erased_by="langgraph",
+        count=count,
+        columns=((table, "blob"),),
+    )
+
+
+def register() -> None:
+    """Called from RunsConfig.ready."""
+    for table, column, kind in (
+        ("langgraph_checkpoints", "checkpoint", "json"),
+        ("langgraph_checkpoints", "metadata", "json"),
+        ("langgraph_checkpoints", "thread_id", "text"),
+        ("langgraph_blobs", "thread_id", "text"),
+        ("langgraph_writes", "thread_id", "text"),
+    ):
+        place_register(
+            column_place(
+                table=table,
+                column=column,
+                kind=kind,
+                tenant_sql=_IN_TENANT,
+                erased_by="langgraph",
+                mine_sql=_MINE,
+                owner_sql=_OWNER,
+                what=f"{table}.{column} (deleted)",
+            )
+        )
+    place_register(_blob_place("langgraph_blobs"))
+    place_register(_blob_place("langgraph_writes"))
+    ids = "LangGraph's ids, namespaces, channel names, versions and serializer types"
+    free_register("langgraph_checkpoints", ids, "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id")
+    free_register("langgraph_blobs", ids, "checkpoint_ns", "channel", "version", "type")
+    free_register(
+        "langgraph_writes", ids, "checkpoint_ns", "checkpoint_id", "task_id", "task_path", "channel", "type"
+    )

@@ -1,0 +1,414 @@
+"""Every SQL statement of LangGraph threads: a checkpoint is one statement with its run's event.
+
+Like runs/engine/store.py, each write is one statement through Django's connection (the caller's
+transaction, the tenant row-level security sees), and every statement also names the tenant, so a
+connection left bound to another tenant finds nothing instead of another tenant's thread. No
+LangGraph import here: the saver (runs/langgraph/saver.py) serializes, this module stores bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from django.conf import settings
+from django.db import connection
+
+from core.tenancy import tenant_bind, tenant_is_bound
+from runs.engine import store as engine_store
+
+WORKFLOW = "langgraph"
+# The suspend reason of a thread's run: LangGraph drives it from the graph's process; Keeper's
+# workers never step it (the sweep and leases only take running runs or resume requests).
+THREAD_REASON = "langgraph_thread"
+CHECKPOINT_EVENT = "langgraph_checkpoint"
+
+
+def thread_key(thread_id: str) -> str:
+    """The run's idempotency key: one run per tenant and thread."""
+    return f"langgraph:{thread_id}"
+
+
+def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The statement as params["tenant"]. Outside a transaction it goes in one round trip with the
+    tenant set for its own transaction only (BEGIN, set_config local, the statement, COMMIT, pipelined),
+    so LangGraph's threads never leave a tenant on a connection and pay no extra round trips for it.
+    Inside the caller's transaction, or a block that bound this tenant, it joins them."""
+    tenant_id = params["tenant"]
+    connection.ensure_connection()
+    if connection.in_atomic_block or tenant_is_bound(tenant_id):
+        with tenant_bind(tenant_id):
+            return engine_store._rows(sql, params)
+    raw = connection.connection
+    prepare = settings.KEEPER_PREPARED_STATEMENTS
+    if raw.prepare_threshold is None and prepare:
+        raw.prepare_threshold = 2**31  # as runs.engine.store: only these statements are prepared
+    with connection.wrap_database_errors:
+        with raw.pipeline():
+            # Both before one Sync: one implicit transaction, so the local setting ends with it.
+            psycopg.Cursor(raw).execute(_SET_TENANT, [str(tenant_id)], prepare=prepare)
+            cursor = psycopg.Cursor(raw).execute(sql, params, prepare=prepare)
+        return cursor.fetchall() if cursor.description else []
+
+
+_SET_TENANT = "SELECT set_config('app.tenant_id', %s, true)"
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+# --- threads ----------------------------------------------------------------------------------
+
+_THREAD_RUN = """
+SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key = %(key)s
+"""
+
+
+def thread_run(*, tenant_id: UUID, thread_id: str) -> UUID | None:
+    rows = _rows(_THREAD_RUN, {"tenant": tenant_id, "key": thread_key(thread_id)})
+    return rows[0][0] if rows else None
+
+
+def run_subject(*, tenant_id: UUID, run_id: UUID) -> str:
+    rows = _rows(
+        "SELECT subject FROM agent_runs WHERE run_id = %(run)s AND tenant_id = %(tenant)s",
+        {"run": run_id, "tenant": tenant_id},
+    )
+    return rows[0][0] if rows else ""
+
+
+# --- put ----------------------------------------------------------------------------------------
+
+# One statement: the run takes the next revision (its state = the latest root checkpoint), the new
+# channel values are stored once per version, the checkpoint row is written, and the event that
+# records it (id + metadata) is appended. No run row back (deleted, cancelled, erased): nothing.
+_PUT = """
+WITH u AS (
+  UPDATE agent_runs
+     SET state_revision = state_revision + 1,
+         -- At most once a second: an unchanged updated_at (an indexed column) keeps the update HOT.
+         updated_at = CASE WHEN updated_at < statement_timestamp() - interval '1 second'
+                           THEN statement_timestamp() ELSE updated_at END,
+         state = CASE WHEN %(root)s THEN %(state)s::jsonb ELSE state END,
+         state_digest = CASE WHEN %(root)s THEN %(digest)s ELSE state_digest END
+   WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
+     AND suspend_reason = 'langgraph_thread' AND NOT imported
+  RETURNING run_id, tenant_id, state_revision, state_digest, next_step),
+b AS (
+  INSERT INTO langgraph_blobs (tenant_id, run_id, thread_id, checkpoint_ns, channel, version, type, blob)
+  SELECT u.tenant_id, u.run_id, %(thread)s, %(ns)s, x.channel, x.version, x.type, x.blob
+    FROM u, unnest(%(channels)s::text[], %(versions)s::text[], %(types)s::text[], %(blobs)s::bytea[])
+         AS x(channel, version, type, blob)
+  ON CONFLICT (tenant_id, thread_id, checkpoint_ns, channel, version) DO NOTHING),
+c AS (
+  INSERT INTO langgraph_checkpoints (tenant_id, run_id, thread_id, checkpoint_ns, checkpoint_id,
+                                     parent_checkpoint_id, checkpoint, metadata, seq)
+  SELECT u.tenant_id, u.run_id, %(thread)s, %(ns)s, %(checkpoint_id)s, %(parent)s, %(checkpoint)s::jsonb,
+         %(metadata)s::jsonb, u.state_revision FROM u
+  ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id)
+  DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, seq = EXCLUDED.seq,
+                parent_checkpoint_id = EXCLUDED.parent_checkpoint_id)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
+                          state_revision, state_digest, state, next_step, created_at)
+SELECT u.run_id, u.tenant_id, u.state_revision, 'langgraph_checkpoint', NULL, NULL, %(payload)s::jsonb,
+       %(actor)s, u.state_revision, u.state_digest, CASE WHEN %(root)s THEN %(state)s::jsonb END,
+       u.next_step, statement_timestamp()
+  FROM u
+RETURNING seq
+"""
+
+
+@dataclass(frozen=True)
+class Blobs:
+    channels: list[str]
+    versions: list[str]
+    types: list[str]
+    blobs: list[bytes | None]
+
+
+def checkpoint_put(
+    *,
+    tenant_id: UUID,
+    run_id: UUID,
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    parent_checkpoint_id: str | None,
+    checkpoint_json: str,
+    metadata_json: str,
+    blobs: Blobs,
+    state_json: str,
+    state_digest: str,
+    payload_json: str,
+    actor: str,
+) -> int | None:
+    """The event's seq; None if the run no longer takes checkpoints (deleted, cancelled, erased)."""
+    rows = _rows(
+        _PUT,
+        {
+            "tenant": tenant_id,
+            "run": run_id,
+            "thread": thread_id,
+            "ns": checkpoint_ns,
+            "root": checkpoint_ns == "",
+            "checkpoint_id": checkpoint_id,
+            "parent": parent_checkpoint_id,
+            "checkpoint": checkpoint_json,
+            "metadata": metadata_json,
+            "channels": blobs.channels,
+            "versions": blobs.versions,
+            "types": blobs.types,
+            "blobs": blobs.blobs,
+            "state": state_json,
+            "digest": state_digest,
+            "payload": payload_json,
+            "actor": actor,
+        },
+    )
+    return rows[0][0] if rows else None
+
+
+# --- writes -------------------------------------------------------------------------------------
+
+_WRITES = """
+INSERT INTO langgraph_writes (tenant_id, run_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
+                              idx, channel, type, blob)
+SELECT %(tenant)s, %(run)s, %(thread)s, %(ns)s, %(checkpoint_id)s, %(task)s, %(path)s, x.idx, x.channel, x.type, x.blob
+  FROM unnest(%(idx)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[]) AS x(idx, channel, type, blob)
+ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO {conflict}
+"""
+_WRITES_KEEP = _WRITES.format(conflict="NOTHING")
+_WRITES_REPLACE = _WRITES.format(
+    conflict="UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob"
+)
+
+
+def writes_put(
+    *,
+    tenant_id: UUID,
+    run_id: UUID,
+    thread_id: str,
+    checkpoint_ns: str,
+    checkpoint_id: str,
+    task_id: str,
+    task_path: str,
+    idx: Sequence[int],
+    channels: Sequence[str],
+    types: Sequence[str],
+    blobs: Sequence[bytes | None],
+    replace: bool,
+) -> None:
+    """A task's writes, kept until the next checkpoint; written again they change nothing, except
+    special writes (error, interrupt, resume...), which replace the earlier ones."""
+    _rows(
+        _WRITES_REPLACE if replace else _WRITES_KEEP,
+        {
+            "tenant": tenant_id,
+            "run": run_id,
+            "thread": thread_id,
+            "ns": checkpoint_ns,
+            "checkpoint_id": checkpoint_id,
+            "task": task_id,
+            "path": task_path,
+            "idx": list(idx),
+            "channels": list(channels),
+            "types": list(types),
+            "blobs": list(blobs),
+        },
+    )
+
+
+# --- reads --------------------------------------------------------------------------------------
+
+_SELECT = """
+SELECT c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.checkpoint, c.metadata,
+       v.channels, v.types, v.blobs, w.tasks, w.channels, w.types, w.blobs
+  FROM langgraph_checkpoints c
+  LEFT JOIN LATERAL (
+    SELECT array_agg(b.channel) AS channels, array_agg(b.type) AS types, array_agg(b.blob) AS blobs
+      FROM jsonb_each_text(c.checkpoint -> 'channel_versions') cv
+      JOIN langgraph_blobs b
+        ON b.tenant_id = c.tenant_id AND b.thread_id = c.thread_id AND b.checkpoint_ns = c.checkpoint_ns
+       AND b.channel = cv.key AND b.version = cv.value) v ON TRUE
+  LEFT JOIN LATERAL (
+    SELECT array_agg(w.task_id ORDER BY w.task_path, w.task_id, w.idx) AS tasks,
+           array_agg(w.channel ORDER BY w.task_path, w.task_id, w.idx) AS channels,
+           array_agg(w.type ORDER BY w.task_path, w.task_id, w.idx) AS types,
+           array_agg(w.blob ORDER BY w.task_path, w.task_id, w.idx) AS blobs
+      FROM langgraph_writes w
+     WHERE w.tenant_id = c.tenant_id AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+       AND w.checkpoint_id = c.checkpoint_id) w ON TRUE
+ WHERE c.tenant_id = %(tenant)s {where}
+ ORDER BY c.checkpoint_id DESC
+ {limit}
+"""
+
+
+@dataclass(frozen=True)
+class StoredCheckpoint:
+    thread_id: str
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None
+    checkpoint: dict[str, Any]
+    metadata: dict[str, Any]
+    values: list[tuple[str, str, bytes | None]]  # channel, type, blob
+    writes: list[tuple[str, str, str, bytes | None]]  # task id, channel, type, blob
+
+
+def _stored(row: tuple[Any, ...]) -> StoredCheckpoint:
+    channels, types, blobs = row[6] or [], row[7] or [], row[8] or []
+    tasks, wchannels, wtypes, wblobs = row[9] or [], row[10] or [], row[11] or [], row[12] or []
+    return StoredCheckpoint(
+        thread_id=row[0],
+        checkpoint_ns=row[1],
+        checkpoint_id=row[2],
+        parent_checkpoint_id=row[3],
+        checkpoint=_json(row[4]),
+        metadata=_json(row[5]),
+        values=[
+            (c, t, None if b is None else bytes(b)) for c, t, b in zip(channels, types, blobs, strict=True)
+        ],
+        writes=[
+            (k, c, t, None if b is None else bytes(b))
+            for k, c, t, b in zip(tasks, wchannels, wtypes, wblobs, strict=True)
+        ],
+    )
+
+
+def checkpoints_select(
+    *,
+    tenant_id: UUID,
+    thread_id: str | None,
+    checkpoint_ns: str | None,
+    checkpoint_id: str | None = None,
+    before_id: str | None = None,
+    metadata_filter_json: str | None = None,
+    limit: int | None = None,
+) -> list[StoredCheckpoint]:
+    """Newest first (checkpoint ids grow with time), with their channel values and pending writes."""
+    where: list[str] = []
+    params: dict[str, object] = {"tenant": tenant_id}
+    for column, value in (
+        ("thread_id", thread_id),
+        ("checkpoint_ns", checkpoint_ns),
+        ("checkpoint_id", checkpoint_id),
+    ):
+        if value is not None:
+            where.append(f"AND c.{column} = %({column})s")
+            params[column] = value
+    if before_id is not None:
+        where.append("AND c.checkpoint_id < %(before)s")
+        params["before"] = before_id
+    if metadata_filter_json is not None:
+        where.append("AND c.metadata @> %(filter)s::jsonb")
+        params["filter"] = metadata_filter_json
+    sql = _SELECT.format(where=" ".join(where), limit="LIMIT %(limit)s" if limit is not None else "")
+    if limit is not None:
+        params["limit"] = limit
+    return [_stored(row) for row in _rows(sql, params)]
+
+
+# --- delete, copy, prune --------------------------------------------------------------------------
+
+_DELETE_THREAD = """
+WITH r AS (SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key = %(key)s
+                                           AND workflow_name = 'langgraph'),
+w AS (DELETE FROM langgraph_writes WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s),
+b AS (DELETE FROM langgraph_blobs WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s),
+c AS (DELETE FROM langgraph_checkpoints WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s),
+e AS (DELETE FROM agent_events WHERE tenant_id = %(tenant)s AND run_id IN (SELECT run_id FROM r))
+DELETE FROM agent_runs WHERE tenant_id = %(tenant)s AND run_id IN (SELECT run_id FROM r) RETURNING run_id
+"""
+
+
+def thread_delete(*, tenant_id: UUID, thread_id: str) -> bool:
+    """The thread and its run, events included (LangGraph's delete_thread: nothing of it is kept)."""
+    return bool(
+        _rows(_DELETE_THREAD, {"tenant": tenant_id, "thread": thread_id, "key": thread_key(thread_id)})
+    )
+
+
+# Checkpoints (and the writes on them) whose metadata names one of these LangGraph run ids. The
+# events that recorded them stay in the Keeper run's log: they hold ids and metadata, no values.
+_DELETE_FOR_RUNS = """
+WITH c AS (DELETE FROM langgraph_checkpoints WHERE tenant_id = %(tenant)s AND metadata ->> 'run_id' = ANY(%(runs)s)
+           RETURNING thread_id, checkpoint_ns, checkpoint_id)
+DELETE FROM langgraph_writes w USING c
+ WHERE w.tenant_id = %(tenant)s AND w.thread_id = c.thread_id AND w.checkpoint_ns = c.checkpoint_ns
+   AND w.checkpoint_id = c.checkpoint_id
+"""
+
+
+def runs_delete(*, tenant_id: UUID, run_ids: Sequence[str]) -> None:
+    _rows(_DELETE_FOR_RUNS, {"tenant": tenant_id, "runs": list(run_ids)})
+
+
+_COPY = """
+WITH c AS (
+  INSERT INTO langgraph_checkpoints (tenant_id, run_id, thread_id, checkpoint_ns, checkpoint_id,
+                                     parent_checkpoint_id, checkpoint, metadata, seq)
+  SELECT tenant_id, %(target_run)s, %(target)s, checkpoint_ns, checkpoint_id, parent_checkpoint_id, checkpoint,
+         metadata, %(seq)s
+    FROM langgraph_checkpoints WHERE tenant_id = %(tenant)s AND thread_id = %(source)s
+  ON CONFLICT DO NOTHING),
+b AS (
+  INSERT INTO langgraph_blobs (tenant_id, run_id, thread_id, checkpoint_ns, channel, version, type, blob)
+  SELECT tenant_id, %(target_run)s, %(target)s, checkpoint_ns, channel, version, type, blob
+    FROM langgraph_blobs WHERE tenant_id = %(tenant)s AND thread_id = %(source)s
+  ON CONFLICT DO NOTHING)
+INSERT INTO langgraph_writes (tenant_id, run_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
+                              idx, channel, type, blob)
+SELECT tenant_id, %(target_run)s, %(target)s, checkpoint_ns, checkpoint_id, task_id, task_path, idx, channel,
+       type, blob
+  FROM langgraph_writes WHERE tenant_id = %(tenant)s AND thread_id = %(source)s
+ON CONFLICT DO NOTHING
+"""
+
+
+def thread_copy(*, tenant_id: UUID, source: str, target: str, target_run_id: UUID, seq: int) -> None:
+    _rows(
+        _COPY,
+        {"tenant": tenant_id, "source": source, "target": target, "target_run": target_run_id, "seq": seq},
+    )
+
+
+_PRUNE_KEEP_LATEST = """
+WITH latest AS (
+  SELECT DISTINCT ON (thread_id, checkpoint_ns) thread_id, checkpoint_ns, checkpoint_id
+    FROM langgraph_checkpoints WHERE tenant_id = %(tenant)s AND thread_id = ANY(%(threads)s)
+   ORDER BY thread_id, checkpoint_ns, checkpoint_id DESC),
+c AS (
+  DELETE FROM langgraph_checkpoints c WHERE c.tenant_id = %(tenant)s AND c.thread_id = ANY(%(threads)s)
+     AND (c.thread_id, c.checkpoint_ns, c.checkpoint_id) NOT IN (SELECT * FROM latest)),
+w AS (
+  DELETE FROM langgraph_writes w WHERE w.tenant_id = %(tenant)s AND w.thread_id = ANY(%(threads)s)
+     AND (w.thread_id, w.checkpoint_ns, w.checkpoint_id) NOT IN (SELECT * FROM latest))
+DELETE FROM langgraph_blobs b WHERE b.tenant_id = %(tenant)s AND b.thread_id = ANY(%(threads)s)
+   AND NOT EXISTS (
+     SELECT 1 FROM langgraph_checkpoints c JOIN latest l USING (thread_id, checkpoint_ns, checkpoint_id)
+      WHERE c.tenant_id = %(tenant)s AND c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns
+        AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)
+"""
+
+
+def threads_prune_keep_latest(*, tenant_id: UUID, thread_ids: Sequence[str]) -> None:
+    """Only the newest checkpoint of each namespace, its writes and the channel values it uses stay."""
+    _rows(_PRUNE_KEEP_LATEST, {"tenant": tenant_id, "threads": list(thread_ids)})
+
+
+_PRUNE_ALL = """
+WITH w AS (DELETE FROM langgraph_writes WHERE tenant_id = %(tenant)s AND thread_id = ANY(%(threads)s)),
+b AS (DELETE FROM langgraph_blobs WHERE tenant_id = %(tenant)s AND thread_id = ANY(%(threads)s))
+DELETE FROM langgraph_checkpoints WHERE tenant_id = %(tenant)s AND thread_id = ANY(%(threads)s)
+"""
+
+
+def threads_prune_all(*, tenant_id: UUID, thread_ids: Sequence[str]) -> None:
+    """Every checkpoint, value and write of these threads; their runs and events stay (the record)."""
+    _rows(_PRUNE_ALL, {"tenant": tenant_id, "threads": list(thread_ids)})

@@ -1,0 +1,166 @@
+"""A LangGraph thread on KeeperSaver is a Keeper run: its checkpoints are events, another tenant cannot
+read it (row-level security), and erasing the thread's subject leaves no trace of it."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from core.erasure import registered_columns
+from core.tenancy import tenant_bind, tenant_scope
+from memory.erasure import erasure_execute, erasure_request_create
+from runs.engine.models import AgentEvent, AgentRun
+from runs.langgraph.saver import KeeperSaver, ThreadClosed
+from runs.langgraph.store import CHECKPOINT_EVENT, THREAD_REASON
+from tests.runs.langgraph.graphs import support_graph
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SUBJECT = "cust-5e1b07"
+NOTE = "Ada Quince of 17 Quince Lane wants her money back"
+
+
+def _run(tenant, thread: str = "t-1", subject: str = SUBJECT) -> dict:  # type: ignore[no-untyped-def]
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    config = {"configurable": {"thread_id": thread, "subject_id": subject}}
+    try:
+        return support_graph(saver).invoke({"note": NOTE, "log": []}, config)
+    finally:
+        saver.close()
+
+
+def test_a_thread_is_a_run_whose_checkpoints_are_events(tenant) -> None:  # type: ignore[no-untyped-def]
+    result = _run(tenant)
+    assert result["log"][-1] == "answer: 3 notes"
+
+    run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-1")
+    assert (run.workflow_name, run.status, run.suspend_reason, run.subject) == (
+        "langgraph",
+        "suspended",
+        THREAD_REASON,
+        SUBJECT,
+    )
+    events = list(AgentEvent.objects.filter(run=run).order_by("seq"))
+    checkpoints = [e for e in events if e.event_type == CHECKPOINT_EVENT]
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))  # one log, no gaps
+    assert len(checkpoints) == 5  # input, intake, lookup+policy, answer... as LangGraph made them
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    latest = saver.get_tuple({"configurable": {"thread_id": "t-1"}})
+    listed = [
+        t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "t-1"}})
+    ]
+    assert [e.payload["checkpoint_id"] for e in reversed(checkpoints)] == listed
+    assert checkpoints[-1].payload["metadata"]["step"] == latest.metadata["step"]
+    # The run's state is the latest checkpoint, and its digest is the last event's.
+    assert run.state["langgraph"]["checkpoint_id"] == latest.config["configurable"]["checkpoint_id"]
+    assert run.state_revision == events[-1].seq and run.state_digest == events[-1].state_digest
+
+
+def test_another_tenant_cannot_read_the_thread(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+    _run(tenant)
+    theirs = KeeperSaver(tenant_id=other_tenant.tenant_id)
+    config = {"configurable": {"thread_id": "t-1"}}
+    assert theirs.get_tuple(config) is None
+    assert list(theirs.list(config)) == [] and list(theirs.list(None)) == []
+    # Row-level security itself, not only the saver's own filter: raw SQL as the other tenant.
+    with tenant_scope(other_tenant.tenant_id), connection.cursor() as cursor:
+        for table in ("langgraph_checkpoints", "langgraph_blobs", "langgraph_writes", "agent_runs"):
+            cursor.execute(f"SELECT count(*) FROM {table}")  # noqa: S608
+            assert cursor.fetchone()[0] == 0, table
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM langgraph_checkpoints")
+        assert cursor.fetchone()[0] == 5
+    # The same thread id in the other tenant is another run; it never touches the first.
+    _run(other_tenant, subject="someone-else")
+    with tenant_bind(other_tenant.tenant_id):
+        assert AgentRun.objects.filter(idempotency_key="langgraph:t-1").count() == 1
+    assert AgentRun.objects.get(idempotency_key="langgraph:t-1").tenant_id == tenant.tenant_id
+
+
+def _bytes_left(tenant, text: str) -> int:  # type: ignore[no-untyped-def]
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT (SELECT count(*) FROM langgraph_blobs WHERE position(convert_to(%(t)s, 'UTF8') IN blob) > 0)
+                    + (SELECT count(*) FROM langgraph_writes WHERE position(convert_to(%(t)s, 'UTF8') IN blob) > 0)""",
+            {"t": text},
+        )
+        return int(cursor.fetchone()[0])
+
+
+def _copies(tenant, text: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    found = {}
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        for table, column in sorted(registered_columns()):
+            cursor.execute(f"SELECT count(*) FROM {table} WHERE {column}::text ILIKE %s", [f"%{text}%"])  # noqa: S608
+            if n := cursor.fetchone()[0]:
+                found[f"{table}.{column}"] = n
+    return found
+
+
+def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant) -> None:  # type: ignore[no-untyped-def]
+    _run(tenant, thread="bystander", subject="someone-else")  # another customer, with the same words
+    bystanders = _bytes_left(tenant, "17 Quince Lane")
+    _run(tenant, thread=f"support-{SUBJECT}")  # a thread id built from the subject's id
+    _run(tenant, thread="ticket-42")  # and one that only its configurable subject_id ties to them
+    assert _bytes_left(tenant, "17 Quince Lane") > bystanders > 0
+    assert "langgraph_checkpoints.thread_id" in _copies(tenant, SUBJECT)
+
+    request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+
+    assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
+    places = {p["place"]: p for p in done.receipt["places"]}
+    for name in ("langgraph_checkpoints.metadata", "langgraph_checkpoints.thread_id", "langgraph_blobs.blob"):
+        assert places[name]["before"] > 0 and places[name]["after"] == 0, places[name]
+    assert done.receipt["counts"]["langgraph.langgraph_blobs"] > 0
+    assert _copies(tenant, SUBJECT) == {}
+    # The bystander's thread still holds the same words (it is another person's); the subject's none.
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        cursor.execute("SELECT DISTINCT thread_id FROM langgraph_blobs")
+        assert [r[0] for r in cursor.fetchall()] == ["bystander"]
+    assert _bytes_left(tenant, "17 Quince Lane") == bystanders
+    # An erased thread takes no more checkpoints (its run is suspended subject_erased).
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    try:
+        with pytest.raises(ThreadClosed):
+            support_graph(saver).invoke(
+                {"note": "again", "log": []}, {"configurable": {"thread_id": "ticket-42"}}
+            )
+    finally:
+        saver.close()
+
+
+def test_a_put_from_langgraphs_own_thread_leaves_no_tenant_on_its_connection(tenant) -> None:  # type: ignore[no-untyped-def]
+    """LangGraph writes checkpoints from its own threads; each statement sets the tenant for its own
+    transaction only, so the thread's connection is left with none (it sees nothing afterwards)."""
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    seen: dict[str, object] = {}
+
+    def in_thread() -> None:
+        saver.put(
+            {"configurable": {"thread_id": "t-bg", "checkpoint_ns": ""}},
+            {
+                "v": 1,
+                "id": "1f0-a",
+                "ts": "2026-11-30T00:00:00+00:00",
+                "channel_values": {"n": 1},
+                "channel_versions": {"n": "1"},
+                "versions_seen": {},
+                "updated_channels": None,
+            },
+            {"source": "input", "step": -1, "parents": {}},
+            {"n": "1"},
+        )
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('app.tenant_id', true), (SELECT count(*) FROM agent_runs)")
+            seen["setting"], seen["runs"] = cursor.fetchone()
+        seen["tuple"] = saver.get_tuple({"configurable": {"thread_id": "t-bg"}})
+
+    worker = threading.Thread(target=in_thread)
+    worker.start()
+    worker.join()
+    saver.close()
+    assert seen["setting"] in ("", None) and seen["runs"] == 0
+    assert seen["tuple"].checkpoint["channel_values"] == {"n": 1}
