@@ -144,7 +144,11 @@ class AgentEvent(models.Model):
     """An immutable fact about a run. (run_id, seq) is its identity; seq equals the revision it made."""
 
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey(AgentRun, on_delete=models.CASCADE, db_column="run_id", related_name="events")
+    # No index of its own: the unique (run, seq) index starts with run_id and serves every look-up by
+    # run; a second index would only cost each commit another write.
+    run = models.ForeignKey(
+        AgentRun, on_delete=models.CASCADE, db_column="run_id", related_name="events", db_index=False
+    )
     # The run's tenant, copied by the statement that writes the event: row-level security compares it.
     tenant_id = models.UUIDField()
     seq = models.BigIntegerField()
