@@ -37,12 +37,12 @@ def key_client(plaintext: str) -> APIClient:
 
 
 @pytest.fixture
-def write_key(tenant):  # type: ignore[no-untyped-def]
+def write_key(tenant):
     return api_key_create(tenant=tenant, name="ci", scope="write").plaintext
 
 
 @pytest.fixture
-def read_key(tenant):  # type: ignore[no-untyped-def]
+def read_key(tenant):
     return api_key_create(tenant=tenant, name="dashboard", scope="read").plaintext
 
 

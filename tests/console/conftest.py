@@ -30,7 +30,7 @@ def make_user(username: str, *roles: str, tenants: tuple[Any, ...] = ()) -> Any:
 
 
 @pytest.fixture
-def role_users(tenant) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def role_users(tenant) -> dict[str, Any]:
     """One user per role, each a member of acme only; plus "nobody" (a member with no role)."""
     users = {role: make_user(role, role, tenants=(tenant,)) for role in ROLES}
     users["nobody"] = make_user("nobody", tenants=(tenant,))
@@ -38,7 +38,7 @@ def role_users(tenant) -> dict[str, Any]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def as_role(client, role_users) -> Callable[[str], Any]:  # type: ignore[no-untyped-def]
+def as_role(client, role_users) -> Callable[[str], Any]:
     def sign_in(role: str) -> Any:
         client.force_login(role_users[role])
         return client
@@ -79,7 +79,7 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def page_as(browser, live_server, role_users, request) -> Iterator[Callable[[str], Any]]:  # type: ignore[no-untyped-def]
+def page_as(browser, live_server, role_users, request) -> Iterator[Callable[[str], Any]]:
     """page_as("support") -> a Playwright page signed in through the real sign-in form."""
     contexts = []
 

@@ -32,13 +32,13 @@ pytestmark = pytest.mark.django_db
 HOSTILE = "<script>alert(1)</script>"
 
 
-def start(tenant, n=3, key=None):  # type: ignore[no-untyped-def]
+def start(tenant, n=3, key=None):
     return run_start(
         tenant=tenant, workflow_name="demo.countdown", input={"n": n}, actor="test", idempotency_key=key
     ).run
 
 
-def finish(run):  # type: ignore[no-untyped-def]
+def finish(run):
     for _ in range(30):
         if run_advance(run_id=run.run_id, worker_id="w-test").status != "running":
             break
@@ -47,12 +47,12 @@ def finish(run):  # type: ignore[no-untyped-def]
     return run
 
 
-def suspended(tenant):  # type: ignore[no-untyped-def]
+def suspended(tenant):
     run = start(tenant)
     return run_suspend(run_id=run.run_id, actor="test", reason="needs_look", detail="look at it")
 
 
-def add_event(run, event_type, payload, *, state=None, actor="test"):  # type: ignore[no-untyped-def]
+def add_event(run, event_type, payload, *, state=None, actor="test"):
     """An event written straight to the tables (to plant hostile content the services would refuse)."""
     run.refresh_from_db()
     seq, digest = run.state_revision + 1, json_digest(state) if state is not None else run.state_digest
@@ -78,7 +78,7 @@ def add_event(run, event_type, payload, *, state=None, actor="test"):  # type: i
     return seq
 
 
-def detail(run, name="run_detail"):  # type: ignore[no-untyped-def]
+def detail(run, name="run_detail"):
     return reverse(f"console:{name}", args=[run.run_id])
 
 
@@ -327,7 +327,7 @@ def test_a_summary_check_passes_and_a_tampered_one_fails(as_role, tenant):
 # --- actions --------------------------------------------------------------------------------------
 
 
-def audit_for(run):  # type: ignore[no-untyped-def]
+def audit_for(run):
     return list(AuditEntry.objects.filter(target_type="run", target_id=str(run.run_id)))
 
 
@@ -482,7 +482,7 @@ def test_queue_health_without_workers_says_so_and_shows_runs_and_leases(as_role,
 
 
 def test_queue_health_survives_an_unreachable_broker(as_role, tenant, monkeypatch):
-    def unreachable(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def unreachable(*args, **kwargs):
         raise ConnectionError("redis is away")
 
     from workers.celery import app
@@ -496,8 +496,8 @@ def test_queue_health_survives_an_unreachable_broker(as_role, tenant, monkeypatc
 # --- hostile content ------------------------------------------------------------------------------
 
 
-def deep(levels, leaf=HOSTILE):  # type: ignore[no-untyped-def]
-    value: dict = {"leaf": leaf}  # type: ignore[type-arg]
+def deep(levels, leaf=HOSTILE):
+    value: dict = {"leaf": leaf}
     for _ in range(levels):
         value = {"d": value}
     return value

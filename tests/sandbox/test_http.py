@@ -175,7 +175,7 @@ def test_wsgi_input_leads_to_the_client_socket(live_server, seeded, monkeypatch)
     """The chain drop_after_apply relies on, checked on the live server's own request."""
     seen: list[tuple[str, object]] = []
 
-    def spy(request):  # type: ignore[no-untyped-def]
+    def spy(request):
         sock = transport.client_socket(request)
         seen.append((type(request.META["wsgi.input"]).__name__, sock))
         return sock

@@ -16,7 +16,7 @@ from runs.engine.models import AgentEvent, AgentRun, Summary, ToolOperation
 pytestmark = pytest.mark.django_db
 
 
-def _conversation(tenant, texts: list[str]) -> AgentRun:  # type: ignore[no-untyped-def]
+def _conversation(tenant, texts: list[str]) -> AgentRun:
     return conversation_run_bulk(tenant_slug=tenant.slug, texts=texts)
 
 

@@ -106,7 +106,7 @@ def test_stuck_runs_refuses_bad_arguments_with_exit_code_2(tenant, args):
 
 
 @pytest.fixture
-def sent(monkeypatch) -> list[uuid.UUID]:  # type: ignore[no-untyped-def]
+def sent(monkeypatch) -> list[uuid.UUID]:
     calls: list[uuid.UUID] = []
 
     def fake_enqueue(*, run_id: uuid.UUID, countdown: float | None = None) -> bool:
