@@ -109,10 +109,7 @@ def test_a_key_gets_404_for_every_url_of_another_tenant(tenant, other_tenant, wr
     before = _snapshot_of_their_state(theirs, other_tenant)
     client = key_client(write_key)
     calls = _walk(theirs)
-    assert len(calls) == sum(
-        sum(hasattr(p.callback.view_class, m) for m in METHODS)
-        for p in API_PATTERNS
-    )
+    assert len(calls) == sum(sum(hasattr(p.callback.view_class, m) for m in METHODS) for p in API_PATTERNS)
     answered = []
     for view, method, url, has_object in calls:
         # Their object in our tenant, their object naming their tenant, and (collections) their tenant.
