@@ -60,6 +60,7 @@ def _unknown_operation(tenant, note: str = "connection dropped", suspend: bool =
     with tenant_bind(tenant.tenant_id):  # row-level security: maybe not the test's own tenant
         run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
         grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+        assert grant is not None
         ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
         operation_prepare_once(
             **ids,

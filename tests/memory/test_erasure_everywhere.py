@@ -173,11 +173,16 @@ def _copies(text: str, tenant) -> dict[str, int]:
     return found
 
 
+def _decoded(value: bytes | str) -> str:
+    assert isinstance(value, bytes)  # the client does not decode responses
+    return value.decode()
+
+
 def _redis_copies(text: str) -> int:
     client = redis_client()
     hits = 0
     for key in client.scan_iter(match="session:*"):
-        blob = key.decode() + " ".join(v.decode() for v in client.lrange(key, 0, -1))
+        blob = _decoded(key) + " ".join(_decoded(v) for v in client.lrange(key, 0, -1))
         hits += text.lower() in blob.lower()
     return hits
 
