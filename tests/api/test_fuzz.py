@@ -86,7 +86,7 @@ CHECKS = [
 ]
 
 
-def test_the_api_survives_fuzzing(api_schema):
+def test_the_api_survives_fuzzing(api_schema) -> None:
     # The pytest plugin of schemathesis 4.32 does not run on pytest 9 (it sets `node._nodeid`):
     # drive every operation through its Hypothesis strategy instead, valid and invalid data both.
     failures: dict[str, str] = {}
@@ -126,7 +126,7 @@ def not_a_success(ctx: Any, response: Any, case: Any) -> bool | None:
 
 
 @pytest.mark.parametrize("whose", ["ours", "theirs"])
-def test_fuzzing_the_seeded_objects(api_schema, whose):
+def test_fuzzing_the_seeded_objects(api_schema, whose) -> None:
     """The same with the path parameters of real objects: our own (the code paths past the lookup)
     and tenant B's (every answer a 4xx, never a 2xx, never their data)."""
     checks = [*CHECKS, not_a_success] if whose == "theirs" else CHECKS

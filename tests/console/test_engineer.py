@@ -5,7 +5,9 @@ and hostile content rendered escaped."""
 from __future__ import annotations
 
 import re
-from uuid import uuid4
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid4
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -131,7 +133,7 @@ def test_search_finds_a_run_by_exact_id_or_idempotency_key(as_role, tenant):
 @pytest.mark.parametrize("tenants", [1, 2])
 def test_keyset_pages_walk_every_run_once_newest_first_without_counting(
     client, tenant, other_tenant, tenants
-):
+) -> None:
     mine = (tenant, other_tenant)[:tenants]
     created = {start(mine[i % tenants]).run_id for i in range(30)}
     hidden = start(tenant_ensure(slug="initech"))
@@ -150,7 +152,7 @@ def test_keyset_pages_walk_every_run_once_newest_first_without_counting(
         url = older.group(1).replace("&amp;", "&")
         assert "before_at=" in url and "before_id=" in url and "limit=7" in url
     assert len(seen) == 30 and set(seen) == {str(r) for r in created} and str(hidden.run_id) not in seen
-    stamps = []
+    stamps: list[tuple[UUID, datetime]] = []
     for each in mine:  # row-level security: one tenant at a time
         with tenant_bind(each.tenant_id):
             stamps += AgentRun.objects.filter(run_id__in=seen).values_list("run_id", "updated_at")
@@ -496,8 +498,8 @@ def test_queue_health_survives_an_unreachable_broker(as_role, tenant, monkeypatc
 # --- hostile content ------------------------------------------------------------------------------
 
 
-def deep(levels, leaf=HOSTILE):
-    value: dict = {"leaf": leaf}
+def deep(levels: int, leaf: str = HOSTILE) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": leaf}
     for _ in range(levels):
         value = {"d": value}
     return value

@@ -58,7 +58,7 @@ def test_an_engineer_opens_a_timeline_and_a_revision_diff(page_as, tenant):
     screenshot(page, "engineer-bulk-dry-run")
 
 
-def test_hostile_content_stays_text_and_the_page_stays_usable(page_as, tenant):
+def test_hostile_content_stays_text_and_the_page_stays_usable(page_as, tenant) -> None:
     run = start(tenant)
     add_event(
         run,

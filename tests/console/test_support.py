@@ -365,7 +365,7 @@ def test_looking_up_again_records_what_the_unavailable_lookup_said(support, tena
     assert ToolOperation.objects.get(pk=op.pk).status == "unknown"  # a lookup settles nothing by itself
 
 
-def test_an_authoritative_applied_lookup_prefills_the_reference(support, tenant, monkeypatch):
+def test_an_authoritative_applied_lookup_prefills_the_reference(support, tenant, monkeypatch) -> None:
     op = _unknown_operation(tenant)
     asked: list[str] = []
 

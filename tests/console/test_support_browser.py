@@ -122,7 +122,7 @@ def _deep(levels: int) -> Any:
     return value
 
 
-def test_hostile_content_renders_escaped_and_the_page_stays_usable(page_as, tenant):
+def test_hostile_content_renders_escaped_and_the_page_stays_usable(page_as, tenant) -> None:
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
     run_suspend(run_id=run.run_id, actor="test", reason="approval_required", detail=HOSTILE + "x" * 3000)
     request = {

@@ -213,7 +213,7 @@ def test_concurrent_turns_across_two_workers_never_interleave(tenant, processes)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_appends_and_transitions_leave_no_gap_in_the_log(tenant):
+def test_concurrent_appends_and_transitions_leave_no_gap_in_the_log(tenant) -> None:
     """Regression: an event that copies the state digest must not read the previous event row,
     which a concurrent statement may have written after this one's snapshot."""
     from runs.engine.runs import run_suspend

@@ -134,7 +134,7 @@ def test_stale_lease_holder_cannot_commit_even_before_the_new_owner_does(tenant)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_threads_racing_on_one_revision_exactly_one_commits(tenant):
+def test_threads_racing_on_one_revision_exactly_one_commits(tenant) -> None:
     run = _start(tenant)
     grant = store.lease_acquire(run_id=run.run_id, owner="shared", ttl=30)
     barrier = threading.Barrier(8)
