@@ -13,7 +13,7 @@ from tests.processes import ProcessGroup, flush_redis
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_test_environment, django_db_blocker):  # type: ignore[no-untyped-def]
+def django_db_setup(django_test_environment, django_db_blocker):
     """The test database is created and migrated by the owner role; the tests, like the app, then
     use the application role on it (so row-level security binds them as it binds production)."""
     from django.db import connections
@@ -30,7 +30,7 @@ def django_db_setup(django_test_environment, django_db_blocker):  # type: ignore
 
 
 @pytest.fixture
-def tenant(db):  # type: ignore[no-untyped-def]
+def tenant(db):
     """Acme, bound to the test's connection like a worker's task (row-level security shows its
     rows to the test's own queries); code that works for another tenant sets that one itself."""
     acme = tenant_ensure(slug="acme", name="Acme")
@@ -54,12 +54,12 @@ def no_tenant() -> Iterator[None]:
 
 
 @pytest.fixture
-def other_tenant(db):  # type: ignore[no-untyped-def]
+def other_tenant(db):
     return tenant_ensure(slug="globex", name="Globex")
 
 
 @pytest.fixture
-def processes(request, transactional_db, tmp_path: Path) -> Iterator[ProcessGroup]:  # type: ignore[no-untyped-def]
+def processes(request, transactional_db, tmp_path: Path) -> Iterator[ProcessGroup]:
     """Real worker/beat processes on committed data; all killed (SIGKILL, by group) at the end."""
     flush_redis()
     group = ProcessGroup(tmp_path)
@@ -74,7 +74,7 @@ def processes(request, transactional_db, tmp_path: Path) -> Iterator[ProcessGrou
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
-def pytest_runtest_makereport(item, call):  # type: ignore[no-untyped-def]
+def pytest_runtest_makereport(item, call):
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report

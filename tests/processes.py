@@ -70,7 +70,7 @@ class ProcessGroup:
         )
 
 
-def wait_until(predicate, *, timeout: float, interval: float = 0.1, message: str = "condition") -> None:  # type: ignore[no-untyped-def]
+def wait_until(predicate, *, timeout: float, interval: float = 0.1, message: str = "condition") -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():

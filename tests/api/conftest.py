@@ -37,12 +37,12 @@ def key_client(plaintext: str) -> APIClient:
 
 
 @pytest.fixture
-def write_key(tenant):  # type: ignore[no-untyped-def]
+def write_key(tenant):
     return api_key_create(tenant=tenant, name="ci", scope="write").plaintext
 
 
 @pytest.fixture
-def read_key(tenant):  # type: ignore[no-untyped-def]
+def read_key(tenant):
     return api_key_create(tenant=tenant, name="dashboard", scope="read").plaintext
 
 
@@ -67,6 +67,7 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
     ).approval
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
     grant = store.lease_acquire(run_id=run.run_id, owner="w", ttl=30)
+    assert grant is not None
     operation_id = f"refund:{tenant.slug}"
     operation_prepare_once(
         tenant_id=tenant.tenant_id,

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 RUN = "00000000-0000-0000-0000-000000000001"
 
 
-def _assert_error(response, status: int, code: str | None = None) -> None:  # type: ignore[no-untyped-def]
+def _assert_error(response, status: int, code: str | None = None) -> None:
     assert response.status_code == status, response.content
     error = response.json()["error"]
     assert set(error) == {"code", "message", "details"}

@@ -49,8 +49,12 @@ def _urls(route: str, valid: dict[str, Any]) -> list[str]:
         for bad in BAD:
             values = {n: quote(str(valid.get(n, "x")), safe="") for n in names}
             values[name] = quote("x" + bad if bad != "\x00" else bad, safe="")
-            urls.append("/" + PARAMETER.sub(lambda m, v=values: v[m[1]], route))
+            urls.append("/" + _fill(route, values))
     return urls
+
+
+def _fill(route: str, values: dict[str, str]) -> str:
+    return PARAMETER.sub(lambda m: values[m[1]], route)
 
 
 def test_every_route_answers_a_control_character_in_a_path_parameter_with_404_or_400(

@@ -33,7 +33,7 @@ MAX_EXAMPLES = int(os.environ.get("KEEPER_FUZZ_EXAMPLES", "20"))
 
 
 @pytest.fixture
-def api_schema(live_server, monkeypatch):  # type: ignore[no-untyped-def]
+def api_schema(live_server, monkeypatch):
     monkeypatch.setattr(ApiKeyRateThrottle, "THROTTLE_RATES", {"api_key": "100000/min"})
     ours, theirs = tenant_ensure(slug="acme", name="Acme"), tenant_ensure(slug="globex", name="Globex")
     IDS.update(ours=seed_tenant(ours), theirs=seed_tenant(theirs))
@@ -86,7 +86,7 @@ CHECKS = [
 ]
 
 
-def test_the_api_survives_fuzzing(api_schema):  # type: ignore[no-untyped-def]
+def test_the_api_survives_fuzzing(api_schema) -> None:
     # The pytest plugin of schemathesis 4.32 does not run on pytest 9 (it sets `node._nodeid`):
     # drive every operation through its Hypothesis strategy instead, valid and invalid data both.
     failures: dict[str, str] = {}
@@ -105,7 +105,7 @@ def test_the_api_survives_fuzzing(api_schema):  # type: ignore[no-untyped-def]
                     database=None,
                     phases=[Phase.explicit, Phase.generate],
                 )
-                def fuzz(case):  # type: ignore[no-untyped-def]
+                def fuzz(case):
                     case.call_and_validate(session=session, checks=CHECKS)
 
                 try:
@@ -126,7 +126,7 @@ def not_a_success(ctx: Any, response: Any, case: Any) -> bool | None:
 
 
 @pytest.mark.parametrize("whose", ["ours", "theirs"])
-def test_fuzzing_the_seeded_objects(api_schema, whose):  # type: ignore[no-untyped-def]
+def test_fuzzing_the_seeded_objects(api_schema, whose) -> None:
     """The same with the path parameters of real objects: our own (the code paths past the lookup)
     and tenant B's (every answer a 4xx, never a 2xx, never their data)."""
     checks = [*CHECKS, not_a_success] if whose == "theirs" else CHECKS
@@ -147,7 +147,7 @@ def test_fuzzing_the_seeded_objects(api_schema, whose):  # type: ignore[no-untyp
                 database=None,
                 phases=[Phase.explicit, Phase.generate],
             )
-            def fuzz(case):  # type: ignore[no-untyped-def]
+            def fuzz(case):
                 case.call_and_validate(session=session, checks=checks)
 
             try:

@@ -26,7 +26,7 @@ def _get(url: str, key: str) -> int:
         return error.code
 
 
-def test_parallel_clients_get_exactly_the_limit_served(live_server, tenant, monkeypatch):
+def test_parallel_clients_get_exactly_the_limit_served(live_server, tenant, monkeypatch) -> None:
     from tests.processes import flush_redis
 
     flush_redis()

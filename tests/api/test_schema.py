@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 METHODS = ("get", "post", "put", "patch", "delete")
 
 
-def _api_routes(patterns: list, prefix: str = "") -> list[tuple[str, type]]:  # type: ignore[type-arg]
+def _api_routes(patterns: list, prefix: str = "") -> list[tuple[str, type]]:
     """(route, view class) of every DRF view under the URL map, with included prefixes joined."""
     routes = []
     for entry in patterns:

@@ -91,7 +91,7 @@ def _walk(theirs: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
     return calls
 
 
-def _snapshot_of_their_state(theirs: dict[str, Any], tenant) -> tuple[Any, ...]:  # type: ignore[no-untyped-def]
+def _snapshot_of_their_state(theirs: dict[str, Any], tenant) -> tuple[Any, ...]:
     with tenant_scope(tenant.tenant_id):
         return (
             sorted(AgentRun.objects.filter(tenant=tenant).values_list("run_id", "status", "state_revision")),
@@ -109,10 +109,7 @@ def test_a_key_gets_404_for_every_url_of_another_tenant(tenant, other_tenant, wr
     before = _snapshot_of_their_state(theirs, other_tenant)
     client = key_client(write_key)
     calls = _walk(theirs)
-    assert len(calls) == sum(
-        sum(hasattr(p.callback.view_class, m) for m in METHODS)  # type: ignore[attr-defined]
-        for p in API_PATTERNS
-    )
+    assert len(calls) == sum(sum(hasattr(p.callback.view_class, m) for m in METHODS) for p in API_PATTERNS)
     answered = []
     for view, method, url, has_object in calls:
         # Their object in our tenant, their object naming their tenant, and (collections) their tenant.

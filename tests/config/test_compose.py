@@ -20,7 +20,7 @@ APP_SERVICES = ("web", "worker", "beat")
 
 
 @pytest.fixture(scope="module")
-def compose() -> dict:  # type: ignore[type-arg]
+def compose() -> dict:
     binary = shutil.which("docker-compose")
     if binary is None:
         if os.environ.get("CI"):
@@ -39,7 +39,7 @@ def compose() -> dict:  # type: ignore[type-arg]
     return yaml.safe_load(result.stdout)
 
 
-def test_compose_has_every_service_with_its_health_check(compose):  # type: ignore[no-untyped-def]
+def test_compose_has_every_service_with_its_health_check(compose):
     services = compose["services"]
     assert set(services) >= {"postgres", "redis", "migrate", "web", "worker", "beat"}
     assert services["postgres"]["image"] == "pgvector/pgvector:pg17"
@@ -53,7 +53,7 @@ def test_compose_has_every_service_with_its_health_check(compose):  # type: igno
     assert services["migrate"]["command"][-3:-1] == ["manage.py", "migrate"]
 
 
-def test_app_services_wait_for_migrations_and_healthy_stores(compose):  # type: ignore[no-untyped-def]
+def test_app_services_wait_for_migrations_and_healthy_stores(compose):
     services = compose["services"]
     for name in APP_SERVICES:
         depends = services[name]["depends_on"]
@@ -63,7 +63,7 @@ def test_app_services_wait_for_migrations_and_healthy_stores(compose):  # type: 
     assert services["migrate"]["depends_on"]["postgres"]["condition"] == "service_healthy"
 
 
-def test_only_migrate_gets_the_owner_role(compose):  # type: ignore[no-untyped-def]
+def test_only_migrate_gets_the_owner_role(compose):
     services = compose["services"]
     assert services["migrate"]["environment"]["DATABASE_OWNER_URL"].startswith("postgresql://keeper_owner:")
     for name in APP_SERVICES:
@@ -73,7 +73,7 @@ def test_only_migrate_gets_the_owner_role(compose):  # type: ignore[no-untyped-d
         assert env["DJANGO_SETTINGS_MODULE"] == "config.settings.production", name
 
 
-def test_named_volumes_and_the_role_script(compose):  # type: ignore[no-untyped-def]
+def test_named_volumes_and_the_role_script(compose):
     assert set(compose["volumes"]) >= {"postgres-data", "redis-data", "artifacts"}
     mounts = " ".join(str(v) for v in compose["services"]["postgres"]["volumes"])
     assert "postgres-init.sh" in mounts and "/docker-entrypoint-initdb.d/" in mounts
@@ -99,18 +99,18 @@ def test_dockerfile_commands_reference_modules_that_exist():
     assert dockerfile.startswith("#") and "FROM python:3.11-slim" in dockerfile
     assert re.search(r"^USER (?!root)\w+", dockerfile, re.M), "the image must not run as root"
     assert "pip install ." in dockerfile and "collectstatic --noinput" in dockerfile
-    cmd = json.loads(re.search(r"^CMD (\[.*\])$", dockerfile, re.M).group(1))  # type: ignore[union-attr]
+    cmd = json.loads(re.search(r"^CMD (\[.*\])$", dockerfile, re.M).group(1))
     assert cmd[0] == "gunicorn"
     wsgi = importlib.import_module(cmd[1])
     assert callable(wsgi.application)
-    settings_module = re.search(r"DJANGO_SETTINGS_MODULE=(\S+)", dockerfile).group(1)  # type: ignore[union-attr]
+    settings_module = re.search(r"DJANGO_SETTINGS_MODULE=(\S+)", dockerfile).group(1)
     assert importlib.util.find_spec(settings_module) is not None
     assert importlib.util.find_spec("workers.celery") is not None
     assert Path(ROOT / "manage.py").exists()
 
 
 @pytest.mark.slow
-def test_the_postgres_init_script_creates_the_two_roles_that_migrate_and_serve(tmp_path):  # type: ignore[no-untyped-def]
+def test_the_postgres_init_script_creates_the_two_roles_that_migrate_and_serve(tmp_path):
     """deploy/postgres-init.sh on a fresh server (the embedded one stands in for the container's):
     the owner can migrate, the application role can use the tables but owns nothing and bypasses
     no row-level security."""
@@ -195,7 +195,7 @@ def test_gunicorn_itself_reads_the_image_command(monkeypatch):
 
     monkeypatch.chdir(ROOT)
     dockerfile = (ROOT / "Dockerfile").read_text()
-    cmd = json.loads(re.search(r"^CMD (\[.*\])$", dockerfile, re.M).group(1))  # type: ignore[union-attr]
+    cmd = json.loads(re.search(r"^CMD (\[.*\])$", dockerfile, re.M).group(1))
     monkeypatch.setattr("sys.argv", cmd)
     app = WSGIApplication.__new__(WSGIApplication)  # parse the command line and config, load no app
     app.usage = app.prog = app.callable = app.cfg = app.logger = None

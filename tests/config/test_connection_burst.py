@@ -32,7 +32,7 @@ def _free_port() -> int:
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    def redirect_request(self, *args, **kwargs):
         return None
 
 
@@ -58,7 +58,7 @@ def _superuser() -> psycopg.Connection:
 
 
 @pytest.fixture
-def limited_role():  # type: ignore[no-untyped-def]
+def limited_role():
     """A login role with the application role's rights and at most ROLE_LIMIT connections."""
     with _superuser() as su:
         su.execute(

@@ -74,7 +74,7 @@ def _load(env: dict[str, str | None], code: str = PROBE) -> subprocess.Completed
         "log-format",
     ],
 )
-def test_insecure_production_settings_are_refused_with_a_clear_message(env, message):  # type: ignore[no-untyped-def]
+def test_insecure_production_settings_are_refused_with_a_clear_message(env, message):
     result = _load(env)
     assert result.returncode != 0
     assert "django.core.exceptions.ImproperlyConfigured" in result.stderr
@@ -115,7 +115,7 @@ print(json.dumps({"healthz": client.get("/healthz").status_code,
     assert record["logger"] == "keeper.check" and record["time"].endswith("+00:00")
 
 
-def test_whitenoise_does_not_warn_about_a_missing_staticfiles_folder_in_tests(settings):  # type: ignore[no-untyped-def]
+def test_whitenoise_does_not_warn_about_a_missing_staticfiles_folder_in_tests(settings):
     from whitenoise.middleware import WhiteNoiseMiddleware
 
     assert settings.WHITENOISE_USE_FINDERS and settings.WHITENOISE_AUTOREFRESH

@@ -7,7 +7,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -15,6 +15,9 @@ from django.contrib.auth.models import Group
 
 from console.models import Membership
 from console.roles import ROLES
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Dialog
 
 PASSWORD = "pw-for-console-tests-1"
 ARTIFACTS = Path(os.environ.get("KEEPER_TEST_ARTIFACTS", Path(__file__).resolve().parents[2] / ".artifacts"))
@@ -30,7 +33,7 @@ def make_user(username: str, *roles: str, tenants: tuple[Any, ...] = ()) -> Any:
 
 
 @pytest.fixture
-def role_users(tenant) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def role_users(tenant) -> dict[str, Any]:
     """One user per role, each a member of acme only; plus "nobody" (a member with no role)."""
     users = {role: make_user(role, role, tenants=(tenant,)) for role in ROLES}
     users["nobody"] = make_user("nobody", tenants=(tenant,))
@@ -38,7 +41,7 @@ def role_users(tenant) -> dict[str, Any]:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def as_role(client, role_users) -> Callable[[str], Any]:  # type: ignore[no-untyped-def]
+def as_role(client, role_users) -> Callable[[str], Any]:
     def sign_in(role: str) -> Any:
         client.force_login(role_users[role])
         return client
@@ -79,7 +82,7 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture
-def page_as(browser, live_server, role_users, request) -> Iterator[Callable[[str], Any]]:  # type: ignore[no-untyped-def]
+def page_as(browser, live_server, role_users, request) -> Iterator[Callable[[str], Any]]:
     """page_as("support") -> a Playwright page signed in through the real sign-in form."""
     contexts = []
 
@@ -98,6 +101,19 @@ def page_as(browser, live_server, role_users, request) -> Iterator[Callable[[str
     yield open_as
     for context in contexts:
         context.close()
+
+
+def dialogs_dismissed(page: Any) -> list[str]:
+    """Dismiss every dialog the page opens (an alert means injected script ran); the returned list
+    collects their messages."""
+    messages: list[str] = []
+
+    def dismiss(dialog: Dialog) -> None:
+        messages.append(dialog.message)
+        dialog.dismiss()
+
+    page.on("dialog", dismiss)
+    return messages
 
 
 def screenshot(page: Any, name: str) -> Path:

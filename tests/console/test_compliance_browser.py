@@ -12,7 +12,7 @@ from celery import current_app
 from core.tenancy import tenant_scope
 from memory.models import ErasureRequest, MemoryItem
 from memory.services import memory_remember
-from tests.console.conftest import screenshot
+from tests.console.conftest import dialogs_dismissed, screenshot
 from tests.console.test_compliance import HOSTILE, SUBJECT, seed_subject
 from tests.memory.test_memory import said
 
@@ -33,8 +33,7 @@ def test_compliance_erases_a_subject_and_reads_the_receipt(page_as, tenant, proc
     current_app.control.purge()  # the seeding's wake-ups and projections are not part of this test
 
     page = page_as("compliance")
-    dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    dialogs = dialogs_dismissed(page)
     page.wait_for_url("**/compliance/")  # a compliance user lands on its screen
     page.fill("input[name=subject]", SUBJECT)
     page.click("button:has-text('Search')")

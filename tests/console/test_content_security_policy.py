@@ -50,7 +50,7 @@ def test_console_templates_have_no_inline_script_or_style():
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_the_consoles_pages_load_with_no_policy_violation(page_as, browser, live_server, tenant):
+def test_the_consoles_pages_load_with_no_policy_violation(page_as, browser, live_server, tenant) -> None:
     run = finish(start(tenant, n=4))
     suspended(tenant)
     reported: list[str] = []

@@ -5,7 +5,9 @@ and hostile content rendered escaped."""
 from __future__ import annotations
 
 import re
-from uuid import uuid4
+from datetime import datetime
+from typing import Any
+from uuid import UUID, uuid4
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -32,13 +34,13 @@ pytestmark = pytest.mark.django_db
 HOSTILE = "<script>alert(1)</script>"
 
 
-def start(tenant, n=3, key=None):  # type: ignore[no-untyped-def]
+def start(tenant, n=3, key=None):
     return run_start(
         tenant=tenant, workflow_name="demo.countdown", input={"n": n}, actor="test", idempotency_key=key
     ).run
 
 
-def finish(run):  # type: ignore[no-untyped-def]
+def finish(run):
     for _ in range(30):
         if run_advance(run_id=run.run_id, worker_id="w-test").status != "running":
             break
@@ -47,12 +49,12 @@ def finish(run):  # type: ignore[no-untyped-def]
     return run
 
 
-def suspended(tenant):  # type: ignore[no-untyped-def]
+def suspended(tenant):
     run = start(tenant)
     return run_suspend(run_id=run.run_id, actor="test", reason="needs_look", detail="look at it")
 
 
-def add_event(run, event_type, payload, *, state=None, actor="test"):  # type: ignore[no-untyped-def]
+def add_event(run, event_type, payload, *, state=None, actor="test"):
     """An event written straight to the tables (to plant hostile content the services would refuse)."""
     run.refresh_from_db()
     seq, digest = run.state_revision + 1, json_digest(state) if state is not None else run.state_digest
@@ -78,7 +80,7 @@ def add_event(run, event_type, payload, *, state=None, actor="test"):  # type: i
     return seq
 
 
-def detail(run, name="run_detail"):  # type: ignore[no-untyped-def]
+def detail(run, name="run_detail"):
     return reverse(f"console:{name}", args=[run.run_id])
 
 
@@ -131,7 +133,7 @@ def test_search_finds_a_run_by_exact_id_or_idempotency_key(as_role, tenant):
 @pytest.mark.parametrize("tenants", [1, 2])
 def test_keyset_pages_walk_every_run_once_newest_first_without_counting(
     client, tenant, other_tenant, tenants
-):
+) -> None:
     mine = (tenant, other_tenant)[:tenants]
     created = {start(mine[i % tenants]).run_id for i in range(30)}
     hidden = start(tenant_ensure(slug="initech"))
@@ -150,7 +152,7 @@ def test_keyset_pages_walk_every_run_once_newest_first_without_counting(
         url = older.group(1).replace("&amp;", "&")
         assert "before_at=" in url and "before_id=" in url and "limit=7" in url
     assert len(seen) == 30 and set(seen) == {str(r) for r in created} and str(hidden.run_id) not in seen
-    stamps = []
+    stamps: list[tuple[UUID, datetime]] = []
     for each in mine:  # row-level security: one tenant at a time
         with tenant_bind(each.tenant_id):
             stamps += AgentRun.objects.filter(run_id__in=seen).values_list("run_id", "updated_at")
@@ -327,7 +329,7 @@ def test_a_summary_check_passes_and_a_tampered_one_fails(as_role, tenant):
 # --- actions --------------------------------------------------------------------------------------
 
 
-def audit_for(run):  # type: ignore[no-untyped-def]
+def audit_for(run):
     return list(AuditEntry.objects.filter(target_type="run", target_id=str(run.run_id)))
 
 
@@ -482,7 +484,7 @@ def test_queue_health_without_workers_says_so_and_shows_runs_and_leases(as_role,
 
 
 def test_queue_health_survives_an_unreachable_broker(as_role, tenant, monkeypatch):
-    def unreachable(*args, **kwargs):  # type: ignore[no-untyped-def]
+    def unreachable(*args, **kwargs):
         raise ConnectionError("redis is away")
 
     from workers.celery import app
@@ -496,8 +498,8 @@ def test_queue_health_survives_an_unreachable_broker(as_role, tenant, monkeypatc
 # --- hostile content ------------------------------------------------------------------------------
 
 
-def deep(levels, leaf=HOSTILE):  # type: ignore[no-untyped-def]
-    value: dict = {"leaf": leaf}  # type: ignore[type-arg]
+def deep(levels: int, leaf: str = HOSTILE) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": leaf}
     for _ in range(levels):
         value = {"d": value}
     return value

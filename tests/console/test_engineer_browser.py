@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.console.conftest import screenshot
+from tests.console.conftest import dialogs_dismissed, screenshot
 from tests.console.test_engineer import HOSTILE, add_event, deep, finish, start, suspended
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -58,7 +58,7 @@ def test_an_engineer_opens_a_timeline_and_a_revision_diff(page_as, tenant):
     screenshot(page, "engineer-bulk-dry-run")
 
 
-def test_hostile_content_stays_text_and_the_page_stays_usable(page_as, tenant):
+def test_hostile_content_stays_text_and_the_page_stays_usable(page_as, tenant) -> None:
     run = start(tenant)
     add_event(
         run,
@@ -68,8 +68,7 @@ def test_hostile_content_stays_text_and_the_page_stays_usable(page_as, tenant):
     )
     rev = add_event(run, "step_completed", {}, state={"note": HOSTILE, "long": "x" * 5000, "deep": deep(200)})
     page = page_as("engineer")
-    dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    dialogs = dialogs_dismissed(page)
     page.goto(f"/runs/{run.run_id}/")
     assert HOSTILE in page.locator("#events").inner_text()  # shown as text
     assert page.evaluate("document.documentElement.scrollWidth") <= 1360 + 40  # long text wraps

@@ -33,7 +33,7 @@ RTL = "طلب استرداد ✅🙂"
 LONG = "A" * 1500
 
 
-def _suspended_run(tenant, reason: str = "approval_required", detail: str = "") -> AgentRun:  # type: ignore[no-untyped-def]
+def _suspended_run(tenant, reason: str = "approval_required", detail: str = "") -> AgentRun:
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
     run_suspend(run_id=run.run_id, actor="test", reason=reason, detail=detail)
     with tenant_bind(tenant.tenant_id):  # row-level security: maybe not the test's own tenant
@@ -43,7 +43,7 @@ def _suspended_run(tenant, reason: str = "approval_required", detail: str = "") 
 
 def _approval(
     tenant, request: Any = None, reasons: Any = None, digest: str = "sha256:" + "ab" * 32
-) -> Approval:  # type: ignore[no-untyped-def]
+) -> Approval:
     run = _suspended_run(tenant)
     return approval_check(
         run_id=run.run_id,
@@ -56,10 +56,11 @@ def _approval(
     ).approval
 
 
-def _unknown_operation(tenant, note: str = "connection dropped", suspend: bool = True) -> ToolOperation:  # type: ignore[no-untyped-def]
+def _unknown_operation(tenant, note: str = "connection dropped", suspend: bool = True) -> ToolOperation:
     with tenant_bind(tenant.tenant_id):  # row-level security: maybe not the test's own tenant
         run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
         grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+        assert grant is not None
         ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
         operation_prepare_once(
             **ids,
@@ -81,7 +82,7 @@ def _unknown_operation(tenant, note: str = "connection dropped", suspend: bool =
         return ToolOperation.objects.get(tenant=tenant, operation_id="refund:o-1")
 
 
-def _refused_run(tenant) -> AgentRun:  # type: ignore[no-untyped-def]
+def _refused_run(tenant) -> AgentRun:
     """A run whose resume was refused: its state was changed outside the engine."""
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 5}, actor="test").run
     run_advance(run_id=run.run_id, worker_id="w")
@@ -104,18 +105,18 @@ def _audit() -> list[AuditEntry]:
 
 
 @pytest.fixture
-def support(as_role):  # type: ignore[no-untyped-def]
+def support(as_role):
     return as_role("support")
 
 
 @pytest.fixture(autouse=True)
-def unreachable_payments(settings):  # type: ignore[no-untyped-def]
+def unreachable_payments(settings):
     # Nothing listens on port 9: a lookup in these tests is "unavailable" unless a test fakes it.
     settings.KEEPER_SANDBOX_URL = "http://127.0.0.1:9/sandbox"
     settings.KEEPER_PAYMENTS_TIMEOUT = 1.0
 
 
-def _action_targets(tenant) -> dict[str, tuple[str, dict[str, str]]]:  # type: ignore[no-untyped-def]
+def _action_targets(tenant) -> dict[str, tuple[str, dict[str, str]]]:
     """One object per action, in `tenant`: (url, a valid form)."""
     approval_a, approval_r = _approval(tenant), _approval(tenant)
     op, run = _unknown_operation(tenant), _suspended_run(tenant, reason="manual_review")
@@ -364,7 +365,7 @@ def test_looking_up_again_records_what_the_unavailable_lookup_said(support, tena
     assert ToolOperation.objects.get(pk=op.pk).status == "unknown"  # a lookup settles nothing by itself
 
 
-def test_an_authoritative_applied_lookup_prefills_the_reference(support, tenant, monkeypatch):
+def test_an_authoritative_applied_lookup_prefills_the_reference(support, tenant, monkeypatch) -> None:
     op = _unknown_operation(tenant)
     asked: list[str] = []
 

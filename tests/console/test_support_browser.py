@@ -14,7 +14,7 @@ from console.models import AuditEntry
 from runs.engine.approvals import approval_check
 from runs.engine.models import Approval, ToolOperation
 from runs.engine.runs import run_start, run_suspend
-from tests.console.conftest import screenshot
+from tests.console.conftest import dialogs_dismissed, screenshot
 from tests.runs.workflows.test_refund_workflow import _drive, _start, sandbox  # noqa: F401 - sandbox is a fixture
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -122,7 +122,7 @@ def _deep(levels: int) -> Any:
     return value
 
 
-def test_hostile_content_renders_escaped_and_the_page_stays_usable(page_as, tenant):
+def test_hostile_content_renders_escaped_and_the_page_stays_usable(page_as, tenant) -> None:
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
     run_suspend(run_id=run.run_id, actor="test", reason="approval_required", detail=HOSTILE + "x" * 3000)
     request = {
@@ -141,8 +141,7 @@ def test_hostile_content_renders_escaped_and_the_page_stays_usable(page_as, tena
         actor="w1",
     ).approval
     page = page_as("support")
-    dialogs: list[str] = []
-    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    dialogs = dialogs_dismissed(page)
 
     for url in ("/support/", f"/support/approvals/{approval.approval_id}/"):
         page.goto(url)

@@ -10,7 +10,7 @@ from console.timeline import KINDS, MARKED_EVENT_TYPES, TimelineEvent, buckets_o
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
-def event(seq, event_type, seconds=None, **extra):  # type: ignore[no-untyped-def]
+def event(seq, event_type, seconds=None, **extra):
     return TimelineEvent(
         seq=seq,
         event_type=event_type,

@@ -62,7 +62,7 @@ def test_api_and_console_answer_503_while_the_database_is_down_even_in_debug():
             message="the API to answer (a bad key: 401)",
         )
 
-        server.stop()  # type: ignore[attr-defined]
+        server.stop()
         for path in ("/api/v1/runs/", "/api/v1/approvals/", "/api/v1/memory/items/?subject_id=c-1"):
             status, headers, body = _fetch(base + path, **key)
             assert status == 503, (path, body[:500])
@@ -74,8 +74,8 @@ def test_api_and_console_answer_503_while_the_database_is_down_even_in_debug():
         assert "cannot reach its database" in body
         assert "Traceback" not in body and "OperationalError" not in body
 
-        with server._lock:  # type: ignore[attr-defined]
-            server.ensure_postgres_running()  # type: ignore[attr-defined]
+        with server._lock:
+            server.ensure_postgres_running()
         wait_until(
             lambda: _fetch(f"{base}/api/v1/runs/", **key)[0] == 401, timeout=30, message="the API to recover"
         )
@@ -83,5 +83,5 @@ def test_api_and_console_answer_503_while_the_database_is_down_even_in_debug():
         if web is not None:
             stop_groups([web], grace=5)
         log.close()
-        server.stop()  # type: ignore[attr-defined]
+        server.stop()
         shutil.rmtree(pgroot, ignore_errors=True)

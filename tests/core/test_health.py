@@ -19,7 +19,7 @@ from core.processes import start_python, stop_groups
 from tests.processes import wait_until
 
 
-def test_healthz_answers_without_login_or_dependencies(client, monkeypatch):  # type: ignore[no-untyped-def]
+def test_healthz_answers_without_login_or_dependencies(client, monkeypatch):
     monkeypatch.setattr(health, "check_database", lambda: 1 / 0)  # liveness must not look at it
     response = client.get("/healthz")
     assert response.status_code == 200 and response.json() == {"status": "ok"}
@@ -27,7 +27,7 @@ def test_healthz_answers_without_login_or_dependencies(client, monkeypatch):  # 
 
 
 @pytest.mark.django_db
-def test_readyz_reports_each_check_when_everything_is_up(client):  # type: ignore[no-untyped-def]
+def test_readyz_reports_each_check_when_everything_is_up(client):
     response = client.get("/readyz")
     assert response.status_code == 200, response.content
     body = response.json()
@@ -42,7 +42,7 @@ def test_readyz_reports_each_check_when_everything_is_up(client):  # type: ignor
 
 
 @pytest.mark.django_db
-def test_readyz_names_redis_when_it_is_unreachable(client, settings):  # type: ignore[no-untyped-def]
+def test_readyz_names_redis_when_it_is_unreachable(client, settings):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -55,7 +55,7 @@ def test_readyz_names_redis_when_it_is_unreachable(client, settings):  # type: i
 
 
 @pytest.mark.django_db
-def test_readyz_is_not_ready_while_migrations_are_unapplied(client, monkeypatch):  # type: ignore[no-untyped-def]
+def test_readyz_is_not_ready_while_migrations_are_unapplied(client, monkeypatch):
     from django.db.migrations.executor import MigrationExecutor
     from django.db.migrations.migration import Migration
 
@@ -69,7 +69,7 @@ def test_readyz_is_not_ready_while_migrations_are_unapplied(client, monkeypatch)
     assert "1 unapplied migration(s): runs.0099_future" in body["checks"]["migrations"]["reason"]
 
 
-def test_readyz_turns_an_unexpected_error_into_a_503_not_a_500(client, monkeypatch):  # type: ignore[no-untyped-def]
+def test_readyz_turns_an_unexpected_error_into_a_503_not_a_500(client, monkeypatch):
     def broken() -> str:
         raise RuntimeError("something nobody expected\nwith a second line")
 
@@ -90,7 +90,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _get(url: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+def _get(url: str) -> tuple[int, dict]:
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
             return response.status, json.loads(response.read())
@@ -129,20 +129,20 @@ def test_readyz_follows_the_database_down_and_back_up_without_a_restart():
         wait_until(lambda: _get(url)[0] == 200, timeout=60, message="readyz to answer 200")
         pid = web.pid
 
-        server.stop()  # type: ignore[attr-defined]
+        server.stop()
         status, body = _get(url)
         assert status == 503, body
         assert body["failing"][0] == "database" and body["checks"]["database"]["reason"]
         assert body["checks"]["redis"]["ok"] is True
         assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 200  # alive, just not ready
 
-        with server._lock:  # type: ignore[attr-defined]
-            server.ensure_postgres_running()  # type: ignore[attr-defined]
+        with server._lock:
+            server.ensure_postgres_running()
         wait_until(lambda: _get(url)[0] == 200, timeout=30, message="readyz to recover")
         assert web.poll() is None and web.pid == pid  # the same process, never restarted
     finally:
         if web is not None:
             stop_groups([web], grace=5)
         log.close()
-        server.stop()  # type: ignore[attr-defined]
+        server.stop()
         shutil.rmtree(pgroot, ignore_errors=True)

@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
+from uuid import UUID
 
 import pytest
 
@@ -74,7 +75,7 @@ def _healthy(base: str) -> bool:
         return False
 
 
-def _scenario(base: str, key: str) -> str:
+def _scenario(base: str, key: str) -> UUID:
     """The subject's data through every kind of API call; the erasure request's id."""
     started = _call(
         base, key, "POST", "/api/v1/runs/", {"workflow": "conversation", "input": {}, "subject": SUBJECT}
@@ -113,7 +114,7 @@ def _scenario(base: str, key: str) -> str:
         assert _call(base, key, "GET", path)[0] == 200, path
     erasure = _call(base, key, "POST", "/api/v1/erasure-requests/", {"subject_id": SUBJECT})
     assert erasure[0] == 202 or erasure[0] == 201, erasure
-    return erasure[1]["request_id"]
+    return UUID(erasure[1]["request_id"])
 
 
 def _assert_clean(text: str) -> None:

@@ -41,12 +41,12 @@ def json_lines() -> Iterator[io.StringIO]:
         step_logger.setLevel(previous)
 
 
-def _records(stream: io.StringIO) -> list[dict]:  # type: ignore[type-arg]
+def _records(stream: io.StringIO) -> list[dict]:
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
 @pytest.mark.django_db
-def test_a_record_logged_inside_a_step_carries_its_run_and_tenant(tenant, json_lines):  # type: ignore[no-untyped-def]
+def test_a_record_logged_inside_a_step_carries_its_run_and_tenant(tenant, json_lines):
     run = run_start(
         tenant=tenant, workflow_name="test.logs_in_step", input={"order": "o-7"}, actor="test"
     ).run
@@ -61,7 +61,7 @@ def test_a_record_logged_inside_a_step_carries_its_run_and_tenant(tenant, json_l
     assert "run_id" not in _records(json_lines)[-1] and "tenant_id" not in _records(json_lines)[-1]
 
 
-def test_contexts_nest_and_exceptions_stay_on_one_line(json_lines):  # type: ignore[no-untyped-def]
+def test_contexts_nest_and_exceptions_stay_on_one_line(json_lines):
     with log_context(tenant_id="t-1"), log_context(run_id="r-1"):
         try:
             raise ValueError("bad\nvalue")
@@ -73,7 +73,7 @@ def test_contexts_nest_and_exceptions_stay_on_one_line(json_lines):  # type: ign
     assert record["exc_info"].startswith("Traceback") and "ValueError: bad" in record["exc_info"]
 
 
-def test_the_configured_console_handler_adds_the_run_context(settings):  # type: ignore[no-untyped-def]
+def test_the_configured_console_handler_adds_the_run_context(settings):
     handler = settings.LOGGING["handlers"]["console"]
     assert handler["filters"] == ["run_context", "access_lines"]
     assert settings.LOGGING["filters"]["run_context"]["()"] == "core.logging.RunContextFilter"
@@ -107,5 +107,5 @@ def test_an_api_request_logs_with_the_keys_tenant_and_the_next_request_does_not(
         APIClient().get("/api/v1/runs/00000000-0000-0000-0000-000000000000/")  # no key: 401
     finally:
         logger.removeHandler(collect)
-    stamped = [record.tenant_id for record in collect.records]  # type: ignore[attr-defined]
+    stamped = [record.tenant_id for record in collect.records]
     assert stamped[0] == str(tenant.tenant_id) and stamped[-1] is None, stamped

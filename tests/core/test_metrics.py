@@ -32,7 +32,7 @@ def _value(text: str, name: str, **labels: str) -> float:
     raise AssertionError(f"{name} {labels} not in:\n{text}")
 
 
-def _scrape(client) -> str:  # type: ignore[no-untyped-def]
+def _scrape(client) -> str:
     response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert response.status_code == 200, response.content
     assert response["Content-Type"].startswith("text/plain; version=")
@@ -40,14 +40,14 @@ def _scrape(client) -> str:  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def token(settings):  # type: ignore[no-untyped-def]
+def token(settings):
     settings.KEEPER_METRICS_TOKEN = TOKEN
     return TOKEN
 
 
 @pytest.mark.django_db
-def test_metrics_count_runs_operations_takeovers_and_the_queue(client, tenant, token):  # type: ignore[no-untyped-def]
-    def start(n: int):  # type: ignore[no-untyped-def]
+def test_metrics_count_runs_operations_takeovers_and_the_queue(client, tenant, token):
+    def start(n: int):
         return run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": n}, actor="test").run
 
     running, suspended, cancelled, taken_over = start(3), start(4), start(5), start(6)
@@ -89,7 +89,7 @@ def test_metrics_count_runs_operations_takeovers_and_the_queue(client, tenant, t
 
 
 @pytest.mark.django_db
-def test_step_latency_is_observed_per_workflow_and_step(client, tenant, token):  # type: ignore[no-untyped-def]
+def test_step_latency_is_observed_per_workflow_and_step(client, tenant, token):
     labels = {"workflow": "demo.countdown", "step": "start"}
     before = REGISTRY.get_sample_value("keeper_step_duration_seconds_count", labels) or 0
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 2}, actor="test").run
@@ -100,14 +100,14 @@ def test_step_latency_is_observed_per_workflow_and_step(client, tenant, token): 
 
 
 @pytest.mark.django_db
-def test_a_broken_redis_is_reported_not_raised(client, token, settings):  # type: ignore[no-untyped-def]
+def test_a_broken_redis_is_reported_not_raised(client, token, settings):
     settings.REDIS_URL = "redis://127.0.0.1:1/0"
     text = _scrape(client)
     assert _value(text, "keeper_metrics_source_up", source="redis") == 0
     assert "keeper_celery_queue_length{" not in text and "keeper_runs{" in text
 
 
-def test_metrics_need_the_bearer_token(client, settings):  # type: ignore[no-untyped-def]
+def test_metrics_need_the_bearer_token(client, settings):
     settings.DEBUG = False
     settings.KEEPER_METRICS_TOKEN = ""
     response = client.get("/metrics")
@@ -120,13 +120,13 @@ def test_metrics_need_the_bearer_token(client, settings):  # type: ignore[no-unt
 
 
 @pytest.mark.django_db
-def test_metrics_are_open_in_debug_without_a_token(client, settings):  # type: ignore[no-untyped-def]
+def test_metrics_are_open_in_debug_without_a_token(client, settings):
     settings.DEBUG = True
     settings.KEEPER_METRICS_TOKEN = ""
     assert client.get("/metrics").status_code == 200
 
 
-def test_the_worker_serves_its_step_latency_on_its_own_port(monkeypatch, settings):  # type: ignore[no-untyped-def]
+def test_the_worker_serves_its_step_latency_on_its_own_port(monkeypatch, settings):
     settings.KEEPER_WORKER_METRICS_PORT = ""
     assert worker_metrics_serve() is None
     settings.KEEPER_WORKER_METRICS_PORT = "0"
@@ -151,7 +151,7 @@ def _worker_sample(port: int, name: str, labels: dict[str, str]) -> float | None
 
 
 @pytest.mark.slow
-def test_a_prefork_worker_serves_the_step_latency_of_its_pool(tenant, processes, tmp_path):  # type: ignore[no-untyped-def]
+def test_a_prefork_worker_serves_the_step_latency_of_its_pool(tenant, processes, tmp_path):
     """As docker-compose runs it: prefork children write to PROMETHEUS_MULTIPROC_DIR and the worker
     sums them on KEEPER_WORKER_METRICS_PORT."""
     import socket

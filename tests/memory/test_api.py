@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def api(db):  # type: ignore[no-untyped-def]
+def api(db):
     client = APIClient()
     client.force_authenticate(
         get_user_model().objects.create_user("comp", password="pw-for-tests", is_staff=True)

@@ -142,7 +142,7 @@ def test_hashing_refuses_impossible_dimensions(dimensions):
 
 def test_a_bare_string_is_refused_rather_than_embedded_letter_by_letter():
     with pytest.raises(InvalidInput):
-        HashingEmbedder().embed("refund")  # type: ignore[arg-type]
+        HashingEmbedder().embed("refund")
 
 
 # --- sentence-transformers (optional) --------------------------------------------------------

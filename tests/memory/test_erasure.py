@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def subject_with_everything(tenant):  # type: ignore[no-untyped-def]
+def subject_with_everything(tenant):
     """A customer with memory, a conversation, a summary and a Redis window."""
     run = run_start(
         tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="cust-erase"
@@ -158,7 +158,7 @@ def test_expired_claims_are_purged(tenant):
         assert list(MemoryItem.objects.values_list("key", flat=True)) == ["j"]
 
 
-def _chat(tenant, subject: str, text: str):  # type: ignore[no-untyped-def]
+def _chat(tenant, subject: str, text: str):
     run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
     conversation_append(
         tenant=tenant,

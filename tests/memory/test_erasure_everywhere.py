@@ -67,7 +67,7 @@ TEXTS = (
 BYSTANDER = "Other customer at 99 Birch Avenue"
 
 
-def _refund(tenant, sandbox: Sandbox, settings) -> AgentRun:  # type: ignore[no-untyped-def]
+def _refund(tenant, sandbox: Sandbox, settings) -> AgentRun:
     """A finished refund of the subject: its reason in state, an approval with a note, and an operation
     reconciled by a person whose note names the customer."""
     settings.KEEPER_REFUND_AUTO_APPROVE_MINOR = 0
@@ -105,7 +105,7 @@ def _refund(tenant, sandbox: Sandbox, settings) -> AgentRun:  # type: ignore[no-
     return run
 
 
-def _conversation(tenant) -> AgentRun:  # type: ignore[no-untyped-def]
+def _conversation(tenant) -> AgentRun:
     """An unfinished conversation: messages (ids built from the subject id), a stored tool result, a
     summary, a Redis window, memory, a resume note, and a fork with a note."""
     run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=SUBJECT).run
@@ -146,7 +146,7 @@ def _conversation(tenant) -> AgentRun:  # type: ignore[no-untyped-def]
     return AgentRun.objects.get(run_id=run.run_id)
 
 
-def _bystander(tenant) -> AgentRun:  # type: ignore[no-untyped-def]
+def _bystander(tenant) -> AgentRun:
     run = run_start(
         tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="someone-else"
     ).run
@@ -161,7 +161,7 @@ def _bystander(tenant) -> AgentRun:  # type: ignore[no-untyped-def]
     return run
 
 
-def _copies(text: str, tenant) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _copies(text: str, tenant) -> dict[str, int]:
     """Raw SQL over every registered column (in the tenant, as row-level security requires): rows whose
     text holds this string."""
     found = {}
@@ -173,16 +173,21 @@ def _copies(text: str, tenant) -> dict[str, int]:  # type: ignore[no-untyped-def
     return found
 
 
+def _decoded(value: bytes | str) -> str:
+    assert isinstance(value, bytes)  # the client does not decode responses
+    return value.decode()
+
+
 def _redis_copies(text: str) -> int:
     client = redis_client()
     hits = 0
     for key in client.scan_iter(match="session:*"):
-        blob = key.decode() + " ".join(v.decode() for v in client.lrange(key, 0, -1))
+        blob = _decoded(key) + " ".join(_decoded(v) for v in client.lrange(key, 0, -1))
         hits += text.lower() in blob.lower()
     return hits
 
 
-def _erase(tenant) -> ErasureRequest:  # type: ignore[no-untyped-def]
+def _erase(tenant) -> ErasureRequest:
     request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
     return erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
 
@@ -427,7 +432,7 @@ def test_short_values_are_erased_only_as_whole_values():
     assert redact({"client_message_id": "cust-7f3a9e-m1"})["client_message_id"].startswith("erased:")
 
 
-def _subject_with_data(tenant, subject: str) -> AgentRun:  # type: ignore[no-untyped-def]
+def _subject_with_data(tenant, subject: str) -> AgentRun:
     run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
     conversation_append(
         tenant=tenant,

@@ -264,7 +264,7 @@ def test_provenance_says_where_the_fact_came_from_exactly():
         "validation_method": "unvalidated",
     }
     with pytest.raises(dataclasses.FrozenInstanceError):
-        fact.value = "Eve"  # type: ignore[misc]
+        fact.value = "Eve"
 
 
 def test_a_user_message_without_a_whole_number_seq_is_refused():

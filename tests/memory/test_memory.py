@@ -21,7 +21,7 @@ from tests.conftest import no_tenant
 pytestmark = pytest.mark.django_db
 
 
-def said(run_id: str = "00000000-0000-0000-0000-000000000001", seq: int = 3, **overrides):  # type: ignore[no-untyped-def]
+def said(run_id: str = "00000000-0000-0000-0000-000000000001", seq: int = 3, **overrides):
     return {
         "source_type": "user_statement",
         "source_id": f"run:{run_id}",

@@ -21,7 +21,7 @@ FACTS = {
 }
 
 
-def _seed(tenant, subject="cust-1"):  # type: ignore[no-untyped-def]
+def _seed(tenant, subject="cust-1"):
     return {
         key: memory_remember(
             tenant=tenant, subject_id=subject, namespace="profile", key=key, value=text, provenance=said()

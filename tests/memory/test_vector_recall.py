@@ -23,7 +23,7 @@ WORDS = [
 ]
 
 
-def _seed(tenant, n: int, rng: random.Random) -> None:  # type: ignore[no-untyped-def]
+def _seed(tenant, n: int, rng: random.Random) -> None:
     now = timezone.now()
     with tenant_scope(tenant.tenant_id):
         MemoryItem.objects.bulk_create(

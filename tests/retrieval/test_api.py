@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def api(db):  # type: ignore[no-untyped-def]
+def api(db):
     client = APIClient()
     client.force_authenticate(
         get_user_model().objects.create_user("kb", password="pw-for-tests", is_staff=True)
@@ -27,7 +27,7 @@ def api(db):  # type: ignore[no-untyped-def]
     return client
 
 
-def _document(**overrides):  # type: ignore[no-untyped-def]
+def _document(**overrides):
     return {
         "tenant": "acme",
         "document_id": "policy-42",

@@ -38,7 +38,7 @@ Gift cards are never refunded.
 POLICY_V2 = POLICY_V1.replace(b"14 days", b"30 days")
 
 
-def index(tenant, data=POLICY_V1, version="etag:1", document_id="policy-42", acl=("group:support",), **kw):  # type: ignore[no-untyped-def]
+def index(tenant, data=POLICY_V1, version="etag:1", document_id="policy-42", acl=("group:support",), **kw):
     return document_index(
         tenant=tenant,
         document_id=document_id,
@@ -53,7 +53,7 @@ def index(tenant, data=POLICY_V1, version="etag:1", document_id="policy-42", acl
     )
 
 
-def chunks(tenant, **filters):  # type: ignore[no-untyped-def]
+def chunks(tenant, **filters):
     with tenant_scope(tenant.tenant_id):
         return list(Chunk.objects.filter(**filters).order_by("id"))
 

@@ -33,7 +33,7 @@ DOCS = {
 }
 
 
-def seed(tenant):  # type: ignore[no-untyped-def]
+def seed(tenant):
     for document_id, (text, acl) in DOCS.items():
         document_index(
             tenant=tenant,
@@ -52,7 +52,7 @@ def seed(tenant):  # type: ignore[no-untyped-def]
     principal_set(tenant=tenant, principal="user:hal", groups=["group:hr", "group:all"], actor="user:test")
 
 
-def documents(result) -> set[str]:  # type: ignore[no-untyped-def]
+def documents(result) -> set[str]:
     return {h.document_id for h in result.hits}
 
 

@@ -25,7 +25,7 @@ WORDS = [
 ]
 
 
-def _seed(tenant, documents: int, paragraphs: int, rng: random.Random) -> None:  # type: ignore[no-untyped-def]
+def _seed(tenant, documents: int, paragraphs: int, rng: random.Random) -> None:
     with override_settings(KEEPER_RETRIEVAL_CHUNK_WORDS=16):  # one 10-word paragraph a chunk
         for d in range(documents):
             text = "\n\n".join(" ".join(rng.choices(WORDS, k=10)) for _ in range(paragraphs))

@@ -19,12 +19,12 @@ TEXT = "\n\n".join(
 ).encode()
 
 
-def _status(tenant, document_id: str) -> str | None:  # type: ignore[no-untyped-def]
+def _status(tenant, document_id: str) -> str | None:
     with tenant_scope(tenant.tenant_id):
         return Document.objects.filter(document_id=document_id).values_list("status", flat=True).first()
 
 
-def _index(tenant, document_id: str):  # type: ignore[no-untyped-def]
+def _index(tenant, document_id: str):
     with override_settings(KEEPER_RETRIEVAL_CHUNK_WORDS=16):  # one paragraph a chunk
         return document_index(
             tenant=tenant,

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def api(db):  # type: ignore[no-untyped-def]
+def api(db):
     client = APIClient()
     staff = get_user_model().objects.create_user("ops", password="pw-for-tests", is_staff=True)
     client.force_authenticate(staff)

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def api(db):  # type: ignore[no-untyped-def]
+def api(db):
     client = APIClient()
     client.force_authenticate(
         get_user_model().objects.create_user("sam", password="pw-for-tests", is_staff=True)
@@ -25,7 +25,7 @@ def api(db):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture
-def waiting(tenant):  # type: ignore[no-untyped-def]
+def waiting(tenant):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
     run_suspend(run_id=run.run_id, actor="test", reason="approval_required")
     approval = approval_check(

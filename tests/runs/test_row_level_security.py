@@ -33,7 +33,7 @@ def _set(value: str) -> None:
         cursor.execute("SELECT set_config(%s, %s, false)", [TENANT_SETTING, value])
 
 
-def _seed(tenant, i: int) -> uuid.UUID:  # type: ignore[no-untyped-def]
+def _seed(tenant, i: int) -> uuid.UUID:
     """A run with events, an operation, an approval and a summary, written as the tenant."""
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 2}, actor="t").run
     operation_prepare_once(

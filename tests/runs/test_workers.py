@@ -15,7 +15,7 @@ from tests.processes import flush_redis, wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def _statuses(run_ids) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _statuses(run_ids) -> dict[str, int]:
     rows = AgentRun.objects.filter(run_id__in=run_ids).values_list("status").annotate(n=Count("run_id"))
     return dict(rows)
 

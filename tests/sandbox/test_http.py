@@ -153,7 +153,7 @@ def test_concurrent_keys_cannot_over_refund(live_server, seeded):
     assert SandboxRefund.objects.count() == 3
 
 
-def test_concurrent_lookups_consume_each_firing_once(live_server, seeded):
+def test_concurrent_lookups_consume_each_firing_once(live_server, seeded) -> None:
     fault_add(fault="lookup_unavailable", remaining=3)
     barrier = threading.Barrier(8)
     statuses: list[int] = []
@@ -171,11 +171,11 @@ def test_concurrent_lookups_consume_each_firing_once(live_server, seeded):
     assert SandboxFault.objects.get().remaining == 0
 
 
-def test_wsgi_input_leads_to_the_client_socket(live_server, seeded, monkeypatch):
+def test_wsgi_input_leads_to_the_client_socket(live_server, seeded, monkeypatch) -> None:
     """The chain drop_after_apply relies on, checked on the live server's own request."""
     seen: list[tuple[str, object]] = []
 
-    def spy(request):  # type: ignore[no-untyped-def]
+    def spy(request):
         sock = transport.client_socket(request)
         seen.append((type(request.META["wsgi.input"]).__name__, sock))
         return sock

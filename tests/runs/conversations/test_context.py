@@ -16,7 +16,7 @@ from runs.engine.models import AgentEvent, AgentRun, Summary, ToolOperation
 pytestmark = pytest.mark.django_db
 
 
-def _conversation(tenant, texts: list[str]) -> AgentRun:  # type: ignore[no-untyped-def]
+def _conversation(tenant, texts: list[str]) -> AgentRun:
     return conversation_run_bulk(tenant_slug=tenant.slug, texts=texts)
 
 
@@ -95,7 +95,7 @@ def test_deleting_a_detail_from_a_summary_changes_no_durable_state(tenant):
 @given(
     st.lists(
         st.text(
-            st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=400
+            st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), min_size=1, max_size=400
         ),
         min_size=1,
         max_size=120,

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def chat_run(tenant):  # type: ignore[no-untyped-def]
+def chat_run(tenant):
     return run_start(
         tenant=tenant,
         workflow_name="conversation",
@@ -31,7 +31,7 @@ def chat_run(tenant):  # type: ignore[no-untyped-def]
     ).run
 
 
-def _say(tenant, run, cmid: str, text: str):  # type: ignore[no-untyped-def]
+def _say(tenant, run, cmid: str, text: str):
     return conversation_append(
         tenant=tenant,
         run_id=run.run_id,
@@ -130,7 +130,7 @@ class EchoResponder:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
 
-    def respond(self, *, context, message: str) -> str:  # type: ignore[no-untyped-def]
+    def respond(self, *, context, message: str) -> str:
         return f"{self.prefix} {message} ({context.total} tokens)"
 
 
@@ -213,7 +213,7 @@ def test_concurrent_turns_across_two_workers_never_interleave(tenant, processes)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_concurrent_appends_and_transitions_leave_no_gap_in_the_log(tenant):
+def test_concurrent_appends_and_transitions_leave_no_gap_in_the_log(tenant) -> None:
     """Regression: an event that copies the state digest must not read the previous event row,
     which a concurrent statement may have written after this one's snapshot."""
     from runs.engine.runs import run_suspend

@@ -23,13 +23,13 @@ REQUEST = {"order_id": "o-1", "amount_minor": 500, "currency": "EUR"}
 
 
 @pytest.fixture
-def run(tenant):  # type: ignore[no-untyped-def]
+def run(tenant):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
     run_suspend(run_id=run.run_id, actor="test", reason="approval_required")
     return run
 
 
-def _check(run, digest="sha256:a"):  # type: ignore[no-untyped-def]
+def _check(run, digest="sha256:a"):
     return approval_check(
         run_id=run.run_id,
         tenant_id=run.tenant_id,

@@ -21,13 +21,13 @@ from runs.engine.steps import run_advance
 pytestmark = pytest.mark.django_db
 
 
-def _start(tenant, n=3, key=None):  # type: ignore[no-untyped-def]
+def _start(tenant, n=3, key=None):
     return run_start(
         tenant=tenant, workflow_name="demo.countdown", input={"n": n}, actor="test", idempotency_key=key
     ).run
 
 
-def _commit(grant, *, owner=None, expected=None, epoch=None, state=None):  # type: ignore[no-untyped-def]
+def _commit(grant, *, owner=None, expected=None, epoch=None, state=None):
     encoded = state_encode(state if state is not None else {**grant.state, "touched": True})
     return store.commit_step(
         run_id=grant.run_id,
@@ -111,7 +111,7 @@ def test_commit_needs_the_expected_revision_the_current_epoch_and_the_owner(tena
     assert run.state_revision == 2 and run.lease_owner is None and run.state["touched"] is True
 
 
-def _expire_lease(run) -> None:  # type: ignore[no-untyped-def]
+def _expire_lease(run) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             "UPDATE agent_runs SET lease_expires_at = statement_timestamp() - interval '1 second' "
@@ -134,7 +134,7 @@ def test_stale_lease_holder_cannot_commit_even_before_the_new_owner_does(tenant)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_threads_racing_on_one_revision_exactly_one_commits(tenant):
+def test_threads_racing_on_one_revision_exactly_one_commits(tenant) -> None:
     run = _start(tenant)
     grant = store.lease_acquire(run_id=run.run_id, owner="shared", ttl=30)
     barrier = threading.Barrier(8)

@@ -23,7 +23,7 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "checkpoints"
 
 
 @pytest.fixture
-def sandbox(live_server, settings) -> Sandbox:  # type: ignore[no-untyped-def]
+def sandbox(live_server, settings) -> Sandbox:
     settings.KEEPER_SANDBOX_URL = live_server.url + "/sandbox"
     settings.KEEPER_RETRY_BACKOFF = 0
     return Sandbox(settings.KEEPER_SANDBOX_URL)
@@ -43,7 +43,7 @@ def _drive(run_id: uuid.UUID, *, approve: bool = True, limit: int = 30) -> Agent
     return AgentRun.objects.get(run_id=run_id)
 
 
-def _insert_checkpoint(tenant, checkpoint: dict) -> uuid.UUID:  # type: ignore[no-untyped-def]
+def _insert_checkpoint(tenant, checkpoint: dict) -> uuid.UUID:
     """Store an old checkpoint the way an older deployment would have left it."""
     run_id, encoded = uuid.uuid4(), state_encode(checkpoint["state"])
     store.insert_run(
@@ -180,7 +180,7 @@ def test_forking_a_tampered_history_is_refused(tenant):
         run_fork(run_id=run.run_id, at_seq=2, actor="user:eng")
 
 
-def _chat_parent(tenant) -> AgentRun:  # type: ignore[no-untyped-def]
+def _chat_parent(tenant) -> AgentRun:
     """A conversation with two answered turns and a third message not answered yet."""
     run = run_start(
         tenant=tenant,
@@ -197,7 +197,7 @@ def _chat_parent(tenant) -> AgentRun:  # type: ignore[no-untyped-def]
     return AgentRun.objects.get(run_id=run.run_id)
 
 
-def _say(tenant, run_id: uuid.UUID, cmid: str, text: str) -> AgentEvent:  # type: ignore[no-untyped-def]
+def _say(tenant, run_id: uuid.UUID, cmid: str, text: str) -> AgentEvent:
     from runs.conversations.messages import conversation_append
 
     return conversation_append(
@@ -210,7 +210,7 @@ def _say(tenant, run_id: uuid.UUID, cmid: str, text: str) -> AgentEvent:  # type
     ).event
 
 
-def _assert_carries_and_answers(tenant, parent: AgentRun, child: AgentRun, seq: int) -> None:  # type: ignore[no-untyped-def]
+def _assert_carries_and_answers(tenant, parent: AgentRun, child: AgentRun, seq: int) -> None:
     said = [
         (e.seq, e.payload["content"])
         for e in AgentEvent.objects.filter(run=parent, event_type="user_message", seq__lte=seq).order_by(

@@ -26,13 +26,13 @@ REQUEST = {"order_id": "o-1", "amount_minor": 500, "currency": "EUR"}
 
 
 @pytest.fixture
-def leased(tenant):  # type: ignore[no-untyped-def]
+def leased(tenant):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
     grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
     return run, grant
 
 
-def _prepare(run, tenant, request=REQUEST):  # type: ignore[no-untyped-def]
+def _prepare(run, tenant, request=REQUEST):
     return operation_prepare_once(
         tenant_id=tenant.tenant_id,
         run_id=run.run_id,
@@ -107,7 +107,7 @@ def test_an_authoritative_not_applied_permits_exactly_one_more_start(leased, ten
     assert operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch).attempts == 2
 
 
-def _suspended_with_unknown_operation(leased, tenant):  # type: ignore[no-untyped-def]
+def _suspended_with_unknown_operation(leased, tenant):
     run, grant = leased
     _prepare(run, tenant)
     ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}

@@ -27,7 +27,7 @@ CHECKS = [
 ]
 
 
-def _suspended_demo(tenant, steps: int = 1, **input_extra):  # type: ignore[no-untyped-def]
+def _suspended_demo(tenant, steps: int = 1, **input_extra):
     run = run_start(
         tenant=tenant, workflow_name="demo.countdown", input={"n": 5, **input_extra}, actor="test"
     ).run

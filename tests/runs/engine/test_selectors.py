@@ -17,7 +17,7 @@ from runs.engine.selectors import run_filtered_page
 pytestmark = pytest.mark.django_db
 
 
-def _plan(queryset) -> str:  # type: ignore[no-untyped-def]
+def _plan(queryset) -> str:
     sql, params = queryset.query.sql_with_params()
     with connection.cursor() as cursor:
         # A tiny table would be read whole, or through the tenant index and sorted, whatever the

@@ -106,7 +106,7 @@ def test_stuck_runs_refuses_bad_arguments_with_exit_code_2(tenant, args):
 
 
 @pytest.fixture
-def sent(monkeypatch) -> list[uuid.UUID]:  # type: ignore[no-untyped-def]
+def sent(monkeypatch) -> list[uuid.UUID]:
     calls: list[uuid.UUID] = []
 
     def fake_enqueue(*, run_id: uuid.UUID, countdown: float | None = None) -> bool:
@@ -262,7 +262,9 @@ def test_a_run_exported_and_imported_into_another_tenant_is_the_same_history_and
     copy_id = uuid.UUID(result["run_id"])
     assert copy_id != run.run_id and result["tenant"] == "debug-copy"
     assert run_tenant(copy_id) == Tenant.objects.get(slug="debug-copy").tenant_id
-    with tenant_bind(run_tenant(copy_id)):  # row-level security: the copy is the other tenant's
+    copy_tenant = run_tenant(copy_id)
+    assert copy_tenant is not None
+    with tenant_bind(copy_tenant):  # row-level security: the copy is the other tenant's
         copy = AgentRun.objects.select_related("tenant").get(run_id=copy_id)
         assert copy.tenant.slug == "debug-copy" and copy.status == "completed"
         assert copy.imported and copy.lease_owner is None  # a state, not a sentinel lease owner
@@ -285,7 +287,9 @@ def test_an_imported_running_run_is_never_taken_by_a_worker_or_the_sweep(tenant,
     copy_id = uuid.UUID(
         json.loads(_call("import_history", str(path), "--tenant", "debug", "--json"))["run_id"]
     )
-    with tenant_bind(run_tenant(copy_id)):  # row-level security: the copy is the other tenant's
+    copy_tenant = run_tenant(copy_id)
+    assert copy_tenant is not None
+    with tenant_bind(copy_tenant):  # row-level security: the copy is the other tenant's
         assert AgentRun.objects.get(run_id=copy_id).status == "running"
         assert store.lease_acquire(run_id=copy_id, owner="w", ttl=30) is None
     assert copy_id not in store.claim_for_redispatch(grace=0, limit=100)
@@ -308,7 +312,9 @@ def test_an_imported_run_refuses_resume_cancel_and_messages_with_a_reason_and_ne
     copy_id = uuid.UUID(
         json.loads(_call("import_history", str(path), "--tenant", "debug", "--json"))["run_id"]
     )
-    with tenant_bind(run_tenant(copy_id)):  # row-level security: the copy is the other tenant's
+    copy_tenant = run_tenant(copy_id)
+    assert copy_tenant is not None
+    with tenant_bind(copy_tenant):  # row-level security: the copy is the other tenant's
         copy = AgentRun.objects.get(run_id=copy_id)
         attempts = {
             "resume": lambda: run_resume(run_id=copy_id, actor="user:ops"),

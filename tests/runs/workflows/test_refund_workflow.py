@@ -58,14 +58,14 @@ class Sandbox:
 
 
 @pytest.fixture
-def sandbox(live_server, settings) -> Sandbox:  # type: ignore[no-untyped-def]
+def sandbox(live_server, settings) -> Sandbox:
     settings.KEEPER_SANDBOX_URL = live_server.url + "/sandbox"
     settings.KEEPER_PAYMENTS_TIMEOUT = 1.0
     settings.KEEPER_RETRY_BACKOFF = 0
     return Sandbox(settings.KEEPER_SANDBOX_URL)
 
 
-def _start(tenant, order_id: str, **extra: Any) -> AgentRun:  # type: ignore[no-untyped-def]
+def _start(tenant, order_id: str, **extra: Any) -> AgentRun:
     return run_start(
         tenant=tenant, workflow_name="refund", input={"order_id": order_id, **extra}, actor="test"
     ).run
