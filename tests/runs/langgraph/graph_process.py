@@ -28,14 +28,14 @@ def main(kind: str, thread: str, out: str) -> None:
 
         from tests.runs.langgraph.graphs import support_graph
 
-        with PostgresSaver.from_conn_string(os.environ["KEEPER_LG_BASELINE_URL"]) as saver:
-            saver.setup()  # its tables, once (idempotent)
-            result = _invoke(support_graph(saver), config)
+        with PostgresSaver.from_conn_string(os.environ["KEEPER_LG_BASELINE_URL"]) as baseline:
+            baseline.setup()  # its tables, once (idempotent)
+            result = _invoke(support_graph(baseline), config)
     with open(out, "w") as f:
         json.dump(result, f)
 
 
-def _invoke(graph, config):  # type: ignore[no-untyped-def]
+def _invoke(graph, config):
     # A thread with a checkpoint resumes from it (None as input); a new one starts.
     started = graph.get_state(config).values
     return graph.invoke(None if started else {"note": "parcel arrived broken", "log": []}, config)

@@ -15,7 +15,7 @@ from runs.engine.models import AgentRun
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "owner"])
-def test_bench_reports_keeper_puts_beside_postgres_saver_and_cleans_up(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_bench_reports_keeper_puts_beside_postgres_saver_and_cleans_up(capsys) -> None:
     out, err = io.StringIO(), io.StringIO()
     call_command("bench", "--quick", "--json", "--only", "langgraph_put", stdout=out, stderr=err)
     figures = json.loads(out.getvalue())["langgraph_put"]

@@ -17,14 +17,14 @@ from runs.langgraph.saver import KeeperSaver
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_keeper_saver_passes_langgraph_conformance(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_keeper_saver_passes_langgraph_conformance(capsys) -> None:
     tenant = tenant_ensure(slug="acme", name="Acme")
 
     @checkpointer_test(name="KeeperSaver")
-    async def keeper_saver():  # type: ignore[no-untyped-def]
+    async def keeper_saver():
         yield KeeperSaver(tenant_id=tenant.tenant_id)
 
-    async def run():  # type: ignore[no-untyped-def]
+    async def run():
         try:
             return await validate(keeper_saver, progress=ProgressCallbacks.verbose())
         finally:

@@ -13,7 +13,7 @@ from tests.runs.langgraph.graphs import support_graph
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def test_the_engineer_reads_the_threads_checkpoints_on_its_run_page(as_role, tenant) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_the_engineer_reads_the_threads_checkpoints_on_its_run_page(as_role, tenant) -> None:  # noqa: F811
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     try:
         support_graph(saver).invoke(

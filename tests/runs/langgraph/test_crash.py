@@ -35,7 +35,7 @@ def _baseline_url() -> str:
 
 
 @pytest.fixture
-def baseline_url():  # type: ignore[no-untyped-def]
+def baseline_url():
     url = _baseline_url()
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
@@ -44,7 +44,7 @@ def baseline_url():  # type: ignore[no-untyped-def]
         conn.execute(f"DROP SCHEMA {SCHEMA} CASCADE")
 
 
-def _crash_then_resume(processes, tmp_path: Path, kind: str, env: dict[str, str]) -> tuple[int, dict, int]:  # type: ignore[no-untyped-def]
+def _crash_then_resume(processes, tmp_path: Path, kind: str, env: dict[str, str]) -> tuple[int, dict, int]:
     out, calls, marker = tmp_path / f"{kind}.json", tmp_path / f"{kind}.calls", tmp_path / f"{kind}.crashed"
     env = {**env, "KEEPER_LG_CALLS": str(calls), "KEEPER_LG_CRASH_ONCE": str(marker)}
     args = ["-m", "tests.runs.langgraph.graph_process", kind, "thread-1", str(out)]
@@ -56,7 +56,7 @@ def _crash_then_resume(processes, tmp_path: Path, kind: str, env: dict[str, str]
     return code, json.loads(out.read_text()), calls.read_text().count("lookup")
 
 
-def test_a_killed_superstep_resumes_like_langgraphs_postgres_saver(processes, tmp_path, baseline_url) -> None:  # type: ignore[no-untyped-def]
+def test_a_killed_superstep_resumes_like_langgraphs_postgres_saver(processes, tmp_path, baseline_url) -> None:
     tenant = tenant_ensure(slug="acme", name="Acme")
     keeper_code, keeper, keeper_lookups = _crash_then_resume(
         processes, tmp_path, "keeper", {"KEEPER_LG_TENANT": str(tenant.tenant_id)}

@@ -7,6 +7,8 @@ import threading
 
 import pytest
 from django.db import connection
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import CheckpointTuple
 
 from core.erasure import registered_columns
 from core.tenancy import tenant_bind, tenant_scope
@@ -22,7 +24,7 @@ SUBJECT = "cust-5e1b07"
 NOTE = "Ada Quince of 17 Quince Lane wants her money back"
 
 
-def _run(tenant, thread: str = "t-1", subject: str = SUBJECT) -> dict:  # type: ignore[no-untyped-def]
+def _run(tenant, thread: str = "t-1", subject: str = SUBJECT) -> dict:
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     config = {"configurable": {"thread_id": thread, "subject_id": subject}}
     try:
@@ -31,7 +33,7 @@ def _run(tenant, thread: str = "t-1", subject: str = SUBJECT) -> dict:  # type: 
         saver.close()
 
 
-def test_a_thread_is_a_run_whose_checkpoints_are_events(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_a_thread_is_a_run_whose_checkpoints_are_events(tenant) -> None:
     result = _run(tenant)
     assert result["log"][-1] == "answer: 3 notes"
 
@@ -48,6 +50,7 @@ def test_a_thread_is_a_run_whose_checkpoints_are_events(tenant) -> None:  # type
     assert len(checkpoints) == 5  # input, intake, lookup+policy, answer... as LangGraph made them
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     latest = saver.get_tuple({"configurable": {"thread_id": "t-1"}})
+    assert latest is not None
     listed = [
         t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "t-1"}})
     ]
@@ -58,10 +61,10 @@ def test_a_thread_is_a_run_whose_checkpoints_are_events(tenant) -> None:  # type
     assert run.state_revision == events[-1].seq and run.state_digest == events[-1].state_digest
 
 
-def test_another_tenant_cannot_read_the_thread(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+def test_another_tenant_cannot_read_the_thread(tenant, other_tenant) -> None:
     _run(tenant)
     theirs = KeeperSaver(tenant_id=other_tenant.tenant_id)
-    config = {"configurable": {"thread_id": "t-1"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t-1"}}
     assert theirs.get_tuple(config) is None
     assert list(theirs.list(config)) == [] and list(theirs.list(None)) == []
     # Row-level security itself, not only the saver's own filter: raw SQL as the other tenant.
@@ -79,7 +82,7 @@ def test_another_tenant_cannot_read_the_thread(tenant, other_tenant) -> None:  #
     assert AgentRun.objects.get(idempotency_key="langgraph:t-1").tenant_id == tenant.tenant_id
 
 
-def _bytes_left(tenant, text: str) -> int:  # type: ignore[no-untyped-def]
+def _bytes_left(tenant, text: str) -> int:
     with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
         cursor.execute(
             """SELECT (SELECT count(*) FROM langgraph_blobs WHERE position(convert_to(%(t)s, 'UTF8') IN blob) > 0)
@@ -89,7 +92,7 @@ def _bytes_left(tenant, text: str) -> int:  # type: ignore[no-untyped-def]
         return int(cursor.fetchone()[0])
 
 
-def _copies(tenant, text: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def _copies(tenant, text: str) -> dict[str, int]:
     found = {}
     with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
         for table, column in sorted(registered_columns()):
@@ -99,7 +102,7 @@ def _copies(tenant, text: str) -> dict[str, int]:  # type: ignore[no-untyped-def
     return found
 
 
-def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant) -> None:
     _run(tenant, thread="bystander", subject="someone-else")  # another customer, with the same words
     bystanders = _bytes_left(tenant, "17 Quince Lane")
     _run(tenant, thread=f"support-{SUBJECT}")  # a thread id built from the subject's id
@@ -110,6 +113,7 @@ def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant) -> None:  # t
     request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
     done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
 
+    assert done.receipt is not None
     assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
     places = {p["place"]: p for p in done.receipt["places"]}
     for name in ("langgraph_checkpoints.metadata", "langgraph_checkpoints.thread_id", "langgraph_blobs.blob"):
@@ -132,7 +136,7 @@ def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant) -> None:  # t
         saver.close()
 
 
-def test_a_put_from_langgraphs_own_thread_leaves_no_tenant_on_its_connection(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_a_put_from_langgraphs_own_thread_leaves_no_tenant_on_its_connection(tenant) -> None:
     """LangGraph writes checkpoints from its own threads; each statement sets the tenant for its own
     transaction only, so the thread's connection is left with none (it sees nothing afterwards)."""
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
@@ -163,4 +167,5 @@ def test_a_put_from_langgraphs_own_thread_leaves_no_tenant_on_its_connection(ten
     worker.join()
     saver.close()
     assert seen["setting"] in ("", None) and seen["runs"] == 0
+    assert isinstance(seen["tuple"], CheckpointTuple)
     assert seen["tuple"].checkpoint["channel_values"] == {"n": 1}
