@@ -260,6 +260,17 @@ def test_erasing_the_subject_leaves_the_store_nothing_and_the_scan_clean(tenant)
     assert [h.namespace[1] for h in store.search(())] == ["someone-else"]  # the bystander stays
 
 
+def test_a_subject_erased_may_be_told_anew_through_the_store(tenant) -> None:  # type: ignore[no-untyped-def]
+    store = _store(tenant)
+    store.put(("memories", SUBJECT, "preferences"), "language", {"language": "english"})
+    request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
+    erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    # Another claim, said anew later: the erased one's tombstone must not refuse every later write
+    # that has no run (a store used outside a graph has none).
+    store.put(("memories", SUBJECT, "preferences"), "channel", {"channel": "email"})
+    assert store.get(("memories", SUBJECT, "preferences"), "channel").value == {"channel": "email"}
+
+
 def test_async_batch_runs_the_same_ops(tenant) -> None:  # type: ignore[no-untyped-def]
     store = _store(tenant)
 
