@@ -99,7 +99,7 @@ class KeeperStore(BaseStore):
         self.source_type = source_type
         self.validation_method = validation_method
         self._tenant: Tenant | None = None
-        self._runs: dict[str, UUID | None] = {}
+        self._runs: dict[str, UUID] = {}
         self._connections: dict[int, Any] = {}
 
     # --- the namespace rule -------------------------------------------------------------------
@@ -147,9 +147,13 @@ class KeeperStore(BaseStore):
         thread_id = graph.get("thread_id")
         run_id = None
         if thread_id is not None:
-            if thread_id not in self._runs:  # the thread's Keeper run, if KeeperSaver keeps it
-                self._runs[thread_id] = thread_store.thread_run(tenant_id=self.tenant_id, thread_id=thread_id)
-            run_id = self._runs[thread_id]
+            # The thread's Keeper run, if KeeperSaver keeps it and has kept its first checkpoint (with
+            # LangGraph's default async durability that may still be on its way: asked again next time).
+            run_id = self._runs.get(thread_id) or thread_store.thread_run(
+                tenant_id=self.tenant_id, thread_id=thread_id
+            )
+            if run_id is not None:
+                self._runs[thread_id] = run_id
         return {
             "source_type": self.source_type,
             "source_id": f"{SOURCE}:thread:{thread_id}" if thread_id else SOURCE,

@@ -4,12 +4,14 @@ write policy and provenance, ranking by the query, tenant isolation and erasure 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 from asgiref.sync import async_to_sync
 from django.db import connection
+from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import (
+    BaseStore,
     GetOp,
     InvalidNamespaceError,
     ListNamespacesOp,
@@ -24,7 +26,9 @@ from memory.models import MemoryItem
 from memory.projection import memory_project
 from memory.selectors import memory_subject_items
 from memory.services import SensitiveInference
+from runs.engine.models import AgentRun
 from runs.langgraph.memory_store import DELETED, KeeperStore
+from runs.langgraph.saver import KeeperSaver
 
 pytestmark = pytest.mark.django_db
 
@@ -290,3 +294,36 @@ def test_async_batch_runs_the_same_ops(tenant) -> None:  # type: ignore[no-untyp
     got, found, namespaces, deleted, gone = async_to_sync(work)()
     assert got.value == {"tea": "green"} and [h.key for h in found] == ["tea"]
     assert namespaces == [("memories", SUBJECT, "prefs")] and deleted is None and gone is None
+
+
+class Chat(TypedDict):
+    said: str
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_graph_node_writes_through_the_store_with_its_thread_as_provenance(tenant) -> None:  # type: ignore[no-untyped-def]
+    def remember(state: Chat, *, store: BaseStore) -> dict[str, Any]:
+        store.put(("memories", SUBJECT, "preferences"), "channel", {"channel": state["said"]})
+        return {}
+
+    graph = StateGraph(Chat)
+    graph.add_node("remember", remember)
+    graph.add_edge(START, "remember")
+    graph.add_edge("remember", END)
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    store = _store(tenant)
+    try:
+        compiled = graph.compile(checkpointer=saver, store=store)
+        config = {"configurable": {"thread_id": "chat-1", "subject_id": SUBJECT}}
+        # Sync durability: the input checkpoint (and so the thread's run) is kept before the node runs.
+        compiled.invoke({"said": "email"}, config, durability="sync")
+    finally:
+        saver.close()
+        store.close()
+    run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:chat-1")
+    [claim] = memory_subject_items(tenant=tenant, subject_id=SUBJECT)
+    assert claim.value == {"channel": "email"}
+    provenance = claim.provenance
+    assert provenance["source_id"] == "langgraph:thread:chat-1" and provenance["thread_id"] == "chat-1"
+    assert provenance["run_id"] == str(run.run_id) and provenance["node"] == "remember"
+    assert provenance["source"] == "langgraph" and provenance["writer"] == "graph:support"
