@@ -91,22 +91,26 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         with tenant_scope(tenant_id):
             items = list(MemoryItem.objects.filter(subject_id=subject).order_by("created_at"))
             for item in items:
-                for kind, digest in (
+                digests = [
                     (
                         "claim",
                         claim_digest(
                             subject_id=subject, namespace=item.namespace, key=item.key, value=item.value
                         ),
-                    ),
-                    (
-                        "source",
-                        source_digest(
-                            subject_id=subject,
-                            run_id=item.provenance.get("run_id"),
-                            event_seq=item.provenance.get("event_seq"),
-                        ),
-                    ),
-                ):
+                    )
+                ]
+                if item.provenance.get("run_id") is not None:  # a claim with no run has no source to refuse
+                    digests.append(
+                        (
+                            "source",
+                            source_digest(
+                                subject_id=subject,
+                                run_id=item.provenance.get("run_id"),
+                                event_seq=item.provenance.get("event_seq"),
+                            ),
+                        )
+                    )
+                for kind, digest in digests:
                     Tombstone.objects.get_or_create(
                         tenant_id=tenant_id,
                         kind=kind,
@@ -238,13 +242,18 @@ def _scan(scope: Scope) -> dict[str, int]:
 def tombstoned(
     *, tenant_id: UUID, subject_id: str, namespace: str, key: str, value: Any, provenance: dict[str, Any]
 ) -> bool:
-    """Whether this claim, or the event it comes from, was erased (must run inside the tenant scope)."""
-    digests = [
-        claim_digest(subject_id=subject_id, namespace=namespace, key=key, value=value),
-        source_digest(
-            subject_id=subject_id, run_id=provenance.get("run_id"), event_seq=provenance.get("event_seq")
-        ),
-    ]
+    """Whether this claim, or the event it comes from, was erased (must run inside the tenant scope).
+
+    A claim with no run (an operator's entry, a store used outside a graph) has no source event: its
+    source digest would be the same for every such claim about the subject, so only the claim counts
+    (an older erasure may have left that digest; it refuses nothing)."""
+    digests = [claim_digest(subject_id=subject_id, namespace=namespace, key=key, value=value)]
+    if provenance.get("run_id") is not None:
+        digests.append(
+            source_digest(
+                subject_id=subject_id, run_id=provenance.get("run_id"), event_seq=provenance.get("event_seq")
+            )
+        )
     return Tombstone.objects.filter(tenant_id=tenant_id, digest__in=digests).exists()
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from core.digests import canonical_json, sha256_digest
@@ -174,5 +174,58 @@ def memory_search(
             for memory_id, rank in ranks.items():
                 scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (RRF_K + rank)
         top = sorted(scores, key=lambda m: (-scores[m], str(m)))[:k]
+        items = {i.memory_id: i for i in MemoryItem.objects.filter(memory_id__in=top)}
+    return [MemoryHit(items[m], round(scores[m], 6), vector_rank.get(m), text_rank.get(m)) for m in top]
+
+
+def memory_search_scope(
+    *,
+    tenant: Tenant,
+    query: str,
+    scope: QuerySet[MemoryItem],
+    limit: int = 10,
+    offset: int = 0,
+    embedder: Embedder | None = None,
+    candidates: int = 50,
+) -> list[MemoryHit]:
+    """The claims of `scope` (memory.selectors.memory_current_claims) most relevant to the query, by
+    the same fusion as memory_search, but ranking inside the scope: a subject's or a namespace's claims
+    are not crowded out by the rest of the tenant's. A claim the worker has not embedded yet is found
+    by its words only."""
+    embedder = embedder or embedder_from_settings()
+    [query_vector] = embedder.embed([query])
+    depth = max(candidates, offset + limit)
+    dims = int(embedder.dimensions)  # an int from the embedder, never user input
+    words = " | ".join(dict.fromkeys(re.findall(r"\w+", query.lower())))
+    with tenant_scope(tenant.tenant_id):
+        scope_sql, scope_params = scope.values("memory_id").query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            cursor.execute("SET LOCAL hnsw.ef_search = %s", [max(40, min(depth, 1000))])
+            cursor.execute(
+                f"""SELECT v.memory_id FROM memory_vectors v
+                     WHERE v.tenant_id = %s AND v.embedder_key = %s AND v.dimensions = {dims}
+                       AND v.memory_id IN ({scope_sql})
+                     ORDER BY v.embedding::vector({dims}) <=> %s::vector({dims}), v.memory_id LIMIT %s""",
+                [tenant.tenant_id, embedder.key, *scope_params, str(query_vector), depth],
+            )
+            by_vector = [row[0] for row in cursor.fetchall()]
+            by_text = []
+            if words:
+                cursor.execute(
+                    f"""SELECT memory_id FROM memory_items
+                         WHERE tenant_id = %s AND search @@ to_tsquery('simple', %s)
+                           AND memory_id IN ({scope_sql})
+                         ORDER BY ts_rank(search, to_tsquery('simple', %s)) DESC, memory_id LIMIT %s""",
+                    [tenant.tenant_id, words, *scope_params, words, depth],
+                )
+                by_text = [row[0] for row in cursor.fetchall()]
+        vector_rank = {m: i + 1 for i, m in enumerate(by_vector)}
+        text_rank = {m: i + 1 for i, m in enumerate(by_text)}
+        scores: dict[Any, float] = {}
+        for ranks in (vector_rank, text_rank):
+            for memory_id, rank in ranks.items():
+                scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (RRF_K + rank)
+        top = sorted(scores, key=lambda m: (-scores[m], str(m)))[offset : offset + limit]
         items = {i.memory_id: i for i in MemoryItem.objects.filter(memory_id__in=top)}
     return [MemoryHit(items[m], round(scores[m], 6), vector_rank.get(m), text_rank.get(m)) for m in top]

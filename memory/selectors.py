@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TypedDict
+from datetime import datetime
+from typing import Any, TypedDict
 from uuid import UUID
 
-from django.db.models import Count, Q
+from django.db import connection
+from django.db.models import Count, Q, QuerySet
+from django.db.models.fields.json import KeyTransform
 from django.utils import timezone
 
 from core.models import Tenant
@@ -34,6 +37,79 @@ def memory_recall(
         if namespaces is not None:
             items = items.filter(namespace__in=namespaces)
         return list(items.order_by("namespace", "key"))
+
+
+# --- current claims by scope (the LangGraph store's reads; any caller may use them) -------------
+
+COMPARISONS = {"$eq": "exact", "$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}
+OPERATORS = {*COMPARISONS, "$ne"}
+
+
+def memory_current_claims(
+    *,
+    subject_id: str | None = None,
+    namespace_prefix: str | None = None,
+    value_filter: dict[str, Any] | None = None,
+) -> QuerySet[MemoryItem]:
+    """The current (valid, unexpired) claims of a scope, unevaluated: call and evaluate it inside the
+    tenant's scope. `namespace_prefix` "a" takes namespace "a" and "a.b" (dots nest namespaces);
+    `value_filter` compares top-level fields of the value: {"field": v} or {"field": {"$gt": v}}
+    with $eq, $ne, $gt, $gte, $lt, $lte (JSON comparison, as PostgreSQL's jsonb orders values)."""
+    now = timezone.now()
+    items = MemoryItem.objects.filter(
+        Q(expires_at__isnull=True) | Q(expires_at__gt=now), invalidated_at__isnull=True, valid_from__lte=now
+    )
+    if subject_id is not None:
+        items = items.filter(subject_id=subject_id)
+    if namespace_prefix is not None:
+        items = items.filter(Q(namespace=namespace_prefix) | Q(namespace__startswith=f"{namespace_prefix}."))
+    for i, (field, wanted) in enumerate((value_filter or {}).items()):
+        alias = f"filter_{i}"
+        items = items.alias(**{alias: KeyTransform(field, "value")})
+        operators = isinstance(wanted, dict) and wanted and set(wanted) <= OPERATORS
+        conditions = wanted if operators else {"$eq": wanted}
+        for operator, operand in conditions.items():
+            if operator == "$ne":
+                items = items.exclude(**{alias: operand})
+            else:
+                items = items.filter(**{f"{alias}__{COMPARISONS[operator]}": operand})
+    return items
+
+
+def memory_current_claim(*, tenant: Tenant, subject_id: str, namespace: str, key: str) -> MemoryItem | None:
+    with tenant_scope(tenant.tenant_id):
+        return memory_current_claims(subject_id=subject_id).filter(namespace=namespace, key=key).first()
+
+
+def memory_current_scopes(*, tenant: Tenant, subject_id: str | None = None) -> list[tuple[str, str]]:
+    """The (subject, namespace) pairs that hold a current claim, sorted."""
+    with tenant_scope(tenant.tenant_id):
+        return list(
+            memory_current_claims(subject_id=subject_id)
+            .values_list("subject_id", "namespace")
+            .distinct()
+            .order_by("subject_id", "namespace")
+        )
+
+
+def memory_first_kept(*, tenant: Tenant, memory_ids: list[UUID]) -> dict[UUID, datetime]:
+    """When each claim's key was first kept: the start of the chain of values it superseded (a claim
+    kept after an invalidation starts a new chain)."""
+    if not memory_ids:
+        return {}
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        cursor.execute(
+            """WITH RECURSIVE chain(head, supersedes, valid_from) AS (
+                   SELECT memory_id, supersedes, valid_from FROM memory_items
+                    WHERE tenant_id = %s AND memory_id = ANY(%s)
+                   UNION ALL
+                   SELECT c.head, m.supersedes, m.valid_from FROM chain c
+                     JOIN memory_items m ON m.memory_id = c.supersedes
+               )
+               SELECT head, min(valid_from) FROM chain GROUP BY head""",
+            [tenant.tenant_id, list(memory_ids)],
+        )
+        return dict(cursor.fetchall())
 
 
 # --- everything kept about one subject, for compliance (current or not) -------------------------

@@ -210,3 +210,35 @@ def test_a_stored_result_another_subject_also_points_to_is_kept(tenant, subject_
     from runs.engine.artifacts import artifact_get
 
     assert artifact_get(ref=ref).decode().startswith("Baker Street")  # the other subject's result is intact
+
+
+def test_a_claim_without_a_run_leaves_no_tombstone_that_refuses_every_later_one(tenant):  # type: ignore[no-untyped-def]
+    operator = said(source_type="operator", validation_method="operator_entered", run_id=None, seq=None)
+    memory_remember(
+        tenant=tenant,
+        subject_id="cust-anew",
+        namespace="profile",
+        key="city",
+        value="Oslo",
+        provenance=operator,
+    )
+    request = erasure_request_create(tenant=tenant, subject_id="cust-anew", requested_by="user:compliance")
+    erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    with pytest.raises(ClaimErased):  # the erased claim itself stays refused
+        memory_remember(
+            tenant=tenant,
+            subject_id="cust-anew",
+            namespace="profile",
+            key="city",
+            value="Oslo",
+            provenance=operator,
+        )
+    kept = memory_remember(  # another claim, entered anew, is not "the same source" as the erased one
+        tenant=tenant,
+        subject_id="cust-anew",
+        namespace="profile",
+        key="phone",
+        value="+47 1",
+        provenance=operator,
+    )
+    assert kept.value == "+47 1"
