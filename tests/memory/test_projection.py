@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from core.tenancy import tenant_scope
 from memory.embedders import HashingEmbedder
-from memory.models import MemoryVector
+from memory.models import MemoryItem, MemoryVector
 from memory.projection import memory_project, memory_search
 from memory.services import memory_invalidate, memory_remember
 from tests.memory.test_memory import said
@@ -63,3 +66,49 @@ def test_changing_the_embedder_reprojects_and_never_mixes_dimensions(tenant):
     with tenant_scope(tenant.tenant_id):
         assert set(MemoryVector.objects.values_list("embedder_key", "dimensions")) == {(small.key, 64)}
     assert memory_search(tenant=tenant, query="email only", embedder=small, k=1)[0].item.key == "contact"
+
+
+def _crowd(tenant, n: int, text: str, **fields):  # type: ignore[no-untyped-def]
+    """n claims whose text is the query itself: nearer than anything and holding every word."""
+    now = timezone.now()
+    with tenant_scope(tenant.tenant_id):
+        MemoryItem.objects.bulk_create(
+            [
+                MemoryItem(
+                    tenant=tenant,
+                    subject_id=fields.get("subject_id", "cust-1"),
+                    namespace="profile",
+                    key=f"crowd_{i}",
+                    value=text,
+                    provenance=said(),
+                    valid_from=now - timedelta(days=2),
+                    expires_at=fields.get("expires_at"),
+                    invalidated_at=fields.get("invalidated_at"),
+                    invalidation_reason="test" if fields.get("invalidated_at") else None,
+                )
+                for i in range(n)
+            ]
+        )
+
+
+@pytest.mark.parametrize(
+    "crowd",
+    [
+        {"subject_id": "cust-2"},
+        {"expires_at": timezone.now() - timedelta(days=1)},
+        {"invalidated_at": timezone.now() - timedelta(days=1)},
+    ],
+    ids=["other-subject", "expired", "invalidated"],
+)
+def test_claims_the_search_may_not_return_never_take_the_places_of_those_it_may(tenant, crowd):
+    """300 claims nearer to the query and holding more of its words than the one current claim of
+    the subject, but of another subject, expired or invalidated: the subject's claim is still found
+    (the arms filter in SQL, so such claims never fill the candidate lists)."""
+    items = _seed(tenant)
+    query = "lives in Oslo near the harbour answer in Russian please"
+    _crowd(tenant, 300, query, **crowd)
+    memory_project(tenant=tenant, embedder=HashingEmbedder())
+    hits = memory_search(tenant=tenant, query=query, subject_id="cust-1", k=3, embedder=HashingEmbedder())
+    found = {h.item.memory_id for h in hits}
+    assert items["city"].memory_id in found and items["language"].memory_id in found, hits
+    assert all(h.item.subject_id == "cust-1" and h.item.key in FACTS for h in hits)

@@ -7,14 +7,16 @@ import uuid
 
 import pytest
 from django.db import connection
+from django.test import override_settings
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.digests import sha256_digest
 from core.errors import InvalidInput
 from core.tenancy import tenant_ensure, tenant_scope
+from memory.embedders import HashingEmbedder
 from retrieval.models import Chunk, Invalidation, RetrievalSnapshot
-from retrieval.search import retrieval_search, snapshot_replay
+from retrieval.search import retrieval_search, snapshot_replay, text_candidates, vector_candidates
 from retrieval.services import (
     UnknownPrincipal,
     document_acl_set,
@@ -256,3 +258,58 @@ def test_no_search_ever_returns_another_tenants_or_an_unreadable_chunk(db, docum
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM retrieval_chunks")  # no tenant at all
         assert cursor.fetchone() == (0,)
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
+def test_a_restricted_principal_never_sees_what_the_index_ranks_first_for_others(tenant, monkeypatch):
+    """Hundreds of unreadable chunks hold the query verbatim (nearest in the tenant's HNSW graph and
+    in the top text tier): a principal who may read only two chunks gets exactly those two, from
+    both arms and from the search, and no unreadable one."""
+    from retrieval import indexes
+
+    monkeypatch.setattr(indexes, "HNSW_FROM_CHUNKS", 100)
+    query = "refund the parcel by card"
+    with override_settings(KEEPER_RETRIEVAL_CHUNK_WORDS=16):  # one paragraph a chunk
+        for d in range(12):
+            document_index(
+                tenant=tenant,
+                document_id=f"crowd{d}",
+                source_uri=f"mem://crowd{d}",
+                source_version="1",
+                data="\n\n".join(f"{query} {query} {n}" for n in range(30)).encode(),
+                media_type="text/plain",
+                acl=["group:others"],
+                actor="user:test",
+                wait=True,
+            )
+        document_index(
+            tenant=tenant,
+            document_id="mine",
+            source_uri="mem://mine",
+            source_version="1",
+            data=b"a refund for the order was asked twice this week by phone\n\n"
+            b"the parcel came late and the customer asked for help again",
+            media_type="text/plain",
+            acl=["group:mine"],
+            actor="user:test",
+            wait=True,
+        )
+    principal_set(tenant=tenant, principal="user:me", groups=["group:mine"], actor="user:test")
+    assert indexes.chunk_index_ensure(tenant=tenant, dimensions=256)
+    try:
+        with tenant_scope(tenant.tenant_id):
+            mine = set(Chunk.objects.filter(document_id_text="mine").values_list("id", flat=True))
+            assert len(mine) == 2 and Chunk.objects.count() > 300
+            [vector] = HashingEmbedder().embed([query])
+            by_vector = vector_candidates(
+                tenant=tenant, embedder=HashingEmbedder(), vector=vector, limit=10, acl=["group:mine"]
+            )
+            by_text = text_candidates(tenant=tenant, query=query, limit=10, acl=["group:mine"])
+        assert set(by_vector) == mine and set(by_text) == mine
+        hits = retrieval_search(
+            tenant=tenant, query=query, principal="user:me", k=10, embedder=HashingEmbedder()
+        ).hits
+        assert {h.document_id for h in hits} == {"mine"} and len(hits) == 2
+    finally:
+        indexes.chunk_index_drop(tenant=tenant, dimensions=256)
