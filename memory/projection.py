@@ -94,7 +94,8 @@ def vector_statements(
 ) -> list[Statement]:
     """The statements of vector_candidates, the search last (also sent by the benchmark as they are)."""
     dims = int(embedder.dimensions)  # an int from the embedder, never user input
-    join, where, params = "", "", []
+    join, where = "", ""
+    params: list[Any] = []
     if valid_at is not None:
         join = "JOIN memory_items i ON i.memory_id = v.memory_id"
         where = " AND i.invalidated_at IS NULL AND (i.expires_at IS NULL OR i.expires_at > %s)"

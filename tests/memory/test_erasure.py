@@ -212,7 +212,7 @@ def test_a_stored_result_another_subject_also_points_to_is_kept(tenant, subject_
     assert artifact_get(ref=ref).decode().startswith("Baker Street")  # the other subject's result is intact
 
 
-def test_a_claim_without_a_run_leaves_no_tombstone_that_refuses_every_later_one(tenant):  # type: ignore[no-untyped-def]
+def test_a_claim_without_a_run_leaves_no_tombstone_that_refuses_every_later_one(tenant):
     operator = said(source_type="operator", validation_method="operator_entered", run_id=None, seq=None)
     memory_remember(
         tenant=tenant,

@@ -68,7 +68,7 @@ def test_changing_the_embedder_reprojects_and_never_mixes_dimensions(tenant):
     assert memory_search(tenant=tenant, query="email only", embedder=small, k=1)[0].item.key == "contact"
 
 
-def _crowd(tenant, n: int, text: str, **fields):  # type: ignore[no-untyped-def]
+def _crowd(tenant, n: int, text: str, **fields):
     """n claims whose text is the query itself: nearer than anything and holding every word."""
     now = timezone.now()
     with tenant_scope(tenant.tenant_id):

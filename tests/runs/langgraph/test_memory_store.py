@@ -35,11 +35,11 @@ pytestmark = pytest.mark.django_db
 SUBJECT = "cust-7f3a"
 
 
-def _store(tenant, **options: Any) -> KeeperStore:  # type: ignore[no-untyped-def]
+def _store(tenant, **options: Any) -> KeeperStore:
     return KeeperStore(tenant_id=tenant.tenant_id, actor="graph:support", **options)
 
 
-def test_a_put_is_a_claim_about_the_subject_with_langgraph_provenance(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_a_put_is_a_claim_about_the_subject_with_langgraph_provenance(tenant):
     store = _store(tenant)
     store.put(("memories", SUBJECT, "preferences"), "language", {"language": "english", "since": 2021})
 
@@ -62,7 +62,7 @@ def test_a_put_is_a_claim_about_the_subject_with_langgraph_provenance(tenant) ->
     assert store.get(("memories", SUBJECT, "preferences"), "other") is None
 
 
-def test_nested_labels_are_one_dotted_memory_namespace(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_nested_labels_are_one_dotted_memory_namespace(tenant):
     store = _store(tenant)
     store.put(("memories", SUBJECT, "orders", "open"), "o-1", {"total": 12})
     [claim] = memory_subject_items(tenant=tenant, subject_id=SUBJECT)
@@ -71,7 +71,7 @@ def test_nested_labels_are_one_dotted_memory_namespace(tenant) -> None:  # type:
     assert store.get(("memories", SUBJECT, "orders"), "o-1") is None
 
 
-def test_a_namespace_outside_the_rule_is_refused_with_a_reason(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_a_namespace_outside_the_rule_is_refused_with_a_reason(tenant):
     store = _store(tenant)
     for namespace in (("memories", SUBJECT), ("notes", SUBJECT, "x")):
         with pytest.raises(InvalidNamespaceError, match="subject_id"):
@@ -81,7 +81,7 @@ def test_a_namespace_outside_the_rule_is_refused_with_a_reason(tenant) -> None: 
     assert memory_subject_items(tenant=tenant, subject_id=SUBJECT) == []
 
 
-def test_a_put_overwrites_keeping_created_at_and_a_delete_starts_anew(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_a_put_overwrites_keeping_created_at_and_a_delete_starts_anew(tenant):
     store = _store(tenant)
     namespace = ("memories", SUBJECT, "preferences")
     store.put(namespace, "language", {"language": "english"})
@@ -109,7 +109,7 @@ def test_a_put_overwrites_keeping_created_at_and_a_delete_starts_anew(tenant) ->
     assert third.created_at == third.updated_at > second.updated_at  # a new claim, a new start
 
 
-def test_sensitive_inferences_are_refused_unless_the_person_confirmed_them(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_sensitive_inferences_are_refused_unless_the_person_confirmed_them(tenant):
     with pytest.raises(SensitiveInference):
         _store(tenant).put(("memories", SUBJECT, "profile"), "mood", {"mood": "angry"})
     assert memory_subject_items(tenant=tenant, subject_id=SUBJECT) == []
@@ -118,7 +118,7 @@ def test_sensitive_inferences_are_refused_unless_the_person_confirmed_them(tenan
     assert confirmed.get(("memories", SUBJECT, "profile"), "mood").value == {"mood": "calm"}
 
 
-def test_a_failed_write_keeps_nothing_of_its_batch(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_write_keeps_nothing_of_its_batch(tenant):
     store = _store(tenant)
     with pytest.raises(SensitiveInference):
         store.batch(
@@ -144,7 +144,7 @@ def _put_notes(store: KeeperStore) -> None:
     )
 
 
-def test_search_ranks_the_subjects_claims_by_the_query(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_search_ranks_the_subjects_claims_by_the_query(tenant):
     store = _store(tenant)
     _put_notes(store)
     memory_project(tenant=tenant)  # what the worker does after the writes commit
@@ -172,7 +172,7 @@ def test_search_ranks_the_subjects_claims_by_the_query(tenant) -> None:  # type:
     assert paged == ranked[1:2]
 
 
-def test_search_filters_and_pages_without_a_query(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_search_filters_and_pages_without_a_query(tenant):
     store = _store(tenant)
     _put_notes(store)
     prefix = ("memories", SUBJECT)
@@ -194,7 +194,7 @@ def test_search_filters_and_pages_without_a_query(tenant) -> None:  # type: igno
     assert len(store.search(())) == 5  # the whole store: every subject of the tenant
 
 
-def test_list_namespaces_matches_prefix_suffix_and_depth(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_list_namespaces_matches_prefix_suffix_and_depth(tenant):
     store = _store(tenant)
     store.put(("memories", "a", "prefs"), "k", {"v": 1})
     store.put(("memories", "a", "orders", "open"), "k", {"v": 1})
@@ -224,7 +224,7 @@ def test_list_namespaces_matches_prefix_suffix_and_depth(tenant) -> None:  # typ
     assert store.batch([ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("other",)),))]) == [[]]
 
 
-def test_another_tenants_store_sees_nothing(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+def test_another_tenants_store_sees_nothing(tenant, other_tenant):
     _put_notes(_store(tenant))
     memory_project(tenant=tenant)
     theirs = KeeperStore(tenant_id=other_tenant.tenant_id)
@@ -242,7 +242,7 @@ def test_another_tenants_store_sees_nothing(tenant, other_tenant) -> None:  # ty
         assert cursor.fetchone()[0] == 1
 
 
-def test_erasing_the_subject_leaves_the_store_nothing_and_the_scan_clean(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_erasing_the_subject_leaves_the_store_nothing_and_the_scan_clean(tenant):
     store = _store(tenant)
     _put_notes(store)
     memory_project(tenant=tenant)
@@ -264,7 +264,7 @@ def test_erasing_the_subject_leaves_the_store_nothing_and_the_scan_clean(tenant)
     assert [h.namespace[1] for h in store.search(())] == ["someone-else"]  # the bystander stays
 
 
-def test_a_subject_erased_may_be_told_anew_through_the_store(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_a_subject_erased_may_be_told_anew_through_the_store(tenant):
     store = _store(tenant)
     store.put(("memories", SUBJECT, "preferences"), "language", {"language": "english"})
     request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
@@ -275,7 +275,7 @@ def test_a_subject_erased_may_be_told_anew_through_the_store(tenant) -> None:  #
     assert store.get(("memories", SUBJECT, "preferences"), "channel").value == {"channel": "email"}
 
 
-def test_async_batch_runs_the_same_ops(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_async_batch_runs_the_same_ops(tenant):
     store = _store(tenant)
 
     async def work() -> list[Any]:
@@ -301,7 +301,7 @@ class Chat(TypedDict):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_graph_node_writes_through_the_store_with_its_thread_as_provenance(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_a_graph_node_writes_through_the_store_with_its_thread_as_provenance(tenant):
     def remember(state: Chat, *, store: BaseStore) -> dict[str, Any]:
         store.put(("memories", SUBJECT, "preferences"), "channel", {"channel": state["said"]})
         return {}
