@@ -63,7 +63,10 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="session")
+# One browser per module, not per session: Playwright's sync API keeps an event loop running in the
+# test process's thread while it lives, and later tests in the same process (LangGraph's async
+# savers, asyncio.run, async_to_sync) must not find one there.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     executable = shutil.which("chromium")
     if executable is None:
@@ -74,11 +77,18 @@ def browser() -> Iterator[Any]:
 
     # Playwright's sync API runs an event loop in this thread; the test's own ORM calls are still
     # synchronous and safe, so Django's guard against ORM calls inside an event loop is lifted.
+    before = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
-        yield launched
-        launched.close()
+    try:
+        with sync_playwright() as playwright:
+            launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
+            yield launched
+            launched.close()
+    finally:
+        if before is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
 
 
 @pytest.fixture

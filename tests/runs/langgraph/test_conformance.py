@@ -3,8 +3,6 @@ embedded PostgreSQL, as the application role under row-level security."""
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from asgiref.sync import sync_to_async
 from django.db import connection
@@ -13,6 +11,7 @@ from langgraph.checkpoint.conformance.report import ProgressCallbacks
 
 from core.tenancy import tenant_ensure
 from runs.langgraph.saver import KeeperSaver
+from tests.runs.langgraph.conftest import run_coroutine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,7 +29,7 @@ def test_keeper_saver_passes_langgraph_conformance(capsys) -> None:
         finally:
             await sync_to_async(lambda: connection.close())()  # the connection of the saver's thread
 
-    report = asyncio.run(run())
+    report = run_coroutine(run())
     report.print_report()
     failures = {cap: r.failures for cap, r in report.results.items() if r.failures}
     assert report.passed_all_base(), failures
