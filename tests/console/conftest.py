@@ -81,7 +81,9 @@ def browser() -> Iterator[Any]:
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
         with sync_playwright() as playwright:
-            launched = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS, headless=True)
+            launched = playwright.chromium.launch(
+                executable_path=executable, args=CHROMIUM_ARGS, headless=True
+            )
             yield launched
             launched.close()
     finally:
