@@ -73,11 +73,13 @@ def _inline(value: Any) -> bool:
 
 
 def _interrupt_event(checkpoint_id: str, task_id: str, value: Any, actor: str) -> tuple[str, str, str]:
-    """What a root task's interrupt() asks, for the run (a line for the inbox) and its event (each
-    interrupt's id and value as JSON; a value JSON cannot hold is shown as its text)."""
+    """What a root task's interrupt() asks, for the run (a line for the inbox: the value's text, or its
+    "question") and its event (each interrupt's id and value as JSON; what JSON cannot hold, as text)."""
     items = list(value) if isinstance(value, list | tuple) else [value]
     asked = [{"id": str(getattr(i, "id", "")), "value": getattr(i, "value", i)} for i in items]
     first = asked[0]["value"] if asked else ""
+    if isinstance(first, dict) and isinstance(first.get("question"), str):
+        first = first["question"]  # the convention of Keeper's example: {"question": ..., ...}
     detail = first if isinstance(first, str) else _metadata_json(first)
     payload = _metadata_json({"checkpoint_id": checkpoint_id, "task_id": task_id, "interrupts": asked})
     return detail[:300], payload, actor
