@@ -5,10 +5,12 @@ answer (given in the console or through the API, once, by the thread's tenant on
 from __future__ import annotations
 
 import pytest
+from langgraph.types import Command
 
 from console.models import AuditEntry
 from core.api_auth import api_key_create
 from runs.engine.models import AgentEvent, AgentRun
+from runs.langgraph.example import support_graph as support_graph_example
 from runs.langgraph.example import support_thread_start
 from runs.langgraph.interrupts import thread_interrupt_get
 from runs.langgraph.saver import KeeperSaver
@@ -132,3 +134,66 @@ def test_the_api_answers_with_a_tenant_key_once(tenant, other_tenant) -> None:  
     done = _interrupted(tenant, "t-none", message="hello")  # no order: no interrupt
     refused = mine.post(f"/api/v1/runs/{done.run_id}/langgraph/answer", {"answer": "yes"}, format="json")
     assert refused.status_code == 422 and refused.json()["error"]["code"] == "langgraph_no_open_interrupt"
+
+
+# --- the engineer: checkpoints, state, diff, fork ---------------------------------------------------------
+
+
+def test_the_engineer_reads_each_checkpoints_state_and_diff(as_role, tenant) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    run = _interrupted(tenant, "t-e1")
+    engineer = as_role("engineer")
+    assert f"/runs/{run.run_id}/langgraph/" in engineer.get(f"/runs/{run.run_id}/").content.decode()
+    page = engineer.get(f"/runs/{run.run_id}/langgraph/")
+    html = page.content.decode()
+    assert page.status_code == 200 and html.count("data-checkpoint=") == 4  # input, model, lookup, approval
+    latest = KeeperSaver(tenant_id=tenant.tenant_id).get_tuple({"configurable": {"thread_id": "t-e1"}})
+    assert latest is not None
+    assert f'data-checkpoint="{latest.config["configurable"]["checkpoint_id"]}" class="chosen"' in html
+    assert "A-1001" in html and "$.order" in html  # the state, and the order the tool call added
+    assert engineer.get(f"/runs/{run.run_id}/langgraph/?checkpoint=nope").status_code == 404
+    assert as_role("support").get(f"/runs/{run.run_id}/langgraph/").status_code == 403
+
+
+def test_a_fork_from_a_checkpoint_is_a_new_latest_checkpoint_the_graph_runs_on_from(as_role, tenant) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    run = _interrupted(tenant, "t-e2")
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    config = {"configurable": {"thread_id": "t-e2"}}
+    graph = support_graph_example(saver)
+    out = graph.invoke(Command(resume="no"), config)  # the person said no; the thread is done
+    assert out["reply"].endswith("was not approved; a colleague will write to you.")
+    before_approval = next(s for s in graph.get_state_history(config) if s.next == ("approval",))
+    chosen = before_approval.config["configurable"]["checkpoint_id"]
+
+    engineer = as_role("engineer")
+    url = f"/runs/{run.run_id}/langgraph/fork/"
+    assert engineer.post(url, {"checkpoint_id": chosen, "note": ""}).status_code == 422
+    assert engineer.post(url, {"checkpoint_id": "1f0-none", "note": "x"}).status_code == 422
+    assert not AuditEntry.objects.filter(action="langgraph_fork").exists()
+    response = engineer.post(url, {"checkpoint_id": chosen, "note": "the customer sent photos"})
+    assert response.status_code == 302
+    audit = AuditEntry.objects.get(action="langgraph_fork")
+    forked = audit.details["checkpoint_id"]
+    latest = saver.get_tuple(config)
+    assert latest is not None and latest.config["configurable"]["checkpoint_id"] == forked
+    assert latest.parent_config["configurable"]["checkpoint_id"] == chosen  # type: ignore[index]
+    assert latest.metadata["source"] == "fork" and latest.metadata["forked_by"] == "user:engineer"
+    assert (
+        AgentEvent.objects.filter(run=run, event_type="langgraph_checkpoint", actor="user:engineer").count()
+        == 1
+    )
+    # The graph runs on from the fork: it asks for the approval again, and the thread waits in the inbox.
+    again = graph.invoke(None, config)
+    saver.close()
+    assert "__interrupt__" in again
+    run.refresh_from_db()
+    assert run.suspend_reason == "langgraph_interrupt"
+
+
+def test_another_tenants_engineer_cannot_read_or_fork_the_thread(client, tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+    run = _interrupted(tenant, "t-e3")
+    client.force_login(make_user("stranger", "engineer", tenants=(other_tenant,)))
+    assert client.get(f"/runs/{run.run_id}/langgraph/").status_code == 404
+    assert (
+        client.post(f"/runs/{run.run_id}/langgraph/fork/", {"checkpoint_id": "x", "note": "y"}).status_code
+        == 404
+    )
