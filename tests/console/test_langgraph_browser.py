@@ -7,15 +7,19 @@ import pytest
 from playwright.sync_api import expect
 
 from runs.engine.models import AgentRun
-from runs.langgraph.example import support_graph, support_thread_start
-from runs.langgraph.saver import KeeperSaver
-from tests.console.conftest import browser, page_as, role_users, screenshot  # noqa: F401 - the fixtures
+from tests.console.conftest import screenshot
 from tests.processes import wait_until
+
+pytest.importorskip(
+    "langgraph.types", reason="the langgraph extra is not installed: pip install -e '.[langgraph]'"
+)
+from runs.langgraph.example import support_graph, support_thread_start  # noqa: E402
+from runs.langgraph.saver import KeeperSaver  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_an_answer_in_the_console_resumes_the_graph(page_as, tenant, processes) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_an_answer_in_the_console_resumes_the_graph(page_as, tenant, processes) -> None:  # type: ignore[no-untyped-def]
     support_thread_start(tenant_id=tenant.tenant_id, thread_id="web-1", message="Order A-1001 arrived broken")
     run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:web-1")
     processes.worker()
