@@ -3,7 +3,10 @@ Keeper worker (a real Celery process) or the graph's own process resumes the gra
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+from django.db import connection
 from langgraph.types import Command
 
 from core.errors import ApplicationError
@@ -131,3 +134,31 @@ def test_a_worker_resumes_a_registered_graph_with_the_answer(tenant, processes) 
     assert AgentEvent.objects.filter(
         run=run, event_type="langgraph_checkpoint", actor="keeper-worker"
     ).exists()
+
+
+def test_two_answers_at_once_record_one(tenant) -> None:  # type: ignore[no-untyped-def]
+    run = _start(tenant, "t-8")
+    thread = thread_interrupt_get(tenant_id=tenant.tenant_id, run_id=run.run_id)
+    assert thread is not None
+    ids = {"checkpoint_id": thread.checkpoint_id, "interrupt_id": thread.asked[0].interrupt_id}
+    barrier, answers = threading.Barrier(4), []
+
+    def answer(value: str) -> None:
+        try:
+            barrier.wait()
+            answers.append(
+                interrupt_answer(
+                    tenant_id=tenant.tenant_id, run_id=run.run_id, answer=value, actor=value, **ids
+                )
+            )
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=answer, args=(f"user:{i}",)) for i in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert len(answers) == 4 and sum(a.created for a in answers) == 1
+    assert len({(a.seq, a.value) for a in answers}) == 1  # everyone gets the one answer recorded
+    assert AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").count() == 1
