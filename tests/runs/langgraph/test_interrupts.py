@@ -162,3 +162,23 @@ def test_two_answers_at_once_record_one(tenant) -> None:  # type: ignore[no-unty
     assert len(answers) == 4 and sum(a.created for a in answers) == 1
     assert len({(a.seq, a.value) for a in answers}) == 1  # everyone gets the one answer recorded
     assert AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").count() == 1
+
+
+def test_erasing_the_subject_erases_the_question_and_the_answer(tenant) -> None:  # type: ignore[no-untyped-def]
+    from memory.erasure import erasure_execute, erasure_request_create
+    from tests.runs.langgraph.test_threads import _copies
+
+    subject, words = "cust-erase-9", "Ada Quince of 17 Quince Lane"
+    support_thread_start(
+        tenant_id=tenant.tenant_id,
+        thread_id="t-9",
+        message=f"A-1001 broken, says {words}",
+        subject_id=subject,
+    )
+    run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-9")
+    interrupt_answer(tenant_id=tenant.tenant_id, run_id=run.run_id, answer=f"yes, {words}", actor="user:sam")
+    assert _copies(tenant, "17 Quince Lane")  # in the question, the answer, the run's suspend detail
+    request = erasure_request_create(tenant=tenant, subject_id=subject, requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
+    assert _copies(tenant, "17 Quince Lane") == {}
