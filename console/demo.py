@@ -115,6 +115,21 @@ def _said(run_id: str, seq: int) -> dict[str, Any]:
     }
 
 
+def _langgraph_thread(tenant: Any) -> str | None:
+    """The example graph's thread waiting for a person's approval (None without the langgraph extra)."""
+    try:
+        from runs.langgraph.example import support_thread_start
+    except ImportError:
+        return None
+    support_thread_start(
+        tenant_id=tenant.tenant_id,
+        thread_id="demo-support-1",
+        message="Hello, order A-1001 arrived broken. Can I get my money back?",
+        subject_id="cust-1001",
+    )
+    return str(AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:demo-support-1").run_id)
+
+
 def demo_load(*, data_dir: Path) -> DemoResult:
     """Load the demo once (a marker file in the data folder); later calls change nothing."""
     marker = data_dir / MARKER
@@ -208,6 +223,10 @@ def demo_load(*, data_dir: Path) -> DemoResult:
         run_resume(run_id=rolled.run_id, actor="user:acme-support", note="after the rollback")
         result.runs["unsupported_checkpoint"] = str(_drive(rolled, limit=1).run_id)
         run_start(tenant=globex, workflow_name="demo.countdown", input={"n": 2}, actor="demo")
+        # A LangGraph thread (the example support graph) stopped at its approval interrupt().
+        thread = _langgraph_thread(acme)
+        if thread is not None:
+            result.runs["langgraph_interrupt"] = thread
 
         # Memory with provenance (one claim superseded), documents with ACLs, and one finished erasure.
         run_id = result.runs["awaiting_approval"]

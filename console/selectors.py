@@ -41,6 +41,8 @@ from runs.engine.selectors import (
     run_refused_list,
     run_suspended_list,
 )
+from runs.langgraph.selectors import thread_interrupted_list
+from runs.langgraph.store import ANSWERED_REASON as LANGGRAPH_ANSWERED
 from runs.langgraph.store import THREAD_REASON as LANGGRAPH_THREAD
 
 AUDIT_KEYS = ("id",)
@@ -95,15 +97,24 @@ class Inbox:
     approvals: list[dict[str, Any]] = field(default_factory=list)
     operations: list[dict[str, Any]] = field(default_factory=list)
     refused: list[dict[str, Any]] = field(default_factory=list)
+    questions: list[AgentRun] = field(default_factory=list)  # LangGraph threads at an interrupt()
     other: list[AgentRun] = field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return len(self.approvals) + len(self.operations) + len(self.refused) + len(self.other)
+        return (
+            len(self.approvals)
+            + len(self.operations)
+            + len(self.refused)
+            + len(self.questions)
+            + len(self.other)
+        )
 
 
-# A LangGraph thread is "suspended" only in that Keeper's workers never step it: nobody has to act.
-QUIET = frozenset({LANGGRAPH_THREAD})
+# A LangGraph thread is "suspended" only in that Keeper's workers never step it: nobody has to act,
+# unless it stopped at an interrupt() (langgraph_interrupt: the questions). Once answered, the answer
+# waits for the graph, not for a person.
+QUIET = frozenset({LANGGRAPH_THREAD, LANGGRAPH_ANSWERED})
 
 
 def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
@@ -120,7 +131,9 @@ def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
         {"run": run, **refusal_of(event)}
         for run, event in run_refused_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT, quiet=QUIET)
     ]
+    inbox.questions = thread_interrupted_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     covered = {row["run"].run_id for row in inbox.approvals + inbox.operations + inbox.refused}
+    covered |= {run.run_id for run in inbox.questions}
     inbox.other = run_suspended_list(tenant_ids=tenant_ids, excluding=covered, limit=INBOX_LIMIT, quiet=QUIET)
     return inbox
 

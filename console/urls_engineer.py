@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console.views import engineer, engineer_bulk, engineer_queue
+from console.views import engineer, engineer_bulk, engineer_langgraph, engineer_queue
 
 urlpatterns = [
     path("runs/", engineer.run_list, name="run_list"),
@@ -26,5 +26,9 @@ urlpatterns = [
     path("runs/<uuid:run_id>/accept-state/", engineer_bulk.run_accept_state_view, name="run_accept_state"),
     path("runs/<uuid:run_id>/fork/", engineer_bulk.run_fork_view, name="run_fork"),
     path("runs/<uuid:run_id>/rewind/", engineer_bulk.run_fork_view, {"rewind": True}, name="run_rewind"),
+    path("runs/<uuid:run_id>/langgraph/", engineer_langgraph.run_langgraph, name="run_langgraph"),
+    path(
+        "runs/<uuid:run_id>/langgraph/fork/", engineer_langgraph.run_langgraph_fork, name="run_langgraph_fork"
+    ),
     path("queue/", engineer_queue.queue_health, name="queue_health"),
 ]

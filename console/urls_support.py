@@ -31,4 +31,9 @@ urlpatterns = [
     path("support/runs/<uuid:run_id>/", support.support_run, name="support_run"),
     path("support/runs/<uuid:run_id>/resume/", support.support_run_resume, name="support_run_resume"),
     path("support/runs/<uuid:run_id>/cancel/", support.support_run_cancel, name="support_run_cancel"),
+    path(
+        "support/runs/<uuid:run_id>/langgraph/answer/",
+        support.support_langgraph_answer,
+        name="support_langgraph_answer",
+    ),
 ]

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from runs import api, api_conversation, api_side_effects
+from runs import api, api_conversation, api_langgraph, api_side_effects
 
 urlpatterns = [
     path("runs/", api.RunStartApi.as_view(), name="api-run-start"),
@@ -17,6 +17,11 @@ urlpatterns = [
         "runs/<uuid:run_id>/operations/",
         api_side_effects.RunOperationsApi.as_view(),
         name="api-run-operations",
+    ),
+    path(
+        "runs/<uuid:run_id>/langgraph/answer",
+        api_langgraph.LangGraphAnswerApi.as_view(),
+        name="api-run-langgraph-answer",
     ),
     path("runs/<uuid:run_id>/messages/", api_conversation.RunMessagesApi.as_view(), name="api-run-messages"),
     path("runs/<uuid:run_id>/session/", api_conversation.RunSessionApi.as_view(), name="api-run-session"),

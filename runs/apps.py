@@ -20,12 +20,15 @@ class RunsConfig(AppConfig):
         from runs.engine.forks import fork_copier_register
         from runs.engine.models import OperationStatus, RunStatus
         from runs.langgraph import erasure as langgraph_erasure
+        from runs.langgraph.graphs import graph_register
 
         eraser_register(RunsEraser())
         register()
         fork_copier_register(conversation_copy)
         eraser_register(langgraph_erasure.LangGraphEraser())
         langgraph_erasure.register()
+        # Imported only when a worker resumes it (the langgraph extra).
+        graph_register(name="support_example", builder="runs.langgraph.example:support_graph")
         status_labels_register(runs=tuple(RunStatus.values), operations=tuple(OperationStatus.values))
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

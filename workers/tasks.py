@@ -88,3 +88,11 @@ def expire_retrieval_index() -> int:
 @shared_task(name="workers.tasks.index_tenant_chunks", ignore_result=True)
 def index_tenant_chunks(tenant_id: str, dimensions: str) -> None:
     chunk_index_ensure(tenant=tenant_get(slug_or_id=UUID(tenant_id)), dimensions=int(dimensions))
+
+
+@shared_task(name="workers.tasks.resume_langgraph_thread", ignore_result=True)
+def resume_langgraph_thread(tenant_id: str, run_id: str) -> None:
+    # Imported here: only a worker that resumes a LangGraph graph needs the langgraph extra.
+    from runs.langgraph.resume import thread_resume
+
+    thread_resume(tenant_id=UUID(tenant_id), run_id=UUID(run_id))

@@ -5,6 +5,7 @@ the service refuses shows its message with its 4xx status and records nothing.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 from uuid import UUID
@@ -38,6 +39,13 @@ from runs.engine.selectors import (
     operation_get_for_tenants,
     run_operations_in_doubt,
 )
+from runs.langgraph.interrupts import (
+    ANSWER_MAX_BYTES,
+    answer_pending_get,
+    interrupt_answer,
+    thread_interrupt_get,
+)
+from runs.langgraph.store import WORKFLOW as LANGGRAPH
 
 NOTE_MAX = 2000  # as the REST API
 OUTCOME_LABELS = {
@@ -62,6 +70,35 @@ class ReconcileForm(NoteForm):
         data = super().clean() or {}
         if data.get("outcome") == "applied" and not data.get("external_ref", "").strip():
             self.add_error("external_ref", "an applied operation needs the external reference you found")
+        return data
+
+
+class LangGraphAnswerForm(forms.Form):
+    """A person's answer to a LangGraph interrupt(): text as it is, or a JSON value."""
+
+    checkpoint_id = forms.CharField(max_length=200, widget=forms.HiddenInput)
+    interrupt_id = forms.CharField(max_length=200, widget=forms.HiddenInput)
+    kind = forms.ChoiceField(
+        choices=[("text", "as text"), ("json", "as JSON")], initial="text", widget=forms.RadioSelect
+    )
+    answer = forms.CharField(
+        max_length=ANSWER_MAX_BYTES // 4, strip=False, widget=forms.Textarea(attrs={"rows": 3, "dir": "auto"})
+    )
+    note = forms.CharField(
+        max_length=NOTE_MAX, required=False, widget=forms.Textarea(attrs={"rows": 2, "dir": "auto"})
+    )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if "answer" in data:
+            data["value"] = data["answer"]
+            if data.get("kind") == "json":
+                try:
+                    data["value"] = json.loads(data["answer"])
+                except ValueError as exc:
+                    self.add_error(
+                        "answer", f"this is not JSON ({exc}); choose 'as text' to send it as it is"
+                    )
         return data
 
 
@@ -356,11 +393,24 @@ def _run_page(
     *,
     resume_form: forms.Form | None = None,
     cancel_form: forms.Form | None = None,
+    answer_form: forms.Form | None = None,
     status: int = 200,
 ) -> HttpResponse:
     run = run_for_user(request.user, run_id)
     approvals = approval_pending_list(tenant_ids=[run.tenant_id], run_id=run.run_id)
+    question = answered = None
+    if run.workflow_name == LANGGRAPH:
+        thread = thread_interrupt_get(tenant_id=run.tenant_id, run_id=run.run_id)
+        question = thread if thread is not None and thread.open else None
+        answered = answer_pending_get(tenant_id=run.tenant_id, run_id=run.run_id)
+    if answer_form is None and question is not None:
+        answer_form = LangGraphAnswerForm(
+            initial={"checkpoint_id": question.checkpoint_id, "interrupt_id": question.asked[0].interrupt_id}
+        )
     context = {
+        "question": question,
+        "answered": answered,
+        "answer_form": answer_form,
         "in_doubt": run_operations_in_doubt(run=run),
         "pending_approvals": approvals,
         "resume_form": resume_form or NoteForm(),
@@ -409,3 +459,57 @@ def support_run_resume(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
 @require_POST
 def support_run_cancel(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
     return _run_action(request, run_id, "cancel")
+
+
+@role_required(SUPPORT)
+@require_POST
+def support_langgraph_answer(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
+    """Answer a LangGraph thread's interrupt(): recorded once per checkpoint and interrupt (a second
+    click gives the first answer back and records nothing), audited, then resumed by a worker when the
+    graph is registered with Keeper."""
+    run = run_for_user(request.user, run_id)
+    form = LangGraphAnswerForm(request.POST)
+    if not form.is_valid():
+        return _run_page(request, run_id, answer_form=form, status=422)
+    data = form.cleaned_data
+    try:
+        answer = interrupt_answer(
+            tenant_id=run.tenant_id,
+            run_id=run.run_id,
+            answer=data["value"],
+            actor=actor_of(request),
+            checkpoint_id=data["checkpoint_id"],
+            interrupt_id=data["interrupt_id"],
+            note=data["note"],
+        )
+    except ApplicationError as exc:
+        form.add_error(None, exc.message)
+        return _run_page(
+            request, run_id, answer_form=form, status=exc.http_status if 400 <= exc.http_status < 500 else 409
+        )
+    if not answer.created:
+        messages.info(
+            request, f"This question was already answered by {answer.actor}; nothing more was recorded."
+        )
+        return redirect("console:support_run", run_id=run.run_id)
+    audit_record(
+        request=request,
+        action="langgraph_answer",
+        tenant=run.tenant,
+        target_type="run",
+        target_id=run.run_id,
+        note=data["note"],
+        details={
+            "checkpoint_id": answer.checkpoint_id,
+            "interrupt_id": answer.interrupt_id,
+            "answer_seq": answer.seq,
+            "graph": answer.graph,
+        },
+    )
+    messages.success(
+        request,
+        "Answered: a worker resumes the graph with your answer."
+        if answer.graph
+        else "Answered: the graph takes your answer when its process next resumes the thread.",
+    )
+    return redirect("console:support_run", run_id=run.run_id)

@@ -6,11 +6,13 @@ deletes the rows LangGraph loads a checkpoint from, so nothing of the subject's 
 
 from __future__ import annotations
 
+import json
+from typing import Any
 from uuid import UUID
 
 from django.db import connection
 
-from core.erasure import Place, Scope, column_place, free_register, place_register
+from core.erasure import MIN_VALUE_CHARS, Place, Scope, column_place, free_register, place_register
 from core.tenancy import tenant_scope
 
 TABLES = ("langgraph_checkpoints", "langgraph_blobs", "langgraph_writes")
@@ -27,6 +29,34 @@ SELECT run_id FROM tree JOIN agent_runs USING (run_id) WHERE workflow_name = 'la
 """
 
 
+_ASKED_AND_ANSWERED = """
+SELECT jsonb_build_object('asked', payload -> 'interrupts', 'answer', payload -> 'answer', 'note', payload -> 'note')
+  FROM agent_events
+ WHERE tenant_id = %(tenant)s AND run_id = ANY(%(runs)s::uuid[])
+   AND event_type IN ('langgraph_interrupt', 'langgraph_interrupt_answered')
+"""
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _texts(value: Any) -> list[str]:
+    """Every string in the value but the interrupts' ids (iterative: a value may be nested deep)."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if len(item) >= MIN_VALUE_CHARS:
+                found.append(item)
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(v for k, v in item.items() if k != "id")
+    return found
+
+
 class LangGraphEraser:
     name = "langgraph"
 
@@ -37,7 +67,13 @@ class LangGraphEraser:
                 {"tenant": tenant_id, "subject": subject_id, "erased": f"erased:{subject_digest}"},
             )
             run_ids = tuple(sorted(row[0] for row in cursor.fetchall()))
-        return Scope(tenant_id=tenant_id, subject_id=subject_id, run_ids=run_ids)
+            # What the threads' graphs asked a person, and what the person answered (their events):
+            # texts the runs eraser then redacts wherever the subject's runs hold them.
+            cursor.execute(_ASKED_AND_ANSWERED, {"tenant": tenant_id, "runs": list(run_ids)})
+            values = {text for (payload,) in cursor.fetchall() for text in _texts(_json(payload))}
+        return Scope(
+            tenant_id=tenant_id, subject_id=subject_id, run_ids=run_ids, values=tuple(sorted(values))
+        )
 
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
         counts: dict[str, int] = {}

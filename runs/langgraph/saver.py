@@ -38,7 +38,15 @@ from runs.engine import store as engine_store
 from runs.engine.errors import InvalidState
 from runs.engine.state import state_encode
 from runs.langgraph import store
-from runs.langgraph.store import CHECKPOINT_EVENT, THREAD_REASON, WORKFLOW, Blobs, thread_key
+from runs.langgraph.interrupts import Answer, answer_pending_get
+from runs.langgraph.store import (
+    CHECKPOINT_EVENT,
+    INTERRUPT_CHANNEL,
+    THREAD_REASON,
+    WORKFLOW,
+    Blobs,
+    thread_key,
+)
 
 __all__ = ["KeeperSaver", "ThreadClosed", "CHECKPOINT_EVENT"]
 
@@ -64,14 +72,37 @@ def _inline(value: Any) -> bool:
     return kind is float and math.isfinite(value)
 
 
+def _interrupt_event(checkpoint_id: str, task_id: str, value: Any, actor: str) -> tuple[str, str, str]:
+    """What a root task's interrupt() asks, for the run (a line for the inbox: the value's text, or its
+    "question") and its event (each interrupt's id and value as JSON; what JSON cannot hold, as text)."""
+    items = list(value) if isinstance(value, list | tuple) else [value]
+    asked = [{"id": str(getattr(i, "id", "")), "value": getattr(i, "value", i)} for i in items]
+    first = asked[0]["value"] if asked else ""
+    if isinstance(first, dict) and isinstance(first.get("question"), str):
+        first = first["question"]  # the convention of Keeper's example: {"question": ..., ...}
+    detail = first if isinstance(first, str) else _metadata_json(first)
+    payload = _metadata_json({"checkpoint_id": checkpoint_id, "task_id": task_id, "interrupts": asked})
+    return detail[:300], payload, actor
+
+
 class KeeperSaver(BaseCheckpointSaver[str]):
     """`KeeperSaver(tenant_id=...)`; the graph's configurable `thread_id` names the thread (and run).
 
     Every statement runs on Django's connection as that tenant (row-level security) and names it.
     """
 
-    def __init__(self, *, tenant_id: UUID, actor: str = "langgraph", serde: SerializerProtocol | None = None):
+    def __init__(
+        self,
+        *,
+        tenant_id: UUID,
+        actor: str = "langgraph",
+        graph: str = "",
+        serde: SerializerProtocol | None = None,
+    ):
         super().__init__(serde=serde)
+        # The name the graph is registered with (runs.langgraph.graphs), recorded when a thread
+        # starts: a person's answer to its interrupt is then resumed by a Keeper worker.
+        self.graph = graph
         if not isinstance(tenant_id, UUID):
             raise TypeError("KeeperSaver takes the tenant's UUID")
         self.tenant_id = tenant_id
@@ -115,7 +146,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
                 thread_id=thread_id,
                 subject=str(config.get("configurable", {}).get("subject_id") or ""),
                 event_type="langgraph_thread_started",
-                payload={"thread_id": thread_id},
+                payload={"thread_id": thread_id, **({"graph": self.graph} if self.graph else {})},
             )
         self._runs[thread_id] = run_id
         return run_id
@@ -258,12 +289,21 @@ class KeeperSaver(BaseCheckpointSaver[str]):
             channels.append(channel)
             types.append(kind)
             blobs.append(data)
+        ns = configurable.get("checkpoint_ns", "")
+        interrupt = None
+        if ns == "" and INTERRUPT_CHANNEL in channels:
+            interrupt = _interrupt_event(
+                configurable["checkpoint_id"],
+                task_id,
+                writes[channels.index(INTERRUPT_CHANNEL)][1],
+                self.actor,
+            )
         with self._bound():
             store.writes_put(
                 tenant_id=self.tenant_id,
                 run_id=self._thread_run(config, thread_id),
                 thread_id=thread_id,
-                checkpoint_ns=configurable.get("checkpoint_ns", ""),
+                checkpoint_ns=ns,
                 checkpoint_id=configurable["checkpoint_id"],
                 task_id=task_id,
                 task_path=task_path,
@@ -272,6 +312,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
                 types=types,
                 blobs=blobs,
                 replace=all(c in WRITES_IDX_MAP for c in channels),
+                interrupt=interrupt,
             )
 
     def _tuple(self, row: store.StoredCheckpoint) -> CheckpointTuple:
@@ -387,6 +428,14 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         else:
             number = int(current.split(".")[0])
         return f"{number + 1:032}.{random.random():.16f}"
+
+    # --- a person's answer ---------------------------------------------------------------------
+
+    def interrupt_answer(self, thread_id: str) -> Answer | None:
+        """The answer a person gave in Keeper to the thread's interrupt, not resumed with yet: run the
+        graph with `Command(resume=answer.resume)` on the thread (None: nothing waits)."""
+        with self._bound():
+            return answer_pending_get(tenant_id=self.tenant_id, thread_id=str(thread_id))
 
     # --- async API: the same calls on Django's connection in its one thread -------------------
 

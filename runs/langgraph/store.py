@@ -25,7 +25,15 @@ WORKFLOW = "langgraph"
 # The suspend reason of a thread's run: LangGraph drives it from the graph's process; Keeper's
 # workers never step it (the sweep and leases only take running runs or resume requests).
 THREAD_REASON = "langgraph_thread"
+# The latest checkpoint has a pending interrupt(): the thread waits for a person (the support inbox).
+INTERRUPT_REASON = "langgraph_interrupt"
+# A person answered the interrupt; the answer waits for the graph (a worker, or the caller's process).
+ANSWERED_REASON = "langgraph_answered"
+THREAD_REASONS = (THREAD_REASON, INTERRUPT_REASON, ANSWERED_REASON)
 CHECKPOINT_EVENT = "langgraph_checkpoint"
+INTERRUPT_EVENT = "langgraph_interrupt"
+ANSWERED_EVENT = "langgraph_interrupt_answered"
+INTERRUPT_CHANNEL = "__interrupt__"  # LangGraph's INTERRUPT channel (langgraph._internal._constants)
 
 
 def thread_key(thread_id: str) -> str:
@@ -88,16 +96,28 @@ def run_subject(*, tenant_id: UUID, run_id: UUID) -> str:
 # channel values are stored once per version, the checkpoint row is written, and the event that
 # records it (id + metadata) is appended. No run row back (deleted, cancelled, erased): nothing.
 _PUT = """
-WITH u AS (
+WITH i AS (
+  -- Did the graph stop at an interrupt() on this checkpoint or a later one? (LangGraph writes
+  -- checkpoints in the background: a later checkpoint's interrupt can be stored before this one.)
+  SELECT EXISTS (SELECT 1 FROM langgraph_writes w
+                  WHERE w.tenant_id = %(tenant)s AND w.thread_id = %(thread)s AND w.checkpoint_ns = ''
+                    AND w.checkpoint_id >= %(checkpoint_id)s AND w.channel = '__interrupt__') AS open),
+u AS (
   UPDATE agent_runs
      SET state_revision = state_revision + 1,
          -- At most once a second: an unchanged updated_at (an indexed column) keeps the update HOT.
          updated_at = CASE WHEN updated_at < statement_timestamp() - interval '1 second'
                            THEN statement_timestamp() ELSE updated_at END,
          state = CASE WHEN %(root)s THEN %(state)s::jsonb ELSE state END,
-         state_digest = CASE WHEN %(root)s THEN %(digest)s ELSE state_digest END
+         state_digest = CASE WHEN %(root)s THEN %(digest)s ELSE state_digest END,
+         -- A new root checkpoint ends the wait for a person (and for an answer), unless it is itself
+         -- interrupted.
+         suspend_reason = CASE WHEN NOT %(root)s THEN suspend_reason
+                               WHEN i.open THEN 'langgraph_interrupt' ELSE 'langgraph_thread' END,
+         suspend_detail = CASE WHEN %(root)s AND NOT i.open THEN '' ELSE suspend_detail END
+    FROM i
    WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
-     AND suspend_reason = 'langgraph_thread' AND NOT imported
+     AND suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered') AND NOT imported
   RETURNING run_id, tenant_id, state_revision, state_digest, next_step),
 b AS (
   INSERT INTO langgraph_blobs (tenant_id, run_id, thread_id, checkpoint_ns, channel, version, type, blob)
@@ -186,6 +206,27 @@ _WRITES_KEEP = _WRITES.format(conflict="NOTHING")
 _WRITES_REPLACE = _WRITES.format(
     conflict="UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob"
 )
+# A root task's interrupt(): with its writes, the thread's run waits for a person (the support inbox)
+# and an event records what the graph asks, unless the thread has moved past this checkpoint.
+_WRITES_INTERRUPT = (
+    "WITH w AS ("
+    + _WRITES_REPLACE
+    + """),
+u AS (
+  UPDATE agent_runs
+     SET state_revision = state_revision + 1, updated_at = statement_timestamp(),
+         suspend_reason = 'langgraph_interrupt', suspend_detail = %(detail)s
+   WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
+     AND suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered') AND NOT imported
+     AND coalesce(state #>> '{langgraph,checkpoint_id}', '') <= %(checkpoint_id)s
+  RETURNING run_id, tenant_id, state_revision, state_digest, next_step)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
+                          state_revision, state_digest, state, next_step, created_at)
+SELECT u.run_id, u.tenant_id, u.state_revision, 'langgraph_interrupt', NULL, NULL, %(payload)s::jsonb,
+       %(actor)s, u.state_revision, u.state_digest, NULL, u.next_step, statement_timestamp()
+  FROM u
+"""
+)
 
 
 def writes_put(
@@ -202,12 +243,19 @@ def writes_put(
     types: Sequence[str],
     blobs: Sequence[bytes | None],
     replace: bool,
+    interrupt: tuple[str, str, str] | None = None,
 ) -> None:
     """A task's writes, kept until the next checkpoint; written again they change nothing, except
-    special writes (error, interrupt, resume...), which replace the earlier ones."""
+    special writes (error, interrupt, resume...), which replace the earlier ones. `interrupt`
+    (detail, event payload JSON, actor), for a root task's interrupt(), also makes the run wait for a
+    person."""
+    extra: dict[str, Any] = {}
+    if interrupt is not None:
+        extra = {"detail": interrupt[0], "payload": interrupt[1], "actor": interrupt[2]}
     _rows(
-        _WRITES_REPLACE if replace else _WRITES_KEEP,
+        _WRITES_INTERRUPT if interrupt is not None else _WRITES_REPLACE if replace else _WRITES_KEEP,
         {
+            **extra,
             "tenant": tenant_id,
             "run": run_id,
             "thread": thread_id,

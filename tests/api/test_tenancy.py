@@ -38,6 +38,7 @@ def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
         "RunResumeApi": {"note": "x"},
         "RunAcceptStateApi": {"note": "x"},
         "RunForkApi": {"at_seq": 1},
+        "LangGraphAnswerApi": {"answer": "yes"},
         "RunRewindApi": {"to_seq": 1},
         "RunMessagesApi": {"type": "user_message", "client_message_id": "m-1", "content": "hi"},
         "ApprovalApproveApi": {"note": "x"},

@@ -34,6 +34,8 @@ def test_the_demo_has_every_state_and_loads_once(live_server, settings, tmp_path
     assert unknown_operation.status == "unknown"
     assert runs["refused_resume"].suspend_reason == "state_digest_mismatch"
     assert runs["unsupported_checkpoint"].suspend_reason == "unsupported_checkpoint"
+    assert runs["langgraph_interrupt"].suspend_reason == "langgraph_interrupt"  # in the support inbox
+    assert "Refund order A-1001" in runs["langgraph_interrupt"].suspend_detail
     with tenant_scope(acme.tenant_id):
         assert MemoryItem.objects.filter(subject_id="cust-1001").count() == 3  # one superseded
         assert Document.objects.filter(status="indexed").count() == 2

@@ -1,13 +1,21 @@
 """A LangGraph thread shows in the console like any run: the run list, its page with the checkpoint
-events, and the support inbox, which it does not enter (nobody has to act on it)."""
+events, and the support inbox, which it enters only while it waits at an interrupt() for a person's
+answer (given in the console or through the API, once, by the thread's tenant only)."""
 
 from __future__ import annotations
 
 import pytest
+from langgraph.types import Command
 
-from runs.engine.models import AgentRun
+from console.models import AuditEntry
+from core.api_auth import api_key_create
+from runs.engine.models import AgentEvent, AgentRun
+from runs.langgraph.example import support_graph as support_graph_example
+from runs.langgraph.example import support_thread_start
+from runs.langgraph.interrupts import thread_interrupt_get
 from runs.langgraph.saver import KeeperSaver
-from tests.console.conftest import as_role, role_users  # noqa: F401 - the fixtures
+from tests.api.conftest import key_client
+from tests.console.conftest import as_role, make_user, role_users  # noqa: F401 - the fixtures
 from tests.runs.langgraph.graphs import support_graph
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,3 +38,162 @@ def test_the_engineer_reads_the_threads_checkpoints_on_its_run_page(as_role, ten
     assert page.content.decode().count("langgraph_checkpoint") >= 5
     inbox = as_role("support").get("/support/")
     assert inbox.status_code == 200 and str(run.run_id) not in inbox.content.decode()
+
+
+# --- interrupts: the support inbox, the answer form, the API -----------------------------------------
+
+
+def _interrupted(tenant, thread: str = "t-q", message: str = "Order A-1001 arrived broken") -> AgentRun:  # type: ignore[no-untyped-def]
+    support_thread_start(tenant_id=tenant.tenant_id, thread_id=thread, message=message)
+    return AgentRun.objects.get(tenant=tenant, idempotency_key=f"langgraph:{thread}")
+
+
+def _form(run: AgentRun, **fields: str) -> dict[str, str]:
+    thread = thread_interrupt_get(tenant_id=run.tenant_id, run_id=run.run_id)
+    assert thread is not None
+    ids = {"checkpoint_id": thread.checkpoint_id, "interrupt_id": thread.asked[0].interrupt_id}
+    return {**ids, "kind": "text", "answer": "yes", "note": "", **fields}
+
+
+def test_an_interrupted_thread_waits_in_the_support_inbox_with_its_question(as_role, tenant) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    run = _interrupted(tenant, message="Order A-1001 <script>alert(1)</script>")
+    support = as_role("support")
+    inbox = support.get("/support/").content.decode()
+    row = inbox[inbox.index('id="questions"') : inbox.index('id="other"')]
+    assert f'data-run="{run.run_id}"' in row and "Refund order A-1001 of 42.00 EUR to Ada?" in row
+    page = support.get(f"/support/runs/{run.run_id}/").content.decode()
+    assert 'id="langgraph-question"' in page and "customer_said" in page
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def test_support_answers_once_and_the_answer_is_audited(as_role, tenant) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    run = _interrupted(tenant)
+    support = as_role("support")
+    url = f"/support/runs/{run.run_id}/langgraph/answer/"
+    form = _form(run, kind="json", answer='{"approved": true}', note="photos checked")
+    first = support.post(url, form)
+    second = support.post(url, form)  # a double click
+    assert (first.status_code, second.status_code) == (302, 302)
+    answered = AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered")
+    assert answered.count() == 1
+    event = answered.get()
+    assert event.payload["answer"] == {"approved": True} and event.actor == "user:support"
+    audit = AuditEntry.objects.filter(action="langgraph_answer", target_id=str(run.run_id))
+    assert audit.count() == 1 and audit.get().note == "photos checked"
+    assert audit.get().details["answer_seq"] == event.seq
+    run.refresh_from_db()
+    assert run.suspend_reason == "langgraph_answered"
+    assert str(run.run_id) not in support.get("/support/").content.decode()  # it waits for the graph now
+
+
+@pytest.mark.parametrize(
+    ("fields", "status", "says"),
+    [
+        ({"kind": "json", "answer": "{not json"}, 422, "this is not JSON"),
+        ({"interrupt_id": "someone-elses"}, 422, "another id"),
+        ({"answer": ""}, 422, "This field is required"),
+    ],
+)
+def test_a_bad_answer_is_a_form_error_and_stores_nothing(as_role, tenant, fields, status, says) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    run = _interrupted(tenant)
+    before = AgentEvent.objects.filter(run=run).count()
+    response = as_role("support").post(f"/support/runs/{run.run_id}/langgraph/answer/", _form(run, **fields))
+    assert response.status_code == status and says in response.content.decode()
+    assert AgentEvent.objects.filter(run=run).count() == before
+    assert not AuditEntry.objects.filter(action="langgraph_answer").exists()
+
+
+def test_only_support_of_the_tenant_may_answer(as_role, tenant, other_tenant, client) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    run = _interrupted(tenant)
+    url = f"/support/runs/{run.run_id}/langgraph/answer/"
+    assert as_role("engineer").post(url, _form(run)).status_code == 403
+    stranger = make_user("stranger", "support", tenants=(other_tenant,))
+    client.force_login(stranger)
+    assert client.get(f"/support/runs/{run.run_id}/").status_code == 404
+    assert client.post(url, _form(run)).status_code == 404
+    assert str(run.run_id) not in client.get("/support/").content.decode()
+    assert not AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").exists()
+
+
+def test_the_api_answers_with_a_tenant_key_once(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+    run = _interrupted(tenant)
+    url = f"/api/v1/runs/{run.run_id}/langgraph/answer"
+    mine = key_client(api_key_create(tenant=tenant, name="bot", scope="write").plaintext)
+    theirs = key_client(api_key_create(tenant=other_tenant, name="bot", scope="write").plaintext)
+    assert theirs.post(url, {"answer": "yes"}, format="json").status_code == 404
+    bad = mine.post(url, '{"answer": ', content_type="application/json")
+    assert bad.status_code == 400
+    assert mine.post(url, {"answer": None}, format="json").status_code == 400
+    assert not AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").exists()
+    first = mine.post(url, {"answer": {"approved": True}, "note": "ok"}, format="json")
+    again = mine.post(url, {"answer": "no"}, format="json")
+    assert (first.status_code, again.status_code) == (201, 200), first.content
+    assert again.json()["answer"] == {"approved": True} and again.json()["seq"] == first.json()["seq"]
+    assert first.json()["graph"] == "support_example"
+    assert AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").count() == 1
+    done = _interrupted(tenant, "t-none", message="hello")  # no order: no interrupt
+    refused = mine.post(f"/api/v1/runs/{done.run_id}/langgraph/answer", {"answer": "yes"}, format="json")
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "langgraph_no_open_interrupt"
+
+
+# --- the engineer: checkpoints, state, diff, fork ---------------------------------------------------------
+
+
+def test_the_engineer_reads_each_checkpoints_state_and_diff(as_role, tenant) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    run = _interrupted(tenant, "t-e1")
+    engineer = as_role("engineer")
+    assert f"/runs/{run.run_id}/langgraph/" in engineer.get(f"/runs/{run.run_id}/").content.decode()
+    page = engineer.get(f"/runs/{run.run_id}/langgraph/")
+    html = page.content.decode()
+    assert page.status_code == 200 and html.count("data-checkpoint=") == 4  # input, model, lookup, approval
+    latest = KeeperSaver(tenant_id=tenant.tenant_id).get_tuple({"configurable": {"thread_id": "t-e1"}})
+    assert latest is not None
+    assert f'data-checkpoint="{latest.config["configurable"]["checkpoint_id"]}" class="chosen"' in html
+    assert "A-1001" in html and "$.order" in html  # the state, and the order the tool call added
+    assert engineer.get(f"/runs/{run.run_id}/langgraph/?checkpoint=nope").status_code == 404
+    assert as_role("support").get(f"/runs/{run.run_id}/langgraph/").status_code == 403
+
+
+def test_a_fork_from_a_checkpoint_is_a_new_latest_checkpoint_the_graph_runs_on_from(as_role, tenant) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    run = _interrupted(tenant, "t-e2")
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    config = {"configurable": {"thread_id": "t-e2"}}
+    graph = support_graph_example(saver)
+    out = graph.invoke(Command(resume="no"), config)  # the person said no; the thread is done
+    assert out["reply"].endswith("was not approved; a colleague will write to you.")
+    before_approval = next(s for s in graph.get_state_history(config) if s.next == ("approval",))
+    chosen = before_approval.config["configurable"]["checkpoint_id"]
+
+    engineer = as_role("engineer")
+    url = f"/runs/{run.run_id}/langgraph/fork/"
+    assert engineer.post(url, {"checkpoint_id": chosen, "note": ""}).status_code == 422
+    assert engineer.post(url, {"checkpoint_id": "1f0-none", "note": "x"}).status_code == 422
+    assert not AuditEntry.objects.filter(action="langgraph_fork").exists()
+    response = engineer.post(url, {"checkpoint_id": chosen, "note": "the customer sent photos"})
+    assert response.status_code == 302
+    audit = AuditEntry.objects.get(action="langgraph_fork")
+    forked = audit.details["checkpoint_id"]
+    latest = saver.get_tuple(config)
+    assert latest is not None and latest.config["configurable"]["checkpoint_id"] == forked
+    assert latest.parent_config["configurable"]["checkpoint_id"] == chosen  # type: ignore[index]
+    assert latest.metadata["source"] == "fork" and latest.metadata["forked_by"] == "user:engineer"
+    assert (
+        AgentEvent.objects.filter(run=run, event_type="langgraph_checkpoint", actor="user:engineer").count()
+        == 1
+    )
+    # The graph runs on from the fork: it asks for the approval again, and the thread waits in the inbox.
+    again = graph.invoke(None, config)
+    saver.close()
+    assert "__interrupt__" in again
+    run.refresh_from_db()
+    assert run.suspend_reason == "langgraph_interrupt"
+
+
+def test_another_tenants_engineer_cannot_read_or_fork_the_thread(client, tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+    run = _interrupted(tenant, "t-e3")
+    client.force_login(make_user("stranger", "engineer", tenants=(other_tenant,)))
+    assert client.get(f"/runs/{run.run_id}/langgraph/").status_code == 404
+    assert (
+        client.post(f"/runs/{run.run_id}/langgraph/fork/", {"checkpoint_id": "x", "note": "y"}).status_code
+        == 404
+    )

@@ -1,0 +1,130 @@
+"""The LangGraph support example: a rule-based model stand-in, an order look-up tool, an interrupt
+for a person's approval, and a memory hook (the `langgraph` extra; offline, no model service).
+
+Registered with Keeper as "support_example" (runs/apps.py), so an answer given in the support inbox is
+resumed by a Keeper worker. Run it by hand with `support_thread_start`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypedDict
+from uuid import UUID
+
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
+from langgraph.types import interrupt
+
+GRAPH = "support_example"
+
+# The order system of the example: a local table (the sandbox's payments API is for the refund workflow).
+ORDERS: dict[str, dict[str, Any]] = {
+    "A-1001": {
+        "order_id": "A-1001",
+        "customer": "Ada",
+        "amount_minor": 4200,
+        "currency": "EUR",
+        "state": "delivered",
+    },
+    "A-1002": {
+        "order_id": "A-1002",
+        "customer": "Ben",
+        "amount_minor": 990,
+        "currency": "EUR",
+        "state": "in transit",
+    },
+}
+_ORDER_ID = re.compile(r"\b[A-Z]-\d{3,}\b")
+
+
+class Ticket(TypedDict, total=False):
+    message: str
+    tool_call: dict[str, Any] | None
+    order: dict[str, Any] | None
+    approved: bool
+    reply: str
+
+
+def model(state: Ticket) -> dict[str, Any]:
+    """The model stand-in: rules, not a language model. An order id in the message -> call the tool."""
+    found = _ORDER_ID.search(state.get("message", ""))
+    if found is None:
+        return {"tool_call": None, "reply": "Which order is it about? Please give its number (like A-1001)."}
+    return {"tool_call": {"name": "lookup_order", "args": {"order_id": found.group(0)}}}
+
+
+def lookup_order(state: Ticket) -> dict[str, Any]:
+    """The tool: the order by id, or None."""
+    call = state.get("tool_call") or {}
+    return {"order": ORDERS.get(str(call.get("args", {}).get("order_id", "")))}
+
+
+def approval(state: Ticket) -> dict[str, Any]:
+    """A person decides (the support inbox): "yes"/"no", true/false, or {"approved": ...}."""
+    order = state.get("order") or {}
+    answer = interrupt(
+        {
+            "question": f"Refund order {order.get('order_id')} of {order.get('amount_minor', 0) / 100:.2f} "
+            f"{order.get('currency', '')} to {order.get('customer')}?",
+            "order": order,
+            "customer_said": state.get("message", ""),
+        }
+    )
+    if isinstance(answer, dict):
+        answer = answer.get("approved")
+    approved = answer is True or (
+        isinstance(answer, str) and answer.strip().lower() in {"yes", "y", "approve"}
+    )
+    return {"approved": approved}
+
+
+def reply(state: Ticket, runtime: Runtime[None]) -> dict[str, Any]:
+    order = state.get("order")
+    if order is None:
+        text = "I could not find that order."
+    elif state.get("approved"):
+        text = f"Your refund for order {order['order_id']} is approved."
+    else:
+        text = f"Your refund for order {order['order_id']} was not approved; a colleague will write to you."
+    # MEMORY HOOK: with a store compiled in (Keeper's BaseStore, runs/langgraph/memory_store.py, when
+    # merged), remember the outcome for this customer; without one, nothing is remembered.
+    if runtime.store is not None and order is not None:
+        runtime.store.put(("support", order["customer"]), order["order_id"], {"reply": text})
+    return {"reply": text}
+
+
+def _after_model(state: Ticket) -> str:
+    return "lookup_order" if state.get("tool_call") else END
+
+
+def _after_lookup(state: Ticket) -> str:
+    return "approval" if state.get("order") else "reply"
+
+
+def support_graph(checkpointer: Any, store: Any = None) -> Any:
+    """model -> lookup_order (tool) -> approval (interrupt) -> reply."""
+    graph = StateGraph(Ticket)
+    graph.add_node("model", model)
+    graph.add_node("lookup_order", lookup_order)
+    graph.add_node("approval", approval)
+    graph.add_node("reply", reply)
+    graph.add_edge(START, "model")
+    graph.add_conditional_edges("model", _after_model, ["lookup_order", END])
+    graph.add_conditional_edges("lookup_order", _after_lookup, ["approval", "reply"])
+    graph.add_edge("approval", "reply")
+    graph.add_edge("reply", END)
+    return graph.compile(checkpointer=checkpointer, store=store)
+
+
+def support_thread_start(
+    *, tenant_id: UUID, thread_id: str, message: str, subject_id: str = ""
+) -> dict[str, Any]:
+    """Start a thread of the example on Keeper; it stops at the approval and waits in the support inbox."""
+    from runs.langgraph.saver import KeeperSaver
+
+    saver = KeeperSaver(tenant_id=tenant_id, graph=GRAPH)
+    try:
+        configurable = {"thread_id": thread_id, **({"subject_id": subject_id} if subject_id else {})}
+        return dict(support_graph(saver).invoke({"message": message}, {"configurable": configurable}))
+    finally:
+        saver.close()

@@ -1,0 +1,50 @@
+"""A worker resumes a registered LangGraph graph with the answer a person gave (the `langgraph` extra).
+
+One resume per answer: a session advisory lock on the run keeps a second delivery of the task out
+while the first runs, and the answer must still be pending once the lock is held.
+"""
+
+from __future__ import annotations
+
+import logging
+from uuid import UUID
+
+from django.db import connection
+from langgraph.types import Command
+
+from runs.langgraph.graphs import graph_get
+from runs.langgraph.interrupts import answer_pending_get
+from runs.langgraph.saver import KeeperSaver
+
+logger = logging.getLogger(__name__)
+ACTOR = "keeper-worker"
+
+
+def thread_resume(*, tenant_id: UUID, run_id: UUID) -> bool:
+    """Run the thread's graph on with its pending answer; False if nothing waits or the graph is not
+    registered here (the answer then waits for the graph's own process)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", [f"langgraph:{run_id}"])
+        if not cursor.fetchone()[0]:
+            return False  # another worker is resuming it
+    try:
+        answer = answer_pending_get(tenant_id=tenant_id, run_id=run_id)
+        if answer is None:
+            return False
+        builder = graph_get(answer.graph)
+        if builder is None:
+            logger.warning(
+                "graph %r of run %s is not registered here; the answer waits", answer.graph, run_id
+            )
+            return False
+        saver = KeeperSaver(tenant_id=tenant_id, graph=answer.graph, actor=ACTOR)
+        try:
+            builder(saver).invoke(
+                Command(resume=answer.resume), {"configurable": {"thread_id": answer.thread_id}}
+            )
+        finally:
+            saver.close()
+        return True
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [f"langgraph:{run_id}"])

@@ -1,0 +1,184 @@
+"""A graph's interrupt() makes its thread's run wait for a person; an answer is recorded once, and a
+Keeper worker (a real Celery process) or the graph's own process resumes the graph with it."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+from langgraph.types import Command
+
+from core.errors import ApplicationError
+from runs.engine.models import AgentEvent, AgentRun
+from runs.langgraph.example import GRAPH, support_graph, support_thread_start
+from runs.langgraph.interrupts import interrupt_answer, thread_interrupt_get
+from runs.langgraph.saver import KeeperSaver
+from runs.langgraph.store import ANSWERED_REASON, INTERRUPT_REASON, THREAD_REASON
+from tests.processes import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _start(tenant, thread: str = "t-1", message: str = "Order A-1001 arrived broken") -> AgentRun:  # type: ignore[no-untyped-def]
+    result = support_thread_start(tenant_id=tenant.tenant_id, thread_id=thread, message=message)
+    assert "__interrupt__" in result
+    return AgentRun.objects.get(tenant=tenant, idempotency_key=f"langgraph:{thread}")
+
+
+def test_an_interrupt_makes_the_thread_wait_for_a_person(tenant) -> None:  # type: ignore[no-untyped-def]
+    run = _start(tenant)
+    assert (run.status, run.suspend_reason) == ("suspended", INTERRUPT_REASON)
+    assert "Refund order A-1001 of 42.00 EUR to Ada?" in run.suspend_detail
+    event = AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt").get()
+    thread = thread_interrupt_get(tenant_id=tenant.tenant_id, run_id=run.run_id)
+    assert thread is not None and thread.open and thread.graph == GRAPH
+    assert thread.checkpoint_id == run.state["langgraph"]["checkpoint_id"] == event.payload["checkpoint_id"]
+    assert thread.asked[0].value["order"]["order_id"] == "A-1001"
+
+
+def test_a_thread_without_an_interrupt_waits_for_nobody(tenant) -> None:  # type: ignore[no-untyped-def]
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    try:
+        out = support_graph(saver).invoke({"message": "hello"}, {"configurable": {"thread_id": "t-2"}})
+    finally:
+        saver.close()
+    assert "__interrupt__" not in out
+    run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-2")
+    assert run.suspend_reason == THREAD_REASON
+    assert not AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt").exists()
+
+
+def test_the_graphs_own_process_takes_the_answer_and_resumes(tenant) -> None:  # type: ignore[no-untyped-def]
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)  # no registered graph: the answer waits for it
+    config = {"configurable": {"thread_id": "t-3"}}
+    try:
+        support_graph(saver).invoke({"message": "A-1002 please"}, config)
+        run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-3")
+        assert saver.interrupt_answer("t-3") is None
+        answer = interrupt_answer(
+            tenant_id=tenant.tenant_id, run_id=run.run_id, answer="yes", actor="user:sam"
+        )
+        run.refresh_from_db()
+        assert run.suspend_reason == ANSWERED_REASON
+        pending = saver.interrupt_answer("t-3")
+        assert pending is not None and pending.value == "yes" and pending.seq == answer.seq
+        out = support_graph(saver).invoke(Command(resume=pending.resume), config)
+    finally:
+        saver.close()
+    assert out["reply"] == "Your refund for order A-1002 is approved."
+    run.refresh_from_db()
+    assert run.suspend_reason == THREAD_REASON and run.suspend_detail == ""
+    assert saver.interrupt_answer("t-3") is None
+
+
+def test_an_interrupt_is_answered_once(tenant) -> None:  # type: ignore[no-untyped-def]
+    run = _start(tenant, "t-4")
+    thread = thread_interrupt_get(tenant_id=tenant.tenant_id, run_id=run.run_id)
+    assert thread is not None
+    ids = {"checkpoint_id": thread.checkpoint_id, "interrupt_id": thread.asked[0].interrupt_id}
+    first = interrupt_answer(
+        tenant_id=tenant.tenant_id, run_id=run.run_id, answer="no", actor="user:a", **ids
+    )
+    again = interrupt_answer(
+        tenant_id=tenant.tenant_id, run_id=run.run_id, answer="yes", actor="user:b", **ids
+    )
+    assert first.created and not again.created and (again.seq, again.value) == (first.seq, "no")
+    assert AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("ids", "code"),
+    [
+        ({"interrupt_id": "not-this-one"}, "langgraph_no_open_interrupt"),
+        ({"checkpoint_id": "1f0-old"}, "langgraph_no_open_interrupt"),
+    ],
+)
+def test_an_answer_to_no_open_interrupt_is_refused_and_stores_nothing(tenant, ids, code) -> None:  # type: ignore[no-untyped-def]
+    run = _start(tenant, "t-5")
+    before = AgentEvent.objects.filter(run=run).count()
+    with pytest.raises(ApplicationError) as refused:
+        interrupt_answer(tenant_id=tenant.tenant_id, run_id=run.run_id, answer="yes", actor="user:a", **ids)
+    assert refused.value.code == code and 400 <= refused.value.http_status < 500
+    assert AgentEvent.objects.filter(run=run).count() == before
+
+
+def test_another_tenant_cannot_answer(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+    run = _start(tenant, "t-6")
+    from core.tenancy import tenant_bind
+
+    with tenant_bind(other_tenant.tenant_id), pytest.raises(ApplicationError) as refused:
+        interrupt_answer(tenant_id=other_tenant.tenant_id, run_id=run.run_id, answer="yes", actor="user:x")
+    assert refused.value.http_status == 404
+    run.refresh_from_db()
+    assert run.suspend_reason == INTERRUPT_REASON
+
+
+@pytest.mark.slow
+def test_a_worker_resumes_a_registered_graph_with_the_answer(tenant, processes) -> None:  # type: ignore[no-untyped-def]
+    run = _start(tenant, "t-7")
+    processes.worker()
+    answer = interrupt_answer(
+        tenant_id=tenant.tenant_id, run_id=run.run_id, answer={"approved": True}, actor="user:sam"
+    )
+    assert answer.created
+
+    def resumed() -> bool:
+        run.refresh_from_db()
+        return run.suspend_reason == THREAD_REASON
+
+    wait_until(resumed, timeout=60, message=f"the worker to resume the graph\n{processes.logs()}")
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    state = support_graph(saver).get_state({"configurable": {"thread_id": "t-7"}})
+    assert state.values["reply"] == "Your refund for order A-1001 is approved."
+    assert AgentEvent.objects.filter(
+        run=run, event_type="langgraph_checkpoint", actor="keeper-worker"
+    ).exists()
+
+
+def test_two_answers_at_once_record_one(tenant) -> None:  # type: ignore[no-untyped-def]
+    run = _start(tenant, "t-8")
+    thread = thread_interrupt_get(tenant_id=tenant.tenant_id, run_id=run.run_id)
+    assert thread is not None
+    ids = {"checkpoint_id": thread.checkpoint_id, "interrupt_id": thread.asked[0].interrupt_id}
+    barrier, answers = threading.Barrier(4), []
+
+    def answer(value: str) -> None:
+        try:
+            barrier.wait()
+            answers.append(
+                interrupt_answer(
+                    tenant_id=tenant.tenant_id, run_id=run.run_id, answer=value, actor=value, **ids
+                )
+            )
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=answer, args=(f"user:{i}",)) for i in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert len(answers) == 4 and sum(a.created for a in answers) == 1
+    assert len({(a.seq, a.value) for a in answers}) == 1  # everyone gets the one answer recorded
+    assert AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").count() == 1
+
+
+def test_erasing_the_subject_erases_the_question_and_the_answer(tenant) -> None:  # type: ignore[no-untyped-def]
+    from memory.erasure import erasure_execute, erasure_request_create
+    from tests.runs.langgraph.test_threads import _copies
+
+    subject, words = "cust-erase-9", "Ada Quince of 17 Quince Lane"
+    support_thread_start(
+        tenant_id=tenant.tenant_id,
+        thread_id="t-9",
+        message=f"A-1001 broken, says {words}",
+        subject_id=subject,
+    )
+    run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-9")
+    interrupt_answer(tenant_id=tenant.tenant_id, run_id=run.run_id, answer=f"yes, {words}", actor="user:sam")
+    assert _copies(tenant, "17 Quince Lane")  # in the question, the answer, the run's suspend detail
+    request = erasure_request_create(tenant=tenant, subject_id=subject, requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
+    assert _copies(tenant, "17 Quince Lane") == {}
