@@ -19,7 +19,7 @@ from runs.langgraph.saver import KeeperSaver  # noqa: E402
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def test_an_answer_in_the_console_resumes_the_graph(page_as, tenant, processes) -> None:  # type: ignore[no-untyped-def]
+def test_an_answer_in_the_console_resumes_the_graph(page_as, tenant, processes) -> None:
     support_thread_start(tenant_id=tenant.tenant_id, thread_id="web-1", message="Order A-1001 arrived broken")
     run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:web-1")
     processes.worker()

@@ -5,6 +5,7 @@ answer (given in the console or through the API, once, by the thread's tenant on
 from __future__ import annotations
 
 import pytest
+from langchain_core.runnables import RunnableConfig
 from langgraph.types import Command
 
 from console.models import AuditEntry
@@ -43,7 +44,7 @@ def test_the_engineer_reads_the_threads_checkpoints_on_its_run_page(as_role, ten
 # --- interrupts: the support inbox, the answer form, the API -----------------------------------------
 
 
-def _interrupted(tenant, thread: str = "t-q", message: str = "Order A-1001 arrived broken") -> AgentRun:  # type: ignore[no-untyped-def]
+def _interrupted(tenant, thread: str = "t-q", message: str = "Order A-1001 arrived broken") -> AgentRun:
     support_thread_start(tenant_id=tenant.tenant_id, thread_id=thread, message=message)
     return AgentRun.objects.get(tenant=tenant, idempotency_key=f"langgraph:{thread}")
 
@@ -55,7 +56,7 @@ def _form(run: AgentRun, **fields: str) -> dict[str, str]:
     return {**ids, "kind": "text", "answer": "yes", "note": "", **fields}
 
 
-def test_an_interrupted_thread_waits_in_the_support_inbox_with_its_question(as_role, tenant) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_an_interrupted_thread_waits_in_the_support_inbox_with_its_question(as_role, tenant) -> None:  # noqa: F811
     run = _interrupted(tenant, message="Order A-1001 <script>alert(1)</script>")
     support = as_role("support")
     inbox = support.get("/support/").content.decode()
@@ -66,7 +67,7 @@ def test_an_interrupted_thread_waits_in_the_support_inbox_with_its_question(as_r
     assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
 
 
-def test_support_answers_once_and_the_answer_is_audited(as_role, tenant) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_support_answers_once_and_the_answer_is_audited(as_role, tenant) -> None:  # noqa: F811
     run = _interrupted(tenant)
     support = as_role("support")
     url = f"/support/runs/{run.run_id}/langgraph/answer/"
@@ -94,7 +95,7 @@ def test_support_answers_once_and_the_answer_is_audited(as_role, tenant) -> None
         ({"answer": ""}, 422, "This field is required"),
     ],
 )
-def test_a_bad_answer_is_a_form_error_and_stores_nothing(as_role, tenant, fields, status, says) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_a_bad_answer_is_a_form_error_and_stores_nothing(as_role, tenant, fields, status, says) -> None:  # noqa: F811
     run = _interrupted(tenant)
     before = AgentEvent.objects.filter(run=run).count()
     response = as_role("support").post(f"/support/runs/{run.run_id}/langgraph/answer/", _form(run, **fields))
@@ -103,7 +104,7 @@ def test_a_bad_answer_is_a_form_error_and_stores_nothing(as_role, tenant, fields
     assert not AuditEntry.objects.filter(action="langgraph_answer").exists()
 
 
-def test_only_support_of_the_tenant_may_answer(as_role, tenant, other_tenant, client) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_only_support_of_the_tenant_may_answer(as_role, tenant, other_tenant, client) -> None:  # noqa: F811
     run = _interrupted(tenant)
     url = f"/support/runs/{run.run_id}/langgraph/answer/"
     assert as_role("engineer").post(url, _form(run)).status_code == 403
@@ -115,7 +116,7 @@ def test_only_support_of_the_tenant_may_answer(as_role, tenant, other_tenant, cl
     assert not AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").exists()
 
 
-def test_the_api_answers_with_a_tenant_key_once(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+def test_the_api_answers_with_a_tenant_key_once(tenant, other_tenant) -> None:
     run = _interrupted(tenant)
     url = f"/api/v1/runs/{run.run_id}/langgraph/answer"
     mine = key_client(api_key_create(tenant=tenant, name="bot", scope="write").plaintext)
@@ -139,7 +140,7 @@ def test_the_api_answers_with_a_tenant_key_once(tenant, other_tenant) -> None:  
 # --- the engineer: checkpoints, state, diff, fork ---------------------------------------------------------
 
 
-def test_the_engineer_reads_each_checkpoints_state_and_diff(as_role, tenant) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_the_engineer_reads_each_checkpoints_state_and_diff(as_role, tenant) -> None:  # noqa: F811
     run = _interrupted(tenant, "t-e1")
     engineer = as_role("engineer")
     assert f"/runs/{run.run_id}/langgraph/" in engineer.get(f"/runs/{run.run_id}/").content.decode()
@@ -154,10 +155,10 @@ def test_the_engineer_reads_each_checkpoints_state_and_diff(as_role, tenant) -> 
     assert as_role("support").get(f"/runs/{run.run_id}/langgraph/").status_code == 403
 
 
-def test_a_fork_from_a_checkpoint_is_a_new_latest_checkpoint_the_graph_runs_on_from(as_role, tenant) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+def test_a_fork_from_a_checkpoint_is_a_new_latest_checkpoint_the_graph_runs_on_from(as_role, tenant) -> None:  # noqa: F811
     run = _interrupted(tenant, "t-e2")
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
-    config = {"configurable": {"thread_id": "t-e2"}}
+    config: RunnableConfig = {"configurable": {"thread_id": "t-e2"}}
     graph = support_graph_example(saver)
     out = graph.invoke(Command(resume="no"), config)  # the person said no; the thread is done
     assert out["reply"].endswith("was not approved; a colleague will write to you.")
@@ -176,7 +177,7 @@ def test_a_fork_from_a_checkpoint_is_a_new_latest_checkpoint_the_graph_runs_on_f
     latest = saver.get_tuple(config)
     assert latest is not None and latest.config["configurable"]["checkpoint_id"] == forked
     assert latest.parent_config["configurable"]["checkpoint_id"] == chosen  # type: ignore[index]
-    assert latest.metadata["source"] == "fork" and latest.metadata["forked_by"] == "user:engineer"
+    assert latest.metadata["source"] == "fork" and dict(latest.metadata)["forked_by"] == "user:engineer"
     assert (
         AgentEvent.objects.filter(run=run, event_type="langgraph_checkpoint", actor="user:engineer").count()
         == 1
@@ -189,7 +190,7 @@ def test_a_fork_from_a_checkpoint_is_a_new_latest_checkpoint_the_graph_runs_on_f
     assert run.suspend_reason == "langgraph_interrupt"
 
 
-def test_another_tenants_engineer_cannot_read_or_fork_the_thread(client, tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+def test_another_tenants_engineer_cannot_read_or_fork_the_thread(client, tenant, other_tenant) -> None:
     run = _interrupted(tenant, "t-e3")
     client.force_login(make_user("stranger", "engineer", tenants=(other_tenant,)))
     assert client.get(f"/runs/{run.run_id}/langgraph/").status_code == 404

@@ -20,13 +20,13 @@ from tests.processes import wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _start(tenant, thread: str = "t-1", message: str = "Order A-1001 arrived broken") -> AgentRun:  # type: ignore[no-untyped-def]
+def _start(tenant, thread: str = "t-1", message: str = "Order A-1001 arrived broken") -> AgentRun:
     result = support_thread_start(tenant_id=tenant.tenant_id, thread_id=thread, message=message)
     assert "__interrupt__" in result
     return AgentRun.objects.get(tenant=tenant, idempotency_key=f"langgraph:{thread}")
 
 
-def test_an_interrupt_makes_the_thread_wait_for_a_person(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_an_interrupt_makes_the_thread_wait_for_a_person(tenant) -> None:
     run = _start(tenant)
     assert (run.status, run.suspend_reason) == ("suspended", INTERRUPT_REASON)
     assert "Refund order A-1001 of 42.00 EUR to Ada?" in run.suspend_detail
@@ -37,7 +37,7 @@ def test_an_interrupt_makes_the_thread_wait_for_a_person(tenant) -> None:  # typ
     assert thread.asked[0].value["order"]["order_id"] == "A-1001"
 
 
-def test_a_thread_without_an_interrupt_waits_for_nobody(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_a_thread_without_an_interrupt_waits_for_nobody(tenant) -> None:
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     try:
         out = support_graph(saver).invoke({"message": "hello"}, {"configurable": {"thread_id": "t-2"}})
@@ -49,7 +49,7 @@ def test_a_thread_without_an_interrupt_waits_for_nobody(tenant) -> None:  # type
     assert not AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt").exists()
 
 
-def test_the_graphs_own_process_takes_the_answer_and_resumes(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_the_graphs_own_process_takes_the_answer_and_resumes(tenant) -> None:
     saver = KeeperSaver(tenant_id=tenant.tenant_id)  # no registered graph: the answer waits for it
     config = {"configurable": {"thread_id": "t-3"}}
     try:
@@ -72,7 +72,7 @@ def test_the_graphs_own_process_takes_the_answer_and_resumes(tenant) -> None:  #
     assert saver.interrupt_answer("t-3") is None
 
 
-def test_an_interrupt_is_answered_once(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_an_interrupt_is_answered_once(tenant) -> None:
     run = _start(tenant, "t-4")
     thread = thread_interrupt_get(tenant_id=tenant.tenant_id, run_id=run.run_id)
     assert thread is not None
@@ -94,7 +94,7 @@ def test_an_interrupt_is_answered_once(tenant) -> None:  # type: ignore[no-untyp
         ({"checkpoint_id": "1f0-old"}, "langgraph_no_open_interrupt"),
     ],
 )
-def test_an_answer_to_no_open_interrupt_is_refused_and_stores_nothing(tenant, ids, code) -> None:  # type: ignore[no-untyped-def]
+def test_an_answer_to_no_open_interrupt_is_refused_and_stores_nothing(tenant, ids, code) -> None:
     run = _start(tenant, "t-5")
     before = AgentEvent.objects.filter(run=run).count()
     with pytest.raises(ApplicationError) as refused:
@@ -103,7 +103,7 @@ def test_an_answer_to_no_open_interrupt_is_refused_and_stores_nothing(tenant, id
     assert AgentEvent.objects.filter(run=run).count() == before
 
 
-def test_another_tenant_cannot_answer(tenant, other_tenant) -> None:  # type: ignore[no-untyped-def]
+def test_another_tenant_cannot_answer(tenant, other_tenant) -> None:
     run = _start(tenant, "t-6")
     from core.tenancy import tenant_bind
 
@@ -115,7 +115,7 @@ def test_another_tenant_cannot_answer(tenant, other_tenant) -> None:  # type: ig
 
 
 @pytest.mark.slow
-def test_a_worker_resumes_a_registered_graph_with_the_answer(tenant, processes) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_resumes_a_registered_graph_with_the_answer(tenant, processes) -> None:
     run = _start(tenant, "t-7")
     processes.worker()
     answer = interrupt_answer(
@@ -136,7 +136,7 @@ def test_a_worker_resumes_a_registered_graph_with_the_answer(tenant, processes) 
     ).exists()
 
 
-def test_two_answers_at_once_record_one(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_two_answers_at_once_record_one(tenant) -> None:
     run = _start(tenant, "t-8")
     thread = thread_interrupt_get(tenant_id=tenant.tenant_id, run_id=run.run_id)
     assert thread is not None
@@ -164,7 +164,7 @@ def test_two_answers_at_once_record_one(tenant) -> None:  # type: ignore[no-unty
     assert AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").count() == 1
 
 
-def test_erasing_the_subject_erases_the_question_and_the_answer(tenant) -> None:  # type: ignore[no-untyped-def]
+def test_erasing_the_subject_erases_the_question_and_the_answer(tenant) -> None:
     from memory.erasure import erasure_execute, erasure_request_create
     from tests.runs.langgraph.test_threads import _copies
 
@@ -180,5 +180,6 @@ def test_erasing_the_subject_erases_the_question_and_the_answer(tenant) -> None:
     assert _copies(tenant, "17 Quince Lane")  # in the question, the answer, the run's suspend detail
     request = erasure_request_create(tenant=tenant, subject_id=subject, requested_by="user:compliance")
     done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.receipt is not None
     assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
     assert _copies(tenant, "17 Quince Lane") == {}
