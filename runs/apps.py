@@ -19,8 +19,10 @@ class RunsConfig(AppConfig):
         from runs.conversations.messages import conversation_copy
         from runs.engine.forks import fork_copier_register
         from runs.engine.models import OperationStatus, RunStatus
+        from runs.engine.registry import registry
         from runs.langgraph import erasure as langgraph_erasure
         from runs.langgraph.graphs import graph_register
+        from runs.langgraph.store import WORKFLOW as LANGGRAPH
 
         eraser_register(RunsEraser())
         register()
@@ -29,6 +31,11 @@ class RunsConfig(AppConfig):
         langgraph_erasure.register()
         # Imported only when a worker resumes it (the langgraph extra).
         graph_register(name="support_example", builder="runs.langgraph.example:support_graph")
+        registry.register_outside(
+            LANGGRAPH,
+            how="its graph's process continues it; answer its interrupt in the support inbox, or fork a "
+            "checkpoint on its LangGraph page",
+        )
         status_labels_register(runs=tuple(RunStatus.values), operations=tuple(OperationStatus.values))
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

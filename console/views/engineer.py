@@ -28,6 +28,7 @@ from core.models import Tenant
 from retrieval.selectors import retrieval_snapshot_list
 from runs.conversations import selectors as conversations
 from runs.engine.models import AgentRun, RunStatus
+from runs.engine.registry import registry
 from runs.engine.resume import ACCEPTABLE_REFUSALS, run_state_change
 from runs.engine.selectors import (
     RevisionState,
@@ -172,6 +173,7 @@ def run_page_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
         "lease_expired": lease_expired,
         "fork_seq": fork_seq,
         "erased": run.subject.startswith("erased:"),
+        "driven_outside": registry.outside(run.workflow_name),
         "operations": operation_run_list(run=run),
         "summaries": conversations.summary_list(run=run),
         "approvals": approval_run_list(run=run),

@@ -33,6 +33,13 @@ class InvalidTransition(Conflict):
     code = "invalid_transition"
 
 
+class DrivenOutside(InvalidTransition):
+    """A run whose steps its own process drives (registry.register_outside): Keeper's workers never
+    step it, so resume, fork and rewind would only break it."""
+
+    code = "run_driven_outside"
+
+
 class RunImported(InvalidTransition):
     """An imported history copy: kept to read and fork, it never runs, resumes or changes here."""
 

@@ -22,6 +22,7 @@ from runs.engine import store
 from runs.engine.dispatch import run_enqueue_on_commit
 from runs.engine.errors import InvalidTransition, RunImported, SubjectErased
 from runs.engine.models import AgentEvent, AgentRun, RunStatus
+from runs.engine.registry import registry
 from runs.engine.selectors import run_get
 from runs.engine.state import state_encode
 
@@ -103,6 +104,7 @@ def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, 
     conversation up to `at_seq` as its own events, each naming the event it was copied from.
     """
     parent = run_get(run_id=run_id)
+    registry.refuse_outside(workflow_name=parent.workflow_name, run_id=run_id, action="forked or rewound")
     if parent.subject.startswith("erased:"):
         raise SubjectErased(
             f"run {run_id} cannot be forked or rewound: its subject was erased and its content redacted",

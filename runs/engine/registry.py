@@ -16,7 +16,7 @@ from uuid import UUID
 
 from packaging.version import InvalidVersion, Version
 
-from runs.engine.errors import UnknownWorkflow, WorkflowDefinitionError
+from runs.engine.errors import DrivenOutside, UnknownWorkflow, WorkflowDefinitionError
 from runs.engine.state_migrations import SchemaSet
 
 if TYPE_CHECKING:
@@ -186,7 +186,30 @@ class WorkflowRegistry:
     def __init__(self) -> None:
         self._workflows: dict[tuple[str, str], Workflow] = {}
         self._tools: dict[str, ToolContract] = {}
+        self._outside: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    def register_outside(self, name: str, *, how: str) -> None:
+        """Runs of workflow `name` are stepped by their own process, never by Keeper's workers (a
+        LangGraph thread): the engine refuses to resume, fork or rewind them. `how` tells a person
+        what to do instead."""
+        self._outside[name] = how
+
+    def outside(self, name: str) -> str | None:
+        """What to do instead, if workflow `name` is driven from outside; else None."""
+        return self._outside.get(name)
+
+    def outside_names(self) -> list[str]:
+        return sorted(self._outside)
+
+    def refuse_outside(self, *, workflow_name: str, run_id: object, action: str) -> None:
+        """Raise DrivenOutside when a run of `workflow_name` is driven from outside."""
+        how = self._outside.get(workflow_name)
+        if how is not None:
+            raise DrivenOutside(
+                f"run {run_id} cannot be {action} here: its own process drives its steps ({workflow_name}); {how}",
+                details={"workflow_name": workflow_name},
+            )
 
     def register_tool(self, contract: ToolContract) -> ToolContract:
         self._tools[contract.name] = contract

@@ -370,6 +370,7 @@ def run_state_accept(
     if not note:
         raise InvalidInput("accepting a changed state needs a note saying why", code="note_required")
     run = run_get(run_id=run_id)
+    registry.refuse_outside(workflow_name=run.workflow_name, run_id=run_id, action="given an accepted state")
     change = run_state_change(run=run)
     if expected_digest is not None and expected_digest != change.current_digest:
         raise StateChangedSinceShown(

@@ -24,6 +24,7 @@ from runs.engine.errors import (
 )
 from runs.engine.models import SUBJECT_ERASED, AgentRun, RunStatus
 from runs.engine.registry import registry
+from runs.engine.selectors import run_get
 from runs.engine.state import state_encode
 
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
@@ -192,6 +193,8 @@ def run_suspend(*, run_id: UUID, actor: str, reason: str, detail: str = "") -> A
 def run_resume(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
     """Ask for a suspended run to continue. It stays suspended until a worker has verified it
     (resume verification: the run continues only if every check passes, else it says why)."""
+    current = run_get(run_id=run_id)
+    registry.refuse_outside(workflow_name=current.workflow_name, run_id=run_id, action="resumed")
     run = _transition(
         run_id=run_id,
         from_statuses=(RunStatus.SUSPENDED,),

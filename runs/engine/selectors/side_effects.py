@@ -20,6 +20,7 @@ from runs.engine.models import (
     RunStatus,
     ToolOperation,
 )
+from runs.engine.registry import registry
 
 RECONCILIATION_REQUIRED = "reconciliation_required"
 
@@ -104,11 +105,13 @@ def run_operations_in_doubt(*, run: AgentRun) -> list[ToolOperation]:
 
 
 def _suspended(tenant_ids: list[UUID], quiet: frozenset[str]) -> QuerySet[AgentRun]:
-    """Suspended runs, without those whose suspend reason is in `quiet` (nobody has to act)."""
+    """Suspended runs, without those whose suspend reason is in `quiet` (nobody has to act) and
+    those of workflows driven from outside (their process, not a person here, continues them)."""
     return (
         AgentRun.objects.select_related("tenant")
         .filter(tenant_id__in=tenant_ids, status=RunStatus.SUSPENDED)
         .exclude(suspend_reason__in=quiet)
+        .exclude(workflow_name__in=registry.outside_names())
     )
 
 

@@ -198,3 +198,54 @@ def test_another_tenants_engineer_cannot_read_or_fork_the_thread(client, tenant,
         client.post(f"/runs/{run.run_id}/langgraph/fork/", {"checkpoint_id": "x", "note": "y"}).status_code
         == 404
     )
+
+
+# --- the engine's own resume, fork and rewind would break a thread -------------------------------------
+
+
+def test_resume_fork_and_rewind_of_a_thread_are_refused_and_it_keeps_working(as_role, tenant) -> None:  # noqa: F811
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    config: RunnableConfig = {"configurable": {"thread_id": "t-out"}}
+    try:
+        support_graph(saver).invoke({"note": "parcel arrived broken", "log": []}, config)
+        run = AgentRun.objects.get(idempotency_key="langgraph:t-out")
+        events_before = AgentEvent.objects.filter(run=run).count()
+        api = key_client(api_key_create(tenant=tenant, name="bot", scope="write").plaintext)
+        for path, body in (
+            ("resume", {"note": "x"}),
+            ("fork", {"at_seq": 2, "start": True}),
+            ("rewind", {"to_seq": 2}),
+        ):
+            response = api.post(f"/api/v1/runs/{run.run_id}/{path}", body, format="json")
+            assert response.status_code == 409, (path, response.content)
+            assert response.json()["error"]["code"] == "run_driven_outside", response.json()
+        engineer = as_role("engineer")
+        page = engineer.get(f"/runs/{run.run_id}/").content.decode()
+        assert 'id="driven-outside"' in page and 'id="fork-form"' not in page and ">Resume<" not in page
+        refused = engineer.post(f"/runs/{run.run_id}/resume/", {"note": "x"})
+        assert refused.status_code == 409 and "its own process drives its steps" in refused.content.decode()
+        run.refresh_from_db()
+        assert (run.status, run.suspend_reason) == ("suspended", "langgraph_thread")
+        assert AgentEvent.objects.filter(run=run).count() == events_before  # nothing recorded
+        assert AgentRun.objects.filter(tenant=tenant).count() == 1  # no fork was made
+        # The thread goes on as if nobody had tried.
+        support_graph(saver).invoke({"note": "and the box was wet", "log": []}, config)
+        assert AgentEvent.objects.filter(run=run).count() > events_before
+    finally:
+        saver.close()
+
+
+def test_a_thread_whose_subject_was_erased_stays_out_of_the_support_inbox(as_role, tenant) -> None:  # noqa: F811
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    config: RunnableConfig = {"configurable": {"thread_id": "t-gone", "subject_id": "cust-gone-1"}}
+    try:
+        support_graph(saver).invoke({"note": "parcel arrived broken", "log": []}, config)
+    finally:
+        saver.close()
+    request = erasure_request_create(tenant=tenant, subject_id="cust-gone-1", requested_by="user:compliance")
+    assert erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).status == "completed"
+    run = AgentRun.objects.get(tenant=tenant, workflow_name="langgraph")
+    assert run.status == "suspended" and run.suspend_reason == "subject_erased"
+    assert str(run.run_id) not in as_role("support").get("/support/").content.decode()
