@@ -94,7 +94,11 @@ RUNS_PAGE = inline_serializer(
         "results": RunListItemSerializer(many=True),
         "next": inline_serializer(
             "RunsCursor",
-            {"before_updated_at": serializers.DateTimeField(), "before_run_id": serializers.UUIDField()},
+            {
+                "before_updated_at": serializers.DateTimeField(required=False),
+                "before_created_at": serializers.DateTimeField(required=False),
+                "before_run_id": serializers.UUIDField(),
+            },
             allow_null=True,
         ),
     },
@@ -108,15 +112,26 @@ class RunStartApi(APIView):
         workflow = serializers.CharField(max_length=200, required=False)
         subject = serializers.CharField(max_length=200, trim_whitespace=False, required=False)
         idempotency_key = serializers.CharField(max_length=200, required=False)
+        order = serializers.ChoiceField(
+            choices=["updated", "created"],
+            default="updated",
+            help_text="updated: newest activity first (a run that changes while you page can move ahead "
+            "of the cursor); created: newest first by creation, for a walk that sees every run once",
+        )
         before_updated_at = serializers.DateTimeField(required=False)
+        before_created_at = serializers.DateTimeField(required=False)
         before_run_id = serializers.UUIDField(required=False)
         limit = serializers.IntegerField(min_value=1, max_value=200, default=50)
 
         def validate(self, data: dict[str, Any]) -> dict[str, Any]:
-            if ("before_updated_at" in data) != ("before_run_id" in data):
+            key = f"before_{data['order']}_at"
+            other = "before_created_at" if key == "before_updated_at" else "before_updated_at"
+            if other in data:
                 raise serializers.ValidationError(
-                    "before_updated_at and before_run_id come together (the cursor)"
+                    f"{other} is the cursor of order={other[7:-3]}, not of this order"
                 )
+            if (key in data) != ("before_run_id" in data):
+                raise serializers.ValidationError(f"{key} and before_run_id come together (the cursor)")
             return data
 
     class InputSerializer(serializers.Serializer):
@@ -154,7 +169,8 @@ class RunStartApi(APIView):
         return Response(RunOutputSerializer(started.run).data, status=201 if started.created else 200)
 
     @extend_schema(
-        summary="List runs, newest activity first (keyset pages: pass `next` back as the cursor); a key "
+        summary="List runs, newest activity first or (order=created) by creation (keyset pages: pass "
+        "`next` back as the cursor); a key "
         "lists its tenant's, a staff session every tenant's unless it names `tenant`",
         parameters=[FilterSerializer],
         responses={200: RUNS_PAGE, **error_responses(400)},
@@ -168,13 +184,14 @@ class RunStartApi(APIView):
         # (as the approvals list does).
         tenant = request_tenant(request, given) if given or request_key(request) is not None else None
         limit = data.pop("limit")
-        cursor = (data.pop("before_updated_at", None), data.pop("before_run_id", None))
+        key = f"before_{data['order']}_at"
+        cursor = (data.pop(key, None), data.pop("before_run_id", None))
         page = run_page(tenant=tenant, cursor=cursor if cursor[0] else None, limit=limit, **data)
         after = page.next_cursor
         return Response(
             {
                 "results": RunListItemSerializer(page.rows, many=True).data,
-                "next": {"before_updated_at": after[0], "before_run_id": after[1]} if after else None,
+                "next": {key: after[0], "before_run_id": after[1]} if after else None,
             }
         )
 

@@ -131,6 +131,8 @@ class AgentRun(models.Model):
             models.Index(fields=["tenant", "status", "-created_at"], name="agent_runs_tenant_status_idx"),
             # The console's run list: newest activity first, a keyset page per tenant (and per status).
             models.Index(fields=["tenant", "-updated_at", "-run_id"], name="agent_runs_tenant_updated_idx"),
+            # The runs list's stable order (order=created): a walk that sees every run once.
+            models.Index(fields=["tenant", "-created_at", "-run_id"], name="agent_runs_tenant_created_idx"),
             models.Index(
                 fields=["tenant", "status", "-updated_at", "-run_id"], name="agent_runs_tenant_st_upd_idx"
             ),

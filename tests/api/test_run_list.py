@@ -86,3 +86,59 @@ def test_a_console_user_who_is_not_staff_is_told_what_the_api_takes(tenant):
     assert response.status_code == 403
     message = response.json()["error"]["message"]
     assert "not staff" in message and "API key" in message and "may only read" not in message
+
+
+def _walk(api, order: str, during=None) -> list[str]:
+    """Every page of the list in `order`, calling `during()` after the first page."""
+    seen: list[str] = []
+    params: dict[str, object] = {"limit": 2, "order": order}
+    while True:
+        page = api.get("/api/v1/runs/", params).json()
+        seen += [r["run_id"] for r in page["results"]]
+        if during is not None and len(seen) == 2:
+            during()
+        if page["next"] is None:
+            return seen
+        params = {"limit": 2, "order": order, **page["next"]}
+
+
+def test_order_created_sees_every_run_once_while_runs_change_and_updated_may_not(tenant, read_key):
+    runs = [
+        run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": i}, actor="t").run
+        for i in range(6)
+    ]
+    ids = sorted(str(r.run_id) for r in runs)
+    api = key_client(read_key)
+
+    def oldest_changes():  # the runs not yet listed commit something: their updated_at moves to now
+        for run in runs[:2]:
+            run_cancel(run_id=run.run_id, actor="t")
+
+    by_creation = _walk(api, "created", during=oldest_changes)
+    assert sorted(by_creation) == ids and len(by_creation) == 6  # each once
+    # The same walk by activity loses the runs that moved ahead of its cursor (why order=created exists).
+    for run in runs[2:4]:
+        run_cancel(run_id=run.run_id, actor="t")
+    later = runs[4:]
+
+    def newest_change():
+        for run in later:
+            run_cancel(run_id=run.run_id, actor="t")
+
+    by_activity = _walk(api, "updated", during=newest_change)
+    assert len(set(by_activity)) < 6
+
+
+def test_a_cursor_of_the_other_order_is_refused(tenant, read_key):
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t").run
+    api = key_client(read_key)
+    first = api.get("/api/v1/runs/", {"order": "created", "limit": 1}).json()
+    assert first["next"] is None or set(first["next"]) == {"before_created_at", "before_run_id"}
+    for bad in (
+        {"order": "created", "before_updated_at": "2026-01-01T00:00:00Z", "before_run_id": str(run.run_id)},
+        {"order": "updated", "before_created_at": "2026-01-01T00:00:00Z", "before_run_id": str(run.run_id)},
+        {"order": "created", "before_created_at": "2026-01-01T00:00:00Z"},
+        {"order": "oldest"},
+    ):
+        response = api.get("/api/v1/runs/", bad)
+        assert response.status_code == 400 and "error" in response.json(), (bad, response.content)

@@ -17,6 +17,9 @@ from runs.engine.models import AgentRun
 # The index-friendly order of every run list: newest activity first (indexes lead with updated_at,
 # or with tenant_id then updated_at).
 RUN_KEYS = ("updated_at", "run_id")
+# A walk that must see every run once pages by creation instead: created_at never changes, while a
+# run that commits during the walk moves ahead of an updated_at cursor and is not seen.
+RUN_CREATED_KEYS = ("created_at", "run_id")
 MAX_MERGED_TENANTS = 50
 # Only what a list row shows: a run's state may be 256 KB, and a page must not drag 50 of them along.
 LIST_FIELDS = (
@@ -77,9 +80,10 @@ def run_page(
     workflow: str | None = None,
     subject: str | None = None,
     idempotency_key: str | None = None,
+    order: str = "updated",
 ) -> KeysetPage[AgentRun]:
     """One keyset page of a tenant's runs (every tenant's with `tenant=None`: staff only), newest
-    activity first (no OFFSET, no COUNT)."""
+    activity first, or newest first by creation with `order="created"` (no OFFSET, no COUNT)."""
     runs = AgentRun.objects.select_related("tenant")
     if tenant is not None:
         runs = runs.filter(tenant=tenant)
@@ -91,7 +95,8 @@ def run_page(
     ):
         if value is not None:
             runs = runs.filter(**{field: value})
-    return keyset_page(runs, keys=RUN_KEYS, cursor=cursor, limit=limit)
+    keys = RUN_CREATED_KEYS if order == "created" else RUN_KEYS
+    return keyset_page(runs, keys=keys, cursor=cursor, limit=limit)
 
 
 def run_filtered(*, tenant_ids: list[UUID], filters: Mapping[str, object]) -> QuerySet[AgentRun]:
