@@ -42,8 +42,6 @@ from runs.engine.selectors import (
     run_suspended_list,
 )
 from runs.langgraph.selectors import thread_interrupted_list
-from runs.langgraph.store import ANSWERED_REASON as LANGGRAPH_ANSWERED
-from runs.langgraph.store import THREAD_REASON as LANGGRAPH_THREAD
 
 AUDIT_KEYS = ("id",)
 
@@ -111,12 +109,6 @@ class Inbox:
         )
 
 
-# A LangGraph thread is "suspended" only in that Keeper's workers never step it: nobody has to act,
-# unless it stopped at an interrupt() (langgraph_interrupt: the questions). Once answered, the answer
-# waits for the graph, not for a person.
-QUIET = frozenset({LANGGRAPH_THREAD, LANGGRAPH_ANSWERED})
-
-
 def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
     """What waits for a person in the user's tenants, by kind; a run appears once."""
     inbox = Inbox()
@@ -129,12 +121,12 @@ def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
     ]
     inbox.refused = [
         {"run": run, **refusal_of(event)}
-        for run, event in run_refused_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT, quiet=QUIET)
+        for run, event in run_refused_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     ]
     inbox.questions = thread_interrupted_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     covered = {row["run"].run_id for row in inbox.approvals + inbox.operations + inbox.refused}
     covered |= {run.run_id for run in inbox.questions}
-    inbox.other = run_suspended_list(tenant_ids=tenant_ids, excluding=covered, limit=INBOX_LIMIT, quiet=QUIET)
+    inbox.other = run_suspended_list(tenant_ids=tenant_ids, excluding=covered, limit=INBOX_LIMIT)
     return inbox
 
 

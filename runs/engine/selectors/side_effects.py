@@ -104,27 +104,24 @@ def run_operations_in_doubt(*, run: AgentRun) -> list[ToolOperation]:
     return list(_in_doubt().filter(run_id=run.run_id).order_by("created_at"))
 
 
-def _suspended(tenant_ids: list[UUID], quiet: frozenset[str]) -> QuerySet[AgentRun]:
-    """Suspended runs, without those whose suspend reason is in `quiet` (nobody has to act) and
-    those of workflows driven from outside (their process, not a person here, continues them)."""
+def _suspended(tenant_ids: list[UUID]) -> QuerySet[AgentRun]:
+    """Suspended runs, without those of workflows driven from outside (their own process, not a
+    person here, continues them; a LangGraph thread's questions are listed apart)."""
     return (
         AgentRun.objects.select_related("tenant")
         .filter(tenant_id__in=tenant_ids, status=RunStatus.SUSPENDED)
-        .exclude(suspend_reason__in=quiet)
         .exclude(workflow_name__in=registry.outside_names())
     )
 
 
-def run_refused_list(
-    *, tenant_ids: list[UUID], limit: int, quiet: frozenset[str] = frozenset()
-) -> list[tuple[AgentRun, AgentEvent]]:
+def run_refused_list(*, tenant_ids: list[UUID], limit: int) -> list[tuple[AgentRun, AgentEvent]]:
     """Suspended runs whose latest event is a refused resume (not those waiting for reconciliation),
     the longest waiting first, each with that event."""
     refused_now = AgentEvent.objects.filter(
         run_id=OuterRef("run_id"), seq=OuterRef("state_revision"), event_type="resume_refused"
     )
     runs = list(
-        _suspended(tenant_ids, quiet)
+        _suspended(tenant_ids)
         .filter(Exists(refused_now))
         .exclude(suspend_reason=RECONCILIATION_REQUIRED)
         .order_by("updated_at")[:limit]
@@ -136,8 +133,6 @@ def run_refused_list(
     return [(r, by_run[r.run_id]) for r in runs if r.run_id in by_run]
 
 
-def run_suspended_list(
-    *, tenant_ids: list[UUID], excluding: set[UUID], limit: int, quiet: frozenset[str] = frozenset()
-) -> list[AgentRun]:
+def run_suspended_list(*, tenant_ids: list[UUID], excluding: set[UUID], limit: int) -> list[AgentRun]:
     """Suspended runs other than `excluding`, the longest waiting first."""
-    return list(_suspended(tenant_ids, quiet).exclude(run_id__in=excluding).order_by("updated_at")[:limit])
+    return list(_suspended(tenant_ids).exclude(run_id__in=excluding).order_by("updated_at")[:limit])
