@@ -5,6 +5,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from celery import shared_task
+from django.conf import settings
 
 from core.models import Tenant
 from core.tenancy import tenant_get
@@ -88,6 +89,13 @@ def expire_retrieval_index() -> int:
 @shared_task(name="workers.tasks.index_tenant_chunks", ignore_result=True)
 def index_tenant_chunks(tenant_id: str, dimensions: str) -> None:
     chunk_index_ensure(tenant=tenant_get(slug_or_id=UUID(tenant_id)), dimensions=int(dimensions))
+
+
+@shared_task(name="workers.tasks.resume_lost_langgraph_answers", ignore_result=True)
+def resume_lost_langgraph_answers() -> int:
+    from runs.langgraph.interrupts import answered_redispatch
+
+    return answered_redispatch(grace=settings.KEEPER_REDISPATCH_GRACE)
 
 
 @shared_task(name="workers.tasks.resume_langgraph_thread", ignore_result=True)

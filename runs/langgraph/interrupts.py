@@ -8,9 +8,12 @@ the answer, for the worker (a registered graph) or the graph's own process to re
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
+
+from django.db import connection
 
 from core.digests import NotJSONSerializable, canonical_json
 from core.tasks import task_send
@@ -27,6 +30,7 @@ from runs.langgraph.store import (
 
 ANSWER_MAX_BYTES = 64 * 1024
 RESUME_TASK = "workers.tasks.resume_langgraph_thread"
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -290,6 +294,27 @@ def answer_pending_get(
     )
 
 
+_CLAIM_ANSWERED = "SELECT run_id, tenant_id FROM keeper_langgraph_answered_claim(%s, %s)"
+
+
+def answered_redispatch(*, grace: float, limit: int = 200) -> int:
+    """Wake a worker again for answered threads of registered graphs whose resume was lost (the
+    broker dropped the task, or the worker died before it began). The claim marks each run
+    dispatched, so one is re-sent at most once per `grace`; a resume already under way holds the
+    run's advisory lock and a second delivery does nothing. Returns how many were sent."""
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM_ANSWERED, [grace, limit])
+        claimed = cursor.fetchall()
+    sent = 0
+    for run_id, tenant_id in claimed:
+        answer = answer_pending_get(tenant_id=tenant_id, run_id=run_id)
+        if answer is not None and graph_registered(answer.graph):
+            sent += task_send(name=RESUME_TASK, args=[str(tenant_id), str(run_id)])
+    if sent:
+        logger.info("sweep: re-sent the resume of %d answered LangGraph thread(s)", sent)
+    return sent
+
+
 __all__ = [
     "ANSWERED_EVENT",
     "INTERRUPT_EVENT",
@@ -297,6 +322,7 @@ __all__ = [
     "Asked",
     "ThreadInterrupt",
     "answer_pending_get",
+    "answered_redispatch",
     "interrupt_answer",
     "thread_interrupt_get",
 ]

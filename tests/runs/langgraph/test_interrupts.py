@@ -12,7 +12,7 @@ from langgraph.types import Command
 from core.errors import ApplicationError
 from runs.engine.models import AgentEvent, AgentRun
 from runs.langgraph.example import GRAPH, support_graph, support_thread_start
-from runs.langgraph.interrupts import interrupt_answer, thread_interrupt_get
+from runs.langgraph.interrupts import answered_redispatch, interrupt_answer, thread_interrupt_get
 from runs.langgraph.saver import KeeperSaver
 from runs.langgraph.store import ANSWERED_REASON, INTERRUPT_REASON, THREAD_REASON
 from tests.processes import wait_until
@@ -131,6 +131,33 @@ def test_a_worker_resumes_a_registered_graph_with_the_answer(tenant, processes) 
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     state = support_graph(saver).get_state({"configurable": {"thread_id": "t-7"}})
     assert state.values["reply"] == "Your refund for order A-1001 is approved."
+    assert AgentEvent.objects.filter(
+        run=run, event_type="langgraph_checkpoint", actor="keeper-worker"
+    ).exists()
+
+
+@pytest.mark.slow
+def test_a_resume_the_broker_lost_is_sent_again_by_the_sweep(tenant, processes) -> None:
+    from celery import current_app
+
+    run = _start(tenant, "t-lost")
+    interrupt_answer(tenant_id=tenant.tenant_id, run_id=run.run_id, answer="yes", actor="user:sam")
+    assert current_app.control.purge() >= 1  # the wake-up is lost before any worker takes it
+    assert answered_redispatch(grace=3600) == 0  # within the grace: a resume may still be coming
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE agent_runs SET updated_at = updated_at - interval '1 hour' WHERE run_id = %s",
+            [run.run_id],
+        )
+    assert answered_redispatch(grace=60) == 1
+    assert answered_redispatch(grace=60) == 0  # claimed: sent again at most once per grace
+    processes.worker()
+
+    def resumed() -> bool:
+        run.refresh_from_db()
+        return run.suspend_reason == THREAD_REASON
+
+    wait_until(resumed, timeout=60, message=f"the worker to resume the graph\n{processes.logs()}")
     assert AgentEvent.objects.filter(
         run=run, event_type="langgraph_checkpoint", actor="keeper-worker"
     ).exists()
