@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
@@ -17,7 +18,7 @@ from runs.api import run_for_request
 from runs.engine.approvals import approval_approve, approval_reject
 from runs.engine.models import Approval, ApprovalStatus, ToolOperation
 from runs.engine.operations import RECONCILE_OUTCOMES, operation_reconcile
-from runs.engine.selectors import approval_list, operation_get, run_operations
+from runs.engine.selectors import approval_list, approval_page, operation_get, run_operations
 
 
 def _approval_check(request: Request, approval_id: UUID) -> None:
@@ -77,23 +78,55 @@ class ApprovalListApi(APIView):
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=ApprovalStatus.choices, required=False)
         tenant = serializers.CharField(max_length=64, required=False, allow_blank=True)
+        before_created_at = serializers.DateTimeField(required=False)
+        before_approval_id = serializers.UUIDField(required=False)
+        limit = serializers.IntegerField(min_value=1, max_value=200, default=200)
+
+        def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+            if ("before_created_at" in data) != ("before_approval_id" in data):
+                raise serializers.ValidationError(
+                    "before_created_at and before_approval_id come together (the cursor)"
+                )
+            return data
 
     @extend_schema(
-        summary="List approvals (the newest 200)",
+        summary="List approvals, newest first (keyset pages: pass `next` back as the cursor)",
         parameters=[FilterSerializer],
         responses={
-            200: inline_serializer("ApprovalList", {"results": ApprovalOutputSerializer(many=True)}),
-            **error_responses(),
+            200: inline_serializer(
+                "ApprovalList",
+                {
+                    "results": ApprovalOutputSerializer(many=True),
+                    "next": inline_serializer(
+                        "ApprovalsCursor",
+                        {
+                            "before_created_at": serializers.DateTimeField(),
+                            "before_approval_id": serializers.UUIDField(),
+                        },
+                        allow_null=True,
+                    ),
+                },
+            ),
+            **error_responses(400),
         },
     )
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
-        approvals = approval_list(status=filters.validated_data.get("status"))
-        if request_key(request) is not None or filters.validated_data.get("tenant"):
-            approvals = approvals.filter(tenant=request_tenant(request, filters.validated_data.get("tenant")))
-        approvals = approvals[:200]
-        return Response({"results": ApprovalOutputSerializer(approvals, many=True).data})
+        data = filters.validated_data
+        approvals = approval_list(status=data.get("status"))
+        if request_key(request) is not None or data.get("tenant"):
+            approvals = approvals.filter(tenant=request_tenant(request, data.get("tenant")))
+        given = data.get("before_created_at")
+        cursor = (given, data["before_approval_id"]) if given is not None else None
+        page = approval_page(approvals=approvals, cursor=cursor, limit=data["limit"])
+        after = page.next_cursor
+        return Response(
+            {
+                "results": ApprovalOutputSerializer(page.rows, many=True).data,
+                "next": {"before_created_at": after[0], "before_approval_id": after[1]} if after else None,
+            }
+        )
 
 
 class ApprovalDecisionInputSerializer(serializers.Serializer):

@@ -285,6 +285,12 @@ class Approval(models.Model):
     class Meta:
         db_table = "approvals"
         ordering = ["-created_at"]
+        # The approvals list's keyset pages (newest first, one tenant).
+        indexes = [
+            models.Index(
+                fields=["tenant", "-created_at", "-approval_id"], name="approvals_tenant_created_idx"
+            )
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(status__in=[s.value for s in ApprovalStatus]), name="approvals_status_valid"

@@ -104,3 +104,35 @@ def test_reconcile_through_the_api_with_validation(api, tenant):
         ).json()["error"]["code"]
         == "operation_not_found"
     )
+
+
+def test_approvals_come_in_keyset_pages_that_walk_each_once(api, tenant):
+    made = set()
+    for i in range(5):
+        run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": i}, actor="test").run
+        run_suspend(run_id=run.run_id, actor="test", reason="approval_required")
+        made.add(
+            str(
+                approval_check(
+                    run_id=run.run_id,
+                    tenant_id=tenant.tenant_id,
+                    step_id="approve",
+                    request={"order_id": f"o-{i}", "amount_minor": 100, "currency": "EUR"},
+                    request_digest=f"sha256:{i}",
+                    reasons=["delivered"],
+                    actor="w",
+                ).approval.approval_id
+            )
+        )
+    seen, params = [], {"limit": 2}
+    while True:
+        page = api.get("/api/v1/approvals/", params).json()
+        assert len(page["results"]) <= 2
+        seen += [a["approval_id"] for a in page["results"]]
+        if page["next"] is None:
+            break
+        params = {"limit": 2, **page["next"]}
+    assert sorted(seen) == sorted(made) and len(seen) == 5
+    for bad in ({"limit": 0}, {"limit": "abc"}, {"before_created_at": "2026-01-01T00:00:00Z"}):
+        response = api.get("/api/v1/approvals/", bad)
+        assert response.status_code == 400 and "error" in response.json(), bad

@@ -3,6 +3,7 @@ pending approvals, operations in doubt, runs whose resume was refused, other sus
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import reduce
 from operator import or_
 from uuid import UUID
@@ -10,6 +11,7 @@ from uuid import UUID
 from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from core.errors import NotFound
+from core.pagination import KeysetPage, keyset_page
 from core.tenancy import tenant_of_call
 from runs.engine.models import (
     AgentEvent,
@@ -25,9 +27,20 @@ from runs.engine.registry import registry
 RECONCILIATION_REQUIRED = "reconciliation_required"
 
 
+APPROVAL_KEYS = ("created_at", "approval_id")
+
+
 def approval_list(*, status: str | None = None) -> QuerySet[Approval]:
-    approvals = Approval.objects.select_related("tenant").order_by("-created_at")
+    approvals = Approval.objects.select_related("tenant").order_by("-created_at", "-approval_id")
     return approvals.filter(status=status) if status else approvals
+
+
+def approval_page(
+    *, approvals: QuerySet[Approval], cursor: tuple[datetime, UUID] | None, limit: int
+) -> KeysetPage[Approval]:
+    """One keyset page of `approvals`, newest first by creation (a key that never changes: a walk
+    sees each approval once)."""
+    return keyset_page(approvals, keys=APPROVAL_KEYS, cursor=cursor, limit=limit)
 
 
 def approval_get_for_tenants(*, tenant_ids: list[UUID], approval_id: UUID) -> Approval | None:
