@@ -132,15 +132,7 @@ class KeeperStore(BaseStore):
 
     def close(self) -> None:
         """Close the connections the store used in LangGraph's worker threads (as KeeperSaver.close)."""
-        for wrapper in list(self._connections.values()):
-            if wrapper is connections[DEFAULT_DB_ALIAS]:
-                continue
-            wrapper.inc_thread_sharing()
-            try:
-                wrapper.close()
-            finally:
-                wrapper.dec_thread_sharing()
-        self._connections.clear()
+        thread_store.connections_close(self._connections)
 
     def _provenance(self) -> dict[str, Any]:
         graph = _graph_context()

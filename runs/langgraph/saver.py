@@ -123,15 +123,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
     def close(self) -> None:
         """Close the connections the saver used in other threads (LangGraph's workers); the calling
         thread's connection is Django's to manage. Call it when the graph's process is done with it."""
-        for wrapper in list(self._connections.values()):
-            if wrapper is connections[DEFAULT_DB_ALIAS]:
-                continue
-            wrapper.inc_thread_sharing()
-            try:
-                wrapper.close()
-            finally:
-                wrapper.dec_thread_sharing()
-        self._connections.clear()
+        store.connections_close(self._connections)
 
     # --- threads ----------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ from uuid import UUID
 
 import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from core.tenancy import tenant_bind, tenant_is_bound
 from runs.engine import store as engine_store
@@ -34,6 +35,20 @@ CHECKPOINT_EVENT = "langgraph_checkpoint"
 INTERRUPT_EVENT = "langgraph_interrupt"
 ANSWERED_EVENT = "langgraph_interrupt_answered"
 INTERRUPT_CHANNEL = "__interrupt__"  # LangGraph's INTERRUPT channel (langgraph._internal._constants)
+
+
+def connections_close(used: dict[int, BaseDatabaseWrapper]) -> None:
+    """Close the connections a saver or store used in LangGraph's worker threads and forget them;
+    the calling thread's own connection is Django's to manage."""
+    for wrapper in list(used.values()):
+        if wrapper is connections[DEFAULT_DB_ALIAS]:
+            continue
+        wrapper.inc_thread_sharing()
+        try:
+            wrapper.close()
+        finally:
+            wrapper.dec_thread_sharing()
+    used.clear()
 
 
 def thread_key(thread_id: str) -> str:
