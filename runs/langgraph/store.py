@@ -56,15 +56,21 @@ def thread_key(thread_id: str) -> str:
     return f"langgraph:{thread_id}"
 
 
-def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+def _rows(sql: str, params: dict[str, Any], *, lock_run: bool = False) -> list[tuple[Any, ...]]:
     """The statement as params["tenant"]. Outside a transaction it goes in one round trip with the
     tenant set for its own transaction only (BEGIN, set_config local, the statement, COMMIT, pipelined),
     so LangGraph's threads never leave a tenant on a connection and pay no extra round trips for it.
-    Inside the caller's transaction, or a block that bound this tenant, it joins them."""
+    Inside the caller's transaction, or a block that bound this tenant, it joins them.
+
+    With `lock_run`, the run's row (params["run"]) is locked by a statement of its own first, so the
+    statement's snapshot is taken after every writer that held the row has committed: what it reads
+    (an interrupt another of LangGraph's threads just stored) is then current, not a moment old."""
     tenant_id = params["tenant"]
     connection.ensure_connection()
     if connection.in_atomic_block or tenant_is_bound(tenant_id):
         with tenant_bind(tenant_id):
+            if lock_run:
+                engine_store._rows(_LOCK_RUN, params)
             return engine_store._rows(sql, params)
     raw = connection.connection
     prepare = settings.KEEPER_PREPARED_STATEMENTS
@@ -74,11 +80,14 @@ def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         with raw.pipeline():
             # Both before one Sync: one implicit transaction, so the local setting ends with it.
             psycopg.Cursor(raw).execute(_SET_TENANT, [str(tenant_id)], prepare=prepare)
+            if lock_run:
+                psycopg.Cursor(raw).execute(_LOCK_RUN, params, prepare=prepare)
             cursor = psycopg.Cursor(raw).execute(sql, params, prepare=prepare)
         return cursor.fetchall() if cursor.description else []
 
 
 _SET_TENANT = "SELECT set_config('app.tenant_id', %s, true)"
+_LOCK_RUN = "SELECT 1 FROM agent_runs WHERE run_id = %(run)s AND tenant_id = %(tenant)s FOR UPDATE"
 
 
 def _json(value: Any) -> Any:
@@ -204,6 +213,7 @@ def checkpoint_put(
             "payload": payload_json,
             "actor": actor,
         },
+        lock_run=True,
     )
     return rows[0][0] if rows else None
 
