@@ -11,29 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.db import migrations, models
 
-
-# The setting holds one tenant id (API keys, workers, services) or, for a console user who belongs
-# to several tenants, their ids separated by commas. Unset or empty: no row (fail closed).
-TENANTS = "string_to_array(NULLIF(current_setting('app.tenant_id', true), ''), ',')::uuid[]"
-
-
-def policy(table: str) -> migrations.RunSQL:
-    return migrations.RunSQL(
-        sql=f"""
-            ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
-            ALTER TABLE {table} FORCE ROW LEVEL SECURITY;
-            CREATE POLICY tenant_isolation ON {table}
-                USING (tenant_id = ANY({TENANTS})) WITH CHECK (tenant_id = ANY({TENANTS}));
-        """,
-        reverse_sql=f"""
-            DROP POLICY IF EXISTS tenant_isolation ON {table};
-            ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY;
-            ALTER TABLE {table} DISABLE ROW LEVEL SECURITY;
-        """,
-    )
+from runs.migrations import _rls
 
 
 TABLES = ("agent_runs", "agent_events", "tool_operations", "approvals", "summaries")
@@ -97,34 +77,15 @@ FUNCTION_SIGNATURES = (
 )
 
 
-def _app_role() -> str:
-    return str(settings.DATABASES["default"].get("USER") or "")
-
-
 def _grants_and_owner_policies(apps: Any, schema_editor: Any) -> None:
     """EXECUTE only for the application role; the owner (this migration's role) reads through its
-    own policy. If the application itself migrates (one role, no owner), that policy would open
-    every row to it, so then none is made and the sweeps see nothing rather than everything."""
-    quote = schema_editor.quote_name
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT current_user")
-        owner = cursor.fetchone()[0]
-        app = _app_role()
-        for signature in FUNCTION_SIGNATURES:
-            cursor.execute(f"REVOKE ALL ON FUNCTION {signature} FROM PUBLIC")
-            if app:
-                cursor.execute(f"GRANT EXECUTE ON FUNCTION {signature} TO {quote(app)}")
-        if app and app != owner:
-            for table in TABLES:
-                cursor.execute(
-                    f"CREATE POLICY owner_maintenance ON {table} TO {quote(owner)} USING (true) WITH CHECK (true)"
-                )
+    own policy (runs/migrations/_rls.py says when none is made)."""
+    _rls.execute_grant(schema_editor, FUNCTION_SIGNATURES)
+    _rls.owner_policies_create(schema_editor, TABLES)
 
 
 def _drop_owner_policies(apps: Any, schema_editor: Any) -> None:
-    with schema_editor.connection.cursor() as cursor:
-        for table in TABLES:
-            cursor.execute(f"DROP POLICY IF EXISTS owner_maintenance ON {table}")
+    _rls.owner_policies_drop(schema_editor, TABLES)
 
 
 class Migration(migrations.Migration):
@@ -141,6 +102,6 @@ class Migration(migrations.Migration):
         ),
         migrations.AlterField(model_name="agentevent", name="tenant_id", field=models.UUIDField()),
         migrations.RunSQL(FUNCTIONS, "DROP FUNCTION " + ", ".join(FUNCTION_SIGNATURES)),
-        *(policy(table) for table in TABLES),
+        *(_rls.policy(table) for table in TABLES),
         migrations.RunPython(_grants_and_owner_policies, _drop_owner_policies),
     ]

@@ -6,45 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 import django.db.models.deletion
-from django.conf import settings
 from django.db import migrations, models
 
+from runs.migrations import _rls
 
-TENANTS = "string_to_array(NULLIF(current_setting('app.tenant_id', true), ''), ',')::uuid[]"
+
 TABLES = ("langgraph_checkpoints", "langgraph_blobs", "langgraph_writes")
 
 
-def _policy(table: str) -> migrations.RunSQL:
-    return migrations.RunSQL(
-        sql=f"""
-            ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
-            ALTER TABLE {table} FORCE ROW LEVEL SECURITY;
-            CREATE POLICY tenant_isolation ON {table}
-                USING (tenant_id = ANY({TENANTS})) WITH CHECK (tenant_id = ANY({TENANTS}));
-        """,
-        reverse_sql=f"DROP POLICY IF EXISTS tenant_isolation ON {table}; ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY;",
-    )
-
-
 def _owner_policies(apps: Any, schema_editor: Any) -> None:
-    """As in 0009: the owner (this migration's role) keeps a maintenance policy only when the
-    application role is another role."""
-    quote = schema_editor.quote_name
-    app = str(settings.DATABASES["default"].get("USER") or "")
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute("SELECT current_user")
-        owner = cursor.fetchone()[0]
-        if app and app != owner:
-            for table in TABLES:
-                cursor.execute(
-                    f"CREATE POLICY owner_maintenance ON {table} TO {quote(owner)} USING (true) WITH CHECK (true)"
-                )
+    _rls.owner_policies_create(schema_editor, TABLES)
 
 
 def _drop_owner_policies(apps: Any, schema_editor: Any) -> None:
-    with schema_editor.connection.cursor() as cursor:
-        for table in TABLES:
-            cursor.execute(f"DROP POLICY IF EXISTS owner_maintenance ON {table}")
+    _rls.owner_policies_drop(schema_editor, TABLES)
 
 
 class Migration(migrations.Migration):
@@ -110,6 +85,6 @@ class Migration(migrations.Migration):
                 'indexes': [models.Index(fields=['run'], name='langgraph_checkpoints_run_idx')],
             },
         ),
-        *(_policy(table) for table in TABLES),
+        *(_rls.policy(table) for table in TABLES),
         migrations.RunPython(_owner_policies, _drop_owner_policies),
     ]

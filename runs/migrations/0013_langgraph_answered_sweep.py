@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.db import migrations
+
+from runs.migrations import _rls
 
 FUNCTION = """
 CREATE FUNCTION keeper_langgraph_answered_claim(p_grace double precision, p_limit integer)
@@ -31,11 +32,7 @@ SIGNATURE = "keeper_langgraph_answered_claim(double precision, integer)"
 
 
 def _grant(apps: Any, schema_editor: Any) -> None:
-    app = str(settings.DATABASES["default"].get("USER") or "")
-    with schema_editor.connection.cursor() as cursor:
-        cursor.execute(f"REVOKE ALL ON FUNCTION {SIGNATURE} FROM PUBLIC")
-        if app:
-            cursor.execute(f"GRANT EXECUTE ON FUNCTION {SIGNATURE} TO {schema_editor.quote_name(app)}")
+    _rls.execute_grant(schema_editor, [SIGNATURE])
 
 
 class Migration(migrations.Migration):
