@@ -260,6 +260,19 @@ class WorkerCommitApi(APIView):
         "with `replayed: true`.",
         request=InputSerializer,
         responses={200: CommitOutputSerializer, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "example",
+                value={
+                    "lease_token": "lt1.eyJ...signed",
+                    "expected_revision": 2,
+                    "state": {"order_id": "o-1"},
+                    "next_step": "refund",
+                    "payload": {"note": "looked up"},
+                },
+                request_only=True,
+            )
+        ],
     )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
@@ -311,6 +324,7 @@ class WorkerHeartbeatApi(APIView):
             200: inline_serializer("WorkerHeartbeat", {"lease_expires_at": serializers.DateTimeField()}),
             **error_responses(409),
         },
+        examples=[OpenApiExample("example", value={"lease_token": "lt1.eyJ...signed"}, request_only=True)],
     )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
@@ -331,6 +345,11 @@ class WorkerReleaseApi(APIView):
             200: inline_serializer("WorkerReleased", {"released": serializers.BooleanField()}),
             **error_responses(409),
         },
+        examples=[
+            OpenApiExample(
+                "example", value={"lease_token": "lt1.eyJ...signed", "retry_in": 5}, request_only=True
+            )
+        ],
     )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
@@ -364,6 +383,19 @@ class WorkerOperationPrepareApi(APIView):
         "sent again). The same id with another request is a 409.",
         request=InputSerializer,
         responses={200: OPERATION, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "example",
+                value={
+                    "lease_token": "lt1.eyJ...signed",
+                    "operation_id": "refund:o-1",
+                    "tool_name": "payments.refund",
+                    "tool_contract_version": "payments.v1",
+                    "request": {"order_id": "o-1", "amount_minor": 2500},
+                },
+                request_only=True,
+            )
+        ],
     )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
@@ -378,6 +410,7 @@ class WorkerOperationStartedApi(APIView):
         summary="Mark a prepared operation started, just before sending it (only the lease holder)",
         request=LeaseInputSerializer,
         responses={200: OPERATION, **error_responses(409)},
+        examples=[OpenApiExample("example", value={"lease_token": "lt1.eyJ...signed"}, request_only=True)],
     )
     def post(self, request: Request, run_id: UUID, operation_id: str) -> Response:
         data = LeaseInputSerializer(data=request.data)
@@ -401,6 +434,13 @@ class WorkerOperationOutcomeApi(APIView):
         "authoritative lookup by the idempotency key (it permits sending once more).",
         request=InputSerializer,
         responses={200: OPERATION, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "example",
+                value={"lease_token": "lt1.eyJ...signed", "outcome": "succeeded", "external_ref": "rf_123"},
+                request_only=True,
+            )
+        ],
     )
     def post(self, request: Request, run_id: UUID, operation_id: str) -> Response:
         data = self.InputSerializer(data=request.data)
