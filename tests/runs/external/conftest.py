@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from rest_framework.test import APIClient
 
 from core.api_auth import api_key_create
+from core.processes import ROOT
+
+# The client is its own package (clients/python); importable here without installing it.
+if str(ROOT / "clients" / "python") not in sys.path:
+    sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 REFUND = {
     "name": "ext.refund",

@@ -30,11 +30,17 @@ def crash(point: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-def sandbox(method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, on_sent: Any = None):
+def sandbox(
+    method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, on_sent: Any = None
+):
     conn = http.client.HTTPConnection(SANDBOX.hostname, SANDBOX.port, timeout=10)
     try:
-        conn.request(method, SANDBOX.path + path, body=json.dumps(body) if body is not None else None,
-                     headers={"Content-Type": "application/json", **(headers or {})})
+        conn.request(
+            method,
+            SANDBOX.path + path,
+            body=json.dumps(body) if body is not None else None,
+            headers={"Content-Type": "application/json", **(headers or {})},
+        )
         if on_sent is not None:
             select.select([conn.sock], [], [], 10)  # the sandbox has answered (applied) by now
             on_sent()
@@ -54,12 +60,17 @@ def lookup(ctx: StepContext) -> Next:
 
 def refund(ctx: StepContext) -> Next:
     state = ctx.state
-    request = {"order_id": state["order_id"], "amount_minor": state["amount_minor"], "currency": state["currency"]}
+    request = {
+        "order_id": state["order_id"],
+        "amount_minor": state["amount_minor"],
+        "currency": state["currency"],
+    }
 
     def send(key: str) -> Applied:
         crash("before_call")
-        status, data = sandbox("POST", "/refunds", request, {"Idempotency-Key": key},
-                               on_sent=lambda: crash("after_request_sent"))
+        status, data = sandbox(
+            "POST", "/refunds", request, {"Idempotency-Key": key}, on_sent=lambda: crash("after_request_sent")
+        )
         crash("after_response")
         if status in (200, 201):
             return Applied(data["refund_id"], data)
@@ -73,8 +84,14 @@ def refund(ctx: StepContext) -> Next:
             return None
         return Applied(data["refund"]["refund_id"], data["refund"]) if data["applied"] else False
 
-    applied = ctx.operation(f"refund:{state['order_id']}", tool_name="payments.refund",
-                            tool_contract_version="payments.v1", request=request, send=send, lookup=look)
+    applied = ctx.operation(
+        f"refund:{state['order_id']}",
+        tool_name="payments.refund",
+        tool_contract_version="payments.v1",
+        request=request,
+        send=send,
+        lookup=look,
+    )
     return Next({**state, "refund_id": applied.external_ref}, "verify")
 
 
