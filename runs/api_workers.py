@@ -242,7 +242,8 @@ class WorkerCommitApi(APIView):
         next_step = serializers.CharField(max_length=100, required=False)
         suspend = serializers.DictField(required=False)
         complete = serializers.DictField(required=False)
-        fail = serializers.DictField(required=False)
+        # A body field named like Serializer.fail(); the metaclass moves it to the declared fields.
+        fail = serializers.DictField(required=False)  # type: ignore[assignment]
         payload = serializers.DictField(required=False, default=dict)
         spent = serializers.DictField(required=False, default=dict)
         keep_lease = serializers.BooleanField(default=False)

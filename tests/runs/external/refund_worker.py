@@ -33,7 +33,7 @@ def crash(point: str) -> None:
 def sandbox(
     method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, on_sent: Any = None
 ):
-    conn = http.client.HTTPConnection(SANDBOX.hostname, SANDBOX.port, timeout=10)
+    conn = http.client.HTTPConnection(SANDBOX.hostname or "127.0.0.1", SANDBOX.port, timeout=10)
     try:
         conn.request(
             method,

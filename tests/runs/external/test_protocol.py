@@ -29,7 +29,8 @@ def _claim(api, **extra):
     return api.post("/api/v1/workers/claim", {"workflows": ["ext.refund"], **extra}, format="json")
 
 
-def _snapshot(run_id: str) -> tuple:
+def _snapshot(text_id: str) -> tuple:
+    run_id = uuid.UUID(text_id)
     run = AgentRun.objects.get(run_id=run_id)
     ops = sorted(
         ToolOperation.objects.filter(run_id=run_id).values_list("operation_id", "status", "attempts")
