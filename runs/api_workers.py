@@ -457,3 +457,63 @@ class WorkerOperationOutcomeApi(APIView):
             note=v["note"],
         )
         return Response(_operation(op))
+
+
+class WorkerApprovalApi(APIView):
+    class InputSerializer(LeaseInputSerializer):
+        request = serializers.DictField()
+        reasons = serializers.ListField(
+            child=serializers.CharField(max_length=200), required=False, default=list
+        )
+
+    @extend_schema(
+        summary="Ask a person to approve this exact request (bound by its digest), or learn their decision",
+        description="`use`: approved, unexpired, same digest. `wait`: commit a suspend with the given reason, "
+        "keeping `approval` {approval_id} and `request_digest` in the state; the approval resumes the run. "
+        "`rejected`: stop.",
+        request=InputSerializer,
+        responses={
+            200: inline_serializer(
+                "WorkerApproval",
+                {
+                    "verdict": serializers.ChoiceField(choices=["use", "wait", "rejected"]),
+                    "approval_id": serializers.UUIDField(),
+                    "status": serializers.CharField(),
+                    "request_digest": serializers.CharField(),
+                    "expires_at": serializers.DateTimeField(),
+                    "reason": serializers.CharField(),
+                    "detail": serializers.CharField(),
+                },
+            ),
+            **error_responses(409),
+        },
+        examples=[
+            OpenApiExample(
+                "approval",
+                value={
+                    "lease_token": "lt1.eyJ...signed",
+                    "request": {"order_id": "o-1", "amount_minor": 2500},
+                },
+                request_only=True,
+            )
+        ],
+    )
+    def post(self, request: Request, run_id: UUID) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        lease = _lease(request, run_id, v["lease_token"])
+        verdict, approval, reason, detail = protocol.external_approval_check(
+            lease=lease, request=v["request"], reasons=v["reasons"]
+        )
+        return Response(
+            {
+                "verdict": verdict,
+                "approval_id": approval.approval_id,
+                "status": approval.status,
+                "request_digest": approval.request_digest,
+                "expires_at": approval.expires_at,
+                "reason": reason,
+                "detail": detail,
+            }
+        )

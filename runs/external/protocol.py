@@ -24,6 +24,7 @@ from core.digests import canonical_json, json_digest
 from core.errors import ApplicationError, Conflict, InvalidInput, NotFound
 from core.tenancy import tenant_bind
 from runs.engine import store
+from runs.engine.approvals import approval_check
 from runs.engine.budgets import budgets_exhausted, budgets_spend
 from runs.engine.errors import InvalidState
 from runs.engine.models import AgentEvent, AgentRun, RunStatus, ToolOperation
@@ -576,3 +577,28 @@ def external_operation_outcome(
                 )
             return operation_mark_not_applied(**ids, note=note)
         raise InvalidInput(f"outcome must be one of {', '.join(OUTCOMES)}", code="invalid_outcome")
+
+
+# --- approvals ------------------------------------------------------------------------------------
+
+
+def external_approval_check(
+    *, lease: Lease, request: dict[str, Any], reasons: list[str]
+) -> tuple[str, Any, str, str]:
+    """Ask for (or find) a person's approval of this exact request, as Keeper's own steps do.
+
+    (verdict, approval, reason, detail): `use` it, `wait` (commit a suspend with this reason and keep
+    the approval id and request digest in the state), or `rejected`.
+    """
+    with tenant_bind(lease.tenant_id):
+        run = _held(lease)
+        check = approval_check(
+            run_id=run.run_id,
+            tenant_id=lease.tenant_id,
+            step_id=run.next_step or "",
+            request=request,
+            request_digest=json_digest(request),
+            reasons=reasons,
+            actor=lease.owner,
+        )
+        return check.verdict, check.approval, check.reason, check.detail
