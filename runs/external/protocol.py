@@ -47,6 +47,10 @@ POLL_S = 0.5
 MAX_TOKEN_AGE_S = 24 * 3600  # a lease token older than this is refused: claim again
 _SALT = b"keeper.external.lease-token.v1"
 _CANDIDATES = 10
+# Suspend reasons only Keeper writes: a worker saying them would fake an erasure, a fork or a refusal.
+RESERVED_REASONS = frozenset(
+    {"subject_erased", "fork_not_started", "state_accepted", "state_digest_mismatch", "history_mismatch"}
+)
 
 
 class LeaseTokenInvalid(ApplicationError):
@@ -389,6 +393,10 @@ def _commit_args(run: AgentRun, workflow: Workflow, outcome: Outcome) -> dict[st
             )
         return {"status": RunStatus.RUNNING, "event_type": "step_completed", "next_step": outcome.next_step}
     if outcome.kind == "suspend":
+        if outcome.reason in RESERVED_REASONS:
+            raise InvalidInput(
+                f"suspend reason {outcome.reason!r} is Keeper's own; choose another", code="reserved_reason"
+            )
         resume_at = outcome.next_step or step
         if workflow.step(resume_at or "") is None:
             raise InvalidInput(

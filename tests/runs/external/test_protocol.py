@@ -203,6 +203,15 @@ def test_bad_tokens_stale_revisions_and_unprepared_operations_change_nothing(
     stale = api.post(w + "commit", {"lease_token": token, **commit, "expected_revision": 7}, format="json")
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_revision"
     assert stale.json()["error"]["details"]["current_revision"] == 1
+    fake = {k: v for k, v in commit.items() if k != "next_step"}
+    reserved = api.post(
+        w + "commit", {"lease_token": token, **fake, "suspend": {"reason": "subject_erased"}}, format="json"
+    )
+    assert (reserved.status_code, reserved.json()["error"]["code"]) == (422, "reserved_reason")
+    unknown_step = api.post(
+        w + "commit", {"lease_token": token, **commit, "next_step": "nope"}, format="json"
+    )
+    assert (unknown_step.status_code, unknown_step.json()["error"]["code"]) == (422, "unknown_step")
     never = api.post(
         w + "operations/refund:o-9/outcome",
         {"lease_token": token, "outcome": "succeeded", "external_ref": "rf"},
