@@ -302,3 +302,34 @@ def test_the_worker_endpoints_are_in_the_openapi_schema(api):
         "/api/v1/workflows/external/",
     ]:
         assert path in paths
+
+
+def test_a_claim_names_the_operations_in_doubt_a_released_run_left_behind(api, workflow, tenant):
+    run_id = _start(api)
+    c = _claim(api).json()
+    w = f"/api/v1/workers/runs/{run_id}/"
+    prep = {
+        "lease_token": c["lease_token"],
+        "operation_id": "refund:o-1",
+        "tool_name": "payments.refund",
+        "tool_contract_version": "payments.v1",
+        "request": {"order_id": "o-1"},
+    }
+    assert api.post(w + "operations/prepare", prep, format="json").status_code == 200
+    assert (
+        api.post(
+            w + "operations/refund:o-1/started", {"lease_token": c["lease_token"]}, format="json"
+        ).status_code
+        == 200
+    )
+    assert api.post(w + "release", {"lease_token": c["lease_token"]}, format="json").json() == {
+        "released": True
+    }
+    again = api.post(w + "release", {"lease_token": c["lease_token"]}, format="json")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "lease_lost"
+    stale = api.post(w + "operations/prepare", prep, format="json")  # the released lease cannot prepare
+    assert stale.status_code == 409
+    after = _claim(api).json()
+    assert after["operations_in_doubt"] == [
+        {"operation_id": "refund:o-1", "tool_name": "payments.refund", "status": "started", "attempts": 1}
+    ]
