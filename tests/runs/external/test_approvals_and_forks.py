@@ -75,3 +75,17 @@ def test_a_fork_of_an_external_run_is_claimed_by_outside_workers(api, workflow, 
     claim = api.post("/api/v1/workers/claim", {"workflows": ["ext.refund"]}, format="json").json()
     assert (claim["run_id"], claim["step"]) == (child, "refund")
     assert AgentRun.objects.get(run_id=child).parent_run_id is not None
+
+
+def test_an_external_run_shows_in_the_engineers_console(api, workflow, tenant, client):
+    from django.urls import reverse
+
+    from core.roles import ENGINEER
+    from tests.console.conftest import make_user
+
+    run_id = api.post(
+        "/api/v1/runs/", {"workflow": "ext.refund", "input": {"order_id": "o-c"}}, format="json"
+    ).json()["run_id"]
+    client.force_login(make_user("eng", ENGINEER, tenants=(tenant,)))
+    page = client.get(reverse("console:run_detail", args=[run_id]))
+    assert page.status_code == 200 and b"ext.refund" in page.content
