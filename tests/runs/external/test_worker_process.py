@@ -101,6 +101,9 @@ def test_two_worker_processes_share_many_runs_and_never_both_commit(live_server,
     for i in range(6):
         sandbox.order(f"o-race-{i}")
         run_ids.append(client.start_run("ext.refund", {"order_id": f"o-race-{i}"})["run_id"])
+    # Keeper's own Celery worker and beat (whose sweep re-sends wake-ups) run too: they must leave these runs alone.
+    processes.worker(pool="solo", env={"KEEPER_REDISPATCH_GRACE": "1"})
+    processes.beat({"KEEPER_REDISPATCH_GRACE": "1"})
     for name in ("a", "b"):
         processes.script(["-m", "tests.runs.external.refund_worker"], {**env, "WORKER_ID": name})
     wait_until(lambda: all(_settled(r) for r in run_ids), timeout=120, message="every run to settle")
@@ -117,4 +120,9 @@ def test_two_worker_processes_share_many_runs_and_never_both_commit(live_server,
             "actor", flat=True
         )
     )
-    assert {a.split(":")[2] for a in actors} <= {"a", "b"}
+    assert all(a.startswith("external:kp_") for a in actors) and {a.split(":")[2] for a in actors} <= {
+        "a",
+        "b",
+    }
+    leases = AgentEvent.objects.filter(run_id__in=run_ids).exclude(actor__startswith="external:")
+    assert set(leases.values_list("event_type", flat=True)) == {"run_started"}  # nothing else wrote
