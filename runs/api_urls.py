@@ -2,9 +2,32 @@
 
 from django.urls import path
 
-from runs import api, api_conversation, api_langgraph, api_side_effects
+from runs import api, api_conversation, api_langgraph, api_side_effects, api_workers
+
+_W = "workers/runs/<uuid:run_id>/"
 
 urlpatterns = [
+    path("workflows/external/", api_workers.ExternalWorkflowApi.as_view(), name="api-external-workflows"),
+    path("workers/claim", api_workers.WorkerClaimApi.as_view(), name="api-worker-claim"),
+    path(_W + "commit", api_workers.WorkerCommitApi.as_view(), name="api-worker-commit"),
+    path(_W + "heartbeat", api_workers.WorkerHeartbeatApi.as_view(), name="api-worker-heartbeat"),
+    path(_W + "release", api_workers.WorkerReleaseApi.as_view(), name="api-worker-release"),
+    path(_W + "approval", api_workers.WorkerApprovalApi.as_view(), name="api-worker-approval"),
+    path(
+        _W + "operations/prepare",
+        api_workers.WorkerOperationPrepareApi.as_view(),
+        name="api-worker-op-prepare",
+    ),
+    path(
+        _W + "operations/<str:operation_id>/started",
+        api_workers.WorkerOperationStartedApi.as_view(),
+        name="api-worker-op-started",
+    ),
+    path(
+        _W + "operations/<str:operation_id>/outcome",
+        api_workers.WorkerOperationOutcomeApi.as_view(),
+        name="api-worker-op-outcome",
+    ),
     path("runs/", api.RunStartApi.as_view(), name="api-run-start"),
     path("runs/<uuid:run_id>/", api.RunDetailApi.as_view(), name="api-run-detail"),
     path("runs/<uuid:run_id>/events/", api.RunEventsApi.as_view(), name="api-run-events"),

@@ -37,5 +37,8 @@ class RunsConfig(AppConfig):
             "checkpoint on its LangGraph page",
         )
         status_labels_register(runs=tuple(RunStatus.values), operations=tuple(OperationStatus.values))
+        from runs.external.workflows import external_workflows_ready
+
+        external_workflows_ready()
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

@@ -13,12 +13,14 @@ from runs.engine.models import (
     SummaryStatus,
     ToolOperation,
 )
+from runs.external.models import ExternalWorkflow
 from runs.langgraph.models import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
 
 __all__ = [
     "AgentEvent",
     "AgentRun",
     "Approval",
+    "ExternalWorkflow",
     "LangGraphBlob",
     "LangGraphCheckpoint",
     "LangGraphWrite",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from packaging.version import InvalidVersion, Version
@@ -182,10 +182,19 @@ def _version_key(version: str) -> tuple[int, Version | str]:
         return (0, version)
 
 
+class WorkflowSource(Protocol):
+    """Workflows and tools not in code, looked up on every call (a tenant's external workflows)."""
+
+    def workflow(self, name: str, version: str | None) -> Workflow | None: ...
+
+    def tool(self, name: str) -> ToolContract | None: ...
+
+
 class WorkflowRegistry:
     def __init__(self) -> None:
         self._workflows: dict[tuple[str, str], Workflow] = {}
         self._tools: dict[str, ToolContract] = {}
+        self._sources: list[WorkflowSource] = []
         self._outside: dict[str, str] = {}
         self._lock = threading.Lock()
 
@@ -216,7 +225,14 @@ class WorkflowRegistry:
         return contract
 
     def tool(self, name: str) -> ToolContract | None:
-        return self._tools.get(name)
+        return self._tools.get(name) or next((t for s in self._sources if (t := s.tool(name))), None)
+
+    def add_source(self, source: WorkflowSource) -> None:
+        """Consulted after the workflows and tools registered in code, which always win."""
+        self._sources.append(source)
+
+    def _sourced(self, name: str, version: str | None) -> Workflow | None:
+        return next((w for s in self._sources if (w := s.workflow(name, version))), None)
 
     def register(self, workflow: Workflow) -> Workflow:
         with self._lock:
@@ -232,13 +248,15 @@ class WorkflowRegistry:
     def get(self, name: str, version: str | None = None) -> Workflow:
         """The given version, or the newest registered one."""
         if version is not None:
-            workflow = self._workflows.get((name, version))
+            workflow = self._workflows.get((name, version)) or self._sourced(name, version)
             if workflow is None:
                 raise UnknownWorkflow(
                     f"workflow {name!r} version {version!r} is not registered in this process"
                 )
             return workflow
         versions = [w for (n, _), w in self._workflows.items() if n == name]
+        if not versions and (sourced := self._sourced(name, None)) is not None:
+            return sourced
         if not versions:
             known = ", ".join(sorted({n for n, _ in self._workflows})) or "none"
             raise UnknownWorkflow(f"unknown workflow {name!r} (registered: {known})")

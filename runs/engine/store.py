@@ -152,18 +152,22 @@ UPDATE agent_runs r
    AND NOT r.imported
    AND (r.lease_owner IS NULL OR r.lease_expires_at < statement_timestamp())
    AND (r.wake_at IS NULL OR r.wake_at <= statement_timestamp())
+   -- an external workflow's runs go to outside workers only (runs/external/), all others to Keeper's
+   AND %(external)s = EXISTS (SELECT 1 FROM external_workflows w WHERE w.tenant_id = r.tenant_id
+                               AND w.name = r.workflow_name AND w.version = r.workflow_version)
 RETURNING r.tenant_id, r.lease_epoch, r.lease_expires_at, r.state_revision, r.next_step, r.state,
           r.status, r.resume_requested_by, r.workflow_name, r.workflow_version, r.state_schema_version, r.attempt,
           old.lease_owner, old.lease_epoch
 """
 
 
-def lease_acquire(*, run_id: UUID, owner: str, ttl: float) -> LeaseGrant | None:
+def lease_acquire(*, run_id: UUID, owner: str, ttl: float, external: bool = False) -> LeaseGrant | None:
     """Take the run if it is running (or suspended with a resume request), unleased or expired, and due.
 
     The epoch grows by one. A suspended run taken this way must pass resume verification first.
+    Keeper's workers take only runs of workflows in code; outside workers (`external`) only the others.
     """
-    rows = _rows(_LEASE_ACQUIRE, {"run_id": run_id, "owner": owner, "ttl": ttl})
+    rows = _rows(_LEASE_ACQUIRE, {"run_id": run_id, "owner": owner, "ttl": ttl, "external": external})
     if not rows:
         return None
     (
@@ -200,6 +204,29 @@ def lease_acquire(*, run_id: UUID, owner: str, ttl: float) -> LeaseGrant | None:
         previous_owner=previous_owner,
         previous_epoch=previous_epoch,
     )
+
+
+# The claimable runs of a tenant's external workflows, oldest activity first; lease_acquire decides.
+_EXTERNAL_CLAIMABLE = """
+SELECT r.run_id FROM agent_runs r
+  JOIN external_workflows w
+    ON w.tenant_id = r.tenant_id AND w.name = r.workflow_name AND w.version = r.workflow_version
+ WHERE r.tenant_id = %(tenant_id)s AND r.workflow_name = ANY(%(names)s)
+   AND (r.status = 'running' OR (r.status = 'suspended' AND r.resume_requested_at IS NOT NULL))
+   AND NOT r.imported
+   AND (r.lease_owner IS NULL OR r.lease_expires_at < statement_timestamp())
+   AND (r.wake_at IS NULL OR r.wake_at <= statement_timestamp())
+ ORDER BY r.updated_at
+ LIMIT %(limit)s
+"""
+
+
+def external_claimable(*, tenant_id: UUID, names: Sequence[str], limit: int) -> list[UUID]:
+    """Runs of these external workflows an outside worker could lease now (a race may still lose them)."""
+    return [
+        row[0]
+        for row in _rows(_EXTERNAL_CLAIMABLE, {"tenant_id": tenant_id, "names": list(names), "limit": limit})
+    ]
 
 
 _LEASE_RENEW = """

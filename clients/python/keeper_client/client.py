@@ -1,0 +1,255 @@
+"""KeeperClient: one method per call of the worker protocol; retries 5xx and lost connections, never a 4xx."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+logger = logging.getLogger("keeper_client")
+
+
+class KeeperError(Exception):
+    """Keeper answered with an error: its status, reason code, message and details."""
+
+    def __init__(self, status: int, code: str, message: str, details: dict[str, Any] | None = None):
+        super().__init__(f"{status} {code}: {message}")
+        self.status, self.code, self.message, self.details = status, code, message, details or {}
+
+
+class KeeperConflict(KeeperError):
+    """409: the run or operation moved on (stale revision, lost lease...). Never retried: nothing was written."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    run_id: str
+    workflow: str
+    workflow_version: str
+    step: str
+    state: dict[str, Any]
+    revision: int
+    attempt: int
+    lease_epoch: int
+    lease_token: str
+    verified: str | None
+    operations_in_doubt: list[dict[str, Any]] = field(default_factory=list)
+
+
+class KeeperClient:
+    """`KeeperClient("https://keeper.example", "kp_...")`; every call is tenant-scoped by the key."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 5,
+        backoff: float = 0.2,
+        max_backoff: float = 5.0,
+        transport: httpx.BaseTransport | None = None,
+    ):
+        self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
+        self.timeout = timeout
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/") + "/api/v1/",
+            headers={"Authorization": f"Bearer {api_key}", "Accept": "application/json"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> KeeperClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _post(self, path: str, body: dict[str, Any], *, timeout: float | None = None) -> httpx.Response:
+        """POST with retries on 5xx and transport errors (exponential backoff with jitter); 4xx raise at once.
+
+        Every call of the protocol is safe to repeat: a commit whose answer was lost comes back
+        `replayed`, a prepare is idempotent by operation id, and a repeated move answers 409.
+        """
+        attempt = 0
+        while True:
+            try:
+                response = self._http.post(path, json=body, timeout=timeout or self.timeout)
+            except httpx.TransportError as exc:
+                if attempt >= self.retries:
+                    raise
+                logger.warning("keeper %s: %r; retrying", path, exc)
+            else:
+                if response.status_code < 500:
+                    if response.status_code >= 400:
+                        raise _error(response)
+                    return response
+                if attempt >= self.retries:
+                    raise _error(response)
+                logger.warning("keeper %s answered %s; retrying", path, response.status_code)
+            delay = min(self.max_backoff, self.backoff * (2**attempt))
+            time.sleep(delay * (0.5 + random.random() / 2))
+            attempt += 1
+
+    # --- workflows and runs ---------------------------------------------------------------------
+
+    def register_workflow(
+        self,
+        name: str,
+        version: str,
+        steps: list[str],
+        *,
+        tools: list[dict[str, str]] | None = None,
+        input_schema: dict[str, Any] | None = None,
+        description: str = "",
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name, "version": version, "steps": steps, "description": description}
+        if tools is not None:
+            body["tools"] = tools
+        if input_schema is not None:
+            body["input_schema"] = input_schema
+        return dict(self._post("workflows/external/", body).json())
+
+    def start_run(
+        self, workflow: str, input: dict[str, Any], *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        response = self._http.post("runs/", json={"workflow": workflow, "input": input}, headers=headers)
+        if response.status_code >= 400:
+            raise _error(response)
+        return dict(response.json())
+
+    # --- the worker protocol ------------------------------------------------------------------------
+
+    def claim(
+        self,
+        workflows: list[str],
+        *,
+        wait_seconds: float = 20.0,
+        worker_id: str = "worker",
+        lease_ttl: float | None = None,
+    ) -> Claim | None:
+        """A lease on the next ready step of these workflows, or None when none came within wait_seconds."""
+        body: dict[str, Any] = {"workflows": workflows, "wait_seconds": wait_seconds, "worker_id": worker_id}
+        if lease_ttl is not None:
+            body["lease_ttl"] = lease_ttl
+        response = self._post("workers/claim", body, timeout=wait_seconds + self.timeout)
+        if response.status_code == 204:
+            return None
+        d = response.json()
+        return Claim(
+            run_id=d["run_id"],
+            workflow=d["workflow"],
+            workflow_version=d["workflow_version"],
+            step=d["step"],
+            state=d["state"],
+            revision=d["revision"],
+            attempt=d["attempt"],
+            lease_epoch=d["lease_epoch"],
+            lease_token=d["lease_token"],
+            verified=d["verified"],
+            operations_in_doubt=list(d["operations_in_doubt"]),
+        )
+
+    def commit(
+        self,
+        claim: Claim,
+        state: dict[str, Any],
+        *,
+        next_step: str | None = None,
+        suspend: dict[str, Any] | None = None,
+        complete: dict[str, Any] | None = None,
+        fail: dict[str, Any] | None = None,
+        payload: dict[str, Any] | None = None,
+        spent: dict[str, float] | None = None,
+        expected_revision: int | None = None,
+    ) -> dict[str, Any]:
+        """Exactly one of next_step, suspend {reason, detail}, complete {result}, fail {code, detail}."""
+        body: dict[str, Any] = {
+            "lease_token": claim.lease_token,
+            "expected_revision": expected_revision or claim.revision,
+            "state": state,
+            "payload": payload or {},
+            "spent": spent or {},
+        }
+        for key, value in (
+            ("next_step", next_step),
+            ("suspend", suspend),
+            ("complete", complete),
+            ("fail", fail),
+        ):
+            if value is not None:
+                body[key] = value
+        return dict(self._post(f"workers/runs/{claim.run_id}/commit", body).json())
+
+    def heartbeat(self, claim: Claim, *, lease_ttl: float | None = None) -> str:
+        body: dict[str, Any] = {"lease_token": claim.lease_token}
+        if lease_ttl is not None:
+            body["lease_ttl"] = lease_ttl
+        return str(self._post(f"workers/runs/{claim.run_id}/heartbeat", body).json()["lease_expires_at"])
+
+    def release(self, claim: Claim, *, retry_in: float = 0.0) -> None:
+        self._post(
+            f"workers/runs/{claim.run_id}/release", {"lease_token": claim.lease_token, "retry_in": retry_in}
+        )
+
+    def prepare(
+        self,
+        claim: Claim,
+        operation_id: str,
+        *,
+        tool_name: str,
+        tool_contract_version: str,
+        request: dict[str, Any],
+    ) -> dict[str, Any]:
+        body = {
+            "lease_token": claim.lease_token,
+            "operation_id": operation_id,
+            "tool_name": tool_name,
+            "tool_contract_version": tool_contract_version,
+            "request": request,
+        }
+        return dict(self._post(f"workers/runs/{claim.run_id}/operations/prepare", body).json())
+
+    def started(self, claim: Claim, operation_id: str) -> dict[str, Any]:
+        path = f"workers/runs/{claim.run_id}/operations/{operation_id}/started"
+        return dict(self._post(path, {"lease_token": claim.lease_token}).json())
+
+    def outcome(
+        self,
+        claim: Claim,
+        operation_id: str,
+        outcome: str,
+        *,
+        external_ref: str | None = None,
+        result: Any = None,
+        note: str = "",
+    ) -> dict[str, Any]:
+        """succeeded (with external_ref), failed (a definite no), unknown (no answer), not_applied (a lookup said so)."""
+        body: dict[str, Any] = {"lease_token": claim.lease_token, "outcome": outcome, "note": note}
+        if external_ref is not None:
+            body["external_ref"] = external_ref
+        if result is not None:
+            body["result"] = result
+        return dict(self._post(f"workers/runs/{claim.run_id}/operations/{operation_id}/outcome", body).json())
+
+
+def _error(response: httpx.Response) -> KeeperError:
+    try:
+        err = response.json().get("error", {})
+    except ValueError:
+        err = {}
+    cls = KeeperConflict if response.status_code == 409 else KeeperError
+    return cls(
+        response.status_code,
+        str(err.get("code", "http_error")),
+        str(err.get("message", response.text[:200])),
+        err.get("details") if isinstance(err.get("details"), dict) else {},
+    )

@@ -1,0 +1,519 @@
+"""REST API for outside workers: register external workflows; claim, commit, heartbeat, release, operations."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, inline_serializer
+from rest_framework import exceptions, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from core.api import error_responses
+from core.api_auth import request_actor, request_key, request_tenant
+from runs.engine.store import OperationRow
+from runs.external import protocol
+from runs.external.models import ExternalWorkflow
+from runs.external.workflows import external_workflow_register
+
+
+def _key_tenant(request: Request) -> UUID:
+    key = request_key(request)
+    if key is None:
+        raise exceptions.PermissionDenied(
+            "outside workers authenticate with a tenant API key (Bearer kp_...)"
+        )
+    return request_tenant(request).tenant_id
+
+
+def _lease(request: Request, run_id: UUID, token: str) -> protocol.Lease:
+    return protocol.lease_token_verify(token=token, tenant_id=_key_tenant(request), run_id=run_id)
+
+
+# --- external workflows ---------------------------------------------------------------------------
+
+
+class ExternalWorkflowSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = ExternalWorkflow
+        fields = [
+            "name",
+            "version",
+            "steps",
+            "tools",
+            "input_schema",
+            "approval_guarded_steps",
+            "description",
+            "created_by",
+            "created_at",
+        ]
+
+
+class ExternalWorkflowApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        name = serializers.CharField(max_length=200)
+        version = serializers.CharField(max_length=50)
+        steps = serializers.ListField(
+            child=serializers.CharField(max_length=100), min_length=1, max_length=100
+        )
+        tools = serializers.ListField(
+            child=serializers.DictField(child=serializers.CharField()), required=False
+        )
+        input_schema = serializers.JSONField(required=False, allow_null=True)
+        approval_guarded_steps = serializers.ListField(
+            child=serializers.CharField(max_length=100), required=False
+        )
+        description = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+    @extend_schema(
+        summary="Register an external workflow (its steps run in your own workers; idempotent per version)",
+        request=InputSerializer,
+        responses={
+            201: ExternalWorkflowSerializer,
+            200: ExternalWorkflowSerializer,
+            **error_responses(409, 422),
+        },
+        examples=[
+            OpenApiExample(
+                "refund",
+                value={
+                    "name": "ext.refund",
+                    "version": "1",
+                    "steps": ["lookup", "refund", "done"],
+                    "tools": [{"name": "payments.refund", "version": "payments.v1"}],
+                    "input_schema": {"type": "object", "required": ["order_id"]},
+                },
+                request_only=True,
+            )
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        _key_tenant(request)
+        registered = external_workflow_register(
+            tenant=request_tenant(request), actor=request_actor(request), **data.validated_data
+        )
+        body = ExternalWorkflowSerializer(registered.workflow).data
+        return Response(body, status=201 if registered.created else 200)
+
+    @extend_schema(
+        summary="List this tenant's external workflows",
+        responses={200: ExternalWorkflowSerializer(many=True), **error_responses()},
+    )
+    def get(self, request: Request) -> Response:
+        _key_tenant(request)
+        rows = ExternalWorkflow.objects.order_by("name", "id")
+        return Response(ExternalWorkflowSerializer(rows, many=True).data)
+
+
+# --- claim ----------------------------------------------------------------------------------------
+
+OPERATION = inline_serializer(
+    "WorkerOperation",
+    {
+        "operation_id": serializers.CharField(),
+        "idempotency_key": serializers.CharField(),
+        "status": serializers.CharField(),
+        "external_ref": serializers.CharField(allow_null=True),
+        "result": serializers.JSONField(allow_null=True),
+        "attempts": serializers.IntegerField(),
+    },
+)
+
+CLAIM = inline_serializer(
+    "WorkerClaim",
+    {
+        "run_id": serializers.UUIDField(),
+        "workflow": serializers.CharField(),
+        "workflow_version": serializers.CharField(),
+        "step": serializers.CharField(),
+        "state": serializers.JSONField(),
+        "revision": serializers.IntegerField(),
+        "attempt": serializers.IntegerField(),
+        "lease_epoch": serializers.IntegerField(),
+        "lease_expires_at": serializers.DateTimeField(),
+        "lease_token": serializers.CharField(),
+        "verified": serializers.CharField(allow_null=True),
+        "operations_in_doubt": serializers.ListField(child=serializers.DictField()),
+    },
+)
+
+
+class WorkerClaimApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        workflows = serializers.ListField(
+            child=serializers.CharField(max_length=200), min_length=1, max_length=50
+        )
+        wait_seconds = serializers.FloatField(min_value=0, max_value=protocol.MAX_WAIT_S, default=0)
+        worker_id = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False, default="worker")
+        lease_ttl = serializers.FloatField(min_value=1, max_value=3600, required=False)
+
+    @extend_schema(
+        summary="Claim the next step of a run of your external workflows (long-poll up to wait_seconds)",
+        description="200 with a lease (and `operations_in_doubt` to reconcile before anything else), or 204 "
+        "when no run was ready before `wait_seconds` ran out. A run that was suspended or whose previous "
+        "lease expired passes Keeper's resume verification first.",
+        request=InputSerializer,
+        responses={200: CLAIM, 204: OpenApiResponse(description="no work"), **error_responses()},
+        examples=[
+            OpenApiExample(
+                "claim", value={"workflows": ["ext.refund"], "wait_seconds": 20}, request_only=True
+            )
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        tenant_id = _key_tenant(request)
+        key = request_key(request)
+        assert key is not None
+        v = data.validated_data
+        claim = protocol.external_claim(
+            tenant_id=tenant_id,
+            workflows=v["workflows"],
+            owner=protocol.worker_owner(key_prefix=key.prefix, worker_id=v["worker_id"]),
+            wait_seconds=v["wait_seconds"],
+            ttl=v.get("lease_ttl"),
+        )
+        if claim is None:
+            return Response(status=204)
+        g = claim.grant
+        return Response(
+            {
+                "run_id": g.run_id,
+                "workflow": g.workflow_name,
+                "workflow_version": g.workflow_version,
+                "step": g.next_step,
+                "state": claim.state,
+                "revision": claim.revision,
+                "attempt": g.attempt,
+                "lease_epoch": g.epoch,
+                "lease_expires_at": g.expires_at,
+                "lease_token": claim.token,
+                "verified": claim.verified,
+                "operations_in_doubt": claim.operations_in_doubt,
+            }
+        )
+
+
+# --- under a lease --------------------------------------------------------------------------------
+
+
+class LeaseInputSerializer(serializers.Serializer):
+    lease_token = serializers.CharField(max_length=2000)
+
+
+class CommitOutputSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField()
+    seq = serializers.IntegerField()
+    revision = serializers.IntegerField()
+    status = serializers.CharField()
+    next_step = serializers.CharField(allow_null=True)
+    event_type = serializers.CharField()
+    replayed = serializers.BooleanField(
+        help_text="true: this exact commit was already written; this is its answer"
+    )
+
+
+class WorkerCommitApi(APIView):
+    class SuspendSerializer(serializers.Serializer):
+        reason = serializers.RegexField(r"^[a-z][a-z0-9_]{0,63}$")
+        detail = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+        step = serializers.CharField(max_length=100, required=False)
+
+    class CompleteSerializer(serializers.Serializer):
+        result = serializers.JSONField(required=False, allow_null=True)
+
+    class FailSerializer(serializers.Serializer):
+        code = serializers.RegexField(r"^[a-z][a-z0-9_]{0,63}$")
+        detail = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+    class SpentSerializer(serializers.Serializer):
+        tokens = serializers.IntegerField(min_value=0, default=0)
+        cost_usd = serializers.FloatField(min_value=0, default=0.0)
+        wall_s = serializers.FloatField(min_value=0, default=0.0)
+
+    class InputSerializer(LeaseInputSerializer):
+        expected_revision = serializers.IntegerField(min_value=1)
+        state = serializers.JSONField()
+        next_step = serializers.CharField(max_length=100, required=False)
+        suspend = serializers.DictField(required=False)
+        complete = serializers.DictField(required=False)
+        # A body field named like Serializer.fail(); the metaclass moves it to the declared fields.
+        fail = serializers.DictField(required=False)  # type: ignore[assignment]
+        payload = serializers.DictField(required=False, default=dict)
+        spent = serializers.DictField(required=False, default=dict)
+        keep_lease = serializers.BooleanField(default=False)
+
+        def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+            given = [k for k in ("next_step", "suspend", "complete", "fail") if k in data]
+            if len(given) != 1:
+                raise serializers.ValidationError("give exactly one of next_step, suspend, complete, fail")
+            return data
+
+    @extend_schema(
+        summary="Commit the claimed step (one statement, fenced by revision and lease)",
+        description="409 `stale_revision` or `lease_lost` (with `current_revision`) when the run moved on: "
+        "nothing was written. The same commit sent again after a lost answer returns its first answer "
+        "with `replayed: true`.",
+        request=InputSerializer,
+        responses={200: CommitOutputSerializer, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "example",
+                value={
+                    "lease_token": "lt1.eyJ...signed",
+                    "expected_revision": 2,
+                    "state": {"order_id": "o-1"},
+                    "next_step": "refund",
+                    "payload": {"note": "looked up"},
+                },
+                request_only=True,
+            )
+        ],
+    )
+    def post(self, request: Request, run_id: UUID) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        lease = _lease(request, run_id, v["lease_token"])
+        spent_in = self.SpentSerializer(data=v["spent"])
+        spent_in.is_valid(raise_exception=True)
+        spent = {"steps": 1, **spent_in.validated_data}
+        if "next_step" in v:
+            outcome = protocol.Outcome("next", next_step=v["next_step"])
+        elif "suspend" in v:
+            s = self.SuspendSerializer(data=v["suspend"])
+            s.is_valid(raise_exception=True)
+            sv = s.validated_data
+            outcome = protocol.Outcome(
+                "suspend", next_step=sv.get("step"), reason=sv["reason"], detail=sv["detail"]
+            )
+        elif "complete" in v:
+            c = self.CompleteSerializer(data=v["complete"])
+            c.is_valid(raise_exception=True)
+            outcome = protocol.Outcome("complete", result=c.validated_data.get("result"))
+        else:
+            f = self.FailSerializer(data=v["fail"])
+            f.is_valid(raise_exception=True)
+            outcome = protocol.Outcome(
+                "fail", reason=f.validated_data["code"], detail=f.validated_data["detail"]
+            )
+        committed = protocol.external_commit(
+            lease=lease,
+            expected_revision=v["expected_revision"],
+            state=v["state"],
+            outcome=outcome,
+            payload=v["payload"],
+            spent=spent,
+            keep_lease=v["keep_lease"],
+        )
+        return Response(CommitOutputSerializer(committed).data)
+
+
+class WorkerHeartbeatApi(APIView):
+    class InputSerializer(LeaseInputSerializer):
+        lease_ttl = serializers.FloatField(min_value=1, max_value=3600, required=False)
+
+    @extend_schema(
+        summary="Extend the lease while a step runs (409 lease_lost: stop, the commit would be refused)",
+        request=InputSerializer,
+        responses={
+            200: inline_serializer("WorkerHeartbeat", {"lease_expires_at": serializers.DateTimeField()}),
+            **error_responses(409),
+        },
+        examples=[OpenApiExample("example", value={"lease_token": "lt1.eyJ...signed"}, request_only=True)],
+    )
+    def post(self, request: Request, run_id: UUID) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        lease = _lease(request, run_id, data.validated_data["lease_token"])
+        expires = protocol.external_heartbeat(lease=lease, ttl=data.validated_data.get("lease_ttl"))
+        return Response({"lease_expires_at": expires})
+
+
+class WorkerReleaseApi(APIView):
+    class InputSerializer(LeaseInputSerializer):
+        retry_in = serializers.FloatField(min_value=0, max_value=86400, default=0)
+
+    @extend_schema(
+        summary="Give the run back without committing (another worker may claim it after retry_in seconds)",
+        request=InputSerializer,
+        responses={
+            200: inline_serializer("WorkerReleased", {"released": serializers.BooleanField()}),
+            **error_responses(409),
+        },
+        examples=[
+            OpenApiExample(
+                "example", value={"lease_token": "lt1.eyJ...signed", "retry_in": 5}, request_only=True
+            )
+        ],
+    )
+    def post(self, request: Request, run_id: UUID) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        lease = _lease(request, run_id, data.validated_data["lease_token"])
+        protocol.external_release(lease=lease, retry_in=data.validated_data["retry_in"])
+        return Response({"released": True})
+
+
+def _operation(op: OperationRow) -> dict[str, Any]:
+    return {
+        "operation_id": op.operation_id,
+        "idempotency_key": op.operation_id,
+        "status": op.status,
+        "external_ref": op.external_ref,
+        "result": op.result,
+        "attempts": op.attempts,
+    }
+
+
+class WorkerOperationPrepareApi(APIView):
+    class InputSerializer(LeaseInputSerializer):
+        operation_id = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,200}$")
+        tool_name = serializers.CharField(max_length=200)
+        tool_contract_version = serializers.CharField(max_length=50)
+        request = serializers.DictField()
+
+    @extend_schema(
+        summary="Prepare a side effect once per operation id; send the returned idempotency_key outside",
+        description="Idempotent: the same id returns the operation as it is now (a `succeeded` one must not be "
+        "sent again). The same id with another request is a 409.",
+        request=InputSerializer,
+        responses={200: OPERATION, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "example",
+                value={
+                    "lease_token": "lt1.eyJ...signed",
+                    "operation_id": "refund:o-1",
+                    "tool_name": "payments.refund",
+                    "tool_contract_version": "payments.v1",
+                    "request": {"order_id": "o-1", "amount_minor": 2500},
+                },
+                request_only=True,
+            )
+        ],
+    )
+    def post(self, request: Request, run_id: UUID) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = dict(data.validated_data)
+        lease = _lease(request, run_id, v.pop("lease_token"))
+        return Response(_operation(protocol.external_operation_prepare(lease=lease, **v)))
+
+
+class WorkerOperationStartedApi(APIView):
+    @extend_schema(
+        summary="Mark a prepared operation started, just before sending it (only the lease holder)",
+        request=LeaseInputSerializer,
+        responses={200: OPERATION, **error_responses(409)},
+        examples=[OpenApiExample("example", value={"lease_token": "lt1.eyJ...signed"}, request_only=True)],
+    )
+    def post(self, request: Request, run_id: UUID, operation_id: str) -> Response:
+        data = LeaseInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        lease = _lease(request, run_id, data.validated_data["lease_token"])
+        return Response(
+            _operation(protocol.external_operation_started(lease=lease, operation_id=operation_id))
+        )
+
+
+class WorkerOperationOutcomeApi(APIView):
+    class InputSerializer(LeaseInputSerializer):
+        outcome = serializers.ChoiceField(choices=protocol.OUTCOMES)
+        external_ref = serializers.CharField(max_length=200, required=False, allow_blank=True)
+        result = serializers.JSONField(required=False, allow_null=True)
+        note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+    @extend_schema(
+        summary="Report what the outside system answered: succeeded (+external_ref), failed, unknown, not_applied",
+        description="A timeout or dropped connection is `unknown`, never `failed`. `not_applied` only after an "
+        "authoritative lookup by the idempotency key (it permits sending once more).",
+        request=InputSerializer,
+        responses={200: OPERATION, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "example",
+                value={"lease_token": "lt1.eyJ...signed", "outcome": "succeeded", "external_ref": "rf_123"},
+                request_only=True,
+            )
+        ],
+    )
+    def post(self, request: Request, run_id: UUID, operation_id: str) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        lease = _lease(request, run_id, v["lease_token"])
+        op = protocol.external_operation_outcome(
+            lease=lease,
+            operation_id=operation_id,
+            outcome=v["outcome"],
+            external_ref=v.get("external_ref") or None,
+            result=v.get("result"),
+            note=v["note"],
+        )
+        return Response(_operation(op))
+
+
+class WorkerApprovalApi(APIView):
+    class InputSerializer(LeaseInputSerializer):
+        request = serializers.DictField()
+        reasons = serializers.ListField(
+            child=serializers.CharField(max_length=200), required=False, default=list
+        )
+
+    @extend_schema(
+        summary="Ask a person to approve this exact request (bound by its digest), or learn their decision",
+        description="`use`: approved, unexpired, same digest. `wait`: commit a suspend with the given reason, "
+        "keeping `approval` {approval_id} and `request_digest` in the state; the approval resumes the run. "
+        "`rejected`: stop.",
+        request=InputSerializer,
+        responses={
+            200: inline_serializer(
+                "WorkerApproval",
+                {
+                    "verdict": serializers.ChoiceField(choices=["use", "wait", "rejected"]),
+                    "approval_id": serializers.UUIDField(),
+                    "status": serializers.CharField(),
+                    "request_digest": serializers.CharField(),
+                    "expires_at": serializers.DateTimeField(),
+                    "reason": serializers.CharField(),
+                    "detail": serializers.CharField(),
+                },
+            ),
+            **error_responses(409),
+        },
+        examples=[
+            OpenApiExample(
+                "approval",
+                value={
+                    "lease_token": "lt1.eyJ...signed",
+                    "request": {"order_id": "o-1", "amount_minor": 2500},
+                },
+                request_only=True,
+            )
+        ],
+    )
+    def post(self, request: Request, run_id: UUID) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        lease = _lease(request, run_id, v["lease_token"])
+        verdict, approval, reason, detail = protocol.external_approval_check(
+            lease=lease, request=v["request"], reasons=v["reasons"]
+        )
+        return Response(
+            {
+                "verdict": verdict,
+                "approval_id": approval.approval_id,
+                "status": approval.status,
+                "request_digest": approval.request_digest,
+                "expires_at": approval.expires_at,
+                "reason": reason,
+                "detail": detail,
+            }
+        )

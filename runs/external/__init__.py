@@ -1,0 +1,1 @@
+"""External workflows: Keeper stores and verifies their runs; outside workers execute their steps over HTTP."""

@@ -1,0 +1,221 @@
+"""Registering a tenant's external workflow, and the registry source that serves it to the engine."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from jsonschema import exceptions as schema_errors
+from jsonschema import validators
+
+from core.errors import Conflict, InvalidInput
+from core.models import Tenant
+from core.tenancy import tenant_of_call
+from runs.engine.registry import (
+    State,
+    Step,
+    StepContext,
+    StepResult,
+    Suspend,
+    ToolContract,
+    Workflow,
+    registry,
+)
+from runs.external.models import ExternalWorkflow
+
+NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,199}$")
+STEP = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$")
+VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,49}$")
+MAX_STEPS = 100
+MAX_TOOLS = 50
+# Where an internal worker would end up if it ever ran such a step (it never leases these runs).
+OUTSIDE_ONLY = "external_step"
+
+
+class ExternalWorkflowExists(Conflict):
+    code = "workflow_version_exists"
+
+
+@dataclass(frozen=True)
+class Registered:
+    workflow: ExternalWorkflow
+    created: bool
+
+
+def _text(value: Any, pattern: re.Pattern[str], what: str) -> str:
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise InvalidInput(
+            f"{what} must match {pattern.pattern}, not {value!r}", code=f"invalid_{what.split()[0]}"
+        )
+    return value
+
+
+def _tools(value: Any) -> list[dict[str, str]]:
+    if not isinstance(value, list) or len(value) > MAX_TOOLS:
+        raise InvalidInput(
+            f"tools must be a list of at most {MAX_TOOLS} {{name, version}}", code="invalid_tools"
+        )
+    tools: list[dict[str, str]] = []
+    for item in value:
+        if not isinstance(item, dict) or set(item) != {"name", "version"}:
+            raise InvalidInput("each tool is an object with exactly name and version", code="invalid_tools")
+        name = _text(item["name"], NAME, "tool name")
+        version = _text(item["version"], VERSION, "tool version")
+        known = registry.tool(name)
+        if known is not None and known.version != version:
+            raise InvalidInput(
+                f"tool {name} is Keeper's own with contract version {known.version}, not {version}",
+                code="invalid_tools",
+            )
+        tools.append({"name": name, "version": version})
+    if len({t["name"] for t in tools}) != len(tools):
+        raise InvalidInput("a tool is declared twice", code="invalid_tools")
+    return tools
+
+
+def _schema(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidInput("input_schema must be a JSON Schema object", code="invalid_input_schema")
+    try:
+        validators.validator_for(value).check_schema(value)
+    except schema_errors.SchemaError as exc:
+        raise InvalidInput(
+            f"input_schema is not a valid JSON Schema: {exc.message}", code="invalid_input_schema"
+        ) from None
+    return value
+
+
+@tenant_of_call
+def external_workflow_register(
+    *,
+    tenant: Tenant,
+    name: str,
+    version: str,
+    steps: list[str],
+    actor: str,
+    tools: list[dict[str, str]] | None = None,
+    input_schema: dict[str, Any] | None = None,
+    approval_guarded_steps: list[str] | None = None,
+    description: str = "",
+) -> Registered:
+    """Register (name, version) for the tenant; the same definition again returns the first one.
+
+    A name Keeper's code already has is refused, and so is another definition of a registered version.
+    """
+    _text(name, NAME, "name")
+    _text(version, VERSION, "version")
+    if name in registry.names() or registry.outside(name) is not None:
+        raise InvalidInput(
+            f"workflow {name!r} is one of Keeper's own; choose another name", code="invalid_name"
+        )
+    if not isinstance(steps, list) or not 0 < len(steps) <= MAX_STEPS:
+        raise InvalidInput(f"steps must be a list of 1 to {MAX_STEPS} step names", code="invalid_steps")
+    for step in steps:
+        _text(step, STEP, "steps entry")
+    if len(set(steps)) != len(steps):
+        raise InvalidInput("two steps have the same name", code="invalid_steps")
+    guarded = list(approval_guarded_steps or [])
+    if any(s not in steps for s in guarded):
+        raise InvalidInput("approval_guarded_steps must name steps of this workflow", code="invalid_steps")
+    definition = {
+        "steps": steps,
+        "tools": _tools(tools or []),
+        "input_schema": _schema(input_schema),
+        "approval_guarded_steps": guarded,
+        "description": description.strip()[:2000],
+    }
+    existing = ExternalWorkflow.objects.filter(tenant=tenant, name=name, version=version).first()
+    if existing is None:
+        try:
+            with transaction.atomic():
+                created = ExternalWorkflow.objects.create(
+                    tenant=tenant, name=name, version=version, created_by=actor, **definition
+                )
+            return Registered(created, True)
+        except IntegrityError:  # registered concurrently: compare with that one
+            existing = ExternalWorkflow.objects.get(tenant=tenant, name=name, version=version)
+    if any(getattr(existing, k) != v for k, v in definition.items()):
+        raise ExternalWorkflowExists(
+            f"{name} version {version} is already registered with another definition; register a new version",
+            details={"name": name, "version": version, "steps": existing.steps},
+        )
+    return Registered(existing, False)
+
+
+def _outside_only(ctx: StepContext, state: State) -> StepResult:
+    """Never called: Keeper's workers do not lease external runs. If one ever did, it stops here."""
+    return Suspend(state, OUTSIDE_ONLY, f"step {ctx.step!r} of {ctx.workflow.name} runs in an outside worker")
+
+
+def _input_validator(schema: dict[str, Any]) -> Any:
+    checker = validators.validator_for(schema)(schema)
+
+    def validate(data: State) -> None:
+        error = schema_errors.best_match(checker.iter_errors(data))
+        if error is not None:
+            where = "/".join(str(p) for p in error.absolute_path) or "(the input)"
+            raise InvalidInput(f"input does not match the workflow's schema at {where}: {error.message}")
+
+    return validate
+
+
+def external_workflow_build(row: ExternalWorkflow) -> Workflow:
+    return Workflow(
+        name=row.name,
+        version=row.version,
+        steps=tuple(Step(name, _outside_only) for name in row.steps),
+        validate_input=_input_validator(row.input_schema) if row.input_schema is not None else None,
+        description=row.description,
+        approval_guarded_steps=frozenset(row.approval_guarded_steps),
+    )
+
+
+def external_workflow_find(*, name: str, version: str | None = None) -> ExternalWorkflow | None:
+    """The tenant's (row-level security) registration: the given version, or the newest registered."""
+    rows = ExternalWorkflow.objects.filter(name=name)
+    if version is not None:
+        return rows.filter(version=version).order_by("id").first()
+    return rows.order_by("-id").first()
+
+
+class ExternalSource:
+    """The registry's view of the bound tenant's external workflows and their declared tools."""
+
+    def workflow(self, name: str, version: str | None) -> Workflow | None:
+        row = external_workflow_find(name=name, version=version)
+        return external_workflow_build(row) if row is not None else None
+
+    def tool(self, name: str) -> ToolContract | None:
+        # Declared tools have no lookup Keeper can call: an operation in doubt goes to a person (or
+        # the worker reports its outcome) rather than being guessed.
+        for tools in ExternalWorkflow.objects.filter(tools__contains=[{"name": name}]).values_list(
+            "tools", flat=True
+        ):
+            for tool in tools:
+                if tool["name"] == name:
+                    return ToolContract(name=name, version=tool["version"])
+        return None
+
+
+def external_workflows_ready() -> None:
+    """Called once per process (RunsConfig.ready): the registry source and the erasure declaration."""
+    from core.erasure import free_register
+
+    registry.add_source(ExternalSource())
+    free_register(
+        "external_workflows",
+        "a workflow definition the tenant's developers registered (names, steps, tools, a JSON Schema, "
+        "who registered it): never about a data subject",
+        "name",
+        "version",
+        "steps",
+        "tools",
+        "input_schema",
+        "approval_guarded_steps",
+        "description",
+        "created_by",
+    )

@@ -1,0 +1,79 @@
+"""The client retries 5xx and lost connections with backoff and never retries a 409 (a real HTTP server)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+from keeper_client import KeeperClient, KeeperConflict
+
+
+class _Scripted(BaseHTTPRequestHandler):
+    answers: list[tuple[int, dict]] = []
+    seen: list[str] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).seen.append(self.path)
+        status, body = type(self).answers.pop(0)
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Scripted)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    _Scripted.seen = []
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+def test_5xx_is_retried_with_backoff_and_409_is_never_retried(server):
+    client = KeeperClient(server, "kp_x", retries=3, backoff=0.01)
+    claim = {
+        "run_id": "r",
+        "workflow": "w",
+        "workflow_version": "1",
+        "step": "s",
+        "state": {},
+        "revision": 1,
+        "attempt": 1,
+        "lease_epoch": 1,
+        "lease_token": "t",
+        "verified": None,
+        "operations_in_doubt": [],
+    }
+    _Scripted.answers = [(503, {}), (502, {}), (200, claim)]
+    got = client.claim(["w"], wait_seconds=0)
+    assert got is not None and got.run_id == "r" and len(_Scripted.seen) == 3
+    _Scripted.seen = []
+    _Scripted.answers = [
+        (409, {"error": {"code": "stale_revision", "message": "m", "details": {"current_revision": 4}}})
+    ]
+    with pytest.raises(KeeperConflict) as conflict:
+        client.commit(got, {}, next_step="x")
+    assert conflict.value.details == {"current_revision": 4} and len(_Scripted.seen) == 1
+    _Scripted.seen = []
+    _Scripted.answers = [(500, {})] * 4
+    with pytest.raises(Exception) as gave_up:
+        client.heartbeat(got)
+    assert getattr(gave_up.value, "status", None) == 500 and len(_Scripted.seen) == 4  # 1 + 3 retries
+
+
+def test_a_refused_connection_is_retried_then_raised():
+    client = KeeperClient("http://127.0.0.1:9", "kp_x", retries=2, backoff=0.01, timeout=1)
+    with pytest.raises(httpx.TransportError):
+        client.claim(["w"], wait_seconds=0)

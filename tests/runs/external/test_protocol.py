@@ -1,0 +1,335 @@
+"""The worker protocol over HTTP in-process: registration, claim, operations, commit, and every refusal."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from core.api_auth import api_key_create
+from core.tenancy import tenant_bind
+from runs.engine.models import AgentEvent, AgentRun, ToolOperation
+from runs.engine.steps import run_advance
+from runs.external.protocol import lease_token_sign
+from tests.runs.external.conftest import REFUND, key_client
+
+pytestmark = pytest.mark.django_db
+
+
+def _start(api, order_id: str = "o-1") -> str:
+    response = api.post(
+        "/api/v1/runs/", {"workflow": "ext.refund", "input": {"order_id": order_id}}, format="json"
+    )
+    assert response.status_code == 201, response.content
+    return response.json()["run_id"]
+
+
+def _claim(api, **extra):
+    return api.post("/api/v1/workers/claim", {"workflows": ["ext.refund"], **extra}, format="json")
+
+
+def _snapshot(text_id: str) -> tuple:
+    run_id = uuid.UUID(text_id)
+    run = AgentRun.objects.get(run_id=run_id)
+    ops = sorted(
+        ToolOperation.objects.filter(run_id=run_id).values_list("operation_id", "status", "attempts")
+    )
+    return (
+        run.state_revision,
+        run.status,
+        run.lease_epoch,
+        run.lease_owner,
+        AgentEvent.objects.filter(run_id=run_id).count(),
+        ops,
+    )
+
+
+def test_an_external_run_is_claimed_by_an_outside_worker_and_never_by_keepers_own(api, workflow, tenant):
+    run_id = _start(api)
+    assert run_advance(run_id=uuid.UUID(run_id)).outcome == "not_acquired"  # Keeper's worker leaves it alone
+    assert AgentRun.objects.get(run_id=run_id).lease_epoch == 0
+    claim = _claim(api, worker_id="w1")
+    assert claim.status_code == 200, claim.content
+    body = claim.json()
+    assert (body["run_id"], body["step"], body["revision"], body["lease_epoch"]) == (run_id, "lookup", 1, 1)
+    assert body["state"]["order_id"] == "o-1" and body["operations_in_doubt"] == []
+    assert _claim(api).status_code == 204  # nothing else ready
+
+
+def test_the_whole_protocol_moves_the_run_to_completion_with_one_operation(api, workflow, tenant):
+    run_id = _start(api)
+    c = _claim(api).json()
+    w = f"/api/v1/workers/runs/{run_id}/"
+    r = api.post(
+        w + "commit",
+        {
+            "lease_token": c["lease_token"],
+            "expected_revision": c["revision"],
+            "state": {**c["state"], "order": {"amount": 10}},
+            "next_step": "refund",
+            "payload": {"note": "looked up"},
+        },
+        format="json",
+    )
+    assert r.status_code == 200, r.content
+    assert r.json()["revision"] == 2 and r.json()["status"] == "running" and not r.json()["replayed"]
+    c = _claim(api).json()
+    assert (c["step"], c["revision"]) == ("refund", 2)
+    token = c["lease_token"]
+    prep = {
+        "lease_token": token,
+        "operation_id": "refund:o-1",
+        "tool_name": "payments.refund",
+        "tool_contract_version": "payments.v1",
+        "request": {"order_id": "o-1", "amount_minor": 10},
+    }
+    first = api.post(w + "operations/prepare", prep, format="json")
+    assert first.status_code == 200, first.content
+    assert first.json()["idempotency_key"] == "refund:o-1" and first.json()["status"] == "prepared"
+    assert (
+        api.post(w + "operations/prepare", prep, format="json").json()["status"] == "prepared"
+    )  # idempotent
+    changed = api.post(
+        w + "operations/prepare", {**prep, "request": {"order_id": "o-1", "amount_minor": 99}}, format="json"
+    )
+    assert changed.status_code == 409 and changed.json()["error"]["code"] == "operation_request_changed"
+    assert (
+        api.post(w + "operations/refund:o-1/started", {"lease_token": token}, format="json").json()["status"]
+        == "started"
+    )
+    unknown_is_not_failed = api.post(
+        w + "operations/refund:o-1/outcome",
+        {"lease_token": token, "outcome": "unknown", "note": "timeout"},
+        format="json",
+    )
+    assert unknown_is_not_failed.json()["status"] == "unknown"
+    failed = api.post(
+        w + "operations/refund:o-1/outcome", {"lease_token": token, "outcome": "failed"}, format="json"
+    )
+    assert (
+        failed.status_code == 409 and ToolOperation.objects.get(operation_id="refund:o-1").status == "unknown"
+    )
+    ok = api.post(
+        w + "operations/refund:o-1/outcome",
+        {"lease_token": token, "outcome": "succeeded", "external_ref": "rf_1"},
+        format="json",
+    )
+    assert ok.json()["status"] == "succeeded" and ok.json()["external_ref"] == "rf_1"
+    hb = api.post(w + "heartbeat", {"lease_token": token}, format="json")
+    assert hb.status_code == 200 and hb.json()["lease_expires_at"]
+    done = api.post(
+        w + "commit",
+        {
+            "lease_token": token,
+            "expected_revision": 2,
+            "state": c["state"],
+            "complete": {"result": {"refund_id": "rf_1"}},
+        },
+        format="json",
+    )
+    assert done.status_code == 200 and done.json()["status"] == "completed"
+    run = AgentRun.objects.get(run_id=run_id)
+    assert (run.status, run.result, run.lease_owner) == ("completed", {"refund_id": "rf_1"}, None)
+    events = list(
+        AgentEvent.objects.filter(run_id=run_id).order_by("seq").values_list("event_type", "step_id", "actor")
+    )
+    assert [e[:2] for e in events] == [
+        ("run_started", None),
+        ("step_completed", "lookup"),
+        ("run_completed", "refund"),
+    ]
+    assert events[1][2].startswith("external:kp_")
+
+
+def test_a_commit_sent_again_after_a_lost_answer_gets_the_same_answer_and_writes_once(api, workflow, tenant):
+    run_id = _start(api)
+    c = _claim(api).json()
+    body = {
+        "lease_token": c["lease_token"],
+        "expected_revision": 1,
+        "state": c["state"],
+        "next_step": "refund",
+    }
+    first = api.post(f"/api/v1/workers/runs/{run_id}/commit", body, format="json").json()
+    again = api.post(f"/api/v1/workers/runs/{run_id}/commit", body, format="json")
+    assert again.status_code == 200 and again.json() == {**first, "replayed": True}
+    assert AgentEvent.objects.filter(run_id=run_id, event_type="step_completed").count() == 1
+    other = api.post(f"/api/v1/workers/runs/{run_id}/commit", {**body, "next_step": "verify"}, format="json")
+    assert other.status_code == 409 and other.json()["error"]["details"]["current_revision"] == 2
+
+
+def test_bad_tokens_stale_revisions_and_unprepared_operations_change_nothing(
+    api, workflow, tenant, other_tenant
+):
+    run_id = _start(api)
+    c = _claim(api).json()
+    token, w = c["lease_token"], f"/api/v1/workers/runs/{run_id}/"
+    before = _snapshot(run_id)
+    commit = {"expected_revision": 1, "state": {"order_id": "evil"}, "next_step": "refund"}
+    head, body, mac = token.split(".")
+    forged = f"{head}.{body}.{mac[:-2]}{'AA' if mac[-2:] != 'AA' else 'BB'}"
+    epoch = AgentRun.objects.get(run_id=run_id).lease_epoch
+    owner = AgentRun.objects.get(run_id=run_id).lease_owner
+    expired = lease_token_sign(
+        run_id=uuid.UUID(run_id),
+        tenant_id=tenant.tenant_id,
+        epoch=epoch,
+        owner=owner,
+        issued_at=time.time() - 2 * 86400,
+    )
+    other = lease_token_sign(
+        run_id=uuid.UUID(run_id), tenant_id=other_tenant.tenant_id, epoch=epoch, owner=owner
+    )
+    for bad, code in [
+        (forged, "invalid_lease_token"),
+        (expired, "lease_token_expired"),
+        (other, "lease_token_other_tenant"),
+        ("garbage", "invalid_lease_token"),
+    ]:
+        for path, extra in [
+            ("commit", commit),
+            ("heartbeat", {}),
+            ("release", {}),
+            ("operations/refund:o-1/outcome", {"outcome": "succeeded", "external_ref": "x"}),
+        ]:
+            r = api.post(w + path, {"lease_token": bad, **extra}, format="json")
+            assert (r.status_code, r.json()["error"]["code"]) == (403, code), (path, r.content)
+    # Another tenant's key with the right token: the token is not its tenant's.
+    with tenant_bind(other_tenant.tenant_id):
+        globex = key_client(api_key_create(tenant=other_tenant, name="g", scope="write").plaintext)
+    r = globex.post(w + "commit", {"lease_token": token, **commit}, format="json")
+    assert r.status_code == 403 and r.json()["error"]["code"] == "lease_token_other_tenant"
+    stale = api.post(w + "commit", {"lease_token": token, **commit, "expected_revision": 7}, format="json")
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_revision"
+    assert stale.json()["error"]["details"]["current_revision"] == 1
+    fake = {k: v for k, v in commit.items() if k != "next_step"}
+    reserved = api.post(
+        w + "commit", {"lease_token": token, **fake, "suspend": {"reason": "subject_erased"}}, format="json"
+    )
+    assert (reserved.status_code, reserved.json()["error"]["code"]) == (422, "reserved_reason")
+    unknown_step = api.post(
+        w + "commit", {"lease_token": token, **commit, "next_step": "nope"}, format="json"
+    )
+    assert (unknown_step.status_code, unknown_step.json()["error"]["code"]) == (422, "unknown_step")
+    never = api.post(
+        w + "operations/refund:o-9/outcome",
+        {"lease_token": token, "outcome": "succeeded", "external_ref": "rf"},
+        format="json",
+    )
+    assert never.status_code == 404 and never.json()["error"]["code"] == "operation_not_found"
+    started = api.post(w + "operations/refund:o-9/started", {"lease_token": token}, format="json")
+    assert started.status_code == 404
+    assert _snapshot(run_id) == before
+    assert not ToolOperation.objects.filter(operation_id="refund:o-9").exists()
+
+
+def test_two_workers_racing_for_one_run_never_both_commit(api, workflow, tenant):
+    run_id = _start(api)
+    a = _claim(api, worker_id="a", lease_ttl=1).json()
+    assert _claim(api, worker_id="b").status_code == 204  # held
+    time.sleep(1.3)  # a's lease runs out (a paused, or a partition)
+    b = _claim(api, worker_id="b").json()
+    assert (
+        b["run_id"] == run_id
+        and b["verified"] == "lease_takeover"
+        and b["lease_epoch"] == a["lease_epoch"] + 1
+    )
+    w = f"/api/v1/workers/runs/{run_id}/"
+    late = api.post(
+        w + "commit",
+        {
+            "lease_token": a["lease_token"],
+            "expected_revision": a["revision"],
+            "state": a["state"],
+            "next_step": "refund",
+        },
+        format="json",
+    )
+    assert late.status_code == 409 and late.json()["error"]["code"] in ("stale_revision", "lease_lost")
+    hb = api.post(w + "heartbeat", {"lease_token": a["lease_token"]}, format="json")
+    assert hb.status_code == 409 and hb.json()["error"]["code"] == "lease_lost"
+    won = api.post(
+        w + "commit",
+        {
+            "lease_token": b["lease_token"],
+            "expected_revision": b["revision"],
+            "state": b["state"],
+            "next_step": "refund",
+        },
+        format="json",
+    )
+    assert won.status_code == 200, won.content
+    assert AgentEvent.objects.filter(run_id=run_id, event_type="step_completed").count() == 1
+
+
+def test_registration_refuses_bad_definitions_and_inputs_with_reasons(api, workflow, tenant):
+    assert api.post("/api/v1/workflows/external/", REFUND, format="json").status_code == 200  # same again
+    cases = [
+        ({**REFUND, "steps": ["lookup", "refund"]}, 409, "workflow_version_exists"),
+        ({**REFUND, "name": "refund"}, 422, "invalid_name"),
+        ({**REFUND, "version": "2", "steps": ["a", "a"]}, 422, "invalid_steps"),
+        ({**REFUND, "version": "2", "input_schema": {"type": 7}}, 422, "invalid_input_schema"),
+        (
+            {**REFUND, "version": "2", "tools": [{"name": "payments.refund", "version": "v9"}]},
+            422,
+            "invalid_tools",
+        ),
+        ({**REFUND, "version": "2", "steps": []}, 400, "invalid_input"),
+    ]
+    for body, status, code in cases:
+        r = api.post("/api/v1/workflows/external/", body, format="json")
+        assert (r.status_code, r.json()["error"]["code"]) == (status, code), (body, r.content)
+    bad = api.post("/api/v1/runs/", {"workflow": "ext.refund", "input": {"order_id": 5}}, format="json")
+    assert bad.status_code == 422 and "order_id" in bad.json()["error"]["message"]
+    unknown = _claim(api, workflows=["nope"])
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "unknown_workflow"
+    assert api.get("/api/v1/workflows/external/").json()[0]["steps"] == REFUND["steps"]
+
+
+def test_a_long_poll_waits_up_to_its_timeout_for_a_run(api, workflow, tenant):
+    started = time.monotonic()
+    assert _claim(api, wait_seconds=1).status_code == 204
+    assert 0.9 <= time.monotonic() - started < 10
+
+
+def test_the_worker_endpoints_are_in_the_openapi_schema(api):
+    paths = api.get("/api/schema/", HTTP_ACCEPT="application/json").json()["paths"]
+    for path in [
+        "/api/v1/workers/claim",
+        "/api/v1/workers/runs/{run_id}/commit",
+        "/api/v1/workers/runs/{run_id}/operations/{operation_id}/outcome",
+        "/api/v1/workflows/external/",
+    ]:
+        assert path in paths
+
+
+def test_a_claim_names_the_operations_in_doubt_a_released_run_left_behind(api, workflow, tenant):
+    run_id = _start(api)
+    c = _claim(api).json()
+    w = f"/api/v1/workers/runs/{run_id}/"
+    prep = {
+        "lease_token": c["lease_token"],
+        "operation_id": "refund:o-1",
+        "tool_name": "payments.refund",
+        "tool_contract_version": "payments.v1",
+        "request": {"order_id": "o-1"},
+    }
+    assert api.post(w + "operations/prepare", prep, format="json").status_code == 200
+    assert (
+        api.post(
+            w + "operations/refund:o-1/started", {"lease_token": c["lease_token"]}, format="json"
+        ).status_code
+        == 200
+    )
+    assert api.post(w + "release", {"lease_token": c["lease_token"]}, format="json").json() == {
+        "released": True
+    }
+    again = api.post(w + "release", {"lease_token": c["lease_token"]}, format="json")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "lease_lost"
+    stale = api.post(w + "operations/prepare", prep, format="json")  # the released lease cannot prepare
+    assert stale.status_code == 409
+    after = _claim(api).json()
+    assert after["operations_in_doubt"] == [
+        {"operation_id": "refund:o-1", "tool_name": "payments.refund", "status": "started", "attempts": 1}
+    ]
