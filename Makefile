@@ -10,6 +10,7 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,langgraph]'
+	$(PY) -m pip install --quiet -e clients/python
 	touch $(STAMP)
 
 ## Optional: torch (CPU) + sentence-transformers + a small local model (all-MiniLM-L6-v2), so the
