@@ -1,5 +1,5 @@
 """The public authoring API: declare a workflow and its steps as plain functions, with side effects
-(`ctx.operation`) and human approvals (`ctx.approval`) in one call each.
+(`ctx.operation`), human approvals (`ctx.approval`) and durable timers (`ctx.sleep`) in one call each.
 
 A step is a deterministic function of (context, state) that returns where the run goes next:
 `ctx.next(other_step, state)`, `ctx.suspend(...)`, `ctx.complete(...)` or `ctx.fail(...)`. The
@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, Generic, Literal, TypeVar, cast, overload
 from uuid import UUID
 
@@ -69,6 +70,7 @@ __all__ = [
     "OperationRejected",
     "State",
     "StepResult",
+    "TIMER",
     "Tool",
     "ToolLookup",
     "tool",
@@ -78,6 +80,9 @@ __all__ = [
 S = TypeVar("S")
 StepFunction = Callable[["Context", S], StepResult]
 AnyStep = Callable[["Context", Any], StepResult]
+
+# The suspend reason of a run that sleeps (ctx.sleep) until its wake time.
+TIMER = "timer"
 
 # Keys the engine keeps in every run's state; a typed state never sees them and cannot change them.
 _ENGINE_KEYS = ("budgets",)
@@ -139,16 +144,28 @@ def tool(
     external_ref: Callable[[Any], str] | None = None,
     crash_label: str = "operation",
 ) -> Tool:
-    """Declare (and register, so resume verification can check and reconcile it) an external tool."""
+    """Declare (and register, so resume verification can check and reconcile it) an external tool.
+
+    A lookup that raises (the tool is down) counts as not authoritative: it proves nothing."""
     declared = Tool(
         name=name,
         version=version,
-        lookup=lookup,
+        lookup=None if lookup is None else _never_raising(lookup),
         external_ref=external_ref or (lambda result: str(result["id"])),
         crash_label=crash_label,
     )
     registry.register_tool(declared)
     return declared
+
+
+def _never_raising(lookup: Callable[[str], ToolLookup]) -> Callable[[str], ToolLookup]:
+    def ask(operation_id: str) -> ToolLookup:
+        try:
+            return lookup(operation_id)
+        except Exception:  # an unreachable tool says nothing about whether the effect happened
+            return ToolLookup(authoritative=False, applied=None)
+
+    return ask
 
 
 @dataclass(frozen=True)
@@ -272,6 +289,33 @@ class Context:
 
     def fail(self, state: object, code: str, detail: str = "") -> Fail:
         return Fail(self._definition.dump(state), code, detail)
+
+    def sleep(
+        self,
+        step: AnyStep | str,
+        state: object,
+        *,
+        seconds: float | None = None,
+        until: datetime | None = None,
+    ) -> Suspend:
+        """Commit `state`, sleep durably for `seconds` (or until the aware datetime `until`), then
+        continue at `step`. The run is suspended with reason `timer` and its wake time; the sweep
+        wakes it when due (through resume verification), even after every worker restarted."""
+        if (seconds is None) == (until is None):
+            raise ValueError("sleep takes either seconds or until")
+        if until is None:
+            if seconds is None or seconds < 0:
+                raise ValueError("a sleep cannot be negative")
+            until = timezone.now() + timedelta(seconds=seconds)
+        elif until.tzinfo is None:
+            raise ValueError("until must be a timezone-aware datetime")
+        return Suspend(
+            self._definition.dump(state),
+            TIMER,
+            f"sleeping until {until.isoformat()}",
+            step=self._definition.name_of(step),
+            wake_at=until,
+        )
 
     # Side effects.
 
