@@ -1,39 +1,26 @@
-"""The public authoring API: declare a workflow and its steps as plain functions, with side effects
-(`ctx.operation`), human approvals (`ctx.approval`) and durable timers (`ctx.sleep`) in one call each.
-
-A step is a deterministic function of (context, state) that returns where the run goes next:
-`ctx.next(other_step, state)`, `ctx.suspend(...)`, `ctx.complete(...)` or `ctx.fail(...)`. The
-state is a plain JSON dict, or a dataclass / pydantic model the definition names; it is what
-survives a crash, so nothing else that matters may live outside it. Every step is still one
-committed, fenced step of the engine (runs/engine/steps.py): this module only builds the
-`Workflow` the registry holds and wraps each step function.
-
-    wf = workflow("shop.order", version="1")
-
-    @wf.step
-    def charge(ctx: Context, state: State) -> StepResult:
-        paid = ctx.operation(f"charge:{state['order']}", tool=PAYMENTS, request={...}, call=send)
-        return ctx.complete(state, {"charge": paid.external_ref})
-
-    wf.register()
-"""
+"""The step context of the authoring API: the moves (next, suspend, complete, fail, sleep) and the
+one-call helpers for side effects (operation) and human approvals (approval)."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, Literal, TypeVar, cast, overload
+from typing import Any, Protocol
 from uuid import UUID
 
 from django.utils import timezone
 
 from core.crash import crash_point
 from core.digests import json_digest
-from core.errors import InvalidInput
 from runs.engine.approvals import approval_check, approval_grant_automatically
-from runs.engine.errors import WorkflowDefinitionError
+from runs.engine.authoring.tools import (
+    OperationCall,
+    OperationOutcome,
+    OperationOutcomeUnknown,
+    OperationRejected,
+    Tool,
+)
 from runs.engine.models import Approval, ApprovalStatus
 from runs.engine.operations import (
     OperationRequestChanged,
@@ -49,43 +36,26 @@ from runs.engine.registry import (
     Fail,
     Next,
     State,
-    Step,
     StepContext,
     StepResult,
     Suspend,
-    ToolContract,
-    ToolLookup,
-    Workflow,
-    registry,
 )
-from runs.engine.state_migrations import SchemaSet
 
-__all__ = [
-    "ApprovalDecision",
-    "Context",
-    "Definition",
-    "OperationCall",
-    "OperationOutcome",
-    "OperationOutcomeUnknown",
-    "OperationRejected",
-    "State",
-    "StepResult",
-    "TIMER",
-    "Tool",
-    "ToolLookup",
-    "tool",
-    "workflow",
-]
-
-S = TypeVar("S")
-StepFunction = Callable[["Context", S], StepResult]
 AnyStep = Callable[["Context", Any], StepResult]
+
+
+class Steps(Protocol):
+    """What a context needs of its workflow's definition (Definition implements it)."""
+
+    def dump(self, state: object) -> State: ...
+
+    def name_of(self, step: AnyStep | str) -> str: ...
+
+    def approving_step(self, step: str) -> str | None: ...
+
 
 # The suspend reason of a run that sleeps (ctx.sleep) until its wake time.
 TIMER = "timer"
-
-# Keys the engine keeps in every run's state; a typed state never sees them and cannot change them.
-_ENGINE_KEYS = ("budgets",)
 
 
 # --- control flow raised by the one-call helpers and turned into a step result by the wrapper ---
@@ -106,89 +76,6 @@ class _Rewind(Exception):
     def __init__(self, step: str, drop: tuple[str, ...]):
         super().__init__(f"rewind to {step}")
         self.step, self.drop = step, drop
-
-
-# --- side effects ---
-
-
-class OperationRejected(Exception):
-    """Raised by an operation's `call` for a definite refusal: nothing was applied (a 4xx). The
-    operation is marked `failed` with `result`. Any other exception from `call` means nobody knows
-    whether it was applied: the operation becomes `unknown`, never `failed`."""
-
-    def __init__(self, message: str, *, result: Mapping[str, Any] | None = None):
-        super().__init__(message)
-        self.result: dict[str, Any] = dict(result or {"message": message})
-
-
-class OperationOutcomeUnknown(Exception):
-    """The call may have been applied: the step is retried, and the retry reconciles first."""
-
-
-@dataclass(frozen=True)
-class Tool(ToolContract):
-    """An external tool: its contract version (stored on every operation), its authoritative lookup
-    by idempotency key (None: never retried automatically), how to read the external reference from
-    a successful answer, and the label of its crash points (before_{label}_call,
-    after_{label}_request_sent, after_{label}_response)."""
-
-    external_ref: Callable[[Any], str] = dataclasses.field(default=lambda result: str(result["id"]))
-    crash_label: str = "operation"
-
-
-def tool(
-    name: str,
-    *,
-    version: str,
-    lookup: Callable[[str], ToolLookup] | None,
-    external_ref: Callable[[Any], str] | None = None,
-    crash_label: str = "operation",
-) -> Tool:
-    """Declare (and register, so resume verification can check and reconcile it) an external tool.
-
-    A lookup that raises (the tool is down) counts as not authoritative: it proves nothing."""
-    declared = Tool(
-        name=name,
-        version=version,
-        lookup=None if lookup is None else _never_raising(lookup),
-        external_ref=external_ref or (lambda result: str(result["id"])),
-        crash_label=crash_label,
-    )
-    registry.register_tool(declared)
-    return declared
-
-
-def _never_raising(lookup: Callable[[str], ToolLookup]) -> Callable[[str], ToolLookup]:
-    def ask(operation_id: str) -> ToolLookup:
-        try:
-            return lookup(operation_id)
-        except Exception:  # an unreachable tool says nothing about whether the effect happened
-            return ToolLookup(authoritative=False, applied=None)
-
-    return ask
-
-
-@dataclass(frozen=True)
-class OperationCall:
-    """What an operation's `call` gets: the idempotency key to send, and `sent()` to call once the
-    request has left (a crash point: the worker may die after the effect, before the answer)."""
-
-    idempotency_key: str
-    sent: Callable[[], None]
-
-
-@dataclass(frozen=True)
-class OperationOutcome:
-    """A settled operation: `succeeded` (with the external reference) or `failed` (refused)."""
-
-    operation_id: str
-    status: Literal["succeeded", "failed"]
-    result: Any
-    external_ref: str | None = None
-
-    @property
-    def succeeded(self) -> bool:
-        return self.status == "succeeded"
 
 
 # --- approvals ---
@@ -226,7 +113,7 @@ def _approval_ref(approval_id: UUID, status: str, decided_by: str | None) -> dic
 class Context:
     """What a step may use: the run's identity, its budgets, the moves, and the one-call helpers."""
 
-    def __init__(self, base: StepContext, definition: Definition[Any], state: State):
+    def __init__(self, base: StepContext, definition: Steps, state: State):
         self._base = base
         self._definition = definition
         self._state = state
@@ -268,6 +155,11 @@ class Context:
     def heartbeat(self) -> bool:
         """Renew the lease now; False if it was lost (the commit will be refused)."""
         return self._base.heartbeat()
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the lease is gone: stop and return; nothing this step commits will count."""
+        return self._base.lease_lost
 
     # The moves. `step` is a step function of this workflow (or its name).
 
@@ -455,193 +347,3 @@ class Context:
             decided_by=approval.decided_by or None,
             note=approval.note,
         )
-
-
-# --- the definition ---
-
-
-class Definition(Generic[S]):
-    """A workflow being declared: its steps in order (the first is where a run starts)."""
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        version: str,
-        state_type: type[S] | None = None,
-        description: str = "",
-        validate_input: Callable[[State], None] | None = None,
-        schemas: SchemaSet | None = None,
-        default_budgets: Mapping[str, float] | None = None,
-    ):
-        self.name, self.version, self.state_type = name, version, state_type
-        self.description, self.validate_input, self.schemas = description, validate_input, schemas
-        self.default_budgets = dict(default_budgets or {})
-        self._steps: list[Step] = []
-        self._names: dict[Callable[..., Any], str] = {}
-        self._guarded: dict[str, AnyStep | str] = {}
-        self._registered: Workflow | None = None
-
-    @overload
-    def step(self, fn: StepFunction[S]) -> StepFunction[S]: ...
-
-    @overload
-    def step(
-        self, *, name: str | None = None, acts_on_approval: AnyStep | str | None = None
-    ) -> Callable[[StepFunction[S]], StepFunction[S]]: ...
-
-    def step(
-        self,
-        fn: StepFunction[S] | None = None,
-        *,
-        name: str | None = None,
-        acts_on_approval: AnyStep | str | None = None,
-    ) -> StepFunction[S] | Callable[[StepFunction[S]], StepFunction[S]]:
-        """Declare a step: `@wf.step`, or `@wf.step(acts_on_approval=approve)` for a step that sends
-        what the approval asked for in step `approve` allowed. Resume verification checks that
-        approval before such a step runs, and `ctx.operation` checks it again before it sends; an
-        approval that lapsed sends the run back to `approve`."""
-
-        def declare(function: StepFunction[S]) -> StepFunction[S]:
-            if self._registered is not None:
-                raise WorkflowDefinitionError(f"workflow {self.name} is registered; declare steps before")
-            step_name = name or function.__name__
-            self._steps.append(Step(step_name, self._wrap(function)))
-            self._names[function] = step_name
-            if acts_on_approval is not None:
-                self._guarded[step_name] = acts_on_approval
-            return function
-
-        return declare(fn) if fn is not None else declare
-
-    def register(self) -> Workflow:
-        """Build the engine's Workflow and register it (once; the first declared step starts)."""
-        if self._registered is None:
-            self._registered = registry.register(
-                Workflow(
-                    name=self.name,
-                    version=self.version,
-                    steps=tuple(self._steps),
-                    state_schema_version=self.schemas.current if self.schemas is not None else 1,
-                    validate_input=self._validate_input,
-                    description=self.description,
-                    schemas=self.schemas,
-                    approval_guarded_steps=frozenset(self._guarded),
-                    default_budgets=self.default_budgets,
-                )
-            )
-        return self._registered
-
-    def _validate_input(self, data: State) -> None:
-        """The author's validation, then (typed state) whether the input makes that type."""
-        if self.validate_input is not None:
-            self.validate_input(data)
-        if self.state_type is not None:
-            try:
-                self.load(data)
-            except (TypeError, ValueError) as exc:
-                raise InvalidInput(
-                    f"the input does not fit {self.name}'s state ({self.state_type.__name__}): {exc}",
-                    code="invalid_input",
-                ) from None
-
-    def approving_step(self, step: str) -> str | None:
-        """The step that asks for the approval `step` acts on (None: it acts on none)."""
-        asked_at = self._guarded.get(step)
-        return None if asked_at is None else self.name_of(asked_at)
-
-    def name_of(self, step: AnyStep | str) -> str:
-        """The step's name: given by name, or a function declared with this definition's `step`."""
-        if isinstance(step, str):
-            return step
-        found = self._names.get(step)
-        if found is None:
-            raise WorkflowDefinitionError(
-                f"{getattr(step, '__name__', step)!r} is not a step of workflow {self.name}"
-            )
-        return found
-
-    def load(self, state: State) -> S:
-        """The step's view of the stored state: the typed state, or the dict itself."""
-        if self.state_type is None:
-            return cast(S, state)
-        data = {k: v for k, v in state.items() if k not in _ENGINE_KEYS}
-        validate = getattr(self.state_type, "model_validate", None)  # a pydantic model
-        if validate is not None:
-            return cast(S, validate(data))
-        return self.state_type(**data)
-
-    def dump(self, state: object) -> State:
-        """The JSON dict to store for a step's new state (typed or plain)."""
-        if isinstance(state, dict):
-            return state
-        dump = getattr(state, "model_dump", None)
-        if dump is not None:
-            return cast(State, dump(mode="json"))
-        if dataclasses.is_dataclass(state) and not isinstance(state, type):
-            return dataclasses.asdict(state)
-        raise TypeError(f"a state is a dict, a dataclass or a pydantic model, not {type(state).__name__}")
-
-    def _wrap(self, function: StepFunction[S]) -> Callable[[StepContext, State], StepResult]:
-        def run(base: StepContext, state: State) -> StepResult:
-            ctx = Context(base, self, state)
-            try:
-                return function(ctx, self.load(state))
-            except _Suspension as wait:
-                return Suspend({**state, **wait.patch}, wait.reason, wait.detail)
-            except _Rewind as back:
-                return Next({k: v for k, v in state.items() if k not in back.drop}, back.step)
-
-        run.__name__ = run.__qualname__ = function.__name__
-        run.__doc__ = function.__doc__
-        return run
-
-
-@overload
-def workflow(
-    name: str,
-    *,
-    version: str,
-    state: None = None,
-    description: str = "",
-    validate_input: Callable[[State], None] | None = None,
-    schemas: SchemaSet | None = None,
-    default_budgets: Mapping[str, float] | None = None,
-) -> Definition[State]: ...
-
-
-@overload
-def workflow(
-    name: str,
-    *,
-    version: str,
-    state: type[S],
-    description: str = "",
-    validate_input: Callable[[State], None] | None = None,
-    schemas: SchemaSet | None = None,
-    default_budgets: Mapping[str, float] | None = None,
-) -> Definition[S]: ...
-
-
-def workflow(
-    name: str,
-    *,
-    version: str,
-    state: Any = None,
-    description: str = "",
-    validate_input: Callable[[State], None] | None = None,
-    schemas: SchemaSet | None = None,
-    default_budgets: Mapping[str, float] | None = None,
-) -> Definition[Any]:
-    """Declare a workflow: name, version, the state's type (a dataclass or pydantic model; default a
-    plain dict), input validation (raise core.errors.InvalidInput), and the state-schema versions
-    with their migrations (`schemas`; the newest is the schema version new runs get)."""
-    return Definition(
-        name,
-        version=version,
-        state_type=state,
-        description=description,
-        validate_input=validate_input,
-        schemas=schemas,
-        default_budgets=default_budgets,
-    )
