@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from core.errors import InvalidInput
 from runs.engine.authoring import Context, State, StepResult, workflow
 
@@ -16,36 +14,29 @@ def _validate(data: State) -> None:
         raise InvalidInput(f"'n' must be a whole number from 0 to {MAX_TICKS}", code="invalid_input")
 
 
-@dataclass
-class Count:
-    n: int
-    remaining: int = 0
-    ticks: list[int] = field(default_factory=list)  # the revisions of the last 20 ticks
-
-
 countdown_flow = workflow(
     "demo.countdown",
     version="1",
-    state=Count,
     validate_input=_validate,
     description="Counts down from n, one committed step per tick.",
 )
 
 
 @countdown_flow.step
-def start(ctx: Context, state: Count) -> StepResult:
-    return ctx.next(tick if state.n else finish, Count(state.n, remaining=state.n))
+def start(ctx: Context, state: State) -> StepResult:
+    return ctx.next(tick if state["n"] else finish, {**state, "remaining": state["n"], "ticks": []})
 
 
 @countdown_flow.step
-def tick(ctx: Context, state: Count) -> StepResult:
-    state = Count(state.n, state.remaining - 1, [*state.ticks, ctx.revision][-20:])
-    return ctx.next(tick if state.remaining > 0 else finish, state)
+def tick(ctx: Context, state: State) -> StepResult:
+    remaining = state["remaining"] - 1
+    state = {**state, "remaining": remaining, "ticks": [*state["ticks"], ctx.revision][-20:]}
+    return ctx.next(tick if remaining > 0 else finish, state)
 
 
 @countdown_flow.step
-def finish(ctx: Context, state: Count) -> StepResult:
-    return ctx.complete(state, {"counted": state.n})
+def finish(ctx: Context, state: State) -> StepResult:
+    return ctx.complete(state, {"counted": state["n"]})
 
 
 countdown = countdown_flow.register()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -71,3 +72,29 @@ def send(ctx: Context, state: State) -> StepResult:
 
 
 blind.register()
+
+# --- typed state: a dataclass in the steps, JSON in the run ---
+
+
+@dataclass
+class Tally:
+    target: int
+    counted: int = 0
+    seen: list[int] = field(default_factory=list)
+
+
+tally = workflow("test.tally", version="1", state=Tally, description="Counts to target over a typed state.")
+
+
+@tally.step
+def count(ctx: Context, state: Tally) -> StepResult:
+    state = Tally(state.target, state.counted + 1, [*state.seen, ctx.revision])
+    return ctx.next(count if state.counted < state.target else total, state)
+
+
+@tally.step
+def total(ctx: Context, state: Tally) -> StepResult:
+    return ctx.complete(state, {"counted": state.counted})
+
+
+tally.register()

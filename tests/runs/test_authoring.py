@@ -31,15 +31,15 @@ def _drive(run: AgentRun, limit: int = 20) -> AgentRun:
 
 
 def test_typed_state_round_trips_through_the_stored_json(tenant):
-    run = _drive(run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="t").run)
+    run = _drive(run_start(tenant=tenant, workflow_name="test.tally", input={"target": 3}, actor="t").run)
     assert run.status == "completed" and run.result == {"counted": 3}
-    assert run.state["n"] == 3 and run.state["remaining"] == 0 and len(run.state["ticks"]) == 3
+    assert run.state["target"] == 3 and run.state["counted"] == 3 and len(run.state["seen"]) == 3
     assert "budgets" in run.state  # the engine's keys survive a typed step
 
 
 def test_an_input_that_does_not_make_the_typed_state_is_refused_before_anything_is_stored(tenant):
     with pytest.raises(InvalidInput) as refused:
-        run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 2, "colour": "red"}, actor="t")
+        run_start(tenant=tenant, workflow_name="test.tally", input={"target": 2, "colour": "red"}, actor="t")
     assert refused.value.code == "invalid_input" and "colour" in refused.value.message
     assert not AgentRun.objects.exists()
 
