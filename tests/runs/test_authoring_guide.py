@@ -103,3 +103,39 @@ def test_the_guides_workflow_approves_sleeps_and_refunds_once_on_a_real_worker(
         "succeeded",
         refund["refund_id"],
     )
+
+
+@pytest.mark.slow
+# after_operation_request_sent fires only where the call says when its request left (`call.sent()`,
+# as the refund's payments client does); the guide's urllib helper cannot tell.
+@pytest.mark.parametrize("point", ["before_operation_call", "after_operation_response"])
+def test_a_worker_killed_inside_the_guides_operation_leaves_one_refund_and_a_completed_run(
+    tenant, guide, live_server, processes, tmp_path: Path, point: str
+):
+    sandbox = Sandbox(live_server.url + "/sandbox")
+    sandbox.order("o-g2")
+    env = {
+        "PYTHONPATH": os.pathsep.join(p for p in (str(guide), os.environ.get("PYTHONPATH", "")) if p),
+        "KEEPER_WORKFLOW_MODULES": MODULE,
+        "KEEPER_SANDBOX_URL": sandbox.url,
+        "KEEPER_CRASH_AT": point,
+        "KEEPER_CRASH_ONCE_DIR": str(tmp_path),
+    }
+    worker = processes.worker(pool="solo", env=env)
+    processes.beat(env)
+    data = {"order_id": "o-g2", "amount_minor": 500, "cool_off_s": 0}
+    run = run_start(tenant=tenant, workflow_name="guide.goodwill", input=data, actor="t").run
+    wait_until(lambda: _state(run, "suspended", "approval_required"), timeout=60, message="the approval")
+    approval_approve(approval_id=Approval.objects.get(run=run).approval_id, actor="user:ana")
+    wait_until(lambda: worker.poll() is not None, timeout=60, message=f"the worker to die at {point}")
+    assert worker.returncode == 137 and (tmp_path / f"{point}--{run.run_id}").exists()
+    processes.worker(pool="solo", env=env)
+    wait_until(lambda: _state(run, "completed"), timeout=90, message="the run to complete after the crash")
+    [refund] = sandbox.ledger("o-g2")
+    assert run.result == {"refunded": True, "refund_id": refund["refund_id"]}
+    op = ToolOperation.objects.get(run=run)
+    assert (op.status, op.external_ref) == ("succeeded", refund["refund_id"])
+    takeover = AgentEvent.objects.get(
+        run=run, event_type="resume_verified", payload__trigger="lease_takeover"
+    )
+    assert takeover.payload["step"] == "pay"
