@@ -58,7 +58,7 @@ def approval_check(
     now = timezone.now()
     with transaction.atomic():
         latest = Approval.objects.select_for_update().filter(run_id=run_id).order_by("-created_at").first()
-        reason, detail = "approval_required", "waiting for a person to approve the refund request"
+        reason, detail = "approval_required", "waiting for a person to approve the request"
         if latest is not None:
             if latest.request_digest != request_digest:
                 if latest.status == ApprovalStatus.PENDING:

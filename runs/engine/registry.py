@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
@@ -36,12 +37,17 @@ class Next:
 
 @dataclass(frozen=True)
 class Suspend:
-    """Wait for a human or an outside event; resume continues at `step` (default: the same step)."""
+    """Wait for a human or an outside event; resume continues at `step` (default: the same step).
+
+    With `wake_at` (a durable timer) the run asks to be resumed at that time by itself: the sweep
+    wakes it, through resume verification like any resume, even after every worker restarted.
+    """
 
     state: State
     reason: str
     detail: str = ""
     step: str | None = None
+    wake_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from uuid import UUID
 
 from django.conf import settings
+from django.utils import timezone
 
 from core.crash import crash_point
 from core.digests import NotJSONSerializable, canonical_json
@@ -84,6 +85,7 @@ class _Committer:
         state_schema_version: int | None = None,
         state_digest: str | None = None,
         event_state: bool = True,
+        resume_at_wake: bool = False,
     ) -> int:
         seq = store.commit_step(
             run_id=self.grant.run_id,
@@ -106,6 +108,7 @@ class _Committer:
             reset_attempt=reset_attempt,
             retry_in=retry_in,
             state_schema_version=state_schema_version,
+            resume_at_wake=resume_at_wake,
         )
         if seq is None:
             raise ConcurrentResume(
@@ -343,6 +346,25 @@ def _step_error(
     return AdvanceResult("committed", "retrying", seq, "step_error")
 
 
+@dataclass(frozen=True)
+class _Timer:
+    wake_in: float | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    commit: dict[str, Any] = field(default_factory=dict)
+
+
+def _timer(outcome: Suspend) -> _Timer:
+    """A suspension with a wake time: what its commit sets (the resume request, the wake time)."""
+    if outcome.wake_at is None:
+        return _Timer()
+    wake_in = max((outcome.wake_at - timezone.now()).total_seconds(), 0.001)
+    return _Timer(
+        wake_in=wake_in,
+        payload={"wake_at": outcome.wake_at.isoformat()},
+        commit={"retry_in": wake_in, "resume_at_wake": True},
+    )
+
+
 def _commit_outcome(
     committer: _Committer,
     grant: LeaseGrant,
@@ -400,6 +422,7 @@ def _commit_outcome(
             return suspend(
                 "unknown_step", f"step {step_id!r} asked to resume at {resume_at!r}, which does not exist"
             )
+        timer = _timer(outcome)
         seq = committer.commit(
             state=new_state,
             next_step=resume_at,
@@ -408,9 +431,18 @@ def _commit_outcome(
             step_id=step_id,
             suspend_reason=outcome.reason,
             suspend_detail=outcome.detail,
-            payload={**base, "reason": outcome.reason, "detail": outcome.detail, "resume_at": resume_at},
+            payload={
+                **base,
+                "reason": outcome.reason,
+                "detail": outcome.detail,
+                "resume_at": resume_at,
+                **timer.payload,
+            },
+            **timer.commit,
         )
         status, event_type = RunStatus.SUSPENDED, "run_suspended"
+        if timer.wake_in is not None:  # the sweep wakes it all the same if this message is lost
+            run_enqueue(run_id=grant.run_id, countdown=timer.wake_in)
     elif isinstance(outcome, Complete):
         seq = committer.commit(
             state=new_state,

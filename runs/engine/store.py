@@ -269,7 +269,8 @@ WITH u AS (
          lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END,
          wake_at = CASE WHEN %(release)s AND %(retry_in)s > 0
                         THEN statement_timestamp() + make_interval(secs => %(retry_in)s) ELSE NULL END,
-         resume_requested_at = NULL, resume_requested_by = '',
+         resume_requested_at = CASE WHEN %(resume_at_wake)s THEN statement_timestamp() ELSE NULL END,
+         resume_requested_by = CASE WHEN %(resume_at_wake)s THEN 'timer' ELSE '' END,
          state_schema_version = COALESCE(%(schema)s::int, state_schema_version)
    WHERE run_id = %(run_id)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
      AND lease_owner = %(owner)s AND status IN ('running', 'suspended')
@@ -305,8 +306,12 @@ def commit_step(
     retry_in: float = 0.0,
     state_schema_version: int | None = None,
     event_state: bool = True,
+    resume_at_wake: bool = False,
 ) -> int | None:
     """Write the new state and its event atomically; the new seq, or None if nothing matched.
+
+    With `resume_at_wake` (a durable timer) a suspended run asks to be resumed by "timer" once
+    `retry_in` seconds have passed: the sweep and lease_acquire leave it alone until then.
 
     The lease holder may commit a running run, or a suspended one it took to verify a resume.
     Without `event_state` the event keeps no copy of the state (a refusal whose digest is not the
@@ -335,6 +340,7 @@ def commit_step(
             "retry_in": retry_in,
             "schema": state_schema_version,
             "event_state": event_state,
+            "resume_at_wake": resume_at_wake,
         },
     )
     return rows[0][0] if rows else None

@@ -13,9 +13,9 @@ from typing import Any, Protocol
 from core.backends import backend_build
 from runs.conversations.context import BuiltContext, context_build
 from runs.conversations.messages import AWAITING_INPUT, conversation_next_unanswered
+from runs.engine.authoring import Context, State, StepResult, workflow
 from runs.engine.dispatch import task_enqueue
 from runs.engine.models import AgentRun
-from runs.engine.registry import Next, State, Step, StepContext, StepResult, Suspend, Workflow, registry
 
 
 class Responder(Protocol):
@@ -46,12 +46,20 @@ def responder_from_settings() -> Responder:
     return backend_build("responder")
 
 
-def respond(ctx: StepContext, state: State) -> StepResult:
+conversation_flow = workflow(
+    "conversation",
+    version="1",
+    description="Answers user messages in order, with a token-budgeted, compacted context.",
+)
+
+
+@conversation_flow.step
+def respond(ctx: Context, state: State) -> StepResult:
     # Answered is what this run's own replies say (a fork's copies are renumbered to its seqs),
     # not a position that may have been counted in a parent's seqs.
     message = conversation_next_unanswered(run_id=ctx.run_id)
     if message is None:
-        return Suspend(state, AWAITING_INPUT, "waiting for the next user message")
+        return ctx.suspend(state, AWAITING_INPUT, "waiting for the next user message")
     run = AgentRun.objects.get(run_id=ctx.run_id)
     context = context_build(run=run, system_prompt=state.get("system_prompt", ""), up_to_seq=message.seq)
     responder = responder_from_settings()
@@ -65,14 +73,7 @@ def respond(ctx: StepContext, state: State) -> StepResult:
     # What the user said about themselves may be worth keeping (preferences, constraints): a
     # background task extracts it with provenance; doing it twice keeps the same claims.
     task_enqueue(name="workers.tasks.learn_from_run", args=[str(ctx.run_id)])
-    return Next({**state, "answered_through": message.seq}, "respond", say=("assistant_message", said))
+    return ctx.next(respond, {**state, "answered_through": message.seq}, say=("assistant_message", said))
 
 
-conversation = registry.register(
-    Workflow(
-        name="conversation",
-        version="1",
-        steps=(Step("respond", respond),),
-        description="Answers user messages in order, with a token-budgeted, compacted context.",
-    )
-)
+conversation = conversation_flow.register()

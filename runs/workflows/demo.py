@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.errors import InvalidInput
-from runs.engine.registry import Complete, Next, State, Step, StepContext, StepResult, Workflow, registry
+from runs.engine.authoring import Context, State, StepResult, workflow
 
 MAX_TICKS = 10_000
 
@@ -14,26 +14,29 @@ def _validate(data: State) -> None:
         raise InvalidInput(f"'n' must be a whole number from 0 to {MAX_TICKS}", code="invalid_input")
 
 
-def start(ctx: StepContext, state: State) -> StepResult:
-    return Next({**state, "remaining": state["n"], "ticks": []}, "tick" if state["n"] else "finish")
+countdown_flow = workflow(
+    "demo.countdown",
+    version="1",
+    validate_input=_validate,
+    description="Counts down from n, one committed step per tick.",
+)
 
 
-def tick(ctx: StepContext, state: State) -> StepResult:
+@countdown_flow.step
+def start(ctx: Context, state: State) -> StepResult:
+    return ctx.next(tick if state["n"] else finish, {**state, "remaining": state["n"], "ticks": []})
+
+
+@countdown_flow.step
+def tick(ctx: Context, state: State) -> StepResult:
     remaining = state["remaining"] - 1
     state = {**state, "remaining": remaining, "ticks": [*state["ticks"], ctx.revision][-20:]}
-    return Next(state, "tick" if remaining > 0 else "finish")
+    return ctx.next(tick if remaining > 0 else finish, state)
 
 
-def finish(ctx: StepContext, state: State) -> StepResult:
-    return Complete(state, {"counted": state["n"]})
+@countdown_flow.step
+def finish(ctx: Context, state: State) -> StepResult:
+    return ctx.complete(state, {"counted": state["n"]})
 
 
-countdown = registry.register(
-    Workflow(
-        name="demo.countdown",
-        version="1",
-        steps=(Step("start", start), Step("tick", tick), Step("finish", finish)),
-        validate_input=_validate,
-        description="Counts down from n, one committed step per tick.",
-    )
-)
+countdown = countdown_flow.register()

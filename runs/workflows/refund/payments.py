@@ -18,6 +18,8 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from django.conf import settings
 
+from runs.engine.authoring import OperationRejected
+
 CONTRACT_VERSION = "payments.v1"
 
 
@@ -33,11 +35,13 @@ class PaymentsUnavailable(PaymentsError):
     """A read could not be answered (5xx, timeout, refused): nothing was changed by asking."""
 
 
-class PaymentRejected(PaymentsError):
-    """A definite no from the remote system; nothing was applied."""
+class PaymentRejected(OperationRejected, PaymentsError):
+    """A definite no from the remote system; nothing was applied (the operation is `failed`)."""
 
     def __init__(self, status: int, code: str, message: str):
-        super().__init__(f"{status} {code}: {message}")
+        super().__init__(
+            f"{status} {code}: {message}", result={"status": status, "code": code, "message": message}
+        )
         self.status, self.code, self.message = status, code, message
 
 

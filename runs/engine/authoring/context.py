@@ -1,0 +1,349 @@
+"""The step context of the authoring API: the moves (next, suspend, complete, fail, sleep) and the
+one-call helpers for side effects (operation) and human approvals (approval)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+from uuid import UUID
+
+from django.utils import timezone
+
+from core.crash import crash_point
+from core.digests import json_digest
+from runs.engine.approvals import approval_check, approval_grant_automatically
+from runs.engine.authoring.tools import (
+    OperationCall,
+    OperationOutcome,
+    OperationOutcomeUnknown,
+    OperationRejected,
+    Tool,
+)
+from runs.engine.models import Approval, ApprovalStatus
+from runs.engine.operations import (
+    OperationRequestChanged,
+    operation_mark_failed,
+    operation_mark_not_applied,
+    operation_mark_started,
+    operation_mark_succeeded,
+    operation_mark_unknown,
+    operation_prepare_once,
+)
+from runs.engine.registry import (
+    Complete,
+    Fail,
+    Next,
+    State,
+    StepContext,
+    StepResult,
+    Suspend,
+)
+
+AnyStep = Callable[["Context", Any], StepResult]
+
+
+class Steps(Protocol):
+    """What a context needs of its workflow's definition (Definition implements it)."""
+
+    def dump(self, state: object) -> State: ...
+
+    def name_of(self, step: AnyStep | str) -> str: ...
+
+    def approving_step(self, step: str) -> str | None: ...
+
+
+# The suspend reason of a run that sleeps (ctx.sleep) until its wake time.
+TIMER = "timer"
+
+
+# --- control flow raised by the one-call helpers and turned into a step result by the wrapper ---
+
+
+class _Suspension(Exception):
+    """A helper decided the run waits (an approval, a reconciliation): the step's result is a
+    suspension at this same step, with the state it was given plus `patch`."""
+
+    def __init__(self, reason: str, detail: str, patch: State | None = None):
+        super().__init__(f"{reason}: {detail}")
+        self.reason, self.detail, self.patch = reason, detail, patch or {}
+
+
+class _Rewind(Exception):
+    """An approval lapsed before its side effect was sent: go back to the step that asked for it."""
+
+    def __init__(self, step: str, drop: tuple[str, ...]):
+        super().__init__(f"rewind to {step}")
+        self.step, self.drop = step, drop
+
+
+# --- approvals ---
+
+
+@dataclass(frozen=True)
+class ApprovalDecision:
+    """A decided approval for one exact request: approved (use it) or rejected (with the note)."""
+
+    approval_id: UUID
+    approved: bool
+    request_digest: str
+    decided_by: str | None
+    note: str
+
+    @property
+    def state(self) -> State:
+        """What the run's state keeps of it: resume verification of a step declared with
+        `acts_on_approval=True` checks this approval is still approved, unexpired and for the digest."""
+        return {
+            "approval": _approval_ref(
+                self.approval_id, "approved" if self.approved else "rejected", self.decided_by
+            ),
+            "request_digest": self.request_digest,
+        }
+
+
+def _approval_ref(approval_id: UUID, status: str, decided_by: str | None) -> dict[str, Any]:
+    return {"approval_id": str(approval_id), "status": status, "decided_by": decided_by or None}
+
+
+# --- the step context ---
+
+
+class Context:
+    """What a step may use: the run's identity, its budgets, the moves, and the one-call helpers."""
+
+    def __init__(self, base: StepContext, definition: Steps, state: State):
+        self._base = base
+        self._definition = definition
+        self._state = state
+
+    @property
+    def run_id(self) -> UUID:
+        return self._base.run_id
+
+    @property
+    def tenant_id(self) -> UUID:
+        return self._base.tenant_id
+
+    @property
+    def step(self) -> str:
+        return self._base.step
+
+    @property
+    def attempt(self) -> int:
+        return self._base.attempt
+
+    @property
+    def revision(self) -> int:
+        return self._base.revision
+
+    @property
+    def actor(self) -> str:
+        """Who acts: the worker holding the run's lease."""
+        return self._base.lease.grant.owner
+
+    @property
+    def engine(self) -> StepContext:
+        """The engine's own step context (the lease, the raw counters)."""
+        return self._base
+
+    def spend(self, *, tokens: int = 0, cost_usd: float = 0.0) -> None:
+        """Charge model usage to the run's budgets (recorded on this step's event)."""
+        self._base.spend(tokens=tokens, cost_usd=cost_usd)
+
+    def heartbeat(self) -> bool:
+        """Renew the lease now; False if it was lost (the commit will be refused)."""
+        return self._base.heartbeat()
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once the lease is gone: stop and return; nothing this step commits will count."""
+        return self._base.lease_lost
+
+    # The moves. `step` is a step function of this workflow (or its name).
+
+    def next(
+        self, step: AnyStep | str, state: object, *, say: tuple[str, dict[str, Any]] | None = None
+    ) -> Next:
+        """Commit `state` and continue at `step` (`say`: commit as that conversation event)."""
+        return Next(self._definition.dump(state), self._definition.name_of(step), say=say)
+
+    def suspend(
+        self, state: object, reason: str, detail: str = "", *, resume_at: AnyStep | str | None = None
+    ) -> Suspend:
+        """Wait for a person or an outside event; a resume continues at `resume_at` (default: here)."""
+        at = None if resume_at is None else self._definition.name_of(resume_at)
+        return Suspend(self._definition.dump(state), reason, detail, step=at)
+
+    def complete(self, state: object, result: Any = None) -> Complete:
+        return Complete(self._definition.dump(state), result)
+
+    def fail(self, state: object, code: str, detail: str = "") -> Fail:
+        return Fail(self._definition.dump(state), code, detail)
+
+    def sleep(
+        self,
+        step: AnyStep | str,
+        state: object,
+        *,
+        seconds: float | None = None,
+        until: datetime | None = None,
+    ) -> Suspend:
+        """Commit `state`, sleep durably for `seconds` (or until the aware datetime `until`), then
+        continue at `step`. The run is suspended with reason `timer` and its wake time; the sweep
+        wakes it when due (through resume verification), even after every worker restarted."""
+        if (seconds is None) == (until is None):
+            raise ValueError("sleep takes either seconds or until")
+        if until is None:
+            if seconds is None or seconds < 0:
+                raise ValueError("a sleep cannot be negative")
+            until = timezone.now() + timedelta(seconds=seconds)
+        elif until.tzinfo is None:
+            raise ValueError("until must be a timezone-aware datetime")
+        return Suspend(
+            self._definition.dump(state),
+            TIMER,
+            f"sleeping until {until.isoformat()}",
+            step=self._definition.name_of(step),
+            wake_at=until,
+        )
+
+    # Side effects.
+
+    def operation(
+        self,
+        operation_id: str,
+        *,
+        tool: Tool,
+        request: Mapping[str, Any],
+        call: Callable[[OperationCall], Any],
+    ) -> OperationOutcome:
+        """Run one side effect under the operation protocol and return its settled outcome.
+
+        `operation_id` is the idempotency key and must be stable across retries, resumes and forks
+        (e.g. `refund:{order_id}`). Prepared once for this exact `request` (another request under the
+        same id suspends the run: sending it would be a guess). Settled before: returned as it was.
+        Started or unknown before (a crash, a timeout): reconciled by the tool's lookup first; an
+        authoritative "applied" settles it, an authoritative "not applied" allows one more send,
+        anything else suspends the run with `reconciliation_required` for a person. Only then is
+        `call` made, and in a step declared `acts_on_approval=...` only if the state's approval is
+        still approved, unexpired and for this very request (else the run goes back to the approving
+        step to ask again): its return is the result, OperationRejected marks it failed, and any
+        other exception marks it unknown and raises OperationOutcomeUnknown (the step is retried).
+        """
+        body = dict(request)
+        ids: dict[str, Any] = {"tenant_id": self.tenant_id, "operation_id": operation_id, "actor": self.actor}
+        try:
+            op = operation_prepare_once(
+                tenant_id=self.tenant_id,
+                run_id=self.run_id,
+                step_id=self.step,
+                operation_id=operation_id,
+                tool_name=tool.name,
+                tool_contract_version=tool.version,
+                request=body,
+                actor=self.actor,
+            )
+        except OperationRequestChanged as exc:
+            raise _Suspension(exc.code, exc.message) from None
+        if op.status == "succeeded":  # settled earlier: by this step before a crash, or by a person
+            return OperationOutcome(operation_id, "succeeded", op.result, op.external_ref)
+        if op.status == "failed":
+            return OperationOutcome(operation_id, "failed", op.result)
+        if op.status in ("started", "unknown"):
+            found = tool.lookup(operation_id) if tool.lookup is not None else None
+            if found is not None and found.authoritative and found.applied and found.external_ref:
+                operation_mark_succeeded(
+                    **ids,
+                    external_ref=found.external_ref,
+                    result=found.result,
+                    note="reconciled: lookup found it applied",
+                )
+                return OperationOutcome(operation_id, "succeeded", found.result, found.external_ref)
+            if found is None or not found.authoritative or found.applied is not False:
+                if op.status == "started":
+                    operation_mark_unknown(**ids, note="lookup not authoritative")
+                why = "has no authoritative lookup" if found is None else "lookup is not authoritative"
+                raise _Suspension(
+                    "reconciliation_required",
+                    f"operation {operation_id} may have been applied and the {tool.name} {why}; "
+                    "check the external system and reconcile",
+                    {"operation_id": operation_id},
+                )
+            operation_mark_not_applied(**ids, note="reconciled: authoritative lookup says not applied")
+        asked_at = self._definition.approving_step(self.step)
+        if asked_at is not None:
+            self._approval_in_force(asked_at, json_digest(body))
+        key, label = str(self.run_id), tool.crash_label
+        crash_point(f"before_{label}_call", key=key)
+        operation_mark_started(
+            tenant_id=self.tenant_id,
+            operation_id=operation_id,
+            actor=self.actor,
+            run_id=self.run_id,
+            lease_epoch=self._base.lease.grant.epoch,
+        )
+        try:
+            result = call(
+                OperationCall(operation_id, lambda: crash_point(f"after_{label}_request_sent", key=key))
+            )
+        except OperationRejected as exc:
+            operation_mark_failed(**ids, result=exc.result)
+            return OperationOutcome(operation_id, "failed", exc.result)
+        except Exception as exc:  # a timeout, a dropped connection, a 5xx: it may have been applied
+            operation_mark_unknown(**ids, note=f"{type(exc).__name__}: {exc}"[:500])
+            raise OperationOutcomeUnknown(f"operation {operation_id}: {exc}") from None
+        crash_point(f"after_{label}_response", key=key)
+        ref = tool.external_ref(result)
+        operation_mark_succeeded(**ids, external_ref=ref, result=result)
+        return OperationOutcome(operation_id, "succeeded", result, ref)
+
+    def _approval_in_force(self, asked_at: str, digest: str) -> None:
+        """Raise _Rewind to `asked_at` unless the state's approval is approved, unexpired, for `digest`."""
+        approval_id = (self._state.get("approval") or {}).get("approval_id")
+        approval = Approval.objects.filter(approval_id=approval_id).first() if approval_id else None
+        if (
+            approval is not None
+            and approval.status == ApprovalStatus.APPROVED
+            and approval.expires_at > timezone.now()
+            and approval.request_digest == digest
+        ):
+            return
+        raise _Rewind(asked_at, ("approval",))
+
+    # Approvals.
+
+    def approval(
+        self, request: Mapping[str, Any], *, reasons: Sequence[str] = (), auto_approve: str | None = None
+    ) -> ApprovalDecision:
+        """Ask a person to approve this exact request (bound by its digest, valid until it expires).
+
+        Returns the decision once there is one; until then the run is suspended here (reason
+        `approval_required`, or why an earlier approval cannot be used: expired, another digest) and
+        this step runs again after the decision. `auto_approve` names a policy that approves at
+        once, recorded as such (e.g. "auto_approve_below_limit").
+        """
+        digest = json_digest(dict(request))
+        check = approval_check(
+            run_id=self.run_id,
+            tenant_id=self.tenant_id,
+            step_id=self.step,
+            request=dict(request),
+            request_digest=digest,
+            reasons=list(reasons),
+            actor=self.actor,
+        )
+        approval = check.approval
+        if check.verdict == "wait" and auto_approve:
+            approval = approval_grant_automatically(approval=approval, policy=auto_approve)
+        elif check.verdict == "wait":
+            ref = _approval_ref(approval.approval_id, approval.status, approval.decided_by)
+            raise _Suspension(check.reason, check.detail, {"approval": ref, "request_digest": digest})
+        return ApprovalDecision(
+            approval_id=approval.approval_id,
+            approved=approval.status == ApprovalStatus.APPROVED,
+            request_digest=digest,
+            decided_by=approval.decided_by or None,
+            note=approval.note,
+        )
