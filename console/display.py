@@ -145,6 +145,7 @@ def operation_row(op: ToolOperation, lookup: AuditEntry | None) -> dict[str, Any
         "last_move": history[-1] if history else {},
         "lookup": entry.details if entry is not None else None,
         "lookup_at": entry.at if entry else None,
+        "lookup_by": entry.actor.removeprefix("user:") if entry else "",
     }
 
 
