@@ -232,6 +232,8 @@ def ticks(start: datetime, end: datetime) -> tuple[float, list[datetime]]:
 
 def duration_text(seconds: float) -> str:
     """1.234 s, 2 min 5 s, 3 h 10 min: as precise as a person reads it."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
     if seconds < 10:
         return f"{seconds:.3f} s"
     if seconds < 60:
@@ -364,7 +366,7 @@ def timeline_svg(
     run_y = steps_y + LANE_HEIGHT
     lanes_top = run_y + LANE_HEIGHT
     axis_y = lanes_top + LANE_HEIGHT * len(KINDS) + 4
-    legend_y = axis_y + 36
+    legend_y = axis_y + 52
     height = legend_y + 20 * ((len(LEGEND) + 2) // 3) + 8
     parts: list[SafeString] = [
         format_html(
@@ -516,7 +518,11 @@ def timeline_svg(
             WIDTH - RIGHT,
             axis_y + 30,
             duration_text(span),
-            duration_text(tick_step).replace(".000 s", " s"),
+            f"{tick_step * 1000:g} ms"
+            if tick_step < 1
+            else f"{tick_step:g} s"
+            if tick_step < 60
+            else duration_text(tick_step),
         )
     )
     for i, (color, text) in enumerate(LEGEND):

@@ -96,7 +96,7 @@ def test_the_time_axis_has_round_ticks_and_says_the_span():
         "12:00:40",
         "12:00:50",
     ]
-    assert "59.0 s in all · ticks every 10.0 s" in svg
+    assert "59.0 s in all · ticks every 10 s" in svg
 
 
 @pytest.mark.django_db
