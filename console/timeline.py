@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.utils.html import format_html, format_html_join
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
 WIDTH, LEFT, RIGHT = 1000, 118, 16  # lane labels end at LEFT - LABEL_GAP, right-aligned
@@ -311,16 +311,12 @@ def _lane_label(y: float, text: str, title: str) -> SafeString:
 
 
 def _bar(css: str, x0: float, x1: float, y: float, height: float, color: str, tooltip: str) -> SafeString:
+    # Hundreds of these per page: one escape of the text, the numbers formatted here (no markup).
     x0 = min(max(x0, LEFT), WIDTH - RIGHT - 2)
-    return format_html(
-        '<rect class="{}" x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}</title></rect>',
-        css,
-        f"{x0:.1f}",
-        f"{y:.1f}",
-        f"{max(2.0, min(x1, WIDTH - RIGHT) - x0):.1f}",
-        f"{height:.1f}",
-        color,
-        tooltip,
+    width = max(2.0, min(x1, WIDTH - RIGHT) - x0)
+    return mark_safe(  # css and color: this module's constants; the tooltip is escaped
+        f'<rect class="{css}" x="{x0:.1f}" y="{y:.1f}" width="{width:.1f}" height="{height:.1f}" '
+        f'fill="{color}"><title>{escape(tooltip)}</title></rect>'
     )
 
 
@@ -340,7 +336,7 @@ def timeline_svg(
     waits: Sequence[Wait] = (),
     link: Callable[[int], str] | None = None,
     hidden_marks: int = 0,
-    hidden_steps: int = 0,
+    hidden_steps: bool = False,
     label: str = "Run timeline",
 ) -> SafeString:
     """The SVG: an activity band (events per time slice), a steps lane (each execution a bar, failed
@@ -434,7 +430,9 @@ def timeline_svg(
             STEP_COLORS.get(bar.outcome, "#475467"),
             _step_tooltip(bar),
         )
-        parts.append(format_html('<a href="{}">{}</a>', link(bar.seq), drawn) if link is not None else drawn)
+        parts.append(
+            mark_safe(f'<a href="{escape(link(bar.seq))}">{drawn}</a>') if link is not None else drawn
+        )
     parts.append(
         _lane_label(run_y + LANE_HEIGHT / 2, "run waiting", "the run's waits: suspended until it moved on")
     )
@@ -543,7 +541,7 @@ def timeline_svg(
     if hidden_marks:
         notes.append(f"{hidden_marks} older marks not drawn")
     if hidden_steps:
-        notes.append(f"{hidden_steps} older step executions not drawn")
+        notes.append("older step executions not drawn")
     if notes:
         parts.append(
             format_html(

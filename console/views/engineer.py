@@ -168,7 +168,7 @@ def run_page_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
         steps=steps.bars,
         waits=steps.waits,
         hidden_marks=hidden,
-        hidden_steps=steps.hidden,
+        hidden_steps=steps.more,
         label=f"Timeline of run {run.run_id}",
         link=lambda seq: f"{base}?after_seq={max(0, seq - 1)}&limit={limit}#seq-{seq}",
     )
@@ -178,7 +178,7 @@ def run_page_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
         "run": run,
         "timeline": timeline,
         "steps": steps.rows[-STEPS_SHOWN:],
-        "steps_total": len(steps.rows) + steps.hidden,
+        "steps_more": steps.more or len(steps.rows) > STEPS_SHOWN,
         "events_limit": limit,
         "lease_expired": lease_expired,
         "fork_seq": fork_seq,
