@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 from uuid import UUID
 
 from django.db import connection
@@ -81,7 +82,7 @@ def charts_data(*, tenant_ids: Sequence[UUID], window: str, now: datetime) -> Ch
     n = int(span.total_seconds() // slice_s)
     counts = {kind: [0] * n for kind, _, _ in SERIES}
     latency: dict[str, list[float | None]] = {name: [None] * n for name, _ in PERCENTILES}
-    params = {
+    params: dict[str, Any] = {
         "start": start,
         "slice": slice_s,
         "tenants": list(tenant_ids),
@@ -184,11 +185,11 @@ def line_chart(
         for x, y, i, v in points:
             if v or len(points) < 2:
                 at = (start + timedelta(seconds=slice_s * i)).strftime("%H:%M")
-                value = duration_text(v) if unit == "s" else f"{v:g}"
+                shown = duration_text(v) if unit == "s" else f"{v:g}"
                 parts.append(
                     mark_safe(
                         f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="2" fill="{color}">'
-                        f"<title>{escape(name)} {escape(value)} at {at} UTC</title></circle>"
+                        f"<title>{escape(name)} {escape(shown)} at {at} UTC</title></circle>"
                     )
                 )
         lx = LEFT + 110 * index

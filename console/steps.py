@@ -25,6 +25,8 @@ STEP_EVENT_TYPES = (
     "run_completed",
     "run_failed",
 )
+SCAN_WINDOW = 4  # events read per step execution wanted, before reading the whole run
+
 OUTCOME = {
     "step_error": "error",
     "run_suspended": "suspended",
@@ -71,34 +73,43 @@ def _float(value: Any) -> float | None:
 def run_steps(*, run: AgentRun, limit: int, now: datetime | None = None) -> RunSteps:
     """The newest `limit` step executions and suspensions of the run (three indexed queries)."""
     now = now or timezone.now()
-    rows = list(
-        AgentEvent.objects.filter(run_id=run.run_id, event_type__in=STEP_EVENT_TYPES)
-        .annotate(
-            wall_s=KT("payload__spent__wall_s"),
-            retry_in_s=KT("payload__retry_in_s"),
-            reason=Coalesce(KT("payload__reason"), KT("payload__suspend_reason")),  # a step's, a person's
-            error_type=KT("payload__error_type"),
-            message=KT("payload__message"),
-            said_next=KT("payload__next_step"),
-            code=KT("payload__code"),
+
+    def read(after_seq: int) -> list[Any]:
+        return list(
+            AgentEvent.objects.filter(run_id=run.run_id, seq__gt=after_seq, event_type__in=STEP_EVENT_TYPES)
+            .annotate(
+                wall_s=KT("payload__spent__wall_s"),
+                retry_in_s=KT("payload__retry_in_s"),
+                reason=Coalesce(KT("payload__reason"), KT("payload__suspend_reason")),  # a step's, a person's
+                error_type=KT("payload__error_type"),
+                message=KT("payload__message"),
+                said_next=KT("payload__next_step"),
+                code=KT("payload__code"),
+            )
+            .order_by("-seq")
+            .values_list(
+                "seq",
+                "event_type",
+                "created_at",
+                "step_id",
+                "attempt",
+                "wall_s",
+                "retry_in_s",
+                "reason",
+                "error_type",
+                "message",
+                "said_next",
+                "code",
+                "next_step",
+            )[: limit + 1]
         )
-        .order_by("-seq")
-        .values_list(
-            "seq",
-            "event_type",
-            "created_at",
-            "step_id",
-            "attempt",
-            "wall_s",
-            "retry_in_s",
-            "reason",
-            "error_type",
-            "message",
-            "said_next",
-            "code",
-            "next_step",
-        )[: limit + 1]
-    )
+
+    # The newest events first, in a window of seqs that holds them in a run made of steps (the
+    # planner would otherwise read and decode every event of a long run to keep the newest few).
+    window = run.state_revision - SCAN_WINDOW * max(limit, 1)
+    rows = read(window) if window > 0 else []
+    if len(rows) <= limit:  # fewer step events than that in the window: read the whole run
+        rows = read(0)
     more = len(rows) > limit  # not counted: a count of a long run's older steps costs more than the rest
     rows = rows[:limit]
     rows.reverse()

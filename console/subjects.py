@@ -67,16 +67,12 @@ def subject_search(*, tenants: Sequence[Tenant], query: str, limit: int = MAX_SU
         AgentRun.objects.filter(tenant_id__in=list(by_id))
         .exclude(subject="")
         .filter(subject__icontains=query)
-        .values("tenant_id", "subject")
-        .annotate(n=Count("run_id"))
+        .values_list("tenant_id", "subject")
+        .distinct()
         .order_by("tenant_id", "subject")[: limit + 1]
     )
-    for row in runs:
-        hit(
-            row["tenant_id"],
-            row["subject"],
-            "subject id" if row["subject"].startswith(query) else "run subject",
-        )
+    for tenant_id, subject in runs:
+        hit(tenant_id, subject, "subject id" if subject.startswith(query) else "run subject")
     chosen = sorted(found.values(), key=lambda m: (m.tenant.slug, m.subject_id))[:limit]
     _counts(chosen)
     return chosen
@@ -96,5 +92,8 @@ def _counts(matches: list[SubjectMatch]) -> None:
         MemoryItem.objects.filter(wanted).values("tenant_id", "subject_id").annotate(n=Count("memory_id"))
     ):
         index[(row["tenant_id"], row["subject_id"])].memory_items = row["n"]
-    for row in AgentRun.objects.filter(run_wanted).values("tenant_id", "subject").annotate(n=Count("run_id")):
-        index[(row["tenant_id"], row["subject"])].runs = row["n"]
+    counted = (
+        AgentRun.objects.filter(run_wanted).values_list("tenant_id", "subject").annotate(n=Count("run_id"))
+    )
+    for tenant_id, subject, n in counted:
+        index[(tenant_id, subject)].runs = n

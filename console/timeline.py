@@ -222,7 +222,7 @@ def ticks(start: datetime, end: datetime) -> tuple[float, list[datetime]]:
     span = (end - start).total_seconds()
     step = next((t for t in TICK_STEPS if span / t <= MAX_TICKS), TICK_STEPS[-1])
     first = math.ceil(start.timestamp() / step - 1e-9) * step
-    moments = []
+    moments: list[datetime] = []
     at = first
     while at <= end.timestamp() + 1e-9 and len(moments) <= MAX_TICKS + 1:
         moments.append(datetime.fromtimestamp(at, tz=UTC))

@@ -95,10 +95,10 @@ class _Pinger:
             stats = inspect.stats() or {}
             active = (inspect.active() or {}) if stats else {}
             now = time.time()
-            for name, said in stats.items():
-                said = said if isinstance(said, dict) else {}
-                pool = said.get("pool") if isinstance(said.get("pool"), dict) else {}
-                totals = said.get("total") if isinstance(said.get("total"), dict) else {}
+            for name, answer in stats.items():
+                said: dict[str, Any] = answer if isinstance(answer, dict) else {}
+                pool: dict[str, Any] = said["pool"] if isinstance(said.get("pool"), dict) else {}
+                totals: dict[str, Any] = said["total"] if isinstance(said.get("total"), dict) else {}
                 self.seen[str(name)] = WorkerSeen(
                     name=str(name),
                     seen_at=now,

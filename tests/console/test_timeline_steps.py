@@ -124,3 +124,18 @@ def test_run_steps_reads_executions_retries_and_waits_from_the_events(tenant, se
     assert done.bar.end - done.bar.start == timedelta(seconds=done.wall_s)
     [wait] = steps.waits
     assert wait.reason == "approval_required" and not wait.ongoing and wait.end > wait.start
+
+
+@pytest.mark.django_db
+def test_run_steps_keeps_the_newest_executions_of_a_long_run(tenant):
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 20}, actor="test").run
+    for _ in range(30):
+        if run_advance(run_id=run.run_id, worker_id="w").status != "running":
+            break
+    run.refresh_from_db()
+    assert run.status == "completed" and run.state_revision == 23  # started, start, 20 ticks, finish
+    newest = run_steps(run=run, limit=3)  # read in a window of the newest seqs
+    assert [r.bar.seq for r in newest.rows] == [21, 22, 23] and newest.more
+    assert [r.output for r in newest.rows] == ["→ tick", "→ finish", "completed"]
+    every = run_steps(run=run, limit=100)  # more than the run has: the whole run, nothing more
+    assert [r.bar.seq for r in every.rows] == list(range(2, 24)) and not every.more
