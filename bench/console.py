@@ -56,6 +56,71 @@ def _seed_runs(tenant: Any, n: int, progress: Callable[[str], None]) -> None:
     AgentRun.objects.bulk_create(batch)
 
 
+def _step_run_bulk(tenant: Any, events: int) -> AgentRun:
+    """A countdown run of `events` step events written in bulk (every 50th a failed attempt with its
+    retry, every 500th an approval suspension and its resume): the timeline's step bars and waits
+    and the steps table at their most."""
+    now = timezone.now()
+    digest = sha256_digest("{}")
+    start = now - timedelta(seconds=events)
+    run = AgentRun.objects.create(
+        run_id=uuid.uuid4(),
+        tenant=tenant,
+        workflow_name="demo.countdown",
+        workflow_version="1",
+        state_schema_version=1,
+        status="running",
+        next_step="tick",
+        state={"n": events},
+        state_revision=events,
+        state_digest=digest,
+        input_digest=digest,
+        idempotency_key=f"bench-steps-{uuid.uuid4()}",
+        created_at=start,
+        updated_at=now,
+    )
+    rows = []
+    kind: str
+    step: str | None
+    payload: dict[str, Any]
+    attempt: int | None
+    for seq in range(1, events + 1):
+        kind, step, payload, attempt = (
+            "step_completed",
+            "tick",
+            {"spent": {"wall_s": 0.2}, "next_step": "tick"},
+            1,
+        )
+        if seq == 1:
+            kind, step, payload, attempt = "run_started", None, {}, None
+        elif seq % 500 == 0:
+            kind, payload = "run_suspended", {"reason": "approval_required", "spent": {"wall_s": 0.1}}
+        elif seq % 500 == 1:
+            kind, step, payload, attempt = "resume_verified", None, {"trigger": "resume_request"}, None
+        elif seq % 50 == 0:
+            kind, payload = (
+                "step_error",
+                {"spent": {"wall_s": 0.3}, "error_type": "Timeout", "retry_in_s": 0.5},
+            )
+        rows.append(
+            AgentEvent(
+                run=run,
+                tenant_id=tenant.tenant_id,
+                seq=seq,
+                event_type=kind,
+                step_id=step,
+                attempt=attempt,
+                payload=payload,
+                actor="bench",
+                state_revision=seq,
+                state_digest=digest,
+                created_at=start + timedelta(seconds=seq),
+            )
+        )
+    AgentEvent.objects.bulk_create(rows, batch_size=2000)
+    return run
+
+
 def _timed(fn: Callable[[], Any], rounds: int) -> list[float]:
     fn()  # warm: templates compiled, connections open
     times = []
@@ -102,6 +167,8 @@ def _bench_console_pages(
         )
         page = _timed(lambda: _get(client, f"/runs/{big.run_id}/"), rounds)
         page_floor = _timed(lambda: list(AgentEvent.objects.filter(run=big).order_by("seq")[:200]), rounds)
+        stepped = _step_run_bulk(tenant, events)
+        step_page = _timed(lambda: _get(client, f"/runs/{stepped.run_id}/"), rounds)
         result = {
             "runs": AgentRun.objects.filter(tenant=tenant).count(),
             "run_page_events": events,
@@ -112,9 +179,13 @@ def _bench_console_pages(
             "run_page_p50_ms": round(statistics.median(page), 1),
             "run_page_max_ms": round(max(page), 1),
             "run_page_floor_ms": round(statistics.median(page_floor), 1),
+            # the same size of run made of steps: the timeline's step bars and waits, the steps table
+            "step_run_page_p50_ms": round(statistics.median(step_page), 1),
+            "step_run_page_max_ms": round(max(step_page), 1),
         }
         progress(
-            f"console_pages: run list {result['run_list_p50_ms']} ms, run page {result['run_page_p50_ms']} ms "
+            f"console_pages: run list {result['run_list_p50_ms']} ms, run page {result['run_page_p50_ms']} ms, "
+            f"step run page {result['step_run_page_p50_ms']} ms "
             "(target < 300 ms server time)"
         )
         return result

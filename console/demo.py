@@ -23,7 +23,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connection
 
-from console.models import Membership
+from console.models import AuditEntry, Membership
 from console.roles import ROLES
 from core.tenancy import tenant_bind, tenant_ensure
 from memory.erasure import erasure_execute, erasure_request_create
@@ -130,6 +130,21 @@ def _langgraph_thread(tenant: Any) -> str | None:
     return str(AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:demo-support-1").run_id)
 
 
+def _audited(
+    *, actor: str, action: str, tenant: Any, target_type: str, target_id: Any, note: str, **details: Any
+) -> None:
+    """The audit entry the console writes for the same action by a person (details.via says demo)."""
+    AuditEntry.objects.create(
+        actor=actor,
+        tenant=tenant,
+        action=action,
+        target_type=target_type,
+        target_id=str(target_id),
+        note=note,
+        details={**details, "via": "demo"},
+    )
+
+
 def demo_load(*, data_dir: Path) -> DemoResult:
     """Load the demo once (a marker file in the data folder); later calls change nothing."""
     marker = data_dir / MARKER
@@ -155,6 +170,15 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             actor="user:acme-engineer",
             start=False,
             note="try the last steps again",
+        )
+        _audited(
+            actor="user:acme-engineer",
+            action="fork",
+            tenant=acme,
+            target_type="run",
+            target_id=done.run_id,
+            note="try the last steps again",
+            at_seq=2,
         )
         result.runs["forked"] = str(fork.run_id)
         for order_id, amount in (("ord-1001", 4999), ("ord-1002", 12900)):
@@ -192,6 +216,16 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             approval_approve(
                 approval_id=approval.approval_id, actor="user:acme-support", note="policy allows it"
             )
+            _audited(
+                actor="user:acme-support",
+                action="approve",
+                tenant=acme,
+                target_type="approval",
+                target_id=approval.approval_id,
+                note="policy allows it",
+                run_id=str(unknown.run_id),
+                request_digest=approval.request_digest,
+            )
             unknown = _drive(unknown, settle=20)
         result.runs["unknown_operation"] = str(unknown.run_id)
         edited = _drive(
@@ -206,6 +240,13 @@ def demo_load(*, data_dir: Path) -> DemoResult:
                 [edited.run_id],
             )
         run_resume(run_id=edited.run_id, actor="user:acme-support", note="should be fine now")
+        for actor, action, note in (
+            ("user:acme-engineer", "suspend", "looking at it"),
+            ("user:acme-support", "resume", "should be fine now"),
+        ):
+            _audited(
+                actor=actor, action=action, tenant=acme, target_type="run", target_id=edited.run_id, note=note
+            )
         result.runs["refused_resume"] = str(_drive(edited, limit=1).run_id)
         rolled = _drive(
             run_start(tenant=acme, workflow_name="demo.countdown", input={"n": 6}, actor="demo").run, limit=2
@@ -221,6 +262,13 @@ def demo_load(*, data_dir: Path) -> DemoResult:
                 "UPDATE agent_runs SET state_schema_version = 99 WHERE run_id = %s", [rolled.run_id]
             )
         run_resume(run_id=rolled.run_id, actor="user:acme-support", note="after the rollback")
+        for actor, action, note in (
+            ("user:acme-engineer", "suspend", "deploy rollback"),
+            ("user:acme-support", "resume", "after the rollback"),
+        ):
+            _audited(
+                actor=actor, action=action, tenant=acme, target_type="run", target_id=rolled.run_id, note=note
+            )
         result.runs["unsupported_checkpoint"] = str(_drive(rolled, limit=1).run_id)
         run_start(tenant=globex, workflow_name="demo.countdown", input={"n": 2}, actor="demo")
         # A LangGraph thread (the example support graph) stopped at its approval interrupt().
@@ -283,6 +331,15 @@ def demo_load(*, data_dir: Path) -> DemoResult:
         )
         erasure = erasure_request_create(
             tenant=acme, subject_id="cust-2002", requested_by="user:acme-compliance"
+        )
+        _audited(
+            actor="user:acme-compliance",
+            action="erase",
+            tenant=acme,
+            target_type="erasure_request",
+            target_id=erasure.request_id,
+            note="the customer asked to be forgotten (ticket DEMO-1)",
+            subject_digest=erasure.subject_digest,
         )
         erasure_execute(tenant_id=acme.tenant_id, request_id=erasure.request_id)
 

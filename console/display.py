@@ -11,6 +11,7 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
+from django.urls import reverse
 from django.utils import timezone
 
 from console.models import AuditEntry
@@ -144,6 +145,7 @@ def operation_row(op: ToolOperation, lookup: AuditEntry | None) -> dict[str, Any
         "last_move": history[-1] if history else {},
         "lookup": entry.details if entry is not None else None,
         "lookup_at": entry.at if entry else None,
+        "lookup_by": entry.actor.removeprefix("user:") if entry else "",
     }
 
 
@@ -278,7 +280,7 @@ class Claim:
     item: MemoryItem
     state: str  # current, superseded, invalidated, expired, not yet valid
     value_text: str
-    provenance: list[tuple[str, str, bool]]
+    provenance: list[tuple[str, str, bool, str]]
     superseded_by: Any = None  # the memory_id of the newer claim in the chain
 
 
@@ -301,16 +303,24 @@ def claim_state(item: MemoryItem, now: datetime) -> str:
     return "current"
 
 
-def _provenance(provenance: Any) -> list[tuple[str, str, bool]]:
-    """(key, text, shown as a block) per provenance field, the standard fields first."""
+def _provenance(provenance: Any) -> list[tuple[str, str, bool, str]]:
+    """(key, text, shown as a block, link) per provenance field, the standard fields first. JSON
+    null reads "none"; a run id links to the run's page (the template prefers the run's row on the
+    same page when it is there)."""
     if not isinstance(provenance, dict):
         provenance = {"provenance": provenance}
     keys = [k for k in PROVENANCE_KEYS if k in provenance] + sorted(set(provenance) - set(PROVENANCE_KEYS))
     rows = []
     for k in keys:
         v = provenance[k]
-        text = v if isinstance(v, str) else readable_json(v, limit=2000)
-        rows.append((k, text, isinstance(v, dict | list)))
+        text = "none" if v is None else v if isinstance(v, str) else readable_json(v, limit=2000)
+        href = ""
+        if k == "run_id" and isinstance(v, str):
+            try:
+                href = reverse("console:run_detail", args=[UUID(v)])
+            except ValueError:
+                href = ""
+        rows.append((k, text, isinstance(v, dict | list), href))
     return rows
 
 

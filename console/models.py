@@ -44,6 +44,7 @@ class AuditEntry(models.Model):
     class Meta:
         db_table = "console_audit_log"
         ordering = ["-id"]
+        verbose_name_plural = "audit entries"
         indexes = [models.Index(fields=["target_type", "target_id"], name="console_audit_target")]
 
     def __str__(self) -> str:

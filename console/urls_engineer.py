@@ -2,7 +2,14 @@
 
 from django.urls import path
 
-from console.views import engineer, engineer_bulk, engineer_langgraph, engineer_queue
+from console.views import (
+    charts,
+    engineer,
+    engineer_bulk,
+    engineer_history,
+    engineer_langgraph,
+    engineer_queue,
+)
 
 urlpatterns = [
     path("runs/", engineer.run_list, name="run_list"),
@@ -31,4 +38,9 @@ urlpatterns = [
         "runs/<uuid:run_id>/langgraph/fork/", engineer_langgraph.run_langgraph_fork, name="run_langgraph_fork"
     ),
     path("queue/", engineer_queue.queue_health, name="queue_health"),
+    # console2 (issue 18, part B)
+    path("charts/", charts.charts, name="charts"),
+    path(
+        "runs/<uuid:run_id>/history.json", engineer_history.run_history_download, name="run_history_download"
+    ),
 ]

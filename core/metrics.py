@@ -13,6 +13,7 @@ import hmac
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -106,6 +107,17 @@ def _database_figures() -> tuple[dict[str, int], dict[str, int], int]:
         cursor.execute("SELECT keeper_lease_takeover_count()")
         (takeovers,) = cursor.fetchone()
     return runs, operations, takeovers
+
+
+def queue_depth() -> dict[str, Any]:
+    """The Celery queue's name and how many wake-ups wait in it (`depth` None if Redis is away): the
+    same figure as keeper_celery_queue_length, for the console's queue page."""
+    queue = getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", "celery")
+    try:
+        return {"queue": queue, "depth": _queue_depth(queue)}
+    except Exception as exc:  # redis raises many unrelated types for an unreachable server
+        logger.info("queue depth: Redis not readable: %s", exc)
+        return {"queue": queue, "depth": None}
 
 
 def _queue_depth(queue: str) -> int:

@@ -2,43 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
 
-from core.admin import ReadOnlyAdmin
-from core.models import Tenant
-from core.tenancy import tenant_bind_request
-from runs.engine.models import AgentEvent, AgentRun, Approval, ToolOperation
-
-_EVENT_FIELDS = ("seq", "event_type", "step_id", "attempt", "actor", "state_digest", "created_at")
-
-
-class AgentEventInline(admin.TabularInline):
-    model = AgentEvent
-    fields = _EVENT_FIELDS
-    readonly_fields = _EVENT_FIELDS
-    extra = 0
-    can_delete = False
-    ordering = ["seq"]
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class TenantBoundAdmin(ReadOnlyAdmin):
-    """Row-level security: the admin (superusers) sees every tenant's runs for the request."""
-
-    def get_queryset(self, request: HttpRequest) -> Any:
-        tenants = Tenant.objects.values_list("tenant_id", flat=True) if request.user.is_superuser else []
-        tenant_bind_request(request, list(tenants))
-        return super().get_queryset(request)
+from core.admin import TenantBoundAdmin
+from runs.engine.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
 
 
 @admin.register(AgentRun)
 class AgentRunAdmin(TenantBoundAdmin):
-    """Runs change only through the engine's services (the console and API call them)."""
+    """Runs change only through the engine's services (the console and API call them). A run's events
+    are not inlined (a long run has thousands): the page links to the events list filtered by run."""
 
     list_display = [
         "run_id",
@@ -54,7 +29,19 @@ class AgentRunAdmin(TenantBoundAdmin):
     ]
     list_filter = ["status", "workflow_name", "suspend_reason", "tenant"]
     search_fields = ["run_id", "idempotency_key"]
-    inlines = [AgentEventInline]
+    readonly_fields = ["events"]
+
+    @admin.display(description="events")
+    def events(self, obj: AgentRun) -> str:
+        url = reverse("admin:runs_agentevent_changelist")
+        # state_revision is the seq of the run's last event: the count without counting them.
+        return format_html(
+            '<a href="{}?run__run_id__exact={}">{} events, in pages of {}</a>',
+            url,
+            obj.run_id,
+            obj.state_revision,
+            AgentEventAdmin.list_per_page,
+        )
 
 
 @admin.register(AgentEvent)
@@ -62,6 +49,8 @@ class AgentEventAdmin(TenantBoundAdmin):
     list_display = ["run_id", "seq", "event_type", "step_id", "attempt", "actor", "created_at"]
     list_filter = ["event_type"]
     search_fields = ["run__run_id"]
+    list_per_page = 100
+    show_full_result_count = False  # no second count of every tenant's events under a filter
 
 
 @admin.register(ToolOperation)
@@ -78,3 +67,21 @@ class ApprovalAdmin(TenantBoundAdmin):
     list_display = ["approval_id", "tenant", "run_id", "status", "request_digest", "expires_at", "decided_by"]
     list_filter = ["status", "tenant"]
     search_fields = ["approval_id", "run__run_id", "request_digest"]
+
+
+@admin.register(Summary)
+class SummaryAdmin(TenantBoundAdmin):
+    """Summaries are a checked cache of events, rebuilt by the compactor; shown, never edited."""
+
+    list_display = [
+        "summary_id",
+        "tenant",
+        "run_id",
+        "covers_from_seq",
+        "covers_to_seq",
+        "status",
+        "token_count",
+        "created_at",
+    ]
+    list_filter = ["status", "tenant"]
+    search_fields = ["summary_id", "run__run_id"]

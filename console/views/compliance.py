@@ -23,6 +23,7 @@ from console.display import erasure_steps, receipt_rows
 from console.htmx import HtmxHttpRequest
 from console.roles import COMPLIANCE, role_required, tenant_for_user, user_tenants
 from console.selectors import subject_overview
+from console.subjects import MAX_QUERY_CHARS, subject_search
 from core.errors import ApplicationError
 from core.models import Tenant
 from memory.erasure import erasure_request_create
@@ -97,9 +98,18 @@ def compliance_home(request: HtmxHttpRequest) -> HttpResponse:
     raw_subject = request.GET.get("subject")
     context: dict[str, Any] = {"tenants": tenants, "tenant": tenant, "subject": raw_subject or ""}
     status = 200
+    query = request.GET.get("q")
+    if query is not None:
+        context["q"] = query
+        if not query.strip() or len(query) > MAX_QUERY_CHARS:
+            context["q_error"], status = f"A search is 1 to {MAX_QUERY_CHARS} characters.", 400
+        else:
+            context["matches"] = subject_search(tenants=[tenant] if tenant else tenants, query=query.strip())
     if tenant is not None and raw_subject is not None:
         try:
-            context["overview"] = subject_overview(tenant=tenant, subject_id=_subject(raw_subject))
+            overview = subject_overview(tenant=tenant, subject_id=_subject(raw_subject))
+            context["overview"] = overview
+            context["shown_run_ids"] = {str(r.run.run_id) for r in overview.runs}
         except SubjectInvalid as exc:
             context["subject_error"], status = str(exc), 400
     return render(request, "console/compliance/home.html", context, status=status)

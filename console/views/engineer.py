@@ -22,6 +22,7 @@ from django.views.decorators.http import require_safe
 from console.display import MAX_DIFF_ENTRIES, events_formatted, json_diff
 from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import ENGINEER, role_required, run_for_user, user_tenants
+from console.steps import run_steps
 from console.timeline import DEFAULT_BUCKETS, MARKED_EVENT_TYPES, Bucket, TimelineEvent, timeline_svg
 from core.errors import ApplicationError
 from core.models import Tenant
@@ -47,6 +48,8 @@ BULK_ACTIONS = (("resume", "Resume"), ("cancel", "Cancel"), ("redispatch", "Re-d
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 200
 EVENTS_PAGE, MAX_EVENTS_PAGE = 200, 500
 MAX_MARKS = 400  # marked events drawn on one timeline (the newest)
+MAX_STEPS = 400  # step executions drawn on one timeline (the newest)
+STEPS_SHOWN = 50  # of them, rows in the run page's steps table (the newest)
 FILTER_FIELDS = ("q", "status", "workflow", "version", "tenant", "reason", "since", "until")
 
 
@@ -158,10 +161,14 @@ def run_page_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
     base = reverse("console:run_detail", args=[run.run_id])
     marks, hidden = event_marked_list(run=run, event_types=MARKED_EVENT_TYPES, limit=MAX_MARKS)
     limit = _int_param(request, "limit", EVENTS_PAGE, 1, MAX_EVENTS_PAGE)
+    steps = run_steps(run=run, limit=MAX_STEPS)
     timeline = timeline_svg(
         events=[TimelineEvent(*mark) for mark in marks],
         buckets=[Bucket(*bucket) for bucket in event_buckets(run=run, count=DEFAULT_BUCKETS)],
+        steps=steps.bars,
+        waits=steps.waits,
         hidden_marks=hidden,
+        hidden_steps=steps.more,
         label=f"Timeline of run {run.run_id}",
         link=lambda seq: f"{base}?after_seq={max(0, seq - 1)}&limit={limit}#seq-{seq}",
     )
@@ -170,6 +177,9 @@ def run_page_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
     return {
         "run": run,
         "timeline": timeline,
+        "steps": steps.rows[-STEPS_SHOWN:],
+        "steps_more": steps.more or len(steps.rows) > STEPS_SHOWN,
+        "events_limit": limit,
         "lease_expired": lease_expired,
         "fork_seq": fork_seq,
         "erased": run.subject.startswith("erased:"),

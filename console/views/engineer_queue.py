@@ -1,5 +1,7 @@
 """Queue health for the user's tenants: runs by status, the oldest runnable run, expired leases, lease
-holders (renewed by worker heartbeats) and the workers that answer a ping. The panel polls itself.
+holders (renewed by worker heartbeats), the broker's queue depth and the workers (Flower-like: each
+one's last answer and its age, pool size, tasks processed, the tasks it runs now; a worker that stops
+answering turns stale, then is forgotten). The panel polls itself.
 
 Asking the workers never holds the page: the ping runs in a thread with a deadline, and an
 unreachable broker reads "no answer from workers", never an error page.
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -20,6 +23,7 @@ from django.views.decorators.http import require_safe
 
 from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import ENGINEER, role_required, tenant_ids_for_user
+from core.metrics import queue_depth
 from runs.engine.models import RunStatus
 from runs.engine.selectors import run_queue_health
 
@@ -38,25 +42,88 @@ _STATUS_COLORS = {
 }
 
 
+STALE_AFTER = 15.0  # seconds without an answer: the worker is shown stale
+FORGET_AFTER = 600.0  # seconds without an answer: the worker leaves the list
+
+
+@dataclass
+class WorkerSeen:
+    """What a worker said when it last answered (its stats and active tasks)."""
+
+    name: str
+    seen_at: float  # time.time() of its last answer
+    pool: int | None = None
+    processes: int | None = None
+    processed: int = 0
+    by_task: dict[str, int] = field(default_factory=dict)
+    active: list[dict[str, Any]] = field(default_factory=list)
+
+    def age(self, now: float) -> float:
+        return max(0.0, now - self.seen_at)
+
+
+def _active_row(task: Any, now: float) -> dict[str, Any]:
+    task = task if isinstance(task, dict) else {}
+    args = task.get("args") or []
+    started = task.get("time_start")
+    return {
+        "name": str(task.get("name") or "?")[:200],
+        "id": str(task.get("id") or "")[:64],
+        "run_id": str(args[0])[:64] if isinstance(args, list | tuple) and args else "",
+        "running_s": round(now - float(started), 1) if isinstance(started, int | float) else None,
+    }
+
+
 class _Pinger:
-    """One ping at a time per process, its answer kept a few seconds (the panel polls every 5 s)."""
+    """One question to the workers at a time per process (their stats and active tasks, which also
+    proves they are alive), the answer kept a few seconds (the panel polls every 5 s). Every worker
+    that answered is remembered with the time of its last answer, so one that stops answering turns
+    stale instead of vanishing."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.asking: threading.Thread | None = None
         self.answer: list[str] | None = None
         self.at = 0.0
+        self.seen: dict[str, WorkerSeen] = {}
 
     def ask(self) -> None:
         try:
             from workers.celery import app
 
-            replies = app.control.inspect(timeout=PING_TIMEOUT).ping() or {}
-            self.answer = sorted(str(name) for name in replies)
+            inspect = app.control.inspect(timeout=PING_TIMEOUT)
+            stats = inspect.stats() or {}
+            active = (inspect.active() or {}) if stats else {}
+            now = time.time()
+            for name, answer in stats.items():
+                said: dict[str, Any] = answer if isinstance(answer, dict) else {}
+                pool: dict[str, Any] = said["pool"] if isinstance(said.get("pool"), dict) else {}
+                totals: dict[str, Any] = said["total"] if isinstance(said.get("total"), dict) else {}
+                self.seen[str(name)] = WorkerSeen(
+                    name=str(name),
+                    seen_at=now,
+                    pool=pool.get("max-concurrency"),
+                    processes=len(pool.get("processes") or []) or None,
+                    processed=sum(int(v) for v in totals.values() if isinstance(v, int)),
+                    by_task={str(k): int(v) for k, v in totals.items() if isinstance(v, int)},
+                    active=[_active_row(t, now) for t in (active.get(name) or [])][:50],
+                )
+            for name in [n for n, w in self.seen.items() if w.age(now) > FORGET_AFTER]:
+                del self.seen[name]
+            self.answer = sorted(str(name) for name in stats)
         except Exception as exc:  # kombu/redis raise many unrelated types for an unreachable broker
             logger.info("queue health: worker ping failed (%s)", exc)
             self.answer = None
         self.at = time.monotonic()
+
+    def workers_seen(self) -> list[dict[str, Any]]:
+        """Every remembered worker, newest answer first: its facts, the age of its answer, stale or not."""
+        now = time.time()
+        rows = []
+        for worker in sorted(self.seen.values(), key=lambda w: (-w.seen_at, w.name)):
+            age = worker.age(now)
+            rows.append({"worker": worker, "age": round(age, 1), "stale": age > STALE_AFTER})
+        return rows
 
     def workers(self) -> list[str] | None:
         """Names of the workers that answered; [] if none did; None if the broker gave no answer."""
@@ -105,6 +172,9 @@ def queue_health_data(*, tenant_ids: list[UUID]) -> dict[str, Any]:
         "cap": LIST_CAP,
         "holders": health.holders,
         "workers": pinger.workers(),
+        "workers_seen": pinger.workers_seen(),
+        "stale_after": STALE_AFTER,
+        "queue": queue_depth(),
     }
 
 

@@ -260,8 +260,12 @@ def _operation_page(
     form: forms.Form | None = None,
     lookup_error: str = "",
     status: int = 200,
+    fragment: bool = False,
 ) -> HttpResponse:
+    """The reconcile page; `fragment`: only its lookup-and-reconcile card (the htmx answer to
+    "Look up again", swapped in place; always 200 so htmx swaps it, the reason shown inside)."""
     op = _operation(request, pk)
+    contract = registry.tool(op.tool_name)
     row = operation_row(op, operation_last_lookup(op=op))
     if form is None:
         said = row["lookup"] or {}
@@ -284,9 +288,23 @@ def _operation_page(
             for h in op.history or []
             if isinstance(h, dict)
         ],
+        "workflow_lookup": _workflow_lookup(op),
+        "can_look_up": contract is not None and contract.lookup is not None,
+        "just_looked_up": fragment and not lookup_error,
         **_run_context(op.run),
     }
+    if fragment:
+        return render(request, "console/support/operation.html#lookup-card", context)
     return _render(request, "console/support/operation.html", context, status)
+
+
+def _workflow_lookup(op: ToolOperation) -> dict[str, Any] | None:
+    """The newest move of the operation that the workflow's or resume's own lookup decided (its note
+    says what the lookup answered), for an operation no person has looked up from the console."""
+    for move in reversed(op.history or []):
+        if isinstance(move, dict) and "lookup" in str(move.get("note", "")):
+            return {**move, "at": str(move.get("at", ""))[:19].replace("T", " ")}
+    return None
 
 
 @role_required(SUPPORT)
@@ -301,14 +319,15 @@ def support_operation_lookup(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Ask the external system again, by idempotency key, through the tool's own lookup (the one the
     workflow and resume verification use), and record what it said. It settles nothing by itself."""
     op = _operation(request, pk)
+    inline = bool(request.htmx)
     contract = registry.tool(op.tool_name)
     if contract is None or contract.lookup is None:
         why = f"{op.tool_name} has no lookup here; check the external system by hand and reconcile"
-        return _operation_page(request, pk, lookup_error=why, status=409)
+        return _operation_page(request, pk, lookup_error=why, status=409, fragment=inline)
     try:
         found = contract.lookup(op.operation_id)
     except ApplicationError as exc:
-        return _operation_page(request, pk, lookup_error=exc.message, status=exc.http_status)
+        return _operation_page(request, pk, lookup_error=exc.message, status=exc.http_status, fragment=inline)
     said = {
         "tool": op.tool_name,
         "authoritative": found.authoritative,
@@ -324,6 +343,8 @@ def support_operation_lookup(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         target_id=op.operation_id,
         details={**said, "operation_pk": op.pk, "run_id": str(op.run_id)},
     )
+    if inline:  # the answer in place of the card (the reconcile form prefilled from it)
+        return _operation_page(request, pk, fragment=True)
     if found.authoritative and found.applied:
         messages.info(
             request,

@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from console.demo import demo_load
+from console.models import AuditEntry
 from core.models import Tenant
 from core.tenancy import tenant_scope
 from memory.models import ErasureRequest, MemoryItem
@@ -39,7 +40,19 @@ def test_the_demo_has_every_state_and_loads_once(live_server, settings, tmp_path
     with tenant_scope(acme.tenant_id):
         assert MemoryItem.objects.filter(subject_id="cust-1001").count() == 3  # one superseded
         assert Document.objects.filter(status="indexed").count() == 2
-        assert ErasureRequest.objects.get().status == "completed"
+        erasure = ErasureRequest.objects.get()
+        assert erasure.status == "completed"
+    # What people did in the demo is in the audit log like any other action (issue 18, item 8).
+    audited = {(e.actor, e.action, e.target_type) for e in AuditEntry.objects.filter(tenant=acme)}
+    assert {
+        ("user:acme-compliance", "erase", "erasure_request"),
+        ("user:acme-support", "approve", "approval"),
+        ("user:acme-engineer", "fork", "run"),
+        ("user:acme-engineer", "suspend", "run"),
+        ("user:acme-support", "resume", "run"),
+    } <= audited
+    [erase] = AuditEntry.objects.filter(action="erase", tenant=acme)
+    assert erase.target_id == str(erasure.request_id) and "cust-2002" not in erase.note + str(erase.details)
     assert (tmp_path / "demo-credentials.txt").stat().st_mode & 0o077 == 0
     users = get_user_model().objects.count()
     assert not demo_load(data_dir=tmp_path).loaded and get_user_model().objects.count() == users

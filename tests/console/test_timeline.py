@@ -76,8 +76,9 @@ def test_the_svg_has_activity_bars_a_mark_with_a_tooltip_per_marked_event_and_a_
     assert marks[1][0] == "?after_seq=19#seq-20"
     assert "#20 resume_verified (lease_takeover) · 2026-03-01 12:00:20.000 · by worker-2" in svg
     assert "#3 step_error · 2026-03-01 12:00:03.000 · step refund" in svg
-    assert all(f">{kind.label}</text>" in svg for kind in KINDS)  # lanes and legend name every kind
-    assert "12:00:01" in svg and "12:01:00" in svg  # the time axis
+    # every kind has its lane, labelled (short) with the full meaning as its tooltip
+    assert all(f">{kind.lane}<title>{kind.label}</title></text>" in svg for kind in KINDS)
+    assert ">12:00:10</text>" in svg and ">12:01:00</text>" in svg  # round ticks on the time axis
 
 
 def test_text_in_the_svg_is_escaped_and_clipped():

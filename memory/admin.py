@@ -1,0 +1,49 @@
+"""Django admin for memory: items, vectors, erasure requests and tombstones, all shown read-only
+(memory changes through its services; erasure receipts and tombstones are evidence)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from core.admin import TenantBoundAdmin
+from memory.models import ErasureRequest, MemoryItem, MemoryVector, Tombstone
+
+
+@admin.register(MemoryItem)
+class MemoryItemAdmin(TenantBoundAdmin):
+    """Writes, supersessions and invalidations go through memory's services (they keep the history)."""
+
+    list_display = ["memory_id", "tenant", "subject_id", "namespace", "key", "valid_from", "invalidated_at"]
+    list_filter = ["namespace", "tenant"]
+    search_fields = ["memory_id", "subject_id", "key"]
+
+
+@admin.register(MemoryVector)
+class MemoryVectorAdmin(TenantBoundAdmin):
+    list_display = ["id", "tenant", "memory_id", "embedder_key", "dimensions", "created_at"]
+    list_filter = ["embedder_key"]
+    exclude = ["embedding"]  # hundreds of floats: nothing a person reads
+
+
+@admin.register(ErasureRequest)
+class ErasureRequestAdmin(TenantBoundAdmin):
+    """Erasure starts from the compliance console (it confirms and audits); the receipt is evidence."""
+
+    list_display = [
+        "request_id",
+        "tenant",
+        "subject_digest",
+        "requested_by",
+        "status",
+        "created_at",
+        "completed_at",
+    ]
+    list_filter = ["status", "tenant"]
+    search_fields = ["request_id", "subject_digest"]
+
+
+@admin.register(Tombstone)
+class TombstoneAdmin(TenantBoundAdmin):
+    list_display = ["id", "tenant", "kind", "subject_digest", "digest", "request_id", "created_at"]
+    list_filter = ["kind"]
+    search_fields = ["subject_digest", "digest"]

@@ -1,0 +1,66 @@
+"""Django admin for retrieval: documents, chunks, principals, invalidations, tombstones and
+snapshots, read-only (ingestion and invalidation go through the services; snapshots are evidence)."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from core.admin import TenantBoundAdmin
+from retrieval.models import Chunk, Document, DocumentTombstone, Invalidation, Principal, RetrievalSnapshot
+
+
+@admin.register(Document)
+class DocumentAdmin(TenantBoundAdmin):
+    list_display = [
+        "document_id",
+        "tenant",
+        "title",
+        "source_version",
+        "status",
+        "index_version",
+        "indexed_at",
+    ]
+    list_filter = ["status", "tenant"]
+    search_fields = ["document_id", "title", "source_uri"]
+
+
+@admin.register(Chunk)
+class ChunkAdmin(TenantBoundAdmin):
+    list_display = ["chunk_id", "tenant", "document_id_text", "section", "ordinal", "status", "stale_at"]
+    list_filter = ["status"]
+    search_fields = ["chunk_id", "document_id_text"]
+    exclude = ["embedding"]
+    show_full_result_count = False
+
+
+@admin.register(Principal)
+class PrincipalAdmin(TenantBoundAdmin):
+    list_display = ["principal", "tenant", "updated_at"]
+    search_fields = ["principal"]
+
+
+@admin.register(Invalidation)
+class InvalidationAdmin(TenantBoundAdmin):
+    list_display = [
+        "id",
+        "tenant",
+        "kind",
+        "document_id_text",
+        "principal",
+        "chunks_affected",
+        "actor",
+        "created_at",
+    ]
+    list_filter = ["kind"]
+
+
+@admin.register(DocumentTombstone)
+class DocumentTombstoneAdmin(TenantBoundAdmin):
+    list_display = ["document_id_text", "tenant", "actor", "created_at"]
+    search_fields = ["document_id_text"]
+
+
+@admin.register(RetrievalSnapshot)
+class RetrievalSnapshotAdmin(TenantBoundAdmin):
+    list_display = ["snapshot_id", "tenant", "run_id", "index_version", "acl_principal", "k", "created_at"]
+    search_fields = ["snapshot_id", "run_id"]

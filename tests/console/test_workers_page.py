@@ -1,0 +1,59 @@
+"""The queue page's workers (Flower-like) against a real Celery worker over the real broker: a live
+worker shows its pool size, tasks processed and what it runs, with the broker's queue depth; killed,
+it turns stale instead of vanishing."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.conf import settings
+
+from console.views import engineer_queue
+from core.metrics import queue_depth
+from tests.processes import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+def _panel(client) -> str:
+    engineer_queue.pinger.at = 0.0  # ask the workers now, not the answer cached for a few seconds
+    return client.get("/queue/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="queue-panel").content.decode()
+
+
+def _row(html: str) -> str:
+    found = re.search(r'<tr data-worker="(test0@[^"]+)" data-stale="(\w+)".*?</tr>', html, re.S)
+    return found.group(0) if found else ""
+
+
+def test_a_live_worker_is_listed_then_turns_stale_when_it_stops(as_role, tenant, processes, monkeypatch):
+    monkeypatch.setattr(engineer_queue.pinger, "seen", {})
+    monkeypatch.setattr(engineer_queue, "STALE_AFTER", 2.0)
+    client = as_role("engineer")
+    worker = processes.worker(concurrency=2)
+    found: dict[str, str] = {}
+
+    def listed() -> bool:
+        found["row"] = _row(_panel(client))
+        return 'data-stale="false"' in found["row"]
+
+    wait_until(listed, timeout=60, interval=1.0, message="the worker answers the console")
+    row = found["row"]
+    assert '<span class="pill completed">live</span>' in row
+    assert re.search(r"<td>2 <span class=\"muted\">\(2 processes\)</span></td>", row)  # its pool
+    assert "idle" in row or "<code>" in row
+    html = _panel(client)
+    assert f"Broker queue <code>{getattr(settings, 'CELERY_TASK_DEFAULT_QUEUE', 'celery')}</code>" in html
+    assert f"<strong>{queue_depth()['depth']}</strong>" in html
+
+    processes.kill(worker)
+    wait_until(
+        lambda: 'data-stale="true"' in _row(_panel(client)),
+        timeout=30,
+        interval=1.0,
+        message="the killed worker turns stale",
+    )
+    row = _row(_panel(client))
+    assert '<span class="pill failed">stale</span>' in row
+    age = float(re.search(r"<td data-age>([\d.]+) s ago</td>", row).group(1))
+    assert age > 2.0
