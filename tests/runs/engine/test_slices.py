@@ -10,7 +10,7 @@ import redis
 from django.conf import settings as django_settings
 
 from runs.engine import store
-from runs.engine.models import AgentEvent, AgentRun
+from runs.engine.models import AgentEvent
 from runs.engine.registry import Complete, Next, State, Step, StepContext, StepResult, Workflow, registry
 from runs.engine.runs import run_cancel, run_start
 from runs.engine.steps import run_advance
