@@ -67,9 +67,11 @@ def dbos_steps_per_s(
     workflows: int,
     steps: int,
     processes: int,
+    together: bool,
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
-    """`workflows` DBOS workflows of `steps` steps each, spread over `processes` peer processes."""
+    """`workflows` DBOS workflows of `steps` steps each, spread over `processes` peer processes, each
+    running one workflow at a time or, `together`, all of its share at once on DBOS's threads."""
     _fresh_database(settings_dict)
     url = _sqlalchemy_url(settings_dict, DBOS_DATABASE)
     env = {**os.environ, "KEEPER_BENCH_DBOS_URL": url}
@@ -144,15 +146,15 @@ def _figures(
     rate = steps[0] / (window_ms / 1000) if window_ms else None
     progress(f"run_e2e DBOS: {len(done)} workflows, {steps[0]} steps in {window_ms} ms")
     return {
-        "dbos_steps": steps[0],
-        "dbos_runs": len(done),
-        "dbos_steps_per_s": round(rate, 1) if rate else None,
-        "dbos_p50_run_ms": round(statistics.median(per_run), 1),
+        "steps": steps[0],
+        "runs": len(done),
+        "steps_per_s": round(rate, 1) if rate else None,
+        "p50_run_ms": round(statistics.median(per_run), 1),
     }
 
 
-def _peer(workflows: int, steps: int, name: str) -> None:
-    """One peer process: launch DBOS, wait for `go`, run the workflows at once, print their ids."""
+def _peer(workflows: int, steps: int, name: str, together: bool) -> None:
+    """One peer process: launch DBOS, wait for `go`, run the workflows, print their ids."""
     from dbos import DBOS
 
     DBOS(
@@ -178,9 +180,15 @@ def _peer(workflows: int, steps: int, name: str) -> None:
     DBOS.launch()
     print("ready", flush=True)
     sys.stdin.readline()
-    handles = [DBOS.start_workflow(countdown, steps) for _ in range(workflows)]
-    for handle in handles:
-        handle.get_result()
+    if together:  # all at once on DBOS's executor threads
+        handles = [DBOS.start_workflow(countdown, steps) for _ in range(workflows)]
+        for handle in handles:
+            handle.get_result()
+    else:  # one at a time, as a Celery pool process runs one task at a time
+        handles = []
+        for _ in range(workflows):
+            handles.append(DBOS.start_workflow(countdown, steps))
+            handles[-1].get_result()
     print(json.dumps({"workflow_ids": [h.get_workflow_id() for h in handles]}), flush=True)
     DBOS.destroy()
 
@@ -190,5 +198,6 @@ if __name__ == "__main__":
     parser.add_argument("--workflows", type=int, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--name", default="p0")
+    parser.add_argument("--together", action="store_true", help="start every workflow at once (threads)")
     options = parser.parse_args()
-    _peer(options.workflows, options.steps, options.name)
+    _peer(options.workflows, options.steps, options.name, options.together)

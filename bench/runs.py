@@ -298,8 +298,11 @@ def bench_run_e2e(
         f"under load; {figures['steps']} steps at {figures['steps_per_s']} steps/s"
     )
     figures.update(_dbos_beside(runs=runs, steps=n + 2, processes=worker_processes, progress=progress))
-    dbos_rate = figures["dbos_steps_per_s"]
-    figures["ratio_vs_dbos"] = round(figures["steps_per_s"] / dbos_rate, 2) if dbos_rate else None
+    for prefix in ("", "_threads"):
+        dbos_rate = figures[f"dbos{prefix}_steps_per_s"]
+        figures[f"ratio_vs_dbos{prefix}"] = (
+            round(figures["steps_per_s"] / dbos_rate, 2) if dbos_rate else None
+        )
     return figures
 
 
@@ -354,21 +357,33 @@ def _event_figures(run_ids: list[UUID]) -> dict[str, Any]:
 
 
 def _dbos_beside(*, runs: int, steps: int, processes: int, progress: Callable[[str], None]) -> dict[str, Any]:
-    nothing: dict[str, Any] = {"dbos_steps_per_s": None, "dbos_p50_run_ms": None}
+    """DBOS's figures: with Keeper's concurrency (each peer process runs one workflow at a time, as
+    each Celery pool process runs one task), and with every workflow started at once on its threads."""
+    figures: dict[str, Any] = {
+        "dbos_steps": None,
+        "dbos_steps_per_s": None,
+        "dbos_p50_run_ms": None,
+        "dbos_threads_steps_per_s": None,
+        "dbos_threads_p50_run_ms": None,
+    }
     why = dbos_missing()
     if why is None:
         alias = (
             "owner" if "owner" in connections.databases else "default"
         )  # the role that may create a database
         try:
-            return dbos_steps_per_s(
-                settings_dict=connections[alias].settings_dict,
-                workflows=runs,
-                steps=steps,
-                processes=processes,
-                progress=progress,
-            )
+            for together, prefix in ((False, "dbos"), (True, "dbos_threads")):
+                measured = dbos_steps_per_s(
+                    settings_dict=connections[alias].settings_dict,
+                    workflows=runs,
+                    steps=steps,
+                    processes=processes,
+                    together=together,
+                    progress=progress,
+                )
+                figures.update({f"{prefix}_{key}": value for key, value in measured.items()})
+            return figures
         except Exception as exc:  # a peer that cannot run here leaves Keeper's figures standing
             why = f"DBOS could not be measured: {type(exc).__name__}: {str(exc)[:500]}"
     progress(f"run_e2e: {why}")
-    return {**nothing, "dbos_note": why}
+    return {**figures, "dbos_note": why}
