@@ -74,7 +74,7 @@ def dbos_steps_per_s(
     running one workflow at a time or, `together`, all of its share at once on DBOS's threads."""
     _fresh_database(settings_dict)
     url = _sqlalchemy_url(settings_dict, DBOS_DATABASE)
-    env = {**os.environ, "KEEPER_BENCH_DBOS_URL": url}
+    env = {**os.environ, "DBOS_BENCH_SYSTEM_DATABASE_URL": url}
     share = [workflows // processes + (1 if i < workflows % processes else 0) for i in range(processes)]
     procs: list[subprocess.Popen[str]] = []
     with contextlib.ExitStack() as stack:
@@ -160,7 +160,7 @@ def _peer(workflows: int, steps: int, name: str, together: bool) -> None:
     DBOS(
         config={
             "name": "keeper-bench",
-            "system_database_url": os.environ["KEEPER_BENCH_DBOS_URL"],
+            "system_database_url": os.environ["DBOS_BENCH_SYSTEM_DATABASE_URL"],
             "executor_id": name,
             "log_level": "WARNING",
         }
