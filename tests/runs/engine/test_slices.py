@@ -3,12 +3,14 @@ until the run stops moving or KEEPER_SLICE_STEPS / KEEPER_SLICE_MS are used up."
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 import redis
 from django.conf import settings as django_settings
 
+from core.tenancy import tenant_bind
 from runs.engine import store
 from runs.engine.models import AgentEvent
 from runs.engine.registry import Complete, Next, State, Step, StepContext, StepResult, Workflow, registry
@@ -23,6 +25,7 @@ RAN: list[tuple[str, int]] = []  # (step, attempt) of every step this process ra
 
 def _one(ctx: StepContext, state: State) -> StepResult:
     RAN.append(("one", ctx.attempt))
+    time.sleep(state.get("sleep_s", 0))
     return Next(state, "two")
 
 
@@ -45,11 +48,13 @@ def _two(ctx: StepContext, state: State) -> StepResult:
             raise SystemExit(137)
         elif what == "error":
             raise RuntimeError("flaky in the middle of a slice")
+    time.sleep(state.get("sleep_s", 0))
     return Next({**state, "two_attempt": ctx.attempt}, "three")
 
 
 def _three(ctx: StepContext, state: State) -> StepResult:
     RAN.append(("three", ctx.attempt))
+    time.sleep(state.get("sleep_s", 0))
     return Complete(state, {"two_attempt": state.get("two_attempt")})
 
 
@@ -212,3 +217,35 @@ def test_a_step_that_crashed_in_a_slice_counts_towards_max_attempts(tenant, sett
     run.refresh_from_db()
     assert (result.status, run.suspend_reason) == ("suspended", "too_many_attempts")
     assert RAN == [("one", 1), ("two", 1)]
+
+
+@pytest.mark.django_db(transaction=True)  # the heartbeat and the thief use connections of their own
+def test_the_heartbeat_keeps_the_lease_through_a_slice_longer_than_its_ttl(tenant, settings):
+    settings.KEEPER_LEASE_TTL = 0.6
+    settings.KEEPER_SLICE_MS = 60_000
+    run = _start(tenant, sleep_s=0.5)  # three steps, 1.5 s in all: more than two lease TTLs
+    stolen: list[object] = []
+    done = threading.Event()
+
+    def thief() -> None:
+        from django.db import connection
+
+        try:
+            with tenant_bind(tenant.tenant_id):
+                while not done.is_set():
+                    stolen.append(store.lease_acquire(run_id=run.run_id, owner="thief", ttl=30))
+                    time.sleep(0.1)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=thief)
+    thread.start()
+    try:
+        result = run_advance(run_id=run.run_id, worker_id="w", sliced=True)
+    finally:
+        done.set()
+        thread.join()
+    assert (result.status, result.steps) == ("completed", 3)
+    assert len(stolen) >= 10 and not any(stolen)  # the thief tried all along and never got in
+    run.refresh_from_db()
+    assert run.lease_epoch == 1 and run.state["two_attempt"] == 1
