@@ -36,6 +36,7 @@ def bench_all(
             runs=10 if quick else 100,
             n=20,
             sequential=3 if quick else 20,
+            rounds=1 if quick else 3,
             worker_processes=2,
             progress=say,
         ),
