@@ -54,11 +54,13 @@ def _libpq(settings_dict: dict[str, Any], dbname: str) -> str:
     return make_conninfo(dbname=dbname, **{k: str(v) for k, v in parts.items() if v})
 
 
-def _fresh_database(settings_dict: dict[str, Any]) -> None:
-    """DBOS's own database on the same server, empty (dropped and created by a role that may)."""
+def _fresh_database(settings_dict: dict[str, Any], *, create: bool = True) -> None:
+    """DBOS's own database on the same server, empty (dropped and created by a role that may);
+    without `create`, only dropped (the benchmark leaves nothing behind)."""
     with psycopg.connect(_libpq(settings_dict, "postgres"), autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(DBOS_DATABASE)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBOS_DATABASE)))
+        if create:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(DBOS_DATABASE)))
 
 
 def dbos_steps_per_s(
@@ -119,7 +121,10 @@ def dbos_steps_per_s(
                 ids += json.loads(out.strip().splitlines()[-1])["workflow_ids"]
         finally:
             stop_groups(procs, grace=5)  # type: ignore[arg-type]
-    return _figures(settings_dict, ids, progress)
+    try:
+        return _figures(settings_dict, ids, progress)
+    finally:
+        _fresh_database(settings_dict, create=False)
 
 
 def _tail(log: IO[str]) -> str:
