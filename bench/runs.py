@@ -1,29 +1,39 @@
-"""Benchmarks of the durable core, each against a raw baseline run side by side in the same process.
+"""Benchmarks of the durable core, each against a baseline measured side by side in the same run.
 
 commit_step: the engine's commit (state validation, canonical JSON, digest, the one-statement
 CTE through Django's connection) against the fastest correct raw form of the same write: the
 same JSON + digest work and the single CTE of DESIGN.md (the state goes into the run row and the
 event, as the engine writes it) on a plain psycopg connection, prepared.
 Rounds alternate engine and baseline so drift in the machine hits both alike.
+
+run_e2e: whole runs as a user sees them, started through the service layer and executed by real
+Celery worker processes this benchmark starts, timed from the events' own timestamps; beside
+them DBOS (bench.peers) runs as many workflows of as many trivial steps on the same server.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
 import psycopg
+from django.conf import settings
+from django.db import connections
+from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
 from bench.memory import percentile
+from bench.peers import dbos_missing, dbos_steps_per_s
 from core.digests import canonical_json
 from core.models import Tenant
-from core.processes import current_database_url
+from core.processes import celery_worker_args, current_database_url, start_python, stop_groups
 from core.tenancy import tenant_bind, tenant_ensure
 from runs.engine import store
 from runs.engine.models import AgentEvent, AgentRun
@@ -239,3 +249,169 @@ def bench_context_build(*, events: int, progress: Callable[[str], None]) -> dict
         "ratio": round(warm / read, 2),
         "tokens_exact": counter.exact,
     }
+
+
+# --- run_e2e: whole runs through real workers ---------------------------------------------------
+
+
+def bench_run_e2e(
+    *, runs: int, n: int, sequential: int, rounds: int, worker_processes: int, progress: Callable[[str], None]
+) -> dict[str, Any]:
+    """`sequential` demo.countdown runs of n ticks (n + 2 steps) one after another, for the latency a
+    run alone sees; then `rounds` rounds of `runs` such runs started at once, each followed by DBOS
+    on the same server, on `worker_processes` pool processes of one Celery worker. Keeper's figures
+    come from the events' created_at (the server's clock); medians over the rounds are reported."""
+    tenant = tenant_ensure(slug="bench")
+    log = tempfile.NamedTemporaryFile(prefix="keeper-bench-worker-", suffix=".log", delete=False)  # noqa: SIM115
+    env = {
+        **os.environ,
+        "DATABASE_URL": current_database_url(),
+        "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE") or settings.SETTINGS_MODULE,
+    }
+    worker = start_python(celery_worker_args("bench", concurrency=worker_processes), env=env, log=log)
+    batches: list[dict[str, Any]] = []
+    peers: list[dict[str, Any]] = []
+    try:
+        with tenant_bind(tenant.tenant_id):
+            _countdowns_done(_countdowns(tenant, 1, n), timeout=180, log=log.name)  # the pool is up
+            alone: list[UUID] = []
+            for _ in range(sequential):
+                alone += _countdowns_done(_countdowns(tenant, 1, n), timeout=60, log=log.name)
+            single = _event_figures(alone)
+            for r in range(rounds):  # alternate Keeper and DBOS, so drift in the machine hits both
+                batch = _event_figures(
+                    _countdowns_done(_countdowns(tenant, runs, n), timeout=600, log=log.name)
+                )
+                batches.append(batch)
+                progress(
+                    f"run_e2e round {r + 1}/{rounds} Keeper: {batch['steps']} steps at {batch['steps_per_s']} "
+                    f"steps/s, p50 run {batch['p50_run_ms']} ms under load"
+                )
+                peers.append(
+                    _dbos_beside(runs=runs, steps=n + 2, processes=worker_processes, progress=progress)
+                )
+    finally:
+        stop_groups([worker], grace=5)
+        log.close()
+        os.unlink(log.name)
+    figures: dict[str, Any] = {
+        "steps": batches[0]["steps"],
+        "runs": batches[0]["runs"],
+        "p50_run_ms": single["p50_run_ms"],
+        "p50_run_ms_under_load": statistics.median(b["p50_run_ms"] for b in batches),
+        "steps_per_s": statistics.median(b["steps_per_s"] for b in batches),
+        "steps_per_s_rounds": [b["steps_per_s"] for b in batches],
+        "rounds": rounds,
+        "single_runs": single["runs"],
+        "single_steps": single["steps"],
+        "worker_processes": worker_processes,
+        "slice_steps": settings.KEEPER_SLICE_STEPS,
+        "slice_ms": settings.KEEPER_SLICE_MS,
+    }
+    progress(
+        f"run_e2e Keeper: p50 run {figures['p50_run_ms']} ms alone, median {figures['steps_per_s']} steps/s"
+    )
+    figures.update(_median_peers(peers))
+    for prefix in ("", "_threads"):
+        dbos_rate = figures[f"dbos{prefix}_steps_per_s"]
+        figures[f"ratio_vs_dbos{prefix}"] = (
+            round(figures["steps_per_s"] / dbos_rate, 2) if dbos_rate else None
+        )
+    return figures
+
+
+def _median_peers(peers: list[dict[str, Any]]) -> dict[str, Any]:
+    """DBOS's figures over the rounds: medians of the numbers, the counts of the first round, a note if any."""
+    merged: dict[str, Any] = dict(peers[0])
+    for key in ("dbos_steps_per_s", "dbos_p50_run_ms", "dbos_threads_steps_per_s", "dbos_threads_p50_run_ms"):
+        values = [p[key] for p in peers if p.get(key) is not None]
+        merged[key] = statistics.median(values) if values else None
+        if key.endswith("steps_per_s"):
+            merged[f"{key}_rounds"] = [p.get(key) for p in peers]
+    notes = sorted({p["dbos_note"] for p in peers if p.get("dbos_note")})
+    if notes:
+        merged["dbos_note"] = "; ".join(notes)
+    return merged
+
+
+def _countdowns(tenant: Tenant, count: int, n: int) -> list[UUID]:
+    return [
+        run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": n}, actor="bench").run.run_id
+        for _ in range(count)
+    ]
+
+
+def _countdowns_done(run_ids: list[UUID], *, timeout: float, log: str) -> list[UUID]:
+    deadline = time.monotonic() + timeout
+    while True:
+        statuses = dict(
+            AgentRun.objects.filter(run_id__in=run_ids).values_list("status", "suspend_reason").distinct()
+        )
+        if set(statuses) == {"completed"}:
+            return run_ids
+        stuck = {
+            status: reason for status, reason in statuses.items() if status not in {"running", "completed"}
+        }
+        if stuck or time.monotonic() > deadline:
+            with open(log, errors="replace") as worker_log:
+                tail = worker_log.read()[-2000:]
+            raise RuntimeError(
+                f"benchmark runs did not complete ({stuck or 'timed out'}); worker log:\n{tail}"
+            )
+        time.sleep(0.01)
+
+
+def _event_figures(run_ids: list[UUID]) -> dict[str, Any]:
+    """Steps (events a step committed) and times, from the runs' events: per run first to last event,
+    and all steps over the first event of all to the last."""
+    rows = list(
+        AgentEvent.objects.filter(run_id__in=run_ids)
+        .values("run_id")
+        .annotate(
+            first=Min("created_at"),
+            last=Max("created_at"),
+            steps=Count("seq", filter=Q(step_id__isnull=False)),
+        )
+    )
+    steps = sum(r["steps"] for r in rows)
+    window = (max(r["last"] for r in rows) - min(r["first"] for r in rows)).total_seconds()
+    per_run = [(r["last"] - r["first"]).total_seconds() * 1000 for r in rows]
+    return {
+        "runs": len(rows),
+        "steps": steps,
+        "p50_run_ms": round(percentile(per_run, 0.5), 1),
+        "steps_per_s": round(steps / window, 1) if window else None,
+    }
+
+
+def _dbos_beside(*, runs: int, steps: int, processes: int, progress: Callable[[str], None]) -> dict[str, Any]:
+    """DBOS's figures: with Keeper's concurrency (each peer process runs one workflow at a time, as
+    each Celery pool process runs one task), and with every workflow started at once on its threads."""
+    figures: dict[str, Any] = {
+        "dbos_steps": None,
+        "dbos_steps_per_s": None,
+        "dbos_p50_run_ms": None,
+        "dbos_threads_steps_per_s": None,
+        "dbos_threads_p50_run_ms": None,
+    }
+    why = dbos_missing()
+    if why is None:
+        alias = (
+            "owner" if "owner" in connections.databases else "default"
+        )  # the role that may create a database
+        try:
+            for together, prefix in ((False, "dbos"), (True, "dbos_threads")):
+                measured = dbos_steps_per_s(
+                    settings_dict=connections[alias].settings_dict,
+                    workflows=runs,
+                    steps=steps,
+                    processes=processes,
+                    together=together,
+                    progress=progress,
+                )
+                figures.update({f"{prefix}_{key}": value for key, value in measured.items()})
+            return figures
+        except Exception as exc:  # a peer that cannot run here leaves Keeper's figures standing
+            why = f"DBOS could not be measured: {type(exc).__name__}: {str(exc)[:500]}"
+    progress(f"run_e2e: {why}")
+    return {**figures, "dbos_note": why}

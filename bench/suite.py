@@ -1,5 +1,5 @@
-"""The whole benchmark suite by name (manage.py bench): commit_step, context_build, memory_search,
-retrieval_search, console_pages, langgraph_put."""
+"""The whole benchmark suite by name (manage.py bench): commit_step, run_e2e, context_build,
+memory_search, retrieval_search, console_pages, langgraph_put."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from bench.console import bench_console_pages
 from bench.langgraph import bench_langgraph_put
 from bench.memory import bench_memory_search
 from bench.retrieval import bench_retrieval_search
-from bench.runs import bench_commit_step, bench_context_build
+from bench.runs import bench_commit_step, bench_context_build, bench_run_e2e
 from core.models import Tenant
 from core.tenancy import tenant_bind
 from runs.engine.models import AgentRun
@@ -32,6 +32,14 @@ def bench_all(
     say = progress or (lambda line: print(line, file=sys.stderr, flush=True))
     benches: dict[str, Callable[[], dict[str, Any]]] = {
         "commit_step": lambda: bench_commit_step(ops=300 if quick else 2000, rounds=3, progress=say),
+        "run_e2e": lambda: bench_run_e2e(
+            runs=10 if quick else 100,
+            n=20,
+            sequential=3 if quick else 20,
+            rounds=1 if quick else 3,
+            worker_processes=2,
+            progress=say,
+        ),
         "context_build": lambda: bench_context_build(events=2000 if quick else 10_000, progress=say),
         "memory_search": lambda: bench_memory_search(
             items=3000 if quick else 100_000, queries=50 if quick else 200, progress=say

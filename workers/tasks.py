@@ -22,7 +22,7 @@ from runs.engine.steps import run_advance
 
 @shared_task(name="workers.tasks.advance_run", ignore_result=True)
 def advance_run(run_id: str) -> None:
-    run_advance(run_id=UUID(run_id))
+    run_advance(run_id=UUID(run_id), sliced=True)
 
 
 @shared_task(name="workers.tasks.redispatch_runs", ignore_result=True)

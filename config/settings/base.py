@@ -192,6 +192,10 @@ KEEPER_LEASE_TTL = env_number("KEEPER_LEASE_TTL", 30.0, minimum=0.5)
 KEEPER_MAX_ATTEMPTS = env_int("KEEPER_MAX_ATTEMPTS", 5, minimum=1)
 # Seconds before retrying a step that raised; doubles with each attempt (at most 300 s).
 KEEPER_RETRY_BACKOFF = env_number("KEEPER_RETRY_BACKOFF", 1.0, minimum=0)
+# A worker holding a run's lease runs its next steps back to back (each committed and fenced) for
+# at most this many steps or milliseconds, then releases the lease and re-enqueues the run.
+KEEPER_SLICE_STEPS = env_int("KEEPER_SLICE_STEPS", 100, minimum=1)
+KEEPER_SLICE_MS = env_number("KEEPER_SLICE_MS", 200.0, minimum=0)
 # Seconds between beat sweeps for runs that lost their wake-up, and how old a wake-up must be.
 KEEPER_REDISPATCH_INTERVAL = env_number("KEEPER_REDISPATCH_INTERVAL", 5.0, minimum=0.1)
 KEEPER_REDISPATCH_GRACE = env_number("KEEPER_REDISPATCH_GRACE", 15.0, minimum=0)

@@ -1,8 +1,11 @@
-"""Advancing a run by one step: acquire the lease, run the step, commit state + event, wake the next.
+"""Advancing a run: acquire the lease, run its steps back to back for one slice, commit each, wake the next.
 
-This is the per-step hot path: one statement to take the lease, the step itself, one statement to
-commit. Everything that goes wrong is written down as an event (take-overs, step errors,
-suspensions) and the run never continues on a guess.
+This is the per-step hot path: one statement to take the lease, then per step the step itself and
+one statement to commit it (fenced by revision and epoch, keeping the lease while the slice lasts).
+A slice ends when the run suspends, completes or fails, or after KEEPER_SLICE_STEPS steps or
+KEEPER_SLICE_MS milliseconds; then the lease is released and the run re-enqueued, so one long run
+cannot starve the others. Everything that goes wrong is written down as an event (take-overs, step
+errors, suspensions) and the run never continues on a guess.
 
 Over 400 lines on purpose: the step executor is one path (lease, run, commit, wake) whose
 failure branches must be read together.
@@ -10,6 +13,7 @@ failure branches must be read together.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -52,12 +56,32 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AdvanceResult:
-    """What one call did: `not_acquired`, `committed` or `fenced` (another revision or epoch won)."""
+    """What one call did: `not_acquired`, `committed` or `fenced` (another revision or epoch won).
+
+    `status`, `seq` and `event_type` are those of the slice's last commit; `steps` counts the steps
+    the slice ran. `carry` is internal: the lease kept for the next step of the same slice.
+    """
 
     outcome: str
     status: str | None = None
     seq: int | None = None
     event_type: str | None = None
+    steps: int = 0
+    carry: LeaseGrant | None = dataclasses.field(default=None, repr=False, compare=False)
+
+
+class _Slice:
+    """How much of this worker's turn with a run is left: KEEPER_SLICE_STEPS steps, KEEPER_SLICE_MS ms."""
+
+    def __init__(self, lease: HeldLease, *, sliced: bool):
+        self.lease = lease
+        self.steps = 0
+        self.max_steps = settings.KEEPER_SLICE_STEPS if sliced else 1
+        self.deadline = time.monotonic() + settings.KEEPER_SLICE_MS / 1000.0
+
+    def continues(self) -> bool:
+        """Asked before committing a step that moves on: keep the lease for one more step?"""
+        return self.steps + 1 < self.max_steps and time.monotonic() < self.deadline and not self.lease.lost
 
 
 class _Committer:
@@ -120,8 +144,12 @@ class _Committer:
         return seq
 
 
-def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
-    """Run the run's next step if this worker can take its lease. Safe to call any number of times."""
+def run_advance(*, run_id: UUID, worker_id: str | None = None, sliced: bool = False) -> AdvanceResult:
+    """Run the run's next step if this worker can take its lease. Safe to call any number of times.
+
+    `sliced` (what a worker's task asks for) keeps the lease after each step that moves on and runs
+    the next one directly, for one slice; each step is still committed, fenced, before the next starts.
+    """
     owner = worker_id or worker_identity()
     tenant_id = run_tenant(run_id)  # row-level security: the task works as the run's tenant
     if tenant_id is None:
@@ -132,7 +160,7 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
             return AdvanceResult("not_acquired")
         with lease_held(grant) as lease, log_context(run_id=run_id, tenant_id=grant.tenant_id):
             try:
-                result = _advance_leased(grant, lease)
+                result = _advance_slice(grant, lease, sliced=sliced)
             except ConcurrentResume as exc:
                 logger.info("%s", exc.message)
                 fenced = True
@@ -149,6 +177,19 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
     return result
 
 
+def _advance_slice(grant: LeaseGrant, lease: HeldLease, *, sliced: bool) -> AdvanceResult:
+    """Steps back to back under one lease until the run stops moving or the slice is used up."""
+    turn = _Slice(lease, sliced=sliced)
+    while True:
+        try:
+            result = _advance_leased(grant, lease, turn)
+        finally:
+            turn.steps += 1
+        if result.carry is None:
+            return dataclasses.replace(result, steps=turn.steps)
+        grant = result.carry
+
+
 def _retry_delay(attempt: int) -> float:
     return min(float(settings.KEEPER_RETRY_BACKOFF) * (2.0 ** max(0, attempt - 1)), 300.0)
 
@@ -159,7 +200,7 @@ class _Suspend(Protocol):
     def __call__(self, reason: str, detail: str, **extra: Any) -> AdvanceResult: ...
 
 
-def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
+def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> AdvanceResult:
     committer = _Committer(grant)
     state = dict(grant.state)
     current = state_encode(state)
@@ -294,7 +335,7 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease) -> AdvanceResult:
         observe_step(workflow=workflow.name, step=step.name, seconds=time.monotonic() - started)
     spent = ctx.spent(wall_s=time.monotonic() - started)
     return _commit_outcome(
-        committer, grant, workflow, current, {**base, "spent": spent}, outcome, suspend, spent
+        committer, grant, workflow, current, {**base, "spent": spent}, outcome, suspend, spent, turn
     )
 
 
@@ -374,6 +415,7 @@ def _commit_outcome(
     outcome: object,
     suspend: _Suspend,
     spent: dict[str, float],
+    turn: _Slice,
 ) -> AdvanceResult:
     if not isinstance(outcome, Next | Suspend | Complete | Fail):
         return suspend(
@@ -407,6 +449,7 @@ def _commit_outcome(
         event_type, said = outcome.say if outcome.say is not None else ("step_completed", {})
         if event_type not in ("step_completed", "assistant_message", "tool_call"):
             return suspend("invalid_step_result", f"step {step_id!r} cannot commit a {event_type!r} event")
+        keep = turn.continues()
         seq = committer.commit(
             state=new_state,
             next_step=outcome.step,
@@ -414,9 +457,12 @@ def _commit_outcome(
             event_type=event_type,
             step_id=step_id,
             payload={**said, **base, "next_step": outcome.step},
+            release=not keep,
         )
-        status = RunStatus.RUNNING
-    elif isinstance(outcome, Suspend):
+        crash_point("after_checkpoint", key=str(grant.run_id), step=step_id)
+        carry = _carry(grant, workflow, seq, outcome.step, new_state) if keep else None
+        return AdvanceResult("committed", RunStatus.RUNNING, seq, event_type, carry=carry)
+    if isinstance(outcome, Suspend):
         resume_at = outcome.step or step_id
         if workflow.step(resume_at) is None:
             return suspend(
@@ -468,3 +514,23 @@ def _commit_outcome(
         status, event_type = RunStatus.FAILED, "run_failed"
     crash_point("after_checkpoint", key=str(grant.run_id), step=step_id)
     return AdvanceResult("committed", status, seq, event_type)
+
+
+def _carry(
+    grant: LeaseGrant, workflow: Workflow, seq: int, next_step: str, state: EncodedState
+) -> LeaseGrant:
+    """The lease as the next step of the slice sees it: what was just committed, as a fresh grant
+    would read it back (the stored JSON, the step's first attempt, no take-over to verify)."""
+    schema = workflow.state_schema_version if workflow.schemas is not None else grant.state_schema_version
+    return dataclasses.replace(
+        grant,
+        revision=seq,
+        next_step=next_step,
+        state=json.loads(state.json),
+        status=RunStatus.RUNNING,
+        resume_requested_by="",
+        state_schema_version=schema,
+        attempt=1,
+        previous_owner=None,
+        previous_epoch=grant.epoch,
+    )

@@ -264,7 +264,8 @@ WITH u AS (
          suspend_reason = %(suspend_reason)s, suspend_detail = %(suspend_detail)s,
          result = %(result)s::jsonb,
          state_revision = state_revision + 1, updated_at = statement_timestamp(),
-         attempt = CASE WHEN %(reset_attempt)s THEN 0 ELSE attempt END,
+         -- a holder that keeps the lease starts the next step's first attempt under it
+         attempt = CASE WHEN NOT %(reset_attempt)s THEN attempt WHEN %(release)s THEN 0 ELSE 1 END,
          lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,
          lease_expires_at = CASE WHEN %(release)s THEN NULL ELSE lease_expires_at END,
          wake_at = CASE WHEN %(release)s AND %(retry_in)s > 0
@@ -314,6 +315,8 @@ def commit_step(
     `retry_in` seconds have passed: the sweep and lease_acquire leave it alone until then.
 
     The lease holder may commit a running run, or a suspended one it took to verify a resume.
+    Without `release` the holder keeps the lease to run the next step in the same slice; that step
+    counts as its first attempt, so a crash in it is counted like one after a fresh acquisition.
     Without `event_state` the event keeps no copy of the state (a refusal whose digest is not the
     stored state's: the state it names is the one an earlier event holds).
     """

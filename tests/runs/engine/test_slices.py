@@ -1,0 +1,251 @@
+"""Slices: a worker holding a run's lease runs its steps back to back, each committed and fenced,
+until the run stops moving or KEEPER_SLICE_STEPS / KEEPER_SLICE_MS are used up."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+
+from core.tenancy import tenant_bind
+from runs.engine import store
+from runs.engine.models import AgentEvent
+from runs.engine.registry import Complete, Next, State, Step, StepContext, StepResult, Workflow, registry
+from runs.engine.runs import run_cancel, run_start
+from runs.engine.steps import run_advance
+from tests.processes import flush_redis
+
+pytestmark = pytest.mark.django_db
+
+RAN: list[tuple[str, int]] = []  # (step, attempt) of every step this process ran
+
+
+def _one(ctx: StepContext, state: State) -> StepResult:
+    RAN.append(("one", ctx.attempt))
+    time.sleep(state.get("sleep_s", 0))
+    return Next(state, "two")
+
+
+def _two(ctx: StepContext, state: State) -> StepResult:
+    RAN.append(("two", ctx.attempt))
+    what = state.get("at_two")
+    if ctx.attempt == 1:
+        if what == "cancel":  # a person cancels while the step runs
+            run_cancel(run_id=ctx.run_id, actor="user:ops", note="stop")
+        elif what == "message":  # a message arrives while the step runs
+            store.append_event(
+                run_id=ctx.run_id,
+                tenant_id=ctx.tenant_id,
+                event_type="user_message",
+                payload_json='{"content": "mid-slice"}',
+                actor="user:x",
+                client_message_id="mid-slice",
+            )
+        elif what == "crash":  # the process dies here: nothing below run_advance cleans up
+            raise SystemExit(137)
+        elif what == "error":
+            raise RuntimeError("flaky in the middle of a slice")
+    time.sleep(state.get("sleep_s", 0))
+    return Next({**state, "two_attempt": ctx.attempt}, "three")
+
+
+def _three(ctx: StepContext, state: State) -> StepResult:
+    RAN.append(("three", ctx.attempt))
+    time.sleep(state.get("sleep_s", 0))
+    return Complete(state, {"two_attempt": state.get("two_attempt")})
+
+
+registry.register(
+    Workflow(
+        name="test.slice", version="1", steps=(Step("one", _one), Step("two", _two), Step("three", _three))
+    )
+)
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    RAN.clear()
+    flush_redis()
+    yield
+    flush_redis()
+
+
+def _start(tenant, **state):
+    return run_start(tenant=tenant, workflow_name="test.slice", input=state, actor="test").run
+
+
+def _countdown(tenant, n):
+    return run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": n}, actor="test").run
+
+
+def _events(run):
+    return list(
+        AgentEvent.objects.filter(run=run).order_by("seq").values_list("event_type", "step_id", "attempt")
+    )
+
+
+def _queued() -> int:
+    return redis.Redis.from_url(django_settings.REDIS_URL).llen("celery")
+
+
+def test_a_slice_runs_the_steps_back_to_back_under_one_lease_each_committed(tenant):
+    run = _countdown(tenant, 3)
+    result = run_advance(run_id=run.run_id, worker_id="w", sliced=True)
+    assert (result.outcome, result.status, result.event_type, result.steps) == (
+        "committed",
+        "completed",
+        "run_completed",
+        5,
+    )
+    run.refresh_from_db()
+    assert run.status == "completed" and run.lease_epoch == 1 and run.lease_owner is None
+    events = _events(run)
+    assert events == [("run_started", None, None)] + [
+        ("step_completed", s, 1) for s in ("start",) + ("tick",) * 3
+    ] + [("run_completed", "finish", 1)]
+    seqs = list(AgentEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, run.state_revision + 1))
+    assert run.state["ticks"] == [2, 3, 4]  # each step saw the revision the previous one committed
+
+
+def test_without_a_slice_a_call_runs_one_step(tenant):
+    run = _countdown(tenant, 3)
+    result = run_advance(run_id=run.run_id, worker_id="w")
+    assert (result.event_type, result.steps) == ("step_completed", 1)
+    run.refresh_from_db()
+    assert run.next_step == "tick" and run.lease_owner is None
+
+
+def test_a_used_up_step_slice_releases_the_lease_and_wakes_the_run(tenant, settings):
+    settings.KEEPER_SLICE_STEPS = 2
+    run = _countdown(tenant, 3)
+    before = _queued()
+    result = run_advance(run_id=run.run_id, worker_id="w", sliced=True)
+    assert (result.status, result.steps) == ("running", 2)
+    run.refresh_from_db()
+    assert (run.next_step, run.lease_owner, run.lease_expires_at, run.attempt) == ("tick", None, None, 0)
+    assert _queued() == before + 1  # woken through the broker, like any step's end before slices
+    again = run_advance(run_id=run.run_id, worker_id="w2", sliced=True)
+    assert again.steps == 2
+    run.refresh_from_db()
+    assert run.lease_epoch == 2 and run.state["remaining"] == 0
+
+
+def test_a_used_up_time_slice_releases_the_lease_after_the_step(tenant, settings):
+    settings.KEEPER_SLICE_MS = 0
+    run = _countdown(tenant, 3)
+    calls = 0
+    while run_advance(run_id=run.run_id, worker_id="w", sliced=True).outcome == "committed":
+        calls += 1
+    run.refresh_from_db()
+    assert run.status == "completed" and calls == 5 and run.lease_epoch == 5
+
+
+def test_a_cancel_mid_slice_stops_it_at_the_next_step_boundary(tenant):
+    run = _start(tenant, at_two="cancel")
+    result = run_advance(run_id=run.run_id, worker_id="w", sliced=True)
+    assert result.outcome == "fenced"
+    run.refresh_from_db()
+    assert run.status == "cancelled" and run.lease_owner is None
+    assert RAN == [("one", 1), ("two", 1)]  # step three never ran
+    assert [e[0] for e in _events(run)] == ["run_started", "step_completed", "run_cancelled"]
+    assert _queued() == 0  # a cancelled run is not woken
+    assert run_advance(run_id=run.run_id, worker_id="w2", sliced=True).outcome == "not_acquired"
+
+
+def test_a_message_mid_slice_fences_the_step_which_reruns_with_it(tenant):
+    run = _start(tenant, at_two="message")
+    result = run_advance(run_id=run.run_id, worker_id="w", sliced=True)
+    assert result.outcome == "fenced"
+    run.refresh_from_db()
+    assert (run.status, run.next_step, run.lease_owner) == ("running", "two", None)  # given back at once
+    assert _queued() == 1
+    again = run_advance(run_id=run.run_id, worker_id="w2", sliced=True)
+    assert (again.status, again.steps) == ("completed", 2)
+    assert RAN == [("one", 1), ("two", 1), ("two", 2), ("three", 1)]  # as a fenced step always was
+    assert [e[0] for e in _events(run)] == [
+        "run_started",
+        "step_completed",
+        "user_message",
+        "step_completed",
+        "run_completed",
+    ]
+
+
+def test_a_step_error_mid_slice_ends_it_with_the_retry_backoff(tenant, settings):
+    settings.KEEPER_RETRY_BACKOFF = 30
+    run = _start(tenant, at_two="error")
+    result = run_advance(run_id=run.run_id, worker_id="w", sliced=True)
+    assert (result.status, result.event_type, result.steps) == ("retrying", "step_error", 2)
+    run.refresh_from_db()
+    assert run.lease_owner is None and run.wake_at is not None and run.attempt == 1
+    assert run_advance(run_id=run.run_id, worker_id="w2", sliced=True).outcome == "not_acquired"
+    assert store.claim_for_redispatch(grace=0, limit=10) == []
+    assert [e[:3] for e in _events(run)][-1] == ("step_error", "two", 1)
+
+
+def test_a_crash_mid_slice_is_taken_over_at_that_step_and_counted_as_an_attempt(tenant, settings):
+    settings.KEEPER_LEASE_TTL = 0.5
+    run = _start(tenant, at_two="crash")
+    with pytest.raises(SystemExit):
+        run_advance(run_id=run.run_id, worker_id="w", sliced=True)
+    run.refresh_from_db()
+    assert (run.next_step, run.lease_owner, run.attempt) == ("two", "w", 1)  # still held, one attempt
+    assert run_advance(run_id=run.run_id, worker_id="w2", sliced=True).outcome == "not_acquired"
+    time.sleep(0.7)  # the dead worker's lease expires
+    result = run_advance(run_id=run.run_id, worker_id="w2", sliced=True)
+    assert result.status == "completed"
+    run.refresh_from_db()
+    assert run.result == {"two_attempt": 2}
+    takeover = AgentEvent.objects.get(run=run, event_type="resume_verified")
+    assert takeover.payload["trigger"] == "lease_takeover" and takeover.payload["step"] == "two"
+    assert takeover.payload["previous_owner"] == "w"
+    assert [(s, a) for _, s, a in _events(run) if s == "two"] == [("two", 2)]  # committed once
+
+
+def test_a_step_that_crashed_in_a_slice_counts_towards_max_attempts(tenant, settings):
+    settings.KEEPER_LEASE_TTL = 0.5
+    settings.KEEPER_MAX_ATTEMPTS = 1
+    run = _start(tenant, at_two="crash")
+    with pytest.raises(SystemExit):
+        run_advance(run_id=run.run_id, worker_id="w", sliced=True)
+    time.sleep(0.7)
+    result = run_advance(run_id=run.run_id, worker_id="w2", sliced=True)
+    run.refresh_from_db()
+    assert (result.status, run.suspend_reason) == ("suspended", "too_many_attempts")
+    assert RAN == [("one", 1), ("two", 1)]
+
+
+@pytest.mark.django_db(transaction=True)  # the heartbeat and the thief use connections of their own
+def test_the_heartbeat_keeps_the_lease_through_a_slice_longer_than_its_ttl(tenant, settings):
+    settings.KEEPER_LEASE_TTL = 0.6
+    settings.KEEPER_SLICE_MS = 60_000
+    run = _start(tenant, sleep_s=0.5)  # three steps, 1.5 s in all: more than two lease TTLs
+    stolen: list[object] = []
+    done = threading.Event()
+
+    def thief() -> None:
+        from django.db import connection
+
+        try:
+            with tenant_bind(tenant.tenant_id):
+                while not done.is_set():
+                    stolen.append(store.lease_acquire(run_id=run.run_id, owner="thief", ttl=30))
+                    time.sleep(0.1)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=thief)
+    thread.start()
+    try:
+        result = run_advance(run_id=run.run_id, worker_id="w", sliced=True)
+    finally:
+        done.set()
+        thread.join()
+    assert (result.status, result.steps) == ("completed", 3)
+    assert len(stolen) >= 10 and not any(stolen)  # the thief tried all along and never got in
+    run.refresh_from_db()
+    assert run.lease_epoch == 1 and run.state["two_attempt"] == 1
