@@ -99,3 +99,48 @@ def test_an_imported_summary_is_checked_on_first_use(tenant):
     built = context_build(run=run, counter=counter)
     assert any("digest mismatch" in note for note in built.notes)
     assert Summary.objects.get(pk=first.pk).status == "stale"
+
+
+def _answered_run(tenant: Any, turns: int) -> AgentRun:
+    """A conversation of `turns` answered questions and one more question, as the respond step leaves it."""
+    from django.utils import timezone
+
+    run = conversation_run_bulk(tenant_slug=tenant.slug, texts=[])
+    digest = AgentEvent.objects.get(run=run, seq=1).state_digest
+    rows = []
+    for i in range(2 * turns + 1):
+        seq = i + 2
+        reply = i % 2 == 1
+        payload = {"content": f"text {i}", "client_message_id": f"m-{i}"}
+        if reply:
+            payload["in_reply_to"] = seq - 1
+        rows.append(
+            AgentEvent(
+                run=run,
+                tenant_id=tenant.tenant_id,
+                seq=seq,
+                event_type="assistant_message" if reply else "user_message",
+                payload=payload,
+                actor="test",
+                state_revision=seq,
+                state_digest=digest,
+                client_message_id=f"m-{i}",
+                created_at=timezone.now(),
+            )
+        )
+    AgentEvent.objects.bulk_create(rows, batch_size=2000)
+    AgentRun.objects.filter(pk=run.pk).update(state_revision=rows[-1].seq)
+    return run
+
+
+def test_finding_the_message_to_answer_reads_the_newest_replies_not_the_log(tenant):
+    from runs.conversations.messages import conversation_next_unanswered
+
+    read = {}
+    for turns in (500, 5000):
+        run = _answered_run(tenant, turns)
+        before = _rows_read("agent_events")
+        message = conversation_next_unanswered(run_id=run.run_id)
+        read[turns] = _rows_read("agent_events") - before
+        assert message is not None and message.seq == 2 * turns + 2  # the last question, unanswered
+    assert read[5000] <= read[500] + 5 and read[5000] <= 200, read

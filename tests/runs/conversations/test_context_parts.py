@@ -125,7 +125,7 @@ conversation_workflow_register(name="test.conversation.documents", config=Conver
 
 def test_a_workflow_s_budget_changes_what_goes_into_its_turns(tenant, recording):
     _subject_with_many_claims(tenant, "cust-3")
-    built: dict[str, BuiltContext] = {}
+    built = {}
     for name in ("test.conversation.roomy", "test.conversation.lean"):
         run = run_start(tenant=tenant, workflow_name=name, input={}, actor="t", subject="cust-3").run
         for i in range(12):
