@@ -227,6 +227,7 @@ def summaries_usable(
     if rewritten is None:
         rewritten = run_rewrites(run=run, up_to_seq=up_to_seq)
     by_seq = {e.seq: e for e in events} if events is not None else None
+    current = compactor.info.as_json()
     notes: list[str] = []
     chain: list[Summary] = []
     expected_from = 1
@@ -242,7 +243,7 @@ def summaries_usable(
             continue
         first, last = summary.covers_from_seq, summary.covers_to_seq
         seen = range_rewrites(rewritten, first, last)
-        compactor_changed = summary.compactor != compactor.info.as_json()
+        compactor_changed = summary.compactor != current
         if by_seq is None and seen == summary.rewrites_checked and not compactor_changed:
             chain.append(summary)  # its events are the ones it was checked against
             expected_from = last + 1
