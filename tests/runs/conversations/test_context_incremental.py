@@ -144,3 +144,44 @@ def test_finding_the_message_to_answer_reads_the_newest_replies_not_the_log(tena
         read[turns] = _rows_read("agent_events") - before
         assert message is not None and message.seq == 2 * turns + 2  # the last question, unanswered
     assert read[5000] <= read[500] + 5 and read[5000] <= 200, read
+
+
+def test_a_tool_call_answered_in_a_later_summarized_range_is_not_carried_as_unconfirmed(tenant):
+    from django.utils import timezone
+
+    texts = [
+        f"Message {i}: where is my parcel for order ord-{i % 97}? It was due on Monday." for i in range(1200)
+    ]
+    run = conversation_run_bulk(tenant_slug=tenant.slug, texts=texts)
+
+    # Turn two messages into a call and its result 600 events apart, and one call that never gets one.
+    def tool(seq: int, kind: str, call_id: str) -> None:
+        payload = {"client_message_id": f"m-{seq - 2}", "call_id": call_id, "tool": "lookup"}
+        if kind == "tool_call":
+            payload["arguments"] = {"order": "ord-1"}
+        else:
+            payload.update(preview="delivered", content_ref=None, truncated=False, is_error=False)
+        AgentEvent.objects.filter(run=run, seq=seq).delete()
+        AgentEvent.objects.create(
+            run=run,
+            tenant_id=tenant.tenant_id,
+            seq=seq,
+            event_type=kind,
+            payload=payload,
+            actor="t",
+            state_revision=seq,
+            state_digest="d",
+            client_message_id=f"m-{seq - 2}",
+            created_at=timezone.now(),
+        )
+
+    tool(20, "tool_call", "c-answered")
+    tool(620, "tool_result", "c-answered")
+    tool(30, "tool_call", "c-open")
+    counter = token_counter("gpt-4")
+    context_build(run=run, counter=counter)
+    chain = list(Summary.objects.filter(run=run, status="valid").order_by("covers_from_seq"))
+    assert chain[0].covers_to_seq < 620 <= chain[-1].covers_to_seq  # call and result in different summaries
+    built = context_build(run=run, counter=counter)
+    carry = next(m["content"] for m in built.messages if m["content"].startswith("[structured carry"))
+    assert "c-open" in carry and "c-answered" not in carry
