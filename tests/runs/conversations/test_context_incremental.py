@@ -111,7 +111,7 @@ def _answered_run(tenant: Any, turns: int) -> AgentRun:
     for i in range(2 * turns + 1):
         seq = i + 2
         reply = i % 2 == 1
-        payload = {"content": f"text {i}", "client_message_id": f"m-{i}"}
+        payload: dict[str, Any] = {"content": f"text {i}", "client_message_id": f"m-{i}"}
         if reply:
             payload["in_reply_to"] = seq - 1
         rows.append(
@@ -156,7 +156,7 @@ def test_a_tool_call_answered_in_a_later_summarized_range_is_not_carried_as_unco
 
     # Turn two messages into a call and its result 600 events apart, and one call that never gets one.
     def tool(seq: int, kind: str, call_id: str) -> None:
-        payload = {"client_message_id": f"m-{seq - 2}", "call_id": call_id, "tool": "lookup"}
+        payload: dict[str, Any] = {"client_message_id": f"m-{seq - 2}", "call_id": call_id, "tool": "lookup"}
         if kind == "tool_call":
             payload["arguments"] = {"order": "ord-1"}
         else:
