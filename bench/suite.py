@@ -1,4 +1,4 @@
-"""The whole benchmark suite by name (manage.py bench): commit_step, run_e2e, context_build,
+"""The whole benchmark suite by name (manage.py bench): commit_step, run_e2e, context_build, context,
 memory_search, retrieval_search, console_pages, langgraph_put."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from bench.console import bench_console_pages
+from bench.context import bench_context
 from bench.langgraph import bench_langgraph_put
 from bench.memory import bench_memory_search
 from bench.retrieval import bench_retrieval_search
@@ -41,6 +42,12 @@ def bench_all(
             progress=say,
         ),
         "context_build": lambda: bench_context_build(events=2000 if quick else 10_000, progress=say),
+        "context": lambda: bench_context(
+            small=300 if quick else 1000,
+            large=3000 if quick else 10_000,
+            rounds=3 if quick else 9,
+            progress=say,
+        ),
         "memory_search": lambda: bench_memory_search(
             items=3000 if quick else 100_000, queries=50 if quick else 200, progress=say
         ),

@@ -39,6 +39,20 @@ def memory_recall(
         return list(items.order_by("namespace", "key"))
 
 
+def memory_recall_recent(*, tenant: Tenant, subject_id: str, limit: int) -> list[MemoryItem]:
+    """The subject's `limit` newest current claims (a context with no query to search by)."""
+    now = timezone.now()
+    with tenant_scope(tenant.tenant_id):
+        return list(
+            MemoryItem.objects.filter(
+                Q(expires_at__isnull=True) | Q(expires_at__gt=now),
+                subject_id=subject_id,
+                invalidated_at__isnull=True,
+                valid_from__lte=now,
+            ).order_by("-valid_from", "memory_id")[:limit]
+        )
+
+
 # --- current claims by scope (the LangGraph store's reads; any caller may use them) -------------
 
 COMPARISONS = {"$eq": "exact", "$gt": "gt", "$gte": "gte", "$lt": "lt", "$lte": "lte"}

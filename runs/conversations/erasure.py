@@ -416,7 +416,7 @@ def register() -> None:
                     what=f"{table}.{column} (redacted)",
                 )
             )
-    for column in ("facts", "open_questions", "decisions", "carry", "text"):
+    for column in ("facts", "open_questions", "decisions", "carry", "text", "unsupported_facts"):
         place_register(
             column_place(
                 table="summaries",

@@ -29,6 +29,7 @@ from runs.engine.models import SUBJECT_ERASED, AgentEvent, AgentRun, RunStatus
 CONVERSATION_EVENTS = ("user_message", "assistant_message", "tool_call", "tool_result")
 AWAITING_INPUT = "awaiting_input"
 MAX_MESSAGE_CHARS = 100_000
+REPLY_WINDOW = 64  # the newest events read first to find the answered position
 
 
 @dataclass(frozen=True)
@@ -186,20 +187,30 @@ def conversation_copy(
 
 
 def conversation_next_unanswered(*, run_id: UUID) -> AgentEvent | None:
-    """The run's first user message that no assistant message of this run answers."""
-    answered = {
-        seq
-        for seq in AgentEvent.objects.filter(run_id=run_id, event_type="assistant_message").values_list(
-            "payload__in_reply_to", flat=True
-        )
-        if isinstance(seq, int)
-    }
-    return (
-        AgentEvent.objects.filter(run_id=run_id, event_type="user_message")
-        .exclude(seq__in=answered)
-        .order_by("seq")
-        .first()
+    """The run's first user message that no assistant message of this run answers.
+
+    Turns are answered one at a time in seq order, so every user message up to the newest one this
+    run's replies answer is answered. The replies are looked for among the newest events first (a
+    seq range of the run's index, widened only when it holds none), not in the whole log, so a
+    turn's cost does not grow with the conversation."""
+    top = AgentRun.objects.filter(run_id=run_id).values_list("state_revision", flat=True).first() or 0
+    replies = AgentEvent.objects.filter(
+        run_id=run_id, event_type="assistant_message", payload__has_key="in_reply_to"
     )
+    user_messages = AgentEvent.objects.filter(run_id=run_id, event_type="user_message").order_by("seq")
+    span = REPLY_WINDOW
+    while True:
+        low = max(0, top - span)
+        answered = [
+            seq
+            for seq in replies.filter(seq__gt=low).values_list("payload__in_reply_to", flat=True)
+            if isinstance(seq, int)
+        ]
+        if answered:
+            return user_messages.filter(seq__gt=max(answered)).first()
+        if low == 0:
+            return user_messages.first()  # no reply of this run answers any message yet
+        span *= 4
 
 
 def _wake_if_waiting(*, run_id: UUID, actor: str) -> None:

@@ -168,6 +168,10 @@ class AgentEvent(models.Model):
     # Conversation events carry the client's id for the message: appending it twice is a no-op.
     client_message_id = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField()
+    # Times the row was changed after it was written (erasure's redaction, or tampering): a trigger
+    # (runs 0016) counts every change of payload, type or seq, so a summary of the range can tell
+    # that it must check its source digest again without reading the range on every turn.
+    rewrites = models.IntegerField(db_default=0)
 
     class Meta:
         db_table = "agent_events"
@@ -189,6 +193,8 @@ class AgentEvent(models.Model):
             models.Index(
                 fields=["run"], name="agent_events_resume_verified", condition=Q(event_type="resume_verified")
             ),
+            # The context builder asks for a run's rewritten events on every turn: only those rows.
+            models.Index(fields=["run", "seq"], name="agent_events_rewritten", condition=Q(rewrites__gt=0)),
         ]
 
     def __str__(self) -> str:
@@ -338,6 +344,13 @@ class Summary(models.Model):
     text = models.TextField()
     token_count = models.IntegerField()
     status = models.TextField(choices=SummaryStatus.choices, default=SummaryStatus.VALID)
+    # The sum of agent_events.rewrites over the range when its digest was last checked: while the
+    # sum is unchanged the raw events are the ones it was made from, and the builder trusts it
+    # (-1: never checked, as for an imported summary: the first use checks it).
+    rewrites_checked = models.BigIntegerField(default=-1)
+    # Facts the compactor wrote that the events they cite do not support: dropped from the summary,
+    # kept here (text, cited seqs, why) for the record.
+    unsupported_facts = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -25,7 +25,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('core', '0002_api_keys'),
-        ('runs', '0014_approvals_keyset_index'),
+        ('runs', '0016_event_rewrites_and_checked_summaries'),
     ]
 
     operations = [

@@ -384,7 +384,7 @@ class ModelCompactor:
 
     def __init__(self, base_url: str, model: str, api_key: str = "", timeout: float = 30.0):
         self.base_url, self.model, self.api_key, self.timeout = base_url.rstrip("/"), model, api_key, timeout
-        self.info = CompactorInfo("compact-v1", model, 1)
+        self.info = CompactorInfo("compact-v2", model, 1)
 
     def compact(self, events: list[dict[str, Any]]) -> SummaryDraft:
         first, last = _covered_range(events)
@@ -398,7 +398,9 @@ class ModelCompactor:
             'Answer only JSON: {"facts": [{"text": str, "source_seq": [first, last]}], "open_questions": '
             '[str], "decisions": [{"code": "UPPER_SNAKE_CODE", "source_seq": [first, last]}]}. Every '
             f"source_seq lies within {first}..{last}. Keep goals, constraints, numbers, ids and confirmed "
-            "decisions; drop greetings and raw tool output."
+            "decisions; drop greetings and raw tool output. The raw events win over your summary: cite in "
+            "source_seq the events that state each fact, and copy every number, amount, id and quoted text "
+            "exactly as those events write it; a fact whose values are not in the events it cites is dropped."
         )
         rendered = "\n".join(_event_line(event) for event in events)
         messages = [

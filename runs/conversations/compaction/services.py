@@ -2,18 +2,29 @@
 
 A summary covers one continuous seq range and stores the digest of the raw events it was made
 from. It is a cache: a summary whose source digest or compactor no longer matches is marked stale
-and rebuilt from the raw events, which are always kept.
+and rebuilt from the raw events, which are always kept. Raw events win: a fact the compactor wrote
+that the events it cites do not support is dropped before the summary is stored.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from core.digests import json_digest
-from runs.conversations.compaction.compactors import Compactor, compactor_from_settings
+from prometheus_client import Counter
+
+from core.digests import canonical_json, json_digest
+from runs.conversations.compaction.compactors import Compactor, compactor_from_settings, summary_render
 from runs.conversations.compaction.tokens import TokenCounter
 from runs.engine.models import AgentEvent, AgentRun, Summary, SummaryStatus
+
+UNSUPPORTED_FACTS = Counter(
+    "keeper_summary_facts_unsupported",
+    "Facts a compactor wrote that the events they cite do not support (dropped from the summary).",
+    ["compactor"],
+)
 
 
 def events_as_source(events: Sequence[AgentEvent]) -> list[dict[str, Any]]:
@@ -25,31 +36,136 @@ def source_digest(events: Sequence[AgentEvent]) -> str:
     return json_digest(events_as_source(events))
 
 
+# --- facts checked against the events they cite -------------------------------------------------
+
+# A value is what a reader could act on: a number, an amount, an id (any word with a digit), an
+# e-mail or a quoted string. Prose around them is not checked (no code can judge a paraphrase).
+_QUOTED = re.compile(r"\"([^\"]{2,200})\"|“([^”]{2,200})”|«([^»]{2,200})»")
+_TOKEN = re.compile(r"[^\s,;()\[\]{}<>\"“”«»]+")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def fact_values(text: str) -> list[str]:
+    """The values in a fact's text that the cited events must contain."""
+    values = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(text)]
+    for token in _TOKEN.findall(_QUOTED.sub(" ", text)):
+        token = token.strip(".:!?…'’`")
+        if any(ch.isdigit() for ch in token) or ("@" in token and "." in token):
+            values.append(token)
+    return list(dict.fromkeys(v for v in values if v))
+
+
+def _numbers(text: str) -> set[Decimal]:
+    found: set[Decimal] = set()
+    for raw in _NUMBER.findall(text):
+        for candidate in (raw.replace(",", ""), raw.replace(".", "").replace(",", "."), raw):
+            try:
+                found.add(Decimal(candidate).normalize())
+            except InvalidOperation:
+                continue
+    return found
+
+
+def _supported(value: str, haystack: str, numbers: set[Decimal]) -> bool:
+    if value.casefold() in haystack:
+        return True
+    # "25" for "25.00", "1,200" for "1200": a bare number is the same number however it is written.
+    if _NUMBER.fullmatch(value):
+        return bool(_numbers(value) & numbers)
+    return False
+
+
+def facts_check(
+    facts: Sequence[dict[str, Any]], events: Sequence[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(supported, unsupported): a fact is unsupported when a seq it cites is not in the range or a
+    value in its text (fact_values) appears in none of the events it cites."""
+    by_seq = {e["seq"]: e for e in events}
+    kept: list[dict[str, Any]] = []
+    dropped: list[dict[str, Any]] = []
+    for fact in facts:
+        first, last = fact["source_seq"]
+        cited = [by_seq[s] for s in range(first, last + 1) if s in by_seq]
+        if len(cited) != last - first + 1:
+            dropped.append({**fact, "why": f"cites events {first}..{last} outside the summarized range"})
+            continue
+        haystack = canonical_json(
+            [{"event_type": e["event_type"], "payload": e["payload"]} for e in cited]
+        ).casefold()
+        # canonical JSON escapes quotes and non-ASCII may be escaped: compare against the raw texts too
+        haystack += "\n" + "\n".join(_texts(e["payload"]) for e in cited).casefold()
+        numbers = _numbers(haystack)
+        missing = [v for v in fact_values(fact["text"]) if not _supported(v, haystack, numbers)]
+        if missing:
+            dropped.append({**fact, "why": f"not in events {first}..{last}: {', '.join(missing)[:200]}"})
+        else:
+            kept.append(fact)
+    return kept, dropped
+
+
+def _texts(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return "\n".join(f"{k}\n{_texts(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "\n".join(_texts(v) for v in value)
+    return "" if value is None else str(value)
+
+
 def summary_create(
-    *, run: AgentRun, events: Sequence[AgentEvent], counter: TokenCounter, compactor: Compactor | None = None
+    *,
+    run: AgentRun,
+    events: Sequence[AgentEvent],
+    counter: TokenCounter,
+    compactor: Compactor | None = None,
+    rewrites: int = -1,
 ) -> Summary:
-    """Compact a continuous range of raw events into a new summary row."""
+    """Compact a continuous range of raw events into a new summary row.
+
+    rewrites: the sum of the range's agent_events.rewrites read before `events` were (-1 if not
+    known: the first use then checks the digest). Facts the cited events do not support are dropped
+    from the summary and kept in unsupported_facts.
+    """
     if not events:
         raise ValueError("a summary needs at least one event")
     seqs = [e.seq for e in events]
     if seqs != list(range(seqs[0], seqs[-1] + 1)):
         raise ValueError(f"a summary covers a continuous range, not {seqs[:3]}...{seqs[-3:]}")
     compactor = compactor or compactor_from_settings()
-    draft = compactor.compact(events_as_source(events))
+    source = events_as_source(events)
+    draft = compactor.compact(source)
+    facts, unsupported = facts_check(draft.facts, source)
+    text = draft.text
+    if unsupported:
+        UNSUPPORTED_FACTS.labels(compactor=compactor.info.prompt_version).inc(len(unsupported))
+        text = summary_render(
+            first=seqs[0],
+            last=seqs[-1],
+            facts=facts,
+            decisions=draft.decisions,
+            open_questions=draft.open_questions,
+            carry=draft.carry,
+        )
     return Summary.objects.create(
         tenant_id=run.tenant_id,
         run=run,
         covers_from_seq=seqs[0],
         covers_to_seq=seqs[-1],
-        source_digest=source_digest(events),
+        source_digest=json_digest(source),
         compactor=compactor.info.as_json(),
-        facts=draft.facts,
+        facts=facts,
         open_questions=draft.open_questions,
         decisions=draft.decisions,
         carry=draft.carry,
-        text=draft.text,
-        token_count=counter.count(draft.text),
+        text=text,
+        token_count=counter.count(text),
+        rewrites_checked=rewrites,
+        unsupported_facts=unsupported,
     )
+
+
+# --- checking summaries before use -------------------------------------------------------------
 
 
 def summary_problem(
@@ -68,33 +184,85 @@ def summary_problem(
     return None
 
 
-def summaries_usable(
-    *, run: AgentRun, events: Sequence[AgentEvent], counter: TokenCounter, compactor: Compactor | None = None
-) -> tuple[list[Summary], list[str]]:
-    """The run's valid summaries in order, continuous from seq 1; stale ones are rebuilt from raw events.
+def run_rewrites(*, run: AgentRun, up_to_seq: int | None = None) -> dict[int, int]:
+    """{seq: rewrites} of the run's events changed after they were written (a partial index: only
+    those rows are read)."""
+    rows = AgentEvent.objects.filter(run=run, rewrites__gt=0)
+    if up_to_seq is not None:
+        rows = rows.filter(seq__lte=up_to_seq)
+    return dict(rows.values_list("seq", "rewrites"))
 
+
+def range_rewrites(rewritten: dict[int, int], first: int, last: int) -> int:
+    return sum(n for seq, n in rewritten.items() if first <= seq <= last)
+
+
+def _range_events(run: AgentRun, first: int, last: int) -> list[AgentEvent]:
+    return list(
+        AgentEvent.objects.filter(run=run, seq__gte=first, seq__lte=last)
+        .only("seq", "event_type", "payload")
+        .order_by("seq")
+    )
+
+
+def summaries_usable(
+    *,
+    run: AgentRun,
+    counter: TokenCounter,
+    compactor: Compactor | None = None,
+    up_to_seq: int | None = None,
+    events: Sequence[AgentEvent] | None = None,
+    rewritten: dict[int, int] | None = None,
+) -> tuple[list[Summary], list[str]]:
+    """The run's valid summaries in order, continuous from seq 1 and ending at or before up_to_seq;
+    stale ones are rebuilt from raw events.
+
+    A summary's raw events are read (and digested) only when they were rewritten since it was last
+    checked (agent_events.rewrites, counted by a trigger) or it was never checked; otherwise it costs
+    nothing but its own row, so a turn's cost does not grow with the length of the summarized past.
+    `events`, when given, are the run's events (a full check, without reading them again).
     Returns the summaries and notes on what was rebuilt and why.
     """
     compactor = compactor or compactor_from_settings()
-    by_seq = {e.seq: e for e in events}
+    if rewritten is None:
+        rewritten = run_rewrites(run=run, up_to_seq=up_to_seq)
+    by_seq = {e.seq: e for e in events} if events is not None else None
+    current = compactor.info.as_json()
     notes: list[str] = []
     chain: list[Summary] = []
     expected_from = 1
-    for summary in Summary.objects.filter(run=run, status=SummaryStatus.VALID).order_by("covers_from_seq"):
+    rows = Summary.objects.filter(run=run, status=SummaryStatus.VALID)
+    if up_to_seq is not None:
+        rows = rows.filter(covers_to_seq__lte=up_to_seq)
+    # facts, questions and decisions are the summary's record; its text and carry are what a context uses.
+    rows = rows.defer("facts", "open_questions", "decisions", "unsupported_facts")
+    for summary in rows.order_by("covers_from_seq"):
         if summary.covers_from_seq != expected_from:
             notes.append(f"summary {summary.summary_id} does not continue at seq {expected_from}: not used")
             Summary.objects.filter(pk=summary.pk).update(status=SummaryStatus.STALE)
             continue
-        problem = summary_problem(summary, by_seq, compactor)
-        if problem is not None:
+        first, last = summary.covers_from_seq, summary.covers_to_seq
+        seen = range_rewrites(rewritten, first, last)
+        compactor_changed = summary.compactor != current
+        if by_seq is None and seen == summary.rewrites_checked and not compactor_changed:
+            chain.append(summary)  # its events are the ones it was checked against
+            expected_from = last + 1
+            continue
+        local = by_seq if by_seq is not None else {e.seq: e for e in _range_events(run, first, last)}
+        problem = summary_problem(summary, local, compactor)
+        if problem is None:
+            if seen != summary.rewrites_checked:
+                Summary.objects.filter(pk=summary.pk).update(rewrites_checked=seen)
+                summary.rewrites_checked = seen
+        else:
             Summary.objects.filter(pk=summary.pk).update(status=SummaryStatus.STALE)
-            covered = [
-                by_seq[s] for s in range(summary.covers_from_seq, summary.covers_to_seq + 1) if s in by_seq
-            ]
-            if len(covered) != summary.covers_to_seq - summary.covers_from_seq + 1:
+            covered = [local[s] for s in range(first, last + 1) if s in local]
+            if len(covered) != last - first + 1:
                 notes.append(f"summary {summary.summary_id} dropped: {problem}; raw events used instead")
                 break
-            summary = summary_create(run=run, events=covered, counter=counter, compactor=compactor)
+            summary = summary_create(
+                run=run, events=covered, counter=counter, compactor=compactor, rewrites=seen
+            )
             notes.append(f"summary of {summary.covers_from_seq}..{summary.covers_to_seq} rebuilt: {problem}")
         chain.append(summary)
         expected_from = summary.covers_to_seq + 1
@@ -107,7 +275,10 @@ def carry_merge(summaries: Sequence[Summary]) -> dict[str, list[Any]]:
     for summary in summaries:
         for key, items in (summary.carry or {}).items():
             bucket = merged.setdefault(key, [])
+            seen = {canonical_json(item) for item in bucket}
             for item in items:
-                if item not in bucket:
+                digest = canonical_json(item)
+                if digest not in seen:
+                    seen.add(digest)
                     bucket.append(item)
     return merged

@@ -50,11 +50,11 @@ def test_a_5000_event_conversation_compacts_into_continuous_verified_summaries(t
 def test_tampering_with_a_summarized_raw_event_is_detected_and_the_summary_rebuilt(tenant):
     run = _conversation(tenant, _texts(600))
     counter = token_counter("gpt-4")
-    context_build(run=run, counter=counter, reserve_retrieved=0)
+    context_build(run=run, counter=counter)
     summary = Summary.objects.filter(run=run, status="valid").order_by("covers_from_seq").first()
     victim = AgentEvent.objects.get(run=run, seq=summary.covers_from_seq + 1)
     AgentEvent.objects.filter(pk=victim.pk).update(payload={**victim.payload, "content": "tampered"})
-    built = context_build(run=run, counter=counter, reserve_retrieved=0)
+    built = context_build(run=run, counter=counter)
     assert any("digest mismatch" in note for note in built.notes)
     assert Summary.objects.get(pk=summary.pk).status == "stale"
     assert Summary.objects.filter(run=run, status="valid", covers_from_seq=summary.covers_from_seq).exists()
@@ -78,7 +78,7 @@ def test_deleting_a_detail_from_a_summary_changes_no_durable_state(tenant):
     )
     state_before, op_before = canonical_json(run.state), ToolOperation.objects.values().get()
     counter = token_counter("gpt-4")
-    context_build(run=run, counter=counter, reserve_retrieved=0)
+    context_build(run=run, counter=counter)
     summary = Summary.objects.filter(run=run, carry__money__isnull=False).order_by("covers_from_seq").first()
     Summary.objects.filter(pk=summary.pk).update(
         text=summary.text.replace("25.00 EUR", "").replace("2500", ""),
@@ -86,7 +86,7 @@ def test_deleting_a_detail_from_a_summary_changes_no_durable_state(tenant):
     )
     run.refresh_from_db()
     assert canonical_json(run.state) == state_before and ToolOperation.objects.values().get() == op_before
-    built = context_build(run=run, counter=counter, reserve_retrieved=0)
+    built = context_build(run=run, counter=counter)
     carry = next(m["content"] for m in built.messages if m["content"].startswith("[structured carry"))
     assert "2500" in carry and "refund:ord-1" in carry  # the amount and the op id live structurally
 
@@ -118,13 +118,13 @@ def test_a_new_compactor_version_rebuilds_summaries_from_raw_events(tenant):
 
     run = _conversation(tenant, _texts(600))
     counter = token_counter("gpt-4")
-    context_build(run=run, counter=counter, reserve_retrieved=0)
+    context_build(run=run, counter=counter)
     old = set(Summary.objects.filter(run=run, status="valid").values_list("pk", flat=True))
 
     class NextVersion(ExtractiveCompactor):
         info = replace(ExtractiveCompactor.info, prompt_version="extractive-v2")
 
-    built = context_build(run=run, counter=counter, reserve_retrieved=0, compactor=NextVersion())
+    built = context_build(run=run, counter=counter, compactor=NextVersion())
     assert any("compactor" in note and "rebuilt" in note for note in built.notes)
     assert Summary.objects.filter(pk__in=old, status="stale").count() == len(old)
     fresh = Summary.objects.filter(run=run, status="valid")

@@ -263,7 +263,7 @@ def test_the_model_compactor_sends_no_authorization_without_a_key(chat):
     compactor.compact(EVENTS)
     assert chat.requests[0]["auth"] is None
     assert compactor.info.as_json() == {
-        "prompt_version": "compact-v1",
+        "prompt_version": "compact-v2",
         "model": "small-model",
         "schema_version": 1,
     }
