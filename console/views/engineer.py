@@ -112,7 +112,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"form": form, "bulk_actions": BULK_ACTIONS}
     if not form.is_valid():
         context.update(page=None, filter_query=filter_query(None))
-        return render(request, "console/engineer/run_list.html", context, status=400)
+        return render(request, "console/engineer/run_list.html", context, status=422)
     data = form.cleaned_data
     limit = data.get("limit") or PAGE_SIZE
     before = (data["before_at"], data["before_id"]) if data.get("before_at") else None
