@@ -21,6 +21,7 @@ from django.views.decorators.http import require_safe
 
 from console.display import MAX_DIFF_ENTRIES, events_formatted, json_diff
 from console.htmx import HtmxHttpRequest, htmx_target
+from console.live import POLL_SECONDS, rows_live_key
 from console.roles import ENGINEER, role_required, run_for_user, user_tenants
 from console.timeline import DEFAULT_BUCKETS, MARKED_EVENT_TYPES, Bucket, TimelineEvent, timeline_svg
 from core.errors import ApplicationError
@@ -126,12 +127,23 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         older = filter_query(
             request.GET, limit=data.get("limit"), before_at=last.updated_at.isoformat(), before_id=last.run_id
         )
+    live_key = rows_live_key(page.rows)
+    if htmx_target(request) == "run-table" and request.GET.get("live") == live_key:
+        return HttpResponse(status=204)  # the live poll: nothing changed, nothing is redrawn
+    this_page = filter_query(
+        request.GET,
+        limit=data.get("limit"),
+        before_at=request.GET.get("before_at"),
+        before_id=request.GET.get("before_id"),
+    )
     context.update(
         page=page,
         rows=[(run, slugs.get(run.tenant_id, "")) for run in page.rows],
         older=older,
         first=before is not None,
         filter_query=filter_query(request.GET, limit=data.get("limit")),
+        live_query=f"{this_page}&live={live_key}" if this_page else f"live={live_key}",
+        poll_seconds=POLL_SECONDS,
     )
     partial = "#run-table" if htmx_target(request) == "run-table" else ""
     return render(request, f"console/engineer/run_list.html{partial}", context)
