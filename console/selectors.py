@@ -163,7 +163,10 @@ def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
     inbox.questions = thread_interrupted_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     covered = {row["run"].run_id for row in inbox.approvals + inbox.operations + inbox.refused}
     covered |= {run.run_id for run in inbox.questions}
-    inbox.other = run_suspended_list(tenant_ids=tenant_ids, excluding=covered, limit=INBOX_LIMIT)
+    # An engineer's fork that was not started waits for that engineer (the run page), not for support.
+    inbox.other = run_suspended_list(
+        tenant_ids=tenant_ids, excluding=covered, limit=INBOX_LIMIT, reasons_excluded=("fork_not_started",)
+    )
     return inbox
 
 

@@ -48,7 +48,8 @@ BULK_ACTIONS = (("resume", "Resume"), ("cancel", "Cancel"), ("redispatch", "Re-d
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 200
 EVENTS_PAGE, MAX_EVENTS_PAGE = 200, 500
 MAX_MARKS = 400  # marked events drawn on one timeline (the newest)
-FILTER_FIELDS = ("q", "status", "workflow", "version", "tenant", "reason", "since", "until")
+LOCAL_INPUT_FORMAT = "%Y-%m-%dT%H:%M"  # what the browser's datetime-local input sends and shows
+FILTER_FIELDS = ("q", "status", "workflow", "version", "tenant", "subject", "reason", "since", "until")
 
 
 class RunFilterForm(forms.Form):
@@ -59,9 +60,20 @@ class RunFilterForm(forms.Form):
     workflow = forms.CharField(required=False, max_length=200)
     version = forms.CharField(required=False, max_length=100)
     tenant = forms.ChoiceField(required=False)
-    reason = forms.CharField(required=False, max_length=200, label="Suspend reason")
-    since = forms.DateTimeField(required=False, label="Updated from")
-    until = forms.DateTimeField(required=False, label="Updated to")
+    subject = forms.CharField(required=False, max_length=200, label="Subject id")
+    reason = forms.CharField(required=False, max_length=200, label="Suspend reason (text in it)")
+    since = forms.DateTimeField(
+        required=False,
+        label="Updated from (YYYY-MM-DD HH:MM, UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format=LOCAL_INPUT_FORMAT),
+        error_messages={"invalid": "Enter a time as YYYY-MM-DD HH:MM (or a date, YYYY-MM-DD)."},
+    )
+    until = forms.DateTimeField(
+        required=False,
+        label="Updated to (YYYY-MM-DD HH:MM, UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format=LOCAL_INPUT_FORMAT),
+        error_messages={"invalid": "Enter a time as YYYY-MM-DD HH:MM (or a date, YYYY-MM-DD)."},
+    )
     limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE)
     before_at = forms.DateTimeField(required=False, widget=forms.HiddenInput)
     before_id = forms.UUIDField(required=False, widget=forms.HiddenInput)
