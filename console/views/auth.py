@@ -249,7 +249,7 @@ def audit_export(request: HtmxHttpRequest) -> HttpResponse:
     writer.writerow(CSV_COLUMNS)
     for e in entries:
         details = json.dumps(e.details, ensure_ascii=False, sort_keys=True) if e.details else ""
-        row = (e.id, e.at.astimezone(UTC).isoformat(), e.actor, e.tenant.slug if e.tenant else "", e.action)
-        row += (e.target_type, e.target_id, e.note, details)
-        writer.writerow([csv_cell(value) for value in row])
+        tenant = e.tenant.slug if e.tenant else ""
+        row = (e.id, e.at.astimezone(UTC).isoformat(), e.actor, tenant, e.action, e.target_type, e.target_id)
+        writer.writerow([csv_cell(value) for value in (*row, e.note, details)])
     return response
