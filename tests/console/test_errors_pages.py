@@ -101,3 +101,33 @@ def test_every_beat_task_is_a_quiet_sweep():
     from workers.schedule import beat_schedule
 
     assert {entry["task"] for entry in beat_schedule().values()} <= set(settings.SWEEP_TASKS)
+
+
+@pytest.mark.slow
+def test_a_real_worker_logs_idle_sweeps_at_debug_only(processes, tmp_path):
+    """A real worker and beat, the sweeps every 0.5 s: at DEBUG their lines are there (so they ran),
+    and none of them is an INFO line; beat's "sending due task" lines are DEBUG as well."""
+    from core.processes import celery_beat_args, celery_worker_args
+    from tests.processes import wait_until
+
+    env = {"KEEPER_LOG_LEVEL": "DEBUG", "KEEPER_LOG_FORMAT": "plain", "KEEPER_REDISPATCH_INTERVAL": "0.5"}
+    processes.script(celery_worker_args("quiet", loglevel="debug", pool="solo"), env)
+    processes.script(celery_beat_args(tmp_path / "beat-schedule", loglevel="debug"), env)
+    worker_log, beat_log = tmp_path / "script-0.log", tmp_path / "script-1.log"
+
+    def sweep_lines(path, level: str) -> list[str]:
+        text = path.read_text(errors="replace") if path.exists() else ""
+        return [
+            line
+            for line in text.splitlines()
+            if "workers.tasks.redispatch_runs" in line and f" {level} " in line
+        ]
+
+    wait_until(
+        lambda: len([line for line in sweep_lines(worker_log, "DEBUG") if "succeeded" in line]) >= 2,
+        timeout=90,
+        interval=0.5,
+        message="two idle sweeps logged at DEBUG",
+    )
+    assert sweep_lines(worker_log, "INFO") == []
+    assert sweep_lines(beat_log, "DEBUG") and sweep_lines(beat_log, "INFO") == []
