@@ -3,9 +3,11 @@
 from django.contrib import admin
 from django.urls import include, path, re_path
 
+from console.views import errors
 from core.api import api_not_found
 
 urlpatterns = [
+    path("favicon.ico", errors.favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("", include("core.urls_ops")),
     path("api/", include("config.urls_api_schema")),
@@ -17,3 +19,6 @@ urlpatterns = [
     path("sandbox/", include("sandbox.urls")),
     path("", include("console.urls")),
 ]
+
+# The error pages keep the navigation and say why (templates/403.html, 404.html, 500.html).
+handler500 = "console.views.errors.server_error"

@@ -1,10 +1,13 @@
-"""Writing the audit log: one entry per human action, with actor, time, tenant, target and note."""
+"""Writing the audit log: one entry per human action, with actor, time, tenant, target and note;
+reading it: the target's page, and CSV cells a spreadsheet cannot run as formulas."""
 
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from django.http import HttpRequest
+from django.urls import NoReverseMatch, reverse
 
 from console.models import AuditEntry
 from core.models import Tenant
@@ -35,3 +38,29 @@ def audit_record(
         details=details or {},
         remote_addr=request.META.get("REMOTE_ADDR", "")[:64],
     )
+
+
+def audit_target_url(entry: AuditEntry, roles: set[str]) -> str:
+    """The page of an entry's target, if the reader's roles open one ("" otherwise)."""
+    kind, target = entry.target_type, entry.target_id
+    try:
+        if kind == "run" and "engineer" in roles:
+            return reverse("console:run_detail", args=[UUID(target)])
+        if kind == "run" and "support" in roles:
+            return reverse("console:support_run", args=[UUID(target)])
+        if kind == "approval" and "support" in roles:
+            return reverse("console:support_approval", args=[UUID(target)])
+        if kind == "erasure_request" and "compliance" in roles and entry.tenant is not None:
+            return reverse("console:compliance_erasure_detail", args=[entry.tenant.slug, UUID(target)])
+    except (ValueError, NoReverseMatch):
+        return ""
+    return ""
+
+
+CSV_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> str:
+    """A cell a spreadsheet shows as text: one starting like a formula gets a leading apostrophe."""
+    text = "" if value is None else str(value)
+    return f"'{text}" if text.startswith(CSV_FORMULA_STARTS) else text

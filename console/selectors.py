@@ -62,15 +62,52 @@ def tenant_get_for_user(*, user: Any, tenant: str | UUID) -> Tenant | None:
         return tenants.filter(slug=str(tenant)[:64]).first()
 
 
-def audit_entry_page(
-    *, tenant_ids: list[UUID] | None, actor: str, target: str, cursor: int | None, limit: int
-) -> KeysetPage[AuditEntry]:
-    """Audit entries newest first: of `tenant_ids` and the actor's own (every entry with None)."""
+@dataclass(frozen=True)
+class AuditFilters:
+    """The audit log's filters (all optional): who, what, which tenant and target, and when."""
+
+    actor: str = ""
+    action: str = ""
+    tenant_id: UUID | None = None
+    target: str = ""
+    since: datetime | None = None  # from this instant (inclusive)
+    until: datetime | None = None  # before this instant
+
+
+def audit_entries(
+    *, tenant_ids: list[UUID] | None, actor: str, filters: AuditFilters
+) -> QuerySet[AuditEntry]:
+    """Audit entries newest first: of `tenant_ids` and the actor's own (every entry with None), filtered."""
     entries = AuditEntry.objects.select_related("tenant")
     if tenant_ids is not None:
         entries = entries.filter(Q(tenant_id__in=tenant_ids) | Q(actor=actor))
-    if target:
-        entries = entries.filter(target_id=target)
+    if filters.target:
+        entries = entries.filter(target_id=filters.target)
+    if filters.actor:  # "alice" finds "user:alice"; a full actor ("system:demo") finds itself
+        entries = entries.filter(Q(actor=filters.actor) | Q(actor=f"user:{filters.actor}"))
+    if filters.action:
+        entries = entries.filter(action=filters.action)
+    if filters.tenant_id is not None:
+        entries = entries.filter(tenant_id=filters.tenant_id)
+    if filters.since is not None:
+        entries = entries.filter(at__gte=filters.since)
+    if filters.until is not None:
+        entries = entries.filter(at__lt=filters.until)
+    return entries.order_by("-id")
+
+
+def audit_entry_page(
+    *,
+    tenant_ids: list[UUID] | None,
+    actor: str,
+    target: str = "",
+    cursor: int | None,
+    limit: int,
+    filters: AuditFilters | None = None,
+) -> KeysetPage[AuditEntry]:
+    """One keyset page of `audit_entries` (`cursor`: the id the page starts below)."""
+    chosen = filters if filters is not None else AuditFilters(target=target)
+    entries = audit_entries(tenant_ids=tenant_ids, actor=actor, filters=chosen)
     return keyset_page(entries, keys=AUDIT_KEYS, cursor=None if cursor is None else (cursor,), limit=limit)
 
 
@@ -126,7 +163,10 @@ def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
     inbox.questions = thread_interrupted_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     covered = {row["run"].run_id for row in inbox.approvals + inbox.operations + inbox.refused}
     covered |= {run.run_id for run in inbox.questions}
-    inbox.other = run_suspended_list(tenant_ids=tenant_ids, excluding=covered, limit=INBOX_LIMIT)
+    # An engineer's fork that was not started waits for that engineer (the run page), not for support.
+    inbox.other = run_suspended_list(
+        tenant_ids=tenant_ids, excluding=covered, limit=INBOX_LIMIT, reasons_excluded=("fork_not_started",)
+    )
     return inbox
 
 

@@ -11,6 +11,7 @@ urlpatterns = [
     path("sign-in/", auth.sign_in, name="sign_in"),
     path("sign-out/", auth.sign_out, name="sign_out"),
     path("audit/", auth.audit_log, name="audit_log"),
+    path("audit/export.csv", auth.audit_export, name="audit_export"),
     *support,
     *engineer,
     *compliance,

@@ -8,6 +8,7 @@ from console.views import (
     engineer_bulk,
     engineer_history,
     engineer_langgraph,
+    engineer_live,
     engineer_queue,
 )
 
@@ -15,6 +16,7 @@ urlpatterns = [
     path("runs/", engineer.run_list, name="run_list"),
     path("runs/bulk/", engineer_bulk.bulk, name="run_bulk"),
     path("runs/<uuid:run_id>/", engineer.run_detail, name="run_detail"),
+    path("runs/<uuid:run_id>/live/", engineer_live.run_live, name="run_live"),
     path("runs/<uuid:run_id>/state/", engineer.run_state, name="run_state"),
     path("runs/<uuid:run_id>/diff/", engineer.run_diff, name="run_diff"),
     path(

@@ -123,3 +123,39 @@ class JSONFormatter(logging.Formatter):
         if record.stack_info:
             entry["stack_info"] = self.formatStack(record.stack_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+class ForbiddenLineFilter(logging.Filter):
+    """Django logs every 403 (a PermissionDenied) with its traceback; a refusal is not a bug, so it
+    stays one WARNING line (`Forbidden (Permission denied): /path`) without the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if getattr(record, "status_code", None) == 403:
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
+class QuietSweepFilter(logging.Filter):
+    """Celery's "received" and "succeeded" lines (and beat's "sending due task") of the periodic
+    sweeps, which come every few seconds, are DEBUG unless the sweep did something (returned a
+    count other than 0): at INFO the worker logs a sweep only when it changed something."""
+
+    def __init__(self, tasks: list[str] | tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.tasks = frozenset(tasks)
+
+    def _quiet(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if record.levelno != logging.INFO:
+            return False
+        if isinstance(args, dict) and args.get("name") in self.tasks:  # the worker's lines
+            return "return_value" not in args or str(args["return_value"]) in ("0", "None")
+        # beat: "Scheduler: Sending due task %s (%s)" with (entry name, task name)
+        return isinstance(args, tuple) and len(args) == 2 and args[1] in self.tasks
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._quiet(record):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)

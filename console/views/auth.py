@@ -1,21 +1,38 @@
-"""Sign-in with throttling, sign-out, the home page (each role's first screen), and the audit log."""
+"""Sign-in with throttling, sign-out, the home page (each role's first screen), and the audit log
+(filters, pages, CSV export)."""
 
 from __future__ import annotations
 
+import csv
+import json
+from datetime import UTC, datetime, time, timedelta
+from typing import Any, cast
+from uuid import UUID
+
+from django import forms
 from django.conf import settings
 from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm
-from django.http import HttpResponse
+from django.http import HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
-from console.audit import actor_of, audit_record
+from console.audit import actor_of, audit_record, audit_target_url, csv_cell
 from console.htmx import HtmxHttpRequest
-from console.roles import COMPLIANCE, ENGINEER, SUPPORT, role_required, tenant_ids_for_user, user_roles
-from console.selectors import audit_entry_page
+from console.roles import (
+    COMPLIANCE,
+    ENGINEER,
+    SUPPORT,
+    role_required,
+    tenant_ids_for_user,
+    user_roles,
+    user_tenants,
+)
+from console.selectors import AuditFilters, audit_entries, audit_entry_page
 from console.sign_in import sign_in_failure_record, sign_in_throttled
+from core.models import Tenant
 
 AUDIT_PAGE = 50
 
@@ -76,19 +93,163 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "console/no_role.html", status=403)
 
 
+KNOWN_ACTIONS = (
+    "approve",
+    "reject",
+    "lookup",
+    "reconcile",
+    "resume",
+    "cancel",
+    "redispatch",
+    "fork",
+    "rewind",
+    "accept_state",
+    "erase",
+    "langgraph_answer",
+    "langgraph_fork",
+    "sign_in",
+    "sign_out",
+    "audit_export",
+)
+DATE_FORMAT = "%Y-%m-%d"  # typed dates (the browser's date input sends this format too)
+EXPORT_MAX = 50_000  # entries one CSV may hold; a bigger export must be narrowed first
+CSV_COLUMNS = ("id", "at_utc", "actor", "tenant", "action", "target_type", "target_id", "note", "details")
+
+
+class AuditFilterForm(forms.Form):
+    """The audit log's filters; the tenant choices are only the user's own tenants."""
+
+    actor = forms.CharField(required=False, max_length=200, label="Actor (user name)")
+    action = forms.CharField(required=False, max_length=100)
+    tenant = forms.ChoiceField(required=False)
+    target = forms.CharField(required=False, max_length=200, label="Target id")
+    since = forms.DateField(
+        required=False,
+        input_formats=[DATE_FORMAT],
+        label="From (YYYY-MM-DD, UTC)",
+        widget=forms.DateInput(attrs={"type": "date", "placeholder": "YYYY-MM-DD"}, format=DATE_FORMAT),
+        error_messages={"invalid": "Enter a date as YYYY-MM-DD, e.g. 2026-03-01."},
+    )
+    until = forms.DateField(
+        required=False,
+        input_formats=[DATE_FORMAT],
+        label="To (YYYY-MM-DD, UTC, inclusive)",
+        widget=forms.DateInput(attrs={"type": "date", "placeholder": "YYYY-MM-DD"}, format=DATE_FORMAT),
+        error_messages={"invalid": "Enter a date as YYYY-MM-DD, e.g. 2026-03-31."},
+    )
+
+    def __init__(self, data: Any, *, tenants: list[Tenant]) -> None:
+        super().__init__(data)
+        self.tenant_ids = {t.slug: t.tenant_id for t in tenants}
+        cast(forms.ChoiceField, self.fields["tenant"]).choices = [
+            ("", "all of mine"),
+            *((t.slug, t.slug) for t in tenants),
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            raise forms.ValidationError("'From' is after 'To'.")
+        return data
+
+    def filters(self) -> AuditFilters:
+        data = self.cleaned_data
+        since, until = data.get("since"), data.get("until")
+        return AuditFilters(
+            actor=data.get("actor", ""),
+            action=data.get("action", ""),
+            tenant_id=self.tenant_ids.get(data.get("tenant") or ""),
+            target=data.get("target", ""),
+            since=datetime.combine(since, time.min, tzinfo=UTC) if since else None,
+            until=datetime.combine(until + timedelta(days=1), time.min, tzinfo=UTC) if until else None,
+        )
+
+    def query(self, **extra: Any) -> str:
+        """The filters as a query string (for the pager and the export link)."""
+        query = QueryDict(mutable=True)
+        for name, value in extra.items():
+            query[name] = str(value)
+        for name in ("target", "actor", "action", "tenant", "since", "until"):
+            value = self.data.get(name, "")
+            if value:
+                query[name] = str(value)[:200]
+        return query.urlencode()
+
+
+def _audit_scope(request: HtmxHttpRequest) -> list[UUID] | None:
+    return None if request.user.is_superuser else tenant_ids_for_user(request.user)
+
+
+def _audit_form(request: HtmxHttpRequest) -> AuditFilterForm:
+    return AuditFilterForm(request.GET, tenants=list(user_tenants(request.user)))
+
+
+def _audit_page(
+    request: HtmxHttpRequest, form: AuditFilterForm, status: int = 200, **extra: Any
+) -> HttpResponse:
+    context = {"form": form, "known_actions": KNOWN_ACTIONS, "query": form.query(), **extra}
+    return render(request, "console/audit_log.html", context, status=status)
+
+
 @role_required(SUPPORT, COMPLIANCE, ENGINEER)
+@require_safe
 def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     """The audit entries of the user's tenants and the user's own (sign-ins); a superuser sees all.
+    Filters: actor, action, tenant, target and a date range (bad values are form errors, 422).
     Keyset pages newest first: `before` is the id the next page starts below."""
-    target = request.GET.get("target", "")[:200]
+    form = _audit_form(request)
+    if not form.is_valid():
+        return _audit_page(request, form, status=422, page=None)
     before = request.GET.get("before", "")
     page = audit_entry_page(
-        tenant_ids=None if request.user.is_superuser else tenant_ids_for_user(request.user),
+        tenant_ids=_audit_scope(request),
         actor=actor_of(request),
-        target=target,
         cursor=int(before) if before.isdecimal() and len(before) < 19 else None,
         limit=AUDIT_PAGE,
+        filters=form.filters(),
     )
+    roles = user_roles(request.user)
+    rows = [(entry, audit_target_url(entry, roles)) for entry in page.rows]
     older = page.next_cursor[0] if page.next_cursor else None
-    context = {"page": page, "target": target, "older": older, "first": bool(before)}
-    return render(request, "console/audit_log.html", context)
+    older_query = form.query(before=older) if older else ""
+    return _audit_page(request, form, page=page, rows=rows, older_query=older_query, first=bool(before))
+
+
+@role_required(SUPPORT, COMPLIANCE, ENGINEER)
+@require_safe
+def audit_export(request: HtmxHttpRequest) -> HttpResponse:
+    """The filtered entries as CSV (the same filters and scope as the page; the export is itself
+    audited). Cells that a spreadsheet would run as a formula start with an apostrophe."""
+    form = _audit_form(request)
+    if not form.is_valid():
+        return _audit_page(request, form, status=422, page=None)
+    entries = list(
+        audit_entries(tenant_ids=_audit_scope(request), actor=actor_of(request), filters=form.filters())[
+            : EXPORT_MAX + 1
+        ]
+    )
+    if len(entries) > EXPORT_MAX:
+        form.add_error(
+            None, f"More than {EXPORT_MAX:,} entries match: narrow the dates or filters to export."
+        )
+        return _audit_page(request, form, status=422, page=None)
+    audit_record(
+        request=request,
+        action="audit_export",
+        target_type="audit_log",
+        details={
+            "filters": {k: v for k, v in request.GET.items() if k in form.fields},
+            "entries": len(entries),
+        },
+    )
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="keeper-audit.csv"'
+    writer = csv.writer(response)
+    writer.writerow(CSV_COLUMNS)
+    for e in entries:
+        details = json.dumps(e.details, ensure_ascii=False, sort_keys=True) if e.details else ""
+        tenant = e.tenant.slug if e.tenant else ""
+        row = (e.id, e.at.astimezone(UTC).isoformat(), e.actor, tenant, e.action, e.target_type, e.target_id)
+        writer.writerow([csv_cell(value) for value in (*row, e.note, details)])
+    return response

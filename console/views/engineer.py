@@ -21,6 +21,7 @@ from django.views.decorators.http import require_safe
 
 from console.display import MAX_DIFF_ENTRIES, events_formatted, json_diff
 from console.htmx import HtmxHttpRequest, htmx_target
+from console.live import POLL_SECONDS, rows_live_key
 from console.roles import ENGINEER, role_required, run_for_user, user_tenants
 from console.steps import run_steps
 from console.timeline import DEFAULT_BUCKETS, MARKED_EVENT_TYPES, Bucket, TimelineEvent, timeline_svg
@@ -50,7 +51,8 @@ EVENTS_PAGE, MAX_EVENTS_PAGE = 200, 500
 MAX_MARKS = 400  # marked events drawn on one timeline (the newest)
 MAX_STEPS = 400  # step executions drawn on one timeline (the newest)
 STEPS_SHOWN = 50  # of them, rows in the run page's steps table (the newest)
-FILTER_FIELDS = ("q", "status", "workflow", "version", "tenant", "reason", "since", "until")
+LOCAL_INPUT_FORMAT = "%Y-%m-%dT%H:%M"  # what the browser's datetime-local input sends and shows
+FILTER_FIELDS = ("q", "status", "workflow", "version", "tenant", "subject", "reason", "since", "until")
 
 
 class RunFilterForm(forms.Form):
@@ -61,9 +63,20 @@ class RunFilterForm(forms.Form):
     workflow = forms.CharField(required=False, max_length=200)
     version = forms.CharField(required=False, max_length=100)
     tenant = forms.ChoiceField(required=False)
-    reason = forms.CharField(required=False, max_length=200, label="Suspend reason")
-    since = forms.DateTimeField(required=False, label="Updated from")
-    until = forms.DateTimeField(required=False, label="Updated to")
+    subject = forms.CharField(required=False, max_length=200, label="Subject id")
+    reason = forms.CharField(required=False, max_length=200, label="Suspend reason (text in it)")
+    since = forms.DateTimeField(
+        required=False,
+        label="Updated from (YYYY-MM-DD HH:MM, UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format=LOCAL_INPUT_FORMAT),
+        error_messages={"invalid": "Enter a time as YYYY-MM-DD HH:MM (or a date, YYYY-MM-DD)."},
+    )
+    until = forms.DateTimeField(
+        required=False,
+        label="Updated to (YYYY-MM-DD HH:MM, UTC)",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format=LOCAL_INPUT_FORMAT),
+        error_messages={"invalid": "Enter a time as YYYY-MM-DD HH:MM (or a date, YYYY-MM-DD)."},
+    )
     limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE)
     before_at = forms.DateTimeField(required=False, widget=forms.HiddenInput)
     before_id = forms.UUIDField(required=False, widget=forms.HiddenInput)
@@ -115,7 +128,7 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     context: dict[str, Any] = {"form": form, "bulk_actions": BULK_ACTIONS}
     if not form.is_valid():
         context.update(page=None, filter_query=filter_query(None))
-        return render(request, "console/engineer/run_list.html", context, status=400)
+        return render(request, "console/engineer/run_list.html", context, status=422)
     data = form.cleaned_data
     limit = data.get("limit") or PAGE_SIZE
     before = (data["before_at"], data["before_id"]) if data.get("before_at") else None
@@ -129,12 +142,23 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         older = filter_query(
             request.GET, limit=data.get("limit"), before_at=last.updated_at.isoformat(), before_id=last.run_id
         )
+    live_key = rows_live_key(page.rows)
+    if htmx_target(request) == "run-table" and request.GET.get("live") == live_key:
+        return HttpResponse(status=204)  # the live poll: nothing changed, nothing is redrawn
+    this_page = filter_query(
+        request.GET,
+        limit=data.get("limit"),
+        before_at=request.GET.get("before_at"),
+        before_id=request.GET.get("before_id"),
+    )
     context.update(
         page=page,
         rows=[(run, slugs.get(run.tenant_id, "")) for run in page.rows],
         older=older,
         first=before is not None,
         filter_query=filter_query(request.GET, limit=data.get("limit")),
+        live_query=f"{this_page}&live={live_key}" if this_page else f"live={live_key}",
+        poll_seconds=POLL_SECONDS,
     )
     partial = "#run-table" if htmx_target(request) == "run-table" else ""
     return render(request, f"console/engineer/run_list.html{partial}", context)

@@ -19,7 +19,7 @@ from django.contrib import messages
 from django.core import signing
 from django.db import transaction
 from django.db.models import Q
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
@@ -80,16 +80,30 @@ class Action:
     apply: Callable[..., Any]
     eligible: Q  # the runs it would change
     needs: str  # the rule, in words, for runs it skips
+    effect: str  # what happens to each run, in words (the confirmation says it)
 
+
+# A run waiting for an approval continues when the approval is decided (the support inbox), so a
+# bulk resume leaves it out: resuming it would only be refused again for the missing approval.
+WAITING_FOR_APPROVAL = Q(suspend_reason__startswith="approval_")
 
 ACTIONS = {
-    "resume": Action("resume", "Resume", _resume, Q(status=RunStatus.SUSPENDED), "suspended"),
+    "resume": Action(
+        "resume",
+        "Resume",
+        _resume,
+        Q(status=RunStatus.SUSPENDED) & ~WAITING_FOR_APPROVAL,
+        "suspended and not waiting for an approval",
+        "each run is asked to continue; a worker verifies it first and it stays suspended, with the "
+        "reason, if a check fails",
+    ),
     "cancel": Action(
         "cancel",
         "Cancel",
         run_cancel,
         Q(status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED]),
         "running or suspended",
+        "each run stops for good (a worker mid-step can no longer commit); it cannot be resumed, only forked",
     ),
     "redispatch": Action(
         "redispatch",
@@ -97,12 +111,42 @@ ACTIONS = {
         _redispatch,
         Q(status=RunStatus.RUNNING) | Q(status=RunStatus.SUSPENDED, resume_requested_at__isnull=False),
         "running, or suspended with a resume request",
+        "each run gets a new wake-up message; PostgreSQL still decides whether it runs",
     ),
 }
+
+# Actions that cannot be undone go through a confirmation page and need a note.
+CONFIRMED = frozenset({"cancel"})
 
 
 class NoteForm(forms.Form):
     note = forms.CharField(max_length=NOTE_MAX, required=False)
+
+
+class ConfirmedNoteForm(forms.Form):
+    """The confirmation page's form: a note saying why (required) and the confirmation itself."""
+
+    note = forms.CharField(
+        max_length=NOTE_MAX,
+        required=True,
+        strip=True,
+        error_messages={
+            "required": "Say why in the note (it is kept in the audit log and the run's history)."
+        },
+    )
+    confirm = forms.CharField(
+        required=True, error_messages={"required": "Confirm on this page (nothing was applied)."}
+    )
+
+    def clean_confirm(self) -> str:
+        value = str(self.cleaned_data.get("confirm", ""))
+        if value != "yes":
+            raise forms.ValidationError("Confirm on this page (nothing was applied).")
+        return value
+
+
+class RewindForm(ConfirmedNoteForm):
+    at_seq = forms.IntegerField(min_value=1)
 
 
 class ForkForm(NoteForm):
@@ -134,15 +178,37 @@ def _refused(request: HtmxHttpRequest, run_id: UUID, message: str, status: int) 
     return render(request, "console/engineer/run_detail.html", run_page_context(request, run), status=status)
 
 
+def _confirm_page(
+    request: HtmxHttpRequest, run: AgentRun, action: str, form: forms.Form, status: int = 200, **extra: Any
+) -> HttpResponse:
+    context = {"run": run, "action": action, "form": form, "active": run.status in ACTIVE, **extra}
+    return render(request, "console/engineer/confirm.html", context, status=status)
+
+
+ACTIVE = (RunStatus.RUNNING, RunStatus.SUSPENDED)
+
+
 @role_required(ENGINEER)
-@require_POST
+@require_http_methods(["GET", "POST"])
 def run_action(request: HtmxHttpRequest, run_id: UUID, action: str) -> HttpResponse:
-    """Resume, cancel or re-dispatch one run."""
+    """Resume, cancel or re-dispatch one run. Cancel first shows what will happen (GET) and needs
+    the confirmation and a note (POST); a missing note is a form error (422) and applies nothing."""
     run = run_for_user(request.user, run_id)
     chosen = ACTIONS[action]
-    form = NoteForm(request.POST)
-    if not form.is_valid():
-        return _refused(request, run.run_id, "the note is too long", 422)
+    form: forms.Form
+    if action in CONFIRMED:
+        if _unconfirmed(request):  # the run page's button: say what will happen first
+            initial = {"note": str(request.POST.get("note", ""))[:NOTE_MAX]}
+            return _confirm_page(request, run, action, ConfirmedNoteForm(initial=initial))
+        form = ConfirmedNoteForm(request.POST)
+        if not form.is_valid():
+            return _confirm_page(request, run, action, form, status=422)
+    else:
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        form = NoteForm(request.POST)
+        if not form.is_valid():
+            return _refused(request, run.run_id, "the note is too long", 422)
     note, actor = form.cleaned_data["note"], actor_of(request)
     try:
         _apply(request, run, action, note, lambda: chosen.apply(run_id=run.run_id, actor=actor, note=note))
@@ -152,11 +218,39 @@ def run_action(request: HtmxHttpRequest, run_id: UUID, action: str) -> HttpRespo
     return redirect("console:run_detail", run_id=run.run_id)
 
 
+def _unconfirmed(request: HtmxHttpRequest) -> bool:
+    """A GET, or a POST from the run page's form (no confirmation field): show the confirmation."""
+    return request.method == "GET" or "confirm" not in request.POST
+
+
+def _rewind_confirm(request: HtmxHttpRequest, run: AgentRun) -> HttpResponse | None:
+    """The rewind's confirmation page (first, or again with the form's errors); None: go ahead."""
+    data = request.POST if request.method == "POST" else request.GET
+    try:
+        at_seq = max(1, min(int(str(data.get("at_seq"))), run.state_revision))
+    except (TypeError, ValueError):
+        at_seq = run.state_revision
+    if _unconfirmed(request):
+        form = RewindForm(initial={"note": str(data.get("note", ""))[:NOTE_MAX], "at_seq": at_seq})
+        return _confirm_page(request, run, "rewind", form, at_seq=at_seq)
+    form = RewindForm(request.POST)
+    if form.is_valid():
+        return None
+    return _confirm_page(request, run, "rewind", form, status=422, at_seq=at_seq)
+
+
 @role_required(ENGINEER)
-@require_POST
+@require_http_methods(["GET", "POST"])
 def run_fork_view(request: HtmxHttpRequest, run_id: UUID, rewind: bool = False) -> HttpResponse:
-    """Fork a new run from one event, or rewind (a fork that supersedes this run)."""
+    """Fork a new run from one event, or rewind (a fork that supersedes this run: it shows what
+    will happen first, and needs the confirmation and a note)."""
     run = run_for_user(request.user, run_id)
+    if rewind:
+        page = _rewind_confirm(request, run)
+        if page is not None:
+            return page
+    elif request.method != "POST":
+        return HttpResponseNotAllowed(["POST"])
     form = ForkForm(request.POST)
     if not form.is_valid():
         return _refused(
@@ -248,15 +342,41 @@ def _token_ok(request: HtmxHttpRequest, token: str, action: str, query: str) -> 
     return value == {"a": action, "f": query, "u": request.user.pk}
 
 
+class BulkNoteForm(forms.Form):
+    note = forms.CharField(
+        max_length=NOTE_MAX,
+        required=True,
+        strip=True,
+        error_messages={"required": "Say why in the note (it is kept in the audit log, one entry per run)."},
+    )
+
+
+def _dry_run(request: HtmxHttpRequest, runs: Any, action: Action, query: str) -> dict[str, Any]:
+    """How many runs match, how many would change, the first of them, and the confirmation token."""
+    matched = run_count_capped(runs=runs, cap=BULK_CAP)
+    eligible = runs.filter(action.eligible)
+    would = run_count_capped(runs=eligible, cap=BULK_CAP)
+    return {
+        "matched": matched,
+        "over": matched > BULK_CAP,
+        "would": would,
+        "skipped": min(matched, BULK_CAP) - would,
+        "preview": list(eligible.only(*LIST_FIELDS).order_by("-updated_at", "-run_id")[:PREVIEW]),
+        "token": _token(request, action.name, query),
+        "preview_size": PREVIEW,
+    }
+
+
 @role_required(ENGINEER)
 @require_http_methods(["GET", "POST"])
 def bulk(request: HtmxHttpRequest) -> HttpResponse:
-    """GET: the dry run (how many match, which would change). POST: the confirmed action."""
+    """GET: the dry run (how many match, which would change, what will happen). POST: the action,
+    confirmed on the dry-run page of this very filter and with a note (else 422, nothing applied)."""
     data = request.POST if request.method == "POST" else request.GET
     form, action, tenants = _bulk_setup(request, data)
     if action is None or not form.is_valid():
         problem = "choose resume, cancel or re-dispatch" if action is None else "the filter is not valid"
-        return render(request, "console/engineer/bulk.html", {"form": form, "problem": problem}, status=400)
+        return render(request, "console/engineer/bulk.html", {"form": form, "problem": problem}, status=422)
     query = filter_query(data)
     runs = run_filtered(tenant_ids=[t.tenant_id for t in tenants], filters=form.cleaned_data)
     context: dict[str, Any] = {
@@ -267,43 +387,35 @@ def bulk(request: HtmxHttpRequest) -> HttpResponse:
         "filter_items": [(k, v) for k in FILTER_FIELDS if (v := data.get(k))],
     }
     if request.method == "GET":
-        matched = run_count_capped(runs=runs, cap=BULK_CAP)
-        eligible = runs.filter(action.eligible)
-        context.update(
-            matched=matched,
-            over=matched > BULK_CAP,
-            would=run_count_capped(runs=eligible, cap=BULK_CAP),
-            preview=list(eligible.only(*LIST_FIELDS).order_by("-updated_at", "-run_id")[:PREVIEW]),
-            token=_token(request, action.name, query),
-            preview_size=PREVIEW,
-        )
-        context["skipped"] = min(matched, BULK_CAP) - context["would"]
+        context.update(_dry_run(request, runs, action, query), note_form=BulkNoteForm())
         return render(request, "console/engineer/bulk.html", context)
 
     if data.get("confirm") != "yes" or not _token_ok(request, str(data.get("token", "")), action.name, query):
         messages.error(request, "Not applied: tick the confirmation on the dry-run page of this very filter.")
         return render(
-            request, "console/engineer/bulk.html", {**context, "problem": "not confirmed"}, status=400
+            request, "console/engineer/bulk.html", {**context, "problem": "not confirmed"}, status=422
         )
-    note_form = NoteForm(data)
-    if not note_form.is_valid():
-        return render(
-            request, "console/engineer/bulk.html", {**context, "problem": "the note is too long"}, status=422
-        )
+    note_form = BulkNoteForm(data)
+    if not note_form.is_valid():  # the dry run again, with the note's error under the note
+        context.update(_dry_run(request, runs, action, query), note_form=note_form)
+        return render(request, "console/engineer/bulk.html", context, status=422)
     targets = list(
         runs.order_by("-updated_at", "-run_id")
         .select_related("tenant")
-        .only("run_id", "status", "tenant")[: BULK_CAP + 1]
+        .only("run_id", "status", "suspend_reason", "tenant")[: BULK_CAP + 1]
     )
     if len(targets) > BULK_CAP:
         messages.error(
             request, f"More than {BULK_CAP:,} runs match now; nothing was applied. Narrow the filter."
         )
-        return render(request, "console/engineer/bulk.html", {**context, "problem": "too many"}, status=400)
+        return render(request, "console/engineer/bulk.html", {**context, "problem": "too many"}, status=422)
     note, actor = note_form.cleaned_data["note"], actor_of(request)
     changed: list[Any] = []
     skipped: list[tuple[Any, str]] = []
     for run in targets:
+        if action.name == "resume" and (run.suspend_reason or "").startswith("approval_"):
+            skipped.append((run, "it waits for an approval: decide the approval in the support inbox"))
+            continue
         try:
             _apply(
                 request,

@@ -21,7 +21,7 @@ def test_older_links_walk_every_entry_once_newest_first(as_role, tenant):
         html = client.get(url).content.decode()
         pages += 1
         seen += re.findall(r"<code>(t-\d{3})</code>", html)
-        older = re.search(r'class="older" href="\?before=(\d+)&(?:amp;)?target=', html)
+        older = re.search(r'class="older" href="\?before=(\d+)"', html)
         url = f"/audit/?before={older.group(1)}" if older else ""
         assert pages == 1 or "« newest" in html
     assert seen == expected and pages == 3

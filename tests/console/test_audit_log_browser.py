@@ -23,5 +23,5 @@ def test_older_and_newest_links_page_through_the_audit_log(page_as, tenant):
     assert "entry-000" in older and "entry-059" not in older
     screenshot(page, "audit-log-older")
     page.click("text=« newest")
-    page.wait_for_url("**/audit/?target=")
+    page.wait_for_url("**/audit/")
     assert "entry-059" in page.locator("table").inner_text()

@@ -114,9 +114,9 @@ def test_the_list_shows_only_the_users_tenants_and_filters_them(as_role, tenant,
         {"since": "2026-02-01", "until": "2026-01-01"},
     ],
 )
-def test_an_invalid_filter_shows_an_error_with_400(as_role, tenant, other_tenant, params):
+def test_an_invalid_filter_shows_an_error_with_422(as_role, tenant, other_tenant, params):
     response = as_role("engineer").get("/runs/", params)
-    assert response.status_code == 400
+    assert response.status_code == 422
     assert b"The filter is not valid" in response.content
 
 
@@ -179,7 +179,7 @@ def test_another_tenants_run_is_404_on_every_url_and_nothing_is_recorded(as_role
     run = finish(start(other_tenant))
     client = as_role("engineer")
     run_urls = [p for p in urls_engineer.urlpatterns if "run_id" in str(p.pattern)]
-    assert len(run_urls) == 13  # with the LangGraph checkpoints page and its fork, and history.json
+    assert len(run_urls) == 14  # with the LangGraph checkpoints page, its fork, history.json and the live poll
     for pattern in run_urls:
         kwargs = {
             "run_id": run.run_id,
@@ -351,7 +351,7 @@ def test_resume_and_cancel_write_one_audit_entry_and_a_run_event(as_role, tenant
         "user:engineer",
         "checked the order",
     )
-    assert client.post(detail(run, "run_cancel"), {"note": "give up"}).status_code == 302
+    assert client.post(detail(run, "run_cancel"), {"note": "give up", "confirm": "yes"}).status_code == 302
     assert [e.action for e in audit_for(run)] == ["cancel", "resume"]
     assert AgentRun.objects.get(run_id=run.run_id).status == "cancelled"
 
@@ -360,13 +360,13 @@ def test_a_refused_action_shows_the_reason_with_a_4xx_and_records_nothing(as_rol
     run = finish(start(tenant, n=1))
     client = as_role("engineer")
     for name in ("run_resume", "run_cancel", "run_redispatch"):
-        response = client.post(detail(run, name), {"note": HOSTILE})
+        response = client.post(detail(run, name), {"note": HOSTILE, "confirm": "yes"})
         assert response.status_code == 409, name
         assert "refused" in response.content.decode() and HOSTILE not in response.content.decode()
     response = client.post(detail(run, "run_fork"), {"at_seq": 999, "note": "x"})
     assert response.status_code == 422 and "has no event 999" in response.content.decode()
     assert client.post(detail(run, "run_fork"), {"at_seq": "", "note": "x"}).status_code == 422
-    assert client.get(detail(run, "run_cancel")).status_code == 405
+    assert client.get(detail(run, "run_resume")).status_code == 405
     guarded = Client(enforce_csrf_checks=True)
     guarded.force_login(get_user_model().objects.get(username="engineer"))
     assert guarded.post(detail(suspended(tenant), "run_resume"), {"note": "no token"}).status_code == 403
@@ -383,7 +383,7 @@ def test_redispatch_fork_and_rewind_are_audited(as_role, tenant):
     child = AgentRun.objects.get(parent_run=done, fork_seq=3)
     assert response["Location"] == detail(child)
     assert AgentEvent.objects.get(run=child, seq=1).actor == "user:engineer"
-    response = client.post(detail(done, "run_rewind"), {"at_seq": 2, "note": "wrong turn"})
+    response = client.post(detail(done, "run_rewind"), {"at_seq": 2, "note": "wrong turn", "confirm": "yes"})
     done.refresh_from_db()
     assert done.superseded_by_id is not None and response["Location"] == detail(done.superseded_by)
     entries = audit_for(done)
@@ -410,9 +410,9 @@ def test_bulk_resume_dry_run_then_confirm_changes_only_suspended_runs(as_role, t
     token = dry.context["token"]
     form = {"action": "resume", "workflow": "demo.countdown", "token": token, "note": "bulk after outage"}
     refused = client.post("/runs/bulk/", form)  # no confirmation ticked
-    assert refused.status_code == 400 and not AuditEntry.objects.exists()
+    assert refused.status_code == 422 and not AuditEntry.objects.exists()
     forged = client.post("/runs/bulk/", {**form, "workflow": "", "confirm": "yes"})  # another filter
-    assert forged.status_code == 400 and not AuditEntry.objects.exists()
+    assert forged.status_code == 422 and not AuditEntry.objects.exists()
     applied = client.post("/runs/bulk/", {**form, "confirm": "yes"})
     assert applied.status_code == 200
     assert {r.run_id for r in applied.context["changed"]} == {r.run_id for r in stopped}
@@ -454,10 +454,10 @@ def test_a_bulk_action_over_the_cap_is_refused_with_a_clear_message(as_role, ten
         "More than 2 runs match" in dry.content.decode() and 'id="bulk-confirm"' not in dry.content.decode()
     )
     token = engineer_bulk._token(dry.wsgi_request, "cancel", "")
-    applied = client.post("/runs/bulk/", {"action": "cancel", "token": token, "confirm": "yes"})
-    assert applied.status_code == 400 and not AuditEntry.objects.exists()
-    assert client.get("/runs/bulk/", {"action": "explode"}).status_code == 400
-    assert client.get("/runs/bulk/", {"action": "cancel", "status": "nope"}).status_code == 400
+    applied = client.post("/runs/bulk/", {"action": "cancel", "token": token, "confirm": "yes", "note": "x"})
+    assert applied.status_code == 422 and not AuditEntry.objects.exists()
+    assert client.get("/runs/bulk/", {"action": "explode"}).status_code == 422
+    assert client.get("/runs/bulk/", {"action": "cancel", "status": "nope"}).status_code == 422
 
 
 # --- queue health ---------------------------------------------------------------------------------

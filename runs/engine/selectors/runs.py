@@ -113,10 +113,12 @@ def run_filtered(*, tenant_ids: list[UUID], filters: Mapping[str, object]) -> Qu
         ("status", "status"),
         ("workflow", "workflow_name"),
         ("version", "workflow_version"),
-        ("reason", "suspend_reason"),
+        ("subject", "subject"),
     ):
         if filters.get(field):
             runs = runs.filter(**{column: filters[field]})
+    if reason := str(filters.get("reason") or "").strip():  # free text in the suspend reason or detail
+        runs = runs.filter(Q(suspend_reason__icontains=reason) | Q(suspend_detail__icontains=reason))
     if filters.get("since"):
         runs = runs.filter(updated_at__gte=filters["since"])
     if filters.get("until"):

@@ -146,6 +146,12 @@ def run_refused_list(*, tenant_ids: list[UUID], limit: int) -> list[tuple[AgentR
     return [(r, by_run[r.run_id]) for r in runs if r.run_id in by_run]
 
 
-def run_suspended_list(*, tenant_ids: list[UUID], excluding: set[UUID], limit: int) -> list[AgentRun]:
-    """Suspended runs other than `excluding`, the longest waiting first."""
-    return list(_suspended(tenant_ids).exclude(run_id__in=excluding).order_by("updated_at")[:limit])
+def run_suspended_list(
+    *, tenant_ids: list[UUID], excluding: set[UUID], limit: int, reasons_excluded: tuple[str, ...] = ()
+) -> list[AgentRun]:
+    """Suspended runs other than `excluding` (and other than those suspended for `reasons_excluded`),
+    the longest waiting first."""
+    runs = _suspended(tenant_ids).exclude(run_id__in=excluding)
+    if reasons_excluded:
+        runs = runs.exclude(suspend_reason__in=reasons_excluded)
+    return list(runs.order_by("updated_at")[:limit])

@@ -1,0 +1,26 @@
+"""The server-error page with the navigation (Django's default draws it without the request), and
+/favicon.ico for pages that do not link the console's icon (the admin, the API docs)."""
+
+from __future__ import annotations
+
+import logging
+
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.loader import render_to_string
+from django.templatetags.static import static
+
+logger = logging.getLogger(__name__)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """500 with the navigation when the request's user can still be read; else the bare page."""
+    try:
+        page = render_to_string("500.html", request=request)
+    except Exception:  # the failure may be the one that broke the request (the database, a template)
+        logger.warning("the 500 page was drawn without the navigation", exc_info=True)
+        page = render_to_string("500.html")
+    return HttpResponse(page, status=500)
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    return HttpResponseRedirect(static("console/favicon.svg"))
