@@ -8,6 +8,7 @@ from django.utils.html import format_html
 
 from core.admin import TenantBoundAdmin
 from runs.engine.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
+from runs.external.models import ExternalWorkflow
 
 
 @admin.register(AgentRun)
@@ -85,3 +86,13 @@ class SummaryAdmin(TenantBoundAdmin):
     ]
     list_filter = ["status", "tenant"]
     search_fields = ["summary_id", "run__run_id"]
+
+
+@admin.register(ExternalWorkflow)
+class ExternalWorkflowAdmin(TenantBoundAdmin):
+    """External workflows are immutable once registered (a change is a new version, through the API
+    or `manage.py workflow_register_external`); shown, never edited here."""
+
+    list_display = ["name", "version", "tenant", "created_by", "created_at"]
+    list_filter = ["tenant"]
+    search_fields = ["name"]

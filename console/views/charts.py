@@ -23,7 +23,7 @@ def charts(request: HtmxHttpRequest) -> HttpResponse:
             request,
             "console/engineer/charts.html",
             {"error": f"window must be one of: {', '.join(WINDOWS)}", "windows": list(WINDOWS)},
-            status=400,
+            status=422,
         )
     data = charts_data(tenant_ids=tenant_ids_for_user(request.user), window=window, now=timezone.now())
     per = "minute" if data.slice_s == 60 else f"{data.slice_s // 60} minutes"

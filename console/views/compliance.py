@@ -102,7 +102,7 @@ def compliance_home(request: HtmxHttpRequest) -> HttpResponse:
     if query is not None:
         context["q"] = query
         if not query.strip() or len(query) > MAX_QUERY_CHARS:
-            context["q_error"], status = f"A search is 1 to {MAX_QUERY_CHARS} characters.", 400
+            context["q_error"], status = f"A search is 1 to {MAX_QUERY_CHARS} characters.", 422
         else:
             context["matches"] = subject_search(tenants=[tenant] if tenant else tenants, query=query.strip())
     if tenant is not None and raw_subject is not None:
@@ -111,7 +111,7 @@ def compliance_home(request: HtmxHttpRequest) -> HttpResponse:
             context["overview"] = overview
             context["shown_run_ids"] = {str(r.run.run_id) for r in overview.runs}
         except SubjectInvalid as exc:
-            context["subject_error"], status = str(exc), 400
+            context["subject_error"], status = str(exc), 422
     return render(request, "console/compliance/home.html", context, status=status)
 
 
@@ -124,7 +124,7 @@ def erasure_confirm(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
     try:
         subject = _subject(data.get("subject"))
     except SubjectInvalid as exc:
-        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+        return HttpResponse(str(exc), status=422, content_type="text/plain; charset=utf-8")
     form = ErasureConfirmForm(request.POST if request.method == "POST" else None, subject=subject)
     overview = subject_overview(tenant=scope, subject_id=subject)
     if request.method == "POST" and form.is_valid():
@@ -152,7 +152,7 @@ def erasure_confirm(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
             return redirect(
                 "console:compliance_erasure_detail", tenant=scope.slug, request_id=created.request_id
             )
-    status = 400 if request.method == "POST" else 200
+    status = 422 if request.method == "POST" else 200
     return render(
         request,
         "console/compliance/confirm.html",

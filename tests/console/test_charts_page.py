@@ -57,5 +57,5 @@ def test_the_day_window_and_bad_windows(as_role, tenant):
     assert day.status_code == 200 and "per 15 minutes" in day.content.decode()
     assert _totals(day.content.decode())["completed"] == 1
     bad = client.get("/charts/", {"window": "week"})
-    assert bad.status_code == 400 and "window must be one of: hour, day" in bad.content.decode()
+    assert bad.status_code == 422 and "window must be one of: hour, day" in bad.content.decode()
     assert as_role("support").get("/charts/").status_code == 403

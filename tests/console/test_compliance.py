@@ -157,7 +157,7 @@ def test_a_mismatched_confirmation_is_refused_and_creates_nothing(as_role, tenan
         {"subject_confirm": SUBJECT, "note": f"erase {SUBJECT} please"},
     ):
         refused = client.post("/compliance/acme/erase/", {"subject": SUBJECT, **data})
-        assert refused.status_code == 400 and b'role="alert"' in refused.content
+        assert refused.status_code == 422 and b'role="alert"' in refused.content
     with tenant_scope(tenant.tenant_id):
         assert ErasureRequest.objects.count() == 0
     assert not AuditEntry.objects.filter(action="erase").exists()
@@ -273,8 +273,8 @@ def test_hostile_memory_values_render_escaped_and_the_page_stays_usable(as_role,
 
 def test_a_too_long_subject_id_is_a_form_error(as_role, tenant):
     client = as_role("compliance")
-    assert client.get(overview_url(subject="x" * 201)).status_code == 400
-    assert client.post("/compliance/acme/erase/", {"subject": "", "subject_confirm": ""}).status_code == 400
+    assert client.get(overview_url(subject="x" * 201)).status_code == 422
+    assert client.post("/compliance/acme/erase/", {"subject": "", "subject_confirm": ""}).status_code == 422
 
 
 def test_the_session_window_count_names_exactly_this_subject(tenant):

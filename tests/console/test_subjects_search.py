@@ -92,11 +92,11 @@ def test_an_attacker_of_another_tenant_finds_nothing_of_it(as_role, tenant, othe
     assert found == {"cust-secret", "cust-hidden"}
 
 
-def test_a_search_out_of_bounds_is_a_400_with_the_reason(as_role, tenant):
+def test_a_search_out_of_bounds_is_a_422_with_the_reason(as_role, tenant):
     compliance = as_role("compliance")
     for q in ("", "   ", "x" * 201):
         response = _find(compliance, q)
-        assert response.status_code == 400
+        assert response.status_code == 422
         assert "A search is 1 to 200 characters." in response.content.decode()
 
 
