@@ -186,7 +186,8 @@ _WRITES_REPLACE = _WRITES.format(
     conflict="UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob"
 )
 # A root task's interrupt(): with its writes, the thread's run waits for a person (the support inbox)
-# and an event records what the graph asks, unless the thread has moved past this checkpoint.
+# and an event records what the graph asks, unless the thread has moved past this checkpoint. The
+# row is updated as it is when the statement gets it, so two tasks interrupting at once both count.
 _WRITES_INTERRUPT = (
     "WITH w AS ("
     + _WRITES_REPLACE
@@ -194,7 +195,11 @@ _WRITES_INTERRUPT = (
 u AS (
   UPDATE agent_runs
      SET state_revision = state_revision + 1, updated_at = statement_timestamp(),
-         suspend_reason = 'langgraph_interrupt', suspend_detail = %(detail)s
+         suspend_reason = 'langgraph_interrupt',
+         -- Tasks of one superstep that interrupt together: the inbox line names every question.
+         suspend_detail = CASE WHEN suspend_reason = 'langgraph_interrupt' AND suspend_detail <> ''
+                                    AND strpos(suspend_detail, %(detail)s) = 0
+                               THEN left(suspend_detail || ' · ' || %(detail)s, 300) ELSE %(detail)s END
    WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
      AND suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered') AND NOT imported
      AND coalesce(state #>> '{langgraph,checkpoint_id}', '') <= %(checkpoint_id)s
