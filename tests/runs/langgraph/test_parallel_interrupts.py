@@ -89,7 +89,11 @@ def test_both_questions_show_and_the_graph_resumes_once_both_are_answered(as_rol
         # One answer is recorded under its id; the thread still waits for the other question.
         first = api.post(
             url,
-            {"answer": "yes", "interrupt_id": asked["Refund 42.00 EUR?"], "checkpoint_id": thread.checkpoint_id},
+            {
+                "answer": "yes",
+                "interrupt_id": asked["Refund 42.00 EUR?"],
+                "checkpoint_id": thread.checkpoint_id,
+            },
             format="json",
         )
         assert first.status_code == 201, first.content
