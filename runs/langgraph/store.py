@@ -113,8 +113,8 @@ def run_subject(*, tenant_id: UUID, run_id: UUID) -> str:
 # records it is appended. No run row back (deleted, cancelled, erased): NULL.
 _PUT = """
 SELECT keeper_langgraph_put(%(tenant)s, %(run)s, %(thread)s, %(ns)s, %(checkpoint_id)s, %(parent)s,
-                            %(checkpoint)s::jsonb, %(metadata)s::jsonb, %(channels)s::text[], %(versions)s::text[],
-                            %(types)s::text[], %(blobs)b::bytea[], %(state)s::jsonb, %(digest)s,
+                            %(checkpoint)s::jsonb, %(metadata)s::jsonb, %(channels)b::text[], %(versions)b::text[],
+                            %(types)b::text[], %(blobs)b::bytea[], %(state)s::jsonb, %(digest)s,
                             %(payload)s::jsonb, %(actor)s)
 """
 

@@ -19,12 +19,14 @@ CREATE FUNCTION keeper_langgraph_put(
 DECLARE
   previous text := current_setting('app.tenant_id', true);
   root boolean := p_ns = '';
+  row_at tid;
   result bigint;
 BEGIN
   PERFORM set_config('app.tenant_id', p_tenant::text, true);
   -- The run's row first, in a statement of its own: the put below then reads the interrupts of
-  -- every writer that held the row (a snapshot taken after the lock).
-  PERFORM 1 FROM agent_runs WHERE run_id = p_run AND tenant_id = p_tenant FOR UPDATE;
+  -- every writer that held the row (a snapshot taken after the lock), and finds the row it holds
+  -- by its place, without walking the index again.
+  SELECT ctid INTO row_at FROM agent_runs WHERE run_id = p_run AND tenant_id = p_tenant FOR UPDATE;
   WITH u AS (
     UPDATE agent_runs r
        SET state_revision = r.state_revision + 1,
@@ -43,7 +45,7 @@ BEGIN
               SELECT 1 FROM langgraph_writes w
                WHERE w.tenant_id = p_tenant AND w.thread_id = p_thread AND w.checkpoint_ns = ''
                  AND w.checkpoint_id >= p_checkpoint_id AND w.channel = '__interrupt__') AS open) i
-     WHERE r.run_id = p_run AND r.tenant_id = p_tenant AND r.status = 'suspended'
+     WHERE r.ctid = row_at AND r.run_id = p_run AND r.tenant_id = p_tenant AND r.status = 'suspended'
        AND r.suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered')
        AND NOT r.imported
     RETURNING r.run_id, r.tenant_id, r.state_revision, r.state_digest, r.next_step),
