@@ -77,7 +77,9 @@ def test_both_questions_show_and_the_graph_resumes_once_both_are_answered(as_rol
             v: k for k, v in asked.items()
         }
         page = as_role("support").get(f"/support/runs/{run.run_id}/").content.decode()
-        assert "Refund 42.00 EUR?" in page and "Tell the courier?" in page
+        assert (
+            "Refund 42.00 EUR?" in page and "Tell the courier?" in page and "2 questions of one step" in page
+        )
         inbox = as_role("support").get("/support/").content.decode()
         row = inbox[inbox.index(f'data-run="{run.run_id}"') : inbox.index('id="other"')]
         assert "Refund 42.00 EUR?" in row and "Tell the courier?" in row
@@ -105,6 +107,10 @@ def test_both_questions_show_and_the_graph_resumes_once_both_are_answered(as_rol
         assert [a.interrupt_id for a in still.asked] == [asked["Tell the courier?"]]
         assert [q["interrupt_id"] for q in api.get(url).json()["open"]] == [asked["Tell the courier?"]]
         assert run.suspend_detail == "1 of 2 questions answered; waiting: Tell the courier?"
+        page = as_role("support").get(f"/support/runs/{run.run_id}/").content.decode()
+        assert f'data-interrupt="{asked["Tell the courier?"]}"' in page
+        assert f'data-interrupt="{asked["Refund 42.00 EUR?"]}"' not in page
+        assert f'data-answered="{asked["Refund 42.00 EUR?"]}"' in page
         again = api.post(url, {"answer": "no", "interrupt_id": asked["Refund 42.00 EUR?"]}, format="json")
         assert again.status_code == 200 and again.json()["answer"] == "yes"  # answered once
 
