@@ -1,7 +1,7 @@
 """KeeperSaver: LangGraph's checkpointer on Keeper's runs, in the graph's own process (sync and async).
 
 A thread is a Keeper run of the tenant given to the saver (its subject from the thread's
-`configurable.subject_id` when the run is created); each checkpoint is one statement that stores it
+`configurable.subject_id` when the run is created); each checkpoint is one database call that stores it
 and appends a `langgraph_checkpoint` event to the run; pending writes are kept until the next
 checkpoint, so a superstep cut short resumes as LangGraph expects. Needs the `langgraph` extra.
 """

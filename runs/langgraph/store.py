@@ -1,4 +1,4 @@
-"""Every SQL statement of LangGraph threads: a checkpoint is one statement with its run's event.
+"""Every SQL statement of LangGraph threads: a checkpoint is one call that also appends its run's event.
 
 Like runs/engine/store.py, each write is one statement through Django's connection (the caller's
 transaction, the tenant row-level security sees), and every statement also names the tenant, so a
