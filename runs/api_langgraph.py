@@ -1,4 +1,5 @@
-"""REST API for LangGraph threads: answer a thread's interrupt() with a tenant key, as the console does."""
+"""REST API for LangGraph threads: read what a thread's interrupt() calls ask and answer them with a
+tenant key, as the console does."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from rest_framework.views import APIView
 from core.api import error_responses
 from core.api_auth import request_actor
 from runs.api import run_for_request
-from runs.langgraph.interrupts import interrupt_answer
+from runs.engine.errors import RunNotFound
+from runs.langgraph.interrupts import interrupt_answer, thread_interrupt_get
 
 
 class AnswerOutputSerializer(serializers.Serializer):
@@ -28,12 +30,49 @@ class AnswerOutputSerializer(serializers.Serializer):
     created = serializers.BooleanField(help_text="False: this interrupt had been answered already")
 
 
+class QuestionSerializer(serializers.Serializer):
+    interrupt_id = serializers.CharField()
+    value = serializers.JSONField(help_text="What the graph passed to interrupt()")
+
+
+class GivenSerializer(serializers.Serializer):
+    interrupt_id = serializers.CharField()
+    seq = serializers.IntegerField(help_text="The seq of the langgraph_interrupt_answered event")
+    answer = serializers.JSONField(source="value")
+    answered_by = serializers.CharField(source="actor")
+
+
+class QuestionsOutputSerializer(serializers.Serializer):
+    run_id = serializers.UUIDField()
+    thread_id = serializers.CharField()
+    checkpoint_id = serializers.CharField(help_text="The interrupted checkpoint; empty: none")
+    waiting = serializers.CharField(source="reason", help_text="langgraph_interrupt: a person must answer")
+    open = QuestionSerializer(
+        many=True,
+        source="asked",
+        help_text="Unanswered questions, one per interrupting task of the superstep",
+    )
+    answered = GivenSerializer(many=True, source="answers")
+    graph = serializers.CharField()
+
+
 class LangGraphAnswerApi(APIView):
     class InputSerializer(serializers.Serializer):
         answer = serializers.JSONField(help_text="The Command(resume=...) value: any JSON but null")
         checkpoint_id = serializers.CharField(max_length=200, required=False)
         interrupt_id = serializers.CharField(max_length=200, required=False)
         note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+    @extend_schema(
+        summary="What a LangGraph thread's interrupts ask: every open question of its superstep",
+        responses={200: QuestionsOutputSerializer, **error_responses(404)},
+    )
+    def get(self, request: Request, run_id: UUID) -> Response:
+        run = run_for_request(request, run_id)
+        thread = thread_interrupt_get(tenant_id=run.tenant_id, run_id=run.run_id)
+        if thread is None:
+            raise RunNotFound("no such active LangGraph thread", code="langgraph_thread_not_found")
+        return Response(QuestionsOutputSerializer(thread).data)
 
     @extend_schema(
         summary="Answer a LangGraph thread's interrupt (once per checkpoint and interrupt id)",

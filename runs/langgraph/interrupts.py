@@ -1,15 +1,17 @@
 """A LangGraph thread's interrupt() answered by a person: read what the graph asks, record the answer once.
 
-No LangGraph import: the saver records each root interrupt as a `langgraph_interrupt` event and puts
-the run in `langgraph_interrupt`; answering moves it to `langgraph_answered` with an event that holds
-the answer, for the worker (a registered graph) or the graph's own process to resume with.
+No LangGraph import: the saver records each root task's interrupt as a `langgraph_interrupt` event and
+puts the run in `langgraph_interrupt`. Tasks of one superstep that interrupt together all wait at once;
+each answer is an event keyed by its interrupt id, and the last one moves the run to
+`langgraph_answered`, for the worker (a registered graph) or the graph's own process to resume with
+the map of every answer (`Command(resume={interrupt_id: answer, ...})`, as LangGraph expects).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
@@ -42,8 +44,20 @@ class Asked:
 
 
 @dataclass(frozen=True)
+class Given:
+    """An answer recorded for one interrupt of the thread's interrupted checkpoint."""
+
+    interrupt_id: str
+    seq: int
+    value: Any
+    actor: str
+
+
+@dataclass(frozen=True)
 class ThreadInterrupt:
-    """A LangGraph thread's run and what it waits for (`open`: a person has to answer)."""
+    """A LangGraph thread's run and what it waits for at its interrupted checkpoint: `asked`, the
+    questions no one has answered yet (every task of the superstep that called interrupt()), and
+    `answers`, those answered (`open`: a person still has to answer)."""
 
     run_id: UUID
     tenant_id: UUID
@@ -53,10 +67,16 @@ class ThreadInterrupt:
     reason: str
     checkpoint_id: str
     asked: list[Asked]
+    answers: list[Given] = field(default_factory=list)
 
     @property
     def open(self) -> bool:
         return self.reason == INTERRUPT_REASON and bool(self.asked)
+
+    @property
+    def resume(self) -> dict[str, Any]:
+        """The answers by interrupt id (the `Command(resume=...)` value once every question is answered)."""
+        return {given.interrupt_id: given.value for given in self.answers}
 
 
 @dataclass(frozen=True)
@@ -72,35 +92,70 @@ class Answer:
     actor: str
     graph: str
     created: bool = True
+    # Every answer of the interrupted checkpoint by interrupt id, this one included, when the set is
+    # complete (the graph can resume); empty while other questions of the superstep wait.
+    answers: dict[str, Any] = field(default_factory=dict)
 
     @property
     def resume(self) -> dict[str, Any]:
-        """The `Command(resume=...)` value: the answer by interrupt id."""
-        return {self.interrupt_id: self.value}
+        """The `Command(resume=...)` value: every answer of the superstep by interrupt id."""
+        return self.answers or {self.interrupt_id: self.value}
 
 
 def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str | bytes) else value
 
 
+# The run, its graph, and the interrupt and answer events of its latest interrupted checkpoint (the
+# checkpoint of its newest interrupt event: the tasks of one superstep all interrupt on it).
 _THREAD = """
-SELECT r.run_id, r.tenant_id, r.idempotency_key, r.state_revision, r.suspend_reason, e.payload,
-       coalesce(s.payload ->> 'graph', '')
+SELECT r.run_id, r.tenant_id, r.idempotency_key, r.state_revision, r.suspend_reason,
+       coalesce(s.payload ->> 'graph', ''), e.checkpoint_id, q.asked, a.given
   FROM agent_runs r
-  LEFT JOIN LATERAL (SELECT payload FROM agent_events
+  LEFT JOIN LATERAL (SELECT payload ->> 'checkpoint_id' AS checkpoint_id FROM agent_events
                       WHERE run_id = r.run_id AND tenant_id = r.tenant_id AND event_type = 'langgraph_interrupt'
                       ORDER BY seq DESC LIMIT 1) e ON TRUE
+  LEFT JOIN LATERAL (SELECT jsonb_agg(jsonb_build_array(seq, payload -> 'interrupts') ORDER BY seq) AS asked
+                       FROM agent_events
+                      WHERE run_id = r.run_id AND tenant_id = r.tenant_id AND event_type = 'langgraph_interrupt'
+                        AND payload ->> 'checkpoint_id' = e.checkpoint_id) q ON TRUE
+  LEFT JOIN LATERAL (SELECT jsonb_agg(jsonb_build_array(seq, payload, actor) ORDER BY seq) AS given
+                       FROM agent_events
+                      WHERE run_id = r.run_id AND tenant_id = r.tenant_id
+                        AND event_type = 'langgraph_interrupt_answered'
+                        AND payload ->> 'checkpoint_id' = e.checkpoint_id) a ON TRUE
   LEFT JOIN LATERAL (SELECT payload FROM agent_events
                       WHERE run_id = r.run_id AND tenant_id = r.tenant_id ORDER BY seq LIMIT 1) s ON TRUE
  WHERE r.tenant_id = %(tenant)s AND r.workflow_name = 'langgraph' AND r.status = 'suspended' AND {where}
 """
 
 
+def _questions(asked: Any, given: Any) -> tuple[list[Asked], list[Given]]:
+    """The questions of the interrupted checkpoint not answered yet, and the answers given. An answer
+    counts for the latest time its interrupt was asked (a task asked again after an answer waits
+    for a new one)."""
+    last_asked: dict[str, tuple[int, Any]] = {}
+    for seq, interrupts in _json(asked) or []:
+        for item in interrupts or []:
+            last_asked[str(item.get("id", ""))] = (seq, item.get("value"))
+    answers: dict[str, Given] = {}
+    for seq, payload, actor in _json(given) or []:
+        data = _json(payload) or {}
+        interrupt_id = str(data.get("interrupt_id", ""))
+        asked_at = last_asked.get(interrupt_id)
+        if asked_at is not None and seq > asked_at[0] and interrupt_id not in answers:
+            answers[interrupt_id] = Given(
+                interrupt_id, seq, data.get("answer"), data.get("answered_by", actor)
+            )
+    waiting = [Asked(i, value) for i, (_, value) in last_asked.items() if i not in answers]
+    return waiting, sorted(answers.values(), key=lambda g: g.seq)
+
+
 def thread_interrupt_get(
     *, tenant_id: UUID, run_id: UUID | None = None, thread_id: str | None = None
 ) -> ThreadInterrupt | None:
-    """The thread's run (named by run or thread id) with its latest interrupt; None if the tenant has
-    no such active thread."""
+    """The thread's run (named by run or thread id) with the questions of its interrupted checkpoint;
+    None if the tenant has no such active thread."""
     if run_id is not None:
         rows = _rows(_THREAD.format(where="r.run_id = %(run)s"), {"tenant": tenant_id, "run": run_id})
     else:
@@ -110,8 +165,8 @@ def thread_interrupt_get(
         )
     if not rows:
         return None
-    run, tenant, key, revision, reason, payload, graph = rows[0]
-    event = _json(payload) or {}
+    run, tenant, key, revision, reason, graph, checkpoint_id, asked, given = rows[0]
+    waiting, answers = _questions(asked, given)
     return ThreadInterrupt(
         run_id=run,
         tenant_id=tenant,
@@ -119,8 +174,9 @@ def thread_interrupt_get(
         graph=graph,
         revision=revision,
         reason=reason,
-        checkpoint_id=str(event.get("checkpoint_id", "")),
-        asked=[Asked(str(i.get("id", "")), i.get("value")) for i in event.get("interrupts", [])],
+        checkpoint_id=str(checkpoint_id or ""),
+        asked=waiting,
+        answers=answers,
     )
 
 
@@ -133,39 +189,57 @@ SELECT seq, payload, actor FROM agent_events
 
 
 def _answered(thread: ThreadInterrupt, checkpoint_id: str, interrupt_id: str) -> Answer | None:
-    rows = _rows(
-        _ANSWERED,
-        {
-            "tenant": thread.tenant_id,
-            "run": thread.run_id,
-            "checkpoint": checkpoint_id,
-            "interrupt": interrupt_id,
-        },
-    )
-    if not rows:
-        return None
-    seq, payload, actor = rows[0]
-    data = _json(payload)
-    return Answer(
-        run_id=thread.run_id,
-        thread_id=thread.thread_id,
-        seq=seq,
-        checkpoint_id=checkpoint_id,
-        interrupt_id=interrupt_id,
-        value=data.get("answer"),
-        actor=data.get("answered_by", actor),
-        graph=thread.graph,
-        created=False,
-    )
+    """The answer already recorded for this interrupt (a retried request after the thread moved on
+    finds it too)."""
+    if checkpoint_id != thread.checkpoint_id:
+        rows = _rows(
+            _ANSWERED,
+            {
+                "tenant": thread.tenant_id,
+                "run": thread.run_id,
+                "checkpoint": checkpoint_id,
+                "interrupt": interrupt_id,
+            },
+        )
+        if not rows:
+            return None
+        seq, payload, actor = rows[0]
+        data = _json(payload)
+        return Answer(
+            run_id=thread.run_id,
+            thread_id=thread.thread_id,
+            seq=seq,
+            checkpoint_id=checkpoint_id,
+            interrupt_id=interrupt_id,
+            value=data.get("answer"),
+            actor=data.get("answered_by", actor),
+            graph=thread.graph,
+            created=False,
+        )
+    for given in thread.answers:
+        if given.interrupt_id == interrupt_id:
+            return Answer(
+                run_id=thread.run_id,
+                thread_id=thread.thread_id,
+                seq=given.seq,
+                checkpoint_id=checkpoint_id,
+                interrupt_id=interrupt_id,
+                value=given.value,
+                actor=given.actor,
+                graph=thread.graph,
+                created=False,
+            )
+    return None
 
 
 # Compare-and-set on the run row: still interrupted, at the revision read with the interrupt (a
-# second click, or an answer racing this one, changes neither and so records nothing).
+# second click, or an answer racing this one, changes neither and so records nothing). The last
+# answer of the superstep moves the run to langgraph_answered; an earlier one keeps it waiting.
 _ANSWER = """
 WITH u AS (
   UPDATE agent_runs
      SET state_revision = state_revision + 1, updated_at = statement_timestamp(),
-         suspend_reason = 'langgraph_answered', suspend_detail = %(detail)s
+         suspend_reason = %(reason)s, suspend_detail = %(detail)s
    WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
      AND suspend_reason = 'langgraph_interrupt' AND state_revision = %(revision)s AND NOT imported
   RETURNING run_id, tenant_id, state_revision, state_digest, next_step)
@@ -188,31 +262,56 @@ def interrupt_answer(
     interrupt_id: str | None = None,
     note: str = "",
 ) -> Answer:
-    """Record a person's answer to the thread's open interrupt (the latest one when no ids are given).
-    The same interrupt answered again returns the first answer (`created` False) and records nothing."""
-    thread = thread_interrupt_get(tenant_id=tenant_id, run_id=run_id)
-    if thread is None:
-        raise RunNotFound("no such LangGraph thread", code="langgraph_thread_not_found")
-    checkpoint_id = checkpoint_id or thread.checkpoint_id
-    if interrupt_id is None:
-        if len(thread.asked) != 1:
+    """Record a person's answer to one of the thread's open interrupts (the only one when no ids are
+    given). The same interrupt answered again returns the first answer (`created` False) and records
+    nothing. When tasks of one superstep interrupted together, each is answered by its id; the last
+    answer completes the set and the graph resumes with all of them."""
+    for _ in range(_ANSWER_ATTEMPTS):
+        thread = thread_interrupt_get(tenant_id=tenant_id, run_id=run_id)
+        if thread is None:
+            raise RunNotFound("no such LangGraph thread", code="langgraph_thread_not_found")
+        checkpoint = checkpoint_id or thread.checkpoint_id
+        if interrupt_id is None and len(thread.asked) != 1:
+            if thread.asked:
+                raise InvalidState(
+                    f"the graph asks {len(thread.asked)} questions: name the one answered (interrupt_id: "
+                    + ", ".join(a.interrupt_id for a in thread.asked)
+                    + ")",
+                    code="langgraph_no_open_interrupt",
+                )
+            if not thread.answers:
+                raise InvalidState("the thread has no interrupt", code="langgraph_no_open_interrupt")
+        asked = interrupt_id or (
+            thread.asked[0].interrupt_id if thread.asked else thread.answers[-1].interrupt_id
+        )
+        earlier = _answered(thread, checkpoint, asked)
+        if earlier is not None:
+            return earlier
+        if not thread.open or checkpoint != thread.checkpoint_id:
             raise InvalidState(
-                "name the interrupt to answer (interrupt_id)"
-                if thread.asked
-                else "the thread has no interrupt",
+                "the thread waits for no answer to that interrupt (answered, moved on, or never asked)",
                 code="langgraph_no_open_interrupt",
             )
-        interrupt_id = thread.asked[0].interrupt_id
-    earlier = _answered(thread, checkpoint_id, interrupt_id)
-    if earlier is not None:
-        return earlier
-    if not thread.open or checkpoint_id != thread.checkpoint_id:
-        raise InvalidState(
-            "the thread waits for no answer to that interrupt (answered, moved on, or never asked)",
-            code="langgraph_no_open_interrupt",
-        )
-    if interrupt_id not in {a.interrupt_id for a in thread.asked}:
-        raise InvalidState("the thread's open interrupt has another id", code="langgraph_no_open_interrupt")
+        if asked not in {a.interrupt_id for a in thread.asked}:
+            raise InvalidState(
+                "the thread's open interrupt has another id", code="langgraph_no_open_interrupt"
+            )
+        answered = _answer_record(thread, checkpoint, asked, answer=answer, actor=actor, note=note)
+        if answered is None:  # another answer was recorded meanwhile: read the thread again
+            continue
+        if answered.answers and graph_registered(thread.graph):  # all answered: wake a worker
+            task_send(name=RESUME_TASK, args=[str(tenant_id), str(run_id)])
+        return answered
+    raise InvalidState("the thread moved on; reload and answer again", code="langgraph_no_open_interrupt")
+
+
+_ANSWER_ATTEMPTS = 5
+
+
+def _answer_record(
+    thread: ThreadInterrupt, checkpoint_id: str, interrupt_id: str, *, answer: Any, actor: str, note: str
+) -> Answer | None:
+    """The answer's event, if the run is still at the revision the thread was read at (None: it is not)."""
     try:
         payload = canonical_json(
             {
@@ -229,24 +328,30 @@ def interrupt_answer(
         raise InvalidState(
             f"the answer is larger than {ANSWER_MAX_BYTES} bytes", code="langgraph_answer_too_large"
         )
+    waiting = [a for a in thread.asked if a.interrupt_id != interrupt_id]
+    if waiting:
+        total = len(waiting) + len(thread.answers) + 1
+        detail = (
+            f"{total - len(waiting)} of {total} questions answered; waiting: {_question(waiting[0].value)}"
+        )
+    else:
+        detail = f"answered by {actor}; the answer waits for the graph to resume"
     rows = _rows(
         _ANSWER,
         {
-            "tenant": tenant_id,
-            "run": run_id,
+            "tenant": thread.tenant_id,
+            "run": thread.run_id,
             "revision": thread.revision,
-            "detail": f"answered by {actor}; the answer waits for the graph to resume"[:300],
+            "reason": INTERRUPT_REASON if waiting else ANSWERED_REASON,
+            "detail": detail[:300],
             "payload": payload,
             "actor": actor,
         },
     )
-    if not rows:  # another answer won the race: the same interrupt gives the first answer back
-        earlier = _answered(thread, checkpoint_id, interrupt_id)
-        if earlier is not None:
-            return earlier
-        raise InvalidState("the thread moved on; reload and answer again", code="langgraph_no_open_interrupt")
-    answered = Answer(
-        run_id=run_id,
+    if not rows:
+        return None
+    return Answer(
+        run_id=thread.run_id,
         thread_id=thread.thread_id,
         seq=rows[0][0],
         checkpoint_id=checkpoint_id,
@@ -254,43 +359,37 @@ def interrupt_answer(
         value=answer,
         actor=actor,
         graph=thread.graph,
+        answers={} if waiting else {**thread.resume, interrupt_id: answer},
     )
-    if graph_registered(thread.graph):  # a graph Keeper's workers can resume: wake one
-        task_send(name=RESUME_TASK, args=[str(tenant_id), str(run_id)])
-    return answered
 
 
-_PENDING = """
-SELECT e.seq, e.payload, e.actor FROM agent_runs r
-  JOIN LATERAL (SELECT seq, payload, actor FROM agent_events
-                 WHERE run_id = r.run_id AND tenant_id = r.tenant_id AND event_type = 'langgraph_interrupt_answered'
-                 ORDER BY seq DESC LIMIT 1) e ON TRUE
- WHERE r.run_id = %(run)s AND r.tenant_id = %(tenant)s AND r.status = 'suspended'
-   AND r.suspend_reason = 'langgraph_answered'
-"""
+def _question(value: Any) -> str:
+    """A question's line for the inbox: its text, the "question" of a dict, or its JSON."""
+    if isinstance(value, dict) and isinstance(value.get("question"), str):
+        return value["question"]
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
 def answer_pending_get(
     *, tenant_id: UUID, run_id: UUID | None = None, thread_id: str | None = None
 ) -> Answer | None:
-    """The answer a person gave that the graph has not resumed with yet (None: nothing waits)."""
+    """The answers people gave that the graph has not resumed with yet, once every question of the
+    superstep is answered (None: nothing waits). `resume` maps each interrupt id to its answer; the
+    other fields are the last answer's."""
     thread = thread_interrupt_get(tenant_id=tenant_id, run_id=run_id, thread_id=thread_id)
-    if thread is None or thread.reason != ANSWERED_REASON:
+    if thread is None or thread.reason != ANSWERED_REASON or thread.asked or not thread.answers:
         return None
-    rows = _rows(_PENDING, {"tenant": tenant_id, "run": thread.run_id})
-    if not rows:
-        return None
-    seq, payload, actor = rows[0]
-    data = _json(payload)
+    last = thread.answers[-1]
     return Answer(
         run_id=thread.run_id,
         thread_id=thread.thread_id,
-        seq=seq,
-        checkpoint_id=str(data.get("checkpoint_id", "")),
-        interrupt_id=str(data.get("interrupt_id", "")),
-        value=data.get("answer"),
-        actor=data.get("answered_by", actor),
+        seq=last.seq,
+        checkpoint_id=thread.checkpoint_id,
+        interrupt_id=last.interrupt_id,
+        value=last.value,
+        actor=last.actor,
         graph=thread.graph,
+        answers=thread.resume,
     )
 
 
@@ -320,6 +419,7 @@ __all__ = [
     "INTERRUPT_EVENT",
     "Answer",
     "Asked",
+    "Given",
     "ThreadInterrupt",
     "answer_pending_get",
     "answered_redispatch",

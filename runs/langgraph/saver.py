@@ -1,7 +1,7 @@
 """KeeperSaver: LangGraph's checkpointer on Keeper's runs, in the graph's own process (sync and async).
 
 A thread is a Keeper run of the tenant given to the saver (its subject from the thread's
-`configurable.subject_id` when the run is created); each checkpoint is one statement that stores it
+`configurable.subject_id` when the run is created); each checkpoint is one database call that stores it
 and appends a `langgraph_checkpoint` event to the run; pending writes are kept until the next
 checkpoint, so a superstep cut short resumes as LangGraph expects. Needs the `langgraph` extra.
 """
@@ -219,16 +219,15 @@ class KeeperSaver(BaseCheckpointSaver[str]):
             "source": meta.get("source"),
         }
         state = state_encode({"langgraph": pointer})
-        payload = (
-            '{"checkpoint_id": '
-            + json.dumps(checkpoint["id"])
-            + ', "checkpoint_ns": '
-            + json.dumps(ns)
-            + ', "parent_checkpoint_id": '
-            + json.dumps(parent)
-            + ', "metadata": '
-            + meta_json
-            + "}"
+        # The event names the checkpoint (its metadata is stored once, in the checkpoint's row).
+        payload = _metadata_json(
+            {
+                "checkpoint_id": checkpoint["id"],
+                "checkpoint_ns": ns,
+                "parent_checkpoint_id": parent,
+                "step": pointer["step"],
+                "source": pointer["source"],
+            }
         )
         with self._bound():
             for _ in range(2):  # a cached run deleted meanwhile: learn the thread's run again

@@ -1,4 +1,4 @@
-"""Every SQL statement of LangGraph threads: a checkpoint is one statement with its run's event.
+"""Every SQL statement of LangGraph threads: a checkpoint is one call that also appends its run's event.
 
 Like runs/engine/store.py, each write is one statement through Django's connection (the caller's
 transaction, the tenant row-level security sees), and every statement also names the tenant, so a
@@ -56,21 +56,15 @@ def thread_key(thread_id: str) -> str:
     return f"langgraph:{thread_id}"
 
 
-def _rows(sql: str, params: dict[str, Any], *, lock_run: bool = False) -> list[tuple[Any, ...]]:
+def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     """The statement as params["tenant"]. Outside a transaction it goes in one round trip with the
     tenant set for its own transaction only (BEGIN, set_config local, the statement, COMMIT, pipelined),
     so LangGraph's threads never leave a tenant on a connection and pay no extra round trips for it.
-    Inside the caller's transaction, or a block that bound this tenant, it joins them.
-
-    With `lock_run`, the run's row (params["run"]) is locked by a statement of its own first, so the
-    statement's snapshot is taken after every writer that held the row has committed: what it reads
-    (an interrupt another of LangGraph's threads just stored) is then current, not a moment old."""
+    Inside the caller's transaction, or a block that bound this tenant, it joins them."""
     tenant_id = params["tenant"]
     connection.ensure_connection()
     if connection.in_atomic_block or tenant_is_bound(tenant_id):
         with tenant_bind(tenant_id):
-            if lock_run:
-                engine_store._rows(_LOCK_RUN, params)
             return engine_store._rows(sql, params)
     raw = connection.connection
     prepare = settings.KEEPER_PREPARED_STATEMENTS
@@ -80,14 +74,11 @@ def _rows(sql: str, params: dict[str, Any], *, lock_run: bool = False) -> list[t
         with raw.pipeline():
             # Both before one Sync: one implicit transaction, so the local setting ends with it.
             psycopg.Cursor(raw).execute(_SET_TENANT, [str(tenant_id)], prepare=prepare)
-            if lock_run:
-                psycopg.Cursor(raw).execute(_LOCK_RUN, params, prepare=prepare)
             cursor = psycopg.Cursor(raw).execute(sql, params, prepare=prepare)
         return cursor.fetchall() if cursor.description else []
 
 
 _SET_TENANT = "SELECT set_config('app.tenant_id', %s, true)"
-_LOCK_RUN = "SELECT 1 FROM agent_runs WHERE run_id = %(run)s AND tenant_id = %(tenant)s FOR UPDATE"
 
 
 def _json(value: Any) -> Any:
@@ -116,54 +107,15 @@ def run_subject(*, tenant_id: UUID, run_id: UUID) -> str:
 
 # --- put ----------------------------------------------------------------------------------------
 
-# One statement: the run takes the next revision (its state = the latest root checkpoint), the new
+# One call (runs 0015's keeper_langgraph_put): as the tenant, it locks the run's row, then in one
+# statement the run takes the next revision (its state = the latest root checkpoint), the new
 # channel values are stored once per version, the checkpoint row is written, and the event that
-# records it (id + metadata) is appended. No run row back (deleted, cancelled, erased): nothing.
+# records it is appended. No run row back (deleted, cancelled, erased): NULL.
 _PUT = """
-WITH i AS (
-  -- Did the graph stop at an interrupt() on this checkpoint or a later one? (LangGraph writes
-  -- checkpoints in the background: a later checkpoint's interrupt can be stored before this one.)
-  SELECT EXISTS (SELECT 1 FROM langgraph_writes w
-                  WHERE w.tenant_id = %(tenant)s AND w.thread_id = %(thread)s AND w.checkpoint_ns = ''
-                    AND w.checkpoint_id >= %(checkpoint_id)s AND w.channel = '__interrupt__') AS open),
-u AS (
-  UPDATE agent_runs
-     SET state_revision = state_revision + 1,
-         -- At most once a second: an unchanged updated_at (an indexed column) keeps the update HOT.
-         updated_at = CASE WHEN updated_at < statement_timestamp() - interval '1 second'
-                           THEN statement_timestamp() ELSE updated_at END,
-         state = CASE WHEN %(root)s THEN %(state)s::jsonb ELSE state END,
-         state_digest = CASE WHEN %(root)s THEN %(digest)s ELSE state_digest END,
-         -- A new root checkpoint ends the wait for a person (and for an answer), unless it is itself
-         -- interrupted.
-         suspend_reason = CASE WHEN NOT %(root)s THEN suspend_reason
-                               WHEN i.open THEN 'langgraph_interrupt' ELSE 'langgraph_thread' END,
-         suspend_detail = CASE WHEN %(root)s AND NOT i.open THEN '' ELSE suspend_detail END
-    FROM i
-   WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
-     AND suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered') AND NOT imported
-  RETURNING run_id, tenant_id, state_revision, state_digest, next_step),
-b AS (
-  INSERT INTO langgraph_blobs (tenant_id, run_id, thread_id, checkpoint_ns, channel, version, type, blob)
-  SELECT u.tenant_id, u.run_id, %(thread)s, %(ns)s, x.channel, x.version, x.type, x.blob
-    FROM u, unnest(%(channels)s::text[], %(versions)s::text[], %(types)s::text[], %(blobs)s::bytea[])
-         AS x(channel, version, type, blob)
-  ON CONFLICT (tenant_id, thread_id, checkpoint_ns, channel, version) DO NOTHING),
-c AS (
-  INSERT INTO langgraph_checkpoints (tenant_id, run_id, thread_id, checkpoint_ns, checkpoint_id,
-                                     parent_checkpoint_id, checkpoint, metadata, seq)
-  SELECT u.tenant_id, u.run_id, %(thread)s, %(ns)s, %(checkpoint_id)s, %(parent)s, %(checkpoint)s::jsonb,
-         %(metadata)s::jsonb, u.state_revision FROM u
-  ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id)
-  DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, seq = EXCLUDED.seq,
-                parent_checkpoint_id = EXCLUDED.parent_checkpoint_id)
-INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
-                          state_revision, state_digest, state, next_step, created_at)
-SELECT u.run_id, u.tenant_id, u.state_revision, 'langgraph_checkpoint', NULL, NULL, %(payload)s::jsonb,
-       %(actor)s, u.state_revision, u.state_digest, CASE WHEN %(root)s THEN %(state)s::jsonb END,
-       u.next_step, statement_timestamp()
-  FROM u
-RETURNING seq
+SELECT keeper_langgraph_put(%(tenant)s, %(run)s, %(thread)s, %(ns)s, %(checkpoint_id)s, %(parent)s,
+                            %(checkpoint)s::jsonb, %(metadata)s::jsonb, %(channels)b::text[], %(versions)b::text[],
+                            %(types)b::text[], %(blobs)b::bytea[], %(state)s::jsonb, %(digest)s,
+                            %(payload)s::jsonb, %(actor)s)
 """
 
 
@@ -192,30 +144,32 @@ def checkpoint_put(
     actor: str,
 ) -> int | None:
     """The event's seq; None if the run no longer takes checkpoints (deleted, cancelled, erased)."""
-    rows = _rows(
-        _PUT,
-        {
-            "tenant": tenant_id,
-            "run": run_id,
-            "thread": thread_id,
-            "ns": checkpoint_ns,
-            "root": checkpoint_ns == "",
-            "checkpoint_id": checkpoint_id,
-            "parent": parent_checkpoint_id,
-            "checkpoint": checkpoint_json,
-            "metadata": metadata_json,
-            "channels": blobs.channels,
-            "versions": blobs.versions,
-            "types": blobs.types,
-            "blobs": blobs.blobs,
-            "state": state_json,
-            "digest": state_digest,
-            "payload": payload_json,
-            "actor": actor,
-        },
-        lock_run=True,
-    )
-    return rows[0][0] if rows else None
+    params = {
+        "tenant": tenant_id,
+        "run": run_id,
+        "thread": thread_id,
+        "ns": checkpoint_ns,
+        "checkpoint_id": checkpoint_id,
+        "parent": parent_checkpoint_id,
+        "checkpoint": checkpoint_json,
+        "metadata": metadata_json,
+        "channels": blobs.channels,
+        "versions": blobs.versions,
+        "types": blobs.types,
+        "blobs": blobs.blobs,
+        "state": state_json,
+        "digest": state_digest,
+        "payload": payload_json,
+        "actor": actor,
+    }
+    connection.ensure_connection()
+    raw = connection.connection
+    prepare = settings.KEEPER_PREPARED_STATEMENTS
+    if raw.prepare_threshold is None and prepare:
+        raw.prepare_threshold = 2**31  # as runs.engine.store: only these statements are prepared
+    with connection.wrap_database_errors:  # the function binds the tenant itself, for this call only
+        row = psycopg.Cursor(raw).execute(_PUT, params, prepare=prepare).fetchone()
+    return row[0] if row else None
 
 
 # --- writes -------------------------------------------------------------------------------------
@@ -232,7 +186,8 @@ _WRITES_REPLACE = _WRITES.format(
     conflict="UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob"
 )
 # A root task's interrupt(): with its writes, the thread's run waits for a person (the support inbox)
-# and an event records what the graph asks, unless the thread has moved past this checkpoint.
+# and an event records what the graph asks, unless the thread has moved past this checkpoint. The
+# row is updated as it is when the statement gets it, so two tasks interrupting at once both count.
 _WRITES_INTERRUPT = (
     "WITH w AS ("
     + _WRITES_REPLACE
@@ -240,7 +195,11 @@ _WRITES_INTERRUPT = (
 u AS (
   UPDATE agent_runs
      SET state_revision = state_revision + 1, updated_at = statement_timestamp(),
-         suspend_reason = 'langgraph_interrupt', suspend_detail = %(detail)s
+         suspend_reason = 'langgraph_interrupt',
+         -- Tasks of one superstep that interrupt together: the inbox line names every question.
+         suspend_detail = CASE WHEN suspend_reason = 'langgraph_interrupt' AND suspend_detail <> ''
+                                    AND strpos(suspend_detail, %(detail)s) = 0
+                               THEN left(suspend_detail || ' · ' || %(detail)s, 300) ELSE %(detail)s END
    WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
      AND suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered') AND NOT imported
      AND coalesce(state #>> '{langgraph,checkpoint_id}', '') <= %(checkpoint_id)s
@@ -408,7 +367,7 @@ def thread_delete(*, tenant_id: UUID, thread_id: str) -> bool:
 
 
 # Checkpoints (and the writes on them) whose metadata names one of these LangGraph run ids. The
-# events that recorded them stay in the Keeper run's log: they hold ids and metadata, no values.
+# events that recorded them stay in the Keeper run's log: they hold ids, step and source, no values.
 _DELETE_FOR_RUNS = """
 WITH c AS (DELETE FROM langgraph_checkpoints WHERE tenant_id = %(tenant)s AND metadata ->> 'run_id' = ANY(%(runs)s)
            RETURNING thread_id, checkpoint_ns, checkpoint_id)

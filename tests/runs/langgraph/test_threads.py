@@ -55,7 +55,10 @@ def test_a_thread_is_a_run_whose_checkpoints_are_events(tenant) -> None:
         t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "t-1"}})
     ]
     assert [e.payload["checkpoint_id"] for e in reversed(checkpoints)] == listed
-    assert checkpoints[-1].payload["metadata"]["step"] == latest.metadata["step"]
+    # The event names its checkpoint; the metadata is stored once, in the checkpoint's row.
+    assert checkpoints[-1].payload["step"] == latest.metadata["step"]
+    assert checkpoints[-1].payload["source"] == latest.metadata["source"]
+    assert "metadata" not in checkpoints[-1].payload
     # The run's state is the latest checkpoint, and its digest is the last event's.
     assert run.state["langgraph"]["checkpoint_id"] == latest.config["configurable"]["checkpoint_id"]
     assert run.state_revision == events[-1].seq and run.state_digest == events[-1].state_digest
