@@ -30,7 +30,7 @@ DROP FUNCTION IF EXISTS keeper_agent_event_rewritten();
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0014_approvals_keyset_index'),
+        ('runs', '0015_langgraph_put_function'),
     ]
 
     operations = [
