@@ -255,9 +255,46 @@ def lease_release(*, run_id: UUID, owner: str, epoch: int, retry_in: float = 0.0
     return bool(_rows(_LEASE_RELEASE, {"run_id": run_id, "owner": owner, "epoch": epoch, "delay": retry_in}))
 
 
+# --- webhooks: the outbox rows of an event, written by the statement that writes the event ---------
+
+# Added to the commit and transition statements: one row per subscription of the run's tenant to this
+# event type (runs/webhooks/). With no event type (most commits) the join is never run; a tenant with no
+# subscription costs one index probe. The event id is the same for every subscription of one event.
+_WEBHOOK_OUTBOX = """
+, outbox AS (
+  INSERT INTO webhook_deliveries (tenant_id, subscription_id, event_id, event_type, run_id, data, status,
+                                  attempts, next_attempt_at, last_error, history, created_at)
+  SELECT u.tenant_id, s.id, md5(u.run_id::text || ':' || u.state_revision::text)::uuid, %(webhook)s::text,
+         u.run_id, jsonb_build_object('status', %(webhook_status)s::text, 'reason', %(webhook_reason)s::text,
+                                      'revision', u.state_revision),
+         'pending', 0, statement_timestamp(), '', '[]'::jsonb, statement_timestamp()
+    FROM u JOIN webhook_subscriptions s ON s.tenant_id = u.tenant_id AND s.deleted_at IS NULL
+   WHERE %(webhook)s::text IS NOT NULL AND %(webhook)s::text = ANY(s.event_types))
+"""
+
+# The suspend reasons a subscriber hears about, and the event type each becomes.
+_WEBHOOK_SUSPENSIONS = {
+    "approval_required": "run.suspended.approval",
+    "reconciliation_required": "run.suspended.reconciliation",
+}
+
+
+def webhook_event_type(*, status: str, suspend_reason: str | None) -> str | None:
+    """The webhook event type of a run entering `status` (None: no subscriber is told)."""
+    if status == "suspended":
+        return _WEBHOOK_SUSPENSIONS.get(suspend_reason or "")
+    return {"completed": "run.completed", "failed": "run.failed"}.get(str(status))
+
+
+def _webhook_params(status: str, suspend_reason: str | None) -> dict[str, Any]:
+    hook = webhook_event_type(status=status, suspend_reason=suspend_reason)
+    return {"webhook": hook, "webhook_status": str(status), "webhook_reason": suspend_reason}
+
+
 # --- commit_step --------------------------------------------------------------------------------
 
-_COMMIT_STEP = """
+_COMMIT_STEP = (
+    """
 WITH u AS (
   UPDATE agent_runs
      SET state = %(state)s::jsonb, state_digest = %(digest)s, next_step = %(next_step)s, status = %(status)s,
@@ -274,6 +311,9 @@ WITH u AS (
    WHERE run_id = %(run_id)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
      AND lease_owner = %(owner)s AND status IN ('running', 'suspended')
   RETURNING run_id, tenant_id, state_revision)
+"""
+    + _WEBHOOK_OUTBOX
+    + """
 INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, state, next_step, created_at)
 SELECT run_id, tenant_id, state_revision, %(event_type)s, %(step_id)s, %(attempt)s, %(payload)s::jsonb,
@@ -281,6 +321,7 @@ SELECT run_id, tenant_id, state_revision, %(event_type)s, %(step_id)s, %(attempt
        %(next_step)s, statement_timestamp() FROM u
 RETURNING seq
 """
+)
 
 
 def commit_step(
@@ -335,6 +376,7 @@ def commit_step(
             "retry_in": retry_in,
             "schema": state_schema_version,
             "event_state": event_state,
+            **_webhook_params(status, suspend_reason),
         },
     )
     return rows[0][0] if rows else None
@@ -342,7 +384,8 @@ def commit_step(
 
 # --- transitions by people and operators --------------------------------------------------------
 
-_TRANSITION = """
+_TRANSITION = (
+    """
 WITH u AS (
   UPDATE agent_runs
      SET status = %(to_status)s,
@@ -367,6 +410,9 @@ WITH u AS (
      -- nothing asks a run whose subject was erased to continue (a resume, an approval, a message)
      AND NOT (%(request_resume)s AND suspend_reason IS NOT DISTINCT FROM 'subject_erased')
   RETURNING run_id, tenant_id, state_revision, next_step, state_digest)
+"""
+    + _WEBHOOK_OUTBOX
+    + """
 INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, next_step, created_at)
 SELECT u.run_id, u.tenant_id, u.state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
@@ -374,6 +420,7 @@ SELECT u.run_id, u.tenant_id, u.state_revision, %(event_type)s, NULL, NULL, %(pa
   FROM u
 RETURNING seq
 """
+)
 
 
 def transition(
@@ -422,6 +469,7 @@ def transition(
             "superseded_by": superseded_by,
             "only_if_reason": only_if_reason,
             "only_if_fork_expired": only_if_fork_expired,
+            **_webhook_params(to_status, suspend_reason),
         },
     )
     return rows[0][0] if rows else None
