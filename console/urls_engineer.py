@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console.views import engineer, engineer_bulk, engineer_langgraph, engineer_queue
+from console.views import engineer, engineer_bulk, engineer_langgraph, engineer_queue, engineer_webhooks
 
 urlpatterns = [
     path("runs/", engineer.run_list, name="run_list"),
@@ -31,4 +31,10 @@ urlpatterns = [
         "runs/<uuid:run_id>/langgraph/fork/", engineer_langgraph.run_langgraph_fork, name="run_langgraph_fork"
     ),
     path("queue/", engineer_queue.queue_health, name="queue_health"),
+]
+
+urlpatterns += [
+    path("webhooks/", engineer_webhooks.webhook_list, name="webhook_list"),
+    path("webhooks/subscribe/", engineer_webhooks.webhook_create, name="webhook_create"),
+    path("webhooks/<uuid:webhook_id>/delete/", engineer_webhooks.webhook_delete, name="webhook_delete"),
 ]

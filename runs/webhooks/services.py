@@ -106,3 +106,19 @@ def webhook_subscription_delete(*, subscription_id: UUID, actor: str) -> Webhook
             status=DeliveryStatus.CANCELLED, last_error=f"subscription deleted by {actor}"[:200]
         )
     return subscription
+
+
+def webhook_subscriptions_all() -> list[WebhookSubscription]:
+    """The current tenants' subscriptions, deleted ones too (their deliveries stay readable)."""
+    return list(
+        WebhookSubscription.objects.select_related("tenant").order_by("deleted_at", "-created_at")[:200]
+    )
+
+
+def webhook_deliveries_recent(*, limit: int = 100) -> list[WebhookDelivery]:
+    """The current tenants' latest deliveries with their attempts, newest first."""
+    return list(
+        WebhookDelivery.objects.select_related("subscription", "tenant").order_by("-created_at", "-id")[
+            :limit
+        ]
+    )
