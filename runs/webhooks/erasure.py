@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from core.erasure import free_register
+from core.erasure import erasure_finished_register, free_register
 
 
 def register() -> None:
+    from runs.webhooks.services import webhook_erasure_finished
+
+    erasure_finished_register(webhook_erasure_finished)
     free_register(
         "webhook_subscriptions",
         "the tenant's own endpoint, its signing secret, event type codes and the staff user or key that made it",

@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from uuid import UUID
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core.errors import InvalidInput, NotFound
@@ -122,3 +122,24 @@ def webhook_deliveries_recent(*, limit: int = 100) -> list[WebhookDelivery]:
             :limit
         ]
     )
+
+
+_ERASURE_OUTBOX = """
+INSERT INTO webhook_deliveries (tenant_id, subscription_id, event_id, event_type, run_id, data, status,
+                                attempts, next_attempt_at, last_error, history, created_at)
+SELECT s.tenant_id, s.id, md5('erasure:' || %(request)s::text || ':' || %(clean)s::boolean::text)::uuid, 'erasure.finished', NULL,
+       jsonb_build_object('request_id', %(request)s::text, 'clean', %(clean)s::boolean),
+       'pending', 0, statement_timestamp(), '', '[]'::jsonb, statement_timestamp()
+  FROM webhook_subscriptions s
+ WHERE s.tenant_id = %(tenant)s AND s.deleted_at IS NULL AND 'erasure.finished' = ANY(s.event_types)
+ON CONFLICT (subscription_id, event_id) DO NOTHING
+"""
+
+
+def webhook_erasure_finished(*, tenant_id: UUID, request_id: UUID, clean: bool) -> None:
+    """The outbox rows of a finished erasure, in the transaction that records its receipt.
+
+    The payload names the request and whether it came out clean, never the subject.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_ERASURE_OUTBOX, {"tenant": tenant_id, "request": str(request_id), "clean": clean})

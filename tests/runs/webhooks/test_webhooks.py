@@ -211,3 +211,25 @@ def test_a_receiver_that_is_down_never_blocks_a_run_and_loses_nothing(tenant, al
     assert delivery.status == "pending" and delivery.attempts == 1 and delivery.last_status_code is None
     assert delivery.last_error and delivery.next_attempt_at > delivery.created_at
     assert json.dumps(delivery.history)  # the attempt is recorded for the console
+
+
+def test_a_finished_erasure_is_announced_with_the_request_id_and_never_the_subject(
+    tenant, receiver, allow_http
+):
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    created = _subscribe(tenant, receiver.url, types=["erasure.finished"])
+    run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test", subject="cust-gone-42"
+    )
+    request = erasure_request_create(tenant=tenant, subject_id="cust-gone-42", requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed"
+    erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)  # idempotent: no second event
+    _deliver_until(lambda: len(receiver.accepted()) == 1)
+    [got] = receiver.accepted()
+    assert _verify(created.secret, got.headers, got.body)
+    assert got.event["type"] == "erasure.finished" and got.event["run_id"] is None
+    assert got.event["data"] == {"request_id": str(request.request_id), "clean": True}
+    assert b"cust-gone-42" not in got.body
+    assert WebhookDelivery.objects.count() == 1
