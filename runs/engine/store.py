@@ -258,8 +258,9 @@ def lease_release(*, run_id: UUID, owner: str, epoch: int, retry_in: float = 0.0
 # --- webhooks: the outbox rows of an event, written by the statement that writes the event ---------
 
 # Added to the commit and transition statements: one row per subscription of the run's tenant to this
-# event type (runs/webhooks/). With no event type (most commits) the join is never run; a tenant with no
-# subscription costs one index probe. The event id is the same for every subscription of one event.
+# event type (runs/webhooks/). Only an event a subscriber can hear of runs the statement with this
+# clause (most commits run it as before); a tenant with no subscription then costs one index probe.
+# The event id is the same for every subscription of one event.
 _WEBHOOK_OUTBOX = """
 , outbox AS (
   INSERT INTO webhook_deliveries (tenant_id, subscription_id, event_id, event_type, run_id, data, status,
@@ -269,7 +270,7 @@ _WEBHOOK_OUTBOX = """
                                       'revision', u.state_revision),
          'pending', 0, statement_timestamp(), '', '[]'::jsonb, statement_timestamp()
     FROM u JOIN webhook_subscriptions s ON s.tenant_id = u.tenant_id AND s.deleted_at IS NULL
-   WHERE %(webhook)s::text IS NOT NULL AND %(webhook)s::text = ANY(s.event_types))
+   WHERE %(webhook)s::text = ANY(s.event_types))
 """
 
 # The suspend reasons a subscriber hears about, and the event type each becomes.
@@ -286,6 +287,13 @@ def webhook_event_type(*, status: str, suspend_reason: str | None) -> str | None
     return {"completed": "run.completed", "failed": "run.failed"}.get(str(status))
 
 
+def _with_outbox(sql: str) -> str:
+    """The statement with the outbox clause after its `u` CTE (used only for an event subscribers hear
+    of, so every other commit runs the statement exactly as it was)."""
+    head, tail = sql.split("\nINSERT INTO agent_events", 1)
+    return head + _WEBHOOK_OUTBOX + "INSERT INTO agent_events" + tail
+
+
 def _webhook_params(status: str, suspend_reason: str | None) -> dict[str, Any]:
     hook = webhook_event_type(status=status, suspend_reason=suspend_reason)
     return {"webhook": hook, "webhook_status": str(status), "webhook_reason": suspend_reason}
@@ -293,8 +301,7 @@ def _webhook_params(status: str, suspend_reason: str | None) -> dict[str, Any]:
 
 # --- commit_step --------------------------------------------------------------------------------
 
-_COMMIT_STEP = (
-    """
+_COMMIT_STEP = """
 WITH u AS (
   UPDATE agent_runs
      SET state = %(state)s::jsonb, state_digest = %(digest)s, next_step = %(next_step)s, status = %(status)s,
@@ -311,9 +318,6 @@ WITH u AS (
    WHERE run_id = %(run_id)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
      AND lease_owner = %(owner)s AND status IN ('running', 'suspended')
   RETURNING run_id, tenant_id, state_revision)
-"""
-    + _WEBHOOK_OUTBOX
-    + """
 INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, state, next_step, created_at)
 SELECT run_id, tenant_id, state_revision, %(event_type)s, %(step_id)s, %(attempt)s, %(payload)s::jsonb,
@@ -321,7 +325,7 @@ SELECT run_id, tenant_id, state_revision, %(event_type)s, %(step_id)s, %(attempt
        %(next_step)s, statement_timestamp() FROM u
 RETURNING seq
 """
-)
+_COMMIT_STEP_OUTBOX = _with_outbox(_COMMIT_STEP)
 
 
 def commit_step(
@@ -353,8 +357,9 @@ def commit_step(
     Without `event_state` the event keeps no copy of the state (a refusal whose digest is not the
     stored state's: the state it names is the one an earlier event holds).
     """
+    hook = _webhook_params(status, suspend_reason)
     rows = _rows(
-        _COMMIT_STEP,
+        _COMMIT_STEP_OUTBOX if hook["webhook"] else _COMMIT_STEP,
         {
             "run_id": run_id,
             "expected": expected_revision,
@@ -376,7 +381,7 @@ def commit_step(
             "retry_in": retry_in,
             "schema": state_schema_version,
             "event_state": event_state,
-            **_webhook_params(status, suspend_reason),
+            **hook,
         },
     )
     return rows[0][0] if rows else None
@@ -384,8 +389,7 @@ def commit_step(
 
 # --- transitions by people and operators --------------------------------------------------------
 
-_TRANSITION = (
-    """
+_TRANSITION = """
 WITH u AS (
   UPDATE agent_runs
      SET status = %(to_status)s,
@@ -410,9 +414,6 @@ WITH u AS (
      -- nothing asks a run whose subject was erased to continue (a resume, an approval, a message)
      AND NOT (%(request_resume)s AND suspend_reason IS NOT DISTINCT FROM 'subject_erased')
   RETURNING run_id, tenant_id, state_revision, next_step, state_digest)
-"""
-    + _WEBHOOK_OUTBOX
-    + """
 INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, next_step, created_at)
 SELECT u.run_id, u.tenant_id, u.state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
@@ -420,7 +421,7 @@ SELECT u.run_id, u.tenant_id, u.state_revision, %(event_type)s, NULL, NULL, %(pa
   FROM u
 RETURNING seq
 """
-)
+_TRANSITION_OUTBOX = _with_outbox(_TRANSITION)
 
 
 def transition(
@@ -451,8 +452,9 @@ def transition(
     The state does not change, so the event carries the run's current state digest. None if
     the run was not in one of `from_statuses` (or not at `expected_revision`).
     """
+    hook = _webhook_params(to_status, suspend_reason)
     rows = _rows(
-        _TRANSITION,
+        _TRANSITION_OUTBOX if hook["webhook"] else _TRANSITION,
         {
             "run_id": run_id,
             "from_statuses": list(from_statuses),
@@ -469,7 +471,7 @@ def transition(
             "superseded_by": superseded_by,
             "only_if_reason": only_if_reason,
             "only_if_fork_expired": only_if_fork_expired,
-            **_webhook_params(to_status, suspend_reason),
+            **hook,
         },
     )
     return rows[0][0] if rows else None
