@@ -59,6 +59,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "core.logging.LogContextMiddleware",
+    # A span per API request when OpenTelemetry is configured (core/tracing.py); nothing otherwise.
+    "core.tracing.TracingMiddleware",
     # Control characters in paths answer 404 (a NUL in a query value 400); every response gets a
     # Content-Security-Policy (core/security.py).
     "core.security.RequestGuardMiddleware",

@@ -26,6 +26,7 @@ from core.identity import worker_identity
 from core.logging import log_context
 from core.metrics import observe_step
 from core.tenancy import run_tenant, tenant_bind
+from core.tracing import span
 from runs.engine import store
 from runs.engine.budgets import budgets_exhausted, budgets_spend
 from runs.engine.dispatch import run_enqueue
@@ -117,6 +118,17 @@ class _Committer:
         return seq
 
 
+def _span_attributes(grant: LeaseGrant) -> dict[str, Any]:
+    return {
+        "keeper.run_id": grant.run_id,
+        "keeper.tenant_id": grant.tenant_id,
+        "keeper.step": grant.next_step,
+        "keeper.revision": grant.revision,
+        "keeper.workflow": grant.workflow_name,
+        "keeper.workflow_version": grant.workflow_version,
+    }
+
+
 def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
     """Run the run's next step if this worker can take its lease. Safe to call any number of times."""
     owner = worker_id or worker_identity()
@@ -127,7 +139,11 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None) -> AdvanceResult:
         grant = store.lease_acquire(run_id=run_id, owner=owner, ttl=settings.KEEPER_LEASE_TTL)
         if grant is None:
             return AdvanceResult("not_acquired")
-        with lease_held(grant) as lease, log_context(run_id=run_id, tenant_id=grant.tenant_id):
+        with (
+            lease_held(grant) as lease,
+            log_context(run_id=run_id, tenant_id=grant.tenant_id),
+            span("keeper.step", _span_attributes(grant)),
+        ):
             try:
                 result = _advance_leased(grant, lease)
             except ConcurrentResume as exc:

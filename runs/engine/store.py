@@ -23,6 +23,8 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 
+from core.tracing import traced
+
 
 def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     connection.ensure_connection()
@@ -328,6 +330,17 @@ RETURNING seq
 _COMMIT_STEP_OUTBOX = _with_outbox(_COMMIT_STEP)
 
 
+def _commit_span(kw: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "keeper.run_id": kw["run_id"],
+        "keeper.revision": kw["expected_revision"] + 1,
+        "keeper.step": kw.get("step_id"),
+        "keeper.status": kw["status"],
+        "keeper.event_type": kw["event_type"],
+    }
+
+
+@traced("keeper.commit", _commit_span)
 def commit_step(
     *,
     run_id: UUID,
