@@ -63,21 +63,23 @@ def webhook_body(claimed: Claimed) -> bytes:
 
 
 _CLAIM = """
+WITH due AS MATERIALIZED (
+  SELECT id FROM webhook_deliveries
+   WHERE status = 'pending' AND next_attempt_at <= statement_timestamp()
+   ORDER BY next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 UPDATE webhook_deliveries d
    SET attempts = d.attempts + 1,
        next_attempt_at = statement_timestamp() + make_interval(secs => %(hold)s)
-  FROM webhook_subscriptions s
- WHERE d.id IN (SELECT id FROM webhook_deliveries
-                 WHERE status = 'pending' AND next_attempt_at <= statement_timestamp()
-                 ORDER BY next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
-   AND s.id = d.subscription_id
+  FROM due, webhook_subscriptions s
+ WHERE d.id = due.id AND s.id = d.subscription_id
 RETURNING d.id, s.url, s.secret, d.event_id, d.event_type, d.run_id, d.tenant_id, d.created_at, d.data,
           d.attempts
 """
 
 
-def webhook_deliveries_claim(*, tenant_id: UUID, limit: int = 20) -> list[Claimed]:
-    """Take up to `limit` due deliveries of the tenant for one attempt each (committed at once)."""
+def webhook_deliveries_claim(*, tenant_id: UUID, limit: int = 1) -> list[Claimed]:
+    """Take up to `limit` due deliveries of the tenant for one attempt each (committed at once); send
+    them within the hold (KEEPER_WEBHOOKS_TIMEOUT x 2 + 5 s) or another worker may take them again."""
     hold = settings.KEEPER_WEBHOOKS_TIMEOUT * 2 + 5
     with tenant_scope(tenant_id), connection.cursor() as cursor:
         cursor.execute(_CLAIM, {"hold": hold, "limit": limit})
@@ -166,6 +168,10 @@ def webhooks_deliver_due(*, limit: int = 20) -> int:
     """One pass over every tenant's due deliveries; the number the receivers accepted."""
     accepted = 0
     for tenant_id in Tenant.objects.values_list("tenant_id", flat=True):
-        for claimed in webhook_deliveries_claim(tenant_id=tenant_id, limit=limit):
-            accepted += webhook_attempt(claimed)
+        # One row per claim: a claim holds its row for the time one POST can take, not a batch's.
+        for _ in range(limit):
+            claimed = webhook_deliveries_claim(tenant_id=tenant_id, limit=1)
+            if not claimed:
+                break
+            accepted += sum(webhook_attempt(each) for each in claimed)
     return accepted

@@ -77,7 +77,7 @@ def test_a_receiver_failing_three_times_then_succeeding_accepts_each_event_exact
     types = {r.event["run_id"]: r.event["type"] for r in receiver.accepted()}
     assert types == {str(completed.run_id): "run.completed", str(failed.run_id): "run.failed"}
     for delivery in WebhookDelivery.objects.all():
-        assert delivery.status == "delivered" and delivery.attempts == 4
+        assert delivery.status == "delivered" and delivery.attempts == 4, delivery.history
         assert [h["status_code"] for h in delivery.history] == [500, 500, 500, 200]
     # a later pass sends nothing more
     webhooks_deliver_due()
@@ -233,3 +233,31 @@ def test_a_finished_erasure_is_announced_with_the_request_id_and_never_the_subje
     assert got.event["data"] == {"request_id": str(request.request_id), "clean": True}
     assert b"cust-gone-42" not in got.body
     assert WebhookDelivery.objects.count() == 1
+
+
+def test_a_claimed_delivery_is_held_from_other_workers_until_its_hold_passes(tenant, allow_http):
+    from runs.webhooks.delivery import webhook_deliveries_claim
+
+    _subscribe(tenant, "https://acme.example/h")
+    _complete(tenant)
+    [first] = webhook_deliveries_claim(tenant_id=tenant.tenant_id, limit=5)
+    assert webhook_deliveries_claim(tenant_id=tenant.tenant_id, limit=5) == []  # a second worker gets nothing
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.attempts == 1 and delivery.status == "pending"
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        next_attempt_at=delivery.created_at
+    )  # the hold ran out
+    [again] = webhook_deliveries_claim(tenant_id=tenant.tenant_id, limit=5)
+    assert again.id == first.id and again.attempts == 2 and again.event_id == first.event_id
+
+
+def test_a_claim_of_one_takes_exactly_one_row_and_leaves_the_others_untouched(tenant, allow_http):
+    from runs.webhooks.delivery import webhook_deliveries_claim
+
+    _subscribe(tenant, "https://acme.example/h")
+    for _ in range(3):
+        _complete(tenant)
+    claimed = webhook_deliveries_claim(tenant_id=tenant.tenant_id, limit=1)
+    assert len(claimed) == 1
+    attempts = sorted(WebhookDelivery.objects.values_list("attempts", flat=True))
+    assert attempts == [0, 0, 1]  # a LIMIT under IN (...) can be rescanned and claim more: not here
