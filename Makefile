@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,langgraph]'
+	$(PY) -m pip install --quiet -e '.[dev,langgraph,otel]'
 	$(PY) -m pip install --quiet -e clients/python
 	touch $(STAMP)
 
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 TORCH ?= torch==2.13.0
 local-model: $(STAMP)
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[dev,langgraph,local-model]'
+	$(PY) -m pip install --quiet -e '.[dev,langgraph,local-model,otel]'
 
 ## Start embedded PostgreSQL + Redis (unless DATABASE_URL / REDIS_URL are set), migrate, and run web, worker and beat.
 run: $(STAMP)

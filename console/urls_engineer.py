@@ -10,6 +10,7 @@ from console.views import (
     engineer_langgraph,
     engineer_live,
     engineer_queue,
+    engineer_webhooks,
 )
 
 urlpatterns = [
@@ -45,4 +46,10 @@ urlpatterns = [
     path(
         "runs/<uuid:run_id>/history.json", engineer_history.run_history_download, name="run_history_download"
     ),
+]
+
+urlpatterns += [
+    path("webhooks/", engineer_webhooks.webhook_list, name="webhook_list"),
+    path("webhooks/subscribe/", engineer_webhooks.webhook_create, name="webhook_create"),
+    path("webhooks/<uuid:webhook_id>/delete/", engineer_webhooks.webhook_delete, name="webhook_delete"),
 ]

@@ -7,6 +7,9 @@ class CoreConfig(AppConfig):
 
     def ready(self) -> None:
         from core.erasure import free_register
+        from core.tracing import tracing_setup
+
+        tracing_setup()  # OpenTelemetry, only when OTEL_* asks for it
 
         free_register("tenants", "the customer organisation (Keeper's tenant), not a subject", "slug", "name")
         free_register(

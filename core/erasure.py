@@ -80,6 +80,22 @@ class _Registry:
 _REGISTRY = _Registry()
 
 
+FinishedListener = Callable[..., None]
+_FINISHED: list[FinishedListener] = []
+
+
+def erasure_finished_register(listener: FinishedListener) -> None:
+    """Call `listener(tenant_id=, request_id=, clean=)` when an erasure request finishes, inside the
+    transaction that records its receipt (runs/webhooks/ writes its outbox rows there)."""
+    if listener not in _FINISHED:
+        _FINISHED.append(listener)
+
+
+def erasure_finished_notify(*, tenant_id: UUID, request_id: UUID, clean: bool) -> None:
+    for listener in _FINISHED:
+        listener(tenant_id=tenant_id, request_id=request_id, clean=clean)
+
+
 def eraser_register(eraser: Eraser) -> None:
     _REGISTRY.erasers[eraser.name] = eraser
 

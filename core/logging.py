@@ -37,6 +37,11 @@ def log_context(*, run_id: object = None, tenant_id: object = None) -> Iterator[
             var.reset(token)
 
 
+def log_tenant_current() -> str | None:
+    """The tenant the current request or task is for, as the log context has it (None: unknown)."""
+    return _tenant_id.get()
+
+
 def log_request_tenant(tenant_id: object) -> None:
     """The tenant of the request being served: every record until the request ends carries it."""
     _tenant_id.set(str(tenant_id))

@@ -15,7 +15,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.digests import canonical_json, json_digest
-from core.erasure import Place, Scope, column_place, erasers, free_register, place_register, places
+from core.erasure import (
+    Place,
+    Scope,
+    column_place,
+    erasers,
+    erasure_finished_notify,
+    free_register,
+    place_register,
+    places,
+)
 from core.errors import InvalidInput, NotFound
 from core.models import Tenant
 from core.tasks import task_send
@@ -172,6 +181,7 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
             # Once clean, the request keeps only the subject's digest; a failed one keeps the id to retry.
             **({"subject_id": ""} if clean else {}),
         )
+        erasure_finished_notify(tenant_id=tenant_id, request_id=request.request_id, clean=clean)
         return ErasureRequest.objects.get(pk=request.pk)
 
 

@@ -2,11 +2,13 @@
 
 from django.urls import path
 
-from runs import api, api_conversation, api_langgraph, api_side_effects, api_workers
+from runs import api, api_conversation, api_langgraph, api_side_effects, api_webhooks, api_workers
 
 _W = "workers/runs/<uuid:run_id>/"
 
 urlpatterns = [
+    path("webhooks/", api_webhooks.WebhookListApi.as_view(), name="api-webhooks"),
+    path("webhooks/<uuid:webhook_id>", api_webhooks.WebhookDetailApi.as_view(), name="api-webhook-detail"),
     path("workflows/external/", api_workers.ExternalWorkflowApi.as_view(), name="api-external-workflows"),
     path("workers/claim", api_workers.WorkerClaimApi.as_view(), name="api-worker-claim"),
     path(_W + "commit", api_workers.WorkerCommitApi.as_view(), name="api-worker-commit"),

@@ -40,5 +40,8 @@ class RunsConfig(AppConfig):
         from runs.external.workflows import external_workflows_ready
 
         external_workflows_ready()
+        from runs.webhooks.erasure import register as webhooks_erasure_register
+
+        webhooks_erasure_register()
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

@@ -15,6 +15,7 @@ from runs.engine.models import (
 )
 from runs.external.models import ExternalWorkflow
 from runs.langgraph.models import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
+from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 
 __all__ = [
     "AgentEvent",
@@ -30,4 +31,6 @@ __all__ = [
     "Summary",
     "SummaryStatus",
     "ToolOperation",
+    "WebhookDelivery",
+    "WebhookSubscription",
 ]

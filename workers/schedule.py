@@ -21,6 +21,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": settings.KEEPER_REDISPATCH_INTERVAL,
             "options": {"expires": settings.KEEPER_REDISPATCH_INTERVAL * 2},
         },
+        # The webhook outbox: due deliveries and retries (a killed worker's claim comes due again).
+        "deliver-webhooks": {
+            "task": "workers.tasks.deliver_webhooks",
+            "schedule": settings.KEEPER_WEBHOOKS_INTERVAL,
+            "options": {"expires": settings.KEEPER_WEBHOOKS_INTERVAL * 2},
+        },
         "expire-orphan-forks": {
             "task": "workers.tasks.expire_forks",
             "schedule": 60.0,

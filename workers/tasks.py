@@ -18,6 +18,7 @@ from runs.conversations.learning import run_learn
 from runs.engine.dispatch import runs_redispatch
 from runs.engine.forks import forks_expire
 from runs.engine.steps import run_advance
+from runs.webhooks.delivery import webhooks_deliver_due
 
 
 @shared_task(name="workers.tasks.advance_run", ignore_result=True)
@@ -33,6 +34,11 @@ def redispatch_runs() -> int:
 @shared_task(name="workers.tasks.expire_forks", ignore_result=True)
 def expire_forks() -> int:
     return forks_expire()
+
+
+@shared_task(name="workers.tasks.deliver_webhooks", ignore_result=True)
+def deliver_webhooks() -> int:
+    return webhooks_deliver_due()
 
 
 @shared_task(name="workers.tasks.execute_erasure", ignore_result=True)

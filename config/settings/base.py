@@ -59,6 +59,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "core.logging.LogContextMiddleware",
+    # A span per API request when OpenTelemetry is configured (core/tracing.py); nothing otherwise.
+    "core.tracing.TracingMiddleware",
     # Control characters in paths answer 404 (a NUL in a query value 400); every response gets a
     # Content-Security-Policy (core/security.py).
     "core.security.RequestGuardMiddleware",
@@ -199,6 +201,14 @@ KEEPER_SLICE_MS = env_number("KEEPER_SLICE_MS", 200.0, minimum=0)
 # Seconds between beat sweeps for runs that lost their wake-up, and how old a wake-up must be.
 KEEPER_REDISPATCH_INTERVAL = env_number("KEEPER_REDISPATCH_INTERVAL", 5.0, minimum=0.1)
 KEEPER_REDISPATCH_GRACE = env_number("KEEPER_REDISPATCH_GRACE", 15.0, minimum=0)
+# Webhooks (runs/webhooks/): plain-HTTP endpoints are refused unless DEBUG or this is set; seconds
+# between beat sweeps of the outbox; seconds a receiver has to answer; the first retry's delay (it
+# doubles with each attempt, at most an hour); attempts before a delivery is given up.
+KEEPER_WEBHOOKS_ALLOW_HTTP = env_bool("KEEPER_WEBHOOKS_ALLOW_HTTP", False)
+KEEPER_WEBHOOKS_INTERVAL = env_number("KEEPER_WEBHOOKS_INTERVAL", 5.0, minimum=0.1)
+KEEPER_WEBHOOKS_TIMEOUT = env_number("KEEPER_WEBHOOKS_TIMEOUT", 5.0, minimum=0.1)
+KEEPER_WEBHOOKS_BACKOFF = env_number("KEEPER_WEBHOOKS_BACKOFF", 10.0, minimum=0)
+KEEPER_WEBHOOKS_MAX_ATTEMPTS = env_int("KEEPER_WEBHOOKS_MAX_ATTEMPTS", 10, minimum=1)
 # Prepare the per-step statements server-side (turn off behind a pooler that cannot keep them).
 KEEPER_PREPARED_STATEMENTS = env_bool("KEEPER_PREPARED_STATEMENTS", True)
 # Seconds a fork that nobody started is kept before it is cancelled.

@@ -11,6 +11,9 @@ for _name, _value in {
     "KEEPER_REDISPATCH_INTERVAL": "0.5",
     "KEEPER_REDISPATCH_GRACE": "1",
     "KEEPER_WORKFLOW_MODULES": "tests.workflows",
+    "KEEPER_WEBHOOKS_INTERVAL": "0.5",
+    "KEEPER_WEBHOOKS_BACKOFF": "0.2",
+    "KEEPER_WEBHOOKS_TIMEOUT": "2",
 }.items():
     os.environ.setdefault(_name, _value)  # worker processes started by tests inherit these
 

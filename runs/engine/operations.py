@@ -16,6 +16,7 @@ from django.db import transaction
 from core.digests import canonical_json, json_digest
 from core.errors import Conflict, InvalidInput, NotFound
 from core.tenancy import tenant_of_call
+from core.tracing import span
 from runs.engine import store
 from runs.engine.dispatch import run_enqueue_on_commit
 from runs.engine.errors import InvalidTransition
@@ -76,17 +77,19 @@ def _move(
     lease_epoch: int | None = None,
     acting_run_id: UUID | None = None,
 ) -> OperationRow:
-    op = store.operation_transition(
-        tenant_id=tenant_id,
-        operation_id=operation_id,
-        to_status=to_status,
-        actor=actor,
-        note=note,
-        external_ref=external_ref,
-        result_json=None if result is None else canonical_json(result),
-        lease_epoch=lease_epoch,
-        acting_run_id=acting_run_id,
-    )
+    attributes = {"keeper.tenant_id": tenant_id, "keeper.run_id": acting_run_id, "keeper.outcome": to_status}
+    with span("keeper.operation", attributes):
+        op = store.operation_transition(
+            tenant_id=tenant_id,
+            operation_id=operation_id,
+            to_status=to_status,
+            actor=actor,
+            note=note,
+            external_ref=external_ref,
+            result_json=None if result is None else canonical_json(result),
+            lease_epoch=lease_epoch,
+            acting_run_id=acting_run_id,
+        )
     if op is None:
         current = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
         if current is None:

@@ -31,6 +31,7 @@ from core.identity import worker_identity
 from core.logging import log_context
 from core.metrics import observe_step
 from core.tenancy import run_tenant, tenant_bind
+from core.tracing import span
 from runs.engine import store
 from runs.engine.budgets import budgets_exhausted, budgets_spend
 from runs.engine.dispatch import run_enqueue
@@ -144,6 +145,17 @@ class _Committer:
         return seq
 
 
+def _span_attributes(grant: LeaseGrant) -> dict[str, Any]:
+    return {
+        "keeper.run_id": grant.run_id,
+        "keeper.tenant_id": grant.tenant_id,
+        "keeper.step": grant.next_step,
+        "keeper.revision": grant.revision,
+        "keeper.workflow": grant.workflow_name,
+        "keeper.workflow_version": grant.workflow_version,
+    }
+
+
 def run_advance(*, run_id: UUID, worker_id: str | None = None, sliced: bool = False) -> AdvanceResult:
     """Run the run's next step if this worker can take its lease. Safe to call any number of times.
 
@@ -182,7 +194,8 @@ def _advance_slice(grant: LeaseGrant, lease: HeldLease, *, sliced: bool) -> Adva
     turn = _Slice(lease, sliced=sliced)
     while True:
         try:
-            result = _advance_leased(grant, lease, turn)
+            with span("keeper.step", _span_attributes(grant)):  # one span per step, not per slice
+                result = _advance_leased(grant, lease, turn)
         finally:
             turn.steps += 1
         if result.carry is None:

@@ -23,6 +23,8 @@ import psycopg
 from django.conf import settings
 from django.db import connection
 
+from core.tracing import traced
+
 
 def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
     connection.ensure_connection()
@@ -255,6 +257,50 @@ def lease_release(*, run_id: UUID, owner: str, epoch: int, retry_in: float = 0.0
     return bool(_rows(_LEASE_RELEASE, {"run_id": run_id, "owner": owner, "epoch": epoch, "delay": retry_in}))
 
 
+# --- webhooks: the outbox rows of an event, written by the statement that writes the event ---------
+
+# Added to the commit and transition statements: one row per subscription of the run's tenant to this
+# event type (runs/webhooks/). Only an event a subscriber can hear of runs the statement with this
+# clause (most commits run it as before); a tenant with no subscription then costs one index probe.
+# The event id is the same for every subscription of one event.
+_WEBHOOK_OUTBOX = """
+, outbox AS (
+  INSERT INTO webhook_deliveries (tenant_id, subscription_id, event_id, event_type, run_id, data, status,
+                                  attempts, next_attempt_at, last_error, history, created_at)
+  SELECT u.tenant_id, s.id, md5(u.run_id::text || ':' || u.state_revision::text)::uuid, %(webhook)s::text,
+         u.run_id, jsonb_build_object('status', %(webhook_status)s::text, 'reason', %(webhook_reason)s::text,
+                                      'revision', u.state_revision),
+         'pending', 0, statement_timestamp(), '', '[]'::jsonb, statement_timestamp()
+    FROM u JOIN webhook_subscriptions s ON s.tenant_id = u.tenant_id AND s.deleted_at IS NULL
+   WHERE %(webhook)s::text = ANY(s.event_types))
+"""
+
+# The suspend reasons a subscriber hears about, and the event type each becomes.
+_WEBHOOK_SUSPENSIONS = {
+    "approval_required": "run.suspended.approval",
+    "reconciliation_required": "run.suspended.reconciliation",
+}
+
+
+def webhook_event_type(*, status: str, suspend_reason: str | None) -> str | None:
+    """The webhook event type of a run entering `status` (None: no subscriber is told)."""
+    if status == "suspended":
+        return _WEBHOOK_SUSPENSIONS.get(suspend_reason or "")
+    return {"completed": "run.completed", "failed": "run.failed"}.get(str(status))
+
+
+def _with_outbox(sql: str) -> str:
+    """The statement with the outbox clause after its `u` CTE (used only for an event subscribers hear
+    of, so every other commit runs the statement exactly as it was)."""
+    head, tail = sql.split("\nINSERT INTO agent_events", 1)
+    return head + _WEBHOOK_OUTBOX + "INSERT INTO agent_events" + tail
+
+
+def _webhook_params(status: str, suspend_reason: str | None) -> dict[str, Any]:
+    hook = webhook_event_type(status=status, suspend_reason=suspend_reason)
+    return {"webhook": hook, "webhook_status": str(status), "webhook_reason": suspend_reason}
+
+
 # --- commit_step --------------------------------------------------------------------------------
 
 _COMMIT_STEP = """
@@ -283,8 +329,20 @@ SELECT run_id, tenant_id, state_revision, %(event_type)s, %(step_id)s, %(attempt
        %(next_step)s, statement_timestamp() FROM u
 RETURNING seq
 """
+_COMMIT_STEP_OUTBOX = _with_outbox(_COMMIT_STEP)
 
 
+def _commit_span(kw: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "keeper.run_id": kw["run_id"],
+        "keeper.revision": kw["expected_revision"] + 1,
+        "keeper.step": kw.get("step_id"),
+        "keeper.status": kw["status"],
+        "keeper.event_type": kw["event_type"],
+    }
+
+
+@traced("keeper.commit", _commit_span)
 def commit_step(
     *,
     run_id: UUID,
@@ -320,8 +378,9 @@ def commit_step(
     Without `event_state` the event keeps no copy of the state (a refusal whose digest is not the
     stored state's: the state it names is the one an earlier event holds).
     """
+    hook = _webhook_params(status, suspend_reason)
     rows = _rows(
-        _COMMIT_STEP,
+        _COMMIT_STEP_OUTBOX if hook["webhook"] else _COMMIT_STEP,
         {
             "run_id": run_id,
             "expected": expected_revision,
@@ -344,6 +403,7 @@ def commit_step(
             "schema": state_schema_version,
             "event_state": event_state,
             "resume_at_wake": resume_at_wake,
+            **hook,
         },
     )
     return rows[0][0] if rows else None
@@ -383,6 +443,7 @@ SELECT u.run_id, u.tenant_id, u.state_revision, %(event_type)s, NULL, NULL, %(pa
   FROM u
 RETURNING seq
 """
+_TRANSITION_OUTBOX = _with_outbox(_TRANSITION)
 
 
 def transition(
@@ -413,8 +474,9 @@ def transition(
     The state does not change, so the event carries the run's current state digest. None if
     the run was not in one of `from_statuses` (or not at `expected_revision`).
     """
+    hook = _webhook_params(to_status, suspend_reason)
     rows = _rows(
-        _TRANSITION,
+        _TRANSITION_OUTBOX if hook["webhook"] else _TRANSITION,
         {
             "run_id": run_id,
             "from_statuses": list(from_statuses),
@@ -431,6 +493,7 @@ def transition(
             "superseded_by": superseded_by,
             "only_if_reason": only_if_reason,
             "only_if_fork_expired": only_if_fork_expired,
+            **hook,
         },
     )
     return rows[0][0] if rows else None

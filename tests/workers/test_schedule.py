@@ -21,5 +21,6 @@ def test_the_periodic_duties_are_all_scheduled():
         "workers.tasks.project_all_memory",
         "workers.tasks.embed_pending_documents",
         "workers.tasks.expire_retrieval_index",
+        "workers.tasks.deliver_webhooks",
     }
     assert all(entry["options"]["expires"] >= entry["schedule"] for entry in beat_schedule().values())

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,8 +54,12 @@ class KeeperClient:
         backoff: float = 0.2,
         max_backoff: float = 5.0,
         transport: httpx.BaseTransport | None = None,
+        traceparent: str | Callable[[], str | None] | None = None,
     ):
         self.retries, self.backoff, self.max_backoff = retries, backoff, max_backoff
+        # A W3C trace context (or a function giving the current one, e.g. from your OpenTelemetry
+        # propagator) sent as `traceparent` with each call, so Keeper's spans join your agent's trace.
+        self.traceparent = traceparent
         self.timeout = timeout
         self._http = httpx.Client(
             base_url=base_url.rstrip("/") + "/api/v1/",
@@ -65,6 +70,10 @@ class KeeperClient:
 
     def close(self) -> None:
         self._http.close()
+
+    def _trace_headers(self) -> dict[str, str]:
+        value = self.traceparent() if callable(self.traceparent) else self.traceparent
+        return {"traceparent": value} if value else {}
 
     def __enter__(self) -> KeeperClient:
         return self
@@ -81,7 +90,9 @@ class KeeperClient:
         attempt = 0
         while True:
             try:
-                response = self._http.post(path, json=body, timeout=timeout or self.timeout)
+                response = self._http.post(
+                    path, json=body, timeout=timeout or self.timeout, headers=self._trace_headers()
+                )
             except httpx.TransportError as exc:
                 if attempt >= self.retries:
                     raise

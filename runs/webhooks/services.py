@@ -1,0 +1,145 @@
+"""Webhook subscriptions: create (the secret is returned once), list, delete."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+from uuid import UUID
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from core.errors import InvalidInput, NotFound
+from core.models import Tenant
+from runs.webhooks.models import EVENT_TYPES, DeliveryStatus, WebhookDelivery, WebhookSubscription
+
+MAX_URL_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Created:
+    subscription: WebhookSubscription
+    secret: str  # shown to the caller once; never returned again
+
+
+def webhook_url_check(*, url: str) -> str:
+    """The endpoint as given, or InvalidInput saying why it cannot receive webhooks."""
+    url = (url or "").strip()
+    if len(url) > MAX_URL_CHARS:
+        raise InvalidInput(f"the URL is longer than {MAX_URL_CHARS} characters", code="webhook_url_invalid")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError as exc:
+        raise InvalidInput(f"{url!r} is not a URL: {exc}", code="webhook_url_invalid") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidInput(
+            f"{url!r} is not an http(s) URL with a host", code="webhook_url_invalid", details={"url": url}
+        )
+    if parts.username or parts.password:
+        raise InvalidInput(
+            "put no credentials in the URL; verify the signature instead", code="webhook_url_invalid"
+        )
+    if parts.scheme == "http" and not (settings.DEBUG or settings.KEEPER_WEBHOOKS_ALLOW_HTTP):
+        raise InvalidInput(
+            "webhook endpoints must use https (plain http only in development: DEBUG or "
+            "KEEPER_WEBHOOKS_ALLOW_HTTP)",
+            code="webhook_https_required",
+        )
+    return url
+
+
+def webhook_event_types_check(*, event_types: list[str]) -> list[str]:
+    if not event_types:
+        raise InvalidInput(
+            f"subscribe to at least one event type: {', '.join(EVENT_TYPES)}",
+            code="webhook_event_type_invalid",
+        )
+    unknown = sorted(set(event_types) - set(EVENT_TYPES))
+    if unknown:
+        raise InvalidInput(
+            f"unknown event type {', '.join(unknown)}; known: {', '.join(EVENT_TYPES)}",
+            code="webhook_event_type_invalid",
+            details={"unknown": unknown, "known": list(EVENT_TYPES)},
+        )
+    return sorted(set(event_types))
+
+
+def webhook_subscription_create(*, tenant: Tenant, url: str, event_types: list[str], actor: str) -> Created:
+    """Subscribe an endpoint to some event types; the signing secret is in the result, once."""
+    checked_url = webhook_url_check(url=url)
+    types = webhook_event_types_check(event_types=event_types)
+    secret = "whsec_" + secrets.token_urlsafe(32)
+    subscription = WebhookSubscription.objects.create(
+        tenant=tenant,
+        url=checked_url,
+        event_types=types,
+        secret=secret,
+        created_by=actor,
+    )
+    return Created(subscription, secret)
+
+
+def webhook_subscriptions_active() -> list[WebhookSubscription]:
+    """The current tenant's subscriptions that are not deleted, newest first."""
+    return list(WebhookSubscription.objects.filter(deleted_at__isnull=True).order_by("-created_at"))
+
+
+def webhook_subscription_delete(*, subscription_id: UUID, actor: str) -> WebhookSubscription:
+    """Stop sending to the endpoint: no new deliveries, and the pending ones are cancelled.
+
+    The subscription row stays (deleted) so its deliveries can still be read in the console.
+    """
+    with transaction.atomic():
+        subscription = (
+            WebhookSubscription.objects.select_for_update()
+            .filter(id=subscription_id, deleted_at__isnull=True)
+            .first()
+        )
+        if subscription is None:
+            raise NotFound(f"no webhook subscription {subscription_id}", code="webhook_not_found")
+        subscription.deleted_at = timezone.now()
+        subscription.save(update_fields=["deleted_at"])
+        WebhookDelivery.objects.filter(subscription=subscription, status=DeliveryStatus.PENDING).update(
+            status=DeliveryStatus.CANCELLED, last_error=f"subscription deleted by {actor}"[:200]
+        )
+    return subscription
+
+
+def webhook_subscriptions_all() -> list[WebhookSubscription]:
+    """The current tenants' subscriptions, deleted ones too (their deliveries stay readable)."""
+    return list(
+        WebhookSubscription.objects.select_related("tenant").order_by("deleted_at", "-created_at")[:200]
+    )
+
+
+def webhook_deliveries_recent(*, limit: int = 100) -> list[WebhookDelivery]:
+    """The current tenants' latest deliveries with their attempts, newest first."""
+    return list(
+        WebhookDelivery.objects.select_related("subscription", "tenant").order_by("-created_at", "-id")[
+            :limit
+        ]
+    )
+
+
+_ERASURE_OUTBOX = """
+INSERT INTO webhook_deliveries (tenant_id, subscription_id, event_id, event_type, run_id, data, status,
+                                attempts, next_attempt_at, last_error, history, created_at)
+SELECT s.tenant_id, s.id, md5('erasure:' || %(request)s::text || ':' || %(clean)s::boolean::text)::uuid, 'erasure.finished', NULL,
+       jsonb_build_object('request_id', %(request)s::text, 'clean', %(clean)s::boolean),
+       'pending', 0, statement_timestamp(), '', '[]'::jsonb, statement_timestamp()
+  FROM webhook_subscriptions s
+ WHERE s.tenant_id = %(tenant)s AND s.deleted_at IS NULL AND 'erasure.finished' = ANY(s.event_types)
+ON CONFLICT (subscription_id, event_id) DO NOTHING
+"""
+
+
+def webhook_erasure_finished(*, tenant_id: UUID, request_id: UUID, clean: bool) -> None:
+    """The outbox rows of a finished erasure, in the transaction that records its receipt.
+
+    The payload names the request and whether it came out clean, never the subject.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_ERASURE_OUTBOX, {"tenant": tenant_id, "request": str(request_id), "clean": clean})

@@ -1,0 +1,263 @@
+"""Webhooks: the outbox row is written by the event's own statement; deliveries are signed, retried
+with backoff and accepted once per event; subscriptions refuse bad input with a reason."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+
+import pytest
+
+from core.digests import canonical_json
+from core.tenancy import tenant_bind
+from runs.engine import store
+from runs.engine.models import AgentRun
+from runs.engine.runs import run_fail, run_start, run_suspend
+from runs.engine.state import state_encode
+from runs.engine.steps import run_advance
+from runs.webhooks.delivery import webhooks_deliver_due
+from runs.webhooks.models import WebhookDelivery, WebhookSubscription
+from runs.webhooks.services import webhook_subscription_create
+from tests.processes import wait_until
+
+pytestmark = pytest.mark.django_db
+
+
+def _subscribe(tenant, url, types=("run.completed", "run.failed", "run.suspended.approval")):
+    return webhook_subscription_create(tenant=tenant, url=url, event_types=list(types), actor="test")
+
+
+def _complete(tenant) -> AgentRun:
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
+    for _ in range(10):
+        run.refresh_from_db()
+        if run.status != "running":
+            break
+        run_advance(run_id=run.run_id, worker_id="w-test")
+    run.refresh_from_db()
+    assert run.status == "completed"
+    return run
+
+
+def _deliver_until(predicate, *, timeout: float = 60) -> None:
+    def step() -> bool:
+        webhooks_deliver_due()
+        return predicate()
+
+    wait_until(step, timeout=timeout, interval=0.1, message="webhook deliveries")
+
+
+def _verify(secret: str, headers: dict[str, str], body: bytes, *, tolerance: int = 300) -> bool:
+    """The README's recipe, written out independently of Keeper's code."""
+    timestamp = headers["Keeper-Timestamp"]
+    if abs(time.time() - int(timestamp)) > tolerance:
+        return False
+    expected = hmac.new(secret.encode("utf-8"), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    given = [part[3:] for part in headers["Keeper-Signature"].split(",") if part.strip().startswith("v1=")]
+    return any(hmac.compare_digest(expected, g.strip()) for g in given)
+
+
+def test_a_receiver_failing_three_times_then_succeeding_accepts_each_event_exactly_once(
+    tenant, receiver, allow_http
+):
+    receiver.fail_first = 3
+    _subscribe(tenant, receiver.url)
+    completed = _complete(tenant)
+    failed = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 5}, actor="test").run
+    run_fail(run_id=failed.run_id, actor="user:ops", code="gave_up")
+    assert WebhookDelivery.objects.filter(status="pending").count() == 2
+
+    _deliver_until(lambda: WebhookDelivery.objects.filter(status="pending").count() == 0)
+
+    per_event = receiver.accepted_per_event()
+    assert len(per_event) == 2 and set(per_event.values()) == {1}, per_event
+    assert len(receiver.requests) == 8  # three refusals and one acceptance per event
+    types = {r.event["run_id"]: r.event["type"] for r in receiver.accepted()}
+    assert types == {str(completed.run_id): "run.completed", str(failed.run_id): "run.failed"}
+    for delivery in WebhookDelivery.objects.all():
+        assert delivery.status == "delivered" and delivery.attempts == 4, delivery.history
+        assert [h["status_code"] for h in delivery.history] == [500, 500, 500, 200]
+    # a later pass sends nothing more
+    webhooks_deliver_due()
+    assert len(receiver.requests) == 8
+
+
+def test_the_signature_verifies_with_the_documented_recipe(tenant, receiver, allow_http):
+    created = _subscribe(tenant, receiver.url)
+    run = _complete(tenant)
+    _deliver_until(lambda: len(receiver.accepted()) == 1)
+    [got] = receiver.accepted()
+    assert _verify(created.secret, got.headers, got.body)
+    assert not _verify(created.secret + "x", got.headers, got.body)
+    assert not _verify(created.secret, got.headers, got.body.replace(b"completed", b"failed"))
+    event = got.event
+    assert set(event) == {"event_id", "type", "run_id", "tenant", "occurred_at", "data"}
+    assert event["event_id"] == got.headers["Keeper-Event-Id"]
+    assert (event["type"], event["run_id"], event["tenant"]) == (
+        "run.completed",
+        str(run.run_id),
+        str(tenant.tenant_id),
+    )
+    assert event["data"] == {"status": "completed", "reason": None, "revision": run.state_revision}
+
+
+def test_the_outbox_row_is_written_by_the_events_statement_and_only_for_subscribed_types(
+    tenant, other_tenant, allow_http
+):
+    with tenant_bind(other_tenant.tenant_id):
+        _subscribe(other_tenant, "https://globex.example/hooks")  # another tenant's: never told
+    only_failed = _subscribe(tenant, "https://acme.example/failed", types=["run.failed"]).subscription
+    approvals = _subscribe(tenant, "https://acme.example/approvals", types=["run.suspended.approval"])
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
+    run_suspend(run_id=run.run_id, actor="test", reason="looked_odd")  # not a reason anyone hears of
+    assert not WebhookDelivery.objects.exists()
+    second = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
+    run_suspend(run_id=second.run_id, actor="test", reason="approval_required")
+    [delivery] = WebhookDelivery.objects.all()
+    second.refresh_from_db()
+    assert (delivery.subscription_id, delivery.event_type, delivery.run_id) == (
+        approvals.subscription.id,
+        "run.suspended.approval",
+        second.run_id,
+    )
+    assert delivery.data == {"status": "suspended", "reason": "approval_required", "revision": 2}
+
+    # A commit that matches nothing (a stale revision) writes no event and no outbox row.
+    third = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
+    grant = store.lease_acquire(run_id=third.run_id, owner="w1", ttl=30)
+    encoded = state_encode(grant.state)
+    stale = dict(
+        run_id=third.run_id,
+        epoch=grant.epoch,
+        owner="w1",
+        state_json=encoded.json,
+        state_digest=encoded.digest,
+        next_step=None,
+        status="failed",
+        event_type="run_failed",
+        step_id="start",
+        attempt=1,
+        payload_json=canonical_json({}),
+    )
+    assert store.commit_step(expected_revision=grant.revision + 5, **stale) is None
+    assert WebhookDelivery.objects.filter(run_id=third.run_id).count() == 0
+    seq = store.commit_step(expected_revision=grant.revision, **stale)
+    [failed] = WebhookDelivery.objects.filter(run_id=third.run_id)
+    assert failed.subscription_id == only_failed.id and failed.event_type == "run.failed"
+    expected_id = hashlib.md5(f"{third.run_id}:{seq}".encode()).hexdigest()  # noqa: S324 - an id, not a MAC
+    assert failed.event_id.hex == expected_id
+
+
+def test_a_deleted_subscription_gets_nothing_more_and_its_pending_deliveries_are_cancelled(
+    tenant, api, allow_http
+):
+    created = api.post(
+        "/api/v1/webhooks/", {"url": "https://acme.example/h", "event_types": ["run.failed"]}, format="json"
+    )
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert body["secret"].startswith("whsec_") and body["event_types"] == ["run.failed"]
+    listed = api.get("/api/v1/webhooks/").json()
+    assert [s["id"] for s in listed] == [body["id"]] and "secret" not in listed[0]  # shown once only
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
+    run_fail(run_id=run.run_id, actor="test", code="x")
+    assert api.delete(f"/api/v1/webhooks/{body['id']}").status_code == 204
+    assert WebhookDelivery.objects.get().status == "cancelled"
+    other = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
+    run_fail(run_id=other.run_id, actor="test", code="x")
+    assert WebhookDelivery.objects.count() == 1
+    assert api.get("/api/v1/webhooks/").json() == []
+    again = api.delete(f"/api/v1/webhooks/{body['id']}")
+    assert again.status_code == 404 and again.json()["error"]["code"] == "webhook_not_found"
+
+
+@pytest.mark.parametrize(
+    ("body", "code"),
+    [
+        ({"url": "not a url", "event_types": ["run.failed"]}, "webhook_url_invalid"),
+        ({"url": "ftp://acme.example/h", "event_types": ["run.failed"]}, "webhook_url_invalid"),
+        ({"url": "https://:99999/h", "event_types": ["run.failed"]}, "webhook_url_invalid"),
+        ({"url": "http://acme.example/h", "event_types": ["run.failed"]}, "webhook_https_required"),
+        ({"url": "https://acme.example/h", "event_types": ["run.exploded"]}, "webhook_event_type_invalid"),
+        ({"url": "https://acme.example/h", "event_types": []}, "webhook_event_type_invalid"),
+        ({"url": "https://acme.example/h"}, None),
+        ({"url": "https://acme.example/h", "event_types": "run.failed"}, None),
+    ],
+)
+def test_bad_subscriptions_are_refused_with_a_reason_and_nothing_is_stored(tenant, api, body, code):
+    response = api.post("/api/v1/webhooks/", body, format="json")
+    assert 400 <= response.status_code < 500, response.content
+    error = response.json()["error"]
+    assert error["message"]  # a reason a person can read
+    if code:
+        assert error["code"] == code, response.content
+    assert not WebhookSubscription.objects.exists()
+
+
+def test_plain_http_is_accepted_when_allowed(tenant, api, allow_http):
+    response = api.post(
+        "/api/v1/webhooks/", {"url": "http://127.0.0.1:9/h", "event_types": ["run.failed"]}, format="json"
+    )
+    assert response.status_code == 201, response.content
+
+
+def test_a_receiver_that_is_down_never_blocks_a_run_and_loses_nothing(tenant, allow_http):
+    _subscribe(tenant, "http://127.0.0.1:9/nobody-listens")  # the discard port: connection refused
+    run = _complete(tenant)
+    webhooks_deliver_due()
+    delivery = WebhookDelivery.objects.get(run_id=run.run_id)
+    assert delivery.status == "pending" and delivery.attempts == 1 and delivery.last_status_code is None
+    assert delivery.last_error and delivery.next_attempt_at > delivery.created_at
+    assert json.dumps(delivery.history)  # the attempt is recorded for the console
+
+
+def test_a_finished_erasure_is_announced_with_the_request_id_and_never_the_subject(
+    tenant, receiver, allow_http
+):
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    created = _subscribe(tenant, receiver.url, types=["erasure.finished"])
+    run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test", subject="cust-gone-42"
+    )
+    request = erasure_request_create(tenant=tenant, subject_id="cust-gone-42", requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed"
+    erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)  # idempotent: no second event
+    _deliver_until(lambda: len(receiver.accepted()) == 1)
+    [got] = receiver.accepted()
+    assert _verify(created.secret, got.headers, got.body)
+    assert got.event["type"] == "erasure.finished" and got.event["run_id"] is None
+    assert got.event["data"] == {"request_id": str(request.request_id), "clean": True}
+    assert b"cust-gone-42" not in got.body
+    assert WebhookDelivery.objects.count() == 1
+
+
+def test_a_claimed_delivery_is_held_from_other_workers_until_its_hold_passes(tenant, allow_http):
+    from runs.webhooks.delivery import webhook_deliveries_claim
+
+    _subscribe(tenant, "https://acme.example/h")
+    _complete(tenant)
+    [first] = webhook_deliveries_claim(tenant_id=tenant.tenant_id, limit=5)
+    assert webhook_deliveries_claim(tenant_id=tenant.tenant_id, limit=5) == []  # a second worker gets nothing
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.attempts == 1 and delivery.status == "pending"
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        next_attempt_at=delivery.created_at
+    )  # the hold ran out
+    [again] = webhook_deliveries_claim(tenant_id=tenant.tenant_id, limit=5)
+    assert again.id == first.id and again.attempts == 2 and again.event_id == first.event_id
+
+
+def test_a_claim_of_one_takes_exactly_one_row_and_leaves_the_others_untouched(tenant, allow_http):
+    from runs.webhooks.delivery import webhook_deliveries_claim
+
+    _subscribe(tenant, "https://acme.example/h")
+    for _ in range(3):
+        _complete(tenant)
+    claimed = webhook_deliveries_claim(tenant_id=tenant.tenant_id, limit=1)
+    assert len(claimed) == 1
+    attempts = sorted(WebhookDelivery.objects.values_list("attempts", flat=True))
+    assert attempts == [0, 0, 1]  # a LIMIT under IN (...) can be rescanned and claim more: not here
