@@ -35,6 +35,9 @@ class WebhookCreatedSerializer(WebhookSerializer):
 
 class WebhookListApi(APIView):
     class InputSerializer(serializers.Serializer):
+        tenant = serializers.CharField(
+            required=False, help_text="optional for an API key (its own tenant); staff name one"
+        )
         url = serializers.CharField(max_length=2000, help_text="https endpoint that receives the POSTs")
         event_types = serializers.ListField(
             child=serializers.CharField(max_length=100),
@@ -59,10 +62,9 @@ class WebhookListApi(APIView):
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        given = data.validated_data.pop("tenant", None) or request.query_params.get("tenant")
         created = webhook_subscription_create(
-            tenant=request_tenant(request, request.query_params.get("tenant")),
-            actor=request_actor(request),
-            **data.validated_data,
+            tenant=request_tenant(request, given), actor=request_actor(request), **data.validated_data
         )
         body = dict(WebhookSerializer(created.subscription).data)
         body["secret"] = created.secret

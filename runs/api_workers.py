@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import error_responses
-from core.api_auth import request_actor, request_key, request_tenant
+from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
 from runs.engine.store import OperationRow
 from runs.external import protocol
 from runs.external.models import ExternalWorkflow
@@ -30,6 +30,16 @@ def _key_tenant(request: Request) -> UUID:
 
 def _lease(request: Request, run_id: UUID, token: str) -> protocol.Lease:
     return protocol.lease_token_verify(token=token, tenant_id=_key_tenant(request), run_id=run_id)
+
+
+class WorkerRunApiView(APIView):
+    """A worker call about one run: another tenant's run does not exist for the key (404
+    run_not_found), whatever the body says, before the body or the lease token is read."""
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        _key_tenant(request)
+        request_run_tenant(request, kwargs["run_id"])
 
 
 # --- external workflows ---------------------------------------------------------------------------
@@ -218,7 +228,7 @@ class CommitOutputSerializer(serializers.Serializer):
     )
 
 
-class WorkerCommitApi(APIView):
+class WorkerCommitApi(WorkerRunApiView):
     class SuspendSerializer(serializers.Serializer):
         reason = serializers.RegexField(r"^[a-z][a-z0-9_]{0,63}$")
         detail = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
@@ -314,7 +324,7 @@ class WorkerCommitApi(APIView):
         return Response(CommitOutputSerializer(committed).data)
 
 
-class WorkerHeartbeatApi(APIView):
+class WorkerHeartbeatApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
         lease_ttl = serializers.FloatField(min_value=1, max_value=3600, required=False)
 
@@ -335,7 +345,7 @@ class WorkerHeartbeatApi(APIView):
         return Response({"lease_expires_at": expires})
 
 
-class WorkerReleaseApi(APIView):
+class WorkerReleaseApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
         retry_in = serializers.FloatField(min_value=0, max_value=86400, default=0)
 
@@ -371,7 +381,7 @@ def _operation(op: OperationRow) -> dict[str, Any]:
     }
 
 
-class WorkerOperationPrepareApi(APIView):
+class WorkerOperationPrepareApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
         operation_id = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,200}$")
         tool_name = serializers.CharField(max_length=200)
@@ -406,7 +416,7 @@ class WorkerOperationPrepareApi(APIView):
         return Response(_operation(protocol.external_operation_prepare(lease=lease, **v)))
 
 
-class WorkerOperationStartedApi(APIView):
+class WorkerOperationStartedApi(WorkerRunApiView):
     @extend_schema(
         summary="Mark a prepared operation started, just before sending it (only the lease holder)",
         request=LeaseInputSerializer,
@@ -422,7 +432,7 @@ class WorkerOperationStartedApi(APIView):
         )
 
 
-class WorkerOperationOutcomeApi(APIView):
+class WorkerOperationOutcomeApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
         outcome = serializers.ChoiceField(choices=protocol.OUTCOMES)
         external_ref = serializers.CharField(max_length=200, required=False, allow_blank=True)
@@ -459,7 +469,7 @@ class WorkerOperationOutcomeApi(APIView):
         return Response(_operation(op))
 
 
-class WorkerApprovalApi(APIView):
+class WorkerApprovalApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
         request = serializers.DictField()
         reasons = serializers.ListField(

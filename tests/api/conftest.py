@@ -19,6 +19,7 @@ from runs.engine.approvals import approval_check
 from runs.engine.models import ToolOperation
 from runs.engine.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
 from runs.engine.runs import run_start, run_suspend
+from runs.webhooks.services import webhook_subscription_create
 
 PROVENANCE = {
     "source_type": "user_statement",
@@ -48,7 +49,8 @@ def read_key(tenant):
 
 def seed_tenant(tenant: Tenant) -> dict[str, Any]:
     """A run waiting for an approval, a run with an unknown operation, a memory item, an erasure
-    request, an indexed document, a principal and a retrieval snapshot: their ids by URL parameter."""
+    request, an indexed document, a principal, a retrieval snapshot and a webhook subscription:
+    their ids by URL parameter."""
     with tenant_bind(tenant.tenant_id):  # written as that tenant, as its own requests would
         return _seed(tenant)
 
@@ -115,8 +117,16 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
     snapshot = retrieval_search(
         tenant=tenant, query="refunds", principal=principal, run_id=run.run_id
     ).snapshot
+    webhook = webhook_subscription_create(
+        tenant=tenant,
+        url=f"https://hooks.example.com/{tenant.slug}",
+        event_types=["run.completed"],
+        actor="test",
+    ).subscription
     return {
         "run_id": str(waiting.run_id),
+        "webhook_id": str(webhook.id),
+        "operation_id": operation_id,
         "operation_run_id": str(run.run_id),
         "approval_id": str(approval.approval_id),
         "pk": operation.pk,

@@ -17,14 +17,19 @@ from retrieval import urls as retrieval_urls
 from retrieval.models import Document, Principal
 from runs import api_urls as runs_urls
 from runs.engine.models import AgentRun, Approval, ToolOperation
+from runs.engine.runs import run_start
 from tests.api.conftest import PROVENANCE, key_client, seed_tenant
 
 pytestmark = pytest.mark.django_db
 
+# Views scoped by the key alone: they take no tenant and name no object, so there is nothing of
+# another tenant to ask for (test_key_scoped_views_see_only_the_keys_tenant shows what they return).
+KEY_SCOPED = {"WorkerClaimApi", "ExternalWorkflowApi"}
 API_PATTERNS: list[URLPattern] = [
     p
     for p in [*runs_urls.urlpatterns, *memory_urls.urlpatterns, *retrieval_urls.urlpatterns]
     if hasattr(p.callback, "view_class")  # not the JSON 404 of unmatched URLs
+    and p.callback.view_class.__name__ not in KEY_SCOPED
 ]
 METHODS = ("get", "post", "put", "patch", "delete")
 QUERIES = {"MemoryItemsApi": {"subject_id": "c-1"}, "MemorySearchApi": {"query": "language"}}
@@ -40,6 +45,19 @@ def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
         "RunForkApi": {"at_seq": 1},
         "LangGraphAnswerApi": {"answer": "yes"},
         "RunRewindApi": {"to_seq": 1},
+        "WebhookListApi": {
+            "tenant": tenant,
+            "url": "https://hooks.example.com/x",
+            "event_types": ["run.completed"],
+        },
+        # The worker protocol about their run: refused before the body or the lease token is read.
+        "WorkerCommitApi": {},
+        "WorkerHeartbeatApi": {},
+        "WorkerReleaseApi": {},
+        "WorkerApprovalApi": {},
+        "WorkerOperationPrepareApi": {},
+        "WorkerOperationStartedApi": {},
+        "WorkerOperationOutcomeApi": {},
         "RunMessagesApi": {"type": "user_message", "client_message_id": "m-1", "content": "hi"},
         "ApprovalApproveApi": {"note": "x"},
         "ApprovalRejectApi": {"note": "x"},
@@ -128,6 +146,27 @@ def test_a_key_gets_404_for_every_url_of_another_tenant(tenant, other_tenant, wr
             answered.append((view, method, named))
     assert _snapshot_of_their_state(theirs, other_tenant) == before
     assert {(view, method) for view, method, _ in answered} == {(v, m) for v, m, _, _ in calls}
+
+
+def test_key_scoped_views_see_only_the_keys_tenant(tenant, other_tenant, write_key):
+    from runs.external.workflows import external_workflow_register
+
+    seed_tenant(tenant)
+    seed_tenant(other_tenant)
+    with tenant_scope(other_tenant.tenant_id):
+        external_workflow_register(
+            tenant=other_tenant, name="ext.theirs", version="1", steps=["a"], actor="t"
+        )
+        theirs = run_start(tenant=other_tenant, workflow_name="ext.theirs", input={}, actor="t").run
+    client = key_client(write_key)
+    assert client.get("/api/v1/workflows/external/").json() == []
+    claimed = client.post(
+        "/api/v1/workers/claim", {"workflows": ["ext.theirs"], "wait_seconds": 0}, format="json"
+    )
+    # Their workflow does not exist for this key: nothing of theirs is granted or named.
+    assert claimed.status_code == 404 and claimed.json()["error"]["code"] == "unknown_workflow"
+    with tenant_scope(other_tenant.tenant_id):
+        assert AgentRun.objects.get(run_id=theirs.run_id).lease_owner is None
 
 
 def test_an_approval_list_shows_only_the_keys_tenant(tenant, other_tenant, write_key):
