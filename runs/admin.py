@@ -9,6 +9,7 @@ from django.utils.html import format_html
 from core.admin import TenantBoundAdmin
 from runs.engine.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
 from runs.external.models import ExternalWorkflow
+from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 
 
 @admin.register(AgentRun)
@@ -96,3 +97,31 @@ class ExternalWorkflowAdmin(TenantBoundAdmin):
     list_display = ["name", "version", "tenant", "created_by", "created_at"]
     list_filter = ["tenant"]
     search_fields = ["name"]
+
+
+@admin.register(WebhookSubscription)
+class WebhookSubscriptionAdmin(TenantBoundAdmin):
+    """Subscriptions are made and deleted through the API or the console (audited); the signing
+    secret is never shown after it was created, here neither."""
+
+    list_display = ["url", "tenant", "event_types", "created_by", "created_at", "deleted_at"]
+    list_filter = ["tenant"]
+    search_fields = ["url"]
+    exclude = ["secret"]
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(TenantBoundAdmin):
+    """Deliveries are the evidence of what was sent and answered: shown, never edited."""
+
+    list_display = [
+        "event_id",
+        "event_type",
+        "tenant",
+        "status",
+        "attempts",
+        "last_status_code",
+        "created_at",
+    ]
+    list_filter = ["status", "event_type", "tenant"]
+    search_fields = ["event_id", "run_id"]

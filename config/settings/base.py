@@ -331,6 +331,7 @@ SWEEP_TASKS = (
     "workers.tasks.project_all_memory",
     "workers.tasks.embed_pending_documents",
     "workers.tasks.expire_retrieval_index",
+    "workers.tasks.deliver_webhooks",
 )
 LOGGING: dict[str, Any] = {
     "version": 1,

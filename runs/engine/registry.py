@@ -238,6 +238,10 @@ class WorkflowRegistry:
         self._sources.append(source)
 
     def _sourced(self, name: str, version: str | None) -> Workflow | None:
+        # A name defined in code belongs to code (sources cannot take it), so an unknown version of
+        # it is unknown without asking them.
+        if any(n == name for n, _ in self._workflows):
+            return None
         return next((w for s in self._sources if (w := s.workflow(name, version))), None)
 
     def register(self, workflow: Workflow) -> Workflow:

@@ -67,6 +67,20 @@ def test_an_api_key_page_never_shows_its_hash(superuser_client, tenant):
         assert created.plaintext.split("_")[-1] not in page
 
 
+def test_a_webhook_subscription_page_never_shows_its_signing_secret(superuser_client, tenant):
+    from runs.webhooks.services import webhook_subscription_create
+
+    created = webhook_subscription_create(
+        tenant=tenant, url="https://hooks.example.com/k", event_types=["run.completed"], actor="test"
+    )
+    listing = superuser_client.get(reverse("admin:runs_webhooksubscription_changelist")).content.decode()
+    detail = superuser_client.get(
+        reverse("admin:runs_webhooksubscription_change", args=[created.subscription.pk])
+    ).content.decode()
+    assert "hooks.example.com/k" in listing and "hooks.example.com/k" in detail
+    assert created.secret not in listing and created.secret not in detail
+
+
 def test_a_run_of_800_events_has_a_small_admin_page_that_links_its_events(superuser_client, tenant):
     run = conversation_run_bulk(tenant_slug="acme", texts=[f"message {i}" for i in range(800)])
     page = superuser_client.get(reverse("admin:runs_agentrun_change", args=[run.run_id]))
