@@ -21,7 +21,8 @@ from runs.engine.authoring.tools import (
     OperationRejected,
     Tool,
 )
-from runs.engine.models import Approval, ApprovalStatus
+from runs.engine.errors import WorkflowDefinitionError
+from runs.engine.models import AgentEvent, Approval, ApprovalStatus
 from runs.engine.operations import (
     OperationRequestChanged,
     operation_mark_failed,
@@ -53,9 +54,42 @@ class Steps(Protocol):
 
     def approving_step(self, step: str) -> str | None: ...
 
+    @property
+    def signal_names(self) -> frozenset[str]: ...
+
 
 # The suspend reason of a run that sleeps (ctx.sleep) until its wake time.
 TIMER = "timer"
+# The suspend reason of a run that waits for a signal (ctx.wait_signal); the detail names it.
+SIGNAL = "signal"
+# The state key where the engine keeps what signals a run consumed and when each wait times out.
+SIGNALS_KEY = "signals_seen"
+
+
+def signal_wait_detail(name: str) -> str:
+    """The suspend detail of a run waiting for signal `name` (the signal API matches it exactly)."""
+    return f"waiting for signal {name}"
+
+
+@dataclass(frozen=True)
+class SignalTimedOut:
+    """What ctx.wait_signal returns when its timeout passed before the signal came."""
+
+    name: str
+    deadline: str
+
+    timed_out = True
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A delivered signal: its name, its JSON payload, and the seq of its `signal_received` event."""
+
+    name: str
+    payload: Any
+    seq: int
+
+    timed_out = False
 
 
 # --- control flow raised by the one-call helpers and turned into a step result by the wrapper ---
@@ -65,9 +99,9 @@ class _Suspension(Exception):
     """A helper decided the run waits (an approval, a reconciliation): the step's result is a
     suspension at this same step, with the state it was given plus `patch`."""
 
-    def __init__(self, reason: str, detail: str, patch: State | None = None):
+    def __init__(self, reason: str, detail: str, patch: State | None = None, wake_at: datetime | None = None):
         super().__init__(f"{reason}: {detail}")
-        self.reason, self.detail, self.patch = reason, detail, patch or {}
+        self.reason, self.detail, self.patch, self.wake_at = reason, detail, patch or {}, wake_at
 
 
 class _Rewind(Exception):
@@ -117,6 +151,9 @@ class Context:
         self._base = base
         self._definition = definition
         self._state = state
+        # What the engine keeps in the state for the helpers (signals consumed, waits' deadlines);
+        # the step wrapper adds it to whatever state the step commits.
+        self.engine_patch: State = {}
 
     @property
     def run_id(self) -> UUID:
@@ -347,3 +384,54 @@ class Context:
             decided_by=approval.decided_by or None,
             note=approval.note,
         )
+
+    # Signals.
+
+    def wait_signal(self, name: str, *, timeout: float | None = None) -> Signal | SignalTimedOut:
+        """The next signal `name` sent to this run (POST /api/v1/runs/{id}/signals/{name}) that this
+        run has not consumed yet, in the order they arrived; one sent before the run waits is kept
+        and handed over here. Until there is one the run is suspended here (reason `signal`) and this
+        step runs again when it arrives. With `timeout` (seconds, counted from the first wait) the
+        run wakes by itself then and gets a SignalTimedOut (`.timed_out` is True) instead."""
+        if name not in self._definition.signal_names:
+            raise WorkflowSignalUndeclared(name)
+        seen = dict(self.engine_patch.get(SIGNALS_KEY) or self._state.get(SIGNALS_KEY) or {})
+        cursor, deadlines = dict(seen.get("cursor") or {}), dict(seen.get("deadlines") or {})
+        event = (
+            AgentEvent.objects.filter(
+                run_id=self.run_id,
+                event_type="signal_received",
+                payload__signal=name,
+                seq__gt=int(cursor.get(name, 0)),
+            )
+            .order_by("seq")
+            .first()
+        )
+        if event is not None:
+            cursor[name] = event.seq
+            deadlines.pop(name, None)
+            self.engine_patch[SIGNALS_KEY] = {"cursor": cursor, "deadlines": deadlines}
+            return Signal(name, event.payload.get("payload"), event.seq)
+        deadline = deadlines.get(name)
+        if deadline is None and timeout is not None:
+            if timeout < 0:
+                raise ValueError("a signal timeout cannot be negative")
+            deadline = (timezone.now() + timedelta(seconds=timeout)).isoformat()
+            deadlines[name] = deadline
+        if deadline is not None and datetime.fromisoformat(deadline) <= timezone.now():
+            deadlines.pop(name, None)
+            self.engine_patch[SIGNALS_KEY] = {"cursor": cursor, "deadlines": deadlines}
+            return SignalTimedOut(name, deadline)
+        raise _Suspension(
+            SIGNAL,
+            signal_wait_detail(name),
+            {SIGNALS_KEY: {"cursor": cursor, "deadlines": deadlines}},
+            wake_at=None if deadline is None else datetime.fromisoformat(deadline),
+        )
+
+
+class WorkflowSignalUndeclared(WorkflowDefinitionError):
+    """A step waits for a signal its workflow does not declare (nobody could send it)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"signal {name!r} is not declared by this workflow (workflow(..., signals=...))")
