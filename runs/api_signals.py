@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -28,7 +29,7 @@ class RunSignalApi(APIView):
                 description="The same key again returns the first signal's event and stores nothing.",
             )
         ],
-        request=serializers.JSONField(),
+        request={"application/json": OpenApiTypes.ANY},
         responses={201: EventOutputSerializer, 200: EventOutputSerializer, **error_responses(409, 422)},
         examples=[OpenApiExample("shipped", value={"tracking": "ZX-1"}, request_only=True)],
     )
