@@ -796,3 +796,32 @@ def signal_deliver(
         },
     )
     return (rows[0][0], bool(rows[0][1])) if rows else None
+
+
+# --- child runs ---------------------------------------------------------------------------------
+
+# The parent still running under this very lease, locked until the caller's transaction ends: a
+# cancel of the parent waits for it (and then sees the new child), or came first and refuses it.
+_CHILD_PARENT_HELD = """
+SELECT subject FROM agent_runs
+ WHERE run_id = %(run_id)s AND status = 'running' AND lease_owner = %(owner)s AND lease_epoch = %(epoch)s
+   FOR NO KEY UPDATE
+"""
+
+
+def child_parent_held(*, run_id: UUID, owner: str, epoch: int) -> str | None:
+    """Lock the parent run if `owner` still holds it at `epoch`; its subject, or None if it does not."""
+    rows = _rows(_CHILD_PARENT_HELD, {"run_id": run_id, "owner": owner, "epoch": epoch})
+    return rows[0][0] if rows else None
+
+
+_CHILD_LINK = """
+UPDATE agent_runs SET child_of_run_id = %(parent)s
+ WHERE run_id = %(child)s AND (child_of_run_id IS NULL OR child_of_run_id = %(parent)s)
+RETURNING run_id
+"""
+
+
+def child_link(*, child_run_id: UUID, parent_run_id: UUID) -> bool:
+    """Mark a run as the child of another (same tenant: row-level security shows no other's runs)."""
+    return bool(_rows(_CHILD_LINK, {"child": child_run_id, "parent": parent_run_id}))

@@ -34,3 +34,48 @@ def progress(state: State) -> dict[str, Any]:
 
 
 parcel.register()
+
+# --- child runs: a parent starts a child, moves on, then waits for the child's result ---
+
+echo = workflow(
+    "test.echo", version="1", signals=("go",), description="Echoes its value (after 'go' if held)."
+)
+
+
+@echo.step
+def answer(ctx: Context, state: State) -> StepResult:
+    if state.get("hold"):
+        ctx.wait_signal("go")
+    if state.get("fail"):
+        return ctx.fail(state, "echo_refused", "asked to fail")
+    return ctx.complete(state, {"echo": state["value"]})
+
+
+echo.register()
+
+family = workflow("test.family", version="1", description="Starts a child, then waits for it.")
+
+
+def _child(ctx: Context, state: State):
+    return ctx.start_child(
+        state.get("child_workflow", echo.name),
+        input={k: state[k] for k in ("value", "hold", "fail") if k in state},
+        child_id="echo",
+    )
+
+
+@family.step
+def spawn(ctx: Context, state: State) -> StepResult:
+    child = _child(ctx, state)
+    return ctx.next(collect, {**state, "child": str(child.run_id)})
+
+
+@family.step
+def collect(ctx: Context, state: State) -> StepResult:
+    outcome = ctx.wait_child(_child(ctx, state))  # the same child again: started once, by its key
+    return ctx.complete(
+        state, {"child": str(outcome.run_id), "status": outcome.status, "result": outcome.result}
+    )
+
+
+family.register()

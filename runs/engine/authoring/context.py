@@ -21,7 +21,15 @@ from runs.engine.authoring.tools import (
     OperationRejected,
     Tool,
 )
-from runs.engine.errors import WorkflowDefinitionError
+from runs.engine.children import (
+    CHILD_RUN,
+    ChildOutcome,
+    ChildRun,
+    child_outcome,
+    child_start,
+    child_wait_detail,
+)
+from runs.engine.errors import IdempotencyConflict, UnknownWorkflow, WorkflowDefinitionError
 from runs.engine.models import AgentEvent, Approval, ApprovalStatus
 from runs.engine.operations import (
     OperationRequestChanged,
@@ -428,6 +436,50 @@ class Context:
             {SIGNALS_KEY: {"cursor": cursor, "deadlines": deadlines}},
             wake_at=None if deadline is None else datetime.fromisoformat(deadline),
         )
+
+    # Child runs.
+
+    def start_child(
+        self,
+        workflow_name: str,
+        *,
+        input: Mapping[str, Any],
+        child_id: str,
+        version: str | None = None,
+    ) -> ChildRun:
+        """Start a run of `workflow_name` (newest version, or `version`) as this run's child, in this
+        run's tenant, or return the one this run already started under the stable `child_id` (a
+        retried or resumed step never starts two). The child runs on its own; `wait_child` waits for
+        it, and cancelling this run cancels it. A workflow this tenant cannot see suspends the run
+        (`child_workflow_unavailable`) and nothing is started."""
+        try:
+            return child_start(
+                tenant_id=self.tenant_id,
+                parent_run_id=self.run_id,
+                owner=self.actor,
+                epoch=self._base.lease.grant.epoch,
+                workflow_name=workflow_name,
+                workflow_version=version,
+                input=dict(input),
+                child_id=child_id,
+            )
+        except UnknownWorkflow as exc:
+            raise _Suspension("child_workflow_unavailable", exc.message) from None
+        except IdempotencyConflict:
+            raise _Suspension(
+                "child_request_changed",
+                f"child {child_id!r} was started before with another input; a second child under the "
+                "same id would be a guess",
+            ) from None
+
+    def wait_child(self, child: ChildRun) -> ChildOutcome:
+        """The child's outcome once it finished (`.status` completed, failed or cancelled; `.result`).
+        Until then the run is suspended here (reason `child_run`); the child's final commit asks it
+        to resume, and this step runs again."""
+        outcome = child_outcome(child_run_id=child.run_id)
+        if outcome is None:
+            raise _Suspension(CHILD_RUN, child_wait_detail(child.run_id))
+        return outcome
 
 
 class WorkflowSignalUndeclared(WorkflowDefinitionError):
