@@ -173,3 +173,20 @@ def test_children_with_real_workers_wake_their_parent_and_die_with_it(api, tenan
     assert AgentRun.objects.get(run_id=woken.run_id).result["result"] == {"echo": "w"}
     run_cancel(run_id=doomed.run_id, actor="t", note="stop")
     assert AgentRun.objects.get(child_of=doomed).status == "cancelled"
+
+
+def test_the_engineer_run_page_links_parent_and_children(tenant):
+    from django.test import Client
+    from django.urls import reverse
+
+    from core.roles import ENGINEER
+    from tests.console.conftest import make_user
+
+    parent = _drive(_start(tenant, value="c", hold=True))
+    child = _child_of(parent)
+    client = Client()
+    client.force_login(make_user("eng", ENGINEER, tenants=(tenant,)))
+    page = client.get(reverse("console:run_detail", args=[parent.run_id])).content.decode()
+    assert 'id="child-runs"' in page and reverse("console:run_detail", args=[child.run_id]) in page
+    page = client.get(reverse("console:run_detail", args=[child.run_id])).content.decode()
+    assert 'id="child-of"' in page and reverse("console:run_detail", args=[parent.run_id]) in page
