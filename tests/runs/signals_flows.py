@@ -3,6 +3,7 @@ processes through KEEPER_WORKFLOW_MODULES=tests.runs.signals_flows."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from runs.engine.authoring import Context, State, StepResult, workflow
@@ -79,3 +80,40 @@ def collect(ctx: Context, state: State) -> StepResult:
 
 
 family.register()
+
+# --- two waits in one step; a typed state that loops over waits ---
+
+pair = workflow("test.pair", version="1", signals=("left", "right"), description="Waits for two signals.")
+
+
+@pair.step
+def both(ctx: Context, state: State) -> StepResult:
+    left = ctx.wait_signal("left")
+    right = ctx.wait_signal("right")
+    return ctx.complete(state, {"left": left.payload, "right": right.payload})
+
+
+pair.register()
+
+
+@dataclass
+class Pings:
+    wanted: int
+    got: list[Any] = field(default_factory=list)
+
+
+pinger = workflow("test.pinger", version="1", state=Pings, signals=("ping",), description="Typed state.")
+
+
+@pinger.step
+def take(ctx: Context, state: Pings) -> StepResult:
+    ping = ctx.wait_signal("ping")
+    return ctx.next(tally_pings, Pings(state.wanted, [*state.got, ping.payload]))
+
+
+@pinger.step
+def tally_pings(ctx: Context, state: Pings) -> StepResult:
+    return ctx.next(take, state) if len(state.got) < state.wanted else ctx.complete(state, {"got": state.got})
+
+
+pinger.register()

@@ -199,3 +199,23 @@ def test_signals_with_real_workers_delivered_while_waiting_and_a_timeout(api, te
     )
     assert AgentRun.objects.get(run_id=waiting.run_id).result == {"shipped": [{"tracking": "W-1"}]}
     assert AgentRun.objects.get(run_id=timing_out.run_id).result == {"timed_out": True}
+
+
+def test_a_signal_consumed_before_a_later_wait_suspends_the_step_is_seen_again_on_its_rerun(api, tenant):
+    run = run_start(tenant=tenant, workflow_name=flows.pair.name, input={}, actor="t").run
+    assert _signal(api, run, "left", {"l": 1}, key="l").status_code == 201
+    run = _drive(run)
+    assert (run.status, run.suspend_detail) == ("suspended", "waiting for signal right")
+    assert _signal(api, run, "right", {"r": 1}, key="r").status_code == 201
+    run = _drive(run)
+    assert run.status == "completed" and run.result == {"left": {"l": 1}, "right": {"r": 1}}
+
+
+def test_a_typed_state_keeps_what_it_consumed_across_steps(api, tenant):
+    run = run_start(tenant=tenant, workflow_name=flows.pinger.name, input={"wanted": 2}, actor="t").run
+    assert _signal(api, run, "ping", "a", key="a").status_code == 201
+    run = _drive(run)
+    assert (run.status, run.suspend_reason) == ("suspended", "signal")
+    assert _signal(api, run, "ping", "b", key="b").status_code == 201
+    run = _drive(run)
+    assert run.status == "completed" and run.result == {"got": ["a", "b"]}

@@ -403,8 +403,7 @@ class Context:
         run wakes by itself then and gets a SignalTimedOut (`.timed_out` is True) instead."""
         if name not in self._definition.signal_names:
             raise WorkflowSignalUndeclared(name)
-        seen = dict(self.engine_patch.get(SIGNALS_KEY) or self._state.get(SIGNALS_KEY) or {})
-        cursor, deadlines = dict(seen.get("cursor") or {}), dict(seen.get("deadlines") or {})
+        cursor, deadlines = self._signals_seen(self.engine_patch.get(SIGNALS_KEY))
         event = (
             AgentEvent.objects.filter(
                 run_id=self.run_id,
@@ -418,7 +417,7 @@ class Context:
         if event is not None:
             cursor[name] = event.seq
             deadlines.pop(name, None)
-            self.engine_patch[SIGNALS_KEY] = {"cursor": cursor, "deadlines": deadlines}
+            self.engine_patch[SIGNALS_KEY] = self._signals_kept(cursor, deadlines)
             return Signal(name, event.payload.get("payload"), event.seq)
         deadline = deadlines.get(name)
         if deadline is None and timeout is not None:
@@ -428,14 +427,32 @@ class Context:
             deadlines[name] = deadline
         if deadline is not None and datetime.fromisoformat(deadline) <= timezone.now():
             deadlines.pop(name, None)
-            self.engine_patch[SIGNALS_KEY] = {"cursor": cursor, "deadlines": deadlines}
+            self.engine_patch[SIGNALS_KEY] = self._signals_kept(cursor, deadlines)
             return SignalTimedOut(name, deadline)
+        # Suspended here, this step runs again: what it consumed before this wait is not consumed
+        # (the rerun must see it again); only this wait's deadline is kept.
+        committed_cursor, committed_deadlines = self._signals_seen(None)
+        if deadline is not None:
+            committed_deadlines[name] = deadline
         raise _Suspension(
             SIGNAL,
             signal_wait_detail(name),
-            {SIGNALS_KEY: {"cursor": cursor, "deadlines": deadlines}},
+            {SIGNALS_KEY: self._signals_kept(committed_cursor, committed_deadlines)},
             wake_at=None if deadline is None else datetime.fromisoformat(deadline),
         )
+
+    def _signals_seen(self, patch: Any) -> tuple[dict[str, int], dict[str, str]]:
+        """(cursor: last consumed seq per signal, deadlines per wait) from `patch` or the state. A
+        cursor written by another run (the state came with a fork) counts nothing: its seqs are not
+        this run's."""
+        seen = patch or self._state.get(SIGNALS_KEY) or {}
+        if not isinstance(seen, dict):
+            return {}, {}
+        cursor = dict(seen.get("cursor") or {}) if seen.get("run_id") == str(self.run_id) else {}
+        return cursor, dict(seen.get("deadlines") or {})
+
+    def _signals_kept(self, cursor: dict[str, int], deadlines: dict[str, str]) -> State:
+        return {"run_id": str(self.run_id), "cursor": cursor, "deadlines": deadlines}
 
     # Child runs.
 

@@ -204,8 +204,13 @@ class Definition(Generic[S]):
                 return Suspend({**state, **wait.patch}, wait.reason, wait.detail, wake_at=wait.wake_at)
             except _Rewind as back:
                 return Next({k: v for k, v in state.items() if k not in back.drop}, back.step)
-            if ctx.engine_patch and isinstance(getattr(result, "state", None), dict):
-                return dataclasses.replace(result, state={**result.state, **ctx.engine_patch})
+            # What the engine keeps in the state goes on whatever the step returns (a typed state
+            # drops it); what the step consumed counts only if the run moves on from this step.
+            kept = {SIGNALS_KEY: state[SIGNALS_KEY]} if SIGNALS_KEY in state else {}
+            again = isinstance(result, Suspend) and result.step in (None, ctx.step)
+            extra = kept if again else {**kept, **ctx.engine_patch}
+            if extra and isinstance(getattr(result, "state", None), dict):
+                return dataclasses.replace(result, state={**result.state, **extra})
             return result
 
         run.__name__ = run.__qualname__ = function.__name__
