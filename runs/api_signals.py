@@ -47,12 +47,12 @@ class RunSignalApi(APIView):
 
 class RunQueryApi(APIView):
     @extend_schema(
-        summary="Read a query a run's workflow declares (a view of its state; changes nothing)",
+        summary="Read a query a run's workflow declares (a view of its state; changes nothing; 409 query_failed if it breaks)",
         responses={
             200: inline_serializer(
                 "QueryAnswer", {"query": serializers.CharField(), "answer": serializers.JSONField()}
             ),
-            **error_responses(),
+            **error_responses(409),
         },
     )
     def get(self, request: Request, run_id: UUID, name: str) -> Response:

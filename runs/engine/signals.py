@@ -32,6 +32,10 @@ class UnknownQuery(NotFound):
     code = "unknown_query"
 
 
+class QueryFailed(Conflict):
+    code = "query_failed"
+
+
 class RunFinished(Conflict):
     code = "run_finished"
 
@@ -138,6 +142,12 @@ def query_read(*, run_id: UUID, name: str) -> Any:
             f"workflow {run.workflow_name} {run.workflow_version} declares no query {name!r}",
             details={"queries": sorted(definition.query_names()) if definition is not None else []},
         )
-    answer = definition.query_run(name, run.state)
-    canonical_json(answer)  # a query answers JSON; anything else is the author's bug, said plainly
+    try:
+        answer = definition.query_run(name, run.state)
+        canonical_json(answer)
+    except Exception as exc:  # the author's query broke on this state (e.g. a redacted one): say so
+        raise QueryFailed(
+            f"query {name!r} of {run.workflow_name} {run.workflow_version} failed on this run's state: "
+            f"{type(exc).__name__}: {exc}"[:1000],
+        ) from None
     return answer

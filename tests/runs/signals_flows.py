@@ -34,6 +34,11 @@ def progress(state: State) -> dict[str, Any]:
     return {"shipped": len(state.get("shipped", [])), "of": state.get("parcels", 1)}
 
 
+@parcel.query
+def broken(state: State) -> dict[str, Any]:
+    return {"eta": state["eta"]}  # no run has an eta: a query that breaks
+
+
 parcel.register()
 
 # --- child runs: a parent starts a child, moves on, then waits for the child's result ---

@@ -172,6 +172,9 @@ def test_a_query_reads_the_state_and_changes_nothing(api, tenant):
     }
     missing = api.get(f"/api/v1/runs/{run.run_id}/queries/nothing")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "unknown_query"
+    broken = api.get(f"/api/v1/runs/{run.run_id}/queries/broken")
+    assert broken.status_code == 409 and broken.json()["error"]["code"] == "query_failed"
+    assert "KeyError" in broken.json()["error"]["message"]
     run.refresh_from_db()
     assert run.state_revision == revision
 
