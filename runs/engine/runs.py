@@ -165,9 +165,10 @@ def _transition(
 def run_cancel(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
     """Stop a running or suspended run for good. A worker mid-step can no longer commit.
 
-    Its child runs still running or suspended are cancelled with it, in the same transaction (a
-    child its step is starting right now waits for this and is then cancelled, or is refused)."""
+    Its child runs still running or suspended (and theirs) are cancelled with it, in the same
+    transaction; a child its step is starting right now waits for this and is then refused."""
     with transaction.atomic():
+        _lock_descendants(run_id)
         run = _transition(
             run_id=run_id,
             from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED),
@@ -176,15 +177,47 @@ def run_cancel(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
             actor=actor,
             note=note,
         )
-        for child in AgentRun.objects.filter(
-            child_of_id=run_id, status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED)
-        ).values_list("run_id", flat=True):
-            try:
-                run_cancel(run_id=child, actor=actor, note=f"its parent run {run_id} was cancelled")
-            except InvalidTransition:  # it finished meanwhile: nothing left to cancel
-                continue
+        _cancel_children(run_id, actor=actor)
     _parent_wake_on_commit(run)
     return run
+
+
+def _active_children(run_ids: list[UUID]) -> list[UUID]:
+    return list(
+        AgentRun.objects.filter(
+            child_of_id__in=run_ids, status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED)
+        ).values_list("run_id", flat=True)
+    )
+
+
+def _lock_descendants(run_id: UUID) -> None:
+    """Lock the run's active descendants, deepest first, before the run itself: a finishing child
+    locks itself and then its parent (trigger of migration 0019), so taking them in that same order
+    here means a cancel and a child's final commit never deadlock."""
+    levels, frontier = [], [run_id]
+    while frontier := _active_children(frontier):
+        levels.append(frontier)
+    for level in reversed(levels):
+        list(
+            AgentRun.objects.select_for_update().filter(run_id__in=level).order_by("run_id").values_list("pk")
+        )
+
+
+def _cancel_children(run_id: UUID, *, actor: str) -> None:
+    for child in _active_children([run_id]):
+        try:
+            with transaction.atomic():
+                _transition(
+                    run_id=child,
+                    from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED),
+                    to_status=RunStatus.CANCELLED,
+                    event_type="run_cancelled",
+                    actor=actor,
+                    note=f"its parent run {run_id} was cancelled",
+                )
+        except InvalidTransition:  # it finished meanwhile: nothing left to cancel
+            continue
+        _cancel_children(child, actor=actor)
 
 
 def run_parent_wake(*, run_id: UUID) -> None:

@@ -190,3 +190,20 @@ def test_the_engineer_run_page_links_parent_and_children(tenant):
     assert 'id="child-runs"' in page and reverse("console:run_detail", args=[child.run_id]) in page
     page = client.get(reverse("console:run_detail", args=[child.run_id])).content.decode()
     assert 'id="child-of"' in page and reverse("console:run_detail", args=[parent.run_id]) in page
+
+
+def test_cancelling_a_parent_cancels_grandchildren_too(tenant):
+    grandparent = _drive(_start(tenant, value="g", child_workflow=flows.family.name, hold=True))
+    parent = _drive(_child_of(grandparent))
+    child = _drive(_child_of(parent))
+    assert [r.status for r in (grandparent, parent, child)] == ["suspended", "suspended", "suspended"]
+    run_cancel(run_id=grandparent.run_id, actor="t", note="all of it")
+    for run in (grandparent, parent, child):
+        run.refresh_from_db()
+    assert [r.status for r in (grandparent, parent, child)] == ["cancelled", "cancelled", "cancelled"]
+
+
+def test_a_child_input_its_workflow_refuses_suspends_the_parent_and_starts_nothing(tenant):
+    parent = _drive(_start(tenant, value="v", child_workflow=flows.pinger.name))  # it wants "wanted"
+    assert (parent.status, parent.suspend_reason) == ("suspended", "child_input_invalid")
+    assert not AgentRun.objects.filter(child_of=parent).exists()

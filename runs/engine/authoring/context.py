@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from core.crash import crash_point
 from core.digests import json_digest
+from core.errors import InvalidInput
 from runs.engine.approvals import approval_check, approval_grant_automatically
 from runs.engine.authoring.tools import (
     OperationCall,
@@ -488,6 +489,8 @@ class Context:
                 f"child {child_id!r} was started before with another input; a second child under the "
                 "same id would be a guess",
             ) from None
+        except InvalidInput as exc:  # the child's workflow refuses this input: retrying cannot help
+            raise _Suspension("child_input_invalid", f"child {child_id!r}: {exc.message}") from None
 
     def wait_child(self, child: ChildRun) -> ChildOutcome:
         """The child's outcome once it finished (`.status` completed, failed or cancelled; `.result`).
