@@ -28,7 +28,6 @@ from runs.engine.authoring.context import (
     ApprovalDecision,
     Context,
     Signal,
-    SignalTimedOut,
 )
 from runs.engine.authoring.definition import Definition, StepFunction, workflow
 from runs.engine.authoring.tools import (
@@ -57,7 +56,6 @@ __all__ = [
     "OperationOutcomeUnknown",
     "OperationRejected",
     "Signal",
-    "SignalTimedOut",
     "State",
     "StepFunction",
     "StepResult",

@@ -81,24 +81,15 @@ def signal_wait_detail(name: str) -> str:
 
 
 @dataclass(frozen=True)
-class SignalTimedOut:
-    """What ctx.wait_signal returns when its timeout passed before the signal came."""
-
-    name: str
-    deadline: str
-
-    timed_out = True
-
-
-@dataclass(frozen=True)
 class Signal:
-    """A delivered signal: its name, its JSON payload, and the seq of its `signal_received` event."""
+    """What ctx.wait_signal returns: the delivered signal's JSON payload and the seq of its
+    `signal_received` event, or (`timed_out`) the wait's deadline passed first (payload None)."""
 
     name: str
-    payload: Any
-    seq: int
-
-    timed_out = False
+    payload: Any = None
+    seq: int | None = None
+    timed_out: bool = False
+    deadline: str | None = None
 
 
 # --- control flow raised by the one-call helpers and turned into a step result by the wrapper ---
@@ -396,12 +387,12 @@ class Context:
 
     # Signals.
 
-    def wait_signal(self, name: str, *, timeout: float | None = None) -> Signal | SignalTimedOut:
+    def wait_signal(self, name: str, *, timeout: float | None = None) -> Signal:
         """The next signal `name` sent to this run (POST /api/v1/runs/{id}/signals/{name}) that this
         run has not consumed yet, in the order they arrived; one sent before the run waits is kept
         and handed over here. Until there is one the run is suspended here (reason `signal`) and this
         step runs again when it arrives. With `timeout` (seconds, counted from the first wait) the
-        run wakes by itself then and gets a SignalTimedOut (`.timed_out` is True) instead."""
+        run wakes by itself then and gets a Signal whose `.timed_out` is True (no payload)."""
         if name not in self._definition.signal_names:
             raise WorkflowSignalUndeclared(name)
         cursor, deadlines = self._signals_seen(self.engine_patch.get(SIGNALS_KEY))
@@ -429,7 +420,7 @@ class Context:
         if deadline is not None and datetime.fromisoformat(deadline) <= timezone.now():
             deadlines.pop(name, None)
             self.engine_patch[SIGNALS_KEY] = self._signals_kept(cursor, deadlines)
-            return SignalTimedOut(name, deadline)
+            return Signal(name, timed_out=True, deadline=deadline)
         # Suspended here, this step runs again: what it consumed before this wait is not consumed
         # (the rerun must see it again); only this wait's deadline is kept.
         committed_cursor, committed_deadlines = self._signals_seen(None)
