@@ -222,3 +222,21 @@ def test_a_typed_state_keeps_what_it_consumed_across_steps(api, tenant):
     assert _signal(api, run, "ping", "b", key="b").status_code == 201
     run = _drive(run)
     assert run.status == "completed" and run.result == {"got": ["a", "b"]}
+
+
+def test_a_signal_fences_a_step_in_flight_which_then_runs_again_and_sees_it(api, tenant):
+    from runs.engine import store
+    from runs.engine.errors import ConcurrentResume
+    from runs.engine.leases import lease_held
+    from runs.engine.steps import _advance_leased
+
+    run = _start(tenant)
+    grant = store.lease_acquire(run_id=run.run_id, owner="w-slow", ttl=60)
+    assert grant is not None  # a worker holds the run and is about to run its step
+    assert _signal(api, run, "shipped", {"tracking": "mid-step"}).status_code == 201
+    with lease_held(grant) as lease, pytest.raises(ConcurrentResume):
+        _advance_leased(grant, lease)  # it read the run before the signal: its commit is refused
+    assert not AgentEvent.objects.filter(run=run, event_type="run_suspended").exists()
+    store.lease_release(run_id=run.run_id, owner="w-slow", epoch=grant.epoch)
+    run = _drive(run)
+    assert run.status == "completed" and run.result == {"shipped": [{"tracking": "mid-step"}]}
