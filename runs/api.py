@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiExample, extend_schema, extend_schema_field, inline_serializer
 from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -47,6 +47,7 @@ class RunOutputSerializer(serializers.ModelSerializer):
             "subject",
             "parent_run_id",
             "fork_seq",
+            "child_of",
             "created_at",
             "updated_at",
         ]
@@ -201,10 +202,30 @@ class RunStartApi(APIView):
         return dict(serializer.validated_data)
 
 
+class ChildLinkSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AgentRun
+        fields = ["run_id", "workflow_name", "status"]
+
+
+class RunDetailSerializer(RunOutputSerializer):
+    """A run with its child runs (ctx.start_child; the newest 50); `child_of` names its parent."""
+
+    children = serializers.SerializerMethodField()
+
+    class Meta(RunOutputSerializer.Meta):
+        fields = [*RunOutputSerializer.Meta.fields, "children"]
+
+    @extend_schema_field(ChildLinkSerializer(many=True))
+    def get_children(self, run: AgentRun) -> list[dict[str, Any]]:
+        children = run.children.only("run_id", "workflow_name", "status").order_by("-created_at")[:50]
+        return list(ChildLinkSerializer(children, many=True).data)
+
+
 class RunDetailApi(APIView):
-    @extend_schema(summary="Read a run", responses={200: RunOutputSerializer, **error_responses()})
+    @extend_schema(summary="Read a run", responses={200: RunDetailSerializer, **error_responses()})
     def get(self, request: Request, run_id: UUID) -> Response:
-        return Response(RunOutputSerializer(run_for_request(request, run_id)).data)
+        return Response(RunDetailSerializer(run_for_request(request, run_id)).data)
 
 
 class RunEventsApi(APIView):

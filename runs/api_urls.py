@@ -2,7 +2,15 @@
 
 from django.urls import path
 
-from runs import api, api_conversation, api_langgraph, api_side_effects, api_webhooks, api_workers
+from runs import (
+    api,
+    api_conversation,
+    api_langgraph,
+    api_side_effects,
+    api_signals,
+    api_webhooks,
+    api_workers,
+)
 
 _W = "workers/runs/<uuid:run_id>/"
 
@@ -51,6 +59,8 @@ urlpatterns = [
     path("runs/<uuid:run_id>/messages/", api_conversation.RunMessagesApi.as_view(), name="api-run-messages"),
     path("runs/<uuid:run_id>/session/", api_conversation.RunSessionApi.as_view(), name="api-run-session"),
     path("runs/<uuid:run_id>/context/", api_conversation.RunContextApi.as_view(), name="api-run-context"),
+    path("runs/<uuid:run_id>/signals/<str:name>", api_signals.RunSignalApi.as_view(), name="api-run-signal"),
+    path("runs/<uuid:run_id>/queries/<str:name>", api_signals.RunQueryApi.as_view(), name="api-run-query"),
     path("approvals/", api_side_effects.ApprovalListApi.as_view(), name="api-approvals"),
     path(
         "approvals/<uuid:approval_id>/approve",

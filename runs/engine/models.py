@@ -72,6 +72,16 @@ class AgentRun(models.Model):
     superseded_by = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, db_column="superseded_by", related_name="+"
     )
+    # A child run (ctx.start_child): the run that started it. Its finishing wakes that run (trigger
+    # of migration 0019); cancelling that run cancels it. Forks use parent_run instead.
+    child_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        db_column="child_of_run_id",
+        related_name="children",
+    )
     # Whom the run is about (a customer, a user): sessions and memory are keyed by it.
     subject = models.TextField(blank=True, default="")
     # A person (or an approval) asked a suspended run to continue; a worker verifies it first.

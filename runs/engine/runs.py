@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from django.db import transaction
+
 from core.digests import canonical_json, json_digest
 from core.errors import InvalidInput
 from core.models import Tenant
@@ -161,15 +163,80 @@ def _transition(
 
 @tenant_of_call
 def run_cancel(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
-    """Stop a running or suspended run for good. A worker mid-step can no longer commit."""
-    return _transition(
-        run_id=run_id,
-        from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED),
-        to_status=RunStatus.CANCELLED,
-        event_type="run_cancelled",
-        actor=actor,
-        note=note,
+    """Stop a running or suspended run for good. A worker mid-step can no longer commit.
+
+    Its child runs still running or suspended (and theirs) are cancelled with it, in the same
+    transaction; a child its step is starting right now waits for this and is then refused."""
+    with transaction.atomic():
+        _lock_descendants(run_id)
+        run = _transition(
+            run_id=run_id,
+            from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED),
+            to_status=RunStatus.CANCELLED,
+            event_type="run_cancelled",
+            actor=actor,
+            note=note,
+        )
+        _cancel_children(run_id, actor=actor)
+    _parent_wake_on_commit(run)
+    return run
+
+
+def _active_children(run_ids: list[UUID]) -> list[UUID]:
+    return list(
+        AgentRun.objects.filter(
+            child_of_id__in=run_ids, status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED)
+        ).values_list("run_id", flat=True)
     )
+
+
+def _lock_descendants(run_id: UUID) -> None:
+    """Lock the run's active descendants, deepest first, before the run itself: a finishing child
+    locks itself and then its parent (trigger of migration 0019), so taking them in that same order
+    here means a cancel and a child's final commit never deadlock."""
+    levels, frontier = [], [run_id]
+    while frontier := _active_children(frontier):
+        levels.append(frontier)
+    for level in reversed(levels):
+        list(
+            AgentRun.objects.select_for_update().filter(run_id__in=level).order_by("run_id").values_list("pk")
+        )
+
+
+def _cancel_children(run_id: UUID, *, actor: str) -> None:
+    for child in _active_children([run_id]):
+        try:
+            with transaction.atomic():
+                _transition(
+                    run_id=child,
+                    from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED),
+                    to_status=RunStatus.CANCELLED,
+                    event_type="run_cancelled",
+                    actor=actor,
+                    note=f"its parent run {run_id} was cancelled",
+                )
+        except InvalidTransition:  # it finished meanwhile: nothing left to cancel
+            continue
+        _cancel_children(child, actor=actor)
+
+
+def run_parent_wake(*, run_id: UUID) -> None:
+    """Send the wake-up of the parent that this finished child run asked to resume. The request
+    itself was written with the child's final commit (trigger of migration 0019); if this message is
+    lost, the sweep sends it."""
+    parent = (
+        AgentRun.objects.filter(children__run_id=run_id, status=RunStatus.SUSPENDED)
+        .exclude(resume_requested_at=None)
+        .values_list("run_id", flat=True)
+        .first()
+    )
+    if parent is not None:
+        run_enqueue_on_commit(run_id=parent)
+
+
+def _parent_wake_on_commit(run: AgentRun) -> None:
+    if run.child_of_id is not None:
+        run_parent_wake(run_id=run.run_id)
 
 
 @tenant_of_call
@@ -213,7 +280,7 @@ def run_fail(*, run_id: UUID, actor: str, code: str, detail: str = "") -> AgentR
     """Mark a run failed by hand (an operator gives up on it)."""
     if not code:
         raise InvalidInput("a failure needs a code", code="reason_required")
-    return _transition(
+    run = _transition(
         run_id=run_id,
         from_statuses=(RunStatus.RUNNING, RunStatus.SUSPENDED),
         to_status=RunStatus.FAILED,
@@ -222,3 +289,5 @@ def run_fail(*, run_id: UUID, actor: str, code: str, detail: str = "") -> AgentR
         note=detail,
         result_json=canonical_json({"code": code, "detail": detail}),
     )
+    _parent_wake_on_commit(run)
+    return run

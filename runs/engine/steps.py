@@ -49,6 +49,7 @@ from runs.engine.registry import (
     registry,
 )
 from runs.engine.resume import resume_verify
+from runs.engine.runs import run_parent_wake
 from runs.engine.state import EncodedState, state_encode
 from runs.engine.store import LeaseGrant
 
@@ -186,6 +187,7 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None, sliced: bool = Fa
             return AdvanceResult("fenced")
     if result.status == RunStatus.RUNNING:
         run_enqueue(run_id=run_id)
+    _wake_parent_if_finished(result, run_id=run_id, tenant_id=tenant_id)
     return result
 
 
@@ -201,6 +203,13 @@ def _advance_slice(grant: LeaseGrant, lease: HeldLease, *, sliced: bool) -> Adva
         if result.carry is None:
             return dataclasses.replace(result, steps=turn.steps)
         grant = result.carry
+
+
+def _wake_parent_if_finished(result: AdvanceResult, *, run_id: UUID, tenant_id: UUID) -> None:
+    """A child run just finished: send its parent's wake-up (the request was committed with it)."""
+    if result.status in (RunStatus.COMPLETED, RunStatus.FAILED):
+        with tenant_bind(tenant_id):
+            run_parent_wake(run_id=run_id)
 
 
 def _retry_delay(attempt: int) -> float:

@@ -803,3 +803,91 @@ def subject_erased(
     }
     rows = _rows(_SUBJECT_ERASED, params)
     return rows[0][0] if rows else None
+
+
+# --- signals ------------------------------------------------------------------------------------
+
+# One statement: the signal becomes an event (its idempotency key in client_message_id, unique per
+# run), the revision moves on (a worker mid-step is fenced out and reruns the step with the signal),
+# and a run suspended waiting for exactly this signal is asked to resume now (its timeout, if any,
+# no longer matters). A key used before on this run raises IntegrityError and nothing is written.
+_SIGNAL_DELIVER = """
+WITH old AS (
+  SELECT run_id, (status = 'suspended' AND suspend_reason = 'signal'
+                  AND suspend_detail = %(waiting_detail)s) AS waiting
+    FROM agent_runs WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s FOR UPDATE),
+u AS (
+  UPDATE agent_runs r
+     SET state_revision = r.state_revision + 1, updated_at = statement_timestamp(),
+         resume_requested_at = CASE WHEN old.waiting THEN statement_timestamp() ELSE r.resume_requested_at END,
+         resume_requested_by = CASE WHEN old.waiting THEN %(actor)s ELSE r.resume_requested_by END,
+         wake_at = CASE WHEN old.waiting THEN NULL ELSE r.wake_at END,
+         dispatched_at = CASE WHEN old.waiting THEN NULL ELSE r.dispatched_at END
+    FROM old
+   WHERE r.run_id = old.run_id AND r.status IN ('running', 'suspended') AND NOT r.imported
+     AND r.suspend_reason IS DISTINCT FROM 'subject_erased'
+  RETURNING r.run_id, r.tenant_id, r.state_revision, r.next_step, r.state_digest, old.waiting)
+INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor, state_revision,
+                          state_digest, next_step, client_message_id, created_at)
+SELECT u.run_id, u.tenant_id, u.state_revision, 'signal_received', NULL, NULL, %(payload)s::jsonb, %(actor)s,
+       u.state_revision, u.state_digest, u.next_step, %(key)s, statement_timestamp()
+  FROM u
+RETURNING seq, (SELECT waiting FROM u)
+"""
+
+
+def signal_deliver(
+    *,
+    run_id: UUID,
+    tenant_id: UUID,
+    waiting_detail: str,
+    payload_json: str,
+    actor: str,
+    idempotency_key: str,
+) -> tuple[int, bool] | None:
+    """Record a `signal_received` event and wake the run if it waits for it: (seq, woken).
+
+    None if the run is not active (or not this tenant's). `waiting_detail` is the suspend detail
+    of a run waiting for this signal. A key used before on this run raises IntegrityError.
+    """
+    rows = _rows(
+        _SIGNAL_DELIVER,
+        {
+            "run_id": run_id,
+            "tenant_id": tenant_id,
+            "waiting_detail": waiting_detail,
+            "payload": payload_json,
+            "actor": actor,
+            "key": idempotency_key,
+        },
+    )
+    return (rows[0][0], bool(rows[0][1])) if rows else None
+
+
+# --- child runs ---------------------------------------------------------------------------------
+
+# The parent still running under this very lease, locked until the caller's transaction ends: a
+# cancel of the parent waits for it (and then sees the new child), or came first and refuses it.
+_CHILD_PARENT_HELD = """
+SELECT subject FROM agent_runs
+ WHERE run_id = %(run_id)s AND status = 'running' AND lease_owner = %(owner)s AND lease_epoch = %(epoch)s
+   FOR NO KEY UPDATE
+"""
+
+
+def child_parent_held(*, run_id: UUID, owner: str, epoch: int) -> str | None:
+    """Lock the parent run if `owner` still holds it at `epoch`; its subject, or None if it does not."""
+    rows = _rows(_CHILD_PARENT_HELD, {"run_id": run_id, "owner": owner, "epoch": epoch})
+    return rows[0][0] if rows else None
+
+
+_CHILD_LINK = """
+UPDATE agent_runs SET child_of_run_id = %(parent)s
+ WHERE run_id = %(child)s AND (child_of_run_id IS NULL OR child_of_run_id = %(parent)s)
+RETURNING run_id
+"""
+
+
+def child_link(*, child_run_id: UUID, parent_run_id: UUID) -> bool:
+    """Mark a run as the child of another (same tenant: row-level security shows no other's runs)."""
+    return bool(_rows(_CHILD_LINK, {"child": child_run_id, "parent": parent_run_id}))

@@ -1,5 +1,6 @@
 """The public authoring API: declare a workflow and its steps as plain functions, with side effects
-(`ctx.operation`), human approvals (`ctx.approval`) and durable timers (`ctx.sleep`) in one call each.
+(`ctx.operation`), human approvals (`ctx.approval`), durable timers (`ctx.sleep`), signals
+(`ctx.wait_signal`) and child runs (`ctx.start_child`, `ctx.wait_child`) in one call each.
 
 A step is a deterministic function of (context, state) that returns where the run goes next:
 `ctx.next(other_step, state)`, `ctx.suspend(...)`, `ctx.complete(...)` or `ctx.fail(...)`. The
@@ -20,7 +21,14 @@ committed, fenced step of the engine (runs/engine/steps.py): this module only bu
 
 from __future__ import annotations
 
-from runs.engine.authoring.context import TIMER, AnyStep, ApprovalDecision, Context
+from runs.engine.authoring.context import (
+    SIGNAL,
+    TIMER,
+    AnyStep,
+    ApprovalDecision,
+    Context,
+    Signal,
+)
 from runs.engine.authoring.definition import Definition, StepFunction, workflow
 from runs.engine.authoring.tools import (
     OperationCall,
@@ -30,18 +38,24 @@ from runs.engine.authoring.tools import (
     Tool,
     tool,
 )
+from runs.engine.children import CHILD_RUN, ChildOutcome, ChildRun
 from runs.engine.registry import State, StepResult, ToolLookup
 
 __all__ = [
+    "CHILD_RUN",
+    "SIGNAL",
     "TIMER",
     "AnyStep",
     "ApprovalDecision",
+    "ChildOutcome",
+    "ChildRun",
     "Context",
     "Definition",
     "OperationCall",
     "OperationOutcome",
     "OperationOutcomeUnknown",
     "OperationRejected",
+    "Signal",
     "State",
     "StepFunction",
     "StepResult",

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from core.crash import crash_point
 from core.digests import json_digest
+from core.errors import InvalidInput
 from runs.engine.approvals import approval_check, approval_grant_automatically
 from runs.engine.authoring.tools import (
     OperationCall,
@@ -21,7 +22,16 @@ from runs.engine.authoring.tools import (
     OperationRejected,
     Tool,
 )
-from runs.engine.models import Approval, ApprovalStatus
+from runs.engine.children import (
+    CHILD_RUN,
+    ChildOutcome,
+    ChildRun,
+    child_outcome,
+    child_start,
+    child_wait_detail,
+)
+from runs.engine.errors import IdempotencyConflict, UnknownWorkflow, WorkflowDefinitionError
+from runs.engine.models import AgentEvent, Approval, ApprovalStatus
 from runs.engine.operations import (
     OperationRequestChanged,
     operation_mark_failed,
@@ -53,9 +63,33 @@ class Steps(Protocol):
 
     def approving_step(self, step: str) -> str | None: ...
 
+    @property
+    def signal_names(self) -> frozenset[str]: ...
+
 
 # The suspend reason of a run that sleeps (ctx.sleep) until its wake time.
 TIMER = "timer"
+# The suspend reason of a run that waits for a signal (ctx.wait_signal); the detail names it.
+SIGNAL = "signal"
+# The state key where the engine keeps what signals a run consumed and when each wait times out.
+SIGNALS_KEY = "signals_seen"
+
+
+def signal_wait_detail(name: str) -> str:
+    """The suspend detail of a run waiting for signal `name` (the signal API matches it exactly)."""
+    return f"waiting for signal {name}"
+
+
+@dataclass(frozen=True)
+class Signal:
+    """What ctx.wait_signal returns: the delivered signal's JSON payload and the seq of its
+    `signal_received` event, or (`timed_out`) the wait's deadline passed first (payload None)."""
+
+    name: str
+    payload: Any = None
+    seq: int | None = None
+    timed_out: bool = False
+    deadline: str | None = None
 
 
 # --- control flow raised by the one-call helpers and turned into a step result by the wrapper ---
@@ -65,9 +99,9 @@ class _Suspension(Exception):
     """A helper decided the run waits (an approval, a reconciliation): the step's result is a
     suspension at this same step, with the state it was given plus `patch`."""
 
-    def __init__(self, reason: str, detail: str, patch: State | None = None):
+    def __init__(self, reason: str, detail: str, patch: State | None = None, wake_at: datetime | None = None):
         super().__init__(f"{reason}: {detail}")
-        self.reason, self.detail, self.patch = reason, detail, patch or {}
+        self.reason, self.detail, self.patch, self.wake_at = reason, detail, patch or {}, wake_at
 
 
 class _Rewind(Exception):
@@ -117,6 +151,9 @@ class Context:
         self._base = base
         self._definition = definition
         self._state = state
+        # What the engine keeps in the state for the helpers (signals consumed, waits' deadlines);
+        # the step wrapper adds it to whatever state the step commits.
+        self.engine_patch: State = {}
 
     @property
     def run_id(self) -> UUID:
@@ -347,3 +384,117 @@ class Context:
             decided_by=approval.decided_by or None,
             note=approval.note,
         )
+
+    # Signals.
+
+    def wait_signal(self, name: str, *, timeout: float | None = None) -> Signal:
+        """The next signal `name` sent to this run (POST /api/v1/runs/{id}/signals/{name}) that this
+        run has not consumed yet, in the order they arrived; one sent before the run waits is kept
+        and handed over here. Until there is one the run is suspended here (reason `signal`) and this
+        step runs again when it arrives. With `timeout` (seconds, counted from the first wait) the
+        run wakes by itself then and gets a Signal whose `.timed_out` is True (no payload)."""
+        if name not in self._definition.signal_names:
+            raise WorkflowSignalUndeclared(name)
+        cursor, deadlines = self._signals_seen(self.engine_patch.get(SIGNALS_KEY))
+        event = (
+            AgentEvent.objects.filter(
+                run_id=self.run_id,
+                event_type="signal_received",
+                payload__signal=name,
+                seq__gt=int(cursor.get(name, 0)),
+            )
+            .order_by("seq")
+            .first()
+        )
+        if event is not None:
+            cursor[name] = event.seq
+            deadlines.pop(name, None)
+            self.engine_patch[SIGNALS_KEY] = self._signals_kept(cursor, deadlines)
+            return Signal(name, event.payload.get("payload"), event.seq)
+        deadline = deadlines.get(name)
+        if deadline is None and timeout is not None:
+            if timeout < 0:
+                raise ValueError("a signal timeout cannot be negative")
+            deadline = (timezone.now() + timedelta(seconds=timeout)).isoformat()
+            deadlines[name] = deadline
+        if deadline is not None and datetime.fromisoformat(deadline) <= timezone.now():
+            deadlines.pop(name, None)
+            self.engine_patch[SIGNALS_KEY] = self._signals_kept(cursor, deadlines)
+            return Signal(name, timed_out=True, deadline=deadline)
+        # Suspended here, this step runs again: what it consumed before this wait is not consumed
+        # (the rerun must see it again); only this wait's deadline is kept.
+        committed_cursor, committed_deadlines = self._signals_seen(None)
+        if deadline is not None:
+            committed_deadlines[name] = deadline
+        raise _Suspension(
+            SIGNAL,
+            signal_wait_detail(name),
+            {SIGNALS_KEY: self._signals_kept(committed_cursor, committed_deadlines)},
+            wake_at=None if deadline is None else datetime.fromisoformat(deadline),
+        )
+
+    def _signals_seen(self, patch: Any) -> tuple[dict[str, int], dict[str, str]]:
+        """(cursor: last consumed seq per signal, deadlines per wait) from `patch` or the state. A
+        cursor written by another run (the state came with a fork) counts nothing: its seqs are not
+        this run's."""
+        seen = patch or self._state.get(SIGNALS_KEY) or {}
+        if not isinstance(seen, dict):
+            return {}, {}
+        cursor = dict(seen.get("cursor") or {}) if seen.get("run_id") == str(self.run_id) else {}
+        return cursor, dict(seen.get("deadlines") or {})
+
+    def _signals_kept(self, cursor: dict[str, int], deadlines: dict[str, str]) -> State:
+        return {"run_id": str(self.run_id), "cursor": cursor, "deadlines": deadlines}
+
+    # Child runs.
+
+    def start_child(
+        self,
+        workflow_name: str,
+        *,
+        input: Mapping[str, Any],
+        child_id: str,
+        version: str | None = None,
+    ) -> ChildRun:
+        """Start a run of `workflow_name` (newest version, or `version`) as this run's child, in this
+        run's tenant, or return the one this run already started under the stable `child_id` (a
+        retried or resumed step never starts two). The child runs on its own; `wait_child` waits for
+        it, and cancelling this run cancels it. A workflow this tenant cannot see suspends the run
+        (`child_workflow_unavailable`) and nothing is started."""
+        try:
+            return child_start(
+                tenant_id=self.tenant_id,
+                parent_run_id=self.run_id,
+                owner=self.actor,
+                epoch=self._base.lease.grant.epoch,
+                workflow_name=workflow_name,
+                workflow_version=version,
+                input=dict(input),
+                child_id=child_id,
+            )
+        except UnknownWorkflow as exc:
+            raise _Suspension("child_workflow_unavailable", exc.message) from None
+        except IdempotencyConflict:
+            raise _Suspension(
+                "child_request_changed",
+                f"child {child_id!r} was started before with another input; a second child under the "
+                "same id would be a guess",
+            ) from None
+        except InvalidInput as exc:  # the child's workflow refuses this input: retrying cannot help
+            raise _Suspension("child_input_invalid", f"child {child_id!r}: {exc.message}") from None
+
+    def wait_child(self, child: ChildRun) -> ChildOutcome:
+        """The child's outcome once it finished (`.status` completed, failed or cancelled; `.result`).
+        Until then the run is suspended here (reason `child_run`); the child's final commit asks it
+        to resume, and this step runs again."""
+        outcome = child_outcome(child_run_id=child.run_id)
+        if outcome is None:
+            raise _Suspension(CHILD_RUN, child_wait_detail(child.run_id))
+        return outcome
+
+
+class WorkflowSignalUndeclared(WorkflowDefinitionError):
+    """A step waits for a signal its workflow does not declare (nobody could send it)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"signal {name!r} is not declared by this workflow (workflow(..., signals=...))")

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar, cast, overload
 
 from core.errors import InvalidInput
-from runs.engine.authoring.context import AnyStep, Context, _Rewind, _Suspension
+from runs.engine.authoring.context import SIGNALS_KEY, AnyStep, Context, _Rewind, _Suspension
 from runs.engine.errors import WorkflowDefinitionError
 from runs.engine.registry import (
     Next,
@@ -26,7 +26,17 @@ S = TypeVar("S")
 StepFunction = Callable[[Context, S], StepResult]
 
 # Keys the engine keeps in every run's state; a typed state never sees them and cannot change them.
-_ENGINE_KEYS = ("budgets",)
+_ENGINE_KEYS = ("budgets", SIGNALS_KEY)
+
+# The definitions registered in this process, by (name, version): what the signal and query API
+# reads to know which signals a run's workflow accepts and which views of its state it declares.
+_authored: dict[tuple[str, str], Definition[Any]] = {}
+
+
+def authored(name: str, version: str) -> Definition[Any] | None:
+    """The authoring definition of a registered workflow version (None: not declared with it)."""
+    return _authored.get((name, version))
+
 
 # --- the definition ---
 
@@ -44,14 +54,19 @@ class Definition(Generic[S]):
         validate_input: Callable[[State], None] | None = None,
         schemas: SchemaSet | None = None,
         default_budgets: Mapping[str, float] | None = None,
+        signals: tuple[str, ...] = (),
     ):
         self.name, self.version, self.state_type = name, version, state_type
+        self._signals: set[str] = set()
+        self._queries: dict[str, Callable[[S], Any]] = {}
         self.description, self.validate_input, self.schemas = description, validate_input, schemas
         self.default_budgets = dict(default_budgets or {})
         self._steps: list[Step] = []
         self._names: dict[Callable[..., Any], str] = {}
         self._guarded: dict[str, AnyStep | str] = {}
         self._registered: Workflow | None = None
+        for signal in signals:
+            self.signal(signal)
 
     @overload
     def step(self, fn: StepFunction[S]) -> StepFunction[S]: ...
@@ -85,6 +100,32 @@ class Definition(Generic[S]):
 
         return declare(fn) if fn is not None else declare
 
+    def signal(self, name: str) -> str:
+        """Declare a signal the workflow accepts (also `workflow(..., signals=(...))`)."""
+        if self._registered is not None:
+            raise WorkflowDefinitionError(f"workflow {self.name} is registered; declare signals before")
+        if not isinstance(name, str) or not name.isidentifier():
+            raise WorkflowDefinitionError(f"a signal name is an identifier, not {name!r}")
+        self._signals.add(name)
+        return name
+
+    @property
+    def signal_names(self) -> frozenset[str]:
+        return frozenset(self._signals)
+
+    def query(self, fn: Callable[[S], Any]) -> Callable[[S], Any]:
+        """Declare a query: `@wf.query def progress(state) -> dict`, a read-only view of the state
+        (GET /api/v1/runs/{id}/queries/progress). It must not change anything and returns JSON."""
+        self._queries[fn.__name__] = fn
+        return fn
+
+    def query_names(self) -> frozenset[str]:
+        return frozenset(self._queries)
+
+    def query_run(self, name: str, state: State) -> Any:
+        """The query's answer on a stored state (KeyError: no such query)."""
+        return self._queries[name](self.load(state))
+
     def register(self) -> Workflow:
         """Build the engine's Workflow and register it (once; the first declared step starts)."""
         if self._registered is None:
@@ -101,6 +142,7 @@ class Definition(Generic[S]):
                     default_budgets=self.default_budgets,
                 )
             )
+            _authored[(self.name, self.version)] = self
         return self._registered
 
     def _validate_input(self, data: State) -> None:
@@ -157,11 +199,19 @@ class Definition(Generic[S]):
         def run(base: StepContext, state: State) -> StepResult:
             ctx = Context(base, self, state)
             try:
-                return function(ctx, self.load(state))
+                result = function(ctx, self.load(state))
             except _Suspension as wait:
-                return Suspend({**state, **wait.patch}, wait.reason, wait.detail)
+                return Suspend({**state, **wait.patch}, wait.reason, wait.detail, wake_at=wait.wake_at)
             except _Rewind as back:
                 return Next({k: v for k, v in state.items() if k not in back.drop}, back.step)
+            # What the engine keeps in the state goes on whatever the step returns (a typed state
+            # drops it); what the step consumed counts only if the run moves on from this step.
+            kept = {SIGNALS_KEY: state[SIGNALS_KEY]} if SIGNALS_KEY in state else {}
+            again = isinstance(result, Suspend) and result.step in (None, ctx.step)
+            extra = kept if again else {**kept, **ctx.engine_patch}
+            if extra and isinstance(getattr(result, "state", None), dict):
+                return dataclasses.replace(result, state={**result.state, **extra})
+            return result
 
         run.__name__ = run.__qualname__ = function.__name__
         run.__doc__ = function.__doc__
@@ -178,6 +228,7 @@ def workflow(
     validate_input: Callable[[State], None] | None = None,
     schemas: SchemaSet | None = None,
     default_budgets: Mapping[str, float] | None = None,
+    signals: tuple[str, ...] = (),
 ) -> Definition[State]: ...
 
 
@@ -191,6 +242,7 @@ def workflow(
     validate_input: Callable[[State], None] | None = None,
     schemas: SchemaSet | None = None,
     default_budgets: Mapping[str, float] | None = None,
+    signals: tuple[str, ...] = (),
 ) -> Definition[S]: ...
 
 
@@ -203,10 +255,12 @@ def workflow(
     validate_input: Callable[[State], None] | None = None,
     schemas: SchemaSet | None = None,
     default_budgets: Mapping[str, float] | None = None,
+    signals: tuple[str, ...] = (),
 ) -> Definition[Any]:
     """Declare a workflow: name, version, the state's type (a dataclass or pydantic model; default a
     plain dict), input validation (raise core.errors.InvalidInput), and the state-schema versions
-    with their migrations (`schemas`; the newest is the schema version new runs get)."""
+    with their migrations (`schemas`; the newest is the schema version new runs get), and the
+    signals a run accepts (`signals`, or `wf.signal(name)`)."""
     return Definition(
         name,
         version=version,
@@ -215,4 +269,5 @@ def workflow(
         validate_input=validate_input,
         schemas=schemas,
         default_budgets=default_budgets,
+        signals=signals,
     )
