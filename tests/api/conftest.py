@@ -127,6 +127,7 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
         "run_id": str(waiting.run_id),
         "webhook_id": str(webhook.id),
         "operation_id": operation_id,
+        "name": "shipped",  # a signal or query name: their run's does not exist for us either
         "operation_run_id": str(run.run_id),
         "approval_id": str(approval.approval_id),
         "pk": operation.pk,

@@ -51,6 +51,7 @@ def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
             "event_types": ["run.completed"],
         },
         # The worker protocol about their run: refused before the body or the lease token is read.
+        "RunSignalApi": {"payload": 1},
         "WorkerCommitApi": {},
         "WorkerHeartbeatApi": {},
         "WorkerReleaseApi": {},

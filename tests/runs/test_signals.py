@@ -228,14 +228,14 @@ def test_a_signal_fences_a_step_in_flight_which_then_runs_again_and_sees_it(api,
     from runs.engine import store
     from runs.engine.errors import ConcurrentResume
     from runs.engine.leases import lease_held
-    from runs.engine.steps import _advance_leased
+    from runs.engine.steps import _advance_slice
 
     run = _start(tenant)
     grant = store.lease_acquire(run_id=run.run_id, owner="w-slow", ttl=60)
     assert grant is not None  # a worker holds the run and is about to run its step
     assert _signal(api, run, "shipped", {"tracking": "mid-step"}).status_code == 201
     with lease_held(grant) as lease, pytest.raises(ConcurrentResume):
-        _advance_leased(grant, lease)  # it read the run before the signal: its commit is refused
+        _advance_slice(grant, lease, sliced=False)  # it read the run before the signal: its commit is refused
     assert not AgentEvent.objects.filter(run=run, event_type="run_suspended").exists()
     store.lease_release(run_id=run.run_id, owner="w-slow", epoch=grant.epoch)
     run = _drive(run)
