@@ -26,6 +26,7 @@ from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
 from memory.models import MemoryItem, MemoryVector
+from memory.postings import TERM_DEPTH, Statement, query_words, ranked, ranked_statement
 
 logger = logging.getLogger(__name__)
 RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al.): dampens the weight of top ranks
@@ -78,9 +79,6 @@ def _tenant_index_exists(tenant: Tenant, dimensions: int) -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [_index_name(tenant, dimensions)])
         return cursor.fetchone() is not None
-
-
-Statement = tuple[str, list[Any]]
 
 
 def vector_statements(
@@ -148,15 +146,6 @@ def vector_candidates(
     return _run(statements)
 
 
-# The full-text arm reads, per word of the query, at most `depth` postings, highest impact first (a
-# btree range scan, which row-level security allows, unlike the GIN index's `@@`), and scores exactly
-# only the RESCORE claims with the highest bound. If that cannot prove the top `limit` exact, it reads
-# again DEEPEN times deeper, and finally every posting of the words.
-TERM_DEPTH = 1000
-DEEPEN = 8
-RESCORE = 200
-
-
 def text_statements(
     *,
     tenant_id: UUID,
@@ -166,56 +155,25 @@ def text_statements(
     subject_id: str | None = None,
     depth: int | None = TERM_DEPTH,
 ) -> list[Statement]:
-    """The statement of one round of text_candidates (none when the query has no word).
-
-    Scoring is ts_rank's for "any of the words": the mean over the words of each word's ts_rank alone,
-    which memory_postings keeps as `impact`. The postings of a word past its first `depth` have at
-    most the impact of the last one read (the word's `rest`). So a claim never read scores at most
-    the mean of the rests, and a claim read under some words at most what was read plus the rests of
-    the others: its bound. The RESCORE claims of highest bound are scored exactly from their own
-    postings. Each row: the claim, its score, the bound of any claim never read, and the highest bound
-    of a claim read but not scored (NULL if none).
-    """
-    words = list(dict.fromkeys(re.findall(r"\w+", query.lower())))
+    """The statement of one round of text_candidates (none when the query has no word): the claims
+    current at `valid_at` (and of `subject_id`), filtered on the posting itself, before the top-k."""
+    words = query_words(query)
     if not words:
         return []
-    where = "p.tenant_id = %s AND p.term = q.term AND (p.expires_at IS NULL OR p.expires_at > %s)"
+    where = "p.tenant_id = %s AND (p.expires_at IS NULL OR p.expires_at > %s)"
     params: list[Any] = [tenant_id, valid_at]
     if subject_id is not None:
         where += " AND p.subject_id = %s"
         params.append(subject_id)
-    cap, cap_params = ("", []) if depth is None else ("LIMIT %s", [int(depth)])
-    rescore = max(RESCORE, limit)
     return [
-        (
-            f"""WITH q AS MATERIALIZED (
-                    SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('simple', w))) AS term
-                      FROM unnest(%s::text[]) AS w),
-                n AS (SELECT greatest(count(*), 1)::float8 AS words FROM q),
-                hits AS MATERIALIZED (
-                    SELECT q.term, p.memory_id, p.impact FROM q CROSS JOIN LATERAL (
-                        SELECT p.memory_id, p.impact FROM memory_postings p WHERE {where}
-                         ORDER BY p.impact DESC, p.memory_id {cap}) p),
-                cut AS MATERIALIZED (
-                    SELECT term, CASE WHEN count(*) >= %s THEN min(impact) ELSE 0 END AS rest
-                      FROM hits GROUP BY term),
-                unread AS (SELECT coalesce(sum(rest), 0) / (SELECT words FROM n) AS bound FROM cut),
-                bound AS MATERIALIZED (
-                    SELECT h.memory_id,
-                           (sum(h.impact) - sum(c.rest)) / (SELECT words FROM n) + (SELECT bound FROM unread)
-                               AS upper,
-                           row_number() OVER (ORDER BY sum(h.impact) - sum(c.rest) DESC, h.memory_id) AS place
-                      FROM hits h JOIN cut c USING (term) GROUP BY h.memory_id
-                     ORDER BY place LIMIT %s + 1),
-                scored AS (
-                    SELECT b.memory_id, (sum(p.impact) / (SELECT words FROM n))::real AS score
-                      FROM bound b JOIN memory_postings p ON p.memory_id = b.memory_id
-                     WHERE b.place <= %s AND p.term IN (SELECT term FROM q)
-                     GROUP BY b.memory_id)
-                SELECT s.memory_id, s.score, (SELECT bound FROM unread),
-                       (SELECT upper FROM bound WHERE place = %s + 1)
-                  FROM scored s ORDER BY s.score DESC, s.memory_id LIMIT %s""",
-            [words, *params, *cap_params, depth or 2**62, rescore, rescore, rescore, limit],
+        ranked_statement(
+            table="memory_postings",
+            id_column="memory_id",
+            words=words,
+            where=where,
+            params=params,
+            limit=limit,
+            depth=depth,
         )
     ]
 
@@ -230,11 +188,12 @@ def text_ranked(
     subject_id: str | None = None,
     depth: int | None = TERM_DEPTH,
 ) -> list[Any]:
-    """Run text_statements' rounds on a DB-API cursor (Django's, or the benchmark's psycopg one) until
-    the top `limit` is proven: its last score at least every bound of a claim not scored. depth=None
-    reads every posting at once (the exact ranking the benchmark compares with)."""
-    while True:
-        statements = text_statements(
+    """text_statements' rounds on a DB-API cursor until the top `limit` is proven (memory.postings)."""
+    if not query_words(query):
+        return []
+
+    def build(depth: int | None) -> Statement:
+        [statement] = text_statements(
             tenant_id=tenant_id,
             query=query,
             limit=limit,
@@ -242,26 +201,9 @@ def text_ranked(
             subject_id=subject_id,
             depth=depth,
         )
-        if not statements:
-            return []
-        [(sql, params)] = statements
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-        if depth is None or proven(rows, limit):
-            return [row[0] for row in rows]
-        depth = depth * DEEPEN if depth * DEEPEN < 1_000_000 else None
+        return statement
 
-
-def proven(rows: list[Any], limit: int) -> bool:
-    """Whether a round's rows (id, score, bound of the unread, highest bound of the unscored) are the
-    exact top `limit`. Scores within float4's precision count as equal (ts_rank's own last digit
-    depends on the order it adds the words in). Fewer rows than asked are all there is only when
-    nothing was left unread or unscored."""
-    unread = float(rows[0][2]) if rows else 0.0
-    unscored = float(rows[0][3]) if rows and rows[0][3] is not None else 0.0
-    if len(rows) < limit:
-        return unread == 0 and unscored == 0
-    return float(rows[limit - 1][1]) + 1e-6 >= max(unread, unscored)
+    return ranked(cursor, build, limit=limit, depth=depth)
 
 
 def text_candidates(
@@ -274,7 +216,8 @@ def text_candidates(
     depth: int | None = TERM_DEPTH,
 ) -> list[Any]:
     """The tenant's claims current at `valid_at` (and of `subject_id` if given) that ts_rank puts
-    first for any of the query's words (call inside the tenant scope)."""
+    first for any of the query's words (call inside the tenant scope), read from memory_postings
+    (memory.postings): a few btree ranges, not every matching claim."""
     with connection.cursor() as cursor:
         return text_ranked(
             cursor,
