@@ -19,7 +19,7 @@ from typing import Any
 
 Statement = tuple[str, list[Any]]
 
-TERM_DEPTH = 1000  # postings read per word in the first round, highest impact first
+TERM_DEPTH = 2000  # postings read per word in the first round, highest impact first
 DEEPEN = 8  # each further round reads this many times deeper; past MAX_DEPTH, every posting
 MAX_DEPTH = 1_000_000
 RESCORE = 200  # candidates scored exactly from their own postings (at least the k asked)
@@ -45,7 +45,9 @@ def ranked_statement(
 
     The postings of a word past its first `depth` have at most the impact of the last one read (the
     word's `rest`), so a document never read scores at most the mean of the rests, and one read under
-    some words at most what was read plus the rests of the others. Each row: the document, its exact
+    some words at most what was read plus the rests of the others. A document read under every cut
+    word has its exact score already; the others are scored from their own postings (the primary
+    key's btree, one probe each). Each row: the document, its exact
     score, the bound of every document never read, and the highest bound of a document read but not
     scored (NULL if none). `table` and `id_column` are Keeper's own names, never input.
     """
@@ -62,16 +64,21 @@ def ranked_statement(
         cut AS MATERIALIZED (
             SELECT term, CASE WHEN count(*) >= %s THEN min(impact) ELSE 0 END AS rest FROM hits GROUP BY term),
         unread AS (SELECT coalesce(sum(rest), 0) / (SELECT words FROM n) AS bound FROM cut),
-        bound AS MATERIALIZED (
-            SELECT h.doc, (sum(h.impact) - sum(c.rest)) / (SELECT words FROM n) + (SELECT bound FROM unread) AS upper,
-                   row_number() OVER (ORDER BY sum(h.impact) - sum(c.rest) DESC, h.doc) AS place
+        best AS MATERIALIZED (
+            SELECT h.doc, sum(h.impact) AS seen, count(*) FILTER (WHERE c.rest > 0) AS cut_seen,
+                   sum(h.impact) - sum(c.rest) AS key
               FROM hits h JOIN cut c USING (term) GROUP BY h.doc
-             ORDER BY place LIMIT %s + 1),
+             ORDER BY key DESC, h.doc LIMIT %s + 1),
+        bound AS MATERIALIZED (
+            SELECT b.*, b.key / (SELECT words FROM n) + (SELECT bound FROM unread) AS upper,
+                   row_number() OVER (ORDER BY b.key DESC, b.doc) AS place
+              FROM best b),
         scored AS (
-            SELECT b.doc, (sum(p.impact) / (SELECT words FROM n))::real AS score
-              FROM bound b JOIN {table} p ON p.{id_column} = b.doc
-             WHERE b.place <= %s AND p.term IN (SELECT term FROM q)
-             GROUP BY b.doc)
+            SELECT b.doc, (CASE WHEN b.cut_seen = (SELECT count(*) FROM cut WHERE rest > 0) THEN b.seen
+                                ELSE (SELECT sum(p.impact) FROM {table} p
+                                       WHERE p.{id_column} = b.doc AND p.term = ANY(ARRAY(SELECT term FROM q)))
+                           END / (SELECT words FROM n))::real AS score
+              FROM bound b WHERE b.place <= %s)
         SELECT s.doc, s.score, (SELECT bound FROM unread), (SELECT upper FROM bound WHERE place = %s + 1)
           FROM scored s ORDER BY s.score DESC, s.doc LIMIT %s"""  # noqa: S608 - names are Keeper's own
     return sql, [words, *params, *cap_params, depth or 2**62, rescore, rescore, rescore, limit]

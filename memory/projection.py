@@ -26,7 +26,7 @@ from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
 from memory.models import MemoryItem, MemoryVector
-from memory.postings import TERM_DEPTH, Statement, query_words, ranked, ranked_statement
+from memory.postings import Statement, query_words, ranked, ranked_statement
 
 logger = logging.getLogger(__name__)
 RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al.): dampens the weight of top ranks
@@ -144,6 +144,13 @@ def vector_candidates(
         subject_id=subject_id,
     )
     return _run(statements)
+
+
+# Claims are short (a dozen words) and a tenant's vocabulary is small: the first round reads up to
+# this many postings a word, which is every posting of all but the commonest words of a large
+# tenant. Reading them all is exact and needs no bound (ts_rank gives a rare word no more weight than
+# a common one, so a cut list of a common word rarely proves the top k; see memory.postings).
+TERM_DEPTH = 10_000
 
 
 def text_statements(
