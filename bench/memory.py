@@ -302,7 +302,7 @@ def bench_memory_search(*, items: int, queries: int, progress: Callable[[str], N
 def _tantivy(tenant: Tenant, queries: list[str]) -> dict[str, Any]:
     """tantivy beside the text arm, on the largest tenant's current claims and the queries asked of it."""
     with tenant_scope(tenant.tenant_id):
-        docs = [
+        docs: list[tuple[Any, str, list[str]]] = [
             (item.memory_id, memory_text(item), [])
             for item in MemoryItem.objects.filter(invalidated_at__isnull=True).only(
                 "memory_id", "namespace", "key", "value"

@@ -157,7 +157,8 @@ def text_statement(
 ) -> Statement:
     """One round of the text arm over retrieval_postings: the ACL (as readable keys) and age filter
     each posting before the top-k, with `=` and `>=` that row-level security lets the btree apply."""
-    where, params = "p.tenant_id = %s", [tenant_id]
+    where = "p.tenant_id = %s"
+    params: list[Any] = [tenant_id]
     if keys is not None:
         where += " AND p.acl_key = ANY(%s::uuid[])"
         params.append(keys)
