@@ -74,8 +74,15 @@ def principal_set_of(*, principal: str) -> list[str]:
     return list(row[0])
 
 
-def _where(*, acl: list[str] | None, cutoff: Any) -> tuple[str, list[Any]]:
-    sql, params = "c.tenant_id = %s AND c.status = 'current'", []
+def _where(*, acl: list[str] | None, cutoff: Any, keys: list[UUID] | None = None) -> tuple[str, list[Any]]:
+    """The chunk predicates after the tenant's id. With the readable ACL keys, `c.acl_key = ANY(keys)`
+    lets the (tenant_id, acl_key) btree find a principal's chunks under row-level security (which
+    keeps `&&` off the GIN index); `c.acl && principals` stays beside it as the rule itself."""
+    sql = "c.tenant_id = %s AND c.status = 'current'"
+    params: list[Any] = []
+    if keys is not None:
+        sql += " AND c.acl_key = ANY(%s::uuid[])"
+        params.append(keys)
     if acl is not None:
         sql += " AND c.acl && %s::text[]"
         params.append(acl)
@@ -97,12 +104,15 @@ def vector_candidates(
     """Nearest readable chunks (call inside the tenant scope). acl=None drops the ACL predicate:
     only the benchmark's baseline does that."""
     dims = int(embedder.dimensions)  # an int from the embedder, never user input
-    where, params = _where(acl=acl, cutoff=cutoff)
     with connection.cursor() as cursor:
+        keys = None if acl is None else readable_acl_keys(cursor, tenant_id=tenant.tenant_id, acl=acl)
+        if keys == []:
+            return []
+        where, params = _where(acl=acl, cutoff=cutoff, keys=keys)
         if acl is not None and _readable_is_small(cursor, tenant, where, params):
             # A principal who reads only a sliver of a large tenant: the graph would have to be walked
-            # far past other principals' chunks. Its few chunks are ranked exactly instead (the ACL
-            # index finds them; a sort of a few thousand distances is cheap).
+            # far past other principals' chunks. Its few chunks are ranked exactly instead (the
+            # (tenant_id, acl_key) btree finds them by bitmap; a sort of a few thousand distances is cheap).
             cursor.execute("SET LOCAL enable_indexscan = off")
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         # A wide beam: hashed (and real) short texts crowd together, and the ACL filter drops rows after

@@ -1,6 +1,7 @@
 """The full-text arm's postings for chunks: one row per word of a current chunk with its impact, its
-ACL's key and indexed_at, written by triggers in the same statement as the chunk; and each distinct
-ACL once (retrieval_acls), so a search filters postings by ACL key with `=` under RLS."""
+ACL's key and indexed_at, written by triggers in the same statement as the chunk; each distinct ACL
+once (retrieval_acls), and the chunk's own ACL key (a generated column with a btree), so a search
+filters postings and chunks by ACL key with `=` under RLS."""
 
 import django.contrib.postgres.fields
 import django.db.models.deletion
@@ -16,6 +17,10 @@ AS $$ SELECT coalesce(array_agg(DISTINCT x ORDER BY x), '{}') FROM unnest(acl) A
 CREATE FUNCTION retrieval_acl_key(tenant uuid, acl text[]) RETURNS uuid
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 AS $$ SELECT md5(tenant::text || ':' || retrieval_acl_sorted(acl)::text)::uuid $$;
+
+-- The chunk's ACL key too, so the vector arm finds a principal's few chunks by btree under RLS.
+ALTER TABLE retrieval_chunks ADD COLUMN acl_key uuid GENERATED ALWAYS AS (retrieval_acl_key(tenant_id, acl)) STORED;
+CREATE INDEX retrieval_chunks_acl_key ON retrieval_chunks (tenant_id, acl_key) WHERE status = 'current';
 """
 
 COLUMNS = "tenant_id, chunk, term, impact, acl_key, indexed_at"
@@ -137,6 +142,7 @@ class Migration(migrations.Migration):
                 "DROP TRIGGER IF EXISTS retrieval_postings_inserted ON retrieval_chunks",
                 "DROP FUNCTION IF EXISTS retrieval_postings_updated()",
                 "DROP FUNCTION IF EXISTS retrieval_postings_inserted()",
+                "ALTER TABLE retrieval_chunks DROP COLUMN IF EXISTS acl_key",
                 "DROP FUNCTION IF EXISTS retrieval_acl_key(uuid, text[])",
                 "DROP FUNCTION IF EXISTS retrieval_acl_sorted(text[])",
             ],

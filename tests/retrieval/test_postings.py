@@ -72,6 +72,9 @@ def test_a_chunks_postings_follow_its_status_acl_and_deletion(tenant):
     with tenant_scope(tenant.tenant_id):
         [both] = ChunkAcl.objects.filter(acl=["group:all", "group:support"]).values_list("acl_key", flat=True)
         assert set(ChunkPosting.objects.values_list("acl_key", flat=True)) == {both}
+        with connection.cursor() as cursor:  # the chunk's own key (the vector arm's btree) follows too
+            cursor.execute("SELECT DISTINCT acl_key FROM retrieval_chunks WHERE status = 'current'")
+            assert cursor.fetchall() == [(both,)]
         assert text_candidates(tenant=tenant, query="refunds", limit=5, acl=["group:all"]) != []
     _index(tenant, "policy", "refunds are paid within thirty days", ["group:support"], version="2")
     with tenant_scope(tenant.tenant_id):
