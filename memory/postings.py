@@ -46,8 +46,9 @@ def ranked_statement(
     The postings of a word past its first `depth` have at most the impact of the last one read (the
     word's `rest`), so a document never read scores at most the mean of the rests, and one read under
     some words at most what was read plus the rests of the others. A document read under every cut
-    word has its exact score already; the others are scored from their own postings (the primary
-    key's btree, one probe each). Each row: the document, its exact
+    word has its exact score already; for the others, what was read of the words read whole is exact
+    and the cut words are looked up in their own postings (the primary key's btree, one probe per
+    cut word). Each row: the document, its exact
     score, the bound of every document never read, and the highest bound of a document read but not
     scored (NULL if none). `table` and `id_column` are Keeper's own names, never input.
     """
@@ -66,6 +67,7 @@ def ranked_statement(
         unread AS (SELECT coalesce(sum(rest), 0) / (SELECT words FROM n) AS bound FROM cut),
         best AS MATERIALIZED (
             SELECT h.doc, sum(h.impact) AS seen, count(*) FILTER (WHERE c.rest > 0) AS cut_seen,
+                   coalesce(sum(h.impact) FILTER (WHERE c.rest = 0), 0) AS seen_whole,
                    sum(h.impact) - sum(c.rest) AS key
               FROM hits h JOIN cut c USING (term) GROUP BY h.doc
              ORDER BY key DESC, h.doc LIMIT %s + 1),
@@ -75,8 +77,9 @@ def ranked_statement(
               FROM best b),
         scored AS (
             SELECT b.doc, (CASE WHEN b.cut_seen = (SELECT count(*) FROM cut WHERE rest > 0) THEN b.seen
-                                ELSE (SELECT sum(p.impact) FROM {table} p
-                                       WHERE p.{id_column} = b.doc AND p.term = ANY(ARRAY(SELECT term FROM q)))
+                                ELSE b.seen_whole + coalesce((
+                                     SELECT sum(p.impact) FROM {table} p WHERE p.{id_column} = b.doc
+                                        AND p.term = ANY(ARRAY(SELECT term FROM cut WHERE rest > 0))), 0)
                            END / (SELECT words FROM n))::real AS score
               FROM bound b WHERE b.place <= %s)
         SELECT s.doc, s.score, (SELECT bound FROM unread), (SELECT upper FROM bound WHERE place = %s + 1)
