@@ -1,9 +1,11 @@
 """Memory search at scale: hybrid recall latency under row-level security beside the same queries
-without it, and the recall@10 of the smallest tenant's vector search against an exact scan."""
+without it, each arm's p50/p99, recall@10 of each arm and of the fused result against exact
+rankings, and (with the `peers` extra) tantivy's BM25 on the same corpus and queries."""
 
 from __future__ import annotations
 
 import random
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -24,14 +26,16 @@ from memory.projection import (
     RRF_K,
     memory_project,
     memory_search,
+    memory_text,
     memory_vector_index_ensure,
     text_candidates,
-    text_statements,
+    text_ranked,
     vector_candidates,
     vector_statements,
 )
 
 CANDIDATES = 50  # what memory_search asks each arm for
+WORD = re.compile(r"\w+")
 SHARES = [60, 10, 8, 6, 5, 4, 3, 2, 1.5, 0.5]  # percent of the items per tenant: one holds 60%
 WORDS = [
     f"{a}{b}"
@@ -60,6 +64,16 @@ def percentile(values: list[float], q: float) -> float:
     """The q-quantile by rank (nearest rank below), as every benchmark here reports it."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def vacuum(tables: list[str]) -> None:
+    """VACUUM (ANALYZE) freshly seeded tables as their owner, as autovacuum would soon: the planner
+    gets statistics and index-only scans a visibility map (without the owner connection, nothing)."""
+    if OWNER_ALIAS not in connections.databases:
+        return
+    with connections[OWNER_ALIAS].cursor() as cursor:
+        for table in tables:
+            cursor.execute(f"VACUUM (ANALYZE) {table}")  # Keeper's own table names
 
 
 def _seed(tenant: Tenant, n: int, rng: random.Random) -> None:
@@ -94,20 +108,20 @@ def _candidate_queries(
     conn: psycopg.Connection[Any], tenant: Tenant, embedder: HashingEmbedder, query: str, *, rls: bool
 ) -> None:
     """memory_search's two candidate queries, the very statements it sends (memory.projection builds
-    them for both). Under RLS: as the application role, the tenant set for the transaction. Without:
-    on a connection RLS does not bind (the embedded superuser)."""
+    them for both; the text arm's rounds run on this cursor). Under RLS: as the application role, the
+    tenant set for the transaction. Without: on a connection RLS does not bind (the embedded superuser)."""
     [vector] = embedder.embed([query])
     now = timezone.now()
     statements = vector_statements(
         tenant_id=tenant.tenant_id, embedder=embedder, vector=vector, limit=CANDIDATES, valid_at=now
     )
-    text = text_statements(tenant_id=tenant.tenant_id, query=query, limit=CANDIDATES, valid_at=now)
     with conn.transaction(), conn.cursor() as cursor:
         if rls:
             cursor.execute("SELECT set_config('app.tenant_id', %s, true)", [str(tenant.tenant_id)])
-        for sql, params in [*statements, *text]:
+        for sql, params in statements:
             cursor.execute(sql, params)
         cursor.fetchall()
+        text_ranked(cursor, tenant_id=tenant.tenant_id, query=query, limit=CANDIDATES, valid_at=now)
 
 
 def _timed_queries(
@@ -124,21 +138,39 @@ def _timed_queries(
     return times
 
 
-def _arm_times(asked: list[tuple[Tenant, str]], embedder: HashingEmbedder) -> tuple[list[float], list[float]]:
-    """Each arm as memory_search calls it, timed alone inside the tenant's scope."""
-    by_vector, by_text = [], []
+# The text arm before postings (ts_rank over every match, which RLS keeps off the GIN index): timed
+# beside the postings arm in the same run, so the two figures share the machine's load.
+TS_RANK_TEXT = """
+    SELECT i.memory_id FROM memory_items i
+     WHERE i.tenant_id = %s AND i.invalidated_at IS NULL AND (i.expires_at IS NULL OR i.expires_at > %s)
+       AND i.search @@ to_tsquery('simple', %s)
+     ORDER BY ts_rank(i.search, to_tsquery('simple', %s)) DESC, i.memory_id LIMIT %s"""
+
+
+def _arm_times(
+    asked: list[tuple[Tenant, str]], embedder: HashingEmbedder
+) -> tuple[list[float], list[float], list[float]]:
+    """Each arm as memory_search calls it, timed alone inside the tenant's scope, and the text arm as
+    it was before postings (ts_rank over every match), interleaved."""
+    by_vector, by_text, by_ts_rank = [], [], []
     for tenant, query in asked:
         [vector] = embedder.embed([query])
         now = timezone.now()
+        words = " | ".join(dict.fromkeys(WORD.findall(query.lower())))
         with tenant_scope(tenant.tenant_id):
             t0 = time.perf_counter()
             vector_candidates(tenant=tenant, embedder=embedder, vector=vector, limit=CANDIDATES, valid_at=now)
             t1 = time.perf_counter()
             text_candidates(tenant=tenant, query=query, limit=CANDIDATES, valid_at=now)
             t2 = time.perf_counter()
+            with connection.cursor() as cursor:
+                cursor.execute(TS_RANK_TEXT, [tenant.tenant_id, now, words, words, CANDIDATES])
+                cursor.fetchall()
+            t3 = time.perf_counter()
         by_vector.append((t1 - t0) * 1000)
         by_text.append((t2 - t1) * 1000)
-    return by_vector, by_text
+        by_ts_rank.append((t3 - t2) * 1000)
+    return by_vector, by_text, by_ts_rank
 
 
 def _exact_vector(tenant: Tenant, embedder: HashingEmbedder, vector: list[float], limit: int) -> list[Any]:
@@ -155,10 +187,10 @@ def _recall(got: list[Any], exact: list[Any]) -> float | None:
 
 
 def _recalls(tenant: Tenant, embedder: HashingEmbedder, rng: random.Random, n: int) -> dict[str, float]:
-    """recall@10 of the vector arm against a sequential scan of the same tenant, and of the fused
-    search against the fusion of that exact ranking with the text arm's (which is exact: ts_rank over
-    every match)."""
-    found: dict[str, list[float]] = {"vector": [], "fused": []}
+    """recall@10 of the vector arm against a sequential scan of the same tenant, of the text arm
+    against every posting of the words ranked (depth=None: the same ts_rank scores over every match),
+    and of the fused search against the fusion of those two exact rankings."""
+    found: dict[str, list[float]] = {"vector": [], "text": [], "fused": []}
     for _ in range(n):
         query = " ".join(rng.choices(WORDS, k=4))
         [vector] = embedder.embed([query])
@@ -167,8 +199,11 @@ def _recalls(tenant: Tenant, embedder: HashingEmbedder, rng: random.Random, n: i
         with tenant_scope(tenant.tenant_id):
             got_vector = vector_candidates(tenant=tenant, embedder=embedder, vector=vector, limit=10)
             by_text = text_candidates(tenant=tenant, query=query, limit=CANDIDATES, valid_at=now)
+            exact_text = text_candidates(
+                tenant=tenant, query=query, limit=CANDIDATES, valid_at=now, depth=None
+            )
         scores: dict[Any, float] = {}
-        for ranking in (exact_vector, by_text):
+        for ranking in (exact_vector, exact_text):
             for rank, memory_id in enumerate(ranking, start=1):
                 scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (RRF_K + rank)
         exact_fused = sorted(scores, key=lambda m: (-scores[m], str(m)))[:10]
@@ -177,12 +212,67 @@ def _recalls(tenant: Tenant, embedder: HashingEmbedder, rng: random.Random, n: i
         ]
         for arm, got, exact in (
             ("vector", got_vector, exact_vector[:10]),
+            ("text", by_text[:10], exact_text[:10]),
             ("fused", got_fused, exact_fused),
         ):
             value = _recall(got, exact)
             if value is not None:
                 found[arm].append(value)
     return {arm: round(statistics.mean(values), 3) for arm, values in found.items() if values}
+
+
+def tantivy_reference(
+    docs: list[tuple[Any, str, list[str]]],
+    asked: list[tuple[str, list[str] | None]],
+    keeper: Callable[[str, list[str] | None], list[Any]],
+    limit: int,
+) -> dict[str, Any]:
+    """tantivy's BM25 (PyPI `tantivy`, the `peers` extra) over the same texts (id, text, ACL groups)
+    and queries (text, the principal's groups or None), in a RAM index in this process: p50/p99 of
+    its top `limit` (the ACL a required term-set clause), and overlap@10 with `keeper`'s top 10 for
+    the same query. BM25 weighs rare words and ts_rank does not, so the overlap is not a recall."""
+    try:
+        import tantivy  # noqa: PLC0415 - an optional peer
+    except ImportError:
+        return {"tantivy": "not installed: pip install -e '.[peers]'"}
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("body", stored=False)
+    builder.add_text_field("key", stored=True, tokenizer_name="raw")
+    builder.add_text_field("acl", stored=False, tokenizer_name="raw")
+    schema = builder.build()
+    index = tantivy.Index(schema)
+    writer = index.writer()
+    for key, text, acl in docs:
+        writer.add_document(tantivy.Document(body=[text], key=[str(key)], acl=acl))
+    writer.commit()
+    writer.wait_merging_threads()
+    index.reload()
+    searcher = index.searcher()
+    times, overlaps = [], []
+    for text, groups in asked:
+        t0 = time.perf_counter()
+        words = index.parse_query_lenient(" ".join(WORD.findall(text.lower())), ["body"])[0]
+        query = (
+            words
+            if groups is None
+            else tantivy.Query.boolean_query(
+                [
+                    (tantivy.Occur.Must, tantivy.Query.term_set_query(schema, "acl", groups)),
+                    (tantivy.Occur.Must, words),
+                ]
+            )
+        )
+        hits = [searcher.doc(address)["key"][0] for _, address in searcher.search(query, limit).hits]
+        times.append((time.perf_counter() - t0) * 1000)
+        mine = [str(key) for key in keeper(text, groups)[:10]]
+        if mine:
+            overlaps.append(len(set(hits[:10]) & set(mine)) / len(mine))
+    return {
+        "tantivy_docs": len(docs),
+        "tantivy_p50_ms": round(percentile(times, 0.5), 2),
+        "tantivy_p99_ms": round(percentile(times, 0.99), 2),
+        "tantivy_overlap_at_10": round(statistics.mean(overlaps), 3) if overlaps else None,
+    }
 
 
 def bench_memory_search(*, items: int, queries: int, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -195,6 +285,7 @@ def bench_memory_search(*, items: int, queries: int, progress: Callable[[str], N
             _seed(tenant, size, rng)
             memory_project(tenant=tenant, embedder=embedder)
             memory_vector_index_ensure(tenant=tenant, dimensions=embedder.dimensions)
+        vacuum(["memory_items", "memory_vectors", "memory_postings"])
         progress(f"memory_search: {sum(sizes)} items over {len(tenants)} tenants seeded and indexed")
         return memory_search_figures(tenants=tenants, queries=queries, rng=rng, progress=progress)
     finally:
@@ -206,6 +297,23 @@ def bench_memory_search(*, items: int, queries: int, progress: Callable[[str], N
                     cursor.execute(
                         f"DROP INDEX IF EXISTS memory_vectors_hnsw_{tenant.tenant_id.hex}_{embedder.dimensions}"
                     )
+
+
+def _tantivy(tenant: Tenant, queries: list[str]) -> dict[str, Any]:
+    """tantivy beside the text arm, on the largest tenant's current claims and the queries asked of it."""
+    with tenant_scope(tenant.tenant_id):
+        docs: list[tuple[Any, str, list[str]]] = [
+            (item.memory_id, memory_text(item), [])
+            for item in MemoryItem.objects.filter(invalidated_at__isnull=True).only(
+                "memory_id", "namespace", "key", "value"
+            )
+        ]
+
+    def keeper(query: str, groups: list[str] | None) -> list[Any]:
+        with tenant_scope(tenant.tenant_id):
+            return text_candidates(tenant=tenant, query=query, limit=CANDIDATES, valid_at=timezone.now())
+
+    return tantivy_reference(docs, [(q, None) for q in queries], keeper, CANDIDATES)
 
 
 def memory_search_figures(
@@ -221,7 +329,7 @@ def memory_search_figures(
         t0 = time.perf_counter()
         memory_search(tenant=tenant, query=query, k=10, embedder=embedder)
         hybrid.append((time.perf_counter() - t0) * 1000)
-    by_vector, by_text = _arm_times(asked, embedder)
+    by_vector, by_text, by_ts_rank = _arm_times(asked, embedder)
     rls = _timed_queries(current_database_url(), asked, embedder, rls=True)
     total = 0
     for tenant in tenants:
@@ -237,6 +345,8 @@ def memory_search_figures(
         "vector_p99_ms": round(percentile(by_vector, 0.99), 2),
         "text_p50_ms": round(percentile(by_text, 0.5), 2),
         "text_p99_ms": round(percentile(by_text, 0.99), 2),
+        "text_ts_rank_p50_ms": round(percentile(by_ts_rank, 0.5), 2),
+        "text_ts_rank_p99_ms": round(percentile(by_ts_rank, 0.99), 2),
         "rls_p50_ms": round(percentile(rls, 0.5), 2),
         "rls_p99_ms": round(percentile(rls, 0.99), 2),
     }
@@ -253,6 +363,7 @@ def memory_search_figures(
         )
     else:
         result["no_rls_baseline"] = "unavailable: needs the embedded server's superuser"
+    result.update(_tantivy(tenants[0], [q for t, q in asked if t == tenants[0]]))
     smallest, largest = tenants[-1], tenants[0]
     with tenant_scope(smallest.tenant_id):
         result["smallest_tenant_items"] = MemoryItem.objects.count()

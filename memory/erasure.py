@@ -296,6 +296,21 @@ def register() -> None:
                 what=f"memory_items.{column} (deleted)",
             )
         )
+    # The full-text postings hold the words of the subject's claims and their id; they are deleted
+    # with the claims (the foreign key cascades), and the scan checks that none is left.
+    for column in ("term", "subject_id"):
+        place_register(
+            column_place(
+                table="memory_postings",
+                column=column,
+                kind="text",
+                tenant_sql=tenant,
+                erased_by="memory",
+                mine_sql=mine,
+                owner_sql=owner,
+                what=f"memory_postings.{column} (deleted with the claims)",
+            )
+        )
     place_register(
         Place(
             name="erasure_requests.subject_id",

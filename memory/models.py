@@ -159,3 +159,35 @@ class Tombstone(models.Model):
 
     def __str__(self) -> str:
         return f"tombstone {self.kind} {self.digest}"
+
+
+class MemoryPosting(models.Model):
+    """One word of a current claim, with its impact (ts_rank of the claim for that word alone): the
+    full-text arm's postings, read by a btree range scan per word, highest impact first.
+
+    Written by triggers on memory_items in the same statement as the claim (migration 0007), only
+    for current claims, and gone with the claim (ON DELETE CASCADE). Row-level security like its parent.
+    """
+
+    pk = models.CompositePrimaryKey("memory_id", "term")
+    # DO_NOTHING here: the database's own ON DELETE CASCADE (migration 0007) removes the postings, so
+    # a claim's delete (and its count) is one statement, whoever deletes it.
+    memory = models.ForeignKey(
+        MemoryItem,
+        on_delete=models.DO_NOTHING,
+        db_column="memory_id",
+        related_name="postings",
+        db_index=False,
+    )
+    term = models.TextField()
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id", db_index=False)
+    impact = models.FloatField()
+    # Copies of the claim's, so the filters run on the posting itself, before the top-k.
+    subject_id = models.TextField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "memory_postings"
+
+    def __str__(self) -> str:
+        return f"{self.term} in {self.memory_id}"

@@ -26,6 +26,7 @@ from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
 from memory.models import MemoryItem, MemoryVector
+from memory.postings import Statement, query_words, ranked, ranked_statement
 
 logger = logging.getLogger(__name__)
 RRF_K = 60  # reciprocal-rank fusion constant (Cormack et al.): dampens the weight of top ranks
@@ -78,9 +79,6 @@ def _tenant_index_exists(tenant: Tenant, dimensions: int) -> bool:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1 FROM pg_indexes WHERE indexname = %s", [_index_name(tenant, dimensions)])
         return cursor.fetchone() is not None
-
-
-Statement = tuple[str, list[Any]]
 
 
 def vector_statements(
@@ -148,40 +146,95 @@ def vector_candidates(
     return _run(statements)
 
 
+# Claims are short (a dozen words) and a tenant's vocabulary is small: the first round reads up to
+# this many postings a word, which is every posting of all but the commonest words of a large
+# tenant. Reading them all is exact and needs no bound (ts_rank gives a rare word no more weight than
+# a common one, so a cut list of a common word rarely proves the top k; see memory.postings).
+TERM_DEPTH = 10_000
+
+
 def text_statements(
-    *, tenant_id: UUID, query: str, limit: int, valid_at: datetime, subject_id: str | None = None
+    *,
+    tenant_id: UUID,
+    query: str,
+    limit: int,
+    valid_at: datetime,
+    subject_id: str | None = None,
+    depth: int | None = TERM_DEPTH,
 ) -> list[Statement]:
-    """The statement of text_candidates (none when the query has no word)."""
-    # Any of the words (OR), ranked by how well they match: a recall query, not a filter.
-    words = " | ".join(dict.fromkeys(re.findall(r"\w+", query.lower())))
+    """The statement of one round of text_candidates (none when the query has no word): the claims
+    current at `valid_at` (and of `subject_id`), filtered on the posting itself, before the top-k."""
+    words = query_words(query)
     if not words:
         return []
-    # The explicit tenant predicate is the one row-level security applies anyway. Under RLS the
-    # planner cannot use the GIN index for `@@` (ts_match_vq is not leakproof), so the tenant's rows
-    # are read and matched one by one: see the README's benchmark notes.
-    where = "i.tenant_id = %s AND i.invalidated_at IS NULL AND (i.expires_at IS NULL OR i.expires_at > %s)"
+    where = "p.tenant_id = %s AND (p.expires_at IS NULL OR p.expires_at > %s)"
     params: list[Any] = [tenant_id, valid_at]
     if subject_id is not None:
-        where += " AND i.subject_id = %s"
+        where += " AND p.subject_id = %s"
         params.append(subject_id)
     return [
-        (
-            f"""SELECT i.memory_id FROM memory_items i WHERE {where} AND i.search @@ to_tsquery('simple', %s)
-                 ORDER BY ts_rank(i.search, to_tsquery('simple', %s)) DESC, i.memory_id LIMIT %s""",
-            [*params, words, words, limit],
+        ranked_statement(
+            table="memory_postings",
+            id_column="memory_id",
+            words=words,
+            where=where,
+            params=params,
+            limit=limit,
+            depth=depth,
         )
     ]
 
 
+def text_ranked(
+    cursor: Any,
+    *,
+    tenant_id: UUID,
+    query: str,
+    limit: int,
+    valid_at: datetime,
+    subject_id: str | None = None,
+    depth: int | None = TERM_DEPTH,
+) -> list[Any]:
+    """text_statements' rounds on a DB-API cursor until the top `limit` is proven (memory.postings)."""
+    if not query_words(query):
+        return []
+
+    def build(depth: int | None) -> Statement:
+        [statement] = text_statements(
+            tenant_id=tenant_id,
+            query=query,
+            limit=limit,
+            valid_at=valid_at,
+            subject_id=subject_id,
+            depth=depth,
+        )
+        return statement
+
+    return ranked(cursor, build, limit=limit, depth=depth)
+
+
 def text_candidates(
-    *, tenant: Tenant, query: str, limit: int, valid_at: datetime, subject_id: str | None = None
+    *,
+    tenant: Tenant,
+    query: str,
+    limit: int,
+    valid_at: datetime,
+    subject_id: str | None = None,
+    depth: int | None = TERM_DEPTH,
 ) -> list[Any]:
     """The tenant's claims current at `valid_at` (and of `subject_id` if given) that ts_rank puts
-    first for any of the query's words (call inside the tenant scope)."""
-    statements = text_statements(
-        tenant_id=tenant.tenant_id, query=query, limit=limit, valid_at=valid_at, subject_id=subject_id
-    )
-    return _run(statements) if statements else []
+    first for any of the query's words (call inside the tenant scope), read from memory_postings
+    (memory.postings): a few btree ranges, not every matching claim."""
+    with connection.cursor() as cursor:
+        return text_ranked(
+            cursor,
+            tenant_id=tenant.tenant_id,
+            query=query,
+            limit=limit,
+            valid_at=valid_at,
+            subject_id=subject_id,
+            depth=depth,
+        )
 
 
 def _run(statements: list[Statement]) -> list[Any]:

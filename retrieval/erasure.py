@@ -17,7 +17,12 @@ KNOWLEDGE_BASE = (
 
 
 def register() -> None:
-    for table, column in (("retrieval_chunks", "text"), ("retrieval_documents", "title")):
+    # The postings hold the words of the chunks' texts: searched like the texts (deleted with them).
+    for table, column in (
+        ("retrieval_chunks", "text"),
+        ("retrieval_documents", "title"),
+        ("retrieval_postings", "term"),
+    ):
         place_register(
             column_place(
                 table=table,
@@ -57,6 +62,7 @@ def register() -> None:
         "embedder_key",
         "stale_reason",
     )
+    free_register("retrieval_acls", refs, "acl")
     free_register(
         "retrieval_snapshots",
         "the query's digest (never its text), hits as document references, and "

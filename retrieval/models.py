@@ -208,3 +208,43 @@ class RetrievalSnapshot(models.Model):
 
     def __str__(self) -> str:
         return self.snapshot_id
+
+
+class ChunkAcl(models.Model):
+    """Each distinct ACL of a tenant's chunks, once, under a key: a posting names its chunk's ACL by
+    key, so a search turns the principal's groups into the few keys it may read (a scan of this small
+    table) and filters postings with `=` (a btree condition row-level security allows)."""
+
+    acl_key = models.UUIDField(primary_key=True)  # md5 of the tenant and the sorted ACL
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id")
+    acl = ArrayField(models.TextField(), default=list)
+
+    class Meta:
+        db_table = "retrieval_acls"
+
+    def __str__(self) -> str:
+        return ",".join(self.acl)
+
+
+class ChunkPosting(models.Model):
+    """One word of a current chunk, with its impact (ts_rank of the chunk for that word alone), its
+    ACL's key and indexed_at: the full-text arm's postings, read by a btree range scan per word.
+
+    Written by triggers on retrieval_chunks in the same statement as the chunk (migration 0003), only
+    while the chunk is current, and gone with it (ON DELETE CASCADE). Row-level security like its parent.
+    """
+
+    pk = models.CompositePrimaryKey("chunk_id", "term")
+    # DO_NOTHING: the database's ON DELETE CASCADE removes them (one statement, whoever deletes).
+    chunk = models.ForeignKey(Chunk, on_delete=models.DO_NOTHING, db_column="chunk", db_index=False)
+    term = models.TextField()
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id", db_index=False)
+    impact = models.FloatField()
+    acl_key = models.UUIDField()
+    indexed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "retrieval_postings"
+
+    def __str__(self) -> str:
+        return f"{self.term} in {self.chunk_id}"

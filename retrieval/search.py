@@ -9,7 +9,6 @@ different set.
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,7 @@ from core.errors import InvalidInput, NotFound
 from core.models import Tenant
 from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
+from memory.postings import TERM_DEPTH, Statement, query_words, ranked, ranked_statement
 from retrieval.models import Chunk, RetrievalSnapshot
 from retrieval.services import USER, UnknownPrincipal, index_version, ttl_cutoff
 
@@ -74,8 +74,15 @@ def principal_set_of(*, principal: str) -> list[str]:
     return list(row[0])
 
 
-def _where(*, acl: list[str] | None, cutoff: Any) -> tuple[str, list[Any]]:
-    sql, params = "c.tenant_id = %s AND c.status = 'current'", []
+def _where(*, acl: list[str] | None, cutoff: Any, keys: list[UUID] | None = None) -> tuple[str, list[Any]]:
+    """The chunk predicates after the tenant's id. With the readable ACL keys, `c.acl_key = ANY(keys)`
+    lets the (tenant_id, acl_key) btree find a principal's chunks under row-level security (which
+    keeps `&&` off the GIN index); `c.acl && principals` stays beside it as the rule itself."""
+    sql = "c.tenant_id = %s AND c.status = 'current'"
+    params: list[Any] = []
+    if keys is not None:
+        sql += " AND c.acl_key = ANY(%s::uuid[])"
+        params.append(keys)
     if acl is not None:
         sql += " AND c.acl && %s::text[]"
         params.append(acl)
@@ -97,12 +104,15 @@ def vector_candidates(
     """Nearest readable chunks (call inside the tenant scope). acl=None drops the ACL predicate:
     only the benchmark's baseline does that."""
     dims = int(embedder.dimensions)  # an int from the embedder, never user input
-    where, params = _where(acl=acl, cutoff=cutoff)
     with connection.cursor() as cursor:
+        keys = None if acl is None else readable_acl_keys(cursor, tenant_id=tenant.tenant_id, acl=acl)
+        if keys == []:
+            return []
+        where, params = _where(acl=acl, cutoff=cutoff, keys=keys)
         if acl is not None and _readable_is_small(cursor, tenant, where, params):
             # A principal who reads only a sliver of a large tenant: the graph would have to be walked
-            # far past other principals' chunks. Its few chunks are ranked exactly instead (the ACL
-            # index finds them; a sort of a few thousand distances is cheap).
+            # far past other principals' chunks. Its few chunks are ranked exactly instead (the
+            # (tenant_id, acl_key) btree finds them by bitmap; a sort of a few thousand distances is cheap).
             cursor.execute("SET LOCAL enable_indexscan = off")
         cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
         # A wide beam: hashed (and real) short texts crowd together, and the ACL filter drops rows after
@@ -136,21 +146,73 @@ def _readable_is_small(cursor: Any, tenant: Tenant, where: str, params: list[Any
     return cursor.fetchone()[0] < EXACT_BELOW
 
 
+def readable_acl_keys(cursor: Any, *, tenant_id: UUID, acl: list[str]) -> list[UUID]:
+    """The keys of the tenant's distinct chunk ACLs this principal set may read (retrieval_acls is
+    small: one row per distinct ACL, so this scan costs the same however many chunks there are)."""
+    cursor.execute(
+        "SELECT acl_key FROM retrieval_acls WHERE tenant_id = %s AND acl && %s::text[] ORDER BY acl_key",
+        [tenant_id, acl],
+    )
+    return [row[0] for row in cursor.fetchall()]
+
+
+def text_statement(
+    *,
+    tenant_id: UUID,
+    words: list[str],
+    keys: list[UUID] | None,
+    limit: int,
+    cutoff: Any = None,
+    depth: int | None = TERM_DEPTH,
+) -> Statement:
+    """One round of the text arm over retrieval_postings: the ACL (as readable keys) and age filter
+    each posting before the top-k, with `=` and `>=` that row-level security lets the btree apply."""
+    where = "p.tenant_id = %s"
+    params: list[Any] = [tenant_id]
+    if keys is not None:
+        where += " AND p.acl_key = ANY(%s::uuid[])"
+        params.append(keys)
+    if cutoff is not None:
+        where += " AND p.indexed_at >= %s"
+        params.append(cutoff)
+    return ranked_statement(
+        table="retrieval_postings",
+        id_column="chunk",
+        words=words,
+        where=where,
+        params=params,
+        limit=limit,
+        depth=depth,
+    )
+
+
 def text_candidates(
-    *, tenant: Tenant, query: str, limit: int, acl: list[str] | None, cutoff: Any = None
+    *,
+    tenant: Tenant,
+    query: str,
+    limit: int,
+    acl: list[str] | None,
+    cutoff: Any = None,
+    depth: int | None = TERM_DEPTH,
 ) -> list[int]:
-    words = " | ".join(dict.fromkeys(re.findall(r"\w+", query.lower())))
+    """The readable current chunks ts_rank puts first for any of the query's words (call inside the
+    tenant scope), from retrieval_postings (memory.postings): a few btree ranges instead of every
+    matching chunk. acl=None drops the ACL predicate (the benchmark's baseline); depth=None reads
+    every posting of the words (the exact ranking the benchmark compares with)."""
+    words = query_words(query)
     if not words:
         return []
-    where, params = _where(acl=acl, cutoff=cutoff)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"""SELECT c.id FROM retrieval_chunks c
-                 WHERE {where} AND c.search @@ to_tsquery('simple', %s)
-                 ORDER BY ts_rank(c.search, to_tsquery('simple', %s)) DESC, c.id LIMIT %s""",
-            [tenant.tenant_id, *params, words, words, limit],
-        )
-        return [row[0] for row in cursor.fetchall()]
+        keys = None if acl is None else readable_acl_keys(cursor, tenant_id=tenant.tenant_id, acl=acl)
+        if keys == []:
+            return []
+
+        def build(depth: int | None) -> Statement:
+            return text_statement(
+                tenant_id=tenant.tenant_id, words=words, keys=keys, limit=limit, cutoff=cutoff, depth=depth
+            )
+
+        return ranked(cursor, build, limit=limit, depth=depth)
 
 
 def fuse(*rankings: list[Any]) -> dict[Any, float]:

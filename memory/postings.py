@@ -1,0 +1,112 @@
+"""Top-k full-text ranking over impact-ordered postings (memory_postings, retrieval_postings), with a
+per-word cutoff, exact scores for a bounded candidate set, and rounds that read deeper until proven.
+
+Why postings: under row-level security PostgreSQL cannot use a GIN index for `@@` (ts_match_vq is
+not leakproof), so ranking with ts_rank reads and scores every row of the tenant that matches. A
+posting table holds one row per (document, word) with the word's impact, and a btree on
+(tenant, word, impact desc) answers "the best postings of this word" with plain `=` comparisons,
+which RLS allows inside an index scan.
+
+Scoring is ts_rank's for "any of the words": ts_rank(v, 'a | b | c') is the mean over the words of
+ts_rank(v, word), each of which the posting keeps as `impact` (keeper_term_impact, written by the
+tables' triggers). So the ranking is the one the arm had before, computed from a few index ranges.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+Statement = tuple[str, list[Any]]
+
+TERM_DEPTH = 2000  # postings read per word in the first round, highest impact first
+DEEPEN = 8  # each further round reads this many times deeper; past MAX_DEPTH, every posting
+MAX_DEPTH = 1_000_000
+RESCORE = 200  # candidates scored exactly from their own postings (at least the k asked)
+
+
+def query_words(query: str) -> list[str]:
+    """The query's words, as the arm always split them (any of them may match)."""
+    return list(dict.fromkeys(re.findall(r"\w+", query.lower())))
+
+
+def ranked_statement(
+    *,
+    table: str,
+    id_column: str,
+    words: list[str],
+    where: str,
+    params: list[Any],
+    limit: int,
+    depth: int | None,
+) -> Statement:
+    """One round: per word, its first `depth` postings that pass `where` (on alias p, beside
+    `p.term = q.term`); each candidate's bound; the RESCORE best bounds scored exactly.
+
+    The postings of a word past its first `depth` have at most the impact of the last one read (the
+    word's `rest`), so a document never read scores at most the mean of the rests, and one read under
+    some words at most what was read plus the rests of the others. A document read under every cut
+    word has its exact score already; for the others, what was read of the words read whole is exact
+    and the cut words are looked up in their own postings (the primary key's btree, one probe per
+    cut word). Each row: the document, its exact
+    score, the bound of every document never read, and the highest bound of a document read but not
+    scored (NULL if none). `table` and `id_column` are Keeper's own names, never input.
+    """
+    cap, cap_params = ("", []) if depth is None else ("LIMIT %s", [int(depth)])
+    rescore = max(RESCORE, limit)
+    sql = f"""
+        WITH q AS MATERIALIZED (
+            SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('simple', w))) AS term FROM unnest(%s::text[]) AS w),
+        n AS (SELECT greatest(count(*), 1)::float8 AS words FROM q),
+        hits AS MATERIALIZED (
+            SELECT q.term, p.doc, p.impact FROM q CROSS JOIN LATERAL (
+                SELECT p.{id_column} AS doc, p.impact FROM {table} p WHERE p.term = q.term AND {where}
+                 ORDER BY p.impact DESC, p.{id_column} {cap}) p),
+        cut AS MATERIALIZED (
+            SELECT term, CASE WHEN count(*) >= %s THEN min(impact) ELSE 0 END AS rest FROM hits GROUP BY term),
+        unread AS (SELECT coalesce(sum(rest), 0) / (SELECT words FROM n) AS bound FROM cut),
+        best AS MATERIALIZED (
+            SELECT h.doc, sum(h.impact) AS seen, count(*) FILTER (WHERE c.rest > 0) AS cut_seen,
+                   coalesce(sum(h.impact) FILTER (WHERE c.rest = 0), 0) AS seen_whole,
+                   sum(h.impact) - sum(c.rest) AS key
+              FROM hits h JOIN cut c USING (term) GROUP BY h.doc
+             ORDER BY key DESC, h.doc LIMIT %s + 1),
+        bound AS MATERIALIZED (
+            SELECT b.*, b.key / (SELECT words FROM n) + (SELECT bound FROM unread) AS upper,
+                   row_number() OVER (ORDER BY b.key DESC, b.doc) AS place
+              FROM best b),
+        scored AS (
+            SELECT b.doc, (CASE WHEN b.cut_seen = (SELECT count(*) FROM cut WHERE rest > 0) THEN b.seen
+                                ELSE b.seen_whole + coalesce((
+                                     SELECT sum(p.impact) FROM {table} p WHERE p.{id_column} = b.doc
+                                        AND p.term = ANY(ARRAY(SELECT term FROM cut WHERE rest > 0))), 0)
+                           END / (SELECT words FROM n))::real AS score
+              FROM bound b WHERE b.place <= %s)
+        SELECT s.doc, s.score, (SELECT bound FROM unread), (SELECT upper FROM bound WHERE place = %s + 1)
+          FROM scored s ORDER BY s.score DESC, s.doc LIMIT %s"""  # noqa: S608 - names are Keeper's own
+    return sql, [words, *params, *cap_params, depth or 2**62, rescore, rescore, rescore, limit]
+
+
+def proven(rows: list[Any], limit: int) -> bool:
+    """Whether a round's rows (id, score, bound of the unread, highest bound of the unscored) are the
+    exact top `limit`. Scores within float4's precision count as equal (ts_rank's own last digit
+    depends on the order it adds the words in). Fewer rows than asked are all there is only when
+    nothing was left unread or unscored."""
+    unread = float(rows[0][2]) if rows else 0.0
+    unscored = float(rows[0][3]) if rows and rows[0][3] is not None else 0.0
+    if len(rows) < limit:
+        return unread == 0 and unscored == 0
+    return float(rows[limit - 1][1]) + 1e-6 >= max(unread, unscored)
+
+
+def ranked(cursor: Any, build: Any, *, limit: int, depth: int | None = TERM_DEPTH) -> list[Any]:
+    """Run rounds of `build(depth)` (a Statement) on a DB-API cursor (Django's, or the benchmark's
+    psycopg one) until the top `limit` is proven; depth=None reads every posting at once (the exact
+    ranking the benchmark compares with)."""
+    while True:
+        sql, params = build(depth)
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+        if depth is None or proven(rows, limit):
+            return [row[0] for row in rows]
+        depth = depth * DEEPEN if depth * DEEPEN < MAX_DEPTH else None
