@@ -19,6 +19,7 @@ from config.env import (
     embedder_choice,
     env_bool,
     env_int,
+    env_model_prices,
     env_number,
     env_str,
     redis_client_url,
@@ -207,6 +208,9 @@ KEEPER_MAX_STATE_BYTES = env_int("KEEPER_MAX_STATE_BYTES", 256 * 1024, minimum=1
 KEEPER_ARTIFACT_ROOT = Path(env_str("KEEPER_ARTIFACT_ROOT", str(DATA_DIR / "artifacts")))
 KEEPER_CRASH_AT = env_str("KEEPER_CRASH_AT")
 KEEPER_MODEL = env_str("KEEPER_MODEL", "gpt-4o-mini")
+# Per-model prices (USD per 1,000 input and output tokens) that charge model calls to run budgets,
+# over the defaults in runs/engine/charges.py: {"model": {"input_per_1k": ..., "output_per_1k": ...}}.
+KEEPER_MODEL_PRICES = env_model_prices("KEEPER_MODEL_PRICES")
 # Modules that register workflows (besides the built-in ones) in every process.
 KEEPER_WORKFLOW_MODULES = [m for m in env_str("KEEPER_WORKFLOW_MODULES").split(",") if m]
 

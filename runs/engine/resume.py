@@ -23,7 +23,7 @@ from core.models import Tenant
 from core.tenancy import tenant_scope
 from runs.engine import store
 from runs.engine.artifacts import artifact_get
-from runs.engine.budgets import budgets_exhausted, budgets_recompute
+from runs.engine.budgets import budgets_deadline_passed, budgets_exhausted, budgets_recompute
 from runs.engine.errors import InvalidTransition, UnknownWorkflow
 from runs.engine.models import AgentEvent, AgentRun, Approval, ApprovalStatus, RunStatus, ToolOperation
 from runs.engine.operations import (
@@ -284,9 +284,13 @@ def _budgets(grant: LeaseGrant, result: Verification, events: list[Any]) -> Chec
     budgets = grant.state.get("budgets")
     if not isinstance(budgets, dict):
         return Check(name, True, detail="no budgets on this run")
+    # Step events and model_usage events (model calls made outside a step) carry what they spent.
     recomputed = budgets_recompute(budgets, ((e[3] or {}).get("spent") or {} for e in events))
     changed = recomputed != budgets
     result.state = {**result.state, "budgets": recomputed}
+    passed = budgets_deadline_passed(recomputed)
+    if passed:
+        raise _refuse(name, "deadline_passed", passed)
     exhausted = budgets_exhausted(recomputed)
     if exhausted:
         raise _refuse(
