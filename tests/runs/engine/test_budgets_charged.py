@@ -99,7 +99,9 @@ def test_prices_are_read_from_the_environment_and_change_the_charge(monkeypatch,
     default = model_call_cost(model="gpt-4o-mini", prompt_tokens=1000, completion_tokens=1000)
     monkeypatch.setenv(
         "KEEPER_MODEL_PRICES",
-        json.dumps({"gpt-4o-mini": {"input_per_1k": 1, "output_per_1k": 2}, "local-llm": {"input_per_1k": 0.5}}),
+        json.dumps(
+            {"gpt-4o-mini": {"input_per_1k": 1, "output_per_1k": 2}, "local-llm": {"input_per_1k": 0.5}}
+        ),
     )
     settings.KEEPER_MODEL_PRICES = env_model_prices("KEEPER_MODEL_PRICES")
     assert default == 0.00075
@@ -205,3 +207,40 @@ def test_a_bad_deadline_is_refused_with_a_reason(tenant, chat):
 
     with pytest.raises(InvalidInput, match="deadline_s must be a positive number"):
         _start(tenant, chat, budgets={"deadline_s": -5})
+
+
+def test_the_model_compactor_outside_a_step_charges_its_run(tenant, chat):
+    from bench.runs import conversation_run_bulk
+    from runs.conversations.compaction.compactors import ModelCompactor
+    from runs.conversations.compaction.services import summary_create
+    from runs.conversations.compaction.tokens import token_counter
+
+    run = conversation_run_bulk(tenant_slug=tenant.slug, texts=["I need a refund for ord-17.", "Checking."])
+    events = list(AgentEvent.objects.filter(run=run, seq__gte=2).order_by("seq"))
+    chat.answer(json.dumps({"facts": [], "open_questions": [], "decisions": []}))
+    chat.reply["usage"] = {"prompt_tokens": 1000, "completion_tokens": 100}
+    summary_create(
+        run=run, events=events, counter=token_counter("gpt-4"), compactor=ModelCompactor(chat.url, "gpt-4o")
+    )
+    [usage] = AgentEvent.objects.filter(run=run, event_type="model_usage")
+    assert usage.actor == "system:compactor" and usage.payload["model"] == "gpt-4o"
+    assert usage.payload["spent"] == {"tokens": 1100, "cost_usd": round(0.0025 + 0.001, 6)}
+
+
+def test_the_engineer_run_page_shows_spend_against_limits(tenant, chat, client):
+    from django.urls import reverse
+
+    from tests.console.conftest import make_user
+
+    _usage(chat, prompt=100, completion=50)
+    run = _start(tenant, chat, calls=3, budgets={"tokens": 200, "deadline_s": 3600})
+    run_advance(run_id=run.run_id)  # suspended: tokens 300/200
+    client.force_login(make_user("eng", "engineer", tenants=(tenant,)))
+    page = client.get(reverse("console:run_detail", args=[run.run_id])).content.decode()
+    budgets = page[page.index('id="budgets"') :]
+    tokens = budgets[
+        budgets.index('id="budget-tokens"') : budgets.index("</tr>", budgets.index('id="budget-tokens"'))
+    ]
+    assert 'class="expired"' in tokens and "<td>300.0</td><td>200</td>" in tokens and "150%" in tokens
+    assert "3600 s from the start" in budgets[: budgets.index("</table>")]
+    assert "no limit" in budgets[budgets.index('id="budget-steps"') :]
