@@ -44,7 +44,9 @@ class Definition(Generic[S]):
         validate_input: Callable[[State], None] | None = None,
         schemas: SchemaSet | None = None,
         default_budgets: Mapping[str, float] | None = None,
+        on_source_change: str = "stop",
     ):
+        self.on_source_change = on_source_change
         self.name, self.version, self.state_type = name, version, state_type
         self.description, self.validate_input, self.schemas = description, validate_input, schemas
         self.default_budgets = dict(default_budgets or {})
@@ -99,6 +101,7 @@ class Definition(Generic[S]):
                     schemas=self.schemas,
                     approval_guarded_steps=frozenset(self._guarded),
                     default_budgets=self.default_budgets,
+                    on_source_change=self.on_source_change,
                 )
             )
         return self._registered
@@ -178,6 +181,7 @@ def workflow(
     validate_input: Callable[[State], None] | None = None,
     schemas: SchemaSet | None = None,
     default_budgets: Mapping[str, float] | None = None,
+    on_source_change: str = "stop",
 ) -> Definition[State]: ...
 
 
@@ -191,6 +195,7 @@ def workflow(
     validate_input: Callable[[State], None] | None = None,
     schemas: SchemaSet | None = None,
     default_budgets: Mapping[str, float] | None = None,
+    on_source_change: str = "stop",
 ) -> Definition[S]: ...
 
 
@@ -203,10 +208,13 @@ def workflow(
     validate_input: Callable[[State], None] | None = None,
     schemas: SchemaSet | None = None,
     default_budgets: Mapping[str, float] | None = None,
+    on_source_change: str = "stop",
 ) -> Definition[Any]:
     """Declare a workflow: name, version, the state's type (a dataclass or pydantic model; default a
     plain dict), input validation (raise core.errors.InvalidInput), and the state-schema versions
-    with their migrations (`schemas`; the newest is the schema version new runs get)."""
+    with their migrations (`schemas`; the newest is the schema version new runs get), and what resume
+    does when a retrieval source behind the run's snapshots changed (`on_source_change`: "stop" or
+    "refetch")."""
     return Definition(
         name,
         version=version,
@@ -215,4 +223,5 @@ def workflow(
         validate_input=validate_input,
         schemas=schemas,
         default_budgets=default_budgets,
+        on_source_change=on_source_change,
     )
