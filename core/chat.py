@@ -68,7 +68,8 @@ def _count(value: Any) -> int | None:
 
 def chat_usage(*, model: str, messages: list[dict[str, str]], answer: dict[str, Any]) -> ChatUsage:
     """The reply's `usage` (prompt and completion tokens) with what a tokenizer would need without it."""
-    usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
+    raw = answer.get("usage")
+    usage: dict[str, Any] = raw if isinstance(raw, dict) else {}
     try:
         reply = str(answer["choices"][0]["message"]["content"] or "")
     except (KeyError, IndexError, TypeError):

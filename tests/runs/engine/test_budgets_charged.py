@@ -244,3 +244,24 @@ def test_the_engineer_run_page_shows_spend_against_limits(tenant, chat, client):
     assert 'class="expired"' in tokens and "<td>300.0</td><td>200</td>" in tokens and "150%" in tokens
     assert "3600 s from the start" in budgets[: budgets.index("</table>")]
     assert "no limit" in budgets[budgets.index('id="budget-steps"') :]
+
+
+def test_the_refund_workflows_model_decider_charges_its_decide_step(tenant, chat, live_server, settings):
+    from tests.runs.workflows.test_refund_workflow import Sandbox
+
+    settings.KEEPER_SANDBOX_URL = live_server.url + "/sandbox"
+    Sandbox(settings.KEEPER_SANDBOX_URL).order("o-charged")
+    options = {"base_url": chat.url, "model": "gpt-4o", "api_key": ""}
+    backend = {"BACKEND": "runs.workflows.refund.deciders.ModelDecider", "OPTIONS": options}
+    settings.BACKENDS = {**settings.BACKENDS, "decider": backend}
+    chat.answer(json.dumps({"outcome": "deny", "reasons": ["final sale"]}))
+    chat.reply["usage"] = {"prompt_tokens": 200, "completion_tokens": 20}
+    run = run_start(tenant=tenant, workflow_name="refund", input={"order_id": "o-charged"}, actor="t").run
+    for _ in range(5):
+        if run_advance(run_id=run.run_id).status != "running":
+            break
+    run = _run(run.run_id)
+    assert run.status == "completed" and len(chat.requests) == 1
+    spent = AgentEvent.objects.get(run=run, step_id="decide").payload["spent"]
+    assert spent["tokens"] == 220 and spent["cost_usd"] == round(200 / 1000 * 0.0025 + 20 / 1000 * 0.01, 6)
+    assert run.state["budgets"]["tokens"]["used"] == 220
