@@ -265,3 +265,50 @@ def test_the_refund_workflows_model_decider_charges_its_decide_step(tenant, chat
     spent = AgentEvent.objects.get(run=run, step_id="decide").payload["spent"]
     assert spent["tokens"] == 220 and spent["cost_usd"] == round(200 / 1000 * 0.0025 + 20 / 1000 * 0.01, 6)
     assert run.state["budgets"]["tokens"]["used"] == 220
+
+
+def _conversation(tenant, budgets=None):
+    from runs.conversations.messages import conversation_append
+
+    input = {"budgets": budgets} if budgets else {}
+    run = run_start(tenant=tenant, workflow_name="conversation", input=input, actor="t", subject="cust-9").run
+    conversation_append(
+        tenant=tenant,
+        run_id=run.run_id,
+        event_type="user_message",
+        client_message_id="m1",
+        body={"content": "Please answer in Russian."},
+        actor="user:cust-9",
+    )
+    return run
+
+
+def _model_extractor(settings, chat):
+    options = {"base_url": chat.url, "model": "gpt-4o-mini", "api_key": ""}
+    settings.BACKENDS = {
+        **settings.BACKENDS,
+        "extractor": {"BACKEND": "memory.extraction.ModelExtractor", "OPTIONS": options},
+    }
+    chat.answer(json.dumps({"facts": []}))
+    chat.reply["usage"] = {"prompt_tokens": 300, "completion_tokens": 10}
+
+
+def test_the_model_extractor_in_a_background_task_charges_its_run(tenant, chat, settings):
+    from runs.conversations.learning import run_learn
+
+    _model_extractor(settings, chat)
+    run = _conversation(tenant)
+    run_learn(run_id=run.run_id)
+    [usage] = AgentEvent.objects.filter(run=run, event_type="model_usage")
+    assert usage.actor == "system:extractor" and usage.payload["spent"]["tokens"] == 310
+
+
+def test_a_spent_budget_refuses_the_extractor_without_failing_the_learning_task(tenant, chat, settings):
+    from runs.conversations.learning import run_learn
+
+    _model_extractor(settings, chat)
+    run = _conversation(tenant, budgets={"tokens": 300})
+    run_learn(run_id=run.run_id)  # 310 of 300 spent
+    counts = run_learn(run_id=run.run_id)  # refused before it is sent: no crash of the task
+    assert len(chat.requests) == 1 and counts["kept"] == 0 and "episode" in counts
+    assert AgentEvent.objects.filter(run=run, event_type="model_usage").count() == 1
