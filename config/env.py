@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -44,6 +45,29 @@ def env_int(name: str, default: int, *, minimum: int = 0) -> int:
     if value != int(value):
         raise ImproperlyConfigured(f"{name} must be a whole number")
     return int(value)
+
+
+def env_model_prices(name: str) -> dict[str, dict[str, float]]:
+    """A JSON object of per-model prices in USD per 1,000 tokens, e.g.
+    {"gpt-4o-mini": {"input_per_1k": 0.00015, "output_per_1k": 0.0006}}; unset means none."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} is not JSON: {raw[:200]!r}") from None
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured(f"{name} must be a JSON object of models")
+    prices: dict[str, dict[str, float]] = {}
+    for model, price in value.items():
+        if not isinstance(price, dict) or set(price) - {"input_per_1k", "output_per_1k"}:
+            raise ImproperlyConfigured(f"{name}: {model!r} needs only input_per_1k and output_per_1k")
+        for key, number in price.items():
+            if isinstance(number, bool) or not isinstance(number, int | float) or number < 0:
+                raise ImproperlyConfigured(f"{name}: {model}.{key} must be a number >= 0")
+        prices[str(model)] = {k: float(v) for k, v in price.items()}
+    return prices
 
 
 def database_from_url(url: str) -> dict[str, Any]:

@@ -331,3 +331,53 @@ def snapshot_replay(*, tenant: Tenant, snapshot: RetrievalSnapshot) -> list[Hit]
         text = row[0] if row and row[1] == h["content_digest"] else None
         hits.append(Hit(**{**h, "text": text}))
     return hits
+
+
+@dataclass(frozen=True)
+class SourceChange:
+    """A document a snapshot hit names that is gone or has another version now."""
+
+    snapshot_id: str
+    document_id: str
+    recorded_version: str
+    current_version: str | None  # None: the document was deleted
+
+    def describe(self) -> str:
+        now = "deleted" if self.current_version is None else f"now version {self.current_version}"
+        return f"{self.document_id} (version {self.recorded_version} in {self.snapshot_id}) is {now}"
+
+
+def snapshot_sources_changed(*, tenant_id: UUID, run_id: UUID) -> list[SourceChange]:
+    """Every source behind the run's snapshots that was deleted or replaced by a newer version since
+    it was retrieved (one entry per snapshot and document)."""
+    from retrieval.models import Document
+
+    with tenant_scope(tenant_id):
+        snapshots = list(RetrievalSnapshot.objects.filter(run_id=run_id).order_by("created_at"))
+        named = {h.get("document_id") for s in snapshots for h in s.hits or [] if isinstance(h, dict)}
+        current = dict(
+            Document.objects.filter(document_id__in=[d for d in named if isinstance(d, str)]).values_list(
+                "document_id", "source_version"
+            )
+        )
+    changes = []
+    for snapshot in snapshots:
+        seen: set[str] = set()
+        for hit in snapshot.hits or []:
+            document_id, version = hit.get("document_id"), hit.get("source_version")
+            if not isinstance(document_id, str) or document_id in seen:
+                continue
+            seen.add(document_id)
+            now = current.get(document_id)
+            if now != version:
+                changes.append(SourceChange(snapshot.snapshot_id, document_id, str(version), now))
+    return changes
+
+
+def snapshots_detach(*, tenant_id: UUID, run_id: UUID, snapshot_ids: list[str]) -> int:
+    """Detach these snapshots from the run (kept, by id, for the record): its next search of the same
+    query finds no snapshot to replay and retrieves the current versions."""
+    with tenant_scope(tenant_id):
+        return RetrievalSnapshot.objects.filter(run_id=run_id, snapshot_id__in=snapshot_ids).update(
+            run_id=None
+        )

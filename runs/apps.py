@@ -27,6 +27,10 @@ class RunsConfig(AppConfig):
         eraser_register(RunsEraser())
         register()
         fork_copier_register(conversation_copy)
+        from runs.conversations.compaction.tokens import token_counter
+        from runs.engine.charges import charges_tokenizer_register
+
+        charges_tokenizer_register(token_counter)
         eraser_register(langgraph_erasure.LangGraphEraser())
         langgraph_erasure.register()
         # Imported only when a worker resumes it (the langgraph extra).

@@ -19,6 +19,7 @@ from config.env import (
     embedder_choice,
     env_bool,
     env_int,
+    env_model_prices,
     env_number,
     env_str,
     redis_client_url,
@@ -213,10 +214,15 @@ KEEPER_WEBHOOKS_MAX_ATTEMPTS = env_int("KEEPER_WEBHOOKS_MAX_ATTEMPTS", 10, minim
 KEEPER_PREPARED_STATEMENTS = env_bool("KEEPER_PREPARED_STATEMENTS", True)
 # Seconds a fork that nobody started is kept before it is cancelled.
 KEEPER_FORK_TTL = env_number("KEEPER_FORK_TTL", 7 * 24 * 3600.0, minimum=1)
+# Seconds a fork that was started may stay suspended, untouched, before it is cancelled as abandoned.
+KEEPER_FORK_STARTED_TTL = env_number("KEEPER_FORK_STARTED_TTL", 30 * 24 * 3600.0, minimum=1)
 KEEPER_MAX_STATE_BYTES = env_int("KEEPER_MAX_STATE_BYTES", 256 * 1024, minimum=1024)
 KEEPER_ARTIFACT_ROOT = Path(env_str("KEEPER_ARTIFACT_ROOT", str(DATA_DIR / "artifacts")))
 KEEPER_CRASH_AT = env_str("KEEPER_CRASH_AT")
 KEEPER_MODEL = env_str("KEEPER_MODEL", "gpt-4o-mini")
+# Per-model prices (USD per 1,000 input and output tokens) that charge model calls to run budgets,
+# over the defaults in runs/engine/charges.py: {"model": {"input_per_1k": ..., "output_per_1k": ...}}.
+KEEPER_MODEL_PRICES = env_model_prices("KEEPER_MODEL_PRICES")
 # Modules that register workflows (besides the built-in ones) in every process.
 KEEPER_WORKFLOW_MODULES = [m for m in env_str("KEEPER_WORKFLOW_MODULES").split(",") if m]
 

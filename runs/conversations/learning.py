@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any
 from uuid import UUID
@@ -11,9 +12,13 @@ from django.utils import timezone
 from core.tenancy import run_tenant, tenant_bind
 from memory.extraction import _GUARDS  # the guards fact extraction applies (no public name yet)
 from memory.services import ClaimErased, memory_learn_from_events, memory_remember
+from runs.engine.budgets import BudgetExhausted
+from runs.engine.charges import model_calls_charged
 from runs.engine.errors import RunNotFound
 from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.selectors import run_get
+
+logger = logging.getLogger(__name__)
 
 EPISODE_NAMESPACE = "episode"
 EPISODE_ITEMS = 10  # the newest requests and actions an episode keeps
@@ -43,9 +48,14 @@ def _run_learn(*, run_id: UUID) -> dict[str, int]:
         .exclude(payload__has_key="redacted")
         .order_by("seq")
     ]
-    counts = memory_learn_from_events(
-        tenant=run.tenant, subject_id=run.subject, run_id=str(run.run_id), events=events
-    )
+    try:
+        with model_calls_charged(run_id=run.run_id, actor="system:extractor"):  # the model extractor's call
+            counts = memory_learn_from_events(
+                tenant=run.tenant, subject_id=run.subject, run_id=str(run.run_id), events=events
+            )
+    except BudgetExhausted as exc:  # the run's budget is spent: no model call, the episode is still kept
+        logger.warning("run %s: no facts extracted: %s", run.run_id, exc.message)
+        counts = {"kept": 0, "unchanged": 0, "erased": 0, "refused": 0}
     outcome = episode_record(run=run)
     if outcome in counts:  # the episode is one more item kept (or unchanged, or erased) for the subject
         counts[outcome] += 1

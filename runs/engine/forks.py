@@ -190,15 +190,19 @@ def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") ->
 
 
 def forks_expire() -> int:
-    """Cancel forks that were never started before their TTL ran out.
+    """Cancel forks that were never started before their TTL ran out (KEEPER_FORK_TTL), and forks
+    that were started but left suspended, untouched, for KEEPER_FORK_STARTED_TTL (waiting for an
+    approval or a person nobody sends). Returns how many were cancelled.
 
     Across tenants only ids come back; each is then cancelled in its own tenant, and the statement
-    re-checks it (still unstarted, no start requested, expired): a fork started between the look-up
-    and the cancel is left alone.
+    re-checks it (an unstarted fork: still unstarted, no start requested, expired; a started one:
+    still at the revision it was found at, so a resume asked for or an event since leaves it alone).
     """
     with connection.cursor() as cursor:
         cursor.execute("SELECT run_id, tenant_id FROM keeper_forks_expired()")
         expired = cursor.fetchall()
+        cursor.execute("SELECT * FROM keeper_forks_abandoned(%s)", [float(settings.KEEPER_FORK_STARTED_TTL)])
+        abandoned = cursor.fetchall()
     cancelled = 0
     for run_id, tenant_id in expired:
         with tenant_bind(tenant_id):
@@ -211,6 +215,27 @@ def forks_expire() -> int:
                 payload_json=canonical_json({"reason": "fork TTL"}),
                 only_if_reason="fork_not_started",
                 only_if_fork_expired=True,
+            )
+        cancelled += seq is not None
+    for run_id, tenant_id, revision in abandoned:
+        with tenant_bind(tenant_id):
+            run = AgentRun.objects.filter(run_id=run_id).values("suspend_reason", "updated_at").first()
+            if run is None:
+                continue
+            payload = {
+                "reason": "fork TTL: started, then suspended and untouched",
+                "suspend_reason": run["suspend_reason"],
+                "suspended_since": run["updated_at"].isoformat(),
+                "ttl_s": float(settings.KEEPER_FORK_STARTED_TTL),
+            }
+            seq = store.transition(
+                run_id=run_id,
+                from_statuses=(RunStatus.SUSPENDED,),
+                to_status=RunStatus.CANCELLED,
+                event_type="fork_abandoned",
+                actor="system:fork-ttl",
+                payload_json=canonical_json(payload),
+                expected_revision=revision,
             )
         cancelled += seq is not None
     return cancelled

@@ -142,6 +142,9 @@ class ToolContract:
     lookup: Callable[[str], ToolLookup] | None = None
 
 
+SOURCE_CHANGE_POLICIES = ("stop", "refetch")
+
+
 @dataclass(frozen=True)
 class Workflow:
     name: str
@@ -158,9 +161,17 @@ class Workflow:
     approval_guarded_steps: frozenset[str] = frozenset()
     # Limits per run, unless the run's input sets its own under "budgets".
     default_budgets: dict[str, float] = field(default_factory=dict)
+    # What resume verification does when a retrieval document behind the run's snapshots was deleted
+    # or has a newer source_version: "stop" (refuse with source_changed) or "refetch" (detach those
+    # snapshots from the run, so its next search fetches the current versions).
+    on_source_change: str = "stop"
     _by_name: dict[str, Step] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.on_source_change not in SOURCE_CHANGE_POLICIES:
+            raise WorkflowDefinitionError(
+                f"workflow {self.name}: on_source_change must be one of {', '.join(SOURCE_CHANGE_POLICIES)}"
+            )
         if self.schemas is not None and self.schemas.current != self.state_schema_version:
             raise WorkflowDefinitionError(
                 f"workflow {self.name}: state_schema_version {self.state_schema_version} is not the newest "

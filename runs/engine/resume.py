@@ -21,9 +21,10 @@ from core.digests import canonical_json
 from core.errors import ApplicationError, Conflict, InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_scope
+from retrieval.search import snapshot_sources_changed, snapshots_detach
 from runs.engine import store
 from runs.engine.artifacts import artifact_get
-from runs.engine.budgets import budgets_exhausted, budgets_recompute
+from runs.engine.budgets import budgets_deadline_passed, budgets_exhausted, budgets_recompute
 from runs.engine.errors import InvalidTransition, UnknownWorkflow
 from runs.engine.models import AgentEvent, AgentRun, Approval, ApprovalStatus, RunStatus, ToolOperation
 from runs.engine.operations import (
@@ -191,7 +192,31 @@ def _artifacts_and_contracts(grant: LeaseGrant, result: Verification, events: li
                 f"operation {op.operation_id} was prepared under {op.tool_contract_version}; this code has "
                 f"{now}",
             )
-    return Check(name, True, detail=f"{len(refs)} artifact(s), {len(pending)} pending operation(s) checked")
+    sources = _sources(grant, result)
+    return Check(
+        name, True, detail=f"{len(refs)} artifact(s), {len(pending)} pending operation(s) checked{sources}"
+    )
+
+
+def _sources(grant: LeaseGrant, result: Verification) -> str:
+    """The retrieval documents behind the run's snapshots: a deleted or newer one stops the run, or
+    (a workflow with on_source_change="refetch") detaches those snapshots so the run searches again."""
+    changes = snapshot_sources_changed(tenant_id=grant.tenant_id, run_id=grant.run_id)
+    if not changes:
+        return ""
+    described = "; ".join(c.describe() for c in changes[:10]) + (" ..." if len(changes) > 10 else "")
+    policy = result.workflow.on_source_change if result.workflow is not None else "stop"
+    if policy != "refetch":
+        raise _refuse(
+            "artifacts_and_contracts",
+            "source_changed",
+            f"a retrieval source behind this run changed: {described}; fork or rewind to before the "
+            "search, or resume it under a workflow that re-fetches",
+        )
+    detached = snapshots_detach(
+        tenant_id=grant.tenant_id, run_id=grant.run_id, snapshot_ids=sorted({c.snapshot_id for c in changes})
+    )
+    return f"; {detached} snapshot(s) detached to re-fetch: {described}"
 
 
 def _event_log(grant: LeaseGrant, result: Verification, events: list[Any]) -> Check:
@@ -284,9 +309,13 @@ def _budgets(grant: LeaseGrant, result: Verification, events: list[Any]) -> Chec
     budgets = grant.state.get("budgets")
     if not isinstance(budgets, dict):
         return Check(name, True, detail="no budgets on this run")
+    # Step events and model_usage events (model calls made outside a step) carry what they spent.
     recomputed = budgets_recompute(budgets, ((e[3] or {}).get("spent") or {} for e in events))
     changed = recomputed != budgets
     result.state = {**result.state, "budgets": recomputed}
+    passed = budgets_deadline_passed(recomputed)
+    if passed:
+        raise _refuse(name, "deadline_passed", passed)
     exhausted = budgets_exhausted(recomputed)
     if exhausted:
         raise _refuse(

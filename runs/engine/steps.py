@@ -33,7 +33,8 @@ from core.metrics import observe_step
 from core.tenancy import run_tenant, tenant_bind
 from core.tracing import span
 from runs.engine import store
-from runs.engine.budgets import budgets_exhausted, budgets_spend
+from runs.engine.budgets import BudgetExhausted, budgets_deadline_passed, budgets_exhausted, budgets_spend
+from runs.engine.charges import step_charging
 from runs.engine.dispatch import run_enqueue
 from runs.engine.errors import ConcurrentResume, InvalidState, UnknownWorkflow
 from runs.engine.leases import HeldLease, lease_held
@@ -335,6 +336,8 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
             "budget_exhausted",
             ", ".join(f"{k} {budgets[k]['used']}/{budgets[k]['limit']}" for k in exhausted),
         )
+    if passed := budgets_deadline_passed(state.get("budgets")):
+        return suspend("deadline_passed", passed)
 
     ctx = StepContext(
         run_id=grant.run_id,
@@ -347,7 +350,14 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
     )
     started = time.monotonic()
     try:
-        outcome = step.fn(ctx, dict(state))
+        with step_charging(
+            ctx, state.get("budgets")
+        ):  # model calls charge this step (runs/engine/charges.py)
+            outcome = step.fn(ctx, dict(state))
+    except BudgetExhausted as exc:  # a model call refused: suspend with what the step spent until then
+        spent = ctx.spent(wall_s=time.monotonic() - started)
+        current = _spend(state, spent)
+        return suspend(exc.code, exc.message, spent=spent)
     except StepFailed as exc:  # on purpose: fail with the state as it was before the step
         outcome = Fail(json.loads(current.json), exc.code, exc.detail)
     except Exception as exc:

@@ -18,6 +18,7 @@ from prometheus_client import Counter
 from core.digests import canonical_json, json_digest
 from runs.conversations.compaction.compactors import Compactor, compactor_from_settings, summary_render
 from runs.conversations.compaction.tokens import TokenCounter
+from runs.engine.charges import model_calls_charged
 from runs.engine.models import AgentEvent, AgentRun, Summary, SummaryStatus
 
 UNSUPPORTED_FACTS = Counter(
@@ -134,7 +135,8 @@ def summary_create(
         raise ValueError(f"a summary covers a continuous range, not {seqs[:3]}...{seqs[-3:]}")
     compactor = compactor or compactor_from_settings()
     source = events_as_source(events)
-    draft = compactor.compact(source)
+    with model_calls_charged(run_id=run.run_id, actor="system:compactor"):  # a model compactor's call
+        draft = compactor.compact(source)
     facts, unsupported = facts_check(draft.facts, source)
     text = draft.text
     if unsupported:

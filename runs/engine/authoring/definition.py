@@ -55,7 +55,9 @@ class Definition(Generic[S]):
         schemas: SchemaSet | None = None,
         default_budgets: Mapping[str, float] | None = None,
         signals: tuple[str, ...] = (),
+        on_source_change: str = "stop",
     ):
+        self.on_source_change = on_source_change
         self.name, self.version, self.state_type = name, version, state_type
         self._signals: set[str] = set()
         self._queries: dict[str, Callable[[S], Any]] = {}
@@ -140,6 +142,7 @@ class Definition(Generic[S]):
                     schemas=self.schemas,
                     approval_guarded_steps=frozenset(self._guarded),
                     default_budgets=self.default_budgets,
+                    on_source_change=self.on_source_change,
                 )
             )
             _authored[(self.name, self.version)] = self
@@ -229,6 +232,7 @@ def workflow(
     schemas: SchemaSet | None = None,
     default_budgets: Mapping[str, float] | None = None,
     signals: tuple[str, ...] = (),
+    on_source_change: str = "stop",
 ) -> Definition[State]: ...
 
 
@@ -243,6 +247,7 @@ def workflow(
     schemas: SchemaSet | None = None,
     default_budgets: Mapping[str, float] | None = None,
     signals: tuple[str, ...] = (),
+    on_source_change: str = "stop",
 ) -> Definition[S]: ...
 
 
@@ -256,11 +261,13 @@ def workflow(
     schemas: SchemaSet | None = None,
     default_budgets: Mapping[str, float] | None = None,
     signals: tuple[str, ...] = (),
+    on_source_change: str = "stop",
 ) -> Definition[Any]:
     """Declare a workflow: name, version, the state's type (a dataclass or pydantic model; default a
     plain dict), input validation (raise core.errors.InvalidInput), and the state-schema versions
-    with their migrations (`schemas`; the newest is the schema version new runs get), and the
-    signals a run accepts (`signals`, or `wf.signal(name)`)."""
+    with their migrations (`schemas`; the newest is the schema version new runs get), the signals a
+    run accepts (`signals`, or `wf.signal(name)`), and what resume does when a retrieval source
+    behind the run's snapshots changed (`on_source_change`: "stop" or "refetch")."""
     return Definition(
         name,
         version=version,
@@ -270,4 +277,5 @@ def workflow(
         schemas=schemas,
         default_budgets=default_budgets,
         signals=signals,
+        on_source_change=on_source_change,
     )
