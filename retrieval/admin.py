@@ -6,7 +6,15 @@ from __future__ import annotations
 from django.contrib import admin
 
 from core.admin import TenantBoundAdmin
-from retrieval.models import Chunk, Document, DocumentTombstone, Invalidation, Principal, RetrievalSnapshot
+from retrieval.models import (
+    Chunk,
+    ChunkAcl,
+    Document,
+    DocumentTombstone,
+    Invalidation,
+    Principal,
+    RetrievalSnapshot,
+)
 
 
 @admin.register(Document)
@@ -64,3 +72,11 @@ class DocumentTombstoneAdmin(TenantBoundAdmin):
 class RetrievalSnapshotAdmin(TenantBoundAdmin):
     list_display = ["snapshot_id", "tenant", "run_id", "index_version", "acl_principal", "k", "created_at"]
     search_fields = ["snapshot_id", "run_id"]
+
+
+@admin.register(ChunkAcl)
+class ChunkAclAdmin(TenantBoundAdmin):
+    """Each distinct ACL of a tenant's chunks once, by key: what a search's ACL keys stand for."""
+
+    list_display = ["acl_key", "tenant", "acl"]
+    list_filter = ["tenant"]

@@ -17,8 +17,15 @@ from retrieval.models import RetrievalSnapshot
 from runs.engine.models import AgentEvent, Summary
 from tests.memory.test_memory import said
 
-# Django 5.2's admin cannot show composite-key models (README, "Deviations"): LangGraph's tables.
-NOT_IN_ADMIN = {"runs.langgraphcheckpoint", "runs.langgraphblob", "runs.langgraphwrite"}
+# Django 5.2's admin cannot show composite-key models (README, "Deviations"): LangGraph's tables and
+# the full-text postings (derived index rows, one per word of a claim or chunk).
+NOT_IN_ADMIN = {
+    "runs.langgraphcheckpoint",
+    "runs.langgraphblob",
+    "runs.langgraphwrite",
+    "memory.memoryposting",
+    "retrieval.chunkposting",
+}
 KEEPER_APPS = {"core", "runs", "memory", "retrieval", "console", "sandbox"}
 
 
