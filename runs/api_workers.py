@@ -55,6 +55,7 @@ class ExternalWorkflowSerializer(serializers.ModelSerializer):
             "tools",
             "input_schema",
             "approval_guarded_steps",
+            "signals",
             "description",
             "created_by",
             "created_at",
@@ -74,6 +75,11 @@ class ExternalWorkflowApi(APIView):
         input_schema = serializers.JSONField(required=False, allow_null=True)
         approval_guarded_steps = serializers.ListField(
             child=serializers.CharField(max_length=100), required=False
+        )
+        signals = serializers.ListField(
+            child=serializers.CharField(max_length=100),
+            required=False,
+            help_text="names of the signals its runs accept (POST /api/v1/runs/{id}/signals/{name})",
         )
         description = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
@@ -148,6 +154,7 @@ CLAIM = inline_serializer(
         "lease_token": serializers.CharField(),
         "verified": serializers.CharField(allow_null=True),
         "operations_in_doubt": serializers.ListField(child=serializers.DictField()),
+        "signals": serializers.ListField(child=serializers.DictField()),
     },
 )
 
@@ -205,6 +212,7 @@ class WorkerClaimApi(APIView):
                 "lease_token": claim.token,
                 "verified": claim.verified,
                 "operations_in_doubt": claim.operations_in_doubt,
+                "signals": claim.signals,
             }
         )
 

@@ -165,6 +165,9 @@ class Workflow:
     # or has a newer source_version: "stop" (refuse with source_changed) or "refetch" (detach those
     # snapshots from the run, so its next search fetches the current versions).
     on_source_change: str = "stop"
+    # Signals a run accepts (POST /api/v1/runs/{id}/signals/{name}) when they are not declared through
+    # the authoring API: an external workflow's registration lists them.
+    signals: frozenset[str] = frozenset()
     _by_name: dict[str, Step] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

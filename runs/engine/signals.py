@@ -16,8 +16,9 @@ from runs.engine import store
 from runs.engine.authoring.context import signal_wait_detail
 from runs.engine.authoring.definition import Definition, authored
 from runs.engine.dispatch import run_enqueue_on_commit
-from runs.engine.errors import InvalidTransition, RunNotFound, SubjectErased
+from runs.engine.errors import InvalidTransition, RunNotFound, SubjectErased, UnknownWorkflow
 from runs.engine.models import SUBJECT_ERASED, AgentEvent, AgentRun, RunStatus
+from runs.engine.registry import registry
 
 MAX_SIGNAL_KEY_LENGTH = 200
 MAX_SIGNAL_PAYLOAD_CHARS = 100_000
@@ -51,6 +52,15 @@ def _definition(run: AgentRun) -> Definition[Any] | None:
     return authored(run.workflow_name, run.workflow_version)
 
 
+def _declared(run: AgentRun) -> frozenset[str]:
+    """The signals a workflow not written with the authoring API declares (an external workflow's
+    registration lists them): none when its version is not known here."""
+    try:
+        return registry.get(run.workflow_name, run.workflow_version).signals
+    except UnknownWorkflow:
+        return frozenset()
+
+
 @tenant_of_call
 def signal_send(*, run_id: UUID, name: str, payload: Any, idempotency_key: str, actor: str) -> SignalSent:
     """Deliver signal `name` to the run once per idempotency key (the same key again returns the
@@ -64,7 +74,7 @@ def signal_send(*, run_id: UUID, name: str, payload: Any, idempotency_key: str, 
     if run is None:
         raise RunNotFound(f"no run {run_id}")
     definition = _definition(run)
-    accepted = definition.signal_names if definition is not None else frozenset()
+    accepted = definition.signal_names if definition is not None else _declared(run)
     if name not in accepted:
         raise UnknownSignal(
             f"workflow {run.workflow_name} {run.workflow_version} accepts no signal {name!r}"

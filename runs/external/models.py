@@ -19,6 +19,7 @@ class ExternalWorkflow(models.Model):
     tools = models.JSONField(default=list)  # [{"name": ..., "version": ...}] its operations use
     input_schema = models.JSONField(null=True, blank=True)  # a JSON Schema every run's input must pass
     approval_guarded_steps = models.JSONField(default=list)
+    signals = models.JSONField(default=list)  # names of the signals its runs accept
     description = models.TextField(blank=True, default="")
     created_by = models.CharField(max_length=200)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -137,6 +137,25 @@ class Claim:
     state: dict[str, Any]
     verified: str | None  # the trigger of the resume verification that ran before the grant
     operations_in_doubt: list[dict[str, Any]] = field(default_factory=list)
+    signals: list[dict[str, Any]] = field(default_factory=list)
+
+
+MAX_SIGNALS_SHOWN = 100
+
+
+def _signals(run_id: UUID) -> list[dict[str, Any]]:
+    """The run's received signals, oldest first (the newest MAX_SIGNALS_SHOWN): the worker keeps the
+    seq of the last one it acted on in its state, as an authored step's cursor does."""
+    events = AgentEvent.objects.filter(run_id=run_id, event_type="signal_received").order_by("-seq")
+    return [
+        {
+            "seq": e.seq,
+            "signal": e.payload.get("signal"),
+            "payload": e.payload.get("payload"),
+            "at": e.created_at,
+        }
+        for e in reversed(events[:MAX_SIGNALS_SHOWN])
+    ]
 
 
 def _in_doubt(run_id: UUID) -> list[dict[str, Any]]:
@@ -255,7 +274,7 @@ def _grant_checked(grant: LeaseGrant) -> Claim | None:
     token = lease_token_sign(
         run_id=grant.run_id, tenant_id=grant.tenant_id, epoch=grant.epoch, owner=grant.owner
     )
-    return Claim(grant, token, revision, state, trigger, _in_doubt(grant.run_id))
+    return Claim(grant, token, revision, state, trigger, _in_doubt(grant.run_id), _signals(grant.run_id))
 
 
 def _claim_once(*, tenant_id: UUID, workflows: list[str], owner: str, ttl: float) -> Claim | None:

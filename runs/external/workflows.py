@@ -101,6 +101,7 @@ def external_workflow_register(
     input_schema: dict[str, Any] | None = None,
     approval_guarded_steps: list[str] | None = None,
     description: str = "",
+    signals: list[str] | None = None,
 ) -> Registered:
     """Register (name, version) for the tenant; the same definition again returns the first one.
 
@@ -121,7 +122,12 @@ def external_workflow_register(
     guarded = list(approval_guarded_steps or [])
     if any(s not in steps for s in guarded):
         raise InvalidInput("approval_guarded_steps must name steps of this workflow", code="invalid_steps")
+    if not isinstance(signals or [], list) or len(signals or []) > MAX_STEPS:
+        raise InvalidInput(f"signals must be a list of at most {MAX_STEPS} names", code="invalid_signals")
+    for signal in signals or []:
+        _text(signal, STEP, "signals entry")
     definition = {
+        "signals": sorted(set(signals or [])),
         "steps": steps,
         "tools": _tools(tools or []),
         "input_schema": _schema(input_schema),
@@ -171,6 +177,7 @@ def external_workflow_build(row: ExternalWorkflow) -> Workflow:
         validate_input=_input_validator(row.input_schema) if row.input_schema is not None else None,
         description=row.description,
         approval_guarded_steps=frozenset(row.approval_guarded_steps),
+        signals=frozenset(row.signals),
     )
 
 
@@ -216,6 +223,7 @@ def external_workflows_ready() -> None:
         "tools",
         "input_schema",
         "approval_guarded_steps",
+        "signals",
         "description",
         "created_by",
     )

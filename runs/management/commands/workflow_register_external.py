@@ -35,6 +35,9 @@ class Command(BaseCommand):
             default="",
             help="comma-separated steps that act on an approval in the state",
         )
+        parser.add_argument(
+            "--signals", default="", help="comma-separated names of the signals its runs accept"
+        )
         parser.add_argument("--description", default="")
 
     def handle(self, *args: Any, **o: Any) -> None:
@@ -58,6 +61,7 @@ class Command(BaseCommand):
                 input_schema=schema,
                 approval_guarded_steps=[s.strip() for s in o["approval_guarded"].split(",") if s.strip()],
                 description=o["description"],
+                signals=[s.strip() for s in o["signals"].split(",") if s.strip()],
                 actor="cli",
             )
         except ApplicationError as exc:
