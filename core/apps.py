@@ -6,7 +6,10 @@ class CoreConfig(AppConfig):
     verbose_name = "Core"
 
     def ready(self) -> None:
+        from core import offboarding
         from core.erasure import free_register
+
+        offboarding.register()
 
         free_register("tenants", "the customer organisation (Keeper's tenant), not a subject", "slug", "name")
         free_register(
