@@ -236,6 +236,58 @@ def registry_tables_without_tenant() -> list[str]:
     return sorted(registry - with_tenant)
 
 
+# --- stored artifacts (content-addressed files another tenant may share) -----------------------
+
+_URI = r'"uri": "(file://[^"]+)"'  # how jsonb's text form spells an artifact reference
+
+
+def _json_columns() -> list[tuple[str, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT c.table_name, c.column_name FROM information_schema.columns c
+                WHERE c.table_schema = current_schema() AND c.data_type IN ('json', 'jsonb')
+                  AND c.table_name IN (SELECT table_name FROM information_schema.columns
+                                        WHERE table_schema = current_schema() AND column_name = 'tenant_id')
+                  AND c.table_name <> ALL(%s)
+                ORDER BY 1, 2""",
+            [list(NOT_TENANT_DATA)],
+        )
+        return [(t, c) for t, c in cursor.fetchall()]
+
+
+def tenant_artifact_uris(*, tenant_id: UUID) -> list[str]:
+    """The stored artifacts (file:// URIs under KEEPER_ARTIFACT_ROOT) the tenant's rows refer to."""
+    root = str(Path(settings.KEEPER_ARTIFACT_ROOT).resolve())
+    found: set[str] = set()
+    with tenant_scope(tenant_id), connection.cursor() as cursor:
+        for table, column in _json_columns():
+            cursor.execute(
+                f'SELECT DISTINCT m[1] FROM "{table}" t, regexp_matches(t."{column}"::text, %s, %s) AS m '  # noqa: S608
+                "WHERE t.tenant_id = %s",
+                [_URI, "g", tenant_id],
+            )
+            found.update(row[0] for row in cursor.fetchall())
+    return sorted(u for u in found if str(Path(u[len("file://") :]).resolve()).startswith(root + "/"))
+
+
+def _referenced_by_anyone(uri: str) -> bool:
+    """Whether any row left (of any tenant: the erased one's are gone) refers to the file. Read as
+    the owner, whose maintenance policy sees every tenant's runs; without it, assume it is shared."""
+    if OWNER_ALIAS not in connections.databases:
+        return True
+    like = "%" + uri.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    with connections[OWNER_ALIAS].cursor() as cursor:
+        for table, column in _json_columns():
+            cursor.execute(f'SELECT EXISTS (SELECT 1 FROM "{table}" WHERE "{column}"::text LIKE %s)', [like])  # noqa: S608
+            if cursor.fetchone()[0]:
+                return True
+    return False
+
+
+def _unshared_artifacts_left(uris: list[str]) -> int:
+    return sum(1 for u in uris if Path(u[len("file://") :]).exists() and not _referenced_by_anyone(u))
+
+
 def tenant_erase(
     *, slug: str, confirm: str, requested_by: str, progress: Progress = _quiet
 ) -> TenantOffboarding:
@@ -323,7 +375,10 @@ def tenant_erase(
             client.delete(*keys)
         _save(offboarding, redis_keys_deleted=offboarding.progress.get("redis_keys_deleted", 0) + len(keys))
         progress(f"deleted {len(keys)} Redis session window(s)")
-        # 4. Every table, children first, one transaction each (a crash keeps what is done).
+        # 4. The stored artifacts it refers to, listed before its rows go (a resumed run keeps the list).
+        if "artifacts" not in offboarding.progress:
+            _save(offboarding, artifacts=tenant_artifact_uris(tenant_id=tenant_id))
+        # 5. Every table, children first, one transaction each (a crash keeps what is done).
         for table in tenant_tables():
             with tenant_scope(tenant_id), connection.cursor() as cursor:
                 cursor.execute(f'DELETE FROM "{table.name}" WHERE tenant_id = %s', [tenant_id])  # noqa: S608
@@ -332,7 +387,7 @@ def tenant_erase(
                 deleted[table.name] = deleted.get(table.name, 0) + n
                 _save(offboarding, deleted=deleted)
             progress(f"deleted {table.name}: {n} rows")
-        # 5. The tenant itself.
+        # 6. The tenant itself.
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute("DELETE FROM tenants WHERE tenant_id = %s", [tenant_id])
@@ -341,7 +396,24 @@ def tenant_erase(
             deleted["tenants"] = deleted.get("tenants", 0) + tenants
             _save(offboarding, deleted=deleted)
         progress("deleted the tenant row")
+        # 7. Its artifact files, unless another tenant's rows refer to the same content.
+        uris = list(offboarding.progress.get("artifacts", []))
+        gone = kept = 0
+        for uri in uris:
+            path = Path(uri[len("file://") :])
+            if _referenced_by_anyone(uri):
+                kept += 1
+            elif path.exists():
+                path.unlink()
+                gone += 1
+        _save(
+            offboarding,
+            artifacts_deleted=offboarding.progress.get("artifacts_deleted", 0) + gone,
+            artifacts_kept_shared=kept,
+        )
+        progress(f"deleted {gone} artifact file(s); {kept} shared with another tenant kept")
         after = tenant_scan(tenant_id=tenant_id)
+        after["artifacts.unshared"] = _unshared_artifacts_left(uris)
     except Exception as exc:
         TenantOffboarding.objects.filter(pk=offboarding.pk).update(
             status=OffboardingStatus.FAILED, error=repr(exc)[:2000]
@@ -363,6 +435,8 @@ def tenant_erase(
         "indexes_dropped": p.get("indexes_dropped", []),
         "api_keys_revoked": p.get("api_keys_revoked", []),
         "redis_keys_deleted": p.get("redis_keys_deleted", 0),
+        "artifacts_deleted": p.get("artifacts_deleted", 0),
+        "artifacts_kept_shared": p.get("artifacts_kept_shared", 0),
         "clean": clean,
         "kept": (
             "this receipt, in tenant_offboardings: no foreign key to tenants and no row-level security, "

@@ -23,7 +23,7 @@ from psycopg.conninfo import make_conninfo
 from console.models import AuditEntry
 from core.api_auth import api_key_create
 from core.models import ApiKey, OffboardingStatus, Tenant, TenantOffboarding
-from core.offboarding import tenant_erase, tenant_indexes, tenant_scan, tenant_tables
+from core.offboarding import tenant_artifact_uris, tenant_erase, tenant_indexes, tenant_scan, tenant_tables
 from core.processes import current_database_url
 from core.tenancy import tenant_ensure, tenant_scope
 from memory.projection import memory_vector_index_ensure
@@ -52,6 +52,15 @@ def populate(tenant: Tenant, subject: str) -> AgentRun:
             event_type="user_message",
             client_message_id=f"m{i}",
             body={"content": f"hello number {i} from {subject}"},
+            actor="t",
+        )
+    for n, content in enumerate((f"only {subject} saw this. " * 2000, "the same public price list. " * 2000)):
+        conversation_append(  # long tool results: stored as artifacts, by content (shared if equal)
+            tenant=tenant,
+            run_id=run.run_id,
+            event_type="tool_result",
+            client_message_id=f"t{n}",
+            body={"call_id": f"c{n}", "tool": "crm", "content": content},
             actor="t",
         )
     with tenant_scope(tenant.tenant_id):
@@ -147,9 +156,18 @@ def test_erase_removes_everything_of_one_tenant_and_nothing_of_another(two_tenan
     assert globex_before["table.agent_events"] > 0 and globex_before["indexes.per_tenant"] == 2
     assert counts(acme)["redis.session_windows"] == 1
 
+    acme_files = [Path(u[len("file://") :]) for u in tenant_artifact_uris(tenant_id=acme_id)]
+    globex_files = [Path(u[len("file://") :]) for u in tenant_artifact_uris(tenant_id=globex.tenant_id)]
+    assert len(acme_files) == len(globex_files) == 2 and all(f.exists() for f in acme_files + globex_files)
+    shared = set(acme_files) & set(globex_files)
+    assert len(shared) == 1
+
     done = tenant_erase(slug="acme", confirm="acme", requested_by="user:boss")
 
     receipt = done.receipt
+    assert receipt["artifacts_deleted"] == 1 and receipt["artifacts_kept_shared"] == 1
+    assert [f.exists() for f in acme_files if f not in shared] == [False]
+    assert all(f.exists() for f in globex_files)  # globex's own file and the shared one
     assert done.status == OffboardingStatus.COMPLETED and receipt["clean"]
     assert sorted(receipt["indexes_dropped"]) == sorted(acme_indexes)
     assert receipt["export_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
