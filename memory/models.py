@@ -159,3 +159,6 @@ class Tombstone(models.Model):
 
     def __str__(self) -> str:
         return f"tombstone {self.kind} {self.digest}"
+
+
+from memory.poisoning.models import HeldClaim  # noqa: E402,F401 - the review queue's table (memory 0008)
