@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console.views import compliance, held_claims, offboarding
+from console.views import compliance, offboarding
 
 urlpatterns = [
     path("compliance/", compliance.compliance_home, name="compliance_home"),
@@ -42,14 +42,4 @@ urlpatterns += [
         offboarding.offboarding_receipt_json,
         name="compliance_offboarding_receipt_json",
     ),
-]
-
-urlpatterns += [
-    path("review/<str:tenant>/held/", held_claims.held_claim_list, name="held_claims"),
-    path(
-        "review/<str:tenant>/held/<uuid:held_id>/decide/",
-        held_claims.held_claim_decide,
-        name="held_claim_decide",
-    ),
-    path("review/<str:tenant>/rollback/", held_claims.held_claim_rollback, name="held_claim_rollback"),
 ]
