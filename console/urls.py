@@ -2,6 +2,7 @@ from django.urls import path
 
 from console.urls_compliance import urlpatterns as compliance
 from console.urls_engineer import urlpatterns as engineer
+from console.urls_review import urlpatterns as review
 from console.urls_support import urlpatterns as support
 from console.views import auth
 
@@ -15,4 +16,5 @@ urlpatterns = [
     *support,
     *engineer,
     *compliance,
+    *review,
 ]

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console.views import compliance
+from console.views import compliance, offboarding
 
 urlpatterns = [
     path("compliance/", compliance.compliance_home, name="compliance_home"),
@@ -17,5 +17,29 @@ urlpatterns = [
         "compliance/<str:tenant>/erasures/<uuid:request_id>/receipt.json",
         compliance.erasure_receipt,
         name="compliance_erasure_receipt",
+    ),
+]
+
+urlpatterns += [
+    path("compliance/<str:tenant>/offboarding/", offboarding.offboarding_page, name="compliance_offboarding"),
+    path(
+        "compliance/<str:tenant>/offboarding/export/",
+        offboarding.offboarding_export,
+        name="compliance_offboarding_export",
+    ),
+    path(
+        "compliance/<str:tenant>/offboarding/erase/",
+        offboarding.offboarding_erase,
+        name="compliance_offboarding_erase",
+    ),
+    path(
+        "compliance/offboardings/<uuid:offboarding_id>/",
+        offboarding.offboarding_receipt,
+        name="compliance_offboarding_receipt",
+    ),
+    path(
+        "compliance/offboardings/<uuid:offboarding_id>/receipt.json",
+        offboarding.offboarding_receipt_json,
+        name="compliance_offboarding_receipt_json",
     ),
 ]

@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest
 
-from core.models import ApiKey, Tenant
+from core.models import ApiKey, Tenant, TenantOffboarding
 from core.tenancy import tenant_bind_request
 
 if TYPE_CHECKING:  # ModelAdmin is generic in the stubs only: Django gives it no __class_getitem__
@@ -57,3 +57,12 @@ class ApiKeyAdmin(ReadOnlyAdmin):
     list_filter = ["scope", "tenant"]
     search_fields = ["prefix", "name"]
     exclude = ["secret_sha256"]
+
+
+@admin.register(TenantOffboarding)
+class TenantOffboardingAdmin(ReadOnlyAdmin):
+    """Offboarding receipts: evidence, kept after the tenant is gone (no row-level security)."""
+
+    list_display = ["offboarding_id", "tenant_slug", "status", "requested_by", "created_at", "completed_at"]
+    list_filter = ["status"]
+    search_fields = ["tenant_slug", "tenant_id", "offboarding_id"]

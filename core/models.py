@@ -51,3 +51,38 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"kp_{self.prefix}_… ({self.name}, {self.scope})"
+
+
+class OffboardingStatus(models.TextChoices):
+    EXPORTED = "exported", "exported"
+    ERASING = "erasing", "erasing"
+    COMPLETED = "completed", "completed"
+    FAILED = "failed", "failed"
+
+
+class TenantOffboarding(models.Model):
+    """One export or erasure of a whole tenant, and its receipt.
+
+    Deliberately no foreign key to tenants and no row-level security: the row outlives the tenant it
+    describes (the receipt is the proof the erasure happened). It holds ids, counts, index names and
+    digests, never a subject's data.
+    """
+
+    offboarding_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant_id = models.UUIDField(db_index=True)
+    tenant_slug = models.CharField(max_length=64)
+    status = models.CharField(max_length=10, choices=OffboardingStatus.choices)
+    requested_by = models.TextField()
+    export_digest = models.CharField(max_length=64, blank=True, default="")
+    progress = models.JSONField(default=dict)
+    receipt = models.JSONField(default=dict)
+    error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        db_table = "tenant_offboardings"
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_slug} {self.status}"

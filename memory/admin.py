@@ -7,6 +7,7 @@ from django.contrib import admin
 
 from core.admin import TenantBoundAdmin
 from memory.models import ErasureRequest, MemoryItem, MemoryVector, Tombstone
+from memory.poisoning.models import HeldClaim
 
 
 @admin.register(MemoryItem)
@@ -47,3 +48,12 @@ class TombstoneAdmin(TenantBoundAdmin):
     list_display = ["id", "tenant", "kind", "subject_digest", "digest", "request_id", "created_at"]
     list_filter = ["kind"]
     search_fields = ["subject_digest", "digest"]
+
+
+@admin.register(HeldClaim)
+class HeldClaimAdmin(TenantBoundAdmin):
+    """The poisoning review queue (decided in the console, by support or compliance)."""
+
+    list_display = ["held_id", "tenant", "subject_id", "namespace", "key", "trust", "status", "created_at"]
+    list_filter = ["status", "trust"]
+    search_fields = ["held_id", "source"]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import TenantParameterSerializer, error_responses
+from core.api import ErrorSerializer, TenantParameterSerializer, error_responses
 from core.api_auth import request_actor, request_tenant
 from core.errors import NotFound
 from core.tenancy import tenant_scope
@@ -19,6 +19,13 @@ from memory.models import ErasureRequest, MemoryItem
 from memory.projection import memory_search
 from memory.selectors import memory_recall
 from memory.services import memory_invalidate, memory_remember, memory_supersede
+
+# A claim that looks like poisoning is held in the review queue, not kept (memory/poisoning).
+HELD = OpenApiResponse(
+    ErrorSerializer,
+    description="held for review (it looks like an instruction, a permission change, a policy override "
+    "or hidden text): not kept; error.details.held_id names it",
+)
 
 
 class MemoryItemOutputSerializer(serializers.ModelSerializer):
@@ -108,7 +115,7 @@ class MemoryItemsApi(APIView):
     @extend_schema(
         summary="Remember a fact about a subject",
         request=InputSerializer,
-        responses={201: MemoryItemOutputSerializer, **error_responses(409, 422)},
+        responses={201: MemoryItemOutputSerializer, 202: HELD, **error_responses(409, 422)},
         examples=[
             OpenApiExample(
                 "preference",
@@ -160,7 +167,7 @@ class MemoryItemSupersedeApi(APIView):
     @extend_schema(
         summary="Replace a fact with a new value",
         request=InputSerializer,
-        responses={201: MemoryItemOutputSerializer, **error_responses(409, 422)},
+        responses={201: MemoryItemOutputSerializer, 202: HELD, **error_responses(409, 422)},
         examples=[
             OpenApiExample(
                 "new value",

@@ -7,5 +7,7 @@ class MemoryConfig(AppConfig):
 
     def ready(self) -> None:
         from memory.erasure import register
+        from memory.poisoning import erasure as held_erasure
 
         register()
+        held_erasure.register()

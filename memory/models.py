@@ -191,3 +191,6 @@ class MemoryPosting(models.Model):
 
     def __str__(self) -> str:
         return f"{self.term} in {self.memory_id}"
+
+
+from memory.poisoning.models import HeldClaim  # noqa: E402,F401 - the review queue's table (memory 0008)

@@ -24,6 +24,7 @@ from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.erasure import tombstoned
 from memory.models import PROVENANCE_KEYS, MemoryItem
+from memory.poisoning.hold import ClaimHeld, claim_held_error, claim_hold_if_poisoned
 from memory.sensitive import SENSITIVE_TERMS
 
 SOURCE_TYPES = ("user_statement", "tool_result", "model_inference", "operator", "import")
@@ -114,11 +115,29 @@ def memory_remember(
     expires_at: Any = None,
     consent_basis: str | None = None,
     schema_version: int = 1,
+    reviewed: bool = False,
 ) -> MemoryItem:
-    """Keep a new claim. If a current one exists for the same key, the new one supersedes it."""
+    """Keep a new claim. If a current one exists for the same key, the new one supersedes it.
+
+    A claim that looks like poisoning (an instruction, a permission change, a policy override,
+    hidden text) from a source that is not an operator is held for review instead (ClaimHeld);
+    `reviewed`: a person approved it from the review queue.
+    """
     if not isinstance(subject_id, str) or not 0 < len(subject_id) <= 200:
         raise InvalidInput("subject_id must be 1 to 200 characters", code="invalid_memory_scope")
     _validate(namespace=namespace, key=key, value=value, provenance=provenance, confidence=confidence)
+    if not reviewed:
+        with tenant_scope(tenant.tenant_id):
+            held = claim_hold_if_poisoned(
+                tenant=tenant,
+                subject_id=subject_id,
+                namespace=namespace,
+                key=key,
+                value=value,
+                provenance=provenance,
+            )
+        if held is not None:
+            raise claim_held_error(held)
     with tenant_scope(tenant.tenant_id):
         if tombstoned(
             tenant_id=tenant.tenant_id,
@@ -238,7 +257,7 @@ def memory_learn_from_events(
     """
     from memory.extraction import extractor_from_settings
 
-    counts = {"kept": 0, "unchanged": 0, "erased": 0, "refused": 0}
+    counts = {"kept": 0, "unchanged": 0, "erased": 0, "refused": 0, "held": 0}
     started = timezone.now()
     for fact in extractor_from_settings().extract(events):
         try:
@@ -256,6 +275,9 @@ def memory_learn_from_events(
             continue
         except SensitiveInference:
             counts["refused"] += 1
+            continue
+        except ClaimHeld:
+            counts["held"] += 1
             continue
         counts["kept" if item.created_at >= started else "unchanged"] += 1  # the same claim again is not new
     return counts

@@ -1,0 +1,15 @@
+"""The poisoning review queue's URLs (support or compliance; names are used in the "console" namespace)."""
+
+from django.urls import path
+
+from console.views import held_claims
+
+urlpatterns = [
+    path("review/<str:tenant>/held/", held_claims.held_claim_list, name="held_claims"),
+    path(
+        "review/<str:tenant>/held/<uuid:held_id>/decide/",
+        held_claims.held_claim_decide,
+        name="held_claim_decide",
+    ),
+    path("review/<str:tenant>/rollback/", held_claims.held_claim_rollback, name="held_claim_rollback"),
+]

@@ -1,0 +1,472 @@
+"""Tenant offboarding: export a whole tenant to a gzipped JSONL file, then erase it with a receipt.
+
+Generic over the schema: every table with a tenant_id column is the tenant's (read from the
+catalog, so a new app's table is never forgotten), ordered by its foreign keys; every index whose
+predicate names the tenant's id is its own HNSW index; Redis windows are `session:<tenant>:*`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from graphlib import TopologicalSorter
+from pathlib import Path
+from typing import Any, cast
+from uuid import UUID
+
+from django.conf import settings
+from django.db import connection, connections, transaction
+from django.utils import timezone
+
+from core.db_router import OWNER_ALIAS
+from core.erasure import free_columns, free_register, registered_columns
+from core.errors import Conflict, InvalidInput, NotFound
+from core.models import ApiKey, OffboardingStatus, Tenant, TenantOffboarding
+from core.tenancy import tenant_scope
+
+EXPORT_FORMAT = "keeper.tenant_export/1"
+# Columns left out of the export: embeddings (derived, re-computable, large) and search vectors.
+OMITTED_TYPES = ("vector", "tsvector")
+# Tables with a tenant_id that are not the tenant's data: the receipts themselves, and the tenant row
+# (deleted last, after everything that refers to it).
+NOT_TENANT_DATA = ("tenant_offboardings", "tenants")
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class TenantTable:
+    name: str
+    columns: tuple[str, ...]  # exported columns, in table order
+    omitted: tuple[str, ...]  # vector and tsvector columns
+
+
+def tenant_tables() -> list[TenantTable]:
+    """Every table that holds a tenant's rows, children before parents (the order to delete in)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT c.table_name, c.column_name, c.udt_name
+                 FROM information_schema.columns c
+                 JOIN information_schema.tables t USING (table_schema, table_name)
+                WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+                  AND c.table_name IN (SELECT table_name FROM information_schema.columns
+                                        WHERE table_schema = current_schema() AND column_name = 'tenant_id')
+                ORDER BY c.table_name, c.ordinal_position"""
+        )
+        rows = cursor.fetchall()
+        cursor.execute(
+            """SELECT conrelid::regclass::text, confrelid::regclass::text FROM pg_constraint
+                WHERE contype = 'f' AND connamespace = current_schema()::regnamespace"""
+        )
+        references = cursor.fetchall()
+    columns: dict[str, list[str]] = {}
+    omitted: dict[str, list[str]] = {}
+    for table, column, udt in rows:
+        if table in NOT_TENANT_DATA:
+            continue
+        (omitted if udt in OMITTED_TYPES else columns).setdefault(table, []).append(column)
+        columns.setdefault(table, [])
+    # A referenced table is deleted after every table that refers to it.
+    graph: dict[str, set[str]] = {table: set() for table in columns}
+    for child, parent in references:
+        if child in graph and parent in graph and child != parent:
+            graph[parent].add(child)
+    order = list(TopologicalSorter(graph).static_order())
+    return [TenantTable(t, tuple(columns[t]), tuple(omitted.get(t, ()))) for t in order]
+
+
+def tenant_indexes(*, tenant_id: UUID) -> list[str]:
+    """The indexes built for this tenant alone (partial indexes whose predicate names its id)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND indexdef LIKE %s "
+            "ORDER BY indexname",
+            [f"%'{tenant_id}'::uuid%"],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _redis() -> Any:
+    import redis
+
+    return redis.Redis.from_url(settings.REDIS_URL, socket_timeout=5)
+
+
+def _session_pattern(tenant_id: UUID) -> str:
+    return f"session:{tenant_id}:*"
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, bytes | memoryview):
+        return bytes(value).hex()
+    raise TypeError(f"cannot export {type(value).__name__}")
+
+
+def _rows(table: TenantTable, tenant_id: UUID) -> Iterator[dict[str, Any]]:
+    """The tenant's rows of one table, streamed through a server-side cursor (inside tenant_scope)."""
+    if not table.columns:
+        return
+    cols = ", ".join(f'"{c}"' for c in table.columns)
+    sql = f'SELECT {cols} FROM "{table.name}" WHERE tenant_id = %s ORDER BY 1'  # noqa: S608 - catalog names
+    raw = connection.connection
+    with raw.cursor(name=f"export_{table.name}") as cursor:
+        cursor.itersize = 1000
+        cursor.execute(sql, [tenant_id])
+        for row in cursor:
+            yield dict(zip(table.columns, row, strict=True))
+
+
+def tenant_export(
+    *, tenant: Tenant, out: Path, requested_by: str, progress: Progress = _quiet
+) -> TenantOffboarding:
+    """Write every row of the tenant (runs and their events, operations, approvals, summaries,
+    LangGraph threads, memory, documents and chunk metadata, audit entries, API key records) to a
+    gzipped JSONL file; record the file's SHA-256 and the counts per table in a kept receipt."""
+    tables = list(reversed(tenant_tables()))  # parents first: an import can follow the file's order
+    counts: dict[str, int] = {}
+    connection.ensure_connection()
+    # gzip with mtime 0 and no name: the same data gives the same file, and `sha256sum` checks it.
+    with out.open("wb") as raw_file, gzip.GzipFile(fileobj=raw_file, mode="wb", mtime=0, filename="") as gz:
+
+        def write(record: dict[str, Any]) -> None:
+            gz.write(
+                json.dumps(record, default=_json_default, ensure_ascii=False, sort_keys=True).encode() + b"\n"
+            )
+
+        write(
+            {
+                "format": EXPORT_FORMAT,
+                "tenant": {"tenant_id": str(tenant.tenant_id), "slug": tenant.slug, "name": tenant.name},
+                "tables": [t.name for t in tables],
+                "omitted_columns": {t.name: list(t.omitted) for t in tables if t.omitted},
+            }
+        )
+        with tenant_scope(tenant.tenant_id):
+            for table in tables:
+                n = 0
+                for row in _rows(table, tenant.tenant_id):
+                    write({"table": table.name, "row": row})
+                    n += 1
+                counts[table.name] = n
+                progress(f"exported {table.name}: {n} rows")
+        write({"end": True, "counts": counts})
+    digest = hashlib.sha256(out.read_bytes()).hexdigest()
+    receipt = {
+        "kind": "export",
+        "tenant_id": str(tenant.tenant_id),
+        "tenant_slug": tenant.slug,
+        "format": EXPORT_FORMAT,
+        "file": out.name,
+        "sha256": digest,
+        "bytes": out.stat().st_size,
+        "counts": counts,
+        "completed_at": timezone.now().isoformat(),
+    }
+    return TenantOffboarding.objects.create(
+        tenant_id=tenant.tenant_id,
+        tenant_slug=tenant.slug,
+        status=OffboardingStatus.EXPORTED,
+        requested_by=requested_by,
+        export_digest=digest,
+        receipt=receipt,
+        completed_at=timezone.now(),
+    )
+
+
+def _leased_runs(tenant_id: UUID) -> int:
+    with tenant_scope(tenant_id), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM agent_runs WHERE tenant_id = %s AND lease_owner IS NOT NULL "
+            "AND lease_expires_at > now()",
+            [tenant_id],
+        )
+        return cast(int, cursor.fetchone()[0])
+
+
+def _save(offboarding: TenantOffboarding, **step: Any) -> None:
+    offboarding.progress = {**offboarding.progress, **step}
+    TenantOffboarding.objects.filter(pk=offboarding.pk).update(progress=offboarding.progress)
+
+
+def tenant_scan(*, tenant_id: UUID) -> dict[str, int]:
+    """What is left of a tenant, read from every place itself: every registry table and every table
+    with a tenant_id (rows of this tenant), its per-tenant indexes, its Redis windows, its API keys
+    and its tenant row. An erased tenant counts 0 everywhere."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT table_name FROM information_schema.columns
+                WHERE table_schema = current_schema() AND column_name = 'tenant_id'"""
+        )
+        with_tenant = {row[0] for row in cursor.fetchall()} - {"tenant_offboardings"}
+    registry = {table for table, _ in registered_columns() | set(free_columns())}
+    found: dict[str, int] = {}
+    with tenant_scope(tenant_id), connection.cursor() as cursor:
+        for table in sorted(with_tenant | (registry & with_tenant)):
+            cursor.execute(f'SELECT count(*) FROM "{table}" WHERE tenant_id = %s', [tenant_id])  # noqa: S608
+            found[f"table.{table}"] = cursor.fetchone()[0]
+    found["indexes.per_tenant"] = len(tenant_indexes(tenant_id=tenant_id))
+    found["redis.session_windows"] = sum(1 for _ in _redis().scan_iter(match=_session_pattern(tenant_id)))
+    return found
+
+
+def registry_tables_without_tenant() -> list[str]:
+    """Registry tables that carry no tenant_id (staff tables, Django's own): not a tenant's data."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT DISTINCT table_name FROM information_schema.columns
+                WHERE table_schema = current_schema() AND column_name = 'tenant_id'"""
+        )
+        with_tenant = {row[0] for row in cursor.fetchall()}
+    registry = {table for table, _ in registered_columns() | set(free_columns())}
+    return sorted(registry - with_tenant)
+
+
+# --- stored artifacts (content-addressed files another tenant may share) -----------------------
+
+_URI = r'"uri": "(file://[^"]+)"'  # how jsonb's text form spells an artifact reference
+
+
+def _json_columns() -> list[tuple[str, str]]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT c.table_name, c.column_name FROM information_schema.columns c
+                WHERE c.table_schema = current_schema() AND c.data_type IN ('json', 'jsonb')
+                  AND c.table_name IN (SELECT table_name FROM information_schema.columns
+                                        WHERE table_schema = current_schema() AND column_name = 'tenant_id')
+                  AND c.table_name <> ALL(%s)
+                ORDER BY 1, 2""",
+            [list(NOT_TENANT_DATA)],
+        )
+        return [(t, c) for t, c in cursor.fetchall()]
+
+
+def tenant_artifact_uris(*, tenant_id: UUID) -> list[str]:
+    """The stored artifacts (file:// URIs under KEEPER_ARTIFACT_ROOT) the tenant's rows refer to."""
+    root = str(Path(settings.KEEPER_ARTIFACT_ROOT).resolve())
+    found: set[str] = set()
+    with tenant_scope(tenant_id), connection.cursor() as cursor:
+        for table, column in _json_columns():
+            cursor.execute(
+                f'SELECT DISTINCT m[1] FROM "{table}" t, regexp_matches(t."{column}"::text, %s, %s) AS m '  # noqa: S608
+                "WHERE t.tenant_id = %s",
+                [_URI, "g", tenant_id],
+            )
+            found.update(row[0] for row in cursor.fetchall())
+    return sorted(u for u in found if str(Path(u[len("file://") :]).resolve()).startswith(root + "/"))
+
+
+def _referenced_by_anyone(uri: str) -> bool:
+    """Whether any row left (of any tenant: the erased one's are gone) refers to the file. Read as
+    the owner, whose maintenance policy sees every tenant's runs; without it, assume it is shared."""
+    if OWNER_ALIAS not in connections.databases:
+        return True
+    like = "%" + uri.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    with connections[OWNER_ALIAS].cursor() as cursor:
+        for table, column in _json_columns():
+            cursor.execute(f'SELECT EXISTS (SELECT 1 FROM "{table}" WHERE "{column}"::text LIKE %s)', [like])  # noqa: S608
+            if cursor.fetchone()[0]:
+                return True
+    return False
+
+
+def _unshared_artifacts_left(uris: list[str]) -> int:
+    return sum(1 for u in uris if Path(u[len("file://") :]).exists() and not _referenced_by_anyone(u))
+
+
+def tenant_erase(
+    *, slug: str, confirm: str, requested_by: str, progress: Progress = _quiet
+) -> TenantOffboarding:
+    """Erase every row, index and Redis key of a tenant and keep a receipt; idempotent and resumable.
+
+    Refused while a run of the tenant holds a live lease (cancel it, or let it finish, first). A run
+    of the command that died midway left its offboarding in status 'erasing' with the tables done so
+    far in `progress`: the next run carries on from there and completes the same receipt.
+    """
+    if confirm != slug:
+        raise InvalidInput("the confirmation must repeat the tenant's slug", code="confirmation_mismatch")
+    tenant = Tenant.objects.filter(slug=slug).first()
+    if tenant is None:
+        done = (
+            TenantOffboarding.objects.filter(tenant_slug=slug, status=OffboardingStatus.COMPLETED)
+            .order_by("-completed_at")
+            .first()
+        )
+        if done is not None:
+            progress(f"tenant {slug} was already erased")
+            return done
+        raise NotFound(f"no tenant {slug}", code="unknown_tenant")
+    tenant_id = tenant.tenant_id
+    offboarding = (
+        TenantOffboarding.objects.filter(
+            tenant_id=tenant_id, status__in=[OffboardingStatus.ERASING, OffboardingStatus.FAILED]
+        )
+        .order_by("-created_at")
+        .first()
+    )
+    if offboarding is None:
+        leased = _leased_runs(tenant_id)
+        if leased:
+            raise Conflict(
+                f"{leased} run(s) of tenant {slug} hold a live lease: cancel them or let them finish first",
+                code="tenant_runs_leased",
+            )
+        export = (
+            TenantOffboarding.objects.filter(tenant_id=tenant_id, status=OffboardingStatus.EXPORTED)
+            .order_by("-created_at")
+            .first()
+        )
+        offboarding = TenantOffboarding.objects.create(
+            tenant_id=tenant_id,
+            tenant_slug=slug,
+            status=OffboardingStatus.ERASING,
+            requested_by=requested_by,
+            export_digest=export.export_digest if export else "",
+            progress={"started_at": timezone.now().isoformat(), "deleted": {}},
+        )
+        progress(f"offboarding {offboarding.offboarding_id} started")
+    else:
+        TenantOffboarding.objects.filter(pk=offboarding.pk).update(status=OffboardingStatus.ERASING, error="")
+        progress(f"offboarding {offboarding.offboarding_id} resumed")
+    try:
+        before = tenant_scan(tenant_id=tenant_id) if "before" not in offboarding.progress else None
+        if before is not None:
+            _save(offboarding, before=before)
+        # 1. No key opens the tenant any more.
+        revoked = ApiKey.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True)
+        prefixes = sorted(revoked.values_list("prefix", flat=True))
+        revoked.update(revoked_at=timezone.now())
+        _save(
+            offboarding,
+            api_keys_revoked=sorted({*offboarding.progress.get("api_keys_revoked", []), *prefixes}),
+        )
+        progress(f"revoked {len(prefixes)} API key(s)")
+        # 2. Its own indexes (built and dropped by the owner role, CONCURRENTLY: no table lock).
+        names = tenant_indexes(tenant_id=tenant_id)
+        if names:
+            if OWNER_ALIAS not in connections.databases:
+                raise Conflict(
+                    "the tenant's own indexes need the owner role to drop (DATABASE_OWNER_URL)",
+                    code="owner_role_needed",
+                )
+            with connections[OWNER_ALIAS].cursor() as cursor:
+                for name in names:
+                    cursor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+                    progress(f"dropped index {name}")
+        _save(offboarding, indexes_dropped=sorted({*offboarding.progress.get("indexes_dropped", []), *names}))
+        # 3. Its Redis session windows.
+        client = _redis()
+        keys = list(client.scan_iter(match=_session_pattern(tenant_id), count=500))
+        if keys:
+            client.delete(*keys)
+        _save(offboarding, redis_keys_deleted=offboarding.progress.get("redis_keys_deleted", 0) + len(keys))
+        progress(f"deleted {len(keys)} Redis session window(s)")
+        # 4. The stored artifacts it refers to, listed before its rows go (a resumed run keeps the list).
+        if "artifacts" not in offboarding.progress:
+            _save(offboarding, artifacts=tenant_artifact_uris(tenant_id=tenant_id))
+        # 5. Every table, children first, one transaction each (a crash keeps what is done).
+        for table in tenant_tables():
+            with tenant_scope(tenant_id), connection.cursor() as cursor:
+                cursor.execute(f'DELETE FROM "{table.name}" WHERE tenant_id = %s', [tenant_id])  # noqa: S608
+                n = cursor.rowcount
+                deleted = dict(offboarding.progress.get("deleted", {}))
+                deleted[table.name] = deleted.get(table.name, 0) + n
+                _save(offboarding, deleted=deleted)
+            progress(f"deleted {table.name}: {n} rows")
+        # 6. The tenant itself.
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("DELETE FROM tenants WHERE tenant_id = %s", [tenant_id])
+                tenants = cursor.rowcount
+            deleted = dict(offboarding.progress.get("deleted", {}))
+            deleted["tenants"] = deleted.get("tenants", 0) + tenants
+            _save(offboarding, deleted=deleted)
+        progress("deleted the tenant row")
+        # 7. Its artifact files, unless another tenant's rows refer to the same content.
+        uris = list(offboarding.progress.get("artifacts", []))
+        gone = kept = 0
+        for uri in uris:
+            path = Path(uri[len("file://") :])
+            if _referenced_by_anyone(uri):
+                kept += 1
+            elif path.exists():
+                path.unlink()
+                gone += 1
+        _save(
+            offboarding,
+            artifacts_deleted=offboarding.progress.get("artifacts_deleted", 0) + gone,
+            artifacts_kept_shared=kept,
+        )
+        progress(f"deleted {gone} artifact file(s); {kept} shared with another tenant kept")
+        after = tenant_scan(tenant_id=tenant_id)
+        after["artifacts.unshared"] = _unshared_artifacts_left(uris)
+    except Exception as exc:
+        TenantOffboarding.objects.filter(pk=offboarding.pk).update(
+            status=OffboardingStatus.FAILED, error=repr(exc)[:2000]
+        )
+        raise
+    clean = not any(after.values())
+    p = offboarding.progress
+    receipt = {
+        "kind": "erasure",
+        "offboarding_id": str(offboarding.offboarding_id),
+        "tenant_id": str(tenant_id),
+        "tenant_slug": slug,
+        "requested_by": offboarding.requested_by,
+        "export_sha256": offboarding.export_digest or None,
+        "deleted": p.get("deleted", {}),
+        "before": p.get("before", {}),
+        "final_scan": after,
+        "registry_tables_without_tenant": registry_tables_without_tenant(),
+        "indexes_dropped": p.get("indexes_dropped", []),
+        "api_keys_revoked": p.get("api_keys_revoked", []),
+        "redis_keys_deleted": p.get("redis_keys_deleted", 0),
+        "artifacts_deleted": p.get("artifacts_deleted", 0),
+        "artifacts_kept_shared": p.get("artifacts_kept_shared", 0),
+        "clean": clean,
+        "kept": (
+            "this receipt, in tenant_offboardings: no foreign key to tenants and no row-level security, "
+            "so it outlives the tenant; it holds ids, counts, index names and digests only"
+        ),
+        "started_at": p.get("started_at"),
+        "completed_at": timezone.now().isoformat(),
+    }
+    left = {k: v for k, v in after.items() if v}
+    TenantOffboarding.objects.filter(pk=offboarding.pk).update(
+        status=OffboardingStatus.COMPLETED if clean else OffboardingStatus.FAILED,
+        receipt=receipt,
+        completed_at=timezone.now(),
+        error="" if clean else f"left behind: {json.dumps(left, sort_keys=True)}",
+    )
+    progress("clean" if clean else f"NOT clean: {left}")
+    return TenantOffboarding.objects.get(pk=offboarding.pk)
+
+
+def register() -> None:
+    """Called from CoreConfig.ready: the receipts hold no subject's data."""
+    free_register(
+        "tenant_offboardings",
+        "a tenant's offboarding receipt: ids, the tenant's slug, statuses, counts, index names, "
+        "key prefixes, digests and who asked (a staff user or an operator)",
+        "tenant_slug",
+        "status",
+        "requested_by",
+        "export_digest",
+        "progress",
+        "receipt",
+        "error",
+    )

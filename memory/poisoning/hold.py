@@ -1,0 +1,61 @@
+"""The write side of the review queue: a memory write's trust level, and holding a screened claim."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from core.errors import Conflict
+from core.models import Tenant
+from memory.poisoning.models import HeldClaim, Trust
+from memory.poisoning.screen import screen_claim
+
+
+class ClaimHeld(Conflict):
+    """Not kept: held for a person's review. 202: the write was accepted, for review, not stored."""
+
+    code = "claim_held_for_review"
+    http_status = 202
+
+
+def trust_of(provenance: dict[str, Any]) -> str:
+    """How far a claim's source is trusted: an operator's entry high, a tool's verified result or an
+    import medium, a user's statement or a model's inference low."""
+    source_type = provenance.get("source_type")
+    if source_type == "operator" or provenance.get("validation_method") == "operator_entered":
+        return Trust.HIGH
+    if source_type in ("tool_result", "import"):
+        return Trust.MEDIUM
+    return Trust.LOW
+
+
+def claim_hold_if_poisoned(
+    *, tenant: Tenant, subject_id: str, namespace: str, key: str, value: Any, provenance: dict[str, Any]
+) -> HeldClaim | None:
+    """Hold the claim for review if it looks like poisoning and its source is not an operator; None
+    if it may be kept. Must run inside the tenant's scope, in a transaction that commits (the caller
+    raises ClaimHeld after it, outside)."""
+    trust = trust_of(provenance)
+    if trust == Trust.HIGH:
+        return None
+    signals = screen_claim(namespace=namespace, key=key, value=value)
+    if not signals:
+        return None
+    return HeldClaim.objects.create(
+        tenant=tenant,
+        subject_id=subject_id,
+        namespace=namespace,
+        key=key,
+        value=value,
+        provenance=provenance,
+        source=str(provenance.get("source_id") or ""),
+        trust=trust,
+        signals=signals,
+    )
+
+
+def claim_held_error(held: HeldClaim) -> ClaimHeld:
+    kinds = " and ".join(s.replace("_", " ") for s in held.signals)
+    return ClaimHeld(
+        f"{held.namespace}/{held.key} looks like {kinds}: held for review, not kept",
+        details={"held_id": str(held.held_id), "signals": held.signals, "trust": held.trust},
+    )
