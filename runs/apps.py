@@ -27,6 +27,9 @@ class RunsConfig(AppConfig):
         eraser_register(RunsEraser())
         register()
         fork_copier_register(conversation_copy)
+        from runs.engine import workspace
+
+        workspace.register()
         eraser_register(langgraph_erasure.LangGraphEraser())
         langgraph_erasure.register()
         # Imported only when a worker resumes it (the langgraph extra).

@@ -31,7 +31,7 @@ from core.identity import worker_identity
 from core.logging import log_context
 from core.metrics import observe_step
 from core.tenancy import run_tenant, tenant_bind
-from runs.engine import store
+from runs.engine import store, workspace
 from runs.engine.budgets import budgets_exhausted, budgets_spend
 from runs.engine.dispatch import run_enqueue
 from runs.engine.errors import ConcurrentResume, InvalidState, UnknownWorkflow
@@ -180,14 +180,18 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None, sliced: bool = Fa
 def _advance_slice(grant: LeaseGrant, lease: HeldLease, *, sliced: bool) -> AdvanceResult:
     """Steps back to back under one lease until the run stops moving or the slice is used up."""
     turn = _Slice(lease, sliced=sliced)
-    while True:
-        try:
-            result = _advance_leased(grant, lease, turn)
-        finally:
-            turn.steps += 1
-        if result.carry is None:
-            return dataclasses.replace(result, steps=turn.steps)
-        grant = result.carry
+    workspace.workspace_slice_begin(run_id=grant.run_id)
+    try:
+        while True:
+            try:
+                result = _advance_leased(grant, lease, turn)
+            finally:
+                turn.steps += 1
+            if result.carry is None:
+                return dataclasses.replace(result, steps=turn.steps)
+            grant = result.carry
+    finally:
+        workspace.workspace_slice_end(run_id=grant.run_id)
 
 
 def _retry_delay(attempt: int) -> float:
@@ -324,6 +328,7 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
         lease=lease,
     )
     started = time.monotonic()
+    workspace.workspace_step_begin(run_id=grant.run_id)
     try:
         outcome = step.fn(ctx, dict(state))
     except StepFailed as exc:  # on purpose: fail with the state as it was before the step
@@ -334,9 +339,11 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
     finally:
         observe_step(workflow=workflow.name, step=step.name, seconds=time.monotonic() - started)
     spent = ctx.spent(wall_s=time.monotonic() - started)
-    return _commit_outcome(
+    result = _commit_outcome(
         committer, grant, workflow, current, {**base, "spent": spent}, outcome, suspend, spent, turn
     )
+    workspace.workspace_step_end(run_id=grant.run_id, result=result)
+    return result
 
 
 def _spend(state: dict[str, Any], spent: dict[str, float]) -> EncodedState:
