@@ -52,8 +52,10 @@ def test_after_sigkill_the_take_over_sees_the_files_of_the_last_snapshot(tenant,
         tenant=tenant, workflow_name="test.workspace", input={"topic": "refunds", "sleep_s": 60}, actor="test"
     ).run
     wait_until(
-        lambda: AgentRun.objects.filter(run_id=run.run_id, next_step="draft", lease_owner__isnull=False).exists()
-        and WorkspaceSnapshot.objects.filter(run_id=run.run_id).exists(),
+        lambda: (
+            AgentRun.objects.filter(run_id=run.run_id, next_step="draft", lease_owner__isnull=False).exists()
+            and WorkspaceSnapshot.objects.filter(run_id=run.run_id).exists()
+        ),
         timeout=60,
         message="the worker to snapshot and enter the draft step",
     )
@@ -82,7 +84,9 @@ def test_after_sigkill_the_take_over_sees_the_files_of_the_last_snapshot(tenant,
 def test_a_fork_shares_blobs_and_runs_dedupe(tenant):
     first = run_start(tenant=tenant, workflow_name="test.workspace", input={"topic": "dedupe"}, actor="t").run
     _drive(first.run_id)
-    second = run_start(tenant=tenant, workflow_name="test.workspace", input={"topic": "dedupe"}, actor="t").run
+    second = run_start(
+        tenant=tenant, workflow_name="test.workspace", input={"topic": "dedupe"}, actor="t"
+    ).run
     _drive(second.run_id)
     _, a = workspace_files_at(run_id=first.run_id)
     _, b = workspace_files_at(run_id=second.run_id)
@@ -111,7 +115,9 @@ def test_a_resumed_run_continues_with_its_files_and_a_snapshot_per_suspend(tenan
 
 @pytest.mark.django_db(transaction=True)
 def test_ttl_reclaims_only_blobs_no_live_run_names(tenant, settings):
-    done = run_start(tenant=tenant, workflow_name="test.workspace", input={"topic": "old-only"}, actor="t").run
+    done = run_start(
+        tenant=tenant, workflow_name="test.workspace", input={"topic": "old-only"}, actor="t"
+    ).run
     _drive(done.run_id)
     run_resume(run_id=done.run_id, actor="t")
     _drive(done.run_id)
@@ -121,7 +127,9 @@ def test_ttl_reclaims_only_blobs_no_live_run_names(tenant, settings):
     _, kept = workspace_files_at(run_id=live.run_id)
     assert old["notes/progress.md"] == kept["notes/progress.md"]
     settings.KEEPER_WORKSPACE_TTL = 0.0
-    AgentRun.objects.filter(run_id=done.run_id).update(updated_at=AgentRun.objects.get(run_id=done.run_id).updated_at)
+    AgentRun.objects.filter(run_id=done.run_id).update(
+        updated_at=AgentRun.objects.get(run_id=done.run_id).updated_at
+    )
     time.sleep(0.05)
     counts = workspace_reclaim()
     assert counts["snapshots"] >= 1
@@ -130,3 +138,52 @@ def test_ttl_reclaims_only_blobs_no_live_run_names(tenant, settings):
     assert _blob_path(kept["notes/progress.md"]).exists()  # the live run still names it
     assert _blob_path(kept["plan.md"]).exists()
     assert WorkspaceSnapshot.objects.filter(run_id=live.run_id).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_erasure_deletes_the_subjects_manifests_and_blobs_and_keeps_shared_ones(tenant):
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    mine = run_start(
+        tenant=tenant,
+        workflow_name="test.workspace",
+        input={"topic": "cust-4711 secret"},
+        actor="t",
+        subject="cust-4711",
+    ).run
+    _drive(mine.run_id)
+    child = run_fork(
+        run_id=mine.run_id,
+        at_seq=AgentRun.objects.get(run_id=mine.run_id).state_revision,
+        actor="t",
+        start=False,
+    )
+    other = run_start(
+        tenant=tenant, workflow_name="test.workspace", input={"topic": "x"}, actor="t", subject="cust-9"
+    ).run
+    _drive(other.run_id)
+    _, files = workspace_files_at(run_id=mine.run_id)
+    _, shared = workspace_files_at(run_id=other.run_id)
+    secret, common = _blob_path(files["plan.md"]), _blob_path(shared["notes/progress.md"])
+    assert secret.exists() and files["notes/progress.md"] == shared["notes/progress.md"]
+    request = erasure_request_create(tenant=tenant, subject_id="cust-4711", requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
+    places = {p["place"]: p for p in done.receipt["places"]}
+    assert (
+        places["artifacts.workspace_blobs"]["before"] >= 1
+        and places["artifacts.workspace_blobs"]["after"] == 0
+    )
+    assert not WorkspaceSnapshot.objects.filter(run_id__in=[mine.run_id, child.run_id]).exists()
+    assert not secret.exists()  # the subject's bytes are gone from disk
+    assert common.exists()  # another subject's run names the same content: kept
+    assert WorkspaceSnapshot.objects.filter(run_id=other.run_id).exists()
+
+
+def test_workspace_bench_prints_the_figures_and_the_interval(db, capsys) -> None:
+    from django.core.management import call_command
+
+    call_command("workspace_bench", "--rounds", "50")
+    out = capsys.readouterr().out
+    assert "snapshot cost C =" in out and "interval N = sqrt(2C/(p*s)) =" in out
+    print(out)
