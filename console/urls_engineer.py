@@ -10,6 +10,7 @@ from console.views import (
     engineer_langgraph,
     engineer_live,
     engineer_queue,
+    engineer_workspace,
 )
 
 urlpatterns = [
@@ -45,4 +46,5 @@ urlpatterns = [
     path(
         "runs/<uuid:run_id>/history.json", engineer_history.run_history_download, name="run_history_download"
     ),
+    path("runs/<uuid:run_id>/workspace/", engineer_workspace.run_workspace, name="run_workspace"),
 ]
