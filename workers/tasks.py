@@ -18,6 +18,7 @@ from runs.conversations.learning import run_learn
 from runs.engine.dispatch import runs_redispatch
 from runs.engine.forks import forks_expire
 from runs.engine.steps import run_advance
+from runs.engine.workspace import workspace_reclaim
 
 
 @shared_task(name="workers.tasks.advance_run", ignore_result=True)
@@ -33,6 +34,11 @@ def redispatch_runs() -> int:
 @shared_task(name="workers.tasks.expire_forks", ignore_result=True)
 def expire_forks() -> int:
     return forks_expire()
+
+
+@shared_task(name="workers.tasks.reclaim_workspaces", ignore_result=True)
+def reclaim_workspaces() -> dict[str, int]:
+    return workspace_reclaim()
 
 
 @shared_task(name="workers.tasks.execute_erasure", ignore_result=True)
