@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import tests.runs.workspace_flows  # noqa: F401 - registers test.workspace in this process
+from runs.engine import workspace
 from runs.engine.forks import run_fork
 from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_resume, run_start
@@ -107,6 +108,7 @@ def test_a_resumed_run_continues_with_its_files_and_a_snapshot_per_suspend(tenan
     run = run_start(tenant=tenant, workflow_name="test.workspace", input={"topic": "resume"}, actor="t").run
     _drive(run.run_id)
     assert AgentRun.objects.get(run_id=run.run_id).status == "suspended"
+    workspace._open.clear()  # another worker process resumes it: nothing in memory, only the snapshot
     run_resume(run_id=run.run_id, actor="t")
     _drive(run.run_id)
     run = AgentRun.objects.get(run_id=run.run_id)
