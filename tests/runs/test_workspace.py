@@ -30,9 +30,9 @@ def _blob_path(ref: dict) -> Path:
     return Path(str(ref["uri"])[len("file://") :])
 
 
-def _drive(run_id) -> None:
+def _drive(run_id, *, sliced: bool = False) -> None:
     for _ in range(20):
-        result = run_advance(run_id=run_id)
+        result = run_advance(run_id=run_id, sliced=sliced)
         if result.status != "running":
             return
 
@@ -234,3 +234,25 @@ def test_workspace_bench_prints_the_figures_and_the_interval(db, capsys) -> None
     out = capsys.readouterr().out
     assert "snapshot cost C =" in out and "interval N = sqrt(2C/(p*s)) =" in out
     print(out)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_workspace_is_snapshotted_before_a_side_effect(tenant, settings):
+    # One slice for both steps and no interval snapshot: only the side effect's can be there.
+    settings.KEEPER_WORKSPACE_SNAPSHOT_STEPS, settings.KEEPER_SLICE_MS = 100, 60_000
+    run = run_start(tenant=tenant, workflow_name="test.workspace_effect", input={}, actor="t").run
+    _drive(run.run_id, sliced=True)
+    run = AgentRun.objects.get(run_id=run.run_id)
+    assert run.status == "completed", run.suspend_detail
+    assert run.result["snapshot"] == ["side_effect", ["report.md"]]
+
+
+def test_bad_workspace_paths_are_refused_with_a_reason() -> None:
+    from core.errors import InvalidInput
+    from runs.engine.workspace import workspace_path_clean
+
+    assert workspace_path_clean("notes/./plan.md") == "notes/plan.md"
+    for bad in ("", "/etc/passwd", "../up.md", "a/../../b", "x" * 600, "nul\x00"):
+        with pytest.raises(InvalidInput) as refused:
+            workspace_path_clean(bad)
+        assert refused.value.code == "invalid_path"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from runs.engine.authoring import Context, State, StepResult, workflow
+from runs.engine.authoring import Context, OperationCall, State, StepResult, tool, workflow
+from runs.engine.workspace_models import WorkspaceSnapshot
 
 notes = workflow("test.workspace", version="1", description="Writes files over several steps.")
 
@@ -42,3 +43,28 @@ def wait(ctx: Context, state: State) -> StepResult:
 
 
 notes.register()
+
+# --- a side effect after a file was written: the workspace is snapshotted before it is sent ---
+
+SNAPSHOTTED_TOOL = tool("test.workspace_notify", version="v1", lookup=None)
+effect = workflow("test.workspace_effect", version="1", description="Writes a file, then sends a notice.")
+
+
+@effect.step
+def write_report(ctx: Context, state: State) -> StepResult:
+    ctx.workspace.write("report.md", "ready to send\n")
+    return ctx.next(send, state)
+
+
+@effect.step
+def send(ctx: Context, state: State) -> StepResult:
+    def call(_: OperationCall) -> dict[str, object]:
+        # What was durable when the side effect went out.
+        kept = WorkspaceSnapshot.objects.filter(run_id=ctx.run_id).order_by("seq").last()
+        return {"id": "n-1", "snapshot": None if kept is None else [kept.reason, sorted(kept.manifest)]}
+
+    outcome = ctx.operation(f"notify:{ctx.run_id}", tool=SNAPSHOTTED_TOOL, request={"to": "ops"}, call=call)
+    return ctx.complete(state, outcome.result)
+
+
+effect.register()
