@@ -55,8 +55,8 @@ def run_workspace(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
             )
             diffs.append({"path": path, "lines": lines})
     shown = [
-        {"path": r["path"], "text": workspace_file_text(ref=files[r["path"]], limit=20_000)}
-        for r in rows[:50]
+        {"path": path, "text": workspace_file_text(ref=ref, limit=20_000)}
+        for path, ref in sorted(files.items())[:50]
     ]
     context = {
         "run": run,
