@@ -256,3 +256,15 @@ def test_bad_workspace_paths_are_refused_with_a_reason() -> None:
         with pytest.raises(InvalidInput) as refused:
             workspace_path_clean(bad)
         assert refused.value.code == "invalid_path"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_another_tenant_sees_no_snapshot_row(tenant, other_tenant):
+    from core.tenancy import tenant_scope
+
+    run = run_start(tenant=tenant, workflow_name="test.workspace", input={"topic": "rls"}, actor="t").run
+    _drive(run.run_id)
+    assert WorkspaceSnapshot.objects.filter(run_id=run.run_id).exists()
+    with tenant_scope(other_tenant.tenant_id):
+        assert not WorkspaceSnapshot.objects.filter(run_id=run.run_id).exists()
+        assert workspace_files_at(run_id=run.run_id) == (None, {})
