@@ -36,10 +36,11 @@ from runs.engine.workspace_models import WorkspaceSnapshot
 
 MAX_PATH_CHARS = 512
 MAX_FILE_BYTES = 16 * 1024 * 1024
-# Measured by `manage.py workspace_bench` (see the README): a snapshot of a small workspace (20 files,
-# 4 KiB each, 1 changed: 0.5 ms of blobs, 0.2 ms of manifest row) and a model-calling step of 2 s; the failure rate is one crash per
-# ~1,000 steps (a worker restart an hour at a few steps a second). Override with
-# KEEPER_WORKSPACE_SNAPSHOT_STEPS (a fixed N) when the figures differ.
+# Measured by `manage.py workspace_bench` (see the README), on the shared 2-core test machine: a small
+# workspace (20 files of 4 KiB, 1 changed) costs 0.7-1.8 ms a snapshot (blobs + manifest, then the
+# manifest row); a model-calling step costs ~2 s; one crash per ~1,000 steps. That gives N = 1 (snapshot
+# every step); a big workspace (200 x 64 KiB, 20 changed: ~18 ms) gives N = 4. Set
+# KEEPER_WORKSPACE_SNAPSHOT_STEPS (a fixed N) when a deployment's figures differ.
 DEFAULT_SNAPSHOT_COST_S = 0.0007
 DEFAULT_STEP_COST_S = 2.0
 DEFAULT_FAILURE_RATE = 0.001
