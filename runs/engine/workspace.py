@@ -14,6 +14,7 @@ names; erasure deletes a subject's runs' manifests and the blobs only they name.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import posixpath
@@ -33,6 +34,8 @@ from core.tenancy import tenant_bind, tenant_scope
 from runs.engine.artifacts import artifact_get, artifact_put
 from runs.engine.models import AgentRun
 from runs.engine.workspace_models import WorkspaceSnapshot
+
+logger = logging.getLogger(__name__)
 
 MAX_PATH_CHARS = 512
 MAX_FILE_BYTES = 16 * 1024 * 1024
@@ -241,7 +244,10 @@ def workspace_slice_end(*, run_id: UUID) -> None:
     ws = _open.pop(run_id, None)
     if ws is not None:
         ws.pending.clear()
-        _snapshot(ws, "slice_end")
+        try:
+            _snapshot(ws, "slice_end")
+        except Exception:  # in the executor's `finally`: never hide the error the slice raised
+            logger.exception("run %s: the slice-end workspace snapshot failed; its writes are lost", run_id)
 
 
 def workspace_before_side_effect(*, run_id: UUID) -> None:
