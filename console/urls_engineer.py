@@ -11,6 +11,7 @@ from console.views import (
     engineer_live,
     engineer_queue,
     engineer_webhooks,
+    engineer_workspace,
 )
 
 urlpatterns = [
@@ -46,6 +47,7 @@ urlpatterns = [
     path(
         "runs/<uuid:run_id>/history.json", engineer_history.run_history_download, name="run_history_download"
     ),
+    path("runs/<uuid:run_id>/workspace/", engineer_workspace.run_workspace, name="run_workspace"),
 ]
 
 urlpatterns += [

@@ -31,6 +31,9 @@ class RunsConfig(AppConfig):
         from runs.engine.charges import charges_tokenizer_register
 
         charges_tokenizer_register(token_counter)
+        from runs.engine import workspace
+
+        workspace.register()
         eraser_register(langgraph_erasure.LangGraphEraser())
         langgraph_erasure.register()
         # Imported only when a worker resumes it (the langgraph extra).

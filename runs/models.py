@@ -13,6 +13,7 @@ from runs.engine.models import (
     SummaryStatus,
     ToolOperation,
 )
+from runs.engine.workspace_models import WorkspaceSnapshot
 from runs.external.models import ExternalWorkflow
 from runs.langgraph.models import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
 from runs.webhooks.models import WebhookDelivery, WebhookSubscription
@@ -33,4 +34,5 @@ __all__ = [
     "ToolOperation",
     "WebhookDelivery",
     "WebhookSubscription",
+    "WorkspaceSnapshot",
 ]

@@ -32,6 +32,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": 60.0,
             "options": {"expires": 120},
         },
+        # Workspace snapshots of runs finished a TTL ago, and the blobs no other snapshot names.
+        "reclaim-workspaces": {
+            "task": "workers.tasks.reclaim_workspaces",
+            "schedule": 3600.0,
+            "options": {"expires": 7200},
+        },
         "purge-expired-memory": {
             "task": "workers.tasks.purge_expired_memory",
             "schedule": 300.0,

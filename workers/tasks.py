@@ -18,6 +18,7 @@ from runs.conversations.learning import run_learn
 from runs.engine.dispatch import runs_redispatch
 from runs.engine.forks import forks_expire
 from runs.engine.steps import run_advance
+from runs.engine.workspace import workspace_reclaim
 from runs.webhooks.delivery import webhooks_deliver_due
 
 
@@ -39,6 +40,11 @@ def expire_forks() -> int:
 @shared_task(name="workers.tasks.deliver_webhooks", ignore_result=True)
 def deliver_webhooks() -> int:
     return webhooks_deliver_due()
+
+
+@shared_task(name="workers.tasks.reclaim_workspaces", ignore_result=True)
+def reclaim_workspaces() -> int:
+    return sum(workspace_reclaim().values())  # a count, so an idle sweep logs at DEBUG
 
 
 @shared_task(name="workers.tasks.execute_erasure", ignore_result=True)

@@ -216,6 +216,10 @@ KEEPER_PREPARED_STATEMENTS = env_bool("KEEPER_PREPARED_STATEMENTS", True)
 KEEPER_FORK_TTL = env_number("KEEPER_FORK_TTL", 7 * 24 * 3600.0, minimum=1)
 # Seconds a fork that was started may stay suspended, untouched, before it is cancelled as abandoned.
 KEEPER_FORK_STARTED_TTL = env_number("KEEPER_FORK_STARTED_TTL", 30 * 24 * 3600.0, minimum=1)
+# Steps between workspace snapshots (0: the interval chapter 39's cost model chooses), and seconds a
+# finished run's workspace snapshots are kept before beat reclaims them.
+KEEPER_WORKSPACE_SNAPSHOT_STEPS = env_int("KEEPER_WORKSPACE_SNAPSHOT_STEPS", 0, minimum=0)
+KEEPER_WORKSPACE_TTL = env_number("KEEPER_WORKSPACE_TTL", 7 * 24 * 3600.0, minimum=1)
 KEEPER_MAX_STATE_BYTES = env_int("KEEPER_MAX_STATE_BYTES", 256 * 1024, minimum=1024)
 KEEPER_ARTIFACT_ROOT = Path(env_str("KEEPER_ARTIFACT_ROOT", str(DATA_DIR / "artifacts")))
 KEEPER_CRASH_AT = env_str("KEEPER_CRASH_AT")
@@ -338,6 +342,7 @@ SWEEP_TASKS = (
     "workers.tasks.embed_pending_documents",
     "workers.tasks.expire_retrieval_index",
     "workers.tasks.deliver_webhooks",
+    "workers.tasks.reclaim_workspaces",
 )
 LOGGING: dict[str, Any] = {
     "version": 1,

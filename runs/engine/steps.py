@@ -32,7 +32,7 @@ from core.logging import log_context
 from core.metrics import observe_step
 from core.tenancy import run_tenant, tenant_bind
 from core.tracing import span
-from runs.engine import store
+from runs.engine import store, workspace
 from runs.engine.budgets import BudgetExhausted, budgets_deadline_passed, budgets_exhausted, budgets_spend
 from runs.engine.charges import step_charging
 from runs.engine.dispatch import run_enqueue
@@ -195,15 +195,19 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None, sliced: bool = Fa
 def _advance_slice(grant: LeaseGrant, lease: HeldLease, *, sliced: bool) -> AdvanceResult:
     """Steps back to back under one lease until the run stops moving or the slice is used up."""
     turn = _Slice(lease, sliced=sliced)
-    while True:
-        try:
-            with span("keeper.step", _span_attributes(grant)):  # one span per step, not per slice
-                result = _advance_leased(grant, lease, turn)
-        finally:
-            turn.steps += 1
-        if result.carry is None:
-            return dataclasses.replace(result, steps=turn.steps)
-        grant = result.carry
+    workspace.workspace_slice_begin(run_id=grant.run_id)
+    try:
+        while True:
+            try:
+                with span("keeper.step", _span_attributes(grant)):  # one span per step, not per slice
+                    result = _advance_leased(grant, lease, turn)
+            finally:
+                turn.steps += 1
+            if result.carry is None:
+                return dataclasses.replace(result, steps=turn.steps)
+            grant = result.carry
+    finally:
+        workspace.workspace_slice_end(run_id=grant.run_id)
 
 
 def _wake_parent_if_finished(result: AdvanceResult, *, run_id: UUID, tenant_id: UUID) -> None:
@@ -349,6 +353,7 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
         lease=lease,
     )
     started = time.monotonic()
+    workspace.workspace_step_begin(run_id=grant.run_id)
     try:
         with step_charging(
             ctx, state.get("budgets")
@@ -366,9 +371,11 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
     finally:
         observe_step(workflow=workflow.name, step=step.name, seconds=time.monotonic() - started)
     spent = ctx.spent(wall_s=time.monotonic() - started)
-    return _commit_outcome(
+    result = _commit_outcome(
         committer, grant, workflow, current, {**base, "spent": spent}, outcome, suspend, spent, turn
     )
+    workspace.workspace_step_end(run_id=grant.run_id, result=result)
+    return result
 
 
 def _spend(state: dict[str, Any], spent: dict[str, float]) -> EncodedState:

@@ -50,6 +50,7 @@ from runs.engine.registry import (
     StepResult,
     Suspend,
 )
+from runs.engine.workspace import Workspace, workspace_before_side_effect, workspace_of
 
 AnyStep = Callable[["Context", Any], StepResult]
 
@@ -179,6 +180,12 @@ class Context:
     def actor(self) -> str:
         """Who acts: the worker holding the run's lease."""
         return self._base.lease.grant.owner
+
+    @property
+    def workspace(self) -> Workspace:
+        """The run's files (read, write, delete, list): restored from its last snapshot, kept by
+        the snapshot policy of runs/engine/workspace.py; a write counts once this step commits."""
+        return workspace_of(run_id=self.run_id, tenant_id=self.tenant_id)
 
     @property
     def engine(self) -> StepContext:
@@ -313,6 +320,7 @@ class Context:
         if asked_at is not None:
             self._approval_in_force(asked_at, json_digest(body))
         key, label = str(self.run_id), tool.crash_label
+        workspace_before_side_effect(run_id=self.run_id)
         crash_point(f"before_{label}_call", key=key)
         operation_mark_started(
             tenant_id=self.tenant_id,

@@ -1,0 +1,464 @@
+"""A run's workspace: files a step reads and writes through ctx.workspace, stored content-addressed and
+snapshotted by policy (every N steps, on suspend, before a side effect), restored on resume and take-over.
+
+A step's writes are pending until its step commits; committed writes are kept in the worker's memory
+until the next snapshot, which stores each file's bytes with artifact_put (digest + URI, one file per
+content, shared across runs) and a manifest (path -> digest, URI, size) in workspace_snapshots at the
+seq of the last committed event. A crash loses what was written after the last snapshot, as chapter 39
+accepts; N is chosen by weighing a snapshot's cost against the work a crash makes redo
+(workspace_snapshot_interval). A fork's first snapshot is its parent's manifest at the fork point (no
+byte is copied); a TTL sweep reclaims the snapshots of finished runs and the blobs no other snapshot
+names; erasure deletes a subject's runs' manifests and the blobs only they name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import posixpath
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import connection
+
+from core.erasure import Place, Scope, column_place, free_register, place_register
+from core.errors import InvalidInput, NotFound
+from core.tenancy import tenant_bind, tenant_scope
+from runs.engine.artifacts import artifact_get, artifact_put
+from runs.engine.models import AgentRun
+from runs.engine.workspace_models import WorkspaceSnapshot
+
+logger = logging.getLogger(__name__)
+
+MAX_PATH_CHARS = 512
+MAX_FILE_BYTES = 16 * 1024 * 1024
+# Measured by `manage.py workspace_bench` (see the README), on the shared 2-core test machine: a small
+# workspace (20 files of 4 KiB, 1 changed) costs 0.7-1.8 ms a snapshot (blobs + manifest, then the
+# manifest row); a model-calling step costs ~2 s; one crash per ~1,000 steps. That gives N = 1 (snapshot
+# every step); a big workspace (200 x 64 KiB, 20 changed: ~18 ms) gives N = 4. Set
+# KEEPER_WORKSPACE_SNAPSHOT_STEPS (a fixed N) when a deployment's figures differ.
+DEFAULT_SNAPSHOT_COST_S = 0.0007
+DEFAULT_STEP_COST_S = 2.0
+DEFAULT_FAILURE_RATE = 0.001
+MAX_INTERVAL = 1000
+
+
+def workspace_snapshot_interval(*, snapshot_cost_s: float, step_cost_s: float, failure_rate: float) -> int:
+    """The number of steps between snapshots that costs least per step.
+
+    Chapter 39's model: a crash falls uniformly inside an interval, so it loses on average half of it
+    (N/2 steps of work to redo). Per step that is failure_rate * N/2 * step_cost_s of expected redo,
+    against snapshot_cost_s / N of snapshot writes; the sum is least at N = sqrt(2C / (p * s))
+    (Young's interval), rounded to the better neighbouring whole number, between 1 and MAX_INTERVAL.
+    """
+    if snapshot_cost_s < 0 or step_cost_s < 0 or not 0 <= failure_rate <= 1:
+        raise InvalidInput(
+            "costs must be non-negative and the failure rate between 0 and 1", code="invalid_interval_input"
+        )
+    if failure_rate == 0 or step_cost_s == 0:
+        return MAX_INTERVAL  # nothing to redo: snapshot only on suspend, side effects and slice ends
+    best = math.sqrt(2 * snapshot_cost_s / (failure_rate * step_cost_s))
+
+    def overhead(n: int) -> float:
+        return snapshot_cost_s / n + failure_rate * step_cost_s * n / 2
+
+    candidates = {max(1, math.floor(best)), max(1, math.ceil(best))}
+    return min(MAX_INTERVAL, min(candidates, key=lambda n: (overhead(n), n)))
+
+
+def workspace_interval() -> int:
+    """N in force: KEEPER_WORKSPACE_SNAPSHOT_STEPS if set (settings or environment), else computed."""
+    fixed = settings.KEEPER_WORKSPACE_SNAPSHOT_STEPS
+    if fixed:
+        return max(1, int(fixed))
+    return workspace_snapshot_interval(
+        snapshot_cost_s=DEFAULT_SNAPSHOT_COST_S,
+        step_cost_s=DEFAULT_STEP_COST_S,
+        failure_rate=DEFAULT_FAILURE_RATE,
+    )
+
+
+def workspace_path_clean(path: str) -> str:
+    """A relative POSIX path with no '..', no empty or absolute parts; InvalidInput otherwise."""
+    if not isinstance(path, str) or not path or len(path) > MAX_PATH_CHARS or "\x00" in path:
+        raise InvalidInput(f"a workspace path must be 1..{MAX_PATH_CHARS} characters", code="invalid_path")
+    clean = posixpath.normpath(path)
+    if path.startswith("/") or clean.startswith("..") or clean in (".", ""):
+        raise InvalidInput(f"workspace path {path!r} must stay inside the workspace", code="invalid_path")
+    return clean
+
+
+@dataclass
+class Workspace:
+    """One run's files in this worker: the last snapshot's manifest, committed and pending changes."""
+
+    run_id: UUID
+    tenant_id: UUID
+    base: dict[str, dict[str, Any]] = field(default_factory=dict)
+    base_seq: int | None = None
+    committed: dict[str, bytes | None] = field(default_factory=dict)
+    pending: dict[str, bytes | None] = field(default_factory=dict)
+    last_seq: int | None = None
+    steps_since: int = 0
+
+    def _current(self, path: str) -> bytes | dict[str, Any] | None:
+        for layer in (self.pending, self.committed):
+            if path in layer:
+                return layer[path]
+        return self.base.get(path)
+
+    def read(self, path: str) -> bytes:
+        """The file's bytes as this step sees them (NotFound if there is none)."""
+        found = self._current(workspace_path_clean(path))
+        if found is None:
+            raise NotFound(
+                f"no file {path!r} in the workspace of run {self.run_id}", code="workspace_file_missing"
+            )
+        return found if isinstance(found, bytes) else artifact_get(ref=found)
+
+    def read_text(self, path: str) -> str:
+        return self.read(path).decode("utf-8")
+
+    def exists(self, path: str) -> bool:
+        return self._current(workspace_path_clean(path)) is not None
+
+    def write(self, path: str, data: bytes | str) -> None:
+        """Write the file; it counts once this step commits (a failed attempt's writes are dropped)."""
+        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        if len(body) > MAX_FILE_BYTES:
+            raise InvalidInput(
+                f"workspace file {path!r} is over {MAX_FILE_BYTES} bytes", code="file_too_large"
+            )
+        self.pending[workspace_path_clean(path)] = body
+
+    def delete(self, path: str) -> None:
+        self.pending[workspace_path_clean(path)] = None
+
+    def list(self) -> list[str]:
+        """Every path there is now, sorted."""
+        paths = set(self.base) | set(self.committed) | set(self.pending)
+        return sorted(p for p in paths if self._current(p) is not None)
+
+    @property
+    def dirty(self) -> bool:
+        return bool(self.committed)
+
+
+_open: dict[UUID, Workspace] = {}
+
+
+def _latest(run_id: UUID, at_most: int | None = None) -> WorkspaceSnapshot | None:
+    rows = WorkspaceSnapshot.objects.filter(run_id=run_id)
+    if at_most is not None:
+        rows = rows.filter(seq__lte=at_most)
+    return rows.order_by("-seq").first()
+
+
+def workspace_of(*, run_id: UUID, tenant_id: UUID) -> Workspace:
+    """The run's workspace in this worker, loaded from its last snapshot on first use in a slice."""
+    ws = _open.get(run_id)
+    if ws is None:
+        with tenant_scope(tenant_id):
+            snap = _latest(run_id)
+        ws = Workspace(run_id=run_id, tenant_id=tenant_id)
+        if snap is not None:
+            ws.base, ws.base_seq, ws.last_seq = dict(snap.manifest), snap.seq, snap.seq
+        _open[run_id] = ws
+    return ws
+
+
+def _snapshot(ws: Workspace, reason: str) -> WorkspaceSnapshot | None:
+    """Store the committed changes' bytes and write the manifest at the last committed seq."""
+    if not ws.dirty or ws.last_seq is None:
+        return None
+    manifest = dict(ws.base)
+    for path, body in ws.committed.items():
+        if body is None:
+            manifest.pop(path, None)
+        else:
+            manifest[path] = artifact_put(data=body)
+    with tenant_scope(ws.tenant_id):
+        snap, _ = WorkspaceSnapshot.objects.update_or_create(
+            run_id=ws.run_id,
+            seq=ws.last_seq,
+            defaults={"tenant_id": ws.tenant_id, "reason": reason, "manifest": manifest},
+        )
+    ws.base, ws.base_seq, ws.committed, ws.steps_since = manifest, ws.last_seq, {}, 0
+    return snap
+
+
+# --- the executor's hooks (runs/engine/steps.py) ---
+
+
+def workspace_slice_begin(*, run_id: UUID) -> None:
+    """A new lease: whatever this worker held of the run may be stale; the next use reloads."""
+    _open.pop(run_id, None)
+
+
+def workspace_step_begin(*, run_id: UUID) -> None:
+    """A step attempt starts: an earlier failed attempt's writes do not count."""
+    ws = _open.get(run_id)
+    if ws is not None:
+        ws.pending.clear()
+
+
+def workspace_step_end(*, run_id: UUID, result: Any) -> None:
+    """The step's AdvanceResult: committed at `result.seq`, or not (then the step's writes are
+    dropped). Snapshot every N steps, when the run stops running (suspended, finished), and at a
+    slice's end (`result.carry` is None: the lease is given back)."""
+    ws = _open.get(run_id)
+    if ws is None:
+        return
+    seq, status, final = result.seq, result.status, result.carry is None
+    if (
+        result.outcome != "committed"
+        or seq is None
+        or status not in ("running", "suspended", "completed", "failed")
+    ):
+        ws.pending.clear()  # a step error's retry, a fence: this attempt's writes do not count
+        return
+    ws.committed.update(ws.pending)
+    ws.pending.clear()
+    ws.last_seq, ws.steps_since = seq, ws.steps_since + 1
+    if status == "suspended":
+        _snapshot(ws, "suspend")
+    elif status != "running":
+        _snapshot(ws, "finished")
+    elif ws.steps_since >= workspace_interval():
+        _snapshot(ws, "interval")
+    elif final:
+        _snapshot(ws, "slice_end")
+
+
+def workspace_slice_end(*, run_id: UUID) -> None:
+    """The lease is given back (or the slice raised): keep what was committed, drop the copy."""
+    ws = _open.pop(run_id, None)
+    if ws is not None:
+        ws.pending.clear()
+        try:
+            _snapshot(ws, "slice_end")
+        except Exception:  # in the executor's `finally`: never hide the error the slice raised
+            logger.exception("run %s: the slice-end workspace snapshot failed; its writes are lost", run_id)
+
+
+def workspace_before_side_effect(*, run_id: UUID) -> None:
+    """Before an operation is sent: what earlier steps committed is made durable first."""
+    ws = _open.get(run_id)
+    if ws is not None:
+        _snapshot(ws, "side_effect")
+
+
+# --- reading (the console) ---
+
+
+def workspace_snapshots(*, run_id: UUID) -> list[WorkspaceSnapshot]:
+    """The run's snapshots, oldest first (the caller's tenant scope applies)."""
+    return list(WorkspaceSnapshot.objects.filter(run_id=run_id).order_by("seq"))
+
+
+def workspace_files_at(
+    *, run_id: UUID, seq: int | None = None
+) -> tuple[int | None, dict[str, dict[str, Any]]]:
+    """(the snapshot's seq, its manifest) of the last snapshot at or before `seq` (None: the last)."""
+    snap = _latest(run_id, seq)
+    return (None, {}) if snap is None else (snap.seq, dict(snap.manifest))
+
+
+def workspace_file_text(*, ref: dict[str, Any], limit: int = 200_000) -> str:
+    """A stored file as text for display (bytes that are not UTF-8 are shown replaced)."""
+    try:
+        data = artifact_get(ref=ref)
+    except (NotFound, InvalidInput) as exc:
+        return f"[{exc.message}]"
+    return data[:limit].decode("utf-8", errors="replace")
+
+
+# --- forks ---
+
+
+def workspace_fork_copy(
+    *, parent: AgentRun, child_id: uuid.UUID, at_seq: int, next_step: str, state_digest: str
+) -> int:
+    """A fork's first snapshot is the parent's manifest at the fork point: copy on write, no bytes copied."""
+    snap = _latest(parent.run_id, at_seq)
+    if snap is not None:
+        WorkspaceSnapshot.objects.create(
+            tenant_id=parent.tenant_id, run_id=child_id, seq=1, reason="fork", manifest=dict(snap.manifest)
+        )
+    return 0
+
+
+# --- the TTL sweep ---
+
+
+def _paths_of(refs: list[dict[str, Any]]) -> dict[str, Path]:
+    return {
+        str(r["digest"]): Path(str(r["uri"])[len("file://") :])
+        for r in refs
+        if str(r.get("uri", "")).startswith("file://")
+    }
+
+
+def workspace_reclaim(*, limit: int = 1000) -> dict[str, int]:
+    """Delete the snapshots of runs finished more than KEEPER_WORKSPACE_TTL seconds ago, then every
+    blob of theirs no remaining snapshot (of a live run, a fork, a younger finished run) names."""
+    ttl = float(settings.KEEPER_WORKSPACE_TTL)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT id, tenant_id FROM keeper_workspace_reclaimable(%s, %s)", [ttl, limit])
+        rows = cursor.fetchall()
+    by_tenant: dict[UUID, list[int]] = {}
+    for snap_id, tenant_id in rows:
+        by_tenant.setdefault(tenant_id, []).append(snap_id)
+    refs: list[dict[str, Any]] = []
+    deleted = 0
+    for tenant_id, ids in by_tenant.items():
+        with tenant_bind(tenant_id), tenant_scope(tenant_id):
+            snaps = WorkspaceSnapshot.objects.filter(id__in=ids)
+            refs.extend(r for s in snaps for r in s.manifest.values())
+            deleted += snaps.delete()[0]
+    blobs = _paths_of(refs)
+    removed = 0
+    for path in _unused(blobs, except_runs=[]).values():
+        if path.exists():
+            path.unlink()
+            removed += 1
+    return {"snapshots": deleted, "blobs": removed}
+
+
+def _unused(blobs: dict[str, Path], *, except_runs: list[UUID]) -> dict[str, Path]:
+    """The blobs no snapshot outside `except_runs` names, in any tenant (a digest is shared)."""
+    if not blobs:
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT digest FROM keeper_workspace_digests_in_use(%s::text[], %s::uuid[])",
+            [list(blobs), except_runs],
+        )
+        used = {row[0] for row in cursor.fetchall()}
+    return {d: p for d, p in blobs.items() if d not in used}
+
+
+# --- erasure ---
+
+_SUBJECT_RUNS = """
+WITH RECURSIVE tree AS (
+  SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND subject IN (%(subject)s, %(erased)s)
+  UNION
+  SELECT r.run_id FROM agent_runs r JOIN tree ON r.parent_run_id = tree.run_id WHERE r.tenant_id = %(tenant)s)
+SELECT run_id FROM tree
+"""
+
+
+class WorkspaceEraser:
+    """A subject's runs' (and their forks') manifests are deleted, and the blobs only they name."""
+
+    name = "workspace"
+
+    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
+        with tenant_scope(tenant_id), connection.cursor() as cursor:
+            cursor.execute(
+                _SUBJECT_RUNS,
+                {"tenant": tenant_id, "subject": subject_id, "erased": f"erased:{subject_digest}"},
+            )
+            run_ids = tuple(sorted(row[0] for row in cursor.fetchall()))
+            refs = [
+                r for s in WorkspaceSnapshot.objects.filter(run_id__in=run_ids) for r in s.manifest.values()
+            ]
+        only_theirs = _unused(_paths_of(refs), except_runs=list(run_ids))
+        return Scope(
+            tenant_id=tenant_id,
+            subject_id=subject_id,
+            run_ids=run_ids,
+            artifact_uris=tuple(sorted(f"file://{p}" for p in only_theirs.values())),
+        )
+
+    def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
+        with tenant_scope(scope.tenant_id):
+            refs = [
+                r
+                for s in WorkspaceSnapshot.objects.filter(run_id__in=scope.run_ids)
+                for r in s.manifest.values()
+            ]
+            manifests, _ = WorkspaceSnapshot.objects.filter(run_id__in=scope.run_ids).delete()
+        blobs = 0
+        for path in _unused(_paths_of(refs), except_runs=list(scope.run_ids)).values():
+            if path.exists():
+                path.unlink()
+                blobs += 1
+        return {"manifests": manifests, "blobs": blobs}
+
+
+def _count_blobs(scope: Scope) -> int:
+    """Workspace blobs of the subject's runs still on disk (the scope's URIs; the runs' own
+    manifests, if any is left, name more)."""
+    with tenant_scope(scope.tenant_id):
+        refs = [
+            r for s in WorkspaceSnapshot.objects.filter(run_id__in=scope.run_ids) for r in s.manifest.values()
+        ]
+    return sum(1 for p in _paths_of(refs).values() if p.exists())
+
+
+def register() -> None:
+    """Called from RunsConfig.ready: the fork copier and the erasure registry's places and eraser."""
+    from core.erasure import eraser_register
+    from runs.engine.forks import fork_copier_register
+
+    fork_copier_register(workspace_fork_copy)
+    eraser_register(WorkspaceEraser())
+    place_register(
+        column_place(
+            table="workspace_snapshots",
+            column="manifest",
+            kind="json",
+            tenant_sql="t.tenant_id = %(tenant)s",
+            erased_by="workspace",
+            mine_sql="t.run_id = ANY(%(runs)s::uuid[])",
+            owner_sql="(SELECT r.subject FROM agent_runs r WHERE r.run_id = t.run_id)",
+            what="workspace_snapshots.manifest: file paths, digests and URIs (deleted)",
+        )
+    )
+    place_register(
+        Place(
+            name="artifacts.workspace_blobs",
+            what="workspace files (blobs by digest) the subject's runs' manifests name",
+            erased_by="workspace",
+            count=_count_blobs,
+        )
+    )
+    free_register("workspace_snapshots", "why the snapshot was taken (a code)", "reason")
+
+
+def bench_snapshot(*, files: int, file_bytes: int, changed: int, rounds: int) -> dict[str, float]:
+    """Time a snapshot's two parts, mean seconds each: artifact_put of the changed files plus the
+    manifest (put_s), and writing the manifest row (db_s, into a temporary table shaped like
+    workspace_snapshots, so no run is needed)."""
+    manifest: dict[str, dict[str, Any]] = {}
+    for i in range(files):
+        manifest[f"notes/f{i}.md"] = artifact_put(data=os.urandom(file_bytes))
+    started = time.perf_counter()
+    for _ in range(rounds):
+        for i in range(changed):
+            manifest[f"notes/f{i}.md"] = artifact_put(data=os.urandom(file_bytes))
+        body = json.dumps(manifest)
+    put_s = (time.perf_counter() - started) / rounds
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TEMPORARY TABLE IF NOT EXISTS workspace_bench "
+            "(id bigserial PRIMARY KEY, seq bigint, reason text, manifest jsonb, created_at timestamptz)"
+        )
+        started = time.perf_counter()
+        for seq in range(rounds):
+            cursor.execute(
+                "INSERT INTO workspace_bench (seq, reason, manifest, created_at) VALUES (%s, 'bench', %s, now())",
+                [seq, body],
+            )
+        db_s = (time.perf_counter() - started) / rounds
+        cursor.execute("DROP TABLE workspace_bench")
+    return {"put_s": put_s, "db_s": db_s}
