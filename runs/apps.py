@@ -40,5 +40,8 @@ class RunsConfig(AppConfig):
         from runs.external.workflows import external_workflows_ready
 
         external_workflows_ready()
+        from runs.engine.schedules import schedules_ready
+
+        schedules_ready()
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

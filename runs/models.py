@@ -13,6 +13,7 @@ from runs.engine.models import (
     SummaryStatus,
     ToolOperation,
 )
+from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
 from runs.external.models import ExternalWorkflow
 from runs.langgraph.models import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
 
@@ -30,4 +31,6 @@ __all__ = [
     "Summary",
     "SummaryStatus",
     "ToolOperation",
+    "OverlapPolicy",
+    "WorkflowSchedule",
 ]

@@ -198,6 +198,8 @@ KEEPER_SLICE_STEPS = env_int("KEEPER_SLICE_STEPS", 100, minimum=1)
 KEEPER_SLICE_MS = env_number("KEEPER_SLICE_MS", 200.0, minimum=0)
 # Seconds between beat sweeps for runs that lost their wake-up, and how old a wake-up must be.
 KEEPER_REDISPATCH_INTERVAL = env_number("KEEPER_REDISPATCH_INTERVAL", 5.0, minimum=0.1)
+# How often beat fires due schedules (runs/engine/schedules.py): a slot starts at most this late.
+KEEPER_SCHEDULE_INTERVAL = env_number("KEEPER_SCHEDULE_INTERVAL", 5.0, minimum=0.1)
 KEEPER_REDISPATCH_GRACE = env_number("KEEPER_REDISPATCH_GRACE", 15.0, minimum=0)
 # Prepare the per-step statements server-side (turn off behind a pooler that cannot keep them).
 KEEPER_PREPARED_STATEMENTS = env_bool("KEEPER_PREPARED_STATEMENTS", True)
@@ -321,6 +323,7 @@ SWEEP_TASKS = (
     "workers.tasks.project_all_memory",
     "workers.tasks.embed_pending_documents",
     "workers.tasks.expire_retrieval_index",
+    "workers.tasks.fire_schedules",
 )
 LOGGING: dict[str, Any] = {
     "version": 1,
