@@ -75,7 +75,8 @@ def _first_slot(timing: Timing, now: datetime) -> datetime:
     if timing.cron:
         return cron_parse(timing.cron).next_after(now)
     assert timing.interval_seconds is not None
-    return now + timedelta(seconds=timing.interval_seconds)
+    # Whole seconds, like the slot in the run's idempotency key.
+    return now.replace(microsecond=0) + timedelta(seconds=timing.interval_seconds)
 
 
 def _check_run_request(*, workflow_name: str, input: Any) -> None:

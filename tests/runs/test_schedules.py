@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connections, transaction
 
 from core.erasure import Scope
 from core.errors import InvalidInput
@@ -255,3 +256,31 @@ def test_erasing_a_subject_deletes_the_schedules_about_them(tenant):
     assert counts == {"schedules_deleted": 2}
     assert list(WorkflowSchedule.objects.values_list("schedule_id", flat=True)) == [other.schedule_id]
     assert theirs.schedule_id != other.schedule_id
+
+
+def test_interval_slots_fall_on_whole_seconds_like_the_slot_in_the_runs_key(tenant):
+    schedule = schedule_create(
+        tenant=tenant,
+        actor="t",
+        workflow_name="demo.countdown",
+        input={"n": 0},
+        interval_seconds=5,
+        now=T0 + timedelta(microseconds=375_700),
+    )
+    assert schedule.next_fire_at == T0 + timedelta(seconds=5)
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
+def test_a_schedule_another_beat_is_firing_is_skipped_not_fired_twice(tenant):
+    schedule = schedule_create(
+        tenant=tenant, actor="t", workflow_name="demo.countdown", input={"n": 0}, interval_seconds=60, now=T0
+    )
+    other_beat = connections["owner"]  # another connection that holds the row, as a beat mid-firing does
+    with transaction.atomic(using="owner"), other_beat.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM workflow_schedules WHERE schedule_id = %s FOR UPDATE", [schedule.pk])
+        assert schedules_fire_tenant(tenant=tenant, now=T0 + timedelta(seconds=61)) == []
+    [fired] = schedules_fire_tenant(tenant=tenant, now=T0 + timedelta(seconds=61))
+    assert fired.outcome == "started"
+    assert (
+        AgentRun.objects.filter(idempotency_key__startswith=f"schedule:{schedule.schedule_id}:").count() == 1
+    )
