@@ -2,12 +2,15 @@
 
 from django.urls import path
 
-from runs import api, api_conversation, api_langgraph, api_side_effects, api_workers
+from runs import api, api_conversation, api_langgraph, api_schedules, api_side_effects, api_workers
 
 _W = "workers/runs/<uuid:run_id>/"
 
 urlpatterns = [
     path("workflows/external/", api_workers.ExternalWorkflowApi.as_view(), name="api-external-workflows"),
+    path("workflows/", api_schedules.WorkflowListApi.as_view(), name="api-workflows"),
+    path("schedules/", api_schedules.ScheduleListApi.as_view(), name="api-schedules"),
+    path("schedules/<uuid:schedule_id>/", api_schedules.ScheduleDetailApi.as_view(), name="api-schedule"),
     path("workers/claim", api_workers.WorkerClaimApi.as_view(), name="api-worker-claim"),
     path(_W + "commit", api_workers.WorkerCommitApi.as_view(), name="api-worker-commit"),
     path(_W + "heartbeat", api_workers.WorkerHeartbeatApi.as_view(), name="api-worker-heartbeat"),

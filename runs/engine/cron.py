@@ -28,7 +28,7 @@ def _invalid(expression: str, why: str) -> InvalidInput:
 
 
 def _number(text: str, name: str, low: int, high: int, expression: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise _invalid(expression, f"{name} {text!r} is not a number")
     value = int(text)
     if not low <= value <= high:

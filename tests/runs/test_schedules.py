@@ -71,6 +71,7 @@ def test_the_latest_slot_at_or_before_a_moment_is_the_one_after_downtime():
         ("0 0 * JAN *", "not a number"),
         ("0 0 31 2 *", "never fires"),
         ("1,,2 * * * *", "not a number"),
+        ("² * * * *", "not a number"),  # a digit to str.isdigit, not to int()
     ],
 )
 def test_a_cron_expression_that_does_not_parse_says_why(expression, reason):
