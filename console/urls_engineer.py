@@ -10,6 +10,7 @@ from console.views import (
     engineer_langgraph,
     engineer_live,
     engineer_queue,
+    engineer_schedules,
 )
 
 urlpatterns = [
@@ -45,4 +46,19 @@ urlpatterns = [
     path(
         "runs/<uuid:run_id>/history.json", engineer_history.run_history_download, name="run_history_download"
     ),
+]
+
+# schedules and workflow versions (issue 16, items 7 and 8)
+urlpatterns += [
+    path("schedules/", engineer_schedules.schedule_list, name="schedule_list"),
+    *(
+        path(
+            f"schedules/<uuid:schedule_id>/{action}/",
+            engineer_schedules.schedule_action,
+            {"action": action},
+            name=f"schedule_{action}",
+        )
+        for action in ("pause", "resume", "delete")
+    ),
+    path("workflows/", engineer_schedules.workflow_list, name="workflow_list"),
 ]

@@ -294,15 +294,31 @@ class ScheduleView:
     last_run_status: str | None
 
 
-def schedule_views(*, tenant: Tenant) -> list[ScheduleView]:
-    schedules = schedule_list(tenant=tenant)
-    with tenant_bind(tenant.tenant_id):
-        statuses = dict(
-            AgentRun.objects.filter(
-                run_id__in=[s.last_run_id for s in schedules if s.last_run_id]
-            ).values_list("run_id", "status")
+def schedule_views(*, tenant: Tenant | None) -> list[ScheduleView]:
+    """A tenant's schedules, or (None) every schedule row-level security shows this request (a
+    console user's tenants), each with its last run's status."""
+    if tenant is not None:
+        with tenant_bind(tenant.tenant_id):
+            return schedule_views(tenant=None)
+    schedules = list(
+        WorkflowSchedule.objects.select_related("tenant").order_by(
+            "tenant__slug", "workflow_name", "created_at"
         )
+    )
+    statuses = dict(
+        AgentRun.objects.filter(run_id__in=[s.last_run_id for s in schedules if s.last_run_id]).values_list(
+            "run_id", "status"
+        )
+    )
     return [ScheduleView(s, statuses.get(s.last_run_id) if s.last_run_id else None) for s in schedules]
+
+
+def schedule_visible(*, schedule_id: UUID) -> WorkflowSchedule:
+    """The schedule, if row-level security shows it to this request (a console user's tenants)."""
+    schedule = WorkflowSchedule.objects.select_related("tenant").filter(schedule_id=schedule_id).first()
+    if schedule is None:
+        raise NotFound(f"no schedule {schedule_id}", code="schedule_not_found")
+    return schedule
 
 
 # --- erasure: a schedule about a subject is deleted with the subject's data ------------------------
