@@ -19,6 +19,7 @@ from runs.engine.approvals import approval_check
 from runs.engine.models import ToolOperation
 from runs.engine.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
 from runs.engine.runs import run_start, run_suspend
+from runs.engine.schedules import schedule_create
 
 PROVENANCE = {
     "source_type": "user_statement",
@@ -115,7 +116,11 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
     snapshot = retrieval_search(
         tenant=tenant, query="refunds", principal=principal, run_id=run.run_id
     ).snapshot
+    schedule = schedule_create(
+        tenant=tenant, actor="test", workflow_name="demo.countdown", input={"n": 1}, interval_seconds=3600
+    )
     return {
+        "schedule_id": str(schedule.schedule_id),
         "run_id": str(waiting.run_id),
         "operation_run_id": str(run.run_id),
         "approval_id": str(approval.approval_id),

@@ -285,3 +285,28 @@ def test_a_schedule_another_beat_is_firing_is_skipped_not_fired_twice(tenant):
     assert (
         AgentRun.objects.filter(idempotency_key__startswith=f"schedule:{schedule.schedule_id}:").count() == 1
     )
+
+
+def test_an_erasure_deletes_the_subjects_schedules_and_its_receipt_finds_none_left(tenant):
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    about = schedule_create(
+        tenant=tenant,
+        actor="t",
+        workflow_name="demo.countdown",
+        input={"n": 0, "customer": "cust-9c1d"},
+        interval_seconds=60,
+    )
+    kept = schedule_create(
+        tenant=tenant, actor="t", workflow_name="demo.countdown", input={"n": 0}, interval_seconds=60
+    )
+    request = erasure_request_create(tenant=tenant, subject_id="cust-9c1d", requested_by="t")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed", done.error
+    places = {p["place"]: p for p in done.receipt["places"]}
+    assert (
+        places["workflow_schedules.input"]["before"] == 1 and places["workflow_schedules.input"]["after"] == 0
+    )
+    assert done.receipt["counts"]["schedules.schedules_deleted"] == 1
+    assert list(WorkflowSchedule.objects.values_list("pk", flat=True)) == [kept.pk]
+    assert about.pk != kept.pk
