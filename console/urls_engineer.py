@@ -10,6 +10,7 @@ from console.views import (
     engineer_langgraph,
     engineer_live,
     engineer_queue,
+    engineer_schedules,
     engineer_webhooks,
     engineer_workspace,
 )
@@ -54,4 +55,19 @@ urlpatterns += [
     path("webhooks/", engineer_webhooks.webhook_list, name="webhook_list"),
     path("webhooks/subscribe/", engineer_webhooks.webhook_create, name="webhook_create"),
     path("webhooks/<uuid:webhook_id>/delete/", engineer_webhooks.webhook_delete, name="webhook_delete"),
+]
+
+# schedules and workflow versions (issue 16, items 7 and 8)
+urlpatterns += [
+    path("schedules/", engineer_schedules.schedule_list, name="schedule_list"),
+    *(
+        path(
+            f"schedules/<uuid:schedule_id>/{action}/",
+            engineer_schedules.schedule_action,
+            {"action": action},
+            name=f"schedule_{action}",
+        )
+        for action in ("pause", "resume", "delete")
+    ),
+    path("workflows/", engineer_schedules.workflow_list, name="workflow_list"),
 ]

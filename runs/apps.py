@@ -50,5 +50,8 @@ class RunsConfig(AppConfig):
         from runs.webhooks.erasure import register as webhooks_erasure_register
 
         webhooks_erasure_register()
+        from runs.engine.schedules import schedules_ready
+
+        schedules_ready()
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

@@ -13,6 +13,7 @@ from runs.engine.models import (
     SummaryStatus,
     ToolOperation,
 )
+from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
 from runs.engine.workspace_models import WorkspaceSnapshot
 from runs.external.models import ExternalWorkflow
 from runs.langgraph.models import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
@@ -35,4 +36,6 @@ __all__ = [
     "WebhookDelivery",
     "WebhookSubscription",
     "WorkspaceSnapshot",
+    "OverlapPolicy",
+    "WorkflowSchedule",
 ]

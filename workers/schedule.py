@@ -27,6 +27,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": settings.KEEPER_WEBHOOKS_INTERVAL,
             "options": {"expires": settings.KEEPER_WEBHOOKS_INTERVAL * 2},
         },
+        # Workflow schedules: due slots start their runs (once per slot, however many beats run).
+        "fire-schedules": {
+            "task": "workers.tasks.fire_schedules",
+            "schedule": settings.KEEPER_SCHEDULE_INTERVAL,
+            "options": {"expires": settings.KEEPER_SCHEDULE_INTERVAL * 2},
+        },
         "expire-orphan-forks": {
             "task": "workers.tasks.expire_forks",
             "schedule": 60.0,

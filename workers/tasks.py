@@ -17,6 +17,7 @@ from retrieval.services import document_embed, documents_pending, index_expire, 
 from runs.conversations.learning import run_learn
 from runs.engine.dispatch import runs_redispatch
 from runs.engine.forks import forks_expire
+from runs.engine.schedules import schedules_fire
 from runs.engine.steps import run_advance
 from runs.engine.workspace import workspace_reclaim
 from runs.webhooks.delivery import webhooks_deliver_due
@@ -30,6 +31,11 @@ def advance_run(run_id: str) -> None:
 @shared_task(name="workers.tasks.redispatch_runs", ignore_result=True)
 def redispatch_runs() -> int:
     return runs_redispatch()
+
+
+@shared_task(name="workers.tasks.fire_schedules", ignore_result=True)
+def fire_schedules() -> int:
+    return schedules_fire()
 
 
 @shared_task(name="workers.tasks.expire_forks", ignore_result=True)

@@ -201,6 +201,8 @@ KEEPER_SLICE_STEPS = env_int("KEEPER_SLICE_STEPS", 100, minimum=1)
 KEEPER_SLICE_MS = env_number("KEEPER_SLICE_MS", 200.0, minimum=0)
 # Seconds between beat sweeps for runs that lost their wake-up, and how old a wake-up must be.
 KEEPER_REDISPATCH_INTERVAL = env_number("KEEPER_REDISPATCH_INTERVAL", 5.0, minimum=0.1)
+# How often beat fires due schedules (runs/engine/schedules.py): a slot starts at most this late.
+KEEPER_SCHEDULE_INTERVAL = env_number("KEEPER_SCHEDULE_INTERVAL", 5.0, minimum=0.1)
 KEEPER_REDISPATCH_GRACE = env_number("KEEPER_REDISPATCH_GRACE", 15.0, minimum=0)
 # Webhooks (runs/webhooks/): plain-HTTP endpoints are refused unless DEBUG or this is set; seconds
 # between beat sweeps of the outbox; seconds a receiver has to answer; the first retry's delay (it
@@ -343,6 +345,7 @@ SWEEP_TASKS = (
     "workers.tasks.expire_retrieval_index",
     "workers.tasks.deliver_webhooks",
     "workers.tasks.reclaim_workspaces",
+    "workers.tasks.fire_schedules",
 )
 LOGGING: dict[str, Any] = {
     "version": 1,

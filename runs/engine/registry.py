@@ -202,6 +202,11 @@ def _version_key(version: str) -> tuple[int, Version | str]:
         return (0, version)
 
 
+def version_key(version: str) -> tuple[int, Version | str]:
+    """How versions sort: PEP 440 order ("1.10" after "1.9"), names that are not versions first."""
+    return _version_key(version)
+
+
 class WorkflowSource(Protocol):
     """Workflows and tools not in code, looked up on every call (a tenant's external workflows)."""
 
@@ -288,6 +293,11 @@ class WorkflowRegistry:
 
     def names(self) -> list[str]:
         return sorted({n for n, _ in self._workflows})
+
+    def versions(self, name: str) -> list[str]:
+        """The versions of `name` registered in code in this process, newest first."""
+        found = [w for (n, _), w in self._workflows.items() if n == name]
+        return [w.version for w in sorted(found, key=lambda w: _version_key(w.version), reverse=True)]
 
 
 registry = WorkflowRegistry()

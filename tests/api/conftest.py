@@ -19,6 +19,7 @@ from runs.engine.approvals import approval_check
 from runs.engine.models import ToolOperation
 from runs.engine.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
 from runs.engine.runs import run_start, run_suspend
+from runs.engine.schedules import schedule_create
 from runs.webhooks.services import webhook_subscription_create
 
 PROVENANCE = {
@@ -123,7 +124,11 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
         event_types=["run.completed"],
         actor="test",
     ).subscription
+    schedule = schedule_create(
+        tenant=tenant, actor="test", workflow_name="demo.countdown", input={"n": 1}, interval_seconds=3600
+    )
     return {
+        "schedule_id": str(schedule.schedule_id),
         "run_id": str(waiting.run_id),
         "webhook_id": str(webhook.id),
         "operation_id": operation_id,
