@@ -8,6 +8,8 @@ from django.utils.html import format_html
 
 from core.admin import TenantBoundAdmin
 from runs.engine.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
+from runs.engine.schedule_models import WorkflowSchedule
+from runs.engine.workspace_models import WorkspaceSnapshot
 from runs.external.models import ExternalWorkflow
 from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 
@@ -125,3 +127,29 @@ class WebhookDeliveryAdmin(TenantBoundAdmin):
     ]
     list_filter = ["status", "event_type", "tenant"]
     search_fields = ["event_id", "run_id"]
+
+
+@admin.register(WorkflowSchedule)
+class WorkflowScheduleAdmin(TenantBoundAdmin):
+    """Schedules change through the API or the console (confirmed, audited); shown here."""
+
+    list_display = [
+        "schedule_id",
+        "tenant",
+        "workflow_name",
+        "cron",
+        "interval_seconds",
+        "enabled",
+        "next_fire_at",
+    ]
+    list_filter = ["enabled", "tenant"]
+    search_fields = ["schedule_id", "workflow_name"]
+
+
+@admin.register(WorkspaceSnapshot)
+class WorkspaceSnapshotAdmin(TenantBoundAdmin):
+    """A run's workspace at a revision (manifest of content digests): evidence, never edited."""
+
+    list_display = ["run", "seq", "tenant", "reason", "created_at"]
+    list_filter = ["reason", "tenant"]
+    search_fields = ["run__run_id"]

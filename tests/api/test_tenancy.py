@@ -52,6 +52,13 @@ def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
         },
         # The worker protocol about their run: refused before the body or the lease token is read.
         "RunSignalApi": {"payload": 1},
+        "ScheduleListApi": {
+            "tenant": tenant,
+            "workflow": "demo.countdown",
+            "interval_seconds": 60,
+            "input": {"n": 1},
+        },
+        "ScheduleDetailApi": {"tenant": tenant, "enabled": False},
         "WorkerCommitApi": {},
         "WorkerHeartbeatApi": {},
         "WorkerReleaseApi": {},

@@ -179,9 +179,8 @@ def test_another_tenants_run_is_404_on_every_url_and_nothing_is_recorded(as_role
     run = finish(start(other_tenant))
     client = as_role("engineer")
     run_urls = [p for p in urls_engineer.urlpatterns if "run_id" in str(p.pattern)]
-    assert (
-        len(run_urls) == 14
-    )  # with the LangGraph checkpoints page, its fork, history.json and the live poll
+    # with LangGraph's page and its fork, history.json, the live poll and the workspace
+    assert len(run_urls) == 15
     for pattern in run_urls:
         kwargs = {
             "run_id": run.run_id,
