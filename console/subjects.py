@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from django.db.models import Count, Q
 
 from core.models import Tenant
+from core.tenancy import tenant_scope
 from memory.models import MemoryItem
 from runs.engine.models import AgentRun
 
@@ -33,21 +34,30 @@ class SubjectMatch:
 def subject_search(*, tenants: Sequence[Tenant], query: str, limit: int = MAX_SUBJECTS) -> list[SubjectMatch]:
     """Subjects of these tenants whose id starts with `query`, or one of whose memory items has
     `query` in its key or value, or one of whose runs has it in its subject field; at most `limit`,
-    by tenant and subject id. The tenant filter is explicit; row-level security holds it as well."""
+    by tenant and subject id. Each tenant is searched in a scope of its own: memory's row-level
+    security takes one tenant at a time (a console user may belong to several)."""
     if not tenants or not query:
         return []
-    by_id = {t.tenant_id: t for t in tenants}
-    found: dict[tuple[object, str], SubjectMatch] = {}
+    found: list[SubjectMatch] = []
+    for tenant in tenants:
+        with tenant_scope(tenant.tenant_id):
+            found += _search_one(tenant, query, limit)
+    chosen = sorted(found, key=lambda m: (m.tenant.slug, m.subject_id))[:limit]
+    for tenant in tenants:
+        mine = [m for m in chosen if m.tenant.tenant_id == tenant.tenant_id]
+        if mine:
+            with tenant_scope(tenant.tenant_id):
+                _counts(mine)
+    return chosen
 
-    def hit(tenant_id: object, subject_id: str, on: str) -> SubjectMatch:
-        key = (tenant_id, subject_id)
-        if key not in found:
-            found[key] = SubjectMatch(tenant=by_id[tenant_id], subject_id=subject_id)  # type: ignore[index]
-        match = found[key]
-        match.matched_on.add(on)
-        return match
 
-    items = MemoryItem.objects.filter(tenant_id__in=list(by_id))
+def _search_one(tenant: Tenant, query: str, limit: int) -> list[SubjectMatch]:
+    found: dict[str, SubjectMatch] = {}
+
+    def hit(subject_id: str, on: str) -> None:
+        found.setdefault(subject_id, SubjectMatch(tenant=tenant, subject_id=subject_id)).matched_on.add(on)
+
+    items = MemoryItem.objects.filter(tenant_id=tenant.tenant_id)
     # value__icontains on a JSONField compares the JSON text ("\"berlin\""): the words a person typed.
     matches = {
         "subject id": Q(subject_id__startswith=query),
@@ -57,25 +67,23 @@ def subject_search(*, tenants: Sequence[Tenant], query: str, limit: int = MAX_SU
     for on, condition in matches.items():
         rows = (
             items.filter(condition)
-            .values("tenant_id", "subject_id")
+            .values("subject_id")
             .annotate(n=Count("memory_id"))
-            .order_by("tenant_id", "subject_id")[: limit + 1]
+            .order_by("subject_id")[: limit + 1]
         )
         for row in rows:
-            hit(row["tenant_id"], row["subject_id"], on)
+            hit(row["subject_id"], on)
     runs = (
-        AgentRun.objects.filter(tenant_id__in=list(by_id))
+        AgentRun.objects.filter(tenant_id=tenant.tenant_id)
         .exclude(subject="")
         .filter(subject__icontains=query)
-        .values_list("tenant_id", "subject")
+        .values_list("subject", flat=True)
         .distinct()
-        .order_by("tenant_id", "subject")[: limit + 1]
+        .order_by("subject")[: limit + 1]
     )
-    for tenant_id, subject in runs:
-        hit(tenant_id, subject, "subject id" if subject.startswith(query) else "run subject")
-    chosen = sorted(found.values(), key=lambda m: (m.tenant.slug, m.subject_id))[:limit]
-    _counts(chosen)
-    return chosen
+    for subject in runs:
+        hit(subject, "subject id" if subject.startswith(query) else "run subject")
+    return list(found.values())
 
 
 def _counts(matches: list[SubjectMatch]) -> None:

@@ -92,6 +92,17 @@ def test_an_attacker_of_another_tenant_finds_nothing_of_it(as_role, tenant, othe
     assert found == {"cust-secret", "cust-hidden"}
 
 
+def test_an_officer_of_two_tenants_finds_the_subjects_of_both(client, tenant, other_tenant):
+    # Memory's row-level security takes one tenant at a time: the search goes tenant by tenant
+    # (a user of several tenants got a 500 when their ids were bound together).
+    _seed(tenant, other_tenant)
+    client.force_login(make_user("both-officer", "compliance", tenants=(tenant, other_tenant)))
+    response = _find(client, "trondheim")
+    assert response.status_code == 200
+    found = {(m.tenant.slug, m.subject_id, m.memory_items) for m in response.context["matches"]}
+    assert found == {("acme", "cust-501", 1), ("globex", "cust-secret", 1)}
+
+
 def test_a_search_out_of_bounds_is_a_422_with_the_reason(as_role, tenant):
     compliance = as_role("compliance")
     for q in ("", "   ", "x" * 201):
