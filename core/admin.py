@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from uuid import UUID
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import Model
-from django.http import HttpRequest
+from django.http import HttpRequest, QueryDict
 
 from core.models import ApiKey, Tenant, TenantOffboarding
 from core.tenancy import tenant_bind_request
@@ -39,6 +40,47 @@ class TenantBoundAdmin(ReadOnlyAdmin):
         tenants = Tenant.objects.values_list("tenant_id", flat=True) if request.user.is_superuser else []
         tenant_bind_request(request, list(tenants))
         return super().get_queryset(request)
+
+
+class OneTenantAdmin(TenantBoundAdmin):
+    """For memory and retrieval, whose row-level security takes one tenant at a time: the admin
+    shows the tenant chosen in the list's tenant filter (kept when a row is opened), else the first
+    tenant by slug, and says so."""
+
+    def _tenant(self, request: HttpRequest) -> Tenant | None:
+        wanted = request.GET.get("tenant__tenant_id__exact") or QueryDict(
+            request.GET.get("_changelist_filters", "")
+        ).get("tenant__tenant_id__exact")
+        tenants = Tenant.objects.order_by("slug")
+        chosen = tenants.filter(tenant_id=wanted).first() if wanted and _is_uuid(wanted) else None
+        return chosen or tenants.first()
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        filters = list(super().get_list_filter(request))
+        return filters if "tenant" in filters else [*filters, "tenant"]
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        tenant = self._tenant(request) if request.user.is_superuser else None
+        tenant_bind_request(request, [tenant.tenant_id] if tenant is not None else [])
+        return super(TenantBoundAdmin, self).get_queryset(request)
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        tenant = self._tenant(request) if request.user.is_superuser else None
+        if tenant is not None and "tenant__tenant_id__exact" not in request.GET:
+            messages.info(
+                request,
+                f"Each tenant's rows are kept apart in the database: showing tenant {tenant.slug}. "
+                "Choose another in the tenant filter.",
+            )
+        return super().changelist_view(request, extra_context)
+
+
+def _is_uuid(value: str | None) -> bool:
+    try:
+        UUID(str(value))
+    except ValueError:
+        return False
+    return value is not None
 
 
 @admin.register(Tenant)

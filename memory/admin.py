@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from core.admin import TenantBoundAdmin
+from core.admin import OneTenantAdmin
 from memory.models import ErasureRequest, MemoryItem, MemoryVector, Tombstone
 from memory.poisoning.models import HeldClaim
 
 
 @admin.register(MemoryItem)
-class MemoryItemAdmin(TenantBoundAdmin):
+class MemoryItemAdmin(OneTenantAdmin):
     """Writes, supersessions and invalidations go through memory's services (they keep the history)."""
 
     list_display = ["memory_id", "tenant", "subject_id", "namespace", "key", "valid_from", "invalidated_at"]
@@ -20,14 +20,14 @@ class MemoryItemAdmin(TenantBoundAdmin):
 
 
 @admin.register(MemoryVector)
-class MemoryVectorAdmin(TenantBoundAdmin):
+class MemoryVectorAdmin(OneTenantAdmin):
     list_display = ["id", "tenant", "memory_id", "embedder_key", "dimensions", "created_at"]
     list_filter = ["embedder_key"]
     exclude = ["embedding"]  # hundreds of floats: nothing a person reads
 
 
 @admin.register(ErasureRequest)
-class ErasureRequestAdmin(TenantBoundAdmin):
+class ErasureRequestAdmin(OneTenantAdmin):
     """Erasure starts from the compliance console (it confirms and audits); the receipt is evidence."""
 
     list_display = [
@@ -44,14 +44,14 @@ class ErasureRequestAdmin(TenantBoundAdmin):
 
 
 @admin.register(Tombstone)
-class TombstoneAdmin(TenantBoundAdmin):
+class TombstoneAdmin(OneTenantAdmin):
     list_display = ["id", "tenant", "kind", "subject_digest", "digest", "request_id", "created_at"]
     list_filter = ["kind"]
     search_fields = ["subject_digest", "digest"]
 
 
 @admin.register(HeldClaim)
-class HeldClaimAdmin(TenantBoundAdmin):
+class HeldClaimAdmin(OneTenantAdmin):
     """The poisoning review queue (decided in the console, by support or compliance)."""
 
     list_display = ["held_id", "tenant", "subject_id", "namespace", "key", "trust", "status", "created_at"]

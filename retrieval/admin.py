@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from core.admin import TenantBoundAdmin
+from core.admin import OneTenantAdmin
 from retrieval.models import (
     Chunk,
     ChunkAcl,
@@ -18,7 +18,7 @@ from retrieval.models import (
 
 
 @admin.register(Document)
-class DocumentAdmin(TenantBoundAdmin):
+class DocumentAdmin(OneTenantAdmin):
     list_display = [
         "document_id",
         "tenant",
@@ -33,7 +33,7 @@ class DocumentAdmin(TenantBoundAdmin):
 
 
 @admin.register(Chunk)
-class ChunkAdmin(TenantBoundAdmin):
+class ChunkAdmin(OneTenantAdmin):
     list_display = ["chunk_id", "tenant", "document_id_text", "section", "ordinal", "status", "stale_at"]
     list_filter = ["status"]
     search_fields = ["chunk_id", "document_id_text"]
@@ -42,13 +42,13 @@ class ChunkAdmin(TenantBoundAdmin):
 
 
 @admin.register(Principal)
-class PrincipalAdmin(TenantBoundAdmin):
+class PrincipalAdmin(OneTenantAdmin):
     list_display = ["principal", "tenant", "updated_at"]
     search_fields = ["principal"]
 
 
 @admin.register(Invalidation)
-class InvalidationAdmin(TenantBoundAdmin):
+class InvalidationAdmin(OneTenantAdmin):
     list_display = [
         "id",
         "tenant",
@@ -63,19 +63,19 @@ class InvalidationAdmin(TenantBoundAdmin):
 
 
 @admin.register(DocumentTombstone)
-class DocumentTombstoneAdmin(TenantBoundAdmin):
+class DocumentTombstoneAdmin(OneTenantAdmin):
     list_display = ["document_id_text", "tenant", "actor", "created_at"]
     search_fields = ["document_id_text"]
 
 
 @admin.register(RetrievalSnapshot)
-class RetrievalSnapshotAdmin(TenantBoundAdmin):
+class RetrievalSnapshotAdmin(OneTenantAdmin):
     list_display = ["snapshot_id", "tenant", "run_id", "index_version", "acl_principal", "k", "created_at"]
     search_fields = ["snapshot_id", "run_id"]
 
 
 @admin.register(ChunkAcl)
-class ChunkAclAdmin(TenantBoundAdmin):
+class ChunkAclAdmin(OneTenantAdmin):
     """Each distinct ACL of a tenant's chunks once, by key: what a search's ACL keys stand for."""
 
     list_display = ["acl_key", "tenant", "acl"]

@@ -53,6 +53,39 @@ def test_every_registered_changelist_answers_a_superuser(superuser_client, tenan
     assert "cust-1" in items  # row-level security lets the superuser see the tenant's rows
 
 
+def test_with_several_tenants_every_changelist_answers_and_memory_shows_one_tenant_at_a_time(
+    superuser_client, tenant, other_tenant
+):
+    # Memory's and retrieval's row-level security take one tenant at a time: binding every tenant
+    # at once made their pages a 500 as soon as there were two tenants.
+    from core.tenancy import tenant_bind
+
+    memory_remember(
+        tenant=tenant, subject_id="cust-acme", namespace="prefs", key="tone", value="brief", provenance=said()
+    )
+    with tenant_bind(other_tenant.tenant_id):
+        theirs = memory_remember(
+            tenant=other_tenant,
+            subject_id="cust-globex",
+            namespace="prefs",
+            key="tone",
+            value="x",
+            provenance=said(),
+        )
+    for model in admin.site._registry:
+        url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
+        assert superuser_client.get(url).status_code == 200, url
+    listing = reverse("admin:memory_memoryitem_changelist")
+    first = superuser_client.get(listing).content.decode()  # acme sorts first
+    assert "cust-acme" in first and "cust-globex" not in first and "showing tenant acme" in first
+    chosen = f"tenant__tenant_id__exact={other_tenant.tenant_id}"
+    second = superuser_client.get(f"{listing}?{chosen}").content.decode()
+    assert "cust-globex" in second and "cust-acme" not in second
+    change = reverse("admin:memory_memoryitem_change", args=[theirs.memory_id])
+    opened = superuser_client.get(change, {"_changelist_filters": chosen})
+    assert opened.status_code == 200 and "cust-globex" in opened.content.decode()
+
+
 def test_evidence_is_read_only_in_the_admin(superuser_client, tenant):
     for model in (AgentEvent, ErasureRequest, RetrievalSnapshot, Summary, MemoryItem):
         url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_add")
