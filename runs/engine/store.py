@@ -475,6 +475,9 @@ def transition(
     the run was not in one of `from_statuses` (or not at `expected_revision`).
     """
     hook = _webhook_params(to_status, suspend_reason)
+    if to_status in from_statuses and to_status in ("completed", "failed"):
+        # A finished run that stays finished (a rewind supersedes it) was announced when it finished.
+        hook = {**hook, "webhook": None}
     rows = _rows(
         _TRANSITION_OUTBOX if hook["webhook"] else _TRANSITION,
         {

@@ -261,3 +261,16 @@ def test_a_claim_of_one_takes_exactly_one_row_and_leaves_the_others_untouched(te
     assert len(claimed) == 1
     attempts = sorted(WebhookDelivery.objects.values_list("attempts", flat=True))
     assert attempts == [0, 0, 1]  # a LIMIT under IN (...) can be rescanned and claim more: not here
+
+
+def test_a_rewind_of_a_completed_run_does_not_announce_its_completion_again(tenant, allow_http):
+    from runs.engine.forks import run_rewind
+
+    _subscribe(tenant, "https://acme.example/done", types=["run.completed"])
+    run = _complete(tenant)
+    assert WebhookDelivery.objects.filter(run_id=run.run_id, event_type="run.completed").count() == 1
+    run_rewind(run_id=run.run_id, to_seq=2, actor="test", note="try again")
+    run.refresh_from_db()
+    assert run.superseded_by_id is not None and run.status == "completed"
+    # The original stays completed (superseded): one delivery for it, whatever its new revision says.
+    assert WebhookDelivery.objects.filter(run_id=run.run_id, event_type="run.completed").count() == 1
