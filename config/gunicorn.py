@@ -23,6 +23,9 @@ workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 worker_class = "gthread"
 threads = 4
 timeout = 60
+# gunicorn 27's control socket lives at one path per user ($HOME/.gunicorn/gunicorn.ctl), shared by
+# every instance on the machine, and Keeper does not use it: one `make run` stopping removed another's.
+control_socket_disable = True
 accesslog = "-"
 errorlog = "-"
 # The access line's message; the JSON formatter adds time, level and logger around it.

@@ -252,3 +252,8 @@ def test_gunicorn_follows_the_log_settings(monkeypatch):
     config = runpy.run_path(str(ROOT / "config" / "gunicorn.py"))["logconfig_dict"]
     assert config["handlers"]["stderr"]["formatter"] == "plain"
     assert config["loggers"]["gunicorn.access"]["level"] == "WARNING"
+
+
+def test_gunicorn_opens_no_control_socket_another_instance_could_remove():
+    config = runpy.run_path(str(ROOT / "config" / "gunicorn.py"))
+    assert config["control_socket_disable"] is True
