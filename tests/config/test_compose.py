@@ -255,5 +255,7 @@ def test_gunicorn_follows_the_log_settings(monkeypatch):
 
 
 def test_gunicorn_opens_no_control_socket_another_instance_could_remove():
+    import runpy
+
     config = runpy.run_path(str(ROOT / "config" / "gunicorn.py"))
     assert config["control_socket_disable"] is True
