@@ -296,9 +296,15 @@ def _with_outbox(sql: str) -> str:
     return head + _WEBHOOK_OUTBOX + "INSERT INTO agent_events" + tail
 
 
-def _webhook_params(status: str, suspend_reason: str | None) -> dict[str, Any]:
+def _webhook_params(
+    status: str, suspend_reason: str | None, result_json: str | None = None
+) -> dict[str, Any]:
     hook = webhook_event_type(status=status, suspend_reason=suspend_reason)
-    return {"webhook": hook, "webhook_status": str(status), "webhook_reason": suspend_reason}
+    reason = suspend_reason
+    if hook == "run.failed" and reason is None and result_json:  # a failure's reason is its code
+        failure = json.loads(result_json)
+        reason = failure.get("code") if isinstance(failure, dict) else None
+    return {"webhook": hook, "webhook_status": str(status), "webhook_reason": reason}
 
 
 # --- commit_step --------------------------------------------------------------------------------
@@ -378,7 +384,7 @@ def commit_step(
     Without `event_state` the event keeps no copy of the state (a refusal whose digest is not the
     stored state's: the state it names is the one an earlier event holds).
     """
-    hook = _webhook_params(status, suspend_reason)
+    hook = _webhook_params(status, suspend_reason, result_json)
     rows = _rows(
         _COMMIT_STEP_OUTBOX if hook["webhook"] else _COMMIT_STEP,
         {
@@ -474,7 +480,7 @@ def transition(
     The state does not change, so the event carries the run's current state digest. None if
     the run was not in one of `from_statuses` (or not at `expected_revision`).
     """
-    hook = _webhook_params(to_status, suspend_reason)
+    hook = _webhook_params(to_status, suspend_reason, result_json)
     if to_status in from_statuses and to_status in ("completed", "failed"):
         # A finished run that stays finished (a rewind supersedes it) was announced when it finished.
         hook = {**hook, "webhook": None}

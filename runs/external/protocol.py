@@ -464,7 +464,13 @@ def external_commit(
         if not isinstance(state, dict):
             raise InvalidState(f"state must be a JSON object, not {type(state).__name__}")
         digest = json_digest(
-            {"revision": expected_revision, "state": state, "outcome": outcome.__dict__, "payload": payload}
+            {
+                "revision": expected_revision,
+                "state": state,
+                "outcome": outcome.__dict__,
+                "payload": payload,
+                "spent": spent,
+            }
         )
         replay = _replayed(run, lease, expected_revision, digest)
         if replay is not None:

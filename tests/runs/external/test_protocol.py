@@ -157,6 +157,11 @@ def test_a_commit_sent_again_after_a_lost_answer_gets_the_same_answer_and_writes
     assert AgentEvent.objects.filter(run_id=run_id, event_type="step_completed").count() == 1
     other = api.post(f"/api/v1/workers/runs/{run_id}/commit", {**body, "next_step": "verify"}, format="json")
     assert other.status_code == 409 and other.json()["error"]["details"]["current_revision"] == 2
+    # Another spend is another commit too: it is not taken as the first one sent again.
+    spent = api.post(
+        f"/api/v1/workers/runs/{run_id}/commit", {**body, "spent": {"tokens": 900}}, format="json"
+    )
+    assert spent.status_code == 409
 
 
 def test_bad_tokens_stale_revisions_and_unprepared_operations_change_nothing(

@@ -274,3 +274,27 @@ def test_a_rewind_of_a_completed_run_does_not_announce_its_completion_again(tena
     assert run.superseded_by_id is not None and run.status == "completed"
     # The original stays completed (superseded): one delivery for it, whatever its new revision says.
     assert WebhookDelivery.objects.filter(run_id=run.run_id, event_type="run.completed").count() == 1
+
+
+def test_a_failed_run_is_announced_with_its_failure_code_as_the_reason(tenant, allow_http):
+    _subscribe(tenant, "https://acme.example/failed", types=["run.failed"])
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
+    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    encoded = state_encode(grant.state)
+    store.commit_step(
+        run_id=run.run_id,
+        expected_revision=grant.revision,
+        epoch=grant.epoch,
+        owner="w1",
+        state_json=encoded.json,
+        state_digest=encoded.digest,
+        next_step=None,
+        status="failed",
+        event_type="run_failed",
+        step_id="start",
+        attempt=1,
+        payload_json=canonical_json({"code": "gave_up"}),
+        result_json=canonical_json({"code": "gave_up", "detail": "three tries"}),
+    )
+    [delivery] = WebhookDelivery.objects.filter(run_id=run.run_id)
+    assert delivery.data["reason"] == "gave_up" and delivery.data["status"] == "failed"
