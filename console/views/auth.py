@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import json
 from datetime import UTC, datetime, time, timedelta
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
 from django import forms
@@ -20,6 +20,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from console.audit import actor_of, audit_record, audit_target_url, csv_cell
+from console.forms import TenantFilterForm
 from console.htmx import HtmxHttpRequest
 from console.roles import (
     COMPLIANCE,
@@ -32,7 +33,6 @@ from console.roles import (
 )
 from console.selectors import AuditFilters, audit_entries, audit_entry_page
 from console.sign_in import sign_in_failure_record, sign_in_throttled
-from core.models import Tenant
 
 AUDIT_PAGE = 50
 
@@ -116,12 +116,13 @@ EXPORT_MAX = 50_000  # entries one CSV may hold; a bigger export must be narrowe
 CSV_COLUMNS = ("id", "at_utc", "actor", "tenant", "action", "target_type", "target_id", "note", "details")
 
 
-class AuditFilterForm(forms.Form):
+class AuditFilterForm(TenantFilterForm):
     """The audit log's filters; the tenant choices are only the user's own tenants."""
+
+    field_order = ["actor", "action", "tenant", "target", "since", "until"]
 
     actor = forms.CharField(required=False, max_length=200, label="Actor (user name)")
     action = forms.CharField(required=False, max_length=100)
-    tenant = forms.ChoiceField(required=False)
     target = forms.CharField(required=False, max_length=200, label="Target id")
     since = forms.DateField(
         required=False,
@@ -137,14 +138,6 @@ class AuditFilterForm(forms.Form):
         widget=forms.DateInput(attrs={"type": "date", "placeholder": "YYYY-MM-DD"}, format=DATE_FORMAT),
         error_messages={"invalid": "Enter a date as YYYY-MM-DD, e.g. 2026-03-31."},
     )
-
-    def __init__(self, data: Any, *, tenants: list[Tenant]) -> None:
-        super().__init__(data)
-        self.tenant_ids = {t.slug: t.tenant_id for t in tenants}
-        cast(forms.ChoiceField, self.fields["tenant"]).choices = [
-            ("", "all of mine"),
-            *((t.slug, t.slug) for t in tenants),
-        ]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

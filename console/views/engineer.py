@@ -9,7 +9,7 @@ partials of the page's template (`page.html#name`), rendered by the same view wi
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
 from django import forms
@@ -20,13 +20,13 @@ from django.utils import timezone
 from django.views.decorators.http import require_safe
 
 from console.display import MAX_DIFF_ENTRIES, events_formatted, json_diff
+from console.forms import TenantFilterForm
 from console.htmx import HtmxHttpRequest, htmx_target
 from console.live import POLL_SECONDS, rows_live_key
 from console.roles import ENGINEER, role_required, run_for_user, user_tenants
 from console.steps import run_steps
 from console.timeline import DEFAULT_BUCKETS, MARKED_EVENT_TYPES, Bucket, TimelineEvent, timeline_svg
 from core.errors import ApplicationError
-from core.models import Tenant
 from retrieval.selectors import retrieval_snapshot_list
 from runs.conversations import selectors as conversations
 from runs.engine.models import AgentRun, RunStatus
@@ -55,14 +55,15 @@ LOCAL_INPUT_FORMAT = "%Y-%m-%dT%H:%M"  # what the browser's datetime-local input
 FILTER_FIELDS = ("q", "status", "workflow", "version", "tenant", "subject", "reason", "since", "until")
 
 
-class RunFilterForm(forms.Form):
+class RunFilterForm(TenantFilterForm):
     """The run list's filters and cursor; the tenant choices are only the user's own tenants."""
+
+    field_order = ["q", "status", "workflow", "version", "tenant", "subject", "reason", "since", "until"]
 
     q = forms.CharField(required=False, max_length=200, label="Run id or idempotency key")
     status = forms.ChoiceField(required=False, choices=[("", "any"), *RunStatus.choices])
     workflow = forms.CharField(required=False, max_length=200)
     version = forms.CharField(required=False, max_length=100)
-    tenant = forms.ChoiceField(required=False)
     subject = forms.CharField(required=False, max_length=200, label="Subject id")
     reason = forms.CharField(required=False, max_length=200, label="Suspend reason (text in it)")
     since = forms.DateTimeField(
@@ -80,14 +81,6 @@ class RunFilterForm(forms.Form):
     limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE)
     before_at = forms.DateTimeField(required=False, widget=forms.HiddenInput)
     before_id = forms.UUIDField(required=False, widget=forms.HiddenInput)
-
-    def __init__(self, data: Any, *, tenants: list[Tenant]) -> None:
-        super().__init__(data)
-        self.tenant_ids = {t.slug: t.tenant_id for t in tenants}
-        cast(forms.ChoiceField, self.fields["tenant"]).choices = [
-            ("", "all of mine"),
-            *((t.slug, t.slug) for t in tenants),
-        ]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from django.db import connection
-
 from core.digests import canonical_json, json_digest
 from core.erasure import (
     IDENTIFIER_SUBSTRING_CHARS,
@@ -172,28 +170,15 @@ def _artifact_uris(value: Any) -> set[str]:
     return found
 
 
-_SUBJECT_RUNS = """
-WITH RECURSIVE tree AS (
-  SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND subject IN (%(subject)s, %(erased)s)
-  UNION
-  SELECT r.run_id FROM agent_runs r JOIN tree ON r.parent_run_id = tree.run_id WHERE r.tenant_id = %(tenant)s)
-SELECT run_id FROM tree
-"""
-
-
 class RunsEraser:
     name = "runs"
 
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         # Runs an interrupted erasure already marked are the subject's too: a retry finishes them.
-        with tenant_scope(tenant_id), connection.cursor() as cursor:
-            params: dict[str, UUID | str] = {
-                "tenant": tenant_id,
-                "subject": subject_id,
-                "erased": f"erased:{subject_digest}",
-            }
-            cursor.execute(_SUBJECT_RUNS, params)
-            run_ids = tuple(sorted(row[0] for row in cursor.fetchall()))
+        with tenant_scope(tenant_id):
+            run_ids = store.subject_run_ids(
+                tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
+            )
             texts: set[str] = set()
             uris: set[str] = set()
             keys: set[bytes] = set(subject_session_keys(tenant_id=tenant_id, subject_id=subject_id))

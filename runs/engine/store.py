@@ -900,3 +900,21 @@ RETURNING run_id
 def child_link(*, child_run_id: UUID, parent_run_id: UUID) -> bool:
     """Mark a run as the child of another (same tenant: row-level security shows no other's runs)."""
     return bool(_rows(_CHILD_LINK, {"child": child_run_id, "parent": parent_run_id}))
+
+
+# --- a subject's runs ---------------------------------------------------------------------------
+
+_SUBJECT_RUNS = """
+WITH RECURSIVE tree AS (
+  SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND subject IN (%(subject)s, %(erased)s)
+  UNION
+  SELECT r.run_id FROM agent_runs r JOIN tree ON r.parent_run_id = tree.run_id WHERE r.tenant_id = %(tenant)s)
+SELECT run_id FROM tree
+"""
+
+
+def subject_run_ids(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> tuple[UUID, ...]:
+    """The subject's runs and every fork of them (sorted), including runs an interrupted erasure
+    already marked `erased:<digest>`: what each eraser of run data works on. Under the bound tenant."""
+    params = {"tenant": tenant_id, "subject": subject_id, "erased": f"erased:{subject_digest}"}
+    return tuple(sorted(row[0] for row in _rows(_SUBJECT_RUNS, params)))

@@ -31,6 +31,7 @@ from django.db import connection
 from core.erasure import Place, Scope, column_place, free_register, place_register
 from core.errors import InvalidInput, NotFound
 from core.tenancy import tenant_bind, tenant_scope
+from runs.engine import store
 from runs.engine.artifacts import artifact_get, artifact_put
 from runs.engine.models import AgentRun
 from runs.engine.workspace_models import WorkspaceSnapshot
@@ -347,14 +348,6 @@ def _unused(blobs: dict[str, Path], *, except_runs: list[UUID]) -> dict[str, Pat
 
 # --- erasure ---
 
-_SUBJECT_RUNS = """
-WITH RECURSIVE tree AS (
-  SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND subject IN (%(subject)s, %(erased)s)
-  UNION
-  SELECT r.run_id FROM agent_runs r JOIN tree ON r.parent_run_id = tree.run_id WHERE r.tenant_id = %(tenant)s)
-SELECT run_id FROM tree
-"""
-
 
 class WorkspaceEraser:
     """A subject's runs' (and their forks') manifests are deleted, and the blobs only they name."""
@@ -362,12 +355,10 @@ class WorkspaceEraser:
     name = "workspace"
 
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
-        with tenant_scope(tenant_id), connection.cursor() as cursor:
-            cursor.execute(
-                _SUBJECT_RUNS,
-                {"tenant": tenant_id, "subject": subject_id, "erased": f"erased:{subject_digest}"},
+        with tenant_scope(tenant_id):
+            run_ids = store.subject_run_ids(
+                tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
             )
-            run_ids = tuple(sorted(row[0] for row in cursor.fetchall()))
             refs = [
                 r for s in WorkspaceSnapshot.objects.filter(run_id__in=run_ids) for r in s.manifest.values()
             ]
