@@ -130,6 +130,40 @@ def _queue_depth(queue: str) -> int:
         client.close()
 
 
+WORKER_FAILURES_KEY = "keeper:worker-failed:{worker}"
+WORKER_FAILURES_TTL = 7 * 24 * 3600  # counts of a worker not seen for a week go away with it
+
+
+def worker_failure_count(*, worker: str) -> None:
+    """One more task that raised in this worker (Celery's stats count tasks, not failures): kept in
+    Redis because a prefork pool's children cannot add to the main process's stats."""
+    import redis
+
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        key = WORKER_FAILURES_KEY.format(worker=worker)
+        client.incr(key)
+        client.expire(key, WORKER_FAILURES_TTL)
+    except Exception as exc:  # a broker hiccup must not turn a task failure into another error
+        logger.info("worker failure count not kept: %s", exc)
+    finally:
+        client.close()
+
+
+def worker_failures(*, workers: list[str]) -> dict[str, int]:
+    """Tasks that raised, per worker name (0 for a worker with none)."""
+    import redis
+
+    if not workers:
+        return {}
+    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    try:
+        values = client.mget([WORKER_FAILURES_KEY.format(worker=w) for w in workers])
+        return {w: int(v or 0) for w, v in zip(workers, values, strict=True)}
+    finally:
+        client.close()
+
+
 _keeper_registry = CollectorRegistry(auto_describe=False)
 _keeper_registry.register(KeeperCollector())
 

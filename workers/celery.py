@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import worker_ready
+from celery.signals import task_failure, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
@@ -19,6 +19,15 @@ def _install_beat_schedule(sender: Celery, **_: object) -> None:
     from workers.schedule import beat_schedule
 
     sender.conf.beat_schedule = beat_schedule()
+
+
+@task_failure.connect
+def _count_failure(sender: object = None, **_: object) -> None:
+    # The queue page's failed count per worker (Celery's own stats have none).
+    from core.metrics import worker_failure_count
+
+    request = getattr(sender, "request", None)
+    worker_failure_count(worker=str(getattr(request, "hostname", None) or "unknown"))
 
 
 @worker_ready.connect

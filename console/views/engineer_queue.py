@@ -23,7 +23,7 @@ from django.views.decorators.http import require_safe
 
 from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import ENGINEER, role_required, tenant_ids_for_user
-from core.metrics import queue_depth
+from core.metrics import queue_depth, worker_failures
 from runs.engine.models import RunStatus
 from runs.engine.selectors import run_queue_health
 
@@ -55,6 +55,7 @@ class WorkerSeen:
     pool: int | None = None
     processes: int | None = None
     processed: int = 0
+    failed: int | None = None  # tasks that raised (None: Redis did not say)
     by_task: dict[str, int] = field(default_factory=dict)
     active: list[dict[str, Any]] = field(default_factory=list)
 
@@ -108,6 +109,13 @@ class _Pinger:
                     by_task={str(k): int(v) for k, v in totals.items() if isinstance(v, int)},
                     active=[_active_row(t, now) for t in (active.get(name) or [])][:50],
                 )
+            try:
+                failed = worker_failures(workers=[str(n) for n in stats])
+            except Exception as exc:  # the counts are extra: the page works without them
+                logger.info("queue health: failure counts not read (%s)", exc)
+                failed = {}
+            for name, count in failed.items():
+                self.seen[name].failed = count
             for name in [n for n, w in self.seen.items() if w.age(now) > FORGET_AFTER]:
                 del self.seen[name]
             self.answer = sorted(str(name) for name in stats)

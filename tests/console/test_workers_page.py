@@ -57,3 +57,20 @@ def test_a_live_worker_is_listed_then_turns_stale_when_it_stops(as_role, tenant,
     assert '<span class="pill failed">stale</span>' in row
     age = float(re.search(r"<td data-age>([\d.]+) s ago</td>", row).group(1))
     assert age > 2.0
+
+
+def test_a_task_that_raises_in_a_worker_counts_as_failed_on_its_row(as_role, tenant, processes, monkeypatch):
+    from workers.celery import app
+
+    monkeypatch.setattr(engineer_queue.pinger, "seen", {})
+    client = as_role("engineer")
+    processes.worker(concurrency=1)
+    wait_until(lambda: 'data-stale="false"' in _row(_panel(client)), timeout=60, interval=1.0, message="live")
+    assert re.search(r"</td><td>0</td>", _row(_panel(client)))  # no failure yet
+    app.send_task("workers.tasks.execute_erasure", args=["not-a-uuid", "not-a-uuid"])  # raises in the task
+    wait_until(
+        lambda: re.search(r"</td><td>1</td>", _row(_panel(client))) is not None,
+        timeout=60,
+        interval=1.0,
+        message="the failure is counted on the worker's row",
+    )
