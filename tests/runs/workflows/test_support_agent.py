@@ -117,7 +117,17 @@ def _refund_flow(tenant, sandbox: Sandbox, api: APIClient, order_id: str) -> Age
     sandbox.order(order_id)
     run = _drive(_start(tenant))
     assert (run.status, run.suspend_reason) == ("suspended", "awaiting_input")
-    _say(tenant, run, "m-1", f"Hi, {order_id} arrived broken, I want a refund please")
+    # The customer's message comes through the conversation API, as a client sends it.
+    said = api.post(
+        f"/api/v1/runs/{run.run_id}/messages/",
+        {
+            "type": "user_message",
+            "client_message_id": "m-1",
+            "content": f"Hi, {order_id} arrived broken, refund please",
+        },
+        format="json",
+    )
+    assert said.status_code == 201
     run = _drive(run)
     assert (run.status, run.suspend_reason) == ("suspended", "approval_required")
     approval = Approval.objects.get(run=run, status="pending")
@@ -217,3 +227,20 @@ def test_the_rule_stand_in_says_what_it_is_and_looks_before_proposing():
     assert (first.tool, first.arguments) == ("lookup_order", {"order_id": "ord-9"})
     plain = rules.act(messages=[{"role": "user", "content": "hello"}], tools=[])
     assert plain.reply is not None and "rules-v1" in plain.reply
+
+
+def test_a_rejected_refund_sends_nothing_and_the_agent_says_so(tenant, sandbox, api, settings):
+    _rules(settings)
+    sandbox.order("o-400")
+    run = _drive(_start(tenant))
+    _say(tenant, run, "m-1", "Please refund o-400, it is the wrong size")
+    run = _drive(run)
+    approval = Approval.objects.get(run=run, status="pending")
+    response = api.post(
+        f"/api/v1/approvals/{approval.approval_id}/reject", {"note": "worn, not refundable"}, format="json"
+    )
+    assert response.status_code == 200
+    run = _drive(run)
+    assert (run.status, run.suspend_reason) == ("suspended", "awaiting_input")
+    assert sandbox.ledger("o-400") == [] and not ToolOperation.objects.filter(run=run).exists()
+    assert "not made: worn, not refundable" in _replies(run)[0]["content"]
