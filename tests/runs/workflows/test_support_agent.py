@@ -182,6 +182,8 @@ def test_the_model_calls_its_tools_in_a_real_run_and_one_refund_is_made(
     assert item.provenance["run_id"] == str(run.run_id) and item.provenance["event_seq"] is not None
     assert item.provenance["validation_method"] == "explicit_user_confirmation"
     assert len(chat.requests) == 5
+    # The model's calls were charged to the steps that made them (core.chat's meter around a step).
+    assert AgentEvent.objects.filter(run=run, payload__has_key="spent").exists()
 
 
 def test_the_model_answering_outside_the_contract_is_refused_not_obeyed():
