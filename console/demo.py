@@ -1,8 +1,8 @@
 """Demo content for a new user's first `make run`: every console screen has something to show.
 
 Everything is made through the same services the product uses, and the refund runs talk to the
-payments sandbox over HTTP as they would in production: the run awaiting approval and the one with
-an unknown operation got there by running. Two states a demo cannot reach by running are set the way
+payments sandbox over HTTP as they would in production: the runs awaiting approval (a refund, and a
+support_agent conversation) and the one with an unknown operation got there by running. Two states a demo cannot reach by running are set the way
 they arise in real life: a state edited outside the engine (a refused resume) and a checkpoint from a
 newer schema after a rollback (unsupported checkpoint). Loaded once; development only.
 """
@@ -29,6 +29,7 @@ from core.tenancy import tenant_bind, tenant_ensure
 from memory.erasure import erasure_execute, erasure_request_create
 from memory.services import memory_remember, memory_supersede
 from retrieval.services import document_index, principal_set
+from runs.conversations.messages import conversation_append
 from runs.engine.approvals import approval_approve
 from runs.engine.forks import run_fork
 from runs.engine.models import AgentRun
@@ -145,6 +146,31 @@ def _audited(
     )
 
 
+def _support_conversation(tenant: Any) -> str:
+    """The support_agent (the rule stand-in unless settings name a model) talking with a customer:
+    it remembers a confirmed preference, looks an order up and waits for a refund's approval."""
+    _order("ord-1003", 3500)
+    run = _drive(
+        run_start(
+            tenant=tenant, workflow_name="support_agent", subject="cust-1003", actor="demo", input={}
+        ).run
+    )
+    for cmid, text in (
+        ("demo-1", "Yes, please remember that I prefer email for updates."),
+        ("demo-2", "Order ord-1003 arrived damaged. Can I get a refund?"),
+    ):
+        conversation_append(
+            tenant=tenant,
+            run_id=run.run_id,
+            event_type="user_message",
+            client_message_id=cmid,
+            body={"content": text},
+            actor="user:cust-1003",
+        )
+        run = _drive(run)
+    return str(run.run_id)
+
+
 def demo_load(*, data_dir: Path) -> DemoResult:
     """Load the demo once (a marker file in the data folder); later calls change nothing."""
     marker = data_dir / MARKER
@@ -193,6 +219,7 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             ).run
         )
         result.runs["awaiting_approval"] = str(waiting.run_id)
+        result.runs["support_agent"] = _support_conversation(acme)
         # The payments API applies the refund and the answer is lost; its lookup cannot say what happened.
         _sandbox("POST", "/faults", {"fault": "drop_after_apply", "order_id": "ord-1002", "remaining": 1})
         _sandbox(

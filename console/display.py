@@ -60,21 +60,33 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def countdown(expires_at: datetime, now: datetime) -> str:
-    """ "expires in 23 h 59 min", or "expired 5 min ago" (minutes rounded down, never "in 0 min")."""
-    seconds = int((expires_at - now).total_seconds())
+def _span(seconds: int) -> str:
+    """ "23 h 59 min", "3 d 4 h" or "5 min" for a number of seconds either way (minutes rounded down)."""
     minutes = abs(seconds) // 60
     days, hours, mins = minutes // 1440, minutes % 1440 // 60, minutes % 60
-    span = (
+    return (
         f"{days} d {hours} h"
         if days >= 2
         else f"{minutes // 60} h {mins} min"
         if minutes >= 60
         else f"{mins} min"
     )
+
+
+def countdown(expires_at: datetime, now: datetime) -> str:
+    """ "expires in 23 h 59 min", or "expired 5 min ago" (minutes rounded down, never "in 0 min")."""
+    seconds = int((expires_at - now).total_seconds())
     if seconds <= 0:
-        return f"expired {span} ago"
-    return f"expires in {span}" if minutes else "expires in under a minute"
+        return f"expired {_span(seconds)} ago"
+    return f"expires in {_span(seconds)}" if seconds >= 60 else "expires in under a minute"
+
+
+def wake_countdown(wake_at: datetime, now: datetime) -> str:
+    """A sleeping run's timer: "wakes in 4 min", or "due 2 min ago" once the sweep should wake it."""
+    seconds = int((wake_at - now).total_seconds())
+    if seconds <= 0:
+        return f"due {_span(seconds)} ago" if seconds <= -60 else "due now"
+    return f"wakes in {_span(seconds)}" if seconds >= 60 else "wakes in under a minute"
 
 
 def short_digest(digest: Any) -> str:

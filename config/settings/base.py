@@ -310,8 +310,10 @@ BACKENDS = {
         model=env_str("KEEPER_EXTRACTOR_MODEL", KEEPER_MODEL),
         api_key=env_str("KEEPER_EXTRACTOR_API_KEY"),
     ),
-    # No variable chooses it: a deployment's settings module names its own class here.
+    # No variable chooses these: a deployment's settings module names its own class here (the
+    # support_agent's model: runs.workflows.support_model.ModelSupportAgent with base_url and model).
     "responder": {"BACKEND": "runs.workflows.conversation.RuleResponder", "OPTIONS": {}},
+    "support_model": {"BACKEND": "runs.workflows.support_model.RuleSupportAgent", "OPTIONS": {}},
 }
 # --- Operations, first run, chaos.
 # /metrics needs this bearer token (unset: only a DEBUG process serves it); the worker serves its

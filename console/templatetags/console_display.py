@@ -25,6 +25,11 @@ def countdown(expires_at: datetime) -> str:
 
 
 @register.filter
+def wake_countdown(wake_at: datetime) -> str:
+    return display.wake_countdown(wake_at, timezone.now())
+
+
+@register.filter
 def short_digest(digest: Any) -> str:
     return display.short_digest(digest)
 

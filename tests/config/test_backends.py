@@ -45,6 +45,7 @@ def test_the_defaults_are_the_deterministic_parts(settings):
         "compactor": "ExtractiveCompactor",
         "extractor": "RuleExtractor",
         "responder": "RuleResponder",
+        "support_model": "RuleSupportAgent",
     }
 
 

@@ -11,7 +11,7 @@ from core.models import Tenant
 from core.tenancy import tenant_scope
 from memory.models import ErasureRequest, MemoryItem
 from retrieval.models import Document
-from runs.engine.models import AgentRun, ToolOperation
+from runs.engine.models import AgentRun, Approval, ToolOperation
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -31,6 +31,15 @@ def test_the_demo_has_every_state_and_loads_once(live_server, settings, tmp_path
         "suspended",
         "approval_required",
     )
+    # The support agent's conversation waits for a person to approve the refund it proposed.
+    assert (runs["support_agent"].workflow_name, runs["support_agent"].suspend_reason) == (
+        "support_agent",
+        "approval_required",
+    )
+    with tenant_scope(acme.tenant_id):
+        pending = Approval.objects.get(run=runs["support_agent"], status="pending")
+        assert pending.request == {"order_id": "ord-1003", "amount_minor": 3500, "currency": "EUR"}
+        assert MemoryItem.objects.get(subject_id="cust-1003").value == "email for updates"
     assert runs["unknown_operation"].suspend_reason == "reconciliation_required"
     assert unknown_operation.status == "unknown"
     assert runs["refused_resume"].suspend_reason == "state_digest_mismatch"
