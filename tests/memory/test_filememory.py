@@ -25,7 +25,7 @@ def keep(tenant, namespace, key, value, subject="c-1"):
     )
 
 
-def test_write_memory_keeps_a_claim_and_a_note_with_their_source(api, tenant):
+def test_write_memory_keeps_a_claim_and_a_note_with_their_source(api, tenant):  # noqa: F811
     claim = api.post(
         "/api/v1/memory/write",
         {
@@ -88,7 +88,7 @@ def test_write_memory_keeps_a_claim_and_a_note_with_their_source(api, tenant):
     assert {m.key for m in memory_recall(tenant=tenant, subject_id="c-1")} == {"language", "note-1"}
 
 
-def test_memory_md_renders_grouped_escaped_with_provenance_and_round_trips(api, tenant):
+def test_memory_md_renders_grouped_escaped_with_provenance_and_round_trips(api, tenant):  # noqa: F811
     lang = keep(tenant, "preference", "language", "de")
     keep(tenant, "profile", "city", "<script>alert(1)</script> & co")
     keep(tenant, "profile", "odd key: yes/no", {"a": [1, 2]})
@@ -116,7 +116,7 @@ def test_memory_md_renders_grouped_escaped_with_provenance_and_round_trips(api, 
     assert MemoryItem.objects.filter(subject_id="c-1").count() == 3
 
 
-def test_an_edited_memory_md_supersedes_invalidates_and_adds_with_the_editor_as_source(api, tenant):
+def test_an_edited_memory_md_supersedes_invalidates_and_adds_with_the_editor_as_source(api, tenant):  # noqa: F811
     keep(tenant, "preference", "language", "de")
     keep(tenant, "profile", "city", "Porto")
     keep(tenant, "profile", "name", "Ann")
@@ -142,7 +142,7 @@ def test_an_edited_memory_md_supersedes_invalidates_and_adds_with_the_editor_as_
     assert city.invalidation_reason == "removed from MEMORY.md by user:comp"
 
 
-def test_bad_lines_are_named_with_numbers_and_nothing_is_stored(api, tenant):
+def test_bad_lines_are_named_with_numbers_and_nothing_is_stored(api, tenant):  # noqa: F811
     keep(tenant, "preference", "language", "de")
     text = memory_md_render(tenant=tenant, subject_id="c-1")
     bad = (
@@ -178,7 +178,7 @@ def test_an_api_key_edits_its_own_tenants_memory_md_and_poisoned_lines_are_held(
     assert "profile/name" in client.get(MD).content.decode()
 
 
-def test_memory_md_after_erasure_shows_nothing_of_the_subject(api, tenant):
+def test_memory_md_after_erasure_shows_nothing_of_the_subject(api, tenant):  # noqa: F811
     keep(tenant, "profile", "city", "Porto")
     keep(tenant, "preference", "language", "de", subject="c-2")
     erasure = api.post("/api/v1/erasure-requests/", {"tenant": "acme", "subject_id": "c-1"}, format="json")
