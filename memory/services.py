@@ -280,6 +280,12 @@ def memory_learn_from_events(
 
     counts = {"kept": 0, "unchanged": 0, "erased": 0, "refused": 0, "held": 0, "pending": 0}
     started = timezone.now()
+    # The whole message a fact came from: "remember ..." anywhere in it makes the basis explicit.
+    said = {
+        e.get("seq"): str((e.get("payload") or {}).get("content", ""))
+        for e in events
+        if e.get("event_type") == "user_message"
+    }
     for fact in extractor_from_settings().extract(events):
         try:
             item = memory_remember(
@@ -290,7 +296,9 @@ def memory_learn_from_events(
                 value=fact.value,
                 provenance=fact.provenance(run_id),
                 confidence=fact.confidence,
-                consent_basis=consent_basis_of_statement(fact.text, explicit=fact.explicit),
+                consent_basis=consent_basis_of_statement(
+                    said.get(fact.source_seq, fact.text), explicit=fact.explicit
+                ),
             )
         except ClaimPending:
             counts["pending"] += 1
