@@ -186,3 +186,39 @@ def test_memory_md_after_erasure_shows_nothing_of_the_subject(api, tenant):  # n
     text = api.get(MD + "?tenant=acme").content.decode()
     assert "Porto" not in text and "- " not in text
     assert '"de"' in api.get("/api/v1/memory/subjects/c-2/memory.md?tenant=acme").content.decode()
+
+
+def test_a_conversation_s_first_turn_gets_memory_md_cut_by_whole_lines_within_its_budget(tenant):
+    from runs.conversations.context import ContextBudget, context_build
+    from runs.conversations.messages import conversation_append
+    from runs.engine.runs import run_start
+
+    for i in range(12):
+        keep(tenant, "profile", f"hobby_{i:02}", f"collects stamps series {i}")
+    keep(tenant, "constraint", "contact", "never call by phone")
+    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="c-1").run
+
+    def memory(budget):
+        built = context_build(run=run, budget=budget)
+        return built, [m["content"] for m in built.messages if m["content"].startswith("[memory")]
+
+    built, lines = memory(ContextBudget(memory=4000, memory_file=True, memory_k=3))
+    assert len(lines) == 13 and all("MEMORY.md - " in line for line in lines)  # every claim, not the top k
+    assert '- constraint/contact: "never call by phone"' in lines[0]  # pinned first
+    assert all("<!-- id=" in line and line.rstrip().endswith("-->") for line in lines)  # whole lines
+    lean, few = memory(ContextBudget(memory=150, memory_file=True))
+    assert 0 < len(few) < 13 and lean.parts["memory"] <= 150
+    assert all(line in lines for line in few)
+    assert any("memory_md_line" in note for note in lean.notes)
+    _, searched = memory(ContextBudget(memory=4000, memory_k=3))
+    assert len(searched) <= 4  # without memory_file: pinned + top k, as before
+    conversation_append(
+        tenant=tenant,
+        run_id=run.run_id,
+        event_type="assistant_message",
+        client_message_id="a1",
+        body={"content": "Hello"},
+        actor="worker",
+    )
+    _, later = memory(ContextBudget(memory=4000, memory_file=True, memory_k=3))
+    assert len(later) <= 4 and not any("MEMORY.md" in line for line in later)  # later turns search
