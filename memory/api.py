@@ -15,7 +15,8 @@ from core.api import ErrorSerializer, TenantParameterSerializer, error_responses
 from core.api_auth import request_actor, request_tenant
 from core.errors import NotFound
 from core.tenancy import tenant_scope
-from memory.consent import CONSENT_BASES, pending_confirm
+from memory.confirmation import pending_confirm
+from memory.consent import CONSENT_BASES
 from memory.erasure import erasure_request_create
 from memory.filememory import memory_md_apply, memory_md_render, write_memory
 from memory.models import ErasureRequest, MemoryItem
@@ -312,7 +313,7 @@ class MemoryWriteApi(APIView):
         namespace = serializers.CharField(max_length=200, required=False)
         key = serializers.CharField(max_length=200, required=False)
         value = serializers.JSONField(required=False)
-        source = serializers.CharField(max_length=500)
+        source = serializers.CharField(max_length=500)  # type: ignore[assignment]  # the field named "source"
         consent_basis = serializers.ChoiceField(choices=CONSENT_BASES)
         run_id = serializers.CharField(max_length=64, required=False, allow_null=True, default=None)
         event_seq = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=0)

@@ -15,6 +15,7 @@ gone is invalidated; anything else on a line is an error (with its line number, 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from memory.services import memory_remember
 _LINE = re.compile(
     r"^- (?P<namespace>[^/\s]+)/(?P<key>[^:\s]+): (?P<value>.+?)(?:  <!-- id=(?P<id>[0-9a-f-]{36})(?:;[^>]*)? -->)?$"
 )
-TEXT_KEY = "note"  # write_memory(text=...) keeps free text under notes/<n>
+TEXT_KEY = "note"  # write_memory(text=...) keeps free text under notes/note-<digest of the text>
 
 
 def _name(text: str) -> str:
@@ -252,17 +253,9 @@ def write_memory(
             raise InvalidInput("give either text or namespace, key and value", code="invalid_memory_write")
         if not isinstance(text, str) or not text.strip() or len(text) > 4000:
             raise InvalidInput("text must be 1 to 4000 characters", code="invalid_memory_write")
+        # The key is the text's digest: the same note written again (a retried step) is one claim.
         namespace, value = "notes", text.strip()
-        with tenant_scope(tenant.tenant_id):
-            taken = set(
-                MemoryItem.objects.filter(
-                    subject_id=subject_id, namespace="notes", invalidated_at__isnull=True
-                ).values_list("key", flat=True)
-            )
-        number = len(taken) + 1
-        while f"{TEXT_KEY}-{number}" in taken:
-            number += 1
-        key = f"{TEXT_KEY}-{number}"
+        key = f"{TEXT_KEY}-{hashlib.sha256(value.encode()).hexdigest()[:12]}"
     elif namespace is None or key is None or value is None:
         raise InvalidInput("give either text or namespace, key and value", code="invalid_memory_write")
     if not isinstance(source, str) or not 0 < len(source) <= 500:

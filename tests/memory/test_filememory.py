@@ -11,6 +11,7 @@ from memory.filememory import memory_md_parse, memory_md_render
 from memory.models import MemoryItem
 from memory.selectors import memory_recall
 from memory.services import memory_remember
+from runs.engine.authoring import Context, State, StepResult, workflow
 from tests.memory.test_api import api  # noqa: F401 - the fixture
 from tests.memory.test_memory import said
 
@@ -53,7 +54,11 @@ def test_write_memory_keeps_a_claim_and_a_note_with_their_source(api, tenant):  
         },
         format="json",
     )
-    assert note.status_code == 201 and note.json()["namespace"] == "notes" and note.json()["key"] == "note-1"
+    assert (
+        note.status_code == 201
+        and note.json()["namespace"] == "notes"
+        and note.json()["key"].startswith("note-")
+    )
     bad = api.post(
         "/api/v1/memory/write",
         {
@@ -85,7 +90,7 @@ def test_write_memory_keeps_a_claim_and_a_note_with_their_source(api, tenant):  
         format="json",
     )
     assert poisoned.status_code == 202 and poisoned.json()["error"]["code"] == "claim_held_for_review"
-    assert {m.key for m in memory_recall(tenant=tenant, subject_id="c-1")} == {"language", "note-1"}
+    assert {m.key for m in memory_recall(tenant=tenant, subject_id="c-1")} == {"language", note.json()["key"]}
 
 
 def test_memory_md_renders_grouped_escaped_with_provenance_and_round_trips(api, tenant):  # noqa: F811
@@ -222,3 +227,45 @@ def test_a_conversation_s_first_turn_gets_memory_md_cut_by_whole_lines_within_it
     )
     _, later = memory(ContextBudget(memory=4000, memory_file=True, memory_k=3))
     assert len(later) <= 4 and not any("MEMORY.md" in line for line in later)  # later turns search
+
+
+remembering = workflow("test.filememory", version="1", description="A step writes memory.")
+
+
+@remembering.step
+def note(ctx: Context, state: State) -> StepResult:
+    ctx.remember(subject_id=state["subject"], consent_basis="contract", text="Orders every Monday")
+    ctx.remember(
+        subject_id=state["subject"], consent_basis="contract", namespace="profile", key="plan", value="gold"
+    )
+    return ctx.complete(state)
+
+
+remembering.register()
+
+
+def test_a_workflow_step_writes_memory_through_its_context_once(tenant):
+    from runs.engine.runs import run_start
+    from runs.engine.steps import run_advance
+
+    run = run_start(tenant=tenant, workflow_name="test.filememory", input={"subject": "c-7"}, actor="t").run
+    for _ in range(5):
+        if run_advance(run_id=run.run_id).status != "running":
+            break
+    items = {m.key: m for m in memory_recall(tenant=tenant, subject_id="c-7")}
+    assert items["plan"].value == "gold" and items["plan"].consent_basis == "contract"
+    assert items["plan"].provenance["source_id"] == f"run:{run.run_id}/step:note"
+    [note_key] = [k for k in items if k.startswith("note-")]
+    # The same write again (a retried step) keeps nothing new.
+    from memory.filememory import write_memory
+
+    again = write_memory(
+        tenant=tenant,
+        subject_id="c-7",
+        source=f"run:{run.run_id}/step:note",
+        consent_basis="contract",
+        text="Orders every Monday",
+        run_id=str(run.run_id),
+    )
+    assert again.memory_id == items[note_key].memory_id
+    assert MemoryItem.objects.filter(subject_id="c-7").count() == 2
