@@ -30,6 +30,7 @@ from memory.consent import (
     pending_hold,
 )
 from memory.erasure import tombstoned
+from memory.item_schema import item_schema_current
 from memory.models import PROVENANCE_KEYS, MemoryItem
 from memory.poisoning.hold import ClaimHeld, claim_held_error, claim_hold_if_poisoned
 from memory.sensitive import SENSITIVE_TERMS
@@ -121,7 +122,7 @@ def memory_remember(
     confidence: float | None = None,
     expires_at: Any = None,
     consent_basis: str | None = None,
-    schema_version: int = 1,
+    schema_version: int | None = None,
     reviewed: bool = False,
 ) -> MemoryItem:
     """Keep a new claim. If a current one exists for the same key, the new one supersedes it.
@@ -134,6 +135,8 @@ def memory_remember(
         raise InvalidInput("subject_id must be 1 to 200 characters", code="invalid_memory_scope")
     _validate(namespace=namespace, key=key, value=value, provenance=provenance, confidence=confidence)
     consent_basis = consent_basis or consent_default(provenance)
+    # A new value is written in its namespace's current schema version (memory/item_schema.py).
+    schema_version = schema_version or item_schema_current(namespace)
     if not reviewed:
         with tenant_scope(tenant.tenant_id):
             held = claim_hold_if_poisoned(
