@@ -370,6 +370,18 @@ class MemoryFileApi(APIView):
     @extend_schema(
         summary="Write an edited MEMORY.md back (all or nothing; bad lines are named)",
         request=InputSerializer,
+        examples=[
+            OpenApiExample(
+                "edit",
+                value={
+                    "tenant": "acme",
+                    "content": '# MEMORY.md of customer-7\n\n## preference\n- preference/language: "en"'
+                    '  <!-- id=0b6c1f9e-3a52-4f5e-9a43-6f1d2c3b4a59 -->\n- constraint/contact: "email only"\n',
+                    "consent_basis": "explicit",
+                },
+                request_only=True,
+            )
+        ],
         responses={
             200: inline_serializer(
                 "MemoryFileEdit",
@@ -407,6 +419,9 @@ class MemoryPendingConfirmApi(APIView):
     @extend_schema(
         summary="The subject confirms an inferred claim: it becomes memory (consent basis explicit)",
         request=InputSerializer,
+        examples=[
+            OpenApiExample("confirm", value={"tenant": "acme", "subject_id": "customer-7"}, request_only=True)
+        ],
         responses={201: MemoryItemOutputSerializer, **error_responses(409, 422)},
     )
     def post(self, request: Request, pending_id: UUID) -> Response:
