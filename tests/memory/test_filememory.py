@@ -9,6 +9,7 @@ from core.api_auth import api_key_create
 from memory.erasure import erasure_execute
 from memory.filememory import memory_md_parse, memory_md_render
 from memory.models import MemoryItem
+from memory.poisoning.models import HeldClaim
 from memory.selectors import memory_recall
 from memory.services import memory_remember
 from runs.engine.authoring import Context, State, StepResult, workflow
@@ -183,13 +184,29 @@ def test_an_api_key_edits_its_own_tenants_memory_md_and_poisoned_lines_are_held(
     assert "profile/name" in client.get(MD).content.decode()
 
 
-def test_memory_md_after_erasure_shows_nothing_of_the_subject(api, tenant):  # noqa: F811
+def test_memory_md_after_erasure_shows_nothing_of_the_subject(api, tenant, settings):  # noqa: F811
     keep(tenant, "profile", "city", "Porto")
+    settings.KEEPER_CONSENT_POLICY = '{"*": {"profile": ["explicit"]}}'
+    waiting = api.post(
+        "/api/v1/memory/write",
+        {
+            "tenant": "acme",
+            "subject_id": "c-1",
+            "namespace": "profile",
+            "key": "mood",
+            "value": "calm",
+            "source": "agent:x",
+            "consent_basis": "inferred",
+        },
+        format="json",
+    )
+    assert waiting.status_code == 202 and HeldClaim.objects.filter(subject_id="c-1").count() == 1
     keep(tenant, "preference", "language", "de", subject="c-2")
     erasure = api.post("/api/v1/erasure-requests/", {"tenant": "acme", "subject_id": "c-1"}, format="json")
     erasure_execute(tenant_id=tenant.tenant_id, request_id=erasure.json()["request_id"])
     text = api.get(MD + "?tenant=acme").content.decode()
     assert "Porto" not in text and "- " not in text
+    assert not HeldClaim.objects.filter(subject_id="c-1").exists()  # nor its claim waiting for consent
     assert '"de"' in api.get("/api/v1/memory/subjects/c-2/memory.md?tenant=acme").content.decode()
 
 
