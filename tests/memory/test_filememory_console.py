@@ -28,6 +28,8 @@ def test_compliance_edits_memory_md_with_a_note_and_the_edit_is_audited(as_role,
     )
     assert as_role("support").get(PAGE + "?subject=c-1").status_code == 403
     client = as_role("compliance")
+    overview = client.get("/compliance/?tenant=acme&subject=c-1").content.decode()
+    assert f"{PAGE}?subject=c-1" in overview  # the subject's overview links to it
     page = client.get(PAGE + "?subject=c-1")
     assert page.status_code == 200 and "preference/language: &quot;de&quot;" in page.content.decode()
     edited = memory_md_render(tenant=tenant, subject_id="c-1").replace('"de"', '"fr"')
