@@ -239,8 +239,7 @@ def memory_supersede(
             provenance=provenance,
             confidence=confidence,
             consent_basis=old.consent_basis,
-            schema_version=old.schema_version,
-        )
+        )  # the new value is in the namespace's current schema version
 
 
 def memory_invalidate(*, tenant: Tenant, memory_id: UUID, reason: str) -> MemoryItem:

@@ -182,3 +182,17 @@ def test_the_policy_is_read_from_the_environment_and_checked():
     for bad in ("[1]", '{"*": {"profile": ["maybe"]}}', "not json"):
         with pytest.raises(ImproperlyConfigured):
             consent_policy_parse(bad)
+
+
+def test_approving_a_waiting_claim_in_the_review_queue_confirms_it(settings, tenant):
+    from memory.review import held_claim_approve
+
+    settings.KEEPER_CONSENT_POLICY = POLICY
+    with pytest.raises(ClaimPending) as waiting:
+        infer(tenant)
+    held_claim_approve(
+        tenant=tenant, held_id=waiting.value.details["pending_id"], actor="user:t", note="phoned"
+    )
+    [item] = memory_recall(tenant=tenant, subject_id="c-1")
+    assert item.consent_basis == "explicit"
+    assert item.provenance["validation_method"] == "explicit_user_confirmation"
