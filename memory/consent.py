@@ -3,6 +3,7 @@ and the queue of inferred claims waiting for the subject's (or a person's) confi
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import timedelta
 from typing import Any
@@ -58,9 +59,14 @@ def consent_policy_parse(raw: str | dict[str, Any]) -> dict[str, dict[str, tuple
     return policy
 
 
+@functools.lru_cache(maxsize=8)
+def _policy(raw: str) -> dict[str, dict[str, tuple[str, ...]]]:
+    return consent_policy_parse(raw)  # parsed once per setting's text, not on every write
+
+
 def consent_required(*, tenant: Tenant, namespace: str) -> tuple[str, ...] | None:
     """The bases a claim in `namespace` of this tenant may have; None: any."""
-    policy = consent_policy_parse(settings.KEEPER_CONSENT_POLICY)
+    policy = _policy(settings.KEEPER_CONSENT_POLICY)
     for scope in (tenant.slug, "*"):
         if namespace in policy.get(scope, {}):
             return policy[scope][namespace]
