@@ -40,7 +40,8 @@ def api_schema(live_server, monkeypatch):
     IDS.update(ours=seed_tenant(ours), theirs=seed_tenant(theirs))
     THEIRS.clear()
     THEIRS.update(
-        {k: str(v) for k, v in IDS["theirs"].items() if k != "pk"},
+        # a subject id is each tenant's own name (both seed "c-1"), no object of theirs
+        {k: str(v) for k, v in IDS["theirs"].items() if k not in ("pk", "subject")},
         tenant="globex",
         tenant_id=str(theirs.tenant_id),
     )
