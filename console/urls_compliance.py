@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console.views import compliance, offboarding
+from console.views import compliance, filememory, offboarding
 
 urlpatterns = [
     path("compliance/", compliance.compliance_home, name="compliance_home"),
@@ -41,5 +41,14 @@ urlpatterns += [
         "compliance/offboardings/<uuid:offboarding_id>/receipt.json",
         offboarding.offboarding_receipt_json,
         name="compliance_offboarding_receipt_json",
+    ),
+]
+
+urlpatterns += [
+    path("compliance/<str:tenant>/memory-md/", filememory.memory_md_page, name="compliance_memory_md"),
+    path(
+        "compliance/<str:tenant>/pending/<uuid:pending_id>/confirm/",
+        filememory.pending_confirm_view,
+        name="compliance_pending_confirm",
     ),
 ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
+from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -14,7 +15,10 @@ from core.api import ErrorSerializer, TenantParameterSerializer, error_responses
 from core.api_auth import request_actor, request_tenant
 from core.errors import NotFound
 from core.tenancy import tenant_scope
+from memory.confirmation import pending_confirm
+from memory.consent import CONSENT_BASES
 from memory.erasure import erasure_request_create
+from memory.filememory import memory_md_apply, memory_md_render, write_memory
 from memory.models import ErasureRequest, MemoryItem
 from memory.projection import memory_search
 from memory.selectors import memory_recall
@@ -103,7 +107,9 @@ class MemoryItemsApi(APIView):
         value = serializers.JSONField()
         provenance = serializers.DictField()
         confidence = serializers.FloatField(required=False, allow_null=True, default=None)
-        consent_basis = serializers.CharField(max_length=200, required=False, allow_null=True, default=None)
+        consent_basis = serializers.ChoiceField(
+            choices=CONSENT_BASES, required=False, allow_null=True, default=None
+        )  # none: from the provenance (memory/consent.py consent_default)
 
     class FilterSerializer(serializers.Serializer):
         tenant = serializers.CharField(
@@ -293,3 +299,138 @@ class ErasureRequestDetailApi(APIView):
                 f"no erasure request {request_id} for tenant {tenant.slug}", code="erasure_request_not_found"
             )
         return Response(ErasureOutputSerializer(found).data)
+
+
+class MemoryWriteApi(APIView):
+    """The write_memory tool of external agents: one claim or a free text note, with its source."""
+
+    class InputSerializer(serializers.Serializer):
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
+        subject_id = serializers.CharField(max_length=200, trim_whitespace=False)
+        text = serializers.CharField(max_length=4000, required=False)
+        namespace = serializers.CharField(max_length=200, required=False)
+        key = serializers.CharField(max_length=200, required=False)
+        value = serializers.JSONField(required=False)
+        source = serializers.CharField(max_length=500)  # type: ignore[assignment]  # the field named "source"
+        consent_basis = serializers.ChoiceField(choices=CONSENT_BASES)
+        run_id = serializers.CharField(max_length=64, required=False, allow_null=True, default=None)
+        event_seq = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=0)
+
+    @extend_schema(
+        summary="write_memory: keep a claim or a note about a subject, with its source",
+        request=InputSerializer,
+        responses={201: MemoryItemOutputSerializer, 202: HELD, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "claim",
+                value={
+                    "tenant": "acme",
+                    "subject_id": "customer-7",
+                    "namespace": "preference",
+                    "key": "language",
+                    "value": "de",
+                    "source": "agent:helpdesk",
+                    "consent_basis": "explicit",
+                },
+                request_only=True,
+            )
+        ],
+    )
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        item = write_memory(tenant=request_tenant(request, fields.pop("tenant", None)), **fields)
+        return Response(MemoryItemOutputSerializer(item).data, status=201)
+
+
+class MemoryFileApi(APIView):
+    """A subject's MEMORY.md: GET renders it, PUT writes an edited one back as claims."""
+
+    class InputSerializer(serializers.Serializer):
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
+        content = serializers.CharField(max_length=200_000, allow_blank=True, trim_whitespace=False)
+        consent_basis = serializers.ChoiceField(choices=CONSENT_BASES, default="explicit")
+
+    @extend_schema(
+        summary="A subject's MEMORY.md (current claims with their provenance, as markdown)",
+        parameters=[TenantParameterSerializer],
+        responses={(200, "text/markdown"): str, **error_responses()},
+    )
+    def get(self, request: Request, subject: str) -> HttpResponse:
+        tenant = request_tenant(request, request.query_params.get("tenant", ""))
+        return HttpResponse(
+            memory_md_render(tenant=tenant, subject_id=subject), content_type="text/markdown; charset=utf-8"
+        )
+
+    @extend_schema(
+        summary="Write an edited MEMORY.md back (all or nothing; bad lines are named)",
+        request=InputSerializer,
+        examples=[
+            OpenApiExample(
+                "edit",
+                value={
+                    "tenant": "acme",
+                    "content": '# MEMORY.md of customer-7\n\n## preference\n- preference/language: "en"'
+                    '  <!-- id=0b6c1f9e-3a52-4f5e-9a43-6f1d2c3b4a59 -->\n- constraint/contact: "email only"\n',
+                    "consent_basis": "explicit",
+                },
+                request_only=True,
+            )
+        ],
+        responses={
+            200: inline_serializer(
+                "MemoryFileEdit",
+                {
+                    "added": serializers.IntegerField(),
+                    "superseded": serializers.IntegerField(),
+                    "invalidated": serializers.IntegerField(),
+                    "unchanged": serializers.IntegerField(),
+                    "held": serializers.ListField(child=serializers.DictField()),
+                },
+            ),
+            **error_responses(422),
+        },
+    )
+    def put(self, request: Request, subject: str) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        edit = memory_md_apply(
+            tenant=request_tenant(request, data.validated_data.get("tenant")),
+            subject_id=subject,
+            text=data.validated_data["content"],
+            editor=request_actor(request),
+            consent_basis=data.validated_data["consent_basis"],
+        )
+        return Response(edit.as_json())
+
+
+class MemoryPendingConfirmApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        tenant = serializers.CharField(
+            max_length=64, required=False, allow_blank=True
+        )  # with an API key: the key's
+        subject_id = serializers.CharField(max_length=200, trim_whitespace=False, required=False)
+
+    @extend_schema(
+        summary="The subject confirms an inferred claim: it becomes memory (consent basis explicit)",
+        request=InputSerializer,
+        examples=[
+            OpenApiExample("confirm", value={"tenant": "acme", "subject_id": "customer-7"}, request_only=True)
+        ],
+        responses={201: MemoryItemOutputSerializer, **error_responses(409, 422)},
+    )
+    def post(self, request: Request, pending_id: UUID) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        item = pending_confirm(
+            tenant=request_tenant(request, data.validated_data.get("tenant")),
+            pending_id=pending_id,
+            actor=request_actor(request),
+            subject_id=data.validated_data.get("subject_id"),
+        )
+        return Response(MemoryItemOutputSerializer(item).data, status=201)

@@ -14,6 +14,7 @@ from django.utils import timezone
 from core.errors import Conflict, InvalidInput, NotFound
 from core.models import Tenant
 from core.tenancy import tenant_scope
+from memory.consent import UNCONFIRMED
 from memory.models import MemoryItem
 from memory.poisoning.models import HeldClaim, HeldStatus
 from memory.services import memory_remember
@@ -32,13 +33,20 @@ def held_claim_approve(*, tenant: Tenant, held_id: UUID, actor: str, note: str) 
     """A person read it and it is a fact: keep it as memory (with its own provenance)."""
     with tenant_scope(tenant.tenant_id):
         held = _held(held_id)
+        # A claim that waited for the subject's consent: the person approving it confirms it for them.
+        confirmed = UNCONFIRMED in held.signals
         item = memory_remember(
             tenant=tenant,
             subject_id=held.subject_id,
             namespace=held.namespace,
             key=held.key,
             value=held.value,
-            provenance=held.provenance,
+            provenance=(
+                {**held.provenance, "validation_method": "explicit_user_confirmation"}
+                if confirmed
+                else held.provenance
+            ),
+            consent_basis="explicit" if confirmed else None,
             reviewed=True,
         )
         HeldClaim.objects.filter(pk=held.pk).update(

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from core.models import Tenant
 from core.tenancy import tenant_scope
+from memory.item_schema import item_schema_current, item_value_migrate
 from memory.models import ErasureRequest, MemoryItem, MemoryVector, Tombstone
 
 
@@ -21,10 +22,12 @@ def memory_recall(
     tenant: Tenant,
     subject_id: str,
     namespaces: list[str] | None = None,
-    schema_versions: tuple[int, ...] = (1,),
+    schema_versions: tuple[int, ...] | None = None,
 ) -> list[MemoryItem]:
     """The newest valid claim per key. Row-level security already confines the rows to the tenant;
-    the filters here say which of the tenant's claims are still true."""
+    the filters here say which of the tenant's claims are still true. Values come in their
+    namespace's current schema version (memory/item_schema.py); an item of a version this code
+    does not know is left out. schema_versions: only items stored in these versions."""
     now = timezone.now()
     with tenant_scope(tenant.tenant_id):
         items = MemoryItem.objects.filter(
@@ -32,11 +35,26 @@ def memory_recall(
             subject_id=subject_id,
             invalidated_at__isnull=True,
             valid_from__lte=now,
-            schema_version__in=schema_versions,
         )
+        if schema_versions is not None:
+            items = items.filter(schema_version__in=schema_versions)
         if namespaces is not None:
             items = items.filter(namespace__in=namespaces)
-        return list(items.order_by("namespace", "key"))
+        return [m for m in items.order_by("namespace", "key") if _in_current_schema(m)]
+
+
+def _in_current_schema(item: MemoryItem) -> bool:
+    """Bring the item's value to its namespace's current version in place (not saved); False if
+    its version is newer than this code knows."""
+    current = item_schema_current(item.namespace)
+    if item.schema_version > current:
+        return False
+    if item.schema_version < current:
+        item.value = item_value_migrate(
+            namespace=item.namespace, value=item.value, version=item.schema_version
+        )
+        item.schema_version = current
+    return True
 
 
 def memory_recall_recent(*, tenant: Tenant, subject_id: str, limit: int) -> list[MemoryItem]:

@@ -22,7 +22,15 @@ from core.errors import Conflict, InvalidInput, NotFound
 from core.models import Tenant
 from core.tasks import task_send
 from core.tenancy import tenant_scope
+from memory.consent import (
+    ClaimPending,
+    consent_basis_of_statement,
+    consent_check,
+    consent_default,
+    pending_hold,
+)
 from memory.erasure import tombstoned
+from memory.item_schema import item_schema_current
 from memory.models import PROVENANCE_KEYS, MemoryItem
 from memory.poisoning.hold import ClaimHeld, claim_held_error, claim_hold_if_poisoned
 from memory.sensitive import SENSITIVE_TERMS
@@ -114,7 +122,7 @@ def memory_remember(
     confidence: float | None = None,
     expires_at: Any = None,
     consent_basis: str | None = None,
-    schema_version: int = 1,
+    schema_version: int | None = None,
     reviewed: bool = False,
 ) -> MemoryItem:
     """Keep a new claim. If a current one exists for the same key, the new one supersedes it.
@@ -126,6 +134,9 @@ def memory_remember(
     if not isinstance(subject_id, str) or not 0 < len(subject_id) <= 200:
         raise InvalidInput("subject_id must be 1 to 200 characters", code="invalid_memory_scope")
     _validate(namespace=namespace, key=key, value=value, provenance=provenance, confidence=confidence)
+    consent_basis = consent_basis or consent_default(provenance)
+    # A new value is written in its namespace's current schema version (memory/item_schema.py).
+    schema_version = schema_version or item_schema_current(namespace)
     if not reviewed:
         with tenant_scope(tenant.tenant_id):
             held = claim_hold_if_poisoned(
@@ -138,6 +149,17 @@ def memory_remember(
             )
         if held is not None:
             raise claim_held_error(held)
+        if not consent_check(tenant=tenant, namespace=namespace, consent_basis=consent_basis):
+            with tenant_scope(tenant.tenant_id):
+                pending = pending_hold(
+                    tenant=tenant,
+                    subject_id=subject_id,
+                    namespace=namespace,
+                    key=key,
+                    value=value,
+                    provenance=provenance,
+                )
+            raise pending
     with tenant_scope(tenant.tenant_id):
         if tombstoned(
             tenant_id=tenant.tenant_id,
@@ -217,8 +239,7 @@ def memory_supersede(
             provenance=provenance,
             confidence=confidence,
             consent_basis=old.consent_basis,
-            schema_version=old.schema_version,
-        )
+        )  # the new value is in the namespace's current schema version
 
 
 def memory_invalidate(*, tenant: Tenant, memory_id: UUID, reason: str) -> MemoryItem:
@@ -244,7 +265,9 @@ def memory_purge_expired() -> int:
             expired = MemoryItem.objects.filter(expires_at__lt=timezone.now())
             MemoryItem.objects.filter(supersedes__in=expired).update(supersedes=None)
             purged += expired.delete()[1].get("memory.MemoryItem", 0)
-    return purged
+    from memory.consent import pending_purge_expired
+
+    return purged + pending_purge_expired()
 
 
 def memory_learn_from_events(
@@ -257,8 +280,14 @@ def memory_learn_from_events(
     """
     from memory.extraction import extractor_from_settings
 
-    counts = {"kept": 0, "unchanged": 0, "erased": 0, "refused": 0, "held": 0}
+    counts = {"kept": 0, "unchanged": 0, "erased": 0, "refused": 0, "held": 0, "pending": 0}
     started = timezone.now()
+    # The whole message a fact came from: "remember ..." anywhere in it makes the basis explicit.
+    said = {
+        e.get("seq"): str((e.get("payload") or {}).get("content", ""))
+        for e in events
+        if e.get("event_type") == "user_message"
+    }
     for fact in extractor_from_settings().extract(events):
         try:
             item = memory_remember(
@@ -269,7 +298,13 @@ def memory_learn_from_events(
                 value=fact.value,
                 provenance=fact.provenance(run_id),
                 confidence=fact.confidence,
+                consent_basis=consent_basis_of_statement(
+                    said.get(fact.source_seq, fact.text), explicit=fact.explicit
+                ),
             )
+        except ClaimPending:
+            counts["pending"] += 1
+            continue
         except ClaimErased:
             counts["erased"] += 1
             continue

@@ -15,6 +15,13 @@ urlpatterns = [
         name="api-memory-invalidate",
     ),
     path("memory/search/", api.MemorySearchApi.as_view(), name="api-memory-search"),
+    path("memory/write", api.MemoryWriteApi.as_view(), name="api-memory-write"),
+    path("memory/subjects/<str:subject>/memory.md", api.MemoryFileApi.as_view(), name="api-memory-file"),
+    path(
+        "memory/pending/<uuid:pending_id>/confirm",
+        api.MemoryPendingConfirmApi.as_view(),
+        name="api-memory-pending-confirm",
+    ),
     path("erasure-requests/", api.ErasureRequestsApi.as_view(), name="api-erasure-requests"),
     path(
         "erasure-requests/<uuid:request_id>/",

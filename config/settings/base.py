@@ -244,6 +244,13 @@ KEEPER_SUMMARY_CHUNK_EVENTS = env_int("KEEPER_SUMMARY_CHUNK_EVENTS", 200, minimu
 # --- Long-term memory.
 # Days an unconfirmed model inference is kept (explicit statements have no default expiry).
 KEEPER_INFERENCE_TTL_DAYS = env_int("KEEPER_INFERENCE_TTL_DAYS", 30, minimum=1)
+# Which consent basis a namespace's claims need, per tenant slug or "*" (memory/consent.py), as JSON:
+# {"*": {"health": ["explicit"]}, "acme": {"preference": ["explicit", "contract"]}}. An inferred claim
+# that needs another basis waits for the subject's confirmation for KEEPER_CONSENT_PENDING_TTL_HOURS.
+KEEPER_CONSENT_POLICY = env_str(
+    "KEEPER_CONSENT_POLICY", '{"*": {"health": ["explicit"], "sensitive": ["explicit"]}}'
+)
+KEEPER_CONSENT_PENDING_TTL_HOURS = env_int("KEEPER_CONSENT_PENDING_TTL_HOURS", 72, minimum=1)
 
 # Retrieval: the largest source accepted, the most chunks one document may have, words per chunk,
 # and the age after which an index entry is no longer served (0 = no age limit). TTL bounds age;

@@ -62,7 +62,9 @@ class ContextBudget:
     the model's published maximum output). keep_recent: raw events never compacted away.
     memory_k, retrieval_k: how many memories and chunks the search brings. pinned_namespaces: the
     subject's claims in these namespaces always come first (a constraint the user stated holds on
-    every turn, whatever the query)."""
+    every turn, whatever the query). memory_file: on a conversation's first turn (no answer yet) the
+    memory part is the subject's MEMORY.md (memory/filememory.py), pinned namespaces first, line by
+    line, cut by whole lines within `memory` (each line left out is named in the notes)."""
 
     memory: int = 1000
     retrieval: int = 2000
@@ -73,8 +75,14 @@ class ContextBudget:
     memory_k: int = 8
     retrieval_k: int = 5
     pinned_namespaces: tuple[str, ...] = ("constraint",)
+    memory_file: bool = False
 
     def __post_init__(self) -> None:
+        if type(self.memory_file) is not bool:
+            raise InvalidInput(
+                f"context budget memory_file must be true or false, not {self.memory_file!r}",
+                code="invalid_context_budget",
+            )
         for name in (
             "memory",
             "retrieval",
@@ -103,6 +111,7 @@ class ContextBudget:
             "memory_k": self.memory_k,
             "retrieval_k": self.retrieval_k,
             "pinned_namespaces": list(self.pinned_namespaces),
+            "memory_file": self.memory_file,
         }
 
 
@@ -134,8 +143,10 @@ class MemorySource:
 
     name = "memory"
 
-    def __init__(self, *, k: int = DEFAULT_BUDGET.memory_k, pinned: Sequence[str] = ("constraint",)):
-        self.k, self.pinned = k, tuple(pinned)
+    def __init__(
+        self, *, k: int = DEFAULT_BUDGET.memory_k, pinned: Sequence[str] = ("constraint",), file: bool = False
+    ):
+        self.k, self.pinned, self.file = k, tuple(pinned), file
 
     def items(self, *, run: AgentRun, query: str) -> list[dict[str, Any]]:
         from memory.projection import memory_search
@@ -144,6 +155,8 @@ class MemorySource:
         if not run.subject:
             return []
         own_episode = ("episode", f"run:{run.run_id}")
+        if self.file and not AgentEvent.objects.filter(run=run, event_type="assistant_message").exists():
+            return self._memory_file(run=run, own_episode=own_episode)
         chosen = (
             memory_recall(tenant=run.tenant, subject_id=run.subject, namespaces=list(self.pinned))
             if self.pinned
@@ -163,6 +176,19 @@ class MemorySource:
             more = [m for m in found if m.memory_id not in seen and (m.namespace, m.key) != own_episode]
             chosen += more[: self.k]
         return [_memory_item(m) for m in chosen if (m.namespace, m.key) != own_episode]
+
+    def _memory_file(self, *, run: AgentRun, own_episode: tuple[str, str]) -> list[dict[str, Any]]:
+        """The session's start: the subject's MEMORY.md, one item per claim line (whole lines)."""
+        from memory.filememory import memory_md_lines
+
+        episode_line = "- episode/" + own_episode[1].replace(":", "%3A") + ":"
+        return [
+            {"text": f"MEMORY.md {line}", "provenance": {"memory_md_line": number, "memory_id": memory_id}}
+            for number, (line, memory_id) in enumerate(
+                memory_md_lines(tenant=run.tenant, subject_id=run.subject, pinned=self.pinned), start=1
+            )
+            if memory_id is not None and not line.startswith(episode_line)
+        ]
 
 
 class RetrievalSource:
@@ -248,7 +274,10 @@ def _sources(
     if sources is not None:
         chosen = list(sources)
     else:
-        chosen = [MemorySource(k=budget.memory_k, pinned=budget.pinned_namespaces), *_SOURCES]
+        chosen = [
+            MemorySource(k=budget.memory_k, pinned=budget.pinned_namespaces, file=budget.memory_file),
+            *_SOURCES,
+        ]
     if principal and all(s.name != "retrieval" for s in chosen):
         chosen.append(RetrievalSource(principal=principal, k=budget.retrieval_k))
     return chosen

@@ -10,6 +10,7 @@ from rest_framework.test import APIClient
 from core.api_auth import api_key_create
 from core.models import Tenant
 from core.tenancy import tenant_bind
+from memory.consent import ClaimPending
 from memory.erasure import erasure_request_create
 from memory.services import memory_remember
 from retrieval.search import retrieval_search
@@ -100,6 +101,20 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
         value="de",
         provenance=PROVENANCE,
     )
+    try:  # an inference waiting for the subject's consent (the default policy: health needs explicit)
+        memory_remember(
+            tenant=tenant,
+            subject_id="c-1",
+            namespace="health",
+            key="allergy",
+            value="nuts",
+            provenance={**PROVENANCE, "source_type": "tool_result"},
+            consent_basis="inferred",
+        )
+    except ClaimPending as pending:
+        pending_id = str(pending.details["pending_id"])
+    else:
+        raise AssertionError("the default consent policy holds an inferred health claim")
     erasure = erasure_request_create(tenant=tenant, subject_id="c-2", requested_by="test")
     document_id = f"policy-{tenant.slug}"
     document_index(
@@ -141,4 +156,6 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
         "document_id": document_id,
         "principal": principal,
         "snapshot_id": str(snapshot.snapshot_id),
+        "pending_id": pending_id,
+        "subject": "c-1",  # a subject id is the tenant's own name: theirs names one of ours too
     }

@@ -81,6 +81,15 @@ def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
         "MemoryItemSupersedeApi": {"tenant": tenant, "value": "en", "provenance": PROVENANCE},
         "MemoryItemInvalidateApi": {"tenant": tenant, "reason": "x"},
         "ErasureRequestsApi": {"tenant": tenant, "subject_id": "c-1"},
+        "MemoryWriteApi": {
+            "tenant": tenant,
+            "subject_id": "c-1",
+            "text": "likes tea",
+            "source": "agent:x",
+            "consent_basis": "explicit",
+        },
+        "MemoryFileApi": {"tenant": tenant, "content": ""},
+        "MemoryPendingConfirmApi": {"tenant": tenant},
         "DocumentsApi": {
             "tenant": tenant,
             "document_id": "d-1",
@@ -142,6 +151,8 @@ def test_a_key_gets_404_for_every_url_of_another_tenant(tenant, other_tenant, wr
         # Their object in our tenant, their object naming their tenant, and (collections) their tenant.
         tenants = ["acme", "globex"] if has_object else ["globex"]
         if view == "ApprovalListApi":
+            tenants = ["globex"]
+        if view == "MemoryFileApi":  # a subject id is no object of theirs: in acme it is acme's subject
             tenants = ["globex"]
         for named in tenants:
             if method in ("get", "delete"):

@@ -196,6 +196,35 @@ class Context:
         """Charge model usage to the run's budgets (recorded on this step's event)."""
         self._base.spend(tokens=tokens, cost_usd=cost_usd)
 
+    def remember(
+        self,
+        *,
+        subject_id: str,
+        consent_basis: str,
+        text: str | None = None,
+        namespace: str | None = None,
+        key: str | None = None,
+        value: Any = None,
+    ) -> Any:
+        """write_memory from this step: a claim (namespace, key, value) or a note (text) about a
+        subject, with run:<id>/step:<name> as its source. Screened and checked against the consent
+        policy like every write (ClaimHeld, ClaimPending); a retried step writing the same again
+        keeps nothing new. Returns the memory item."""
+        from core.models import Tenant
+        from memory.filememory import write_memory
+
+        return write_memory(
+            tenant=Tenant.objects.get(tenant_id=self.tenant_id),
+            subject_id=subject_id,
+            source=f"run:{self.run_id}/step:{self.step}",
+            consent_basis=consent_basis,
+            text=text,
+            namespace=namespace,
+            key=key,
+            value=value,
+            run_id=str(self.run_id),
+        )
+
     def heartbeat(self) -> bool:
         """Renew the lease now; False if it was lost (the commit will be refused)."""
         return self._base.heartbeat()

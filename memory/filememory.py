@@ -1,0 +1,278 @@
+"""File memory: write_memory for steps and agents, and MEMORY.md, a subject's current claims as a
+file that can be read, edited and written back (an edit becomes claims with the editor as source).
+
+MEMORY.md is a view of memory items, never stored: erasing the items erases it. Its line format:
+
+    # MEMORY.md of <subject>            (headings, blank lines: ignored when read back)
+    ## <namespace>
+    - <namespace>/<key>: <JSON value>  <!-- id=<memory id>; source=...; consent=... -->
+
+namespace and key are percent-encoded where they hold "/", ":", "%", "<", ">" or white space; the
+value is JSON with "<", ">" and "&" written as \\u escapes (no markup can hide in it). A line without
+the comment is a new claim; a line whose value changed supersedes its claim; a claim whose line is
+gone is invalidated; anything else on a line is an error (with its line number, nothing stored).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, unquote
+
+from django.db import transaction
+from django.utils import timezone
+
+from core.errors import InvalidInput
+from core.models import Tenant
+from core.tenancy import tenant_scope
+from memory.consent import CONSENT_BASES, ClaimPending
+from memory.models import MemoryItem
+from memory.poisoning.hold import ClaimHeld
+from memory.selectors import memory_recall
+from memory.services import memory_remember
+
+_LINE = re.compile(
+    r"^- (?P<namespace>[^/\s]+)/(?P<key>[^:\s]+): (?P<value>.+?)(?:  <!-- id=(?P<id>[0-9a-f-]{36})(?:;[^>]*)? -->)?$"
+)
+TEXT_KEY = "note"  # write_memory(text=...) keeps free text under notes/note-<digest of the text>
+
+
+def _name(text: str) -> str:
+    return quote(text, safe="")
+
+
+def _json(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _source(item: MemoryItem) -> str:
+    p = item.provenance
+    where = f"{p.get('source_type')}:{p.get('source_id')}"
+    if p.get("event_seq") is not None:
+        where += f"#{p['event_seq']}"
+    return quote(where, safe=":#")
+
+
+def memory_md_lines(
+    *, tenant: Tenant, subject_id: str, pinned: tuple[str, ...] = ()
+) -> list[tuple[str, str | None]]:
+    """(line, memory id or None) of the subject's MEMORY.md, pinned namespaces first."""
+    items = memory_recall(tenant=tenant, subject_id=subject_id)
+    items.sort(key=lambda m: (m.namespace not in pinned, m.namespace, m.key))
+    lines: list[tuple[str, str | None]] = [(f"# MEMORY.md of {_name(subject_id)}", None)]
+    namespace = None
+    for m in items:
+        if m.namespace != namespace:
+            namespace = m.namespace
+            lines += [("", None), (f"## {_name(namespace)}", None)]
+        lines.append(
+            (
+                f"- {_name(m.namespace)}/{_name(m.key)}: {_json(m.value)}  <!-- id={m.memory_id}; "
+                f"source={_source(m)}; consent={m.consent_basis or 'unknown'} -->",
+                str(m.memory_id),
+            )
+        )
+    return lines
+
+
+def memory_md_render(*, tenant: Tenant, subject_id: str) -> str:
+    return "\n".join(line for line, _ in memory_md_lines(tenant=tenant, subject_id=subject_id)) + "\n"
+
+
+@dataclass(frozen=True)
+class MemoryLine:
+    number: int
+    namespace: str
+    key: str
+    value: Any
+    memory_id: str | None
+
+
+def memory_md_parse(text: str) -> list[MemoryLine]:
+    """The claim lines of an edited MEMORY.md; InvalidInput naming every bad line."""
+    found: list[MemoryLine] = []
+    errors: list[dict[str, Any]] = []
+    seen: dict[tuple[str, str], int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.rstrip()
+        if not line or line.startswith("#"):
+            continue
+        match = _LINE.match(line)
+        if match is None:
+            errors.append({"line": number, "error": "not a claim line: - namespace/key: <JSON value>"})
+            continue
+        try:
+            value = json.loads(match["value"])
+        except ValueError:
+            errors.append({"line": number, "error": "the value is not JSON (a text needs quotes)"})
+            continue
+        namespace, key = unquote(match["namespace"]), unquote(match["key"])
+        if (namespace, key) in seen:
+            errors.append(
+                {"line": number, "error": f"{namespace}/{key} is already on line {seen[namespace, key]}"}
+            )
+            continue
+        seen[namespace, key] = number
+        found.append(MemoryLine(number, namespace, key, value, match["id"]))
+    if errors:
+        raise InvalidInput(
+            f"MEMORY.md has {len(errors)} bad line(s); nothing was stored",
+            code="invalid_memory_md",
+            details={"lines": errors},
+        )
+    return found
+
+
+@dataclass
+class MemoryEdit:
+    added: int = 0
+    superseded: int = 0
+    invalidated: int = 0
+    unchanged: int = 0
+    held: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "added": self.added,
+            "superseded": self.superseded,
+            "invalidated": self.invalidated,
+            "unchanged": self.unchanged,
+            "held": self.held,
+        }
+
+
+def _editor_provenance(editor: str, *, operator: bool) -> dict[str, Any]:
+    return {
+        "source_type": "operator" if operator else "import",
+        "source_id": f"memory.md:{editor}",
+        "source_version": None,
+        "run_id": None,
+        "event_seq": None,
+        "validation_method": "operator_entered" if operator else "unvalidated",
+    }
+
+
+def memory_md_apply(
+    *,
+    tenant: Tenant,
+    subject_id: str,
+    text: str,
+    editor: str,
+    operator: bool = False,
+    consent_basis: str = "explicit",
+) -> MemoryEdit:
+    """Turn an edited MEMORY.md into claims, all or nothing: changed values supersede their claim,
+    removed lines invalidate theirs, new lines become claims (the editor their source), unchanged
+    lines do nothing. operator: a person in the console (trusted, not screened); else an API client."""
+    if consent_basis not in CONSENT_BASES:
+        raise InvalidInput(
+            f"consent_basis must be one of {', '.join(CONSENT_BASES)}", code="invalid_consent_basis"
+        )
+    lines = memory_md_parse(text)
+    current = {str(m.memory_id): m for m in memory_recall(tenant=tenant, subject_id=subject_id)}
+    errors = []
+    for line in lines:
+        item = current.get(line.memory_id) if line.memory_id else None
+        if line.memory_id and item is None:
+            errors.append(
+                {"line": line.number, "error": f"{line.memory_id} is not a current claim of this subject"}
+            )
+        elif item is not None and (item.namespace, item.key) != (line.namespace, line.key):
+            errors.append(
+                {
+                    "line": line.number,
+                    "error": "a line with an id keeps its namespace/key (drop the id to add)",
+                }
+            )
+    if errors:
+        raise InvalidInput(
+            f"MEMORY.md has {len(errors)} bad line(s); nothing was stored",
+            code="invalid_memory_md",
+            details={"lines": errors},
+        )
+    provenance = _editor_provenance(editor, operator=operator)
+    edit = MemoryEdit()
+    kept = {line.memory_id for line in lines if line.memory_id}
+    with transaction.atomic(), tenant_scope(tenant.tenant_id):
+        for memory_id, item in current.items():
+            if memory_id not in kept:
+                MemoryItem.objects.filter(pk=item.pk, invalidated_at__isnull=True).update(
+                    invalidated_at=timezone.now(),
+                    invalidation_reason=f"removed from MEMORY.md by {editor}"[:500],
+                )
+                edit.invalidated += 1
+        for line in lines:
+            item = current.get(line.memory_id) if line.memory_id else None
+            if item is not None and json.dumps(item.value, sort_keys=True) == json.dumps(
+                line.value, sort_keys=True
+            ):
+                edit.unchanged += 1
+                continue
+            try:
+                memory_remember(
+                    tenant=tenant,
+                    subject_id=subject_id,
+                    namespace=line.namespace,
+                    key=line.key,
+                    value=line.value,
+                    provenance=provenance,
+                    consent_basis=consent_basis,
+                )
+            except (ClaimHeld, ClaimPending) as held:
+                edit.held.append({"line": line.number, "code": held.code, **held.details})
+                continue
+            if item is not None:
+                edit.superseded += 1
+            else:
+                edit.added += 1
+    return edit
+
+
+def write_memory(
+    *,
+    tenant: Tenant,
+    subject_id: str,
+    source: str,
+    consent_basis: str,
+    text: str | None = None,
+    namespace: str | None = None,
+    key: str | None = None,
+    value: Any = None,
+    source_type: str = "tool_result",
+    run_id: str | None = None,
+    event_seq: int | None = None,
+) -> MemoryItem:
+    """The write_memory tool of workflows and agents: keep one claim (namespace/key/value), or a free
+    text note (notes/<n>), with `source` as its provenance. Screened like every write."""
+    if text is not None:
+        if namespace is not None or key is not None or value is not None:
+            raise InvalidInput("give either text or namespace, key and value", code="invalid_memory_write")
+        if not isinstance(text, str) or not text.strip() or len(text) > 4000:
+            raise InvalidInput("text must be 1 to 4000 characters", code="invalid_memory_write")
+        # The key is the text's digest: the same note written again (a retried step) is one claim.
+        namespace, value = "notes", text.strip()
+        key = f"{TEXT_KEY}-{hashlib.sha256(value.encode()).hexdigest()[:12]}"
+    elif namespace is None or key is None or value is None:
+        raise InvalidInput("give either text or namespace, key and value", code="invalid_memory_write")
+    if not isinstance(source, str) or not 0 < len(source) <= 500:
+        raise InvalidInput("source must name who writes (1 to 500 characters)", code="invalid_provenance")
+    return memory_remember(
+        tenant=tenant,
+        subject_id=subject_id,
+        namespace=namespace,
+        key=key,
+        value=value,
+        provenance={
+            "source_type": source_type,
+            "source_id": source,
+            "source_version": None,
+            "run_id": run_id,
+            "event_seq": event_seq,
+            "validation_method": "unvalidated",
+        },
+        consent_basis=consent_basis,
+    )
