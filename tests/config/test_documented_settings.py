@@ -106,6 +106,8 @@ CASES: dict[str, tuple[str, str, object]] = {
     "KEEPER_WORKSPACE_SNAPSHOT_STEPS": ("5", "settings.KEEPER_WORKSPACE_SNAPSHOT_STEPS", 5),
     "KEEPER_WORKSPACE_TTL": ("3600", "settings.KEEPER_WORKSPACE_TTL", 3600.0),
     "KEEPER_SCHEDULE_INTERVAL": ("2", "settings.KEEPER_SCHEDULE_INTERVAL", 2.0),
+    "KEEPER_CONSENT_POLICY": ('{"*": {}}', "settings.KEEPER_CONSENT_POLICY", '{"*": {}}'),
+    "KEEPER_CONSENT_PENDING_TTL_HOURS": ("5", "settings.KEEPER_CONSENT_PENDING_TTL_HOURS", 5),
     "KEEPER_MODEL_PRICES": (
         '{"local-llm": {"input_per_1k": 0.5, "output_per_1k": 1}}',
         "settings.KEEPER_MODEL_PRICES",
