@@ -114,18 +114,15 @@ def pending_hold(
     *, tenant: Tenant, subject_id: str, namespace: str, key: str, value: Any, provenance: dict[str, Any]
 ) -> ClaimPending:
     """Queue an inferred claim for confirmation (inside the tenant's scope); the error to raise."""
-    from memory.poisoning.hold import trust_of
-    from memory.poisoning.models import HeldClaim
+    from memory.poisoning.hold import held_claim_create
 
-    held = HeldClaim.objects.create(
+    held = held_claim_create(
         tenant=tenant,
         subject_id=subject_id,
         namespace=namespace,
         key=key,
         value=value,
         provenance=provenance,
-        source=str(provenance.get("source_id") or ""),
-        trust=trust_of(provenance),
         signals=[UNCONFIRMED],
     )
     expires = held.created_at + timedelta(hours=settings.KEEPER_CONSENT_PENDING_TTL_HOURS)

@@ -40,6 +40,29 @@ def claim_hold_if_poisoned(
     signals = screen_claim(namespace=namespace, key=key, value=value)
     if not signals:
         return None
+    return held_claim_create(
+        tenant=tenant,
+        subject_id=subject_id,
+        namespace=namespace,
+        key=key,
+        value=value,
+        provenance=provenance,
+        signals=signals,
+    )
+
+
+def held_claim_create(
+    *,
+    tenant: Tenant,
+    subject_id: str,
+    namespace: str,
+    key: str,
+    value: Any,
+    provenance: dict[str, Any],
+    signals: list[str],
+) -> HeldClaim:
+    """A claim kept out of memory, waiting for a person (poisoning signals) or for the subject's
+    confirmation (`unconfirmed`); its source and trust come from its provenance."""
     return HeldClaim.objects.create(
         tenant=tenant,
         subject_id=subject_id,
@@ -48,7 +71,7 @@ def claim_hold_if_poisoned(
         value=value,
         provenance=provenance,
         source=str(provenance.get("source_id") or ""),
-        trust=trust,
+        trust=trust_of(provenance),
         signals=signals,
     )
 
