@@ -210,3 +210,35 @@ def test_erasing_the_subject_erases_the_question_and_the_answer(tenant) -> None:
     assert done.receipt is not None
     assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
     assert _copies(tenant, "17 Quince Lane") == {}
+
+
+def test_a_checkpoint_stored_after_its_own_interrupt_keeps_the_thread_waiting(tenant) -> None:
+    """LangGraph stores checkpoints in the background: an interrupt() on checkpoint 2 can arrive before
+    checkpoint 2 itself. Checkpoint 2 then leaves the person's question open; checkpoint 3 closes it."""
+    from langgraph.checkpoint.base import empty_checkpoint
+    from langgraph.types import Interrupt
+
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    config = {"configurable": {"thread_id": "t-order", "checkpoint_ns": ""}}
+
+    def checkpoint(step: int) -> tuple[dict, dict]:
+        cp = empty_checkpoint()
+        cp["channel_values"] = {"step": step}
+        return cp, {"source": "loop", "step": step, "parents": {}}
+
+    def run() -> AgentRun:
+        return AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-order")
+
+    try:
+        first = saver.put(config, *checkpoint(1), {})
+        assert run().suspend_reason == THREAD_REASON
+        second, meta = checkpoint(2)
+        at_second = {"configurable": {**first["configurable"], "checkpoint_id": second["id"]}}
+        saver.put_writes(at_second, [("__interrupt__", (Interrupt(value="Refund 42.00 EUR?"),))], "task-1")
+        assert run().suspend_reason == INTERRUPT_REASON
+        after = saver.put(first, second, meta, {})
+        assert (run().suspend_reason, run().suspend_detail) == (INTERRUPT_REASON, "Refund 42.00 EUR?")
+        saver.put(after, *checkpoint(3), {})
+        assert (run().suspend_reason, run().suspend_detail) == (THREAD_REASON, "")
+    finally:
+        saver.close()
