@@ -112,6 +112,17 @@ def budgets_deadline_passed(budgets: Budgets | None, *, now: datetime | None = N
     return f"the run's deadline ({limit} s from its start, waiting included) passed at {at.isoformat()}"
 
 
+def budgets_refusal(budgets: Budgets | None) -> tuple[str, str] | None:
+    """Why a step may not start (budget_exhausted or deadline_passed, with a sentence), or None.
+    Keeper's own workers and outside workers' claims ask the same question."""
+    exhausted = budgets_exhausted(budgets)
+    if exhausted and budgets is not None:
+        return "budget_exhausted", budgets_describe(budgets, exhausted)
+    if passed := budgets_deadline_passed(budgets):
+        return "deadline_passed", passed
+    return None
+
+
 def budgets_recompute(budgets: Budgets, spent_per_event: Iterable[dict[str, float]]) -> Budgets:
     """Totals from the event log, keeping the limits (and the deadline)."""
     total: Budgets = {

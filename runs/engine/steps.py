@@ -33,7 +33,7 @@ from core.metrics import observe_step
 from core.tenancy import run_tenant, tenant_bind
 from core.tracing import span
 from runs.engine import store, workspace
-from runs.engine.budgets import BudgetExhausted, budgets_deadline_passed, budgets_exhausted, budgets_spend
+from runs.engine.budgets import BudgetExhausted, budgets_refusal, budgets_spend
 from runs.engine.charges import step_charging
 from runs.engine.dispatch import run_enqueue
 from runs.engine.errors import ConcurrentResume, InvalidState, UnknownWorkflow
@@ -333,15 +333,8 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
                 },
             )
         state = migrated.state
-    exhausted = budgets_exhausted(state.get("budgets"))
-    if exhausted:
-        budgets = state["budgets"]
-        return suspend(
-            "budget_exhausted",
-            ", ".join(f"{k} {budgets[k]['used']}/{budgets[k]['limit']}" for k in exhausted),
-        )
-    if passed := budgets_deadline_passed(state.get("budgets")):
-        return suspend("deadline_passed", passed)
+    if refusal := budgets_refusal(state.get("budgets")):
+        return suspend(*refusal)
 
     ctx = StepContext(
         run_id=grant.run_id,

@@ -25,7 +25,7 @@ from core.errors import ApplicationError, Conflict, InvalidInput, NotFound
 from core.tenancy import tenant_bind
 from runs.engine import store
 from runs.engine.approvals import approval_check
-from runs.engine.budgets import budgets_exhausted, budgets_spend
+from runs.engine.budgets import budgets_refusal, budgets_spend
 from runs.engine.errors import InvalidState
 from runs.engine.models import AgentEvent, AgentRun, RunStatus, ToolOperation
 from runs.engine.operations import (
@@ -267,9 +267,8 @@ def _grant_checked(grant: LeaseGrant) -> Claim | None:
         )
         _suspend(grant, revision, "too_many_attempts", detail)
         return None
-    exhausted = budgets_exhausted(state.get("budgets"))
-    if exhausted:
-        _suspend(grant, revision, "budget_exhausted", ", ".join(exhausted))
+    if refusal := budgets_refusal(state.get("budgets")):  # as for Keeper's own workers: budgets and deadline
+        _suspend(grant, revision, *refusal)
         return None
     token = lease_token_sign(
         run_id=grant.run_id, tenant_id=grant.tenant_id, epoch=grant.epoch, owner=grant.owner

@@ -339,3 +339,20 @@ def test_a_claim_names_the_operations_in_doubt_a_released_run_left_behind(api, w
     assert after["operations_in_doubt"] == [
         {"operation_id": "refund:o-1", "tool_name": "payments.refund", "status": "started", "attempts": 1}
     ]
+
+
+def test_a_run_past_its_deadline_is_not_given_to_an_outside_worker(api, workflow, tenant):
+    """As Keeper's own workers: a claim checks the run's deadline (waiting included) beside its budgets."""
+    response = api.post(
+        "/api/v1/runs/",
+        {"workflow": "ext.refund", "input": {"order_id": "o-late", "budgets": {"deadline_s": 0.2}}},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    run_id = response.json()["run_id"]
+    time.sleep(0.4)
+    assert _claim(api, worker_id="w1").status_code == 204
+    run = AgentRun.objects.get(run_id=run_id)
+    assert (run.status, run.suspend_reason) == ("suspended", "deadline_passed")
+    assert "deadline (0.2 s from its start" in run.suspend_detail
+    assert not AgentEvent.objects.filter(run_id=run_id, step_id="lookup").exists()
