@@ -71,6 +71,21 @@ class _Refused(Exception):
         self.check = check
 
 
+def resume_event_payload(*, grant: LeaseGrant, verification: Verification) -> dict[str, Any]:
+    """What `resume_verified` and `resume_refused` record, for Keeper's workers and outside ones alike:
+    why the run continues (a person asked, or a lease was taken over) and every check."""
+    return {
+        "workflow_version": grant.workflow_version,
+        "step": grant.next_step,
+        "trigger": "resume_request" if grant.status == RunStatus.SUSPENDED else "lease_takeover",
+        "checks": verification.as_payload(),
+        "epoch": grant.epoch,
+        "previous_owner": grant.previous_owner,
+        "previous_epoch": grant.previous_epoch,
+        "requested_by": grant.resume_requested_by or None,
+    }
+
+
 def resume_verify(*, grant: LeaseGrant) -> Verification:
     """Run checks 1-7 for a run this worker holds the lease of. Check 8 is the caller's commit."""
     result = Verification(state=dict(grant.state))

@@ -49,7 +49,7 @@ from runs.engine.registry import (
     Workflow,
     registry,
 )
-from runs.engine.resume import resume_verify
+from runs.engine.resume import resume_event_payload, resume_verify
 from runs.engine.runs import run_parent_wake
 from runs.engine.state import EncodedState, state_encode
 from runs.engine.store import LeaseGrant
@@ -250,17 +250,8 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
     if grant.status == RunStatus.SUSPENDED or grant.previous_owner is not None:
         # A person asked this run to continue, or its previous holder's lease expired mid-step
         # (crash, pause, partition): verify before anything runs, and write down every check.
-        trigger = "resume_request" if grant.status == RunStatus.SUSPENDED else "lease_takeover"
         verification = resume_verify(grant=grant)
-        payload = {
-            **base,
-            "trigger": trigger,
-            "checks": verification.as_payload(),
-            "epoch": grant.epoch,
-            "previous_owner": grant.previous_owner,
-            "previous_epoch": grant.previous_epoch,
-            "requested_by": grant.resume_requested_by or None,
-        }
+        payload = resume_event_payload(grant=grant, verification=verification)
         refusal = verification.refusal
         if refusal is not None:
             # The refusal carries the last committed digest forward, never the stored state's: a

@@ -37,7 +37,7 @@ from runs.engine.operations import (
     operation_prepare_once,
 )
 from runs.engine.registry import Workflow, registry
-from runs.engine.resume import resume_verify
+from runs.engine.resume import resume_event_payload, resume_verify
 from runs.engine.state import state_encode
 from runs.engine.store import LeaseGrant, OperationRow
 from runs.external.models import ExternalWorkflow
@@ -203,19 +203,10 @@ def _grant_checked(grant: LeaseGrant) -> Claim | None:
     """
     revision, state, trigger = grant.revision, dict(grant.state), None
     if grant.status == RunStatus.SUSPENDED or grant.previous_owner is not None:
-        trigger = "resume_request" if grant.status == RunStatus.SUSPENDED else "lease_takeover"
         verification = resume_verify(grant=grant)
         current = state_encode(state)
-        payload = {
-            "workflow_version": grant.workflow_version,
-            "step": grant.next_step,
-            "trigger": trigger,
-            "checks": verification.as_payload(),
-            "epoch": grant.epoch,
-            "previous_owner": grant.previous_owner,
-            "previous_epoch": grant.previous_epoch,
-            "requested_by": grant.resume_requested_by or None,
-        }
+        payload = resume_event_payload(grant=grant, verification=verification)
+        trigger = payload["trigger"]
         refusal = verification.refusal
         if refusal is not None:
             trusted = verification.committed_digest or current.digest
