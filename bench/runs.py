@@ -255,12 +255,20 @@ def bench_context_build(*, events: int, progress: Callable[[str], None]) -> dict
 
 
 def bench_run_e2e(
-    *, runs: int, n: int, sequential: int, rounds: int, worker_processes: int, progress: Callable[[str], None]
+    *,
+    runs: int,
+    n: int,
+    sequential: int,
+    rounds: int,
+    peer_processes: int = 2,
+    progress: Callable[[str], None],
 ) -> dict[str, Any]:
     """`sequential` demo.countdown runs of n ticks (n + 2 steps) one after another, for the latency a
     run alone sees; then `rounds` rounds of `runs` such runs started at once, each followed by DBOS
-    on the same server, on `worker_processes` pool processes of one Celery worker. Keeper's figures
-    come from the events' created_at (the server's clock); medians over the rounds are reported."""
+    on the same server in `peer_processes` processes. Keeper's runs go to one Celery worker with the
+    pool and concurrency `make run` gives it (KEEPER_WORKER_POOL, KEEPER_WORKER_CONCURRENCY). Keeper's
+    figures come from the events' created_at (the server's clock); medians over the rounds are reported."""
+    pool, concurrency = settings.CELERY_WORKER_POOL, settings.CELERY_WORKER_CONCURRENCY
     tenant = tenant_ensure(slug="bench")
     log = tempfile.NamedTemporaryFile(prefix="keeper-bench-worker-", suffix=".log", delete=False)  # noqa: SIM115
     env = {
@@ -268,7 +276,7 @@ def bench_run_e2e(
         "DATABASE_URL": current_database_url(),
         "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE") or settings.SETTINGS_MODULE,
     }
-    worker = start_python(celery_worker_args("bench", concurrency=worker_processes), env=env, log=log)
+    worker = start_python(celery_worker_args("bench", concurrency=concurrency, pool=pool), env=env, log=log)
     batches: list[dict[str, Any]] = []
     peers: list[dict[str, Any]] = []
     try:
@@ -288,7 +296,7 @@ def bench_run_e2e(
                     f"steps/s, p50 run {batch['p50_run_ms']} ms under load"
                 )
                 peers.append(
-                    _dbos_beside(runs=runs, steps=n + 2, processes=worker_processes, progress=progress)
+                    _dbos_beside(runs=runs, steps=n + 2, processes=peer_processes, progress=progress)
                 )
     finally:
         stop_groups([worker], grace=5)
@@ -304,7 +312,9 @@ def bench_run_e2e(
         "rounds": rounds,
         "single_runs": single["runs"],
         "single_steps": single["steps"],
-        "worker_processes": worker_processes,
+        "worker_pool": pool,
+        "worker_concurrency": concurrency,
+        "dbos_processes": peer_processes,
         "slice_steps": settings.KEEPER_SLICE_STEPS,
         "slice_ms": settings.KEEPER_SLICE_MS,
     }

@@ -38,7 +38,6 @@ def bench_all(
             n=20,
             sequential=3 if quick else 20,
             rounds=1 if quick else 3,
-            worker_processes=2,
             progress=say,
         ),
         "context_build": lambda: bench_context_build(events=2000 if quick else 10_000, progress=say),

@@ -30,7 +30,7 @@ class HeldLease:
         self.ttl = ttl
         self.lost = False
         self.renewals = 0
-        self._renewed_at = time.monotonic()
+        self._renewed_at = self.acquired_at = time.monotonic()
 
     @property
     def due(self) -> bool:
@@ -38,6 +38,20 @@ class HeldLease:
 
     def renew(self) -> bool:
         if self.lost:
+            return False
+        held = time.monotonic() - self.acquired_at
+        if held > settings.CELERY_TASK_TIME_LIMIT:
+            # A task past its time limit is killed in a prefork pool; a thread cannot be. Either way
+            # the run must not wait for it: the lease is left to expire, another worker takes the run
+            # over (resume verification), and this holder's commit, if it ever comes, is fenced.
+            self.lost = True
+            logger.warning(
+                "lease on run %s (epoch %s) left to expire: held %.0f s, past KEEPER_TASK_TIME_LIMIT=%s",
+                self.grant.run_id,
+                self.grant.epoch,
+                held,
+                settings.CELERY_TASK_TIME_LIMIT,
+            )
             return False
         expires = store.lease_renew(
             run_id=self.grant.run_id, owner=self.grant.owner, epoch=self.grant.epoch, ttl=self.ttl

@@ -27,14 +27,15 @@ def _clean_broker():
 
 def test_steps_and_times_come_from_the_runs_events() -> None:
     lines: list[str] = []
-    figures = bench_run_e2e(runs=3, n=4, sequential=2, rounds=2, worker_processes=2, progress=lines.append)
+    figures = bench_run_e2e(runs=3, n=4, sequential=2, rounds=2, progress=lines.append)
     # 4 ticks + start + finish: the steps are the events the runs committed, not a constant
     assert (figures["runs"], figures["steps"]) == (3, 18)
     assert (figures["single_runs"], figures["single_steps"]) == (2, 12)
     assert (
         figures["p50_run_ms"] > 0 and figures["steps_per_s"] > 0 and len(figures["steps_per_s_rounds"]) == 2
     )
-    assert figures["slice_steps"] == 100 and figures["worker_processes"] == 2
+    assert figures["slice_steps"] == 100 and figures["dbos_processes"] == 2
+    assert (figures["worker_pool"], figures["worker_concurrency"]) == ("prefork", 2)  # make run's
     if dbos_missing() is None:
         # counted from DBOS's own rows: one operation output per step, 6 steps per workflow
         assert figures["dbos_steps"] == figures["dbos_threads_steps"] == 18

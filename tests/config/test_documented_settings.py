@@ -143,6 +143,7 @@ CASES: dict[str, tuple[str, str, object]] = {
     "KEEPER_DECIDER_API_KEY": ("k-decide", "factories['decider'][3]", "k-decide"),
     "KEEPER_WORKFLOW_MODULES": ("tests.workflows", "settings.KEEPER_WORKFLOW_MODULES", ["tests.workflows"]),
     "KEEPER_WORKER_CONCURRENCY": ("3", "settings.CELERY_WORKER_CONCURRENCY", 3),
+    "KEEPER_WORKER_POOL": ("threads", "settings.CELERY_WORKER_POOL", "threads"),
     "WEB_CONCURRENCY": ("3", "gunicorn['workers']", 3),
     "KEEPER_TASK_TIME_LIMIT": ("120", "settings.CELERY_TASK_TIME_LIMIT", 120),
     "KEEPER_SESSION_AGE": ("3600", "settings.SESSION_COOKIE_AGE", 3600),
