@@ -320,9 +320,15 @@ def _run(lease: Lease) -> AgentRun:
 
 
 def _lost(run: AgentRun, lease: Lease) -> LeaseLost:
+    if run.lease_epoch != lease.epoch:
+        why = f"another worker took it over (epoch {run.lease_epoch}, this token's is {lease.epoch})"
+    elif run.lease_owner is None:
+        why = f"its lease (epoch {lease.epoch}) was given back by a commit or a release; claim it again"
+    else:
+        why = f"it is {run.status}, not running under this token's lease (epoch {lease.epoch})"
     return LeaseLost(
-        f"run {run.run_id} is no longer leased to this token (epoch {lease.epoch}); it is {run.status} at "
-        f"revision {run.state_revision}, epoch {run.lease_epoch}: nothing was written",
+        f"run {run.run_id} is no longer leased to this token: {why}; it is {run.status} at revision "
+        f"{run.state_revision}: nothing was written",
         details={
             "current_revision": run.state_revision,
             "status": run.status,

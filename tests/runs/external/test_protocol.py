@@ -255,6 +255,7 @@ def test_two_workers_racing_for_one_run_never_both_commit(api, workflow, tenant)
     assert late.status_code == 409 and late.json()["error"]["code"] in ("stale_revision", "lease_lost")
     hb = api.post(w + "heartbeat", {"lease_token": a["lease_token"]}, format="json")
     assert hb.status_code == 409 and hb.json()["error"]["code"] == "lease_lost"
+    assert "another worker took it over (epoch 2, this token's is 1)" in hb.json()["error"]["message"]
     won = api.post(
         w + "commit",
         {
@@ -333,6 +334,7 @@ def test_a_claim_names_the_operations_in_doubt_a_released_run_left_behind(api, w
     }
     again = api.post(w + "release", {"lease_token": c["lease_token"]}, format="json")
     assert again.status_code == 409 and again.json()["error"]["code"] == "lease_lost"
+    assert "was given back by a commit or a release; claim it again" in again.json()["error"]["message"]
     stale = api.post(w + "operations/prepare", prep, format="json")  # the released lease cannot prepare
     assert stale.status_code == 409
     after = _claim(api).json()
