@@ -23,7 +23,7 @@ SERIES = (
     ("run_started", "started", "#2457c5"),
     ("run_completed", "completed", "#067647"),
     ("run_failed", "failed", "#b42318"),
-    ("run_suspended", "suspended", "#b58105"),
+    ("run_suspended", "suspended", "#0e7490"),
 )
 PERCENTILES = (("p50", "#2457c5"), ("p90", "#b58105"), ("p99", "#b42318"))
 STEP_TYPES = (

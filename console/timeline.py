@@ -87,7 +87,7 @@ KINDS = (
     MarkKind("error", "step error / failure", "#dc6803", "square", "error"),
     MarkKind("resume", "resume check", "#2457c5", "circle", "resume check"),
     MarkKind("approval", "approval", "#7a5af8", "circle", "approval"),
-    MarkKind("suspend", "suspension", "#b58105", "square", "suspension"),
+    MarkKind("suspend", "suspension", "#0e7490", "square", "suspension"),
     MarkKind("human", "cancel / fork / rewind / reconcile", "#475467", "circle", "people"),
     MarkKind("end", "completed", "#067647", "circle", "completed"),
 )
@@ -288,7 +288,7 @@ def _tooltip(event: TimelineEvent) -> str:
     return " · ".join(parts)
 
 
-STEP_COLORS = {"completed": "#2457c5", "error": "#dc6803", "suspended": "#b58105", "failed": "#b42318"}
+STEP_COLORS = {"completed": "#2457c5", "error": "#dc6803", "suspended": "#0e7490", "failed": "#b42318"}
 RETRY_COLOR, WAIT_COLOR, ACTIVITY_COLOR, GRID_COLOR = "#fcd9b6", "#f5d88a", "#94a3b8", "#eef0f3"
 # The legend explains the bars (the lanes name themselves): (color, text).
 LEGEND = (

@@ -107,3 +107,16 @@ def test_edge_cases_no_events_one_instant_and_hidden_marks():
     svg = str(timeline_svg(events=same, hidden_marks=7))
     assert svg.count('class="mark mark-error"') == 3 and "7 older marks not drawn" in svg
     assert "nan" not in svg.lower()
+
+
+def test_a_suspended_step_is_drawn_in_a_colour_far_from_a_failed_or_erring_one() -> None:
+    """Waiting is not failing: the two must not be told apart by a shade (an outside tester could not)."""
+    from console.timeline import STEP_COLORS
+
+    def rgb(color: str) -> tuple[int, ...]:
+        return tuple(int(color[i : i + 2], 16) for i in (1, 3, 5))
+
+    suspended = rgb(STEP_COLORS["suspended"])
+    for other in ("failed", "error"):
+        distance = sum((a - b) ** 2 for a, b in zip(suspended, rgb(STEP_COLORS[other]), strict=True)) ** 0.5
+        assert distance > 150, (other, distance)
