@@ -90,7 +90,8 @@ def vector_statements(
     valid_at: datetime | None = None,
     subject_id: str | None = None,
 ) -> list[Statement]:
-    """The statements of vector_candidates, the search last (also sent by the benchmark as they are)."""
+    """The statements of vector_candidates, the search last (candidate_statement sends them in one
+    round trip with the text arm)."""
     dims = int(embedder.dimensions)  # an int from the embedder, never user input
     join, where = "", ""
     params: list[Any] = []
