@@ -264,7 +264,8 @@ def candidate_statement(
     text = text_statements(
         tenant_id=tenant_id, query=query, limit=limit, valid_at=valid_at, subject_id=subject_id, depth=None
     )
-    text_sql, text_params = "ARRAY[]::uuid[]", []
+    text_sql = "ARRAY[]::uuid[]"
+    text_params: list[Any] = []
     if text:
         [(sql, text_params)] = text
         text_sql = f"ARRAY(SELECT t.doc FROM ({sql}) AS t(doc, score, unread, unscored) ORDER BY t.score DESC, t.doc)"
