@@ -24,14 +24,14 @@ from memory.embedders import HashingEmbedder
 from memory.models import MemoryItem
 from memory.projection import (
     RRF_K,
+    candidate_statement,
+    candidates_fetch,
     memory_project,
     memory_search,
     memory_text,
     memory_vector_index_ensure,
     text_candidates,
-    text_ranked,
     vector_candidates,
-    vector_statements,
 )
 
 CANDIDATES = 50  # what memory_search asks each arm for
@@ -107,21 +107,22 @@ def _seed(tenant: Tenant, n: int, rng: random.Random) -> None:
 def _candidate_queries(
     conn: psycopg.Connection[Any], tenant: Tenant, embedder: HashingEmbedder, query: str, *, rls: bool
 ) -> None:
-    """memory_search's two candidate queries, the very statements it sends (memory.projection builds
-    them for both; the text arm's rounds run on this cursor). Under RLS: as the application role, the
-    tenant set for the transaction. Without: on a connection RLS does not bind (the embedded superuser)."""
+    """memory_search's candidate statement, the very one it sends (memory.projection builds it: both
+    arms in one round trip). Under RLS: as the application role, the tenant set for the transaction.
+    Without: on a connection RLS does not bind (the embedded superuser)."""
     [vector] = embedder.embed([query])
-    now = timezone.now()
-    statements = vector_statements(
-        tenant_id=tenant.tenant_id, embedder=embedder, vector=vector, limit=CANDIDATES, valid_at=now
+    statement = candidate_statement(
+        tenant_id=tenant.tenant_id,
+        embedder=embedder,
+        vector=vector,
+        query=query,
+        limit=CANDIDATES,
+        valid_at=timezone.now(),
     )
     with conn.transaction(), conn.cursor() as cursor:
         if rls:
             cursor.execute("SELECT set_config('app.tenant_id', %s, true)", [str(tenant.tenant_id)])
-        for sql, params in statements:
-            cursor.execute(sql, params)
-        cursor.fetchall()
-        text_ranked(cursor, tenant_id=tenant.tenant_id, query=query, limit=CANDIDATES, valid_at=now)
+        candidates_fetch(cursor, statement)
 
 
 def _timed_queries(

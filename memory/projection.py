@@ -90,7 +90,8 @@ def vector_statements(
     valid_at: datetime | None = None,
     subject_id: str | None = None,
 ) -> list[Statement]:
-    """The statements of vector_candidates, the search last (also sent by the benchmark as they are)."""
+    """The statements of vector_candidates, the search last (candidate_statement sends them in one
+    round trip with the text arm)."""
     dims = int(embedder.dimensions)  # an int from the embedder, never user input
     join, where = "", ""
     params: list[Any] = []
@@ -146,11 +147,12 @@ def vector_candidates(
     return _run(statements)
 
 
-# Claims are short (a dozen words) and a tenant's vocabulary is small: the first round reads up to
-# this many postings a word, which is every posting of all but the commonest words of a large
-# tenant. Reading them all is exact and needs no bound (ts_rank gives a rare word no more weight than
-# a common one, so a cut list of a common word rarely proves the top k; see memory.postings).
-TERM_DEPTH = 10_000
+# Claims are short (a dozen words) and a tenant's vocabulary is small, so every word of a query is
+# common: ts_rank gives a rare word no more weight than a common one, and a round cut at some depth
+# per word cannot prove the top k (the best claims are those with the most of the words, anywhere in
+# the lists; see memory.postings). The text arm reads every posting of the words in one pass
+# (depth None), which is exact and what a cut round ended up doing anyway, minus its bookkeeping.
+TERM_DEPTH: int | None = None
 
 
 def text_statements(
@@ -237,6 +239,51 @@ def text_candidates(
         )
 
 
+def candidate_statement(
+    *,
+    tenant_id: UUID,
+    embedder: Embedder,
+    vector: list[float],
+    query: str,
+    limit: int,
+    valid_at: datetime,
+    subject_id: str | None = None,
+) -> Statement:
+    """Both arms of memory_search in one round trip and one plan: the vector arm's settings, then one
+    row of two arrays, the nearest claims (vector_statements) and the best by their words
+    (text_statements, every posting of the words: exact, so no further round). Both read the same
+    snapshot and filter validity (and the subject) themselves."""
+    *settings, (vector_sql, vector_params) = vector_statements(
+        tenant_id=tenant_id,
+        embedder=embedder,
+        vector=vector,
+        limit=limit,
+        valid_at=valid_at,
+        subject_id=subject_id,
+    )
+    text = text_statements(
+        tenant_id=tenant_id, query=query, limit=limit, valid_at=valid_at, subject_id=subject_id, depth=None
+    )
+    text_sql = "ARRAY[]::uuid[]"
+    text_params: list[Any] = []
+    if text:
+        [(sql, text_params)] = text
+        text_sql = f"ARRAY(SELECT t.doc FROM ({sql}) AS t(doc, score, unread, unscored) ORDER BY t.score DESC, t.doc)"
+    sql = ";\n".join([*(s for s, _ in settings), f"SELECT ARRAY({vector_sql}), {text_sql}"])
+    return sql, [*(p for _, ps in settings for p in ps), *vector_params, *text_params]
+
+
+def candidates_fetch(cursor: Any, statement: Statement) -> tuple[list[Any], list[Any]]:
+    """Send candidate_statement on a DB-API cursor (client-side binding, as Django's: several
+    statements in one round trip); the nearest ids and the text arm's ids, best first."""
+    sql, params = statement
+    cursor.execute(sql, params)
+    while cursor.description is None and cursor.nextset():
+        pass  # past the settings' empty results
+    by_vector, by_text = cursor.fetchone()
+    return list(by_vector), list(by_text)
+
+
 def _run(statements: list[Statement]) -> list[Any]:
     """Send the statements in order; the first column of the last one's rows."""
     with connection.cursor() as cursor:
@@ -274,6 +321,20 @@ class MemoryHit:
     text_rank: int | None
 
 
+def _fused(
+    by_vector: list[Any], by_text: list[Any], *, k: int
+) -> tuple[dict[Any, int], dict[Any, int], dict[Any, float], list[Any]]:
+    """Each arm's ranks, the RRF scores and the k best (ties by id)."""
+    vector_rank = {m: i + 1 for i, m in enumerate(by_vector)}
+    text_rank = {m: i + 1 for i, m in enumerate(by_text)}
+    scores: dict[Any, float] = {}
+    for ranks in (vector_rank, text_rank):
+        for memory_id, rank in ranks.items():
+            scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (RRF_K + rank)
+    top = sorted(scores, key=lambda m: (-scores[m], str(m)))[:k]
+    return vector_rank, text_rank, scores, top
+
+
 def memory_search(
     *,
     tenant: Tenant,
@@ -293,28 +354,32 @@ def memory_search(
         )
         if subject_id is not None:
             valid = valid.filter(subject_id=subject_id)
-        # Both arms filter validity (and the subject) in SQL, so no invalid claim takes a place
-        # in either ranking; the check below stays as the contract's last word.
-        by_vector = vector_candidates(
-            tenant=tenant,
+        # Both arms filter validity (and the subject) in SQL, in one statement, so no invalid claim
+        # takes a place in either ranking; the check below stays as the contract's last word.
+        statement = candidate_statement(
+            tenant_id=tenant.tenant_id,
             embedder=embedder,
             vector=query_vector,
+            query=query,
             limit=candidates,
             valid_at=now,
             subject_id=subject_id,
         )
-        by_text = text_candidates(
-            tenant=tenant, query=query, limit=candidates, valid_at=now, subject_id=subject_id
-        )
-        items = {i.memory_id: i for i in valid.filter(memory_id__in=set(by_vector) | set(by_text))}
-        allowed = set(items)
-        vector_rank = {m: i + 1 for i, m in enumerate(m for m in by_vector if m in allowed)}
-        text_rank = {m: i + 1 for i, m in enumerate(m for m in by_text if m in allowed)}
-        scores: dict[Any, float] = {}
-        for ranks in (vector_rank, text_rank):
-            for memory_id, rank in ranks.items():
-                scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (RRF_K + rank)
-        top = sorted(scores, key=lambda m: (-scores[m], str(m)))[:k]
+        with connection.cursor() as cursor:
+            by_vector, by_text = candidates_fetch(cursor, statement)
+        vector_rank, text_rank, scores, top = _fused(by_vector, by_text, k=k)
+        items = {i.memory_id: i for i in valid.filter(memory_id__in=top)}
+        if len(items) < len(top):
+            # A claim stopped being current between the statements: rank again without it, as if
+            # the arms had never seen it.
+            allowed = set(
+                valid.filter(memory_id__in=set(by_vector) | set(by_text)).values_list("memory_id", flat=True)
+            )
+            vector_rank, text_rank, scores, top = _fused(
+                [m for m in by_vector if m in allowed], [m for m in by_text if m in allowed], k=k
+            )
+            items = {i.memory_id: i for i in valid.filter(memory_id__in=top)}
+            top = [m for m in top if m in items]
     return [MemoryHit(items[m], round(scores[m], 6), vector_rank.get(m), text_rank.get(m)) for m in top]
 
 

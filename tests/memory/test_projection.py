@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from datetime import timedelta
 
 import pytest
@@ -10,7 +11,7 @@ from django.utils import timezone
 from core.tenancy import tenant_scope
 from memory.embedders import HashingEmbedder
 from memory.models import MemoryItem, MemoryVector
-from memory.projection import memory_project, memory_search
+from memory.projection import RRF_K, memory_project, memory_search, text_candidates, vector_candidates
 from memory.services import memory_invalidate, memory_remember
 from tests.memory.test_memory import said
 
@@ -112,3 +113,42 @@ def test_claims_the_search_may_not_return_never_take_the_places_of_those_it_may(
     found = {h.item.memory_id for h in hits}
     assert items["city"].memory_id in found and items["language"].memory_id in found, hits
     assert all(h.item.subject_id == "cust-1" and h.item.key in FACTS for h in hits)
+
+
+def test_the_one_statement_search_ranks_as_its_two_arms_do(tenant):
+    """memory_search sends both arms in one statement: its ranks and scores are those of the arms
+    run alone (vector_candidates, text_candidates), fused by RRF, for many claims and queries."""
+    rng = random.Random(11)
+    words = ["refund", "parcel", "late", "city", "oslo", "card", "plan", "phone", "email", "harbour"]
+    for i in range(120):
+        memory_remember(
+            tenant=tenant,
+            subject_id=f"cust-{i % 5}",
+            namespace="notes",
+            key=f"k{i}",
+            value=" ".join(rng.choices(words, k=rng.randint(2, 8))),
+            provenance=said(),
+        )
+    embedder = HashingEmbedder()
+    memory_project(tenant=tenant, embedder=embedder)
+    for _ in range(8):
+        query = " ".join(rng.sample(words, 3))
+        [vector] = embedder.embed([query])
+        now = timezone.now()
+        with tenant_scope(tenant.tenant_id):
+            by_vector = vector_candidates(
+                tenant=tenant, embedder=embedder, vector=vector, limit=20, valid_at=now
+            )
+            by_text = text_candidates(tenant=tenant, query=query, limit=20, valid_at=now)
+        scores: dict = {}
+        for ranking in (by_vector, by_text):
+            for rank, memory_id in enumerate(ranking, start=1):
+                scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (RRF_K + rank)
+        expected = sorted(scores, key=lambda m: (-scores[m], str(m)))[:10]
+        hits = memory_search(tenant=tenant, query=query, k=10, embedder=embedder, candidates=20)
+        assert [h.item.memory_id for h in hits] == expected
+        assert all(h.score == round(scores[h.item.memory_id], 6) for h in hits)
+        assert all(
+            h.text_rank == (by_text.index(h.item.memory_id) + 1 if h.item.memory_id in by_text else None)
+            for h in hits
+        )
