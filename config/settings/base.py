@@ -186,14 +186,17 @@ CELERY_TASK_TIME_LIMIT = env_int("KEEPER_TASK_TIME_LIMIT", 15 * 60, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-# How a worker runs its tasks: `prefork` (child processes, one task each) or `threads` (one process,
-# a task per thread: runs' commits overlap, so one disk flush serves several of them). Threads cannot
-# be killed: a step past KEEPER_TASK_TIME_LIMIT loses its lease instead (runs.engine.leases).
-CELERY_WORKER_POOL = env_str("KEEPER_WORKER_POOL", "prefork").strip()
+# How a worker runs its tasks: `threads` (one process, a task per thread: a step waiting for a model
+# or a tool holds a thread, not a process, and runs' commits overlap, so one disk flush serves several)
+# or `prefork` (child processes, one task each). A thread cannot be killed: a step past
+# KEEPER_TASK_TIME_LIMIT loses its lease instead (runs.engine.leases), as a killed child's would.
+CELERY_WORKER_POOL = env_str("KEEPER_WORKER_POOL", "threads").strip() or "threads"
 if CELERY_WORKER_POOL not in {"prefork", "threads"}:
-    raise ImproperlyConfigured(f"unknown KEEPER_WORKER_POOL {CELERY_WORKER_POOL!r} (use prefork or threads)")
-# Tasks a worker runs at once: child processes (prefork) or threads (threads).
-CELERY_WORKER_CONCURRENCY = env_int("KEEPER_WORKER_CONCURRENCY", 2, minimum=1)
+    raise ImproperlyConfigured(f"unknown KEEPER_WORKER_POOL {CELERY_WORKER_POOL!r} (use threads or prefork)")
+# Tasks a worker runs at once: threads (threads) or child processes (prefork).
+CELERY_WORKER_CONCURRENCY = env_int(
+    "KEEPER_WORKER_CONCURRENCY", 16 if CELERY_WORKER_POOL == "threads" else 2, minimum=1
+)
 
 # --- The durable engine.
 # Seconds a worker owns a run before another may take it over; heartbeats renew it.

@@ -35,7 +35,8 @@ def test_steps_and_times_come_from_the_runs_events() -> None:
         figures["p50_run_ms"] > 0 and figures["steps_per_s"] > 0 and len(figures["steps_per_s_rounds"]) == 2
     )
     assert figures["slice_steps"] == 100 and figures["dbos_processes"] == 2
-    assert (figures["worker_pool"], figures["worker_concurrency"]) == ("prefork", 2)  # make run's
+    # the worker make run starts: the settings' pool and concurrency
+    assert (figures["worker_pool"], figures["worker_concurrency"]) == ("threads", 16)
     if dbos_missing() is None:
         # counted from DBOS's own rows: one operation output per step, 6 steps per workflow
         assert figures["dbos_steps"] == figures["dbos_threads_steps"] == 18

@@ -143,7 +143,7 @@ CASES: dict[str, tuple[str, str, object]] = {
     "KEEPER_DECIDER_API_KEY": ("k-decide", "factories['decider'][3]", "k-decide"),
     "KEEPER_WORKFLOW_MODULES": ("tests.workflows", "settings.KEEPER_WORKFLOW_MODULES", ["tests.workflows"]),
     "KEEPER_WORKER_CONCURRENCY": ("3", "settings.CELERY_WORKER_CONCURRENCY", 3),
-    "KEEPER_WORKER_POOL": ("threads", "settings.CELERY_WORKER_POOL", "threads"),
+    "KEEPER_WORKER_POOL": ("prefork", "settings.CELERY_WORKER_POOL", "prefork"),
     "WEB_CONCURRENCY": ("3", "gunicorn['workers']", 3),
     "KEEPER_TASK_TIME_LIMIT": ("120", "settings.CELERY_TASK_TIME_LIMIT", 120),
     "KEEPER_SESSION_AGE": ("3600", "settings.SESSION_COOKIE_AGE", 3600),
@@ -243,6 +243,12 @@ def documented_variables() -> list[str]:
 
 
 def _probe(env: dict[str, str], checks: dict[str, str]) -> dict[str, object]:
+    done = _probe_run(env, checks)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _probe_run(env: dict[str, str], checks: dict[str, str]) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("KEEPER_", "SECURE_", "DJANGO_"))}
     for name in (
         "DEBUG",
@@ -254,7 +260,7 @@ def _probe(env: dict[str, str], checks: dict[str, str]) -> dict[str, object]:
         "CSRF_TRUSTED_ORIGINS",
     ):
         clean.pop(name, None)
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps(checks)],
         cwd=ROOT,
         env={**clean, **env},
@@ -262,8 +268,6 @@ def _probe(env: dict[str, str], checks: dict[str, str]) -> dict[str, object]:
         text=True,
         timeout=120,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_the_table_and_the_checks_name_the_same_variables():
@@ -366,3 +370,13 @@ def test_the_settings_read_every_documented_keeper_variable():
         and f'"{name}"' not in settings_text
     ]
     assert not missing, missing
+
+
+def test_the_worker_pool_sets_the_default_concurrency_and_refuses_an_unknown_pool():
+    base = {**PRODUCTION, **{n: v for n, (v, _, _) in CASES.items() if not n.startswith("KEEPER_WORKER_")}}
+    expr = {"pool": "settings.CELERY_WORKER_POOL", "concurrency": "settings.CELERY_WORKER_CONCURRENCY"}
+    assert _probe(base, expr) == {"pool": "threads", "concurrency": 16}
+    assert _probe({**base, "KEEPER_WORKER_POOL": "prefork"}, expr) == {"pool": "prefork", "concurrency": 2}
+    refused = _probe_run({**base, "KEEPER_WORKER_POOL": "gevent"}, expr)
+    assert refused.returncode != 0
+    assert "unknown KEEPER_WORKER_POOL 'gevent' (use threads or prefork)" in refused.stderr
