@@ -161,13 +161,17 @@ def tenant_scope(tenant_id: UUID) -> Iterator[None]:
     """
     if not isinstance(tenant_id, UUID):
         raise TypeError("tenant_scope takes the tenant's UUID")
+    outermost = connection.get_autocommit() and not connection.in_atomic_block
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT current_setting(%s, true)", [TENANT_SETTING])
+        with connection.cursor() as cursor:  # the previous value and the new one in one round trip
+            cursor.execute(
+                "SELECT current_setting(%s, true), set_config(%s, %s, true)",
+                [TENANT_SETTING, TENANT_SETTING, str(tenant_id)],
+            )
             previous = cursor.fetchone()[0] or ""
-            cursor.execute("SELECT set_config(%s, %s, true)", [TENANT_SETTING, str(tenant_id)])
         yield
-        # Inside an outer transaction SET LOCAL would outlive this block: put the previous value
-        # back. (On an exception the block's rollback reverts the setting by itself.)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config(%s, %s, true)", [TENANT_SETTING, previous])
+        if not outermost:
+            # Inside an outer transaction SET LOCAL would outlive this block: put the previous value
+            # back. (The block's own commit ends it; on an exception the rollback reverts it.)
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config(%s, %s, true)", [TENANT_SETTING, previous])

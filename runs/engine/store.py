@@ -315,7 +315,13 @@ WITH u AS (
      SET state = %(state)s::jsonb, state_digest = %(digest)s, next_step = %(next_step)s, status = %(status)s,
          suspend_reason = %(suspend_reason)s, suspend_detail = %(suspend_detail)s,
          result = %(result)s::jsonb,
-         state_revision = state_revision + 1, updated_at = statement_timestamp(),
+         state_revision = state_revision + 1,
+         -- updated_at is indexed three times: while a run steps on in the same status it moves at most
+         -- once a second, so most commits are HOT updates (no index entries written; the live pages
+         -- also watch state_revision, and a change of status always moves it)
+         updated_at = CASE WHEN status IS DISTINCT FROM %(status)s::text
+                             OR updated_at < statement_timestamp() - interval '1 second'
+                           THEN statement_timestamp() ELSE updated_at END,
          -- a holder that keeps the lease starts the next step's first attempt under it
          attempt = CASE WHEN NOT %(reset_attempt)s THEN attempt WHEN %(release)s THEN 0 ELSE 1 END,
          lease_owner = CASE WHEN %(release)s THEN NULL ELSE lease_owner END,

@@ -314,3 +314,22 @@ def test_a_worker_fenced_by_a_newer_epoch_leaves_the_new_holders_lease_alone(ten
     assert fresh is not None and not store.lease_release(run_id=run.run_id, owner="old", epoch=stale.epoch)
     run.refresh_from_db()
     assert (run.lease_owner, run.lease_epoch) == ("new", fresh.epoch)
+
+
+def test_steps_committed_within_a_second_keep_updated_at_and_a_new_status_moves_it(tenant):
+    """updated_at is indexed three times: a run stepping on in one status moves it at most once a second
+    (so its commits are HOT updates); the revision moves every time, and a change of status moves both."""
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 2}, actor="test").run
+    run_advance(run_id=run.run_id)  # begin: running
+    first = AgentRun.objects.get(run_id=run.run_id)
+    run_advance(run_id=run.run_id)  # a tick, well within the second
+    second = AgentRun.objects.get(run_id=run.run_id)
+    assert second.state_revision == first.state_revision + 1
+    assert second.status == first.status == "running" and second.updated_at == first.updated_at
+    time.sleep(1.1)
+    run_advance(run_id=run.run_id)  # a tick a second later
+    third = AgentRun.objects.get(run_id=run.run_id)
+    assert third.updated_at > second.updated_at
+    run_advance(run_id=run.run_id)  # finish: completed at once, a new status
+    done = AgentRun.objects.get(run_id=run.run_id)
+    assert done.status == "completed" and done.updated_at > third.updated_at
