@@ -17,7 +17,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from core.digests import canonical_json, sha256_digest
@@ -335,6 +335,20 @@ def _fused(
     return vector_rank, text_rank, scores, top
 
 
+def _current_claims(memory_ids: list[Any], *, now: datetime, subject_id: str | None) -> dict[Any, MemoryItem]:
+    """The claims among these that are current (valid, unexpired, the subject's if named), by id: the
+    same rule as the arms', in one plain statement (the ORM's query building cost more than the read)."""
+    sql = (
+        "SELECT * FROM memory_items WHERE memory_id = ANY(%s::uuid[]) AND invalidated_at IS NULL"
+        " AND (expires_at IS NULL OR expires_at > %s)"
+    )
+    params: list[Any] = [list(memory_ids), now]
+    if subject_id is not None:
+        sql += " AND subject_id = %s"
+        params.append(subject_id)
+    return {item.memory_id: item for item in MemoryItem.objects.raw(sql, params)}
+
+
 def memory_search(
     *,
     tenant: Tenant,
@@ -349,11 +363,6 @@ def memory_search(
     [query_vector] = embedder.embed([query])
     now = timezone.now()
     with tenant_scope(tenant.tenant_id):
-        valid = MemoryItem.objects.filter(
-            Q(expires_at__isnull=True) | Q(expires_at__gt=now), invalidated_at__isnull=True
-        )
-        if subject_id is not None:
-            valid = valid.filter(subject_id=subject_id)
         # Both arms filter validity (and the subject) in SQL, in one statement, so no invalid claim
         # takes a place in either ranking; the check below stays as the contract's last word.
         statement = candidate_statement(
@@ -368,17 +377,15 @@ def memory_search(
         with connection.cursor() as cursor:
             by_vector, by_text = candidates_fetch(cursor, statement)
         vector_rank, text_rank, scores, top = _fused(by_vector, by_text, k=k)
-        items = {i.memory_id: i for i in valid.filter(memory_id__in=top)}
+        items = _current_claims(top, now=now, subject_id=subject_id)
         if len(items) < len(top):
             # A claim stopped being current between the statements: rank again without it, as if
             # the arms had never seen it.
-            allowed = set(
-                valid.filter(memory_id__in=set(by_vector) | set(by_text)).values_list("memory_id", flat=True)
-            )
+            allowed = set(_current_claims([*by_vector, *by_text], now=now, subject_id=subject_id))
             vector_rank, text_rank, scores, top = _fused(
                 [m for m in by_vector if m in allowed], [m for m in by_text if m in allowed], k=k
             )
-            items = {i.memory_id: i for i in valid.filter(memory_id__in=top)}
+            items = _current_claims(top, now=now, subject_id=subject_id)
             top = [m for m in top if m in items]
     return [MemoryHit(items[m], round(scores[m], 6), vector_rank.get(m), text_rank.get(m)) for m in top]
 
