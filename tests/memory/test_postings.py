@@ -156,3 +156,14 @@ def test_an_erased_subject_leaves_no_postings(tenant):
         assert not MemoryPosting.objects.filter(subject_id="cust-erase").exists()
         assert not MemoryPosting.objects.filter(term="baker").exists()
     assert _postings(tenant, kept.memory_id)
+
+
+def test_claims_carry_no_text_index_row_level_security_cannot_use() -> None:
+    """The GIN index on the search vector cost every write and served no search (the arms read the
+    postings); it is gone, and no other GIN index took its place on memory_items."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexrelid::regclass::text FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
+            " JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = 'memory_items'::regclass AND a.amname = 'gin'"
+        )
+        assert cursor.fetchall() == []
