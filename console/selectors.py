@@ -16,7 +16,7 @@ from console.models import AuditEntry
 from core.erasure import places
 from core.models import Tenant
 from core.pagination import KeysetPage, keyset_page
-from memory.erasure import subject_digest, subject_places
+from memory.erasure import subject_digests, subject_places
 from memory.models import ErasureRequest
 from memory.selectors import (
     VectorCount,
@@ -232,7 +232,7 @@ def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
     and scans (memory items and vectors; of the subject's runs, conversation events, summaries, Redis
     session windows and stored tool results) and every registered place. Reads only."""
     what = {place.name: place.what for place in places()}
-    digest = subject_digest(tenant_id=tenant.tenant_id, subject_id=subject_id)
+    digests = subject_digests(tenant_id=tenant.tenant_id, subject_id=subject_id)  # keyed, then older unkeyed
     items = memory_subject_items(tenant=tenant, subject_id=subject_id)
     vectors = memory_subject_vector_counts(tenant=tenant, subject_id=subject_id)
     runs = subject_run_list(tenant=tenant, subject_id=subject_id, limit=MAX_RUNS)
@@ -262,7 +262,7 @@ def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
     return SubjectOverview(
         tenant=tenant,
         subject_id=subject_id,
-        digest=digest,
+        digest=digests[0],
         chains=claim_chains(items, now=timezone.now()),
         claim_count=len(items),
         vectors=vectors,
@@ -270,8 +270,8 @@ def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
         more_runs=more_runs,
         redis_available=windows is not None,
         artifacts=artifacts,
-        tombstones=memory_tombstone_count(tenant=tenant, subject_digest=digest),
-        erasures=erasure_request_list(tenant=tenant, subject_digest=digest),
+        tombstones=memory_tombstone_count(tenant=tenant, subject_digests=digests),
+        erasures=erasure_request_list(tenant=tenant, subject_digests=digests),
         stores=[StoreCount(key=k, label=STORE_LABELS[k], count=v) for k, v in counts.items()],
         places=[
             StoreCount(key=name, label=what[name], count=n)

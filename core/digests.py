@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 from typing import Any
@@ -43,3 +44,17 @@ def sha256_digest(data: str | bytes) -> str:
 
 def json_digest(value: Any) -> str:
     return sha256_digest(canonical_json(value))
+
+
+def keyed_digest(value: Any) -> str:
+    """An HMAC-SHA256 of the value's canonical JSON under KEEPER_DIGEST_KEY: what stands in for an
+    erased subject's id or text. Unlike sha256_digest, nobody can test a guessed id against it
+    without the key."""
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    key = getattr(settings, "KEEPER_DIGEST_KEY", "")
+    if not key:
+        raise ImproperlyConfigured("KEEPER_DIGEST_KEY is not set")
+    mac = hmac.new(key.encode(), canonical_json(value).encode(), hashlib.sha256)
+    return "hmac-sha256:" + mac.hexdigest()

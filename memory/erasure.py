@@ -14,7 +14,7 @@ from uuid import UUID
 from django.db import transaction
 from django.utils import timezone
 
-from core.digests import canonical_json, json_digest
+from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
     Place,
     Scope,
@@ -34,16 +34,35 @@ from memory.models import ErasureRequest, ErasureStatus, MemoryItem, MemoryVecto
 ERASE_TASK = "workers.tasks.execute_erasure"
 
 
+# Keyed (KEEPER_DIGEST_KEY): receipts, tombstones, erased runs and the audit log name a subject by
+# these, and an unkeyed hash of a guessable id could be recomputed by anyone who reads the database.
+# Records made before the key kept unkeyed sha256 digests; lookups try both (`*_digests`).
+
+
 def subject_digest(*, tenant_id: UUID, subject_id: str) -> str:
-    return json_digest({"tenant": str(tenant_id), "subject": subject_id})
+    return keyed_digest({"tenant": str(tenant_id), "subject": subject_id})
+
+
+def subject_digests(*, tenant_id: UUID, subject_id: str) -> list[str]:
+    """The subject's digest, then the unkeyed one older records carry."""
+    value = {"tenant": str(tenant_id), "subject": subject_id}
+    return [keyed_digest(value), json_digest(value)]
+
+
+def _claim_value(*, subject_id: str, namespace: str, key: str, value: Any) -> dict[str, Any]:
+    return {"subject": subject_id, "namespace": namespace, "key": key, "value": value}
+
+
+def _source_value(*, subject_id: str, run_id: Any, event_seq: Any) -> dict[str, Any]:
+    return {"subject": subject_id, "run_id": str(run_id), "event_seq": event_seq}
 
 
 def claim_digest(*, subject_id: str, namespace: str, key: str, value: Any) -> str:
-    return json_digest({"subject": subject_id, "namespace": namespace, "key": key, "value": value})
+    return keyed_digest(_claim_value(subject_id=subject_id, namespace=namespace, key=key, value=value))
 
 
 def source_digest(*, subject_id: str, run_id: Any, event_seq: Any) -> str:
-    return json_digest({"subject": subject_id, "run_id": str(run_id), "event_seq": event_seq})
+    return keyed_digest(_source_value(subject_id=subject_id, run_id=run_id, event_seq=event_seq))
 
 
 def erasure_request_create(*, tenant: Tenant, subject_id: str, requested_by: str) -> ErasureRequest:
@@ -257,13 +276,15 @@ def tombstoned(
     A claim with no run (an operator's entry, a store used outside a graph) has no source event: its
     source digest would be the same for every such claim about the subject, so only the claim counts
     (an older erasure may have left that digest; it refuses nothing)."""
-    digests = [claim_digest(subject_id=subject_id, namespace=namespace, key=key, value=value)]
+    values = [_claim_value(subject_id=subject_id, namespace=namespace, key=key, value=value)]
     if provenance.get("run_id") is not None:
-        digests.append(
-            source_digest(
+        values.append(
+            _source_value(
                 subject_id=subject_id, run_id=provenance.get("run_id"), event_seq=provenance.get("event_seq")
             )
         )
+    # Keyed digests, and the unkeyed ones of tombstones laid before the key (they must keep refusing).
+    digests = [*(keyed_digest(v) for v in values), *(json_digest(v) for v in values)]
     return Tombstone.objects.filter(tenant_id=tenant_id, digest__in=digests).exists()
 
 

@@ -176,19 +176,20 @@ def memory_subject_vector_counts(*, tenant: Tenant, subject_id: str) -> list[Vec
         )
 
 
-def memory_tombstone_count(*, tenant: Tenant, subject_digest: str) -> int:
+def memory_tombstone_count(*, tenant: Tenant, subject_digests: list[str]) -> int:
+    """Tombstones laid for the subject (its keyed digest, or the unkeyed one of older erasures)."""
     with tenant_scope(tenant.tenant_id):
-        return Tombstone.objects.filter(subject_digest=subject_digest).count()
+        return Tombstone.objects.filter(subject_digest__in=subject_digests).count()
 
 
 def erasure_request_list(
-    *, tenant: Tenant, subject_digest: str | None = None, limit: int = 200
+    *, tenant: Tenant, subject_digests: list[str] | None = None, limit: int = 200
 ) -> list[ErasureRequest]:
     """The tenant's erasure requests, newest first; one subject's when its digest is given."""
     with tenant_scope(tenant.tenant_id):
         requests = ErasureRequest.objects.filter(tenant=tenant)
-        if subject_digest is not None:
-            requests = requests.filter(subject_digest=subject_digest)
+        if subject_digests is not None:
+            requests = requests.filter(subject_digest__in=subject_digests)
         return list(requests.order_by("-created_at")[:limit])
 
 

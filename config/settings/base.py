@@ -31,6 +31,10 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 DATA_DIR = data_dir()
 
 SECRET_KEY = env_str("SECRET_KEY")
+# The key of the digests that stand in for an erased subject's id and text (receipts, tombstones,
+# `erased:` ids): keyed, so nobody who guesses an id can recompute them from the database alone.
+# Never rotate it: tombstones must keep matching (core.digests.keyed_digest).
+KEEPER_DIGEST_KEY = env_str("KEEPER_DIGEST_KEY")
 DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = [h for h in env_str("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h]
 

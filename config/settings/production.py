@@ -12,6 +12,7 @@ import os
 from config.settings.base import *  # noqa: F403
 from config.settings.base import (
     DEBUG,
+    KEEPER_DIGEST_KEY,
     LOGGING,
     SECRET_KEY,
     ImproperlyConfigured,
@@ -25,6 +26,12 @@ if DEBUG:
 if len(SECRET_KEY) < 32 or SECRET_KEY.startswith("insecure") or "CHANGE-ME" in SECRET_KEY:
     raise ImproperlyConfigured(
         "SECRET_KEY must be set to a random value of at least 32 characters (not the example's placeholder)"
+    )
+
+if len(KEEPER_DIGEST_KEY) < 32 or KEEPER_DIGEST_KEY.startswith("insecure") or "CHANGE-ME" in KEEPER_DIGEST_KEY:
+    raise ImproperlyConfigured(
+        "KEEPER_DIGEST_KEY must be set to a random value of at least 32 characters (not the example's "
+        "placeholder): it keys the digests that stand in for erased subjects. Keep it: never rotate it"
     )
 
 _hosts = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "").split(",") if h.strip()]

@@ -24,6 +24,7 @@ DEBUG = False
 # request, so nothing holds the test database open when it is dropped.
 DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
 SECRET_KEY = "insecure-test-key"
+KEEPER_DIGEST_KEY = os.environ.get("KEEPER_DIGEST_KEY") or "insecure-test-digest-key"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # The plugin points this into the session's temporary folder (one per xdist worker).
 KEEPER_ARTIFACT_ROOT = Path(

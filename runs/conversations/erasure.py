@@ -17,14 +17,13 @@ approvals, summaries, session windows, artifacts) is listed and erased in one fi
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from core.digests import canonical_json, json_digest
+from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
     IDENTIFIER_SUBSTRING_CHARS,
     MIN_VALUE_CHARS,
@@ -70,8 +69,9 @@ def subject_session_keys(*, tenant_id: UUID, subject_id: str) -> list[bytes]:
 
 
 def erased_id(text: str) -> str:
-    """What an id that carried the subject becomes: still unique, no longer readable."""
-    return "erased:" + hashlib.sha256(text.encode()).hexdigest()[:32]
+    """What an id that carried the subject becomes: still unique, no longer readable, and keyed
+    (KEEPER_DIGEST_KEY), so a guessed id cannot be tested against it."""
+    return "erased:" + keyed_digest(text).removeprefix("hmac-sha256:")[:32]
 
 
 def redaction_digest(*, payload: Any, state: Any, client_message_id: Any) -> str:
@@ -256,7 +256,7 @@ def _erase_run(
                     payload = {
                         **kept,
                         "redacted": True,
-                        "text_digest": json_digest({k: payload.get(k) for k in TEXT_KEYS}),
+                        "text_digest": keyed_digest({k: payload.get(k) for k in TEXT_KEYS}),
                     }
                 new = {
                     "payload": redact(payload),
@@ -271,7 +271,7 @@ def _erase_run(
                 if new != old:
                     changed.append((event.pk, new))
                     records[str(event.seq)] = {
-                        "before": redaction_digest(**old),
+                        "before": keyed_digest(old),  # of the subject's own text: keyed
                         "after": redaction_digest(**new),
                     }
             state = redact(run.state)

@@ -89,7 +89,13 @@ def test_env_example_holds_no_real_secret():
         for line in (ROOT / ".env.example").read_text().splitlines()
         if line and not line.startswith("#")
     )
-    for name in ("SECRET_KEY", "POSTGRES_PASSWORD", "KEEPER_OWNER_PASSWORD", "KEEPER_APP_PASSWORD"):
+    for name in (
+        "SECRET_KEY",
+        "KEEPER_DIGEST_KEY",
+        "POSTGRES_PASSWORD",
+        "KEEPER_OWNER_PASSWORD",
+        "KEEPER_APP_PASSWORD",
+    ):
         assert "CHANGE-ME" in values[name], name
     assert ".env" in (ROOT / ".dockerignore").read_text().split()
 

@@ -22,6 +22,7 @@ from core.processes import ROOT
 PRODUCTION = {
     "DJANGO_SETTINGS_MODULE": "config.settings.production",
     "SECRET_KEY": "s" * 20 + "-documented-settings-0123456789",
+    "KEEPER_DIGEST_KEY": "d" * 20 + "-documented-settings-0123456789",
 }
 
 # variable -> (a valid non-default value, an expression over `settings` / `launch` / `factories`,
@@ -43,6 +44,11 @@ CASES: dict[str, tuple[str, str, object]] = {
         ["redis://cache.example:6380/2"] * 3,
     ),
     "SECRET_KEY": (PRODUCTION["SECRET_KEY"], "settings.SECRET_KEY", PRODUCTION["SECRET_KEY"]),
+    "KEEPER_DIGEST_KEY": (
+        PRODUCTION["KEEPER_DIGEST_KEY"],
+        "settings.KEEPER_DIGEST_KEY",
+        PRODUCTION["KEEPER_DIGEST_KEY"],
+    ),
     "ALLOWED_HOSTS": ("a.example,b.example", "settings.ALLOWED_HOSTS[:2]", ["a.example", "b.example"]),
     "DJANGO_SETTINGS_MODULE": (
         "config.settings.production",

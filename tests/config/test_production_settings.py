@@ -18,6 +18,7 @@ from core.processes import ROOT
 SECURE = {
     "DJANGO_SETTINGS_MODULE": "config.settings.production",
     "SECRET_KEY": "k" * 20 + "-production-test-0123456789",
+    "KEEPER_DIGEST_KEY": "g" * 20 + "-production-test-0123456789",
     "ALLOWED_HOSTS": "keeper.example.com",
     "DATABASE_URL": "postgresql://keeper@db.invalid/keeper",
     "REDIS_URL": "redis://redis.invalid:6379/0",
@@ -57,6 +58,11 @@ def _load(env: dict[str, str | None], code: str = PROBE) -> subprocess.Completed
         ({"SECRET_KEY": "too-short"}, "SECRET_KEY must be set"),
         ({"SECRET_KEY": "insecure-" + "x" * 40}, "SECRET_KEY must be set"),
         ({"SECRET_KEY": "CHANGE-ME-to-a-random-value-of-at-least-32-characters"}, "placeholder"),
+        ({"KEEPER_DIGEST_KEY": None}, "KEEPER_DIGEST_KEY must be set"),
+        (
+            {"KEEPER_DIGEST_KEY": "CHANGE-ME-to-another-random-value-of-32-characters"},
+            "KEEPER_DIGEST_KEY must be set",
+        ),
         ({"ALLOWED_HOSTS": None}, "ALLOWED_HOSTS must be set in production"),
         ({"ALLOWED_HOSTS": " , "}, "ALLOWED_HOSTS must be set in production"),
         ({"ALLOWED_HOSTS": "*"}, "not '*'"),
@@ -68,6 +74,8 @@ def _load(env: dict[str, str | None], code: str = PROBE) -> subprocess.Completed
         "short-key",
         "insecure-key",
         "placeholder-key",
+        "no-digest-key",
+        "placeholder-digest-key",
         "no-hosts",
         "empty-hosts",
         "wildcard-host",

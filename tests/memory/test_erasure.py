@@ -242,3 +242,53 @@ def test_a_claim_without_a_run_leaves_no_tombstone_that_refuses_every_later_one(
         provenance=operator,
     )
     assert kept.value == "+47 1"
+
+
+def test_what_stands_in_for_an_erased_subject_cannot_be_recomputed_without_the_key(
+    tenant, subject_with_everything, settings
+):
+    """Receipts, tombstones and erased runs name the subject by keyed digests (KEEPER_DIGEST_KEY): one
+    who reads the database and guesses the id cannot confirm the guess with a plain hash."""
+    from core.digests import json_digest
+    from memory.erasure import subject_digest
+    from runs.engine.models import AgentRun
+
+    run = subject_with_everything
+    request = erasure_request_create(tenant=tenant, subject_id="cust-erase", requested_by="user:compliance")
+    erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    guessed = {"tenant": str(tenant.tenant_id), "subject": "cust-erase"}
+    with tenant_scope(tenant.tenant_id):
+        request = ErasureRequest.objects.get(request_id=request.request_id)
+        stored = AgentRun.objects.get(run_id=run.run_id).subject
+        tombstones = list(Tombstone.objects.values_list("digest", "subject_digest"))
+    assert request.subject_digest.startswith("hmac-sha256:") and request.subject_digest != json_digest(
+        guessed
+    )
+    assert stored == f"erased:{request.subject_digest}"
+    assert tombstones and all(d.startswith("hmac-sha256:") for pair in tombstones for d in pair)
+    settings.KEEPER_DIGEST_KEY = "another-key"  # with another key the same subject digests differently
+    assert subject_digest(tenant_id=tenant.tenant_id, subject_id="cust-erase") != request.subject_digest
+
+
+def test_a_tombstone_laid_before_digests_were_keyed_still_refuses_the_claim(tenant):
+    """Older erasures left unkeyed sha256 digests; the check tries them too, so an erased claim cannot
+    come back because the digests changed form."""
+    from core.digests import json_digest
+
+    value = {"subject": "cust-old", "namespace": "profile", "key": "address", "value": "Elm Street 1"}
+    with tenant_scope(tenant.tenant_id):
+        old = ErasureRequest.objects.create(
+            tenant=tenant, subject_id="", requested_by="user:compliance", subject_digest="sha256:x"
+        )
+        Tombstone.objects.create(
+            tenant=tenant, kind="claim", digest=json_digest(value), subject_digest="sha256:x", request=old
+        )
+    with pytest.raises(ClaimErased):
+        memory_remember(
+            tenant=tenant,
+            subject_id="cust-old",
+            namespace="profile",
+            key="address",
+            value="Elm Street 1",
+            provenance=said(),
+        )

@@ -262,7 +262,7 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
     for run in (chat, fork):  # unfinished: suspended, and a plain resume is refused with the reason
         run.refresh_from_db()
         assert (run.status, run.suspend_reason) == ("suspended", "subject_erased")
-        assert run.resume_requested_at is None and run.subject.startswith("erased:sha256:")
+        assert run.resume_requested_at is None and run.subject.startswith("erased:hmac-sha256:")
         with pytest.raises(SubjectErased) as refused:
             run_resume(run_id=run.run_id, actor="user:eve", note="try again")
         assert refused.value.code == "subject_erased" and "erased" in refused.value.message
