@@ -15,7 +15,6 @@ from typing import Any
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
-from django.db import DEFAULT_DB_ALIAS, connections
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -100,7 +99,7 @@ class KeeperStore(BaseStore):
         self.validation_method = validation_method
         self._tenant: Tenant | None = None
         self._runs: dict[str, UUID] = {}
-        self._connections: dict[int, Any] = {}
+        self._connections = thread_store.ThreadConnections()
 
     # --- the namespace rule -------------------------------------------------------------------
 
@@ -132,7 +131,7 @@ class KeeperStore(BaseStore):
 
     def close(self) -> None:
         """Close the connections the store used in LangGraph's worker threads (as KeeperSaver.close)."""
-        thread_store.connections_close(self._connections)
+        self._connections.close()
 
     def _provenance(self) -> dict[str, Any]:
         graph = _graph_context()
@@ -248,8 +247,7 @@ class KeeperStore(BaseStore):
         return sorted(found)[op.offset : op.offset + op.limit]
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        wrapper = connections[DEFAULT_DB_ALIAS]
-        self._connections.setdefault(id(wrapper), wrapper)
+        self._connections.use()
         ops = list(ops)
         for op in ops:
             validate_op_namespace(op)

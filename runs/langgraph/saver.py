@@ -18,7 +18,6 @@ from typing import Any, cast
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
-from django.db import DEFAULT_DB_ALIAS, connections
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -110,20 +109,19 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         self._runs: dict[str, UUID] = {}  # thread id -> run id, learned once per process
         # LangGraph calls a saver from its own threads too (background checkpoint writes); each
         # uses that thread's Django connection. close() closes them all when the graph is done.
-        self._connections: dict[int, Any] = {}
+        self._connections = store.ThreadConnections()
 
     @contextmanager
     def _bound(self) -> Iterator[None]:
         """One call on this thread's connection (each statement of runs.langgraph.store runs as the
         saver's tenant by itself)."""
-        wrapper = connections[DEFAULT_DB_ALIAS]
-        self._connections.setdefault(id(wrapper), wrapper)
+        self._connections.use()
         yield
 
     def close(self) -> None:
         """Close the connections the saver used in other threads (LangGraph's workers); the calling
         thread's connection is Django's to manage. Call it when the graph's process is done with it."""
-        store.connections_close(self._connections)
+        self._connections.close()
 
     # --- threads ----------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ LangGraph import here: the saver (runs/langgraph/saver.py) serializes, this modu
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,18 +38,45 @@ ANSWERED_EVENT = "langgraph_interrupt_answered"
 INTERRUPT_CHANNEL = "__interrupt__"  # LangGraph's INTERRUPT channel (langgraph._internal._constants)
 
 
-def connections_close(used: dict[int, BaseDatabaseWrapper]) -> None:
-    """Close the connections a saver or store used in LangGraph's worker threads and forget them;
-    the calling thread's own connection is Django's to manage."""
-    for wrapper in list(used.values()):
+class ThreadConnections:
+    """The Django connections a saver or store used, one per calling thread. LangGraph writes
+    checkpoints from background threads it starts anew for each invoke: a connection is kept while its
+    thread lives (its next call reuses it) and closed once the thread is gone, so a long-lived graph
+    process holds one connection per live thread, not one per thread it ever saw. close() closes the
+    rest; the calling thread's own connection is Django's to manage."""
+
+    def __init__(self) -> None:
+        self._used: dict[int, tuple[threading.Thread, BaseDatabaseWrapper]] = {}
+        self._lock = threading.Lock()
+
+    def use(self) -> None:
+        """Note this thread's connection, and close those of threads that ended."""
+        wrapper = connections[DEFAULT_DB_ALIAS]
+        with self._lock:
+            ended = [key for key, (thread, _) in self._used.items() if not thread.is_alive()]
+            gone = [self._used.pop(key)[1] for key in ended]
+            self._used.setdefault(id(wrapper), (threading.current_thread(), wrapper))
+        _close(gone)
+
+    def close(self) -> None:
+        with self._lock:
+            used = [wrapper for _, wrapper in self._used.values()]
+            self._used.clear()
+        _close(used)
+
+    def __len__(self) -> int:
+        return len(self._used)
+
+
+def _close(wrappers: list[BaseDatabaseWrapper]) -> None:
+    for wrapper in wrappers:
         if wrapper is connections[DEFAULT_DB_ALIAS]:
             continue
-        wrapper.inc_thread_sharing()
+        wrapper.inc_thread_sharing()  # another thread's (or an ended thread's) connection
         try:
             wrapper.close()
         finally:
             wrapper.dec_thread_sharing()
-    used.clear()
 
 
 def thread_key(thread_id: str) -> str:

@@ -172,3 +172,30 @@ def test_a_put_from_langgraphs_own_thread_leaves_no_tenant_on_its_connection(ten
     assert seen["setting"] in ("", None) and seen["runs"] == 0
     assert isinstance(seen["tuple"], CheckpointTuple)
     assert seen["tuple"].checkpoint["channel_values"] == {"n": 1}
+
+
+def test_a_long_lived_saver_does_not_keep_a_connection_per_background_thread(tenant) -> None:
+    """LangGraph writes checkpoints from threads it starts for each invoke. A graph process that
+    invokes many times with one saver must not keep each ended thread's connection open (an outside
+    tester filled PostgreSQL's 100 slots in 16 invokes)."""
+
+    def backends() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND usename = current_user"
+            )
+            return cursor.fetchone()[0]
+
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    graph = support_graph(saver)
+    try:
+        graph.invoke({"note": NOTE, "log": []}, {"configurable": {"thread_id": "lived-0"}})
+        first = backends()
+        held = []
+        for i in range(1, 15):
+            graph.invoke({"note": NOTE, "log": []}, {"configurable": {"thread_id": f"lived-{i}"}})
+            held.append(len(saver._connections))
+        assert backends() <= first + 3, (first, backends())
+        assert max(held[5:]) <= max(held[:5]), held  # bounded by the threads alive, not growing
+    finally:
+        saver.close()
