@@ -15,9 +15,13 @@ def main() -> None:
         from config.settings.data_dir import data_dir
 
         ensure_services(data_dir().resolve())
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
-    execute_from_command_line(sys.argv)
+    try:
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as exc:  # a setting's own message says what to fix: no traceback
+        sys.exit(f"keeper: configuration error: {exc}")
 
 
 if __name__ == "__main__":

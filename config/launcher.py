@@ -1,8 +1,11 @@
 """`make run`: embedded services when unset, migrations, then web, worker and beat as children.
 
 Ctrl-C (or SIGTERM) stops the children (each in its own process group, so their pool processes go
-too), then the embedded Redis and PostgreSQL this process started. A child that dies on its own
-stops the rest: a half-running Keeper would only mislead.
+too), then the embedded Redis and PostgreSQL this process started. A worker that dies on its own is
+started again (what Celery does for a prefork child, and compose's `restart: unless-stopped` for the
+container), up to 3 times a minute; web or beat dying, or a worker dying more often, stops the rest:
+a half-running Keeper would only mislead. Runs a dead worker held are taken over once their leases
+expire.
 """
 
 from __future__ import annotations
@@ -45,13 +48,31 @@ def _say(line: str) -> None:
     print(f"keeper: {line}", flush=True)
 
 
+RESTARTED = ("worker",)  # children started again when they die on their own
+RESTARTS_PER_MINUTE = 3
+
+
 class Supervisor:
     def __init__(self) -> None:
         self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.args: dict[str, list[str]] = {}
+        self.restarts: dict[str, list[float]] = {}
         self.stopping = False
 
     def start(self, name: str, args: list[str]) -> None:
+        self.args[name] = args
         self.children[name] = start_python(args)
+
+    def restart(self, name: str) -> bool:
+        """Start a dead child again if it may be (a worker, not too often); whether it was."""
+        now = time.monotonic()
+        recent = [t for t in self.restarts.get(name, []) if now - t < 60]
+        if name not in RESTARTED or len(recent) >= RESTARTS_PER_MINUTE:
+            return False
+        self.restarts[name] = [*recent, now]
+        stop_groups([self.children[name]], 0)  # whatever its group left behind
+        self.start(name, self.args[name])
+        return True
 
     def dead_child(self) -> tuple[str, int] | None:
         for name, proc in self.children.items():
@@ -145,7 +166,9 @@ def run() -> int:
         )
         while not supervisor.stopping:
             dead = supervisor.dead_child()
-            if dead is not None:
+            if dead is not None and supervisor.restart(dead[0]):
+                _say(f"{dead[0]} exited with code {dead[1]}; started it again (its runs are taken over)")
+            elif dead is not None:
                 _say(f"{dead[0]} exited with code {dead[1]}; stopping the rest")
                 exit_code = 1
                 break

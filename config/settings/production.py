@@ -28,7 +28,11 @@ if len(SECRET_KEY) < 32 or SECRET_KEY.startswith("insecure") or "CHANGE-ME" in S
         "SECRET_KEY must be set to a random value of at least 32 characters (not the example's placeholder)"
     )
 
-if len(KEEPER_DIGEST_KEY) < 32 or KEEPER_DIGEST_KEY.startswith("insecure") or "CHANGE-ME" in KEEPER_DIGEST_KEY:
+if (
+    len(KEEPER_DIGEST_KEY) < 32
+    or KEEPER_DIGEST_KEY.startswith("insecure")
+    or "CHANGE-ME" in KEEPER_DIGEST_KEY
+):
     raise ImproperlyConfigured(
         "KEEPER_DIGEST_KEY must be set to a random value of at least 32 characters (not the example's "
         "placeholder): it keys the digests that stand in for erased subjects. Keep it: never rotate it"

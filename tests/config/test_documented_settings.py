@@ -386,3 +386,20 @@ def test_the_worker_pool_sets_the_default_concurrency_and_refuses_an_unknown_poo
     refused = _probe_run({**base, "KEEPER_WORKER_POOL": "gevent"}, expr)
     assert refused.returncode != 0
     assert "unknown KEEPER_WORKER_POOL 'gevent' (use threads or prefork)" in refused.stderr
+
+
+def test_a_bad_setting_stops_manage_py_with_its_message_and_no_traceback():
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("KEEPER_")},
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": "postgresql://app@db.invalid/kdb",
+        "REDIS_URL": "redis://cache.invalid:6379/0",
+        "KEEPER_WORKER_POOL": "gevent",
+    }
+    done = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        "keeper: configuration error: unknown KEEPER_WORKER_POOL 'gevent' (use threads or prefork)"
+    )

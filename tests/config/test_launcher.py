@@ -50,6 +50,13 @@ def _processes_of(data_dir: Path) -> list[str]:
     return found
 
 
+def _environ(proc: psutil.Process) -> dict[str, str]:
+    try:
+        return proc.environ()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return {}
+
+
 def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path):
     data_dir = tmp_path / "data"
     port = _free_port()
@@ -101,6 +108,33 @@ def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path
             return out.stdout.strip().endswith("completed")
 
         wait_until(completed, timeout=60, interval=1, message="the run to complete under make run")
+        # A worker that dies on its own (SIGKILL: out of memory, a crash) is started again, and work goes on.
+        workers = [
+            p
+            for p in psutil.process_iter(["cmdline"])
+            if "celery" in " ".join(p.info["cmdline"] or [])
+            and " worker " in " ".join(p.info["cmdline"] or [])
+            and _environ(p).get("KEEPER_DATA_DIR") == str(data_dir)
+        ]
+        assert workers
+        for worker in workers:
+            worker.kill()
+        wait_until(
+            lambda: "worker exited with code -9; started it again" in (tmp_path / "launcher.log").read_text(),
+            timeout=30,
+            message="the launcher to start the worker again",
+        )
+        started = subprocess.run(
+            [sys.executable, "manage.py", "start_run", "demo.countdown", "--input", '{"n": 3}'],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        run_id = started.stdout.split()[0]
+        check = check.replace(check.split("UUID('")[1].split("'")[0], run_id)
+        wait_until(completed, timeout=60, interval=1, message="a run to complete after the worker was killed")
         assert (data_dir / "admin-password.txt").stat().st_mode & 0o077 == 0
         assert (data_dir / "demo-credentials.txt").stat().st_mode & 0o077 == 0  # the demo loaded once
         assert "awaiting_approval" in (data_dir / "demo-loaded.txt").read_text()
