@@ -36,13 +36,14 @@ STEP_TYPES = (
     "run_failed",
 )
 
-# Events of runs touched in the window only (agent_runs' (tenant, updated_at) index): a run's
-# updated_at is never older than its newest event, so no event of the window is missed.
+# Events of runs touched in the window only (agent_runs' (tenant, updated_at) index). A run's
+# updated_at lags its newest event by under a second (a step commit in the same status moves it at
+# most once a second: runs.engine.store), so the runs are those updated from a second before the window.
 _COUNTS_SQL = """
 SELECT floor(extract(epoch FROM e.created_at - %(start)s) / %(slice)s)::int AS b,
        CASE WHEN e.event_type = 'step_error' THEN 'run_suspended' ELSE e.event_type END, count(*)
   FROM agent_events e
- WHERE e.run_id IN (SELECT run_id FROM agent_runs WHERE tenant_id = ANY(%(tenants)s) AND updated_at >= %(start)s)
+ WHERE e.run_id IN (SELECT run_id FROM agent_runs WHERE tenant_id = ANY(%(tenants)s) AND updated_at >= %(start)s - interval '1 second')
    AND e.created_at >= %(start)s
    AND (e.event_type = ANY(%(types)s) OR (e.event_type = 'step_error' AND e.payload ? 'reason'))
  GROUP BY 1, 2
@@ -52,7 +53,7 @@ SELECT floor(extract(epoch FROM e.created_at - %(start)s) / %(slice)s)::int AS b
        percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY (e.payload #>> '{spent,wall_s}')::float),
        count(*)
   FROM agent_events e
- WHERE e.run_id IN (SELECT run_id FROM agent_runs WHERE tenant_id = ANY(%(tenants)s) AND updated_at >= %(start)s)
+ WHERE e.run_id IN (SELECT run_id FROM agent_runs WHERE tenant_id = ANY(%(tenants)s) AND updated_at >= %(start)s - interval '1 second')
    AND e.created_at >= %(start)s AND e.event_type = ANY(%(steps)s) AND e.step_id IS NOT NULL
    AND jsonb_typeof(e.payload #> '{spent,wall_s}') = 'number'
  GROUP BY 1

@@ -23,8 +23,11 @@ def run_actions_key(run: Any) -> str:
 
 
 def rows_live_key(runs: Iterable[Any]) -> str:
-    """One key for a page of runs: which runs, in which order, each at which update."""
+    """One key for a page of runs: which runs, in which order, each at which update. The revision
+    counts too: a run stepping on in one status moves updated_at at most once a second."""
     digest = hashlib.sha256()
     for run in runs:
-        digest.update(f"{run.run_id}|{run.status}|{run.updated_at.isoformat()}\n".encode())
+        digest.update(
+            f"{run.run_id}|{run.status}|{run.state_revision}|{run.lease_owner}|{run.updated_at.isoformat()}\n".encode()
+        )
     return digest.hexdigest()[:20]

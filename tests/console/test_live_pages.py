@@ -82,3 +82,20 @@ def test_a_run_moves_to_completed_on_the_open_pages_without_a_reload(page_as, te
     ).inner_text().replace("\n", " ")
     screenshot(lister, "engineer-run-list-live")
     screenshot(runner, "engineer-run-page-live")
+
+
+def test_the_run_list_key_changes_with_a_step_committed_within_the_same_second() -> None:
+    """A run stepping on in one status moves updated_at at most once a second; the list's live key
+    must still change when its revision (or holder) does, or the rev. and lease columns go stale."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+    from uuid import uuid4
+
+    from console.live import rows_live_key
+
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    run = SimpleNamespace(run_id=uuid4(), status="running", state_revision=5, lease_owner="w1", updated_at=at)
+    before = rows_live_key([run])
+    assert rows_live_key([SimpleNamespace(**{**vars(run), "state_revision": 6})]) != before
+    assert rows_live_key([SimpleNamespace(**{**vars(run), "lease_owner": None})]) != before
+    assert rows_live_key([run]) == before
