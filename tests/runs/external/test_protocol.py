@@ -358,3 +358,15 @@ def test_a_run_past_its_deadline_is_not_given_to_an_outside_worker(api, workflow
     assert (run.status, run.suspend_reason) == ("suspended", "deadline_passed")
     assert "deadline (0.2 s from its start" in run.suspend_detail
     assert not AgentEvent.objects.filter(run_id=run_id, step_id="lookup").exists()
+
+
+def test_the_redispatch_sweep_leaves_external_runs_to_outside_workers(api, workflow, tenant):
+    """Keeper's workers can do nothing with an external run: the sweep must not wake them for one
+    (an outside tester saw a re-dispatch every 15 s), while a Keeper run in the same state is woken."""
+    from runs.engine import store
+    from runs.engine.runs import run_start
+
+    external = uuid.UUID(_start(api, "o-sweep"))
+    own = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run.run_id
+    claimed = store.claim_for_redispatch(grace=0, limit=50)
+    assert own in claimed and external not in claimed
