@@ -351,7 +351,9 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
         outcome = Fail(json.loads(current.json), exc.code, exc.detail)
     except Exception as exc:
         spent = ctx.spent(wall_s=time.monotonic() - started)
-        return _step_error(committer, grant, _spend(state, spent), base, spent, exc)
+        return _step_error(
+            committer, grant, _spend(state, spent), base, spent, exc, lease_lost=ctx.lease_lost
+        )
     finally:
         observe_step(workflow=workflow.name, step=step.name, seconds=time.monotonic() - started)
     spent = ctx.spent(wall_s=time.monotonic() - started)
@@ -377,10 +379,23 @@ def _step_error(
     base: dict[str, Any],
     spent: dict[str, float],
     exc: Exception,
+    *,
+    lease_lost: bool = False,
 ) -> AdvanceResult:
     error = {"error_type": type(exc).__name__, "message": str(exc)[:2000]}
     base = {**base, "spent": spent}
-    logger.warning("run %s step %s attempt %s raised %s", grant.run_id, grant.next_step, grant.attempt, error)
+    if lease_lost:  # another worker may hold the run now (its reconcile may be what this step tripped
+        # on); the commit below is refused if so: not a step's failure to warn about
+        logger.info(
+            "run %s step %s raised %s after its lease was lost",
+            grant.run_id,
+            grant.next_step,
+            error["error_type"],
+        )
+    else:
+        logger.warning(
+            "run %s step %s attempt %s raised %s", grant.run_id, grant.next_step, grant.attempt, error
+        )
     if grant.attempt >= settings.KEEPER_MAX_ATTEMPTS:
         detail = f"step {grant.next_step!r} raised {error['error_type']} on all {grant.attempt} attempts"
         seq = committer.commit(
