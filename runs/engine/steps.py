@@ -324,8 +324,8 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
                 },
             )
         state = migrated.state
-    if refusal := budgets_refusal(state.get("budgets")):
-        return suspend(*refusal)
+    if over := budgets_refusal(state.get("budgets")):
+        return suspend(*over)
 
     ctx = StepContext(
         run_id=grant.run_id,

@@ -258,8 +258,8 @@ def _grant_checked(grant: LeaseGrant) -> Claim | None:
         )
         _suspend(grant, revision, "too_many_attempts", detail)
         return None
-    if refusal := budgets_refusal(state.get("budgets")):  # as for Keeper's own workers: budgets and deadline
-        _suspend(grant, revision, *refusal)
+    if over := budgets_refusal(state.get("budgets")):  # as for Keeper's own workers: budgets and deadline
+        _suspend(grant, revision, *over)
         return None
     token = lease_token_sign(
         run_id=grant.run_id, tenant_id=grant.tenant_id, epoch=grant.epoch, owner=grant.owner

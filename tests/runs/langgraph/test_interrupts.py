@@ -4,6 +4,7 @@ Keeper worker (a real Celery process) or the graph's own process resumes the gra
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -219,9 +220,9 @@ def test_a_checkpoint_stored_after_its_own_interrupt_keeps_the_thread_waiting(te
     from langgraph.types import Interrupt
 
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
-    config = {"configurable": {"thread_id": "t-order", "checkpoint_ns": ""}}
+    config: Any = {"configurable": {"thread_id": "t-order", "checkpoint_ns": ""}}
 
-    def checkpoint(step: int) -> tuple[dict, dict]:
+    def checkpoint(step: int) -> tuple[Any, Any]:
         cp = empty_checkpoint()
         cp["channel_values"] = {"step": step}
         return cp, {"source": "loop", "step": step, "parents": {}}
@@ -233,7 +234,7 @@ def test_a_checkpoint_stored_after_its_own_interrupt_keeps_the_thread_waiting(te
         first = saver.put(config, *checkpoint(1), {})
         assert run().suspend_reason == THREAD_REASON
         second, meta = checkpoint(2)
-        at_second = {"configurable": {**first["configurable"], "checkpoint_id": second["id"]}}
+        at_second: Any = {"configurable": {**first["configurable"], "checkpoint_id": second["id"]}}
         saver.put_writes(at_second, [("__interrupt__", (Interrupt(value="Refund 42.00 EUR?"),))], "task-1")
         assert run().suspend_reason == INTERRUPT_REASON
         after = saver.put(first, second, meta, {})
