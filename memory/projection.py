@@ -432,12 +432,7 @@ def memory_search_scope(
                     [tenant.tenant_id, words, *scope_params, words, depth],
                 )
                 by_text = [row[0] for row in cursor.fetchall()]
-        vector_rank = {m: i + 1 for i, m in enumerate(by_vector)}
-        text_rank = {m: i + 1 for i, m in enumerate(by_text)}
-        scores: dict[Any, float] = {}
-        for ranks in (vector_rank, text_rank):
-            for memory_id, rank in ranks.items():
-                scores[memory_id] = scores.get(memory_id, 0.0) + 1.0 / (RRF_K + rank)
-        top = sorted(scores, key=lambda m: (-scores[m], str(m)))[offset : offset + limit]
+        vector_rank, text_rank, scores, top = _fused(by_vector, by_text, k=offset + limit)
+        top = top[offset:]
         items = {i.memory_id: i for i in MemoryItem.objects.filter(memory_id__in=top)}
     return [MemoryHit(items[m], round(scores[m], 6), vector_rank.get(m), text_rank.get(m)) for m in top]

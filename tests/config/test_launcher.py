@@ -50,6 +50,18 @@ def _processes_of(data_dir: Path) -> list[str]:
     return found
 
 
+def _start_countdown(env: dict[str, str]) -> str:
+    started = subprocess.run(
+        [sys.executable, "manage.py", "start_run", "demo.countdown", "--input", '{"n": 3}'],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return started.stdout.split()[0]
+
+
 def _environ(proc: psutil.Process) -> dict[str, str]:
     try:
         return proc.environ()
@@ -80,24 +92,17 @@ def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path
             timeout=90,
             message="the console to answer",
         )
-        started = subprocess.run(
-            [sys.executable, "manage.py", "start_run", "demo.countdown", "--input", '{"n": 3}'],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        run_id = started.stdout.split()[0]
-        # Row-level security: a shell sees the run only as its tenant, found through the narrow function.
-        check = (
-            "from uuid import UUID\nfrom core.tenancy import run_tenant, tenant_bind\n"
-            "from runs.engine.models import AgentRun\n"
-            f"with tenant_bind(run_tenant(UUID('{run_id}'))):\n"
-            f"    print(AgentRun.objects.get(run_id='{run_id}').status)"
-        )
+        started = [_start_countdown(env)]
 
         def completed() -> bool:
+            # Row-level security: a shell sees the run only as its tenant, found through the narrow function.
+            run_id = started[-1]
+            check = (
+                "from uuid import UUID\nfrom core.tenancy import run_tenant, tenant_bind\n"
+                "from runs.engine.models import AgentRun\n"
+                f"with tenant_bind(run_tenant(UUID('{run_id}'))):\n"
+                f"    print(AgentRun.objects.get(run_id='{run_id}').status)"
+            )
             out = subprocess.run(
                 [sys.executable, "manage.py", "shell", "-c", check],
                 cwd=ROOT,
@@ -124,16 +129,7 @@ def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path
             timeout=30,
             message="the launcher to start the worker again",
         )
-        started = subprocess.run(
-            [sys.executable, "manage.py", "start_run", "demo.countdown", "--input", '{"n": 3}'],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        run_id = started.stdout.split()[0]
-        check = check.replace(check.split("UUID('")[1].split("'")[0], run_id)
+        started.append(_start_countdown(env))
         wait_until(completed, timeout=60, interval=1, message="a run to complete after the worker was killed")
         assert (data_dir / "admin-password.txt").stat().st_mode & 0o077 == 0
         assert (data_dir / "demo-credentials.txt").stat().st_mode & 0o077 == 0  # the demo loaded once
