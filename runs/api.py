@@ -38,6 +38,7 @@ class RunOutputSerializer(serializers.ModelSerializer):
             "state_revision",
             "suspend_reason",
             "suspend_detail",
+            "resume_requested_at",
             "result",
             "lease_owner",
             "lease_expires_at",

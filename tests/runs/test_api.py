@@ -88,3 +88,20 @@ def test_the_api_requires_a_staff_user(tenant):
     )
     assert response.status_code == 403 and response.json()["error"]["code"] == "permission_denied"
     assert AgentRun.objects.count() == 0
+
+
+def test_a_resume_request_shows_on_the_run_until_a_worker_verifies_it(api, tenant):
+    """The README says a resumed run stays suspended with resume_requested_at set: the API shows it."""
+    from runs.engine.runs import run_suspend
+
+    run_id = api.post(
+        "/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {"n": 1}}, format="json"
+    ).json()["run_id"]
+    assert api.get(f"/api/v1/runs/{run_id}/").json()["resume_requested_at"] is None
+    run_suspend(run_id=uuid.UUID(run_id), reason="paused", detail="by a test", actor="test")
+    resumed = api.post(f"/api/v1/runs/{run_id}/resume", {"note": "go on"}, format="json")
+    assert resumed.status_code == 200, resumed.content
+    shown = api.get(f"/api/v1/runs/{run_id}/").json()
+    assert shown["status"] == "suspended" and shown["resume_requested_at"] is not None
+    listed = api.get("/api/v1/runs/?tenant=acme").json()["results"]
+    assert [r["resume_requested_at"] is not None for r in listed if r["run_id"] == run_id] == [True]

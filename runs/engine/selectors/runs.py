@@ -30,6 +30,7 @@ LIST_FIELDS = (
     "status",
     "next_step",
     "suspend_reason",
+    "resume_requested_at",
     "state_revision",
     "lease_owner",
     "lease_expires_at",
