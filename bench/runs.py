@@ -33,7 +33,13 @@ from bench.memory import percentile
 from bench.peers import dbos_missing, dbos_steps_per_s
 from core.digests import canonical_json
 from core.models import Tenant
-from core.processes import celery_worker_args, current_database_url, start_python, stop_groups
+from core.processes import (
+    celery_worker_args,
+    celery_worker_env,
+    current_database_url,
+    start_python,
+    stop_groups,
+)
 from core.tenancy import tenant_bind, tenant_ensure
 from runs.engine import store
 from runs.engine.models import AgentEvent, AgentRun
@@ -276,7 +282,11 @@ def bench_run_e2e(
         "DATABASE_URL": current_database_url(),
         "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE") or settings.SETTINGS_MODULE,
     }
-    worker = start_python(celery_worker_args("bench", concurrency=concurrency, pool=pool), env=env, log=log)
+    worker = start_python(
+        celery_worker_args("bench", concurrency=concurrency, pool=pool),
+        env={**env, **celery_worker_env(pool)},
+        log=log,
+    )
     batches: list[dict[str, Any]] = []
     peers: list[dict[str, Any]] = []
     try:

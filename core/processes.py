@@ -93,7 +93,11 @@ def web_args(host: str, port: str | int) -> list[str]:
 def celery_worker_args(
     name: str, *, concurrency: int = 1, loglevel: str = "warning", pool: str = "prefork"
 ) -> list[str]:
-    """`solo` runs tasks in the worker process itself, so a crash point kills the worker, not a pool child."""
+    """`solo` runs tasks in the worker process itself, so a crash point kills the worker, not a pool child.
+
+    Celery takes `-P prefork` for its default and lets the configured pool (KEEPER_WORKER_POOL, through
+    CELERY_WORKER_POOL) win over it: a caller that wants prefork sets KEEPER_WORKER_POOL=prefork in the
+    worker's environment too (celery_worker_env)."""
     return [
         "-m",
         "celery",
@@ -112,6 +116,11 @@ def celery_worker_args(
         "--without-gossip",
         "--without-mingle",
     ]
+
+
+def celery_worker_env(pool: str) -> dict[str, str]:
+    """The environment that gives a worker started with celery_worker_args(pool=...) that pool."""
+    return {"KEEPER_WORKER_POOL": pool} if pool in ("prefork", "threads") else {}
 
 
 def celery_beat_args(schedule_file: Path, *, loglevel: str = "warning") -> list[str]:

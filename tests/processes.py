@@ -17,6 +17,7 @@ from django.conf import settings
 from core.processes import (
     celery_beat_args,
     celery_worker_args,
+    celery_worker_env,
     current_database_url,
     kill_group,
     start_python,
@@ -50,7 +51,7 @@ class ProcessGroup:
         self, *, concurrency: int = 1, pool: str = "prefork", env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
         args = celery_worker_args(f"test{len(self.procs)}", concurrency=concurrency, pool=pool)
-        return self._start("worker", args, env)
+        return self._start("worker", args, {**celery_worker_env(pool), **(env or {})})
 
     def beat(self, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         return self._start("beat", celery_beat_args(self.log_dir / f"beat-schedule-{len(self.procs)}"), env)
