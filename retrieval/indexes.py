@@ -18,16 +18,36 @@ from core.tenancy import tenant_scope
 
 logger = logging.getLogger(__name__)
 HNSW_FROM_CHUNKS = 2000  # below this an exact scan is as fast and always exact
+# The graph's degree and build beam, over half-precision copies of the vectors. pgvector's defaults
+# (16, 64) on full vectors gave a principal reading 40% of a 150,000-chunk tenant recall@100 of 0.90
+# at ef_search 400 (the fused top 10: 0.90): hashed short texts are "hard" data (distances crowd
+# together), and a sparse graph misses true neighbours however wide the search beam. With (32, 128)
+# the same searches reach 0.974-0.978 at ef_search 120-200. On halfvec the graph is smaller (147 MB
+# against 195 MB for the old one at 150,000 chunks) and its walk took 15 ms against 27 ms for the
+# same graph on full vectors, at the same recall (the search re-ranks what it found by the exact
+# distance). The build takes about 1.5 times as long. A graph built another way has another name
+# (its generation), so the next indexing builds the new one beside it and then drops the old.
+HNSW_M = 32
+HNSW_EF_CONSTRUCTION = 128
+GENERATION = 2
+EARLIER = ["retrieval_chunks_hnsw_{tenant}_{dims}"]  # the names of earlier generations' graphs
 
 
 def chunk_index_name(tenant: Tenant, dimensions: int) -> str:
-    return f"retrieval_chunks_hnsw_{tenant.tenant_id.hex}_{int(dimensions)}"
+    return f"retrieval_chunks_hnsw_{tenant.tenant_id.hex}_{int(dimensions)}_{GENERATION}"
+
+
+def _earlier_names(tenant: Tenant, dimensions: int) -> list[str]:
+    return [name.format(tenant=tenant.tenant_id.hex, dims=int(dimensions)) for name in EARLIER]
 
 
 def chunk_index_exists(tenant: Tenant, dimensions: int) -> bool:
+    """Whether the tenant's current-generation graph is built and valid (a build that was interrupted
+    leaves an invalid index behind, which the next build replaces)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT 1 FROM pg_indexes WHERE indexname = %s", [chunk_index_name(tenant, dimensions)]
+            "SELECT 1 FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid WHERE c.relname = %s AND i.indisvalid",
+            [chunk_index_name(tenant, dimensions)],
         )
         return cursor.fetchone() is not None
 
@@ -46,24 +66,34 @@ def chunk_index_wanted(tenant: Tenant, dimensions: int) -> bool:
 
 
 def chunk_index_ensure(*, tenant: Tenant, dimensions: int) -> bool:
-    """Build the tenant's HNSW index (needs the owner connection; without one, exact scans serve)."""
+    """Build the tenant's HNSW index (needs the owner connection; without one, exact scans serve),
+    then drop an earlier generation's graph of the same tenant: searches use the old graph until the
+    new one is valid."""
     if OWNER_ALIAS not in connections.databases:
         logger.info("no owner connection: tenant %s keeps exact chunk scans", tenant.slug)
         return False
     dims = int(dimensions)
-    # The name and predicate come from a UUID and an int, never from user input.
+    name = chunk_index_name(tenant, dims)
+    rebuild = not chunk_index_exists(tenant, dims)
+    # The names and predicate come from a UUID and ints, never from user input.
     with connections[OWNER_ALIAS].cursor() as cursor:
+        if rebuild:  # an interrupted build's invalid leftover, if any
+            cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
         # A bulk build is far faster when the graph fits in memory; the setting ends with the session.
         cursor.execute("SET maintenance_work_mem = '512MB'")
         cursor.execute(
-            f"""CREATE INDEX CONCURRENTLY IF NOT EXISTS {chunk_index_name(tenant, dims)} ON retrieval_chunks
-                USING hnsw ((embedding::vector({dims})) vector_cosine_ops)
+            f"""CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON retrieval_chunks
+                USING hnsw ((embedding::halfvec({dims})) halfvec_cosine_ops)
+                WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})
                 WHERE tenant_id = '{tenant.tenant_id}'::uuid AND dimensions = {dims} AND status = 'current'"""
         )
+        for earlier in _earlier_names(tenant, dims):
+            cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {earlier}")
     return True
 
 
 def chunk_index_drop(*, tenant: Tenant, dimensions: int) -> None:
     if OWNER_ALIAS in connections.databases:
         with connections[OWNER_ALIAS].cursor() as cursor:
-            cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {chunk_index_name(tenant, int(dimensions))}")
+            for name in [chunk_index_name(tenant, int(dimensions)), *_earlier_names(tenant, dimensions)]:
+                cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")

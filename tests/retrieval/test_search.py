@@ -313,3 +313,59 @@ def test_a_restricted_principal_never_sees_what_the_index_ranks_first_for_others
         assert {h.document_id for h in hits} == {"mine"} and len(hits) == 2
     finally:
         indexes.chunk_index_drop(tenant=tenant, dimensions=256)
+
+
+def test_both_arms_in_one_round_trip_rank_as_each_arm_alone(tenant):
+    """retrieval_search sends both arms in one statement; its candidates are exactly the vector arm's
+    and the text arm's as each ranks alone (fused by reciprocal rank), and the principal's keys come
+    with its groups."""
+    from retrieval.search import both_arms, fuse, principal_keys, principal_set_of, readable_acl_keys
+    from retrieval.services import ttl_cutoff
+
+    with override_settings(KEEPER_RETRIEVAL_CHUNK_WORDS=16):
+        for d in range(6):
+            document_index(
+                tenant=tenant,
+                document_id=f"doc{d}",
+                source_uri=f"mem://doc{d}",
+                source_version="1",
+                data="\n\n".join(f"refund parcel card order {n * d} week phone" for n in range(12)).encode(),
+                media_type="text/plain",
+                acl=["group:support"] if d % 2 else ["group:hr"],
+                actor="user:test",
+                wait=True,
+            )
+    principal_set(tenant=tenant, principal="user:ann", groups=["group:support"], actor="user:test")
+    embedder = HashingEmbedder()
+    query = "refund the parcel by phone"
+    [vector] = embedder.embed([query])
+    cutoff = ttl_cutoff()
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        acl, keys = principal_keys(cursor, tenant_id=tenant.tenant_id, principal="user:ann")
+        assert acl == principal_set_of(principal="user:ann")
+        assert keys == readable_acl_keys(cursor, tenant_id=tenant.tenant_id, acl=acl) and len(keys) == 1
+        by_vector, by_text = both_arms(
+            cursor,
+            tenant=tenant,
+            embedder=embedder,
+            vector=vector,
+            query=query,
+            acl=acl,
+            keys=keys,
+            cutoff=cutoff,
+            vector_limit=20,
+            text_limit=10,
+        )
+        alone_vector = vector_candidates(
+            tenant=tenant, embedder=embedder, vector=vector, limit=20, acl=acl, cutoff=cutoff
+        )
+        alone_text = text_candidates(tenant=tenant, query=query, limit=10, acl=acl, cutoff=cutoff)
+        readable = set(Chunk.objects.filter(acl__overlap=acl).values_list("id", flat=True))
+    assert by_vector == alone_vector and by_text == alone_text
+    assert set(by_vector) == readable and len(by_text) == 10 and set(by_text) <= readable  # 18 readable
+    scores = fuse(by_vector, by_text)
+    expected = sorted(scores, key=lambda c: (-scores[c], c))[:5]
+    found = retrieval_search(tenant=tenant, query=query, principal="user:ann", k=5, embedder=embedder)
+    with tenant_scope(tenant.tenant_id):
+        ids = {(c.document_id_text, c.chunk_id): c.id for c in Chunk.objects.filter(id__in=expected)}
+    assert [ids.get((h.document_id, h.chunk_id)) for h in found.hits] == expected
