@@ -95,11 +95,12 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page_as(browser, live_server, role_users, request) -> Iterator[Callable[[str], Any]]:
-    """page_as("support") -> a Playwright page signed in through the real sign-in form."""
+    """page_as("support") -> a Playwright page signed in through the real sign-in form (a window of
+    1360 x 900 unless `width` and `height` say otherwise)."""
     contexts = []
 
-    def open_as(role: str) -> Any:
-        context = browser.new_context(base_url=live_server.url, viewport={"width": 1360, "height": 900})
+    def open_as(role: str, *, width: int = 1360, height: int = 900) -> Any:
+        context = browser.new_context(base_url=live_server.url, viewport={"width": width, "height": height})
         contexts.append(context)
         page = context.new_page()
         page.set_default_timeout(15_000)

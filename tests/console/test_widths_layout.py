@@ -5,7 +5,7 @@ widths. At phone width, support approves a refund from the inbox."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from console.models import AuditEntry
 from runs.engine.models import Approval
-from tests.console.conftest import PASSWORD, screenshot
+from tests.console.conftest import screenshot
 from tests.console.test_compliance import SUBJECT, seed_subject
 from tests.console.test_engineer import add_event, finish, start, suspended
 from tests.runs.workflows.test_refund_workflow import _drive, _start, sandbox  # noqa: F401 - sandbox is a fixture
@@ -58,24 +58,8 @@ LAYOUT_PROBLEMS = """() => {
 
 
 @pytest.fixture
-def page_at(browser, live_server, role_users) -> Iterator[Callable[[str, int], Any]]:
-    contexts = []
-
-    def open_as(role: str, width: int) -> Any:
-        context = browser.new_context(base_url=live_server.url, viewport={"width": width, "height": 860})
-        contexts.append(context)
-        page = context.new_page()
-        page.set_default_timeout(15_000)
-        page.goto("/sign-in/")
-        page.fill("input[name=username]", role_users[role].username)
-        page.fill("input[name=password]", PASSWORD)
-        page.click("button[type=submit]")
-        page.wait_for_load_state()
-        return page
-
-    yield open_as
-    for context in contexts:
-        context.close()
+def page_at(page_as) -> Callable[[str, int], Any]:
+    return lambda role, width: page_as(role, width=width, height=860)
 
 
 def check(page: Any, url: str, name: str, width: int) -> None:
