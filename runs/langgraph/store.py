@@ -22,6 +22,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from core.tenancy import tenant_bind, tenant_is_bound
 from runs.engine import store as engine_store
+from runs.langgraph import wire
 
 WORKFLOW = "langgraph"
 # The suspend reason of a thread's run: LangGraph drives it from the graph's process; Keeper's
@@ -139,11 +140,13 @@ def run_subject(*, tenant_id: UUID, run_id: UUID) -> str:
 # statement the run takes the next revision (its state = the latest root checkpoint), the new
 # channel values are stored once per version, the checkpoint row is written, and the event that
 # records it is appended. No run row back (deleted, cancelled, erased): NULL.
-_PUT = """
-SELECT keeper_langgraph_put(%(tenant)s, %(run)s, %(thread)s, %(ns)s, %(checkpoint_id)s, %(parent)s,
-                            %(checkpoint)s::jsonb, %(metadata)s::jsonb, %(blob_keys)s::jsonb, %(blobs)b::bytea[],
-                            %(state)s::jsonb, %(digest)s, %(payload)s::jsonb, %(actor)s)
-"""
+_PUT = wire.Statement(
+    "keeper_langgraph_put",
+    "SELECT keeper_langgraph_put($1::uuid, $2::uuid, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9::jsonb,"
+    " $10::bytea[], $11::jsonb, $12, $13::jsonb, $14)",
+    params=14,
+    binary=[9],
+)
 
 
 @dataclass(frozen=True)
@@ -171,31 +174,28 @@ def checkpoint_put(
     actor: str,
 ) -> int | None:
     """The event's seq; None if the run no longer takes checkpoints (deleted, cancelled, erased)."""
-    params = {
-        "tenant": tenant_id,
-        "run": run_id,
-        "thread": thread_id,
-        "ns": checkpoint_ns,
-        "checkpoint_id": checkpoint_id,
-        "parent": parent_checkpoint_id,
-        "checkpoint": checkpoint_json,
-        "metadata": metadata_json,
-        # (channel, version, type) of each blob as one JSON text: cheaper to send than three arrays.
-        "blob_keys": json.dumps(list(zip(blobs.channels, blobs.versions, blobs.types, strict=True))),
-        "blobs": blobs.blobs,
-        "state": state_json,
-        "digest": state_digest,
-        "payload": payload_json,
-        "actor": actor,
-    }
-    connection.ensure_connection()
-    raw = connection.connection
-    prepare = settings.KEEPER_PREPARED_STATEMENTS
-    if raw.prepare_threshold is None and prepare:
-        raw.prepare_threshold = 2**31  # as runs.engine.store: only these statements are prepared
-    with connection.wrap_database_errors:  # the function binds the tenant itself, for this call only
-        row = psycopg.Cursor(raw).execute(_PUT, params, prepare=prepare).fetchone()
-    return row[0] if row else None
+    # Sent through libpq as they are (runs.langgraph.wire): the put is made on every superstep. The
+    # function binds the tenant itself, for this call only.
+    seq = _PUT.first_value(
+        [
+            str(tenant_id).encode(),
+            str(run_id).encode(),
+            thread_id.encode(),
+            checkpoint_ns.encode(),
+            checkpoint_id.encode(),
+            None if parent_checkpoint_id is None else parent_checkpoint_id.encode(),
+            checkpoint_json.encode(),
+            metadata_json.encode(),
+            # (channel, version, type) of each blob as one JSON text: cheaper to send than three arrays.
+            json.dumps(list(zip(blobs.channels, blobs.versions, blobs.types, strict=True))).encode(),
+            wire.bytea_array(blobs.blobs),
+            state_json.encode(),
+            state_digest.encode(),
+            payload_json.encode(),
+            actor.encode(),
+        ]
+    )
+    return None if seq is None else int(seq)
 
 
 # --- writes -------------------------------------------------------------------------------------
