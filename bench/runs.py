@@ -29,7 +29,7 @@ from django.db import connections
 from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 
-from bench.memory import percentile
+from bench.memory import percentile, vacuum
 from bench.peers import dbos_missing, dbos_steps_per_s
 from core.digests import canonical_json
 from core.models import Tenant
@@ -276,6 +276,7 @@ def bench_run_e2e(
     figures come from the events' created_at (the server's clock); medians over the rounds are reported."""
     pool, concurrency = settings.CELERY_WORKER_POOL, settings.CELERY_WORKER_CONCURRENCY
     tenant = tenant_ensure(slug="bench")
+    vacuum(["agent_runs", "agent_events"])  # as in bench.langgraph: statistics a running system has
     log = tempfile.NamedTemporaryFile(prefix="keeper-bench-worker-", suffix=".log", delete=False)  # noqa: SIM115
     env = {
         **os.environ,

@@ -13,7 +13,7 @@ from bench.peers import dbos_missing
 from bench.runs import bench_run_e2e
 from tests.processes import flush_redis
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True, databases=["default", "owner"])]
 
 KEYS = {"steps", "runs", "p50_run_ms", "steps_per_s", "dbos_steps_per_s", "ratio_vs_dbos"}
 
