@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from celery import Celery
-from celery.signals import task_failure, worker_ready
+from celery.signals import task_failure, task_postrun, task_prerun, worker_ready
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
 
@@ -19,6 +19,16 @@ def _install_beat_schedule(sender: Celery, **_: object) -> None:
     from workers.schedule import beat_schedule
 
     sender.conf.beat_schedule = beat_schedule()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _close_old_connections(**_: object) -> None:
+    # As Django does around each request: a connection past CONN_MAX_AGE, or one an error left
+    # unusable, is closed; the others serve the next task (settings: CELERY_DB_REUSE_MAX).
+    from django.db import close_old_connections
+
+    close_old_connections()
 
 
 @task_failure.connect

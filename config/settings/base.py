@@ -190,6 +190,11 @@ CELERY_TASK_TIME_LIMIT = env_int("KEEPER_TASK_TIME_LIMIT", 15 * 60, minimum=1)
 CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT - 30)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Celery's Django fixup closes every database connection before and after each task unless told to
+# reuse them: each task then opened a PostgreSQL connection (a server process) of its own. A worker
+# keeps its connections as a web process does instead: workers.celery applies Django's own policy
+# (CONN_MAX_AGE, health checks) around each task, and the fixup never closes them on its own.
+CELERY_DB_REUSE_MAX = 2**62
 # How a worker runs its tasks: `threads` (one process, a task per thread: a step waiting for a model
 # or a tool holds a thread, not a process, and runs' commits overlap, so one disk flush serves several)
 # or `prefork` (child processes, one task each). A thread cannot be killed: a step past
