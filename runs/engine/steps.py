@@ -188,7 +188,8 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None, sliced: bool = Fa
             return AdvanceResult("fenced")
     if result.status == RunStatus.RUNNING:
         run_enqueue(run_id=run_id)
-    _wake_parent_if_finished(result, run_id=run_id, tenant_id=tenant_id)
+    if grant.child_of_run_id is not None:
+        _wake_parent_if_finished(result, run_id=run_id, tenant_id=tenant_id)
     return result
 
 

@@ -138,6 +138,7 @@ class LeaseGrant:
     attempt: int
     previous_owner: str | None
     previous_epoch: int
+    child_of_run_id: UUID | None = None  # a child run: its parent may wait for it to finish
 
 
 # The old owner comes from the locked row in FROM (RETURNING shows only new values before PG 18).
@@ -159,7 +160,7 @@ UPDATE agent_runs r
                                AND w.name = r.workflow_name AND w.version = r.workflow_version)
 RETURNING r.tenant_id, r.lease_epoch, r.lease_expires_at, r.state_revision, r.next_step, r.state,
           r.status, r.resume_requested_by, r.workflow_name, r.workflow_version, r.state_schema_version, r.attempt,
-          old.lease_owner, old.lease_epoch
+          old.lease_owner, old.lease_epoch, r.child_of_run_id
 """
 
 
@@ -187,6 +188,7 @@ def lease_acquire(*, run_id: UUID, owner: str, ttl: float, external: bool = Fals
         attempt,
         previous_owner,
         previous_epoch,
+        child_of_run_id,
     ) = rows[0]
     return LeaseGrant(
         run_id=run_id,
@@ -205,6 +207,7 @@ def lease_acquire(*, run_id: UUID, owner: str, ttl: float, external: bool = Fals
         attempt=attempt,
         previous_owner=previous_owner,
         previous_epoch=previous_epoch,
+        child_of_run_id=child_of_run_id,
     )
 
 
