@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db import connection
 
 from core.tracing import traced
+from runs.engine import wire
 
 
 def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
@@ -345,6 +346,36 @@ SELECT run_id, tenant_id, state_revision, %(event_type)s, %(step_id)s, %(attempt
 RETURNING seq
 """
 _COMMIT_STEP_OUTBOX = _with_outbox(_COMMIT_STEP)
+# The commit runs on every step: sent through libpq as they are (runs.engine.wire), its parameters
+# typed here rather than adapted one by one.
+_COMMIT_TYPES = {
+    "run_id": wire.UUID,
+    "expected": wire.INT8,
+    "epoch": wire.INT8,
+    "owner": wire.TEXT,
+    "state": wire.TEXT,
+    "digest": wire.TEXT,
+    "next_step": wire.TEXT,
+    "status": wire.TEXT,
+    "event_type": wire.TEXT,
+    "step_id": wire.TEXT,
+    "attempt": wire.INT4,
+    "payload": wire.TEXT,
+    "suspend_reason": wire.TEXT,
+    "suspend_detail": wire.TEXT,
+    "result": wire.TEXT,
+    "release": wire.BOOL,
+    "reset_attempt": wire.BOOL,
+    "retry_in": wire.FLOAT8,
+    "schema": wire.INT4,
+    "event_state": wire.BOOL,
+    "resume_at_wake": wire.BOOL,
+    "webhook": wire.TEXT,
+    "webhook_status": wire.TEXT,
+    "webhook_reason": wire.TEXT,
+}
+_COMMIT = wire.Statement.named("keeper_commit_step", _COMMIT_STEP, _COMMIT_TYPES)
+_COMMIT_OUTBOX = wire.Statement.named("keeper_commit_step_outbox", _COMMIT_STEP_OUTBOX, _COMMIT_TYPES)
 
 
 def _commit_span(kw: dict[str, Any]) -> dict[str, Any]:
@@ -394,8 +425,7 @@ def commit_step(
     stored state's: the state it names is the one an earlier event holds).
     """
     hook = _webhook_params(status, suspend_reason, result_json)
-    rows = _rows(
-        _COMMIT_STEP_OUTBOX if hook["webhook"] else _COMMIT_STEP,
+    seq = (_COMMIT_OUTBOX if hook["webhook"] else _COMMIT).first_value_of(
         {
             "run_id": run_id,
             "expected": expected_revision,
@@ -421,7 +451,7 @@ def commit_step(
             **hook,
         },
     )
-    return rows[0][0] if rows else None
+    return None if seq is None else int(seq)
 
 
 # --- transitions by people and operators --------------------------------------------------------

@@ -22,7 +22,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from core.tenancy import tenant_bind, tenant_is_bound
 from runs.engine import store as engine_store
-from runs.langgraph import wire
+from runs.engine import wire
 
 WORKFLOW = "langgraph"
 # The suspend reason of a thread's run: LangGraph drives it from the graph's process; Keeper's
@@ -174,7 +174,7 @@ def checkpoint_put(
     actor: str,
 ) -> int | None:
     """The event's seq; None if the run no longer takes checkpoints (deleted, cancelled, erased)."""
-    # Sent through libpq as they are (runs.langgraph.wire): the put is made on every superstep. The
+    # Sent through libpq as they are (runs.engine.wire): the put is made on every superstep. The
     # function binds the tenant itself, for this call only.
     seq = _PUT.first_value(
         [

@@ -1,11 +1,15 @@
-"""runs.langgraph.wire: the checkpoint put's statement, sent through libpq on Django's connection."""
+"""runs.engine.wire: a statement sent through libpq on Django's connection (the step commit, the checkpoint put)."""
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+
+import psycopg
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from runs.langgraph import wire
+from runs.engine import wire
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,14 +50,16 @@ def test_statement_is_prepared_once_and_again_after_the_session_forgot_it() -> N
     assert _prepared("keeper_test_again")
 
 
-def test_a_forgotten_statement_inside_a_transaction_is_an_error_not_a_silent_retry() -> None:
+def test_inside_a_transaction_the_statement_runs_unprepared_so_a_forgotten_one_cannot_break_it() -> None:
     echo = wire.Statement("keeper_test_tx", "SELECT $1::int", params=1)
     assert echo.first_value([b"7"]) == b"7"
     with connection.cursor() as cursor:
-        cursor.execute("DEALLOCATE ALL")
-    with pytest.raises(DatabaseError, match="keeper_test_tx"), transaction.atomic():
-        echo.first_value([b"7"])
-    assert echo.first_value([b"8"]) == b"8"  # outside the transaction it is prepared again
+        cursor.execute("DEALLOCATE ALL")  # as psycopg does after a rollback
+    with transaction.atomic():
+        assert echo.first_value([b"8"]) == b"8"
+        assert not _prepared("keeper_test_tx")
+    assert echo.first_value([b"9"]) == b"9"  # in autocommit it is prepared again
+    assert _prepared("keeper_test_tx")
 
 
 def test_errors_are_djangos_and_the_connection_stays_usable() -> None:
@@ -78,3 +84,33 @@ def test_the_first_statement_of_an_atomic_block_runs_inside_its_transaction() ->
         with connection.cursor() as cursor:
             cursor.execute("SELECT current_setting('keeper.test_wire', true)")
             assert cursor.fetchone()[0] == "inside"
+
+
+def test_named_placeholders_become_typed_numbered_parameters() -> None:
+    statement = wire.Statement.named(
+        "keeper_test_named",
+        "SELECT pg_typeof(%(a)s)::text || ',' || pg_typeof(%(b)s)::text || ',' || (%(a)s + %(c)s)::text"
+        " || ',' || coalesce(%(d)s::text, 'null') || ',' || %(e)s::text",
+        {"a": wire.INT8, "b": wire.UUID, "c": wire.FLOAT8, "d": wire.BOOL, "e": wire.BOOL},
+    )
+    assert statement.names == ["a", "b", "c", "d", "e"]
+    value = statement.first_value_of(
+        {"a": 2, "b": uuid.UUID(int=1), "c": 0.5, "d": None, "e": False, "unused": "ignored"}
+    )
+    assert value == b"bigint,uuid,2.5,null,false"
+
+
+def test_a_named_statement_without_a_type_for_each_name_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"no type for \['b'\]"):
+        wire.Statement.named("keeper_test_untyped", "SELECT %(a)s, %(b)s", {"a": wire.TEXT})
+
+
+def test_a_rollback_that_makes_psycopg_deallocate_everything_does_not_lose_the_statement() -> None:
+    echo = wire.Statement("keeper_test_rollback", "SELECT $1::int * 2", params=1)
+    assert echo.first_value([b"2"]) == b"4"
+    raw = connection.connection
+    with contextlib.suppress(RuntimeError), transaction.atomic():
+        psycopg.Cursor(raw).execute("SELECT 1", prepare=True)  # psycopg now holds a statement too
+        raise RuntimeError  # its rollback: psycopg sends DEALLOCATE ALL
+    assert echo.first_value([b"3"]) == b"6"
+    assert _prepared("keeper_test_rollback")
