@@ -23,15 +23,16 @@ class Readable:
     tenant_chunks: int
 
 
-# The principal set's keys and counts from the small retrieval_acls (one row per distinct ACL), so
-# this costs the same however many chunks there are. An ACL no current chunk carries is left out.
+# The principal set's keys and counts from the small retrieval_acls (one row per distinct ACL), in
+# one pass over the tenant's rows, so this costs the same however many chunks there are. An ACL no
+# current chunk carries is left out of the keys. No principal row: no row.
 READABLE = """
     SELECT s.acl,
-           ARRAY(SELECT a.acl_key FROM retrieval_acls a
-                  WHERE a.tenant_id = %(tenant)s AND a.acl && s.acl AND a.chunks > 0 ORDER BY a.acl_key),
-           (SELECT coalesce(sum(a.chunks), 0) FROM retrieval_acls a WHERE a.tenant_id = %(tenant)s AND a.acl && s.acl),
-           (SELECT coalesce(sum(a.chunks), 0) FROM retrieval_acls a WHERE a.tenant_id = %(tenant)s)
-      FROM ({principals}) AS s"""
+           coalesce(array_agg(a.acl_key ORDER BY a.acl_key) FILTER (WHERE a.acl && s.acl AND a.chunks > 0), '{{}}'),
+           coalesce(sum(a.chunks) FILTER (WHERE a.acl && s.acl), 0),
+           coalesce(sum(a.chunks), 0)
+      FROM ({principals}) AS s LEFT JOIN retrieval_acls a ON a.tenant_id = %(tenant)s
+     GROUP BY s.acl"""
 
 
 def acl_readable(cursor: Any, *, tenant_id: UUID, acl: list[str], keys: list[UUID] | None = None) -> Readable:
