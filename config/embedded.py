@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+from config.settings.embedded_postgres import embedded_postgres_settings
+
 logger = logging.getLogger(__name__)
 
 APP_ROLE = "keeper"
@@ -67,13 +69,25 @@ def postgres_is_running(pgdata: Path) -> bool:
     return bool(info is not None and info.is_running())
 
 
-def start_postgres(pgdata: Path, *, grant_truncate: bool = False) -> tuple[object, str, str]:
+def start_postgres(
+    pgdata: Path,
+    *,
+    grant_truncate: bool = False,
+    server_settings: dict[str, str] | None = None,
+    may_restart: bool = False,
+) -> tuple[object, str, str]:
     """Start (or attach to) the embedded server in `pgdata`; return it, the application's URL and
-    the owner's URL (migrations)."""
+    the owner's URL (migrations). `server_settings` (sizes, such as shared_buffers) are written with
+    ALTER SYSTEM; those that apply only at start restart the server if `may_restart` (this process
+    started it), else at its next start."""
     pgserver, _ = _import_pgserver()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     server = pgserver.get_server(pgdata, cleanup_mode=None)
     bootstrap_database(server.get_uri(), grant_truncate=grant_truncate)
+    if server_settings and configure_postgres(server.get_uri(), server_settings) and may_restart:
+        logger.info("restarting the embedded PostgreSQL to apply %s", server_settings)
+        server.stop()
+        server.start()
     host = quote(str(server.get_postmaster_info().socket_dir), safe="/")
     return (
         server,
@@ -85,6 +99,26 @@ def start_postgres(pgdata: Path, *, grant_truncate: bool = False) -> tuple[objec
 def superuser_url(database_url: str) -> str:
     """The embedded server's superuser on the same database (benchmarks' no-RLS baseline only)."""
     return database_url.replace(f"postgresql://{APP_ROLE}@", "postgresql://postgres@", 1)
+
+
+def configure_postgres(superuser_uri: str, sizes: dict[str, str]) -> bool:
+    """ALTER SYSTEM each size setting (shared_buffers: "1GB") the server does not run with; True if
+    one differs, so the server must restart for it (a setting it already runs with is left alone)."""
+    import psycopg
+    from psycopg import sql
+
+    differ = False
+    with psycopg.connect(superuser_uri, autocommit=True) as conn:
+        for name, value in sizes.items():
+            row = conn.execute(
+                "SELECT pg_size_bytes(current_setting(%s)) = pg_size_bytes(%s)", [name, value]
+            ).fetchone()
+            if row is not None and not row[0]:
+                conn.execute(
+                    sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value))
+                )
+                differ = True
+    return differ
 
 
 def bootstrap_database(superuser_uri: str, *, grant_truncate: bool = False) -> None:
@@ -161,7 +195,13 @@ def ensure_services(data_dir: Path, *, temporary: bool = False) -> EmbeddedServi
     if not os.environ.get("DATABASE_URL"):
         pgdata = data_dir / "postgres"
         already_running = postgres_is_running(pgdata)
-        server, url, owner_url = start_postgres(pgdata, grant_truncate=temporary)
+        # The tests' throwaway servers keep PostgreSQL's defaults (and start without a restart).
+        server, url, owner_url = start_postgres(
+            pgdata,
+            grant_truncate=temporary,
+            server_settings=None if temporary else embedded_postgres_settings(),
+            may_restart=not already_running,
+        )
         if not already_running:
             owned.postgres = server
         os.environ["DATABASE_URL"] = url

@@ -213,11 +213,14 @@ class RetrievalSnapshot(models.Model):
 class ChunkAcl(models.Model):
     """Each distinct ACL of a tenant's chunks, once, under a key: a posting names its chunk's ACL by
     key, so a search turns the principal's groups into the few keys it may read (a scan of this small
-    table) and filters postings with `=` (a btree condition row-level security allows)."""
+    table) and filters postings with `=` (a btree condition row-level security allows). `chunks`
+    counts the tenant's current chunks with this ACL, kept by the chunk triggers in the same statement
+    (migration 0004): a search reads how much a principal may read, and of how much, from these rows."""
 
     acl_key = models.UUIDField(primary_key=True)  # md5 of the tenant and the sorted ACL
     tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id")
     acl = ArrayField(models.TextField(), default=list)
+    chunks = models.IntegerField(db_default=0)
 
     class Meta:
         db_table = "retrieval_acls"

@@ -24,7 +24,9 @@ from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
 from memory.postings import Statement, query_words, ranked, ranked_statement
 from retrieval.models import Chunk, RetrievalSnapshot
+from retrieval.readable import Readable, acl_readable, principal_readable, readable_acl_keys
 from retrieval.services import USER, UnknownPrincipal, index_version, ttl_cutoff
+from retrieval.vector_arm import nearest, vector_statements, vector_walk, walk_again
 
 RRF_K = 60
 MAX_K = 100
@@ -82,79 +84,6 @@ def principal_set_of(*, principal: str) -> list[str]:
     return list(row[0])
 
 
-def _where(*, acl: list[str] | None, cutoff: Any, keys: list[UUID] | None = None) -> tuple[str, list[Any]]:
-    """The chunk predicates after the tenant's id. With the readable ACL keys, `c.acl_key = ANY(keys)`
-    lets the (tenant_id, acl_key) btree find a principal's chunks under row-level security (which
-    keeps `&&` off the GIN index); `c.acl && principals` stays beside it as the rule itself."""
-    sql = "c.tenant_id = %s AND c.status = 'current'"
-    params: list[Any] = []
-    if keys is not None:
-        sql += " AND c.acl_key = ANY(%s::uuid[])"
-        params.append(keys)
-    if acl is not None:
-        sql += " AND c.acl && %s::text[]"
-        params.append(acl)
-    if cutoff is not None:
-        sql += " AND c.indexed_at >= %s"
-        params.append(cutoff)
-    return sql, params
-
-
-def vector_statements(
-    cursor: Any,
-    *,
-    tenant: Tenant,
-    embedder: Embedder,
-    vector: list[float],
-    limit: int,
-    acl: list[str] | None,
-    cutoff: Any = None,
-    keys: list[UUID] | None = None,
-) -> tuple[str, list[Any], str, list[Any]]:
-    """The vector arm as (settings, their params, the nearest ids' query, its params): call inside
-    the tenant scope with `keys` already read (None only when acl is None, the benchmark's baseline).
-    The settings are SET LOCAL, so they end with the caller's transaction."""
-    dims = int(embedder.dimensions)  # an int from the embedder, never user input
-    where, params = _where(acl=acl, cutoff=cutoff, keys=keys)
-    # A principal who reads only a sliver of a large tenant: the graph would have to be walked
-    # far past other principals' chunks. Its few chunks are ranked exactly instead (the
-    # (tenant_id, acl_key) btree finds them by bitmap; a sort of a few thousand distances is cheap).
-    exact = acl is not None and _readable_is_small(cursor, tenant, where, params)
-    # The tenant's graph is over half-precision vectors (retrieval.indexes): the walk orders by the
-    # halfvec distance, and what it found is ranked again by the exact distance, with a few more
-    # candidates than asked so that float16 rounding at the edge cannot push out a true neighbour.
-    # The exact path orders by the exact distance from the start. The beam is the pool (120 for 100
-    # candidates): with the graph's (m 32, ef_construction 128), recall@100 0.974 for a principal
-    # reading 40% of a 150,000-chunk tenant (fused top 10: 0.973), 0.978 at ef_search 200 for a
-    # quarter more time; the ACL filter drops rows after the graph, and relaxed-order iterative
-    # scanning walks on until enough pass.
-    order = "distance, c.id" if exact else f"c.embedding::halfvec({dims}) <=> %s::halfvec({dims})"
-    settings = (
-        f"SET LOCAL enable_indexscan = {'off' if exact else 'on'}; SET LOCAL hnsw.iterative_scan = relaxed_order;"
-        f" SET LOCAL hnsw.ef_search = {int(ef_search(limit))}"
-    )
-    sql = f"""WITH nearest AS MATERIALIZED (
-                SELECT c.id, c.embedding::vector({dims}) <=> %s::vector({dims}) AS distance
-                  FROM retrieval_chunks c
-                 WHERE {where} AND c.embedder_key = %s AND c.dimensions = {dims}
-                 ORDER BY {order} LIMIT %s)
-            SELECT id FROM nearest ORDER BY distance, id LIMIT %s"""
-    return (
-        settings,
-        [],
-        sql,
-        [
-            str(vector),
-            tenant.tenant_id,
-            *params,
-            embedder.key,
-            *([] if exact else [str(vector)]),
-            pool(limit),
-            limit,
-        ],
-    )
-
-
 def vector_candidates(
     *,
     tenant: Tenant,
@@ -169,58 +98,32 @@ def vector_candidates(
     only the benchmark's baseline does that. `keys`: the principal's readable ACL keys if the
     caller has them already (readable_acl_keys)."""
     with connection.cursor() as cursor:
-        if acl is not None and keys is None:
-            keys = readable_acl_keys(cursor, tenant_id=tenant.tenant_id, acl=acl)
-        if acl is None:
-            keys = None
-        elif keys == []:
-            return []
-        settings, _, sql, params = vector_statements(
-            cursor,
-            tenant=tenant,
-            embedder=embedder,
-            vector=vector,
-            limit=limit,
-            acl=acl,
-            cutoff=cutoff,
-            keys=keys,
+        readable = (
+            None if acl is None else acl_readable(cursor, tenant_id=tenant.tenant_id, acl=acl, keys=keys)
         )
-        cursor.execute(settings)
-        cursor.execute(sql, params)
-        found = [row[0] for row in cursor.fetchall()]
-        cursor.execute("SET LOCAL enable_indexscan = on")
-        return found
-
-
-EXACT_BELOW = 2000  # readable chunks under which the vector arm ranks exactly
-
-
-def ef_search(limit: int) -> int:
-    """The graph walk's beam: the pool taken before the exact re-rank (at least 100, at most 1000)."""
-    return max(100, min(pool(limit), 1000))
-
-
-def pool(limit: int) -> int:
-    """Candidates taken from the half-precision walk before the exact re-rank keeps `limit`."""
-    return limit + max(10, limit // 5)
-
-
-def _readable_is_small(cursor: Any, tenant: Tenant, where: str, params: list[Any]) -> bool:
-    cursor.execute(
-        f"SELECT count(*) FROM (SELECT 1 FROM retrieval_chunks c WHERE {where} LIMIT %s) AS readable",
-        [tenant.tenant_id, *params, EXACT_BELOW],
-    )
-    return cursor.fetchone()[0] < EXACT_BELOW
-
-
-def readable_acl_keys(cursor: Any, *, tenant_id: UUID, acl: list[str]) -> list[UUID]:
-    """The keys of the tenant's distinct chunk ACLs this principal set may read (retrieval_acls is
-    small: one row per distinct ACL, so this scan costs the same however many chunks there are)."""
-    cursor.execute(
-        "SELECT acl_key FROM retrieval_acls WHERE tenant_id = %s AND acl && %s::text[] ORDER BY acl_key",
-        [tenant_id, acl],
-    )
-    return [row[0] for row in cursor.fetchall()]
+        if readable is not None and not readable.keys:
+            return []
+        walk = vector_walk(
+            limit=limit,
+            readable=None if readable is None else readable.chunks,
+            tenant_chunks=None if readable is None else readable.tenant_chunks,
+        )
+        arm = {
+            "tenant": tenant,
+            "embedder": embedder,
+            "vector": vector,
+            "limit": limit,
+            "acl": acl,
+            "cutoff": cutoff,
+            "keys": None if readable is None else readable.keys,
+        }
+        found = nearest(cursor, walk, arm)
+        again = (
+            None
+            if readable is None
+            else walk_again(walk, found=len(found), limit=limit, readable=readable.chunks)
+        )
+        return nearest(cursor, again, arm) if again else found
 
 
 def text_statement(
@@ -289,18 +192,8 @@ def text_candidates(
 def principal_keys(cursor: Any, *, tenant_id: UUID, principal: str) -> tuple[list[str], list[UUID]]:
     """The principal with its groups and the ACL keys they may read, in one statement (inside the
     tenant scope); unknown principal -> UnknownPrincipal."""
-    cursor.execute(
-        """SELECT s.acl, ARRAY(SELECT a.acl_key FROM retrieval_acls a
-                                WHERE a.tenant_id = %s AND a.acl && s.acl ORDER BY a.acl_key)
-             FROM (SELECT ARRAY[principal] || groups AS acl FROM retrieval_principals WHERE principal = %s) AS s""",
-        [tenant_id, principal],
-    )
-    row = cursor.fetchone()
-    if row is None:
-        raise UnknownPrincipal(
-            f"no principal {principal[:80]!r} in this tenant (add it with its groups first)"
-        )
-    return list(row[0]), list(row[1])
+    readable = principal_readable(cursor, tenant_id=tenant_id, principal=principal)
+    return readable.acl, readable.keys
 
 
 def both_arms(
@@ -315,22 +208,27 @@ def both_arms(
     cutoff: Any,
     vector_limit: int,
     text_limit: int,
+    readable: Readable | None = None,
 ) -> tuple[list[int], list[int]]:
-    """Both arms in one round trip (after the count that picks the vector arm's path): the vector
-    arm's settings, then one row of two arrays, the nearest chunks and the text arm's best (every
-    readable posting of the words: exact, so no further round). Both read the same snapshot."""
+    """Both arms in one round trip: the vector arm's settings, then one row of two arrays, the
+    nearest chunks and the text arm's best (every readable posting of the words: exact, so no further
+    round). Both read the same snapshot. `readable`: the principal's counts, read here if not given
+    (they pick the vector arm's walk). Only when a walk without iterating found too few does the
+    vector arm walk again, alone (walk_again)."""
     if not keys:
         return [], []
-    settings, _, vector_sql, vector_params = vector_statements(
-        cursor,
-        tenant=tenant,
-        embedder=embedder,
-        vector=vector,
-        limit=vector_limit,
-        acl=acl,
-        cutoff=cutoff,
-        keys=keys,
-    )
+    readable = readable or acl_readable(cursor, tenant_id=tenant.tenant_id, acl=acl, keys=keys)
+    walk = vector_walk(limit=vector_limit, readable=readable.chunks, tenant_chunks=readable.tenant_chunks)
+    arm = {
+        "tenant": tenant,
+        "embedder": embedder,
+        "vector": vector,
+        "limit": vector_limit,
+        "acl": acl,
+        "cutoff": cutoff,
+        "keys": keys,
+    }
+    settings, vector_sql, vector_params = vector_statements(walk=walk, **arm)
     words = query_words(query)
     text_sql, text_params = "ARRAY[]::bigint[]", list[Any]()
     if words:
@@ -347,7 +245,8 @@ def both_arms(
     by_vector, by_text = cursor.fetchone()
     while cursor.nextset():
         pass  # the reset's empty result
-    return list(by_vector), list(by_text)
+    again = walk_again(walk, found=len(by_vector), limit=vector_limit, readable=readable.chunks)
+    return (nearest(cursor, again, arm) if again else list(by_vector)), list(by_text)
 
 
 def fuse(*rankings: list[Any]) -> dict[Any, float]:
@@ -381,22 +280,24 @@ def retrieval_search(
     cutoff, now = ttl_cutoff(), timezone.now()
     with tenant_scope(tenant.tenant_id):
         with connection.cursor() as cursor:
-            acl, keys = principal_keys(cursor, tenant_id=tenant.tenant_id, principal=principal)
+            readable = principal_readable(cursor, tenant_id=tenant.tenant_id, principal=principal)
             by_vector, by_text = both_arms(
                 cursor,
                 tenant=tenant,
                 embedder=embedder,
                 vector=vector,
                 query=query,
-                acl=acl,
-                keys=keys,
+                acl=readable.acl,
+                keys=readable.keys,
                 cutoff=cutoff,
                 vector_limit=max(candidates, k) * 2,
                 text_limit=max(candidates, k),
+                readable=readable,
             )
         scores = fuse(by_vector, by_text)
         top = sorted(scores, key=lambda c: (-scores[c], c))[:k]
-        rows = {c.id: c for c in Chunk.objects.filter(id__in=top)}
+        shown = ("document_id_text", "source_uri", "source_version", "chunk_id", "content_digest", "text")
+        rows = {c.id: c for c in Chunk.objects.filter(id__in=top).only(*shown)}
         stamp = now.isoformat()
         hits = [
             Hit(

@@ -25,10 +25,13 @@ from config.env import (
     redis_client_url,
 )
 from config.settings.data_dir import data_dir
+from config.settings.embedded_postgres import embedded_postgres_settings
 from core.logging import PLAIN_FORMAT
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 DATA_DIR = data_dir()
+# What the embedded PostgreSQL (never one DATABASE_URL names) is started with: its shared_buffers.
+KEEPER_EMBEDDED_SHARED_BUFFERS = embedded_postgres_settings()["shared_buffers"]
 
 SECRET_KEY = env_str("SECRET_KEY")
 # The key of the digests that stand in for an erased subject's id and text (receipts, tombstones,

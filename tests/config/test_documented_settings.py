@@ -60,6 +60,7 @@ CASES: dict[str, tuple[str, str, object]] = {
         "[str(settings.DATA_DIR), str(launch.data_dir)]",
         ["/tmp/keeper-doc-data"] * 2,
     ),
+    "KEEPER_EMBEDDED_SHARED_BUFFERS": ("512MB", "settings.KEEPER_EMBEDDED_SHARED_BUFFERS", "512MB"),
     "KEEPER_HOST": ("0.0.0.0", "launch.host", "0.0.0.0"),
     "KEEPER_PORT": ("8123", "launch.port", "8123"),
     "KEEPER_DEMO": ("false", "launch.demo", False),

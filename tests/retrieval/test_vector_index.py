@@ -170,3 +170,56 @@ def test_a_principal_reading_most_of_a_tenant_gets_the_exact_order_from_the_half
         assert sum(recalls) / len(recalls) >= 0.95, recalls
     finally:
         indexes.chunk_index_drop(tenant=tenant, dimensions=256)
+
+
+def test_a_wide_walk_that_finds_too_few_readable_chunks_walks_again_iterating(tenant, monkeypatch):
+    """A principal who reads a third of the tenant, all of it about other words than the query: the
+    wide walk sized for a third finds the query's neighbours unreadable, so the arm walks again with
+    pgvector's iterative scan and still returns the principal's nearest chunks."""
+    from retrieval import vector_arm
+    from retrieval.readable import acl_readable
+
+    monkeypatch.setattr(indexes, "HNSW_FROM_CHUNKS", 500)
+    monkeypatch.setattr(vector_arm, "EXACT_BELOW", 100)
+    rng = random.Random(9)
+    embedder = HashingEmbedder()
+    mine, theirs = WORDS[:50], WORDS[50:]
+    with override_settings(KEEPER_RETRIEVAL_CHUNK_WORDS=16):
+        for d, (words, acl) in enumerate(
+            [(mine, "group:mine"), (theirs, "group:theirs"), (theirs, "group:theirs")]
+        ):
+            document_index(
+                tenant=tenant,
+                document_id=f"doc{d}",
+                source_uri=f"mem://doc{d}",
+                source_version="1",
+                data="\n\n".join(" ".join(rng.choices(words, k=10)) for _ in range(400)).encode(),
+                media_type="text/plain",
+                acl=[acl],
+                actor="user:test",
+                wait=True,
+            )
+    assert indexes.chunk_index_ensure(tenant=tenant, dimensions=256)
+    try:
+        with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+            readable = acl_readable(cursor, tenant_id=tenant.tenant_id, acl=["group:mine"])
+            assert (readable.chunks, readable.tenant_chunks) == (400, 1200)
+            walk = vector_arm.vector_walk(limit=10, readable=400, tenant_chunks=1200)
+            assert not walk.exact and not walk.iterative
+            [vector] = embedder.embed([" ".join(rng.choices(theirs, k=4))])
+            arm = {
+                "tenant": tenant,
+                "embedder": embedder,
+                "vector": vector,
+                "limit": 10,
+                "acl": readable.acl,
+                "keys": readable.keys,
+            }
+            assert len(vector_arm.nearest(cursor, walk, arm)) < 10  # the wide walk alone finds too few
+            got = vector_candidates(
+                tenant=tenant, embedder=embedder, vector=vector, limit=10, acl=["group:mine"]
+            )
+            ours = set(Chunk.objects.filter(document_id_text="doc0").values_list("id", flat=True))
+        assert len(got) == 10 and set(got) <= ours
+    finally:
+        indexes.chunk_index_drop(tenant=tenant, dimensions=256)
