@@ -23,12 +23,14 @@ def _install_beat_schedule(sender: Celery, **_: object) -> None:
 
 @task_prerun.connect
 @task_postrun.connect
-def _close_old_connections(**_: object) -> None:
+def _close_old_connections(sender: object = None, **_: object) -> None:
     # As Django does around each request: a connection past CONN_MAX_AGE, or one an error left
-    # unusable, is closed; the others serve the next task (settings: CELERY_DB_REUSE_MAX).
+    # unusable, is closed; the others serve the next task (settings: CELERY_DB_REUSE_MAX). Not for a
+    # task run eagerly in the caller's process: its connection, maybe mid-transaction, is the caller's.
     from django.db import close_old_connections
 
-    close_old_connections()
+    if not getattr(getattr(sender, "request", None), "is_eager", False):
+        close_old_connections()
 
 
 @task_failure.connect

@@ -4,11 +4,12 @@ requests: Celery's Django fixup would close it around every task (a new PostgreS
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import psycopg
 import pytest
 from celery.fixups.django import DjangoWorkerFixup
-from django.db import connection
+from django.db import connection, transaction
 
 from core.processes import current_database_url
 from workers.celery import _close_old_connections, app
@@ -61,3 +62,12 @@ def test_an_unusable_connection_is_not_handed_to_the_next_task(max_age: None) ->
     _close_old_connections()
     assert connection.connection is None
     assert _backend() != backend
+
+
+def test_a_task_run_eagerly_leaves_the_callers_transaction_alone(max_age: None) -> None:
+    eager = SimpleNamespace(request=SimpleNamespace(is_eager=True))
+    with transaction.atomic():  # autocommit off: Django's policy would close this connection
+        backend = _backend()
+        _close_old_connections(sender=eager)
+        assert connection.connection is not None
+        assert _backend() == backend
