@@ -9,12 +9,16 @@ different set.
 
 from __future__ import annotations
 
+import os
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db import connection
+from django.conf import settings
+from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from core.digests import sha256_digest
@@ -26,7 +30,7 @@ from memory.postings import Statement, query_words, ranked, ranked_statement
 from retrieval.models import Chunk, RetrievalSnapshot
 from retrieval.readable import Readable, acl_readable, principal_readable, readable_acl_keys
 from retrieval.services import USER, UnknownPrincipal, index_version, ttl_cutoff
-from retrieval.vector_arm import nearest, vector_statements, vector_walk, walk_again
+from retrieval.vector_arm import EXACT_BELOW, nearest, vector_arm, vector_statements, vector_walk, walk_again
 
 RRF_K = 60
 MAX_K = 100
@@ -103,27 +107,18 @@ def vector_candidates(
         )
         if readable is not None and not readable.keys:
             return []
-        walk = vector_walk(
+        return vector_arm(
+            cursor,
+            tenant=tenant,
+            embedder=embedder,
+            vector=vector,
             limit=limit,
+            acl=acl,
+            keys=None if readable is None else readable.keys,
             readable=None if readable is None else readable.chunks,
             tenant_chunks=None if readable is None else readable.tenant_chunks,
+            cutoff=cutoff,
         )
-        arm = {
-            "tenant": tenant,
-            "embedder": embedder,
-            "vector": vector,
-            "limit": limit,
-            "acl": acl,
-            "cutoff": cutoff,
-            "keys": None if readable is None else readable.keys,
-        }
-        found = nearest(cursor, walk, arm)
-        again = (
-            None
-            if readable is None
-            else walk_again(walk, found=len(found), limit=limit, readable=readable.chunks)
-        )
-        return nearest(cursor, again, arm) if again else found
 
 
 # The query's words as the postings hold them: the triggers store to_tsvector('simple') lexemes.
@@ -222,13 +217,6 @@ def text_candidates(
         return ranked(cursor, build, limit=limit, depth=depth)
 
 
-def principal_keys(cursor: Any, *, tenant_id: UUID, principal: str) -> tuple[list[str], list[UUID]]:
-    """The principal with its groups and the ACL keys they may read, in one statement (inside the
-    tenant scope); unknown principal -> UnknownPrincipal."""
-    readable = principal_readable(cursor, tenant_id=tenant_id, principal=principal)
-    return readable.acl, readable.keys
-
-
 def both_arms(
     cursor: Any,
     *,
@@ -236,32 +224,30 @@ def both_arms(
     embedder: Embedder,
     vector: list[float],
     query: str,
-    acl: list[str],
-    keys: list[UUID],
+    readable: Readable,
     cutoff: Any,
     vector_limit: int,
     text_limit: int,
-    readable: Readable | None = None,
 ) -> tuple[list[int], list[int]]:
     """Both arms in one round trip: the vector arm's settings, then one row of two arrays, the
     nearest chunks and the text arm's best (every readable posting of the words: exact, so no further
-    round). Both read the same snapshot. `readable`: the principal's counts, read here if not given
-    (they pick the vector arm's walk). Only when a walk without iterating found too few does the
-    vector arm walk again, alone (walk_again)."""
-    if not keys:
+    round). Both read the same snapshot. The principal's counts (`readable`) pick the vector arm's
+    walk. Only when a walk without iterating found too few does the vector arm walk again, alone
+    (walk_again)."""
+    if not readable.keys:
         return [], []
-    readable = readable or acl_readable(cursor, tenant_id=tenant.tenant_id, acl=acl, keys=keys)
+    keys = readable.keys
     walk = vector_walk(limit=vector_limit, readable=readable.chunks, tenant_chunks=readable.tenant_chunks)
     arm = {
         "tenant": tenant,
         "embedder": embedder,
         "vector": vector,
         "limit": vector_limit,
-        "acl": acl,
+        "acl": readable.acl,
         "cutoff": cutoff,
         "keys": keys,
     }
-    settings, vector_sql, vector_params = vector_statements(walk=walk, **arm)
+    setup, vector_sql, vector_params = vector_statements(walk=walk, **arm)
     words = query_words(query)
     text_sql, text_params = "ARRAY[]::bigint[]", list[Any]()
     if words:
@@ -276,7 +262,7 @@ def both_arms(
         )
         text_sql = f"ARRAY(SELECT t.doc FROM ({sql}) AS t(doc, score, unread, unscored) ORDER BY t.score DESC, t.doc)"
     cursor.execute(
-        f"{settings};\nSELECT ARRAY({vector_sql}), {text_sql}; SET LOCAL enable_indexscan = on",
+        f"{setup};\nSELECT ARRAY({vector_sql}), {text_sql}; SET LOCAL enable_indexscan = on",
         [*vector_params, *text_params],
     )
     while cursor.description is None and cursor.nextset():
@@ -286,6 +272,87 @@ def both_arms(
         pass  # the reset's empty result
     again = walk_again(walk, found=len(by_vector), limit=vector_limit, readable=readable.chunks)
     return (nearest(cursor, again, arm) if again else list(by_vector)), list(by_text)
+
+
+# Each arm of a large principal's search costs its PostgreSQL backend 10-25 ms of CPU (a graph walk;
+# an aggregate over every readable posting of the words). Outside a transaction the vector arm runs on
+# a connection of its own, beside the text arm on the caller's, so a search takes about the longer
+# of the two. Below EXACT_BELOW readable chunks both arms take a few milliseconds, and the hop to
+# another thread would cost more than it saves.
+PARALLEL_FROM = EXACT_BELOW
+ARM_THREADS = 4  # per process; a search waits for a free one (each keeps one connection of its own)
+_arms_lock = threading.Lock()
+_arms: tuple[int, ThreadPoolExecutor] | None = None
+
+
+def _arms_pool() -> ThreadPoolExecutor:
+    """This process's pool of vector-arm threads, made on first use (and again in a forked child:
+    a pool inherited through fork() has no threads behind it)."""
+    global _arms
+    with _arms_lock:
+        if _arms is None or _arms[0] != os.getpid():
+            _arms = (os.getpid(), ThreadPoolExecutor(ARM_THREADS, thread_name_prefix="keeper-vector-arm"))
+        return _arms[1]
+
+
+def _vector_arm_alone(tenant: Tenant, arm: dict[str, Any]) -> list[int]:
+    """The vector arm on this pool thread's own connection, in a tenant scope of its own. The thread's
+    connection is kept between searches as a request's would be (CONN_MAX_AGE, health checks)."""
+    close_old_connections()
+    try:
+        with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+            return vector_arm(cursor, tenant=tenant, **arm)
+    finally:
+        close_old_connections()
+
+
+def arms_in_parallel(
+    cursor: Any,
+    *,
+    tenant: Tenant,
+    embedder: Embedder,
+    vector: list[float],
+    query: str,
+    readable: Readable,
+    cutoff: Any,
+    vector_limit: int,
+    text_limit: int,
+) -> tuple[list[int], list[int]]:
+    """both_arms' rankings with the vector arm on a pool thread's connection and the text arm on
+    `cursor` at the same time. The two arms read two snapshots of the index: a chunk changed between
+    them is ranked as each found it, and the hits are read after both (as both_arms' are)."""
+    if not readable.keys:
+        return [], []
+    arm = {
+        "embedder": embedder,
+        "vector": vector,
+        "limit": vector_limit,
+        "acl": readable.acl,
+        "keys": readable.keys,
+        "readable": readable.chunks,
+        "tenant_chunks": readable.tenant_chunks,
+        "cutoff": cutoff,
+    }
+    future = _arms_pool().submit(_vector_arm_alone, tenant, arm)
+    try:
+        words = query_words(query)
+        by_text: list[int] = []
+        if words:
+            cursor.execute(
+                *text_statement(
+                    tenant_id=tenant.tenant_id,
+                    words=words,
+                    keys=readable.keys,
+                    limit=text_limit,
+                    cutoff=cutoff,
+                    depth=None,
+                    terms=query_terms(cursor, words),
+                )
+            )
+            by_text = [row[0] for row in cursor.fetchall()]
+    finally:
+        by_vector = future.result()
+    return by_vector, by_text
 
 
 def fuse(*rankings: list[Any]) -> dict[Any, float]:
@@ -317,17 +384,19 @@ def retrieval_search(
     embedder = embedder or embedder_from_settings()
     [vector] = embedder.embed([query])
     cutoff, now = ttl_cutoff(), timezone.now()
+    # Inside the caller's transaction the arms stay on its connection: another one would not see
+    # what the transaction wrote.
+    alone = settings.KEEPER_RETRIEVAL_PARALLEL_ARMS and not connection.in_atomic_block
     with tenant_scope(tenant.tenant_id):
         with connection.cursor() as cursor:
             readable = principal_readable(cursor, tenant_id=tenant.tenant_id, principal=principal)
-            by_vector, by_text = both_arms(
+            both = arms_in_parallel if alone and readable.chunks >= PARALLEL_FROM else both_arms
+            by_vector, by_text = both(
                 cursor,
                 tenant=tenant,
                 embedder=embedder,
                 vector=vector,
                 query=query,
-                acl=readable.acl,
-                keys=readable.keys,
                 cutoff=cutoff,
                 vector_limit=max(candidates, k) * 2,
                 text_limit=max(candidates, k),
@@ -336,7 +405,13 @@ def retrieval_search(
         scores = fuse(by_vector, by_text)
         top = sorted(scores, key=lambda c: (-scores[c], c))[:k]
         shown = ("document_id_text", "source_uri", "source_version", "chunk_id", "content_digest", "text")
-        rows = {c.id: c for c in Chunk.objects.filter(id__in=top).only(*shown)}
+        # The arms' rule again for the k chosen: a chunk deleted, replaced or no longer readable since
+        # an arm ranked it (the arms and this read are separate statements) is left out.
+        current = Chunk.objects.filter(id__in=top, status="current", acl__overlap=readable.acl)
+        if cutoff is not None:
+            current = current.filter(indexed_at__gte=cutoff)
+        rows = {c.id: c for c in current.only(*shown)}
+        top = [c for c in top if c in rows]
         stamp = now.isoformat()
         hits = [
             Hit(

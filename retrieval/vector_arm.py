@@ -137,6 +137,37 @@ def nearest(cursor: Any, walk: Walk, arm: dict[str, Any]) -> list[int]:
     return found
 
 
+def vector_arm(
+    cursor: Any,
+    *,
+    tenant: Tenant,
+    embedder: Embedder,
+    vector: list[float],
+    limit: int,
+    acl: list[str] | None,
+    keys: list[UUID] | None,
+    readable: int | None,
+    tenant_chunks: int | None,
+    cutoff: Any = None,
+) -> list[int]:
+    """The nearest `limit` chunks a principal may read (call inside the tenant scope): the walk for
+    its share, and the iterating walk if that found too few. acl=None (keys and counts None too) drops
+    the ACL predicate: only the benchmark's baseline does that."""
+    walk = vector_walk(limit=limit, readable=readable, tenant_chunks=tenant_chunks)
+    arm = {
+        "tenant": tenant,
+        "embedder": embedder,
+        "vector": vector,
+        "limit": limit,
+        "acl": acl,
+        "cutoff": cutoff,
+        "keys": keys,
+    }
+    found = nearest(cursor, walk, arm)
+    again = None if readable is None else walk_again(walk, found=len(found), limit=limit, readable=readable)
+    return nearest(cursor, again, arm) if again else found
+
+
 def ef_search(limit: int) -> int:
     """The graph walk's beam: the pool taken before the exact re-rank (at least 100, at most 1000)."""
     return max(100, min(pool(limit), 1000))

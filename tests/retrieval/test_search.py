@@ -3,6 +3,7 @@ the exact source versions, and the hits reach the context builder with their pro
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -315,11 +316,70 @@ def test_a_restricted_principal_never_sees_what_the_index_ranks_first_for_others
         indexes.chunk_index_drop(tenant=tenant, dimensions=256)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_vector_arm_runs_on_a_connection_of_its_own(tenant, monkeypatch):
+    """A search outside any transaction runs its vector arm on a pool thread's own connection while
+    the text arm runs on the caller's; it finds what the search in one round trip finds (the setting
+    off), and a principal still gets none of the chunks ranked first for others."""
+    from retrieval import search
+
+    with override_settings(KEEPER_RETRIEVAL_CHUNK_WORDS=16):
+        for d in range(6):
+            document_index(
+                tenant=tenant,
+                document_id=f"doc{d}",
+                source_uri=f"mem://doc{d}",
+                source_version="1",
+                data="\n\n".join(f"refund parcel card order {n * d} week phone" for n in range(12)).encode(),
+                media_type="text/plain",
+                acl=["group:support"] if d % 2 else ["group:hr"],
+                actor="user:test",
+                wait=True,
+            )
+    principal_set(tenant=tenant, principal="user:ann", groups=["group:support"], actor="user:test")
+    monkeypatch.setattr(search, "PARALLEL_FROM", 1)  # 18 readable chunks: parallel from one
+    backends: list[tuple[int, str]] = []
+    arm = search.vector_arm
+
+    def watched(cursor, **kwargs):
+        backends.append((cursor.connection.info.backend_pid, threading.current_thread().name))
+        return arm(cursor, **kwargs)
+
+    monkeypatch.setattr(search, "vector_arm", watched)
+    callers: list[int] = []
+    terms = search.query_terms
+
+    def caller_terms(cursor, words):
+        callers.append(connection.connection.info.backend_pid)
+        return terms(cursor, words)
+
+    monkeypatch.setattr(search, "query_terms", caller_terms)
+    query = "refund the parcel by phone"
+    kwargs = {
+        "tenant": tenant,
+        "query": query,
+        "principal": "user:ann",
+        "k": 8,
+        "embedder": HashingEmbedder(),
+    }
+    parallel = retrieval_search(**kwargs).hits
+    with override_settings(KEEPER_RETRIEVAL_PARALLEL_ARMS=False):
+        together = retrieval_search(**kwargs).hits
+    assert len(backends) == 1  # the setting off: the arms went together, on the caller's connection
+    [(pid, thread)] = backends
+    assert callers and pid not in callers and thread.startswith("keeper-vector-arm")
+    assert [(h.document_id, h.chunk_id, h.score) for h in parallel] == [
+        (h.document_id, h.chunk_id, h.score) for h in together
+    ]
+    assert len(parallel) == 8 and {h.document_id for h in parallel} <= {"doc1", "doc3", "doc5"}
+
+
 def test_both_arms_in_one_round_trip_rank_as_each_arm_alone(tenant):
     """retrieval_search sends both arms in one statement; its candidates are exactly the vector arm's
     and the text arm's as each ranks alone (fused by reciprocal rank), and the principal's keys come
     with its groups."""
-    from retrieval.search import both_arms, fuse, principal_keys, principal_set_of, readable_acl_keys
+    from retrieval.readable import principal_readable
+    from retrieval.search import both_arms, fuse, principal_set_of, readable_acl_keys
     from retrieval.services import ttl_cutoff
 
     with override_settings(KEEPER_RETRIEVAL_CHUNK_WORDS=16):
@@ -341,7 +401,8 @@ def test_both_arms_in_one_round_trip_rank_as_each_arm_alone(tenant):
     [vector] = embedder.embed([query])
     cutoff = ttl_cutoff()
     with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
-        acl, keys = principal_keys(cursor, tenant_id=tenant.tenant_id, principal="user:ann")
+        readable = principal_readable(cursor, tenant_id=tenant.tenant_id, principal="user:ann")
+        acl, keys = readable.acl, readable.keys
         assert acl == principal_set_of(principal="user:ann")
         assert keys == readable_acl_keys(cursor, tenant_id=tenant.tenant_id, acl=acl) and len(keys) == 1
         by_vector, by_text = both_arms(
@@ -350,8 +411,7 @@ def test_both_arms_in_one_round_trip_rank_as_each_arm_alone(tenant):
             embedder=embedder,
             vector=vector,
             query=query,
-            acl=acl,
-            keys=keys,
+            readable=readable,
             cutoff=cutoff,
             vector_limit=20,
             text_limit=10,
@@ -360,12 +420,48 @@ def test_both_arms_in_one_round_trip_rank_as_each_arm_alone(tenant):
             tenant=tenant, embedder=embedder, vector=vector, limit=20, acl=acl, cutoff=cutoff
         )
         alone_text = text_candidates(tenant=tenant, query=query, limit=10, acl=acl, cutoff=cutoff)
-        readable = set(Chunk.objects.filter(acl__overlap=acl).values_list("id", flat=True))
+        mine = set(Chunk.objects.filter(acl__overlap=acl).values_list("id", flat=True))
     assert by_vector == alone_vector and by_text == alone_text
-    assert set(by_vector) == readable and len(by_text) == 10 and set(by_text) <= readable  # 18 readable
+    assert set(by_vector) == mine and len(by_text) == 10 and set(by_text) <= mine  # 18 readable
     scores = fuse(by_vector, by_text)
     expected = sorted(scores, key=lambda c: (-scores[c], c))[:5]
     found = retrieval_search(tenant=tenant, query=query, principal="user:ann", k=5, embedder=embedder)
     with tenant_scope(tenant.tenant_id):
         ids = {(c.document_id_text, c.chunk_id): c.id for c in Chunk.objects.filter(id__in=expected)}
     assert [ids.get((h.document_id, h.chunk_id)) for h in found.hits] == expected
+
+
+def test_a_chunk_whose_acl_changed_after_the_arms_ranked_it_is_not_a_hit(tenant, monkeypatch):
+    """The arms and the read of the hits are separate statements: a chunk made unreadable (or stale)
+    in between is left out of the hits and the snapshot, not shown because an arm ranked it."""
+    from retrieval import search
+
+    for d in range(2):
+        document_index(
+            tenant=tenant,
+            document_id=f"doc{d}",
+            source_uri=f"mem://doc{d}",
+            source_version="1",
+            data=b"refund the parcel by phone",
+            media_type="text/plain",
+            acl=["group:support"],
+            actor="user:test",
+            wait=True,
+        )
+    principal_set(tenant=tenant, principal="user:ann", groups=["group:support"], actor="user:test")
+    arms = search.both_arms
+
+    def then_revoke(cursor, **kwargs):
+        found = arms(cursor, **kwargs)
+        Chunk.objects.filter(document_id_text="doc0").update(acl=["group:hr"])
+        Chunk.objects.filter(document_id_text="doc1").update(status="stale", stale_reason="ttl")
+        return found
+
+    monkeypatch.setattr(search, "both_arms", then_revoke)
+    result = retrieval_search(tenant=tenant, query="refund parcel", principal="user:ann", k=5)
+    assert result.hits == [] and result.snapshot.hits == []
+    monkeypatch.setattr(search, "both_arms", arms)
+    with tenant_scope(tenant.tenant_id):
+        Chunk.objects.update(acl=["group:support"], status="current", stale_reason=None)
+    found = retrieval_search(tenant=tenant, query="refund parcel", principal="user:ann", k=5).hits
+    assert {h.document_id for h in found} == {"doc0", "doc1"}
