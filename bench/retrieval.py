@@ -275,7 +275,7 @@ def retrieval_search_figures(
         t1 = time.perf_counter()
         retrieval_search(tenant=big, query=query, principal="user:rare", k=10, embedder=embedder)
         t2 = time.perf_counter()
-        with override_settings(KEEPER_RETRIEVAL_PARALLEL_ARMS=False):
+        with override_settings(KEEPER_SEARCH_PARALLEL_ARMS=False):
             retrieval_search(tenant=big, query=query, principal="user:typical", k=10, embedder=embedder)
         full.append((t1 - t0) * 1000)
         rare_full.append((t2 - t1) * 1000)

@@ -20,6 +20,7 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from core import parallel
 from core.digests import canonical_json, sha256_digest
 from core.models import Tenant
 from core.tasks import task_send
@@ -287,9 +288,13 @@ def candidates_fetch(cursor: Any, statement: Statement) -> tuple[list[Any], list
 def _run(statements: list[Statement]) -> list[Any]:
     """Send the statements in order; the first column of the last one's rows."""
     with connection.cursor() as cursor:
-        for sql, params in statements:
-            cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
+        return _first_column(cursor, statements)
+
+
+def _first_column(cursor: Any, statements: list[Statement]) -> list[Any]:
+    for sql, params in statements:
+        cursor.execute(sql, params)
+    return [row[0] for row in cursor.fetchall()]
 
 
 def memory_vector_index_ensure(*, tenant: Tenant, dimensions: int) -> bool:
@@ -362,20 +367,50 @@ def memory_search(
     embedder = embedder or embedder_from_settings()
     [query_vector] = embedder.embed([query])
     now = timezone.now()
+    alone = parallel.alone()
     with tenant_scope(tenant.tenant_id):
-        # Both arms filter validity (and the subject) in SQL, in one statement, so no invalid claim
-        # takes a place in either ranking; the check below stays as the contract's last word.
-        statement = candidate_statement(
-            tenant_id=tenant.tenant_id,
-            embedder=embedder,
-            vector=query_vector,
-            query=query,
-            limit=candidates,
-            valid_at=now,
-            subject_id=subject_id,
-        )
-        with connection.cursor() as cursor:
-            by_vector, by_text = candidates_fetch(cursor, statement)
+        # Both arms filter validity (and the subject) in SQL, so no invalid claim takes a place in
+        # either ranking; the check below stays as the contract's last word. Outside a transaction
+        # the vector arm runs on a connection of its own beside the text arm (core.parallel); inside
+        # one, both go in one statement.
+        if alone:
+            future = parallel.beside(
+                tenant.tenant_id,
+                _first_column,
+                vector_statements(
+                    tenant_id=tenant.tenant_id,
+                    embedder=embedder,
+                    vector=query_vector,
+                    limit=candidates,
+                    valid_at=now,
+                    subject_id=subject_id,
+                ),
+            )
+            try:
+                with connection.cursor() as cursor:
+                    by_text = text_ranked(
+                        cursor,
+                        tenant_id=tenant.tenant_id,
+                        query=query,
+                        limit=candidates,
+                        valid_at=now,
+                        subject_id=subject_id,
+                        depth=None,
+                    )
+            finally:
+                by_vector = future.result()
+        else:
+            statement = candidate_statement(
+                tenant_id=tenant.tenant_id,
+                embedder=embedder,
+                vector=query_vector,
+                query=query,
+                limit=candidates,
+                valid_at=now,
+                subject_id=subject_id,
+            )
+            with connection.cursor() as cursor:
+                by_vector, by_text = candidates_fetch(cursor, statement)
         vector_rank, text_rank, scores, top = _fused(by_vector, by_text, k=k)
         items = _current_claims(top, now=now, subject_id=subject_id)
         if len(items) < len(top):

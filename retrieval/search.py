@@ -9,18 +9,15 @@ different set.
 
 from __future__ import annotations
 
-import os
-import threading
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import connection
 from django.utils import timezone
 
+from core import parallel
 from core.digests import sha256_digest
 from core.errors import InvalidInput, NotFound
 from core.models import Tenant
@@ -274,36 +271,9 @@ def both_arms(
     return (nearest(cursor, again, arm) if again else list(by_vector)), list(by_text)
 
 
-# Each arm of a large principal's search costs its PostgreSQL backend 10-25 ms of CPU (a graph walk;
-# an aggregate over every readable posting of the words). Outside a transaction the vector arm runs on
-# a connection of its own, beside the text arm on the caller's, so a search takes about the longer
-# of the two. Below EXACT_BELOW readable chunks both arms take a few milliseconds, and the hop to
-# another thread would cost more than it saves.
+# Below EXACT_BELOW readable chunks both arms take a few milliseconds, and the hop to another
+# connection (core.parallel) would cost more than it saves.
 PARALLEL_FROM = EXACT_BELOW
-ARM_THREADS = 4  # per process; a search waits for a free one (each keeps one connection of its own)
-_arms_lock = threading.Lock()
-_arms: tuple[int, ThreadPoolExecutor] | None = None
-
-
-def _arms_pool() -> ThreadPoolExecutor:
-    """This process's pool of vector-arm threads, made on first use (and again in a forked child:
-    a pool inherited through fork() has no threads behind it)."""
-    global _arms
-    with _arms_lock:
-        if _arms is None or _arms[0] != os.getpid():
-            _arms = (os.getpid(), ThreadPoolExecutor(ARM_THREADS, thread_name_prefix="keeper-vector-arm"))
-        return _arms[1]
-
-
-def _vector_arm_alone(tenant: Tenant, arm: dict[str, Any]) -> list[int]:
-    """The vector arm on this pool thread's own connection, in a tenant scope of its own. The thread's
-    connection is kept between searches as a request's would be (CONN_MAX_AGE, health checks)."""
-    close_old_connections()
-    try:
-        with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
-            return vector_arm(cursor, tenant=tenant, **arm)
-    finally:
-        close_old_connections()
 
 
 def arms_in_parallel(
@@ -318,9 +288,9 @@ def arms_in_parallel(
     vector_limit: int,
     text_limit: int,
 ) -> tuple[list[int], list[int]]:
-    """both_arms' rankings with the vector arm on a pool thread's connection and the text arm on
-    `cursor` at the same time. The two arms read two snapshots of the index: a chunk changed between
-    them is ranked as each found it, and the hits are read after both (as both_arms' are)."""
+    """both_arms' rankings with the vector arm on a pool thread's connection (core.parallel) and the
+    text arm on `cursor` at the same time. The two arms read two snapshots of the index: a chunk
+    changed between them is ranked as each found it, and the hits are read again after both."""
     if not readable.keys:
         return [], []
     arm = {
@@ -333,7 +303,7 @@ def arms_in_parallel(
         "tenant_chunks": readable.tenant_chunks,
         "cutoff": cutoff,
     }
-    future = _arms_pool().submit(_vector_arm_alone, tenant, arm)
+    future = parallel.beside(tenant.tenant_id, vector_arm, tenant=tenant, **arm)
     try:
         words = query_words(query)
         by_text: list[int] = []
@@ -384,9 +354,7 @@ def retrieval_search(
     embedder = embedder or embedder_from_settings()
     [vector] = embedder.embed([query])
     cutoff, now = ttl_cutoff(), timezone.now()
-    # Inside the caller's transaction the arms stay on its connection: another one would not see
-    # what the transaction wrote.
-    alone = settings.KEEPER_RETRIEVAL_PARALLEL_ARMS and not connection.in_atomic_block
+    alone = parallel.alone()
     with tenant_scope(tenant.tenant_id):
         with connection.cursor() as cursor:
             readable = principal_readable(cursor, tenant_id=tenant.tenant_id, principal=principal)

@@ -283,7 +283,7 @@ KEEPER_RETRIEVAL_CHUNK_WORDS = env_int("KEEPER_RETRIEVAL_CHUNK_WORDS", 180, mini
 KEEPER_RETRIEVAL_TTL_DAYS = env_int("KEEPER_RETRIEVAL_TTL_DAYS", 30, minimum=0)
 # A large principal's search runs its vector arm on a connection of its own, beside the text arm
 # (retrieval.search.arms_in_parallel); off: both arms in one statement on the caller's connection.
-KEEPER_RETRIEVAL_PARALLEL_ARMS = env_bool("KEEPER_RETRIEVAL_PARALLEL_ARMS", True)
+KEEPER_SEARCH_PARALLEL_ARMS = env_bool("KEEPER_SEARCH_PARALLEL_ARMS", True)
 # How often beat embeds documents whose embed task was lost (a flushed broker, a killed worker).
 KEEPER_RETRIEVAL_SWEEP_INTERVAL = env_number("KEEPER_RETRIEVAL_SWEEP_INTERVAL", 60.0, minimum=0.1)
 

@@ -152,3 +152,56 @@ def test_the_one_statement_search_ranks_as_its_two_arms_do(tenant):
             h.text_rank == (by_text.index(h.item.memory_id) + 1 if h.item.memory_id in by_text else None)
             for h in hits
         )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_vector_arm_runs_on_a_connection_of_its_own(
+    tenant, other_tenant, monkeypatch
+):
+    """memory_search outside a transaction walks the vector arm on a pool thread's own connection
+    while the text arm runs on the caller's: the same hits as both arms in one statement (the
+    setting off), and still only this tenant's current claims."""
+    import threading
+
+    from django.test import override_settings
+
+    from memory import projection
+
+    rng = random.Random(5)
+    words = ["refund", "parcel", "late", "city", "oslo", "card", "plan", "phone", "email", "harbour"]
+    for owner in (tenant, other_tenant):
+        for i in range(40):
+            memory_remember(
+                tenant=owner,
+                subject_id=f"cust-{i % 3}",
+                namespace="notes",
+                key=f"k{i}",
+                value=" ".join(rng.choices(words, k=rng.randint(2, 6))),
+                provenance=said(),
+            )
+        memory_project(tenant=owner)
+    walks: list[tuple[int, str]] = []
+    callers: list[int] = []
+    first_column, text_ranked = projection._first_column, projection.text_ranked
+
+    def walked(cursor, statements):
+        walks.append((cursor.connection.info.backend_pid, threading.current_thread().name))
+        return first_column(cursor, statements)
+
+    def ranked_here(cursor, **kwargs):
+        callers.append(cursor.connection.info.backend_pid)
+        return text_ranked(cursor, **kwargs)
+
+    monkeypatch.setattr(projection, "_first_column", walked)
+    monkeypatch.setattr(projection, "text_ranked", ranked_here)
+    for query in ("refund parcel late", "oslo harbour phone", "card plan email"):
+        beside = memory_search(tenant=tenant, query=query, k=8)
+        with override_settings(KEEPER_SEARCH_PARALLEL_ARMS=False):
+            together = memory_search(tenant=tenant, query=query, k=8)
+        assert [(h.item.memory_id, h.score, h.vector_rank, h.text_rank) for h in beside] == [
+            (h.item.memory_id, h.score, h.vector_rank, h.text_rank) for h in together
+        ]
+        assert len(beside) == 8 and {h.item.tenant_id for h in beside} == {tenant.tenant_id}
+    assert len(walks) == 3 and len(callers) == 3  # the setting off sent both arms in one statement
+    assert all(thread.startswith("keeper-search-arm") for _, thread in walks)
+    assert not {pid for pid, _ in walks} & set(callers)

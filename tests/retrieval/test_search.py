@@ -363,11 +363,11 @@ def test_outside_a_transaction_the_vector_arm_runs_on_a_connection_of_its_own(te
         "embedder": HashingEmbedder(),
     }
     parallel = retrieval_search(**kwargs).hits
-    with override_settings(KEEPER_RETRIEVAL_PARALLEL_ARMS=False):
+    with override_settings(KEEPER_SEARCH_PARALLEL_ARMS=False):
         together = retrieval_search(**kwargs).hits
     assert len(backends) == 1  # the setting off: the arms went together, on the caller's connection
     [(pid, thread)] = backends
-    assert callers and pid not in callers and thread.startswith("keeper-vector-arm")
+    assert callers and pid not in callers and thread.startswith("keeper-search-arm")
     assert [(h.document_id, h.chunk_id, h.score) for h in parallel] == [
         (h.document_id, h.chunk_id, h.score) for h in together
     ]
