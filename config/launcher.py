@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from config.env import env_bool, env_int, env_str
 from config.settings.data_dir import data_dir
 from core.processes import ROOT, start_python, stop_groups, web_args
@@ -36,6 +38,8 @@ class LaunchOptions:
 def launch_options() -> LaunchOptions:
     """KEEPER_HOST, KEEPER_PORT, KEEPER_DEMO and KEEPER_DATA_DIR, parsed like the settings parse theirs."""
     port = env_int("KEEPER_PORT", 8000, minimum=1)
+    if port > 65535:
+        raise ImproperlyConfigured("KEEPER_PORT must be a TCP port, 1 to 65535")
     return LaunchOptions(
         host=env_str("KEEPER_HOST", "127.0.0.1"),
         port=str(port),
@@ -191,6 +195,11 @@ def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else "run"
     if command != "run":
         print(f"usage: python -m config.launcher run (got {command!r})", file=sys.stderr)
+        return 2
+    try:
+        launch_options()  # a bad setting is said in one line before anything starts
+    except ImproperlyConfigured as error:
+        print(f"keeper: {error}", file=sys.stderr)
         return 2
     return run()
 

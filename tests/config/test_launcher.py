@@ -156,3 +156,34 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("KEEPER_PORT", "eighty", "KEEPER_PORT"),
+        ("KEEPER_PORT", "70000", "KEEPER_PORT must be a TCP port"),
+        ("KEEPER_DEMO", "perhaps", "KEEPER_DEMO"),
+    ],
+)
+def test_a_bad_launch_setting_is_one_line_and_starts_nothing(
+    tmp_path: Path, name: str, value: str, said: str
+):
+    """`make run` with a bad KEEPER_PORT or KEEPER_DEMO says which setting is wrong in one line (no
+    traceback), exits 2, and starts no service."""
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DATABASE_OWNER_URL")
+    }
+    env.update({name: value, "KEEPER_DATA_DIR": str(tmp_path / "data")})
+    done = subprocess.run(
+        [sys.executable, "-m", "config.launcher", "run"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert said in done.stderr and "Traceback" not in done.stderr + done.stdout
+    assert done.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "data").exists() and _processes_of(tmp_path / "data") == []
