@@ -214,6 +214,25 @@ def text_candidates(
         return ranked(cursor, build, limit=limit, depth=depth)
 
 
+def exact_text_statement(
+    cursor: Any, *, tenant: Tenant, query: str, keys: list[UUID], limit: int, cutoff: Any
+) -> Statement | None:
+    """The text arm's exact ranking (every readable posting of the query's lexemes) as one statement,
+    the lexemes read first on `cursor`; None when the query has no word."""
+    words = query_words(query)
+    if not words:
+        return None
+    return text_statement(
+        tenant_id=tenant.tenant_id,
+        words=words,
+        keys=keys,
+        limit=limit,
+        cutoff=cutoff,
+        depth=None,
+        terms=query_terms(cursor, words),
+    )
+
+
 def both_arms(
     cursor: Any,
     *,
@@ -245,18 +264,11 @@ def both_arms(
         "keys": keys,
     }
     setup, vector_sql, vector_params = vector_statements(walk=walk, **arm)
-    words = query_words(query)
     text_sql, text_params = "ARRAY[]::bigint[]", list[Any]()
-    if words:
-        sql, text_params = text_statement(
-            tenant_id=tenant.tenant_id,
-            words=words,
-            keys=keys,
-            limit=text_limit,
-            cutoff=cutoff,
-            depth=None,
-            terms=query_terms(cursor, words),
-        )
+    if text := exact_text_statement(
+        cursor, tenant=tenant, query=query, keys=keys, limit=text_limit, cutoff=cutoff
+    ):
+        sql, text_params = text
         text_sql = f"ARRAY(SELECT t.doc FROM ({sql}) AS t(doc, score, unread, unscored) ORDER BY t.score DESC, t.doc)"
     cursor.execute(
         f"{setup};\nSELECT ARRAY({vector_sql}), {text_sql}; SET LOCAL enable_indexscan = on",
@@ -305,20 +317,12 @@ def arms_in_parallel(
     }
     future = parallel.beside(tenant.tenant_id, vector_arm, tenant=tenant, **arm)
     try:
-        words = query_words(query)
         by_text: list[int] = []
-        if words:
-            cursor.execute(
-                *text_statement(
-                    tenant_id=tenant.tenant_id,
-                    words=words,
-                    keys=readable.keys,
-                    limit=text_limit,
-                    cutoff=cutoff,
-                    depth=None,
-                    terms=query_terms(cursor, words),
-                )
-            )
+        text = exact_text_statement(
+            cursor, tenant=tenant, query=query, keys=readable.keys, limit=text_limit, cutoff=cutoff
+        )
+        if text:
+            cursor.execute(*text)
             by_text = [row[0] for row in cursor.fetchall()]
     finally:
         by_vector = future.result()

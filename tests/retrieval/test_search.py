@@ -316,13 +316,8 @@ def test_a_restricted_principal_never_sees_what_the_index_ranks_first_for_others
         indexes.chunk_index_drop(tenant=tenant, dimensions=256)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_outside_a_transaction_the_vector_arm_runs_on_a_connection_of_its_own(tenant, monkeypatch):
-    """A search outside any transaction runs its vector arm on a pool thread's own connection while
-    the text arm runs on the caller's; it finds what the search in one round trip finds (the setting
-    off), and a principal still gets none of the chunks ranked first for others."""
-    from retrieval import search
-
+def _six_documents_ann_reads_three(tenant):
+    """Six documents of twelve one-paragraph chunks; user:ann (group:support) may read doc1, 3 and 5."""
     with override_settings(KEEPER_RETRIEVAL_CHUNK_WORDS=16):
         for d in range(6):
             document_index(
@@ -337,6 +332,16 @@ def test_outside_a_transaction_the_vector_arm_runs_on_a_connection_of_its_own(te
                 wait=True,
             )
     principal_set(tenant=tenant, principal="user:ann", groups=["group:support"], actor="user:test")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_vector_arm_runs_on_a_connection_of_its_own(tenant, monkeypatch):
+    """A search outside any transaction runs its vector arm on a pool thread's own connection while
+    the text arm runs on the caller's; it finds what the search in one round trip finds (the setting
+    off), and a principal still gets none of the chunks ranked first for others."""
+    from retrieval import search
+
+    _six_documents_ann_reads_three(tenant)
     monkeypatch.setattr(search, "PARALLEL_FROM", 1)  # 18 readable chunks: parallel from one
     backends: list[tuple[int, str]] = []
     arm = search.vector_arm
@@ -382,20 +387,7 @@ def test_both_arms_in_one_round_trip_rank_as_each_arm_alone(tenant):
     from retrieval.search import both_arms, fuse, principal_set_of, readable_acl_keys
     from retrieval.services import ttl_cutoff
 
-    with override_settings(KEEPER_RETRIEVAL_CHUNK_WORDS=16):
-        for d in range(6):
-            document_index(
-                tenant=tenant,
-                document_id=f"doc{d}",
-                source_uri=f"mem://doc{d}",
-                source_version="1",
-                data="\n\n".join(f"refund parcel card order {n * d} week phone" for n in range(12)).encode(),
-                media_type="text/plain",
-                acl=["group:support"] if d % 2 else ["group:hr"],
-                actor="user:test",
-                wait=True,
-            )
-    principal_set(tenant=tenant, principal="user:ann", groups=["group:support"], actor="user:test")
+    _six_documents_ann_reads_three(tenant)
     embedder = HashingEmbedder()
     query = "refund the parcel by phone"
     [vector] = embedder.embed([query])
