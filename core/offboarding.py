@@ -26,6 +26,7 @@ from django.utils import timezone
 from core.db_router import OWNER_ALIAS
 from core.erasure import free_columns, free_register, registered_columns
 from core.errors import Conflict, InvalidInput, NotFound
+from core.index_builds import index_builds_of
 from core.models import ApiKey, OffboardingStatus, Tenant, TenantOffboarding
 from core.tenancy import tenant_scope
 
@@ -365,7 +366,14 @@ def tenant_erase(
                 )
             with connections[OWNER_ALIAS].cursor() as cursor:
                 for name in names:
-                    cursor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
+                    cursor.execute(
+                        "SELECT tablename FROM pg_indexes WHERE schemaname = current_schema() AND indexname = %s",
+                        [name],
+                    )
+                    table = cursor.fetchone()
+                    if table is not None:  # not dropped by an earlier attempt
+                        with index_builds_of(cursor, table[0]):
+                            cursor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
                     progress(f"dropped index {name}")
         _save(offboarding, indexes_dropped=sorted({*offboarding.progress.get("indexes_dropped", []), *names}))
         # 3. Its Redis session windows.

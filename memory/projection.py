@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from core import parallel
 from core.digests import canonical_json, sha256_digest
+from core.index_builds import index_builds_of
 from core.models import Tenant
 from core.tasks import task_send
 from core.tenancy import tenant_scope
@@ -309,7 +310,7 @@ def memory_vector_index_ensure(*, tenant: Tenant, dimensions: int) -> bool:
         return False
     name = _index_name(tenant, dimensions)
     # CONCURRENTLY: writers go on while it builds (the owner connection is in autocommit).
-    with connections[OWNER_ALIAS].cursor() as cursor:
+    with connections[OWNER_ALIAS].cursor() as cursor, index_builds_of(cursor, "memory_vectors"):
         cursor.execute(
             f"""CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON memory_vectors
                 USING hnsw ((embedding::vector({int(dimensions)})) vector_cosine_ops)

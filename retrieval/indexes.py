@@ -13,6 +13,7 @@ import logging
 from django.db import connection, connections
 
 from core.db_router import OWNER_ALIAS
+from core.index_builds import index_builds_of
 from core.models import Tenant
 from core.tenancy import tenant_scope
 
@@ -76,7 +77,7 @@ def chunk_index_ensure(*, tenant: Tenant, dimensions: int) -> bool:
     name = chunk_index_name(tenant, dims)
     rebuild = not chunk_index_exists(tenant, dims)
     # The names and predicate come from a UUID and ints, never from user input.
-    with connections[OWNER_ALIAS].cursor() as cursor:
+    with connections[OWNER_ALIAS].cursor() as cursor, index_builds_of(cursor, "retrieval_chunks"):
         if rebuild:  # an interrupted build's invalid leftover, if any
             cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
         # A bulk build is far faster when the graph fits in memory; the setting ends with the session.
@@ -94,6 +95,6 @@ def chunk_index_ensure(*, tenant: Tenant, dimensions: int) -> bool:
 
 def chunk_index_drop(*, tenant: Tenant, dimensions: int) -> None:
     if OWNER_ALIAS in connections.databases:
-        with connections[OWNER_ALIAS].cursor() as cursor:
+        with connections[OWNER_ALIAS].cursor() as cursor, index_builds_of(cursor, "retrieval_chunks"):
             for name in [chunk_index_name(tenant, int(dimensions)), *_earlier_names(tenant, dimensions)]:
                 cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")

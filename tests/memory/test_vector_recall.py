@@ -69,3 +69,46 @@ def test_recall_at_10_of_a_small_tenant_next_to_a_dense_one():
             got = set(vector_candidates(tenant=sparse, embedder=embedder, vector=query, limit=10))
         recalls.append(len(got & exact) / 10)
     assert sum(recalls) / len(recalls) >= 0.95, recalls
+
+
+def test_several_tenants_graphs_built_at_once_take_turns_instead_of_deadlocking():
+    """Worker threads build several tenants' graphs on one table at the same moment (as at `make
+    run`'s start): concurrent builds on one table would wait for each other until PostgreSQL ends one
+    with "deadlock detected"; they take turns (core.index_builds) and every graph is built."""
+    import threading
+
+    from django.db import connections
+
+    rng = random.Random(8)
+    embedder = HashingEmbedder()
+    tenants = [tenant_ensure(slug=f"turns-{i}") for i in range(5)]
+    for tenant in tenants:
+        _seed(tenant, 400, rng)
+        memory_project(tenant=tenant, embedder=embedder)
+    with connections["owner"].cursor() as cursor:
+        for tenant in tenants:  # built by the projection's own task: gone again, to build at once
+            cursor.execute(f"DROP INDEX IF EXISTS memory_vectors_hnsw_{tenant.tenant_id.hex}_256")
+    start, failures = threading.Barrier(len(tenants)), []
+
+    def build(tenant):
+        try:
+            start.wait()
+            assert memory_vector_index_ensure(tenant=tenant, dimensions=256)
+        except Exception as error:  # noqa: BLE001 - reported below
+            failures.append(repr(error))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=build, args=(t,)) for t in tenants]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert failures == []
+    with connections["owner"].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname = ANY(%s) AND i.indisvalid",
+            [[f"memory_vectors_hnsw_{t.tenant_id.hex}_256" for t in tenants]],
+        )
+        assert cursor.fetchone()[0] == len(tenants)
