@@ -31,10 +31,10 @@ from retrieval.vector_arm import EXACT_BELOW, nearest, vector_arm, vector_statem
 
 RRF_K = 60
 MAX_K = 100
-# The text arm reads every readable posting of the words in one aggregate (memory.postings,
-# whole_statement). Rounds that start at a depth per word and prove the top k with a bound stay
+# The text arm reads every readable posting of the words in one aggregate (text_statement with the
+# query's terms, through the (tenant, ACL key, term) btree). Rounds that start at a depth per word and prove the top k with a bound stay
 # available (depth=N), but with 150,000 chunks they were slower at every depth tried (50 to 2,000:
-# p50 29-49 ms against 20 ms whole for a principal reading 40%, 1.3-2.5 against 0.7 ms for one
+# p50 29-49 ms against 20 ms whole, since 15, for a principal reading 40%, 1.3-2.5 against 0.7 ms for one
 # reading 0.5%): ts_rank gives a rare word no more weight than a common one, so a query with two
 # common words rarely proves its top 50 before most of their postings are read, and a failed round
 # costs more than the whole read it leads to.

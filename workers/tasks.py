@@ -12,7 +12,7 @@ from core.tenancy import tenant_get
 from memory.erasure import erasure_execute
 from memory.projection import memory_project, memory_vector_index_ensure
 from memory.services import memory_purge_expired
-from retrieval.indexes import chunk_index_ensure
+from retrieval.indexes import chunk_index_ensure, chunk_index_wanted
 from retrieval.services import document_embed, documents_pending, index_expire, index_reembed
 from runs.conversations.learning import run_learn
 from runs.engine.dispatch import runs_redispatch
@@ -106,7 +106,12 @@ def expire_retrieval_index() -> int:
 
 @shared_task(name="workers.tasks.index_tenant_chunks", ignore_result=True)
 def index_tenant_chunks(tenant_id: str, dimensions: str) -> None:
-    chunk_index_ensure(tenant=tenant_get(slug_or_id=UUID(tenant_id)), dimensions=int(dimensions))
+    # Sent after every document embedded once the tenant outgrew exact scans, so by the time it runs
+    # the graph may be built, or the chunks gone (a tenant emptied, a benchmark's cleaned up): an
+    # empty graph built then would make every later chunk an insert into it, one at a time.
+    tenant = tenant_get(slug_or_id=UUID(tenant_id))
+    if chunk_index_wanted(tenant, int(dimensions)):
+        chunk_index_ensure(tenant=tenant, dimensions=int(dimensions))
 
 
 @shared_task(name="workers.tasks.resume_lost_langgraph_answers", ignore_result=True)

@@ -223,3 +223,18 @@ def test_a_wide_walk_that_finds_too_few_readable_chunks_walks_again_iterating(te
         assert len(got) == 10 and set(got) <= ours
     finally:
         indexes.chunk_index_drop(tenant=tenant, dimensions=256)
+
+
+def test_the_index_task_builds_a_graph_only_for_a_tenant_that_still_wants_one(tenant, monkeypatch):
+    """The task is sent after each document once a tenant outgrew exact scans; when it runs late the
+    tenant's chunks may be gone (or the graph built): no empty graph is made, which every later chunk
+    would then be inserted into one at a time."""
+    from workers.tasks import index_tenant_chunks
+
+    monkeypatch.setattr(indexes, "HNSW_FROM_CHUNKS", 100)
+    index_tenant_chunks(str(tenant.tenant_id), "256")  # no chunks at all
+    assert not indexes.chunk_index_exists(tenant, 256)
+    _seed(tenant, documents=2, paragraphs=100, rng=random.Random(4))
+    index_tenant_chunks(str(tenant.tenant_id), "256")
+    assert indexes.chunk_index_exists(tenant, 256)
+    indexes.chunk_index_drop(tenant=tenant, dimensions=256)
