@@ -33,4 +33,5 @@ def test_the_benchmarks_run_with_debug_off_for_themselves_and_the_workers_they_s
         assert connection.queries_logged
         call_command("bench", "--only", "commit_step", "--quick", "--json", stdout=out, stderr=io.StringIO())
     assert seen == {"debug": False, "env": "false", "logged": False}
+    assert os.environ["DEBUG"] == "true"  # the caller's environment, put back
     assert json.loads(out.getvalue()) == {"commit_step": {"quick": True, "only": ["commit_step"]}}

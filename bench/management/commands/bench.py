@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
+from unittest import mock
 
 from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
@@ -31,10 +32,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, quick: bool, json: bool, only: list[str] | None, **options: Any) -> None:
         # Measured as production runs Keeper: with DEBUG on (manage.py's local default) Django wraps
         # every query in its debug cursor and keeps a log of them, which the peers measured beside
-        # Keeper never pay. The worker processes a benchmark starts inherit the environment.
-        os.environ["DEBUG"] = "false"
+        # Keeper never pay. The worker processes a benchmark starts inherit the environment (put back
+        # afterwards, for a caller such as a test).
         try:
-            with override_settings(DEBUG=False):
+            with override_settings(DEBUG=False), mock.patch.dict(os.environ, {"DEBUG": "false"}):
                 results = bench_all(quick=quick, progress=lambda line: self.stderr.write(line), only=only)
         except ValueError as exc:
             raise CommandError(str(exc)) from None
