@@ -8,7 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from retrieval.services import UnknownPrincipal
+from core.errors import NotFound
+
+
+class UnknownPrincipal(NotFound):
+    code = "unknown_principal"
 
 
 @dataclass(frozen=True)
@@ -35,16 +39,15 @@ READABLE = """
      GROUP BY s.acl"""
 
 
-def acl_readable(cursor: Any, *, tenant_id: UUID, acl: list[str], keys: list[UUID] | None = None) -> Readable:
-    """Readable for a principal set given as its ACL entries (inside the tenant scope); `keys` if
-    the caller read them already."""
+def acl_readable(cursor: Any, *, tenant_id: UUID, acl: list[str]) -> Readable:
+    """Readable for a principal set given as its ACL entries (inside the tenant scope)."""
     cursor.execute(
         READABLE.format(principals="SELECT %(acl)s::text[] AS acl"), {"tenant": tenant_id, "acl": acl}
     )
     row = cursor.fetchone()
     return Readable(
         acl=list(row[0]),
-        keys=list(row[1]) if keys is None else keys,
+        keys=list(row[1]),
         chunks=int(row[2]),
         tenant_chunks=int(row[3]),
     )

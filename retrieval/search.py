@@ -25,8 +25,8 @@ from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
 from memory.postings import Statement, query_words, ranked, ranked_statement
 from retrieval.models import Chunk, RetrievalSnapshot
-from retrieval.readable import Readable, acl_readable, principal_readable, readable_acl_keys
-from retrieval.services import USER, UnknownPrincipal, index_version, ttl_cutoff
+from retrieval.readable import Readable, UnknownPrincipal, acl_readable, principal_readable, readable_acl_keys
+from retrieval.services import USER, index_version, ttl_cutoff
 from retrieval.vector_arm import EXACT_BELOW, nearest, vector_arm, vector_statements, vector_walk, walk_again
 
 RRF_K = 60
@@ -93,15 +93,11 @@ def vector_candidates(
     limit: int,
     acl: list[str] | None,
     cutoff: Any = None,
-    keys: list[UUID] | None = None,
 ) -> list[int]:
     """Nearest readable chunks (call inside the tenant scope). acl=None drops the ACL predicate:
-    only the benchmark's baseline does that. `keys`: the principal's readable ACL keys if the
-    caller has them already (readable_acl_keys)."""
+    only the benchmark's baseline does that."""
     with connection.cursor() as cursor:
-        readable = (
-            None if acl is None else acl_readable(cursor, tenant_id=tenant.tenant_id, acl=acl, keys=keys)
-        )
+        readable = None if acl is None else acl_readable(cursor, tenant_id=tenant.tenant_id, acl=acl)
         if readable is not None and not readable.keys:
             return []
         return vector_arm(
@@ -181,7 +177,6 @@ def text_candidates(
     acl: list[str] | None,
     cutoff: Any = None,
     depth: int | None = TERM_DEPTH,
-    keys: list[UUID] | None = None,
 ) -> list[int]:
     """The readable current chunks ts_rank puts first for any of the query's words (call inside the
     tenant scope), from retrieval_postings (memory.postings): a few btree ranges instead of every
@@ -191,11 +186,8 @@ def text_candidates(
     if not words:
         return []
     with connection.cursor() as cursor:
-        if acl is not None and keys is None:
-            keys = readable_acl_keys(cursor, tenant_id=tenant.tenant_id, acl=acl)
-        if acl is None:
-            keys = None
-        elif keys == []:
+        keys = None if acl is None else readable_acl_keys(cursor, tenant_id=tenant.tenant_id, acl=acl)
+        if keys == []:
             return []
 
         terms = query_terms(cursor, words) if depth is None else None

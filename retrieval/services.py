@@ -41,6 +41,7 @@ from retrieval.models import (
     InvalidationKind,
     Principal,
 )
+from retrieval.readable import UnknownPrincipal
 from retrieval.sources import source_sections
 
 logger = logging.getLogger(__name__)
@@ -55,10 +56,6 @@ class DocumentDeleted(Conflict):
 
 class SourceVersionConflict(Conflict):
     code = "source_version_conflict"
-
-
-class UnknownPrincipal(NotFound):
-    code = "unknown_principal"
 
 
 def index_version(embedder: Embedder) -> str:
