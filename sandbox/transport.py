@@ -43,10 +43,10 @@ def _wrapped(stream: Any) -> Any:
 def connection_drop(sock: socket.socket) -> None:
     """Hang up: the client sees the connection close with no response at all.
 
-    shutdown() sends the FIN at once even though the server's rfile/wfile still hold the socket
-    (close() alone would wait for them); the server's later write fails with a broken pipe, which
-    wsgiref ignores.
+    shutdown() sends the FIN at once even though the server's rfile/wfile still hold the socket. The
+    socket is left to the server to close: its write of the response then fails with a broken pipe,
+    which gunicorn and wsgiref both take for a client gone (a closed descriptor would be a "Socket
+    error" with a traceback in gunicorn's log instead).
     """
     with contextlib.suppress(OSError):  # the client has gone already: dropped either way
         sock.shutdown(socket.SHUT_RDWR)
-    sock.close()

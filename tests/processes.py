@@ -1,4 +1,5 @@
-"""Real Celery worker and beat processes for tests, started against the test database and reaped.
+"""Real Celery worker and beat processes (and the web server as `make run` starts it) for tests,
+started against the test database and reaped.
 
 Each process gets its own session (process group) so SIGKILL takes its pool children with it,
 like a machine that lost power.
@@ -7,8 +8,10 @@ like a machine that lost power.
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import redis
@@ -22,6 +25,7 @@ from core.processes import (
     kill_group,
     start_python,
     stop_groups,
+    web_args,
 )
 
 
@@ -78,3 +82,39 @@ def wait_until(predicate, *, timeout: float, interval: float = 0.1, message: str
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def web_serve(log_path: Path, args: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """The web server (`args` with PORT in the last one; gunicorn as `make run` starts it by default)
+    on a free port against the test database, its output in `log_path`; (process, base URL) once it
+    answers /healthz. Stop it with stop_groups([process], grace=5)."""
+    port = free_port()
+    args = args or web_args("127.0.0.1", "PORT")
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "config.settings.test",
+        "DATABASE_URL": current_database_url(),
+        "WEB_CONCURRENCY": "1",
+        "PYTHONUNBUFFERED": "1",
+        "KEEPER_LOG_LEVEL": "INFO",
+    }
+    env.pop("DATABASE_OWNER_URL", None)
+    with open(log_path, "wb") as log:
+        web = start_python([*args[:-1], args[-1].replace("PORT", str(port))], env=env, log=log)
+    base = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _healthy(base), timeout=60, message="the web server to answer")
+    return web, base
+
+
+def _healthy(base: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{base}/healthz", timeout=2):
+            return True
+    except OSError:
+        return False

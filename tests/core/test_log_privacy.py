@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,9 +16,9 @@ from uuid import UUID
 import pytest
 
 from core.api_auth import api_key_create
-from core.processes import current_database_url, start_python, stop_groups, web_args
+from core.processes import stop_groups, web_args
 from memory.erasure import erasure_execute
-from tests.processes import wait_until
+from tests.processes import web_serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -32,12 +30,6 @@ MEMORY = "prefers Gartenstrasse deliveries"
 SECRETS = (SUBJECT, "Gartenstrasse", "hedwig", "Gartenstrasse+parcel", "Gartenstrasse%20parcel")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _call(base: str, key: str, method: str, path: str, body: Any = None) -> tuple[int, Any]:
     data = json.dumps(body).encode() if body is not None else None
     headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
@@ -47,32 +39,6 @@ def _call(base: str, key: str, method: str, path: str, body: Any = None) -> tupl
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read() or b"null")
-
-
-def _serve(args: list[str], log_path: Path) -> tuple[Any, str]:
-    port = _free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "config.settings.test",
-        "DATABASE_URL": current_database_url(),
-        "WEB_CONCURRENCY": "1",
-        "PYTHONUNBUFFERED": "1",
-        "KEEPER_LOG_LEVEL": "INFO",
-    }
-    env.pop("DATABASE_OWNER_URL", None)
-    with open(log_path, "wb") as log:
-        web = start_python([*args[:-1], args[-1].replace("PORT", str(port))], env=env, log=log)
-    base = f"http://127.0.0.1:{port}"
-    wait_until(lambda: _healthy(base), timeout=60, message="the web server to answer")
-    return web, base
-
-
-def _healthy(base: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{base}/healthz", timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 def _scenario(base: str, key: str) -> UUID:
@@ -134,7 +100,7 @@ def test_an_erasure_scenario_leaves_no_subject_data_in_the_logs(tenant, tmp_path
     }
     for name, args in servers.items():
         log_path = tmp_path / f"{name}.log"
-        web, base = _serve(args, log_path)
+        web, base = web_serve(log_path, args)
         try:
             if name == "gunicorn":
                 request_id = _scenario(base, key)
