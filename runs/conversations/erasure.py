@@ -236,6 +236,28 @@ class RunsEraser:
         return counts
 
 
+# What a LangGraph thread's graph asked a person and what the person answered (runs.langgraph's
+# events): all of it is the subject's, a three-letter name or an amount as much as a sentence, so
+# each question's value and each answer and note is erased whole, not only the texts found elsewhere
+# (which leave out words shorter than MIN_VALUE_CHARS). The interrupts' ids and who answered stay.
+LANGGRAPH_ASKED = frozenset({"langgraph_interrupt", "langgraph_interrupt_answered"})
+
+
+def _langgraph_asked_erased(payload: Any) -> Any:
+    if not isinstance(payload, dict):
+        return payload
+    erased = dict(payload)
+    if isinstance(payload.get("interrupts"), list):
+        erased["interrupts"] = [
+            {**item, "value": ERASED} if isinstance(item, dict) and "value" in item else item
+            for item in payload["interrupts"]
+        ]
+    for key in ("answer", "note"):
+        if payload.get(key) not in (None, ""):
+            erased[key] = ERASED
+    return erased
+
+
 def _paths(uris: tuple[str, ...]) -> list[Path]:
     return [Path(u[len("file://") :]) for u in uris if u.startswith("file://")]
 
@@ -251,6 +273,8 @@ def _erase_run(
             records: dict[str, dict[str, str]] = {}
             for event in AgentEvent.objects.filter(run_id=run_id).order_by("seq"):
                 payload = event.payload
+                if event.event_type in LANGGRAPH_ASKED:
+                    payload = _langgraph_asked_erased(payload)
                 if event.event_type in CONVERSATION_EVENTS and "redacted" not in payload:
                     kept = {k: v for k, v in payload.items() if k not in TEXT_KEYS}
                     payload = {

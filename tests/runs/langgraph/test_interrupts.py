@@ -3,6 +3,7 @@ Keeper worker (a real Celery process) or the graph's own process resumes the gra
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -243,3 +244,37 @@ def test_a_checkpoint_stored_after_its_own_interrupt_keeps_the_thread_waiting(te
         assert (run().suspend_reason, run().suspend_detail) == (THREAD_REASON, "")
     finally:
         saver.close()
+
+
+def test_erasure_erases_every_value_the_graph_asked_even_a_short_name(tenant) -> None:
+    """The order the example graph looked up names its customer "Ada": three letters, shorter than any
+    text erasure finds elsewhere. What the graph asked is the subject's whole, so none of it is left."""
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    support_thread_start(
+        tenant_id=tenant.tenant_id,
+        thread_id="t-ada",
+        message="Order A-1001 arrived broken",
+        subject_id="cust-ada-7",
+    )
+    run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-ada")
+    asked = AgentEvent.objects.get(run=run, event_type="langgraph_interrupt").payload
+    assert '"Ada"' in json.dumps(asked)  # what the graph asked names the customer
+    interrupt_answer(
+        tenant_id=tenant.tenant_id, run_id=run.run_id, answer="ok, Ada", actor="user:sam", note="Ada"
+    )
+    request = erasure_request_create(tenant=tenant, subject_id="cust-ada-7", requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt is not None and done.receipt["clean"] is True
+    events = {e.event_type: e.payload for e in AgentEvent.objects.filter(run=run)}
+    assert [i["value"] for i in events["langgraph_interrupt"]["interrupts"]] == ["[erased]"]
+    assert [i["id"] for i in events["langgraph_interrupt"]["interrupts"]] == [
+        i["id"] for i in asked["interrupts"]
+    ]
+    answered = events["langgraph_interrupt_answered"]
+    assert (answered["answer"], answered["note"], answered["answered_by"]) == (
+        "[erased]",
+        "[erased]",
+        "user:sam",
+    )
+    assert "Ada" not in json.dumps([e.payload for e in AgentEvent.objects.filter(run=run)])
