@@ -9,7 +9,7 @@ import os
 from gunicorn.glogging import Logger
 
 from config.env import env_str
-from core.logging import PLAIN_FORMAT, query_redact, request_line_redact
+from core.logging import PLAIN_FORMAT, path_redact, query_redact, request_line_redact
 
 _production = os.environ.get("DJANGO_SETTINGS_MODULE", "").endswith(".production")
 LOG_FORMAT = env_str("KEEPER_LOG_FORMAT", "json" if _production else "plain")
@@ -33,11 +33,13 @@ access_log_format = '%(h)s "%(r)s" %(s)s %(b)s bytes %(M)s ms'
 
 
 class AccessLogger(Logger):
-    """Access lines name the query's parameters, never their values (subject ids, search text)."""
+    """Access lines name the query's parameters, never their values (subject ids, search text), and
+    a subject's id in the path as `*`."""
 
     def atoms(self, resp, req, environ, request_time):
         atoms = super().atoms(resp, req, environ, request_time)
         atoms["r"] = request_line_redact(atoms["r"])
+        atoms["U"] = path_redact(atoms["U"])
         atoms["q"] = query_redact(atoms["q"])
         for key in ("{raw_uri}e", "{query_string}e"):  # the environ's copies, should a format use them
             atoms.pop(key, None)

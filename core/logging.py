@@ -71,12 +71,23 @@ def query_redact(query: str) -> str:
     return "&".join(f"{name}=*" for name in names)
 
 
+# A subject's id as a path segment (`/api/v1/memory/subjects/<subject>/memory.md`), percent-encoded
+# or not: the segment after `/subjects/`.
+SUBJECT_SEGMENT = re.compile(r"(/subjects/)[^/?\s]+")
+
+
+def path_redact(path: str) -> str:
+    """`/api/v1/memory/subjects/c-1/memory.md` -> `/api/v1/memory/subjects/*/memory.md`."""
+    return SUBJECT_SEGMENT.sub(r"\1*", path)
+
+
 def request_line_redact(line: str) -> str:
-    """`GET /api/v1/memory/items/?subject_id=c-1 HTTP/1.1` -> `GET /api/v1/memory/items/?subject_id=* HTTP/1.1`."""
+    """`GET /api/v1/memory/items/?subject_id=c-1 HTTP/1.1` -> `GET /api/v1/memory/items/?subject_id=* HTTP/1.1`,
+    and a subject's id in the path as `*` too."""
     match = REQUEST_LINE.match(line)
     if match is None:
-        return line
-    return f"{match['head']}?{query_redact(match['query'])}{match['tail']}"
+        return path_redact(line)
+    return f"{path_redact(match['head'])}?{query_redact(match['query'])}{match['tail']}"
 
 
 class AccessLineFilter(logging.Filter):
@@ -132,12 +143,16 @@ class JSONFormatter(logging.Formatter):
 
 class ForbiddenLineFilter(logging.Filter):
     """Django logs every 403 (a PermissionDenied) with its traceback; a refusal is not a bug, so it
-    stays one WARNING line (`Forbidden (Permission denied): /path`) without the traceback."""
+    stays one WARNING line (`Forbidden (Permission denied): /path`) without the traceback. The
+    paths of django.request's lines leave out a subject's id (path_redact)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if getattr(record, "status_code", None) == 403:
             record.exc_info = None
             record.exc_text = None
+        # `Not Found: /api/v1/memory/subjects/<subject>/memory.md`: the path without the subject's id.
+        if isinstance(record.args, tuple):
+            record.args = tuple(path_redact(a) if isinstance(a, str) else a for a in record.args)
         return True
 
 

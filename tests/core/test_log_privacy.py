@@ -41,6 +41,18 @@ def _call(base: str, key: str, method: str, path: str, body: Any = None) -> tupl
         return error.code, json.loads(error.read() or b"null")
 
 
+def _subject_files(base: str, key: str) -> None:
+    """The subject's id as a path segment: its memory file, and a subject with none (a 404)."""
+    for subject in (SUBJECT, f"{SUBJECT}-unknown"):
+        url = f"{base}/api/v1/memory/subjects/{subject}/memory.md"
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                response.read()
+        except urllib.error.HTTPError as error:
+            error.read()
+
+
 def _scenario(base: str, key: str) -> UUID:
     """The subject's data through every kind of API call; the erasure request's id."""
     started = _call(
@@ -78,6 +90,7 @@ def _scenario(base: str, key: str) -> UUID:
         f"/api/v1/runs/?{urlencode({'subject': SUBJECT})}",
     ):
         assert _call(base, key, "GET", path)[0] == 200, path
+    _subject_files(base, key)
     erasure = _call(base, key, "POST", "/api/v1/erasure-requests/", {"subject_id": SUBJECT})
     assert erasure[0] == 202 or erasure[0] == 201, erasure
     return UUID(erasure[1]["request_id"])
@@ -107,10 +120,12 @@ def test_an_erasure_scenario_leaves_no_subject_data_in_the_logs(tenant, tmp_path
             else:  # the query strings alone, through the other server's access log
                 for query in ({"subject_id": SUBJECT}, {"subject_id": SUBJECT, "query": QUERY}):
                     _call(base, key, "GET", f"/api/v1/memory/search/?{urlencode(query)}")
+                _subject_files(base, key)
         finally:
             stop_groups([web], grace=5)
         access = log_path.read_text(errors="replace")
         _assert_clean(access)
         assert "/api/v1/memory/search/?subject_id=*" in access, access[-2000:]  # the lines are there
+        assert "/api/v1/memory/subjects/*/memory.md" in access, access[-2000:]
     erasure_execute(tenant_id=tenant.tenant_id, request_id=request_id)
     _assert_clean("\n".join(f"{r.name} {r.getMessage()} {r.args!r}" for r in caplog.records))

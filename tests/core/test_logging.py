@@ -109,3 +109,32 @@ def test_an_api_request_logs_with_the_keys_tenant_and_the_next_request_does_not(
         logger.removeHandler(collect)
     stamped = [record.tenant_id for record in collect.records]
     assert stamped[0] == str(tenant.tenant_id) and stamped[-1] is None, stamped
+
+
+def test_a_django_request_line_comes_out_once_and_without_the_subject_in_its_path():
+    """manage.py with DEBUG on, as `make run` is: Django's own console handler for "django" printed
+    each django.request line a second time, bare; and a 404's path named the subject."""
+    import os
+    import subprocess
+    import sys
+
+    from core.processes import ROOT
+
+    code = (
+        "import logging; logging.getLogger('django.request').warning("
+        "'%s: %s', 'Not Found', '/api/v1/memory/subjects/cust-4471-odile/memory.md')"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings.local", "DEBUG": "true"}
+    env.pop("KEEPER_LOG_FORMAT", None)
+    done = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "Not Found" in line]
+    assert len(lines) == 1, done.stderr
+    assert "/api/v1/memory/subjects/*/memory.md" in lines[0] and "odile" not in done.stderr
