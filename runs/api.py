@@ -17,7 +17,7 @@ from core.roles import ENGINEER, user_roles
 from runs.engine.forks import run_fork, run_rewind
 from runs.engine.models import AgentEvent, AgentRun, RunStatus
 from runs.engine.resume import run_state_accept
-from runs.engine.runs import run_cancel, run_resume, run_start
+from runs.engine.runs import client_idempotency_key, run_cancel, run_resume, run_start
 from runs.engine.selectors import run_events, run_get, run_page
 
 
@@ -165,7 +165,7 @@ class RunStartApi(APIView):
             workflow_version=data.get("workflow_version"),
             input=data["input"],
             actor=request_actor(request),
-            idempotency_key=request.headers.get("Idempotency-Key"),
+            idempotency_key=client_idempotency_key(request.headers.get("Idempotency-Key")),
             subject=data.get("subject", ""),
         )
         return Response(RunOutputSerializer(started.run).data, status=201 if started.created else 200)

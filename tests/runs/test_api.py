@@ -33,6 +33,18 @@ def test_start_is_idempotent_by_header(api, tenant):
     assert AgentRun.objects.count() == 1
 
 
+@pytest.mark.parametrize("key", ["langgraph:t-1", "child:x:y", "schedule:s:2026-01-01T00:00:00Z"])
+def test_a_client_cannot_start_a_run_under_keepers_own_keys(api, tenant, key):
+    """A run under "langgraph:<thread>" would take that LangGraph thread's place (the graph's saver then
+    found a finished countdown where its thread should be)."""
+    body = {"tenant": "acme", "workflow": "demo.countdown", "input": {"n": 2}}
+    answer = api.post("/api/v1/runs/", body, format="json", HTTP_IDEMPOTENCY_KEY=key)
+    assert answer.status_code == 422
+    assert answer.json()["error"]["code"] == "reserved_idempotency_key"
+    assert AgentRun.objects.count() == 0
+    assert api.post("/api/v1/runs/", body, format="json", HTTP_IDEMPOTENCY_KEY=f"my-{key}").status_code == 201
+
+
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
@@ -105,3 +117,20 @@ def test_a_resume_request_shows_on_the_run_until_a_worker_verifies_it(api, tenan
     assert shown["status"] == "suspended" and shown["resume_requested_at"] is not None
     listed = api.get("/api/v1/runs/?tenant=acme").json()["results"]
     assert [r["resume_requested_at"] is not None for r in listed if r["run_id"] == run_id] == [True]
+
+
+def test_start_run_refuses_keepers_own_keys_too(tenant):
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="reserved_idempotency_key"):
+        call_command(
+            "start_run",
+            "demo.countdown",
+            "--input",
+            '{"n": 1}',
+            "--tenant",
+            "acme",
+            "--idempotency-key",
+            "langgraph:t",
+        )
+    assert AgentRun.objects.count() == 0

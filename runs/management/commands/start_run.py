@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApplicationError
 from core.tenancy import tenant_get
-from runs.engine.runs import run_start
+from runs.engine.runs import client_idempotency_key, run_start
 
 
 class Command(BaseCommand):
@@ -38,7 +38,7 @@ class Command(BaseCommand):
                 workflow_name=workflow,
                 input=data,
                 actor="cli",
-                idempotency_key=idempotency_key,
+                idempotency_key=client_idempotency_key(idempotency_key),
             )
         except ApplicationError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
