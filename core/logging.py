@@ -71,9 +71,9 @@ def query_redact(query: str) -> str:
     return "&".join(f"{name}=*" for name in names)
 
 
-# A subject's id as a path segment (`/api/v1/memory/subjects/<subject>/memory.md`), percent-encoded
-# or not: the segment after `/subjects/`.
-SUBJECT_SEGMENT = re.compile(r"(/subjects/)[^/?\s]+")
+# A subject's id in a path (`/api/v1/memory/subjects/<subject>/memory.md`), percent-encoded or not:
+# all of it up to the last `/memory.md` (a decoded id may hold "/"), else the segment after `/subjects/`.
+SUBJECT_SEGMENT = re.compile(r"(/subjects/)(?:[^?\s]*(?=/memory\.md)|[^/?\s]+)")
 
 
 def path_redact(path: str) -> str:

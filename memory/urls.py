@@ -16,7 +16,8 @@ urlpatterns = [
     ),
     path("memory/search/", api.MemorySearchApi.as_view(), name="api-memory-search"),
     path("memory/write", api.MemoryWriteApi.as_view(), name="api-memory-write"),
-    path("memory/subjects/<str:subject>/memory.md", api.MemoryFileApi.as_view(), name="api-memory-file"),
+    # A subject's id may hold "/" (sent as %2F, which the server decodes): `path` takes it whole.
+    path("memory/subjects/<path:subject>/memory.md", api.MemoryFileApi.as_view(), name="api-memory-file"),
     path(
         "memory/pending/<uuid:pending_id>/confirm",
         api.MemoryPendingConfirmApi.as_view(),

@@ -2,14 +2,18 @@ from django.urls import path
 
 from retrieval import api
 
+# A document's id may hold "/" (sent as %2F, which the server decodes): `path` takes it whole. The
+# document's own route ends in "/" and its ACL's does not, so "a/acl" is never both.
 urlpatterns = [
     path("retrieval/documents/", api.DocumentsApi.as_view(), name="api-retrieval-documents"),
     path(
-        "retrieval/documents/<str:document_id>/",
+        "retrieval/documents/<path:document_id>/",
         api.DocumentDetailApi.as_view(),
         name="api-retrieval-document",
     ),
-    path("retrieval/documents/<str:document_id>/acl", api.DocumentAclApi.as_view(), name="api-retrieval-acl"),
+    path(
+        "retrieval/documents/<path:document_id>/acl", api.DocumentAclApi.as_view(), name="api-retrieval-acl"
+    ),
     path("retrieval/principals/", api.PrincipalsApi.as_view(), name="api-retrieval-principals"),
     path(
         "retrieval/principals/<str:principal>/",

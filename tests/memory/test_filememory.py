@@ -286,3 +286,12 @@ def test_a_workflow_step_writes_memory_through_its_context_once(tenant):
     )
     assert again.memory_id == items[note_key].memory_id
     assert MemoryItem.objects.filter(subject_id="c-7").count() == 2
+
+
+def test_a_subject_id_with_a_slash_has_its_memory_file_too(api, tenant):  # noqa: F811
+    """An id from another system ("org/cust-9") is sent as org%2Fcust-9, which the server decodes."""
+    keep(tenant, "preference", "language", "pt", subject="org/cust-9")
+    for path in ("org%2Fcust-9", "org/cust-9"):
+        got = api.get(f"/api/v1/memory/subjects/{path}/memory.md?tenant=acme")
+        assert got.status_code == 200 and '"pt"' in got.content.decode(), path
+    assert '"pt"' not in api.get("/api/v1/memory/subjects/cust-9/memory.md?tenant=acme").content.decode()

@@ -89,6 +89,24 @@ def test_index_search_snapshot_and_replay_over_http(api, tenant):
     assert api.get("/api/v1/retrieval/documents/policy-42/?tenant=acme").status_code == 404
 
 
+@pytest.mark.parametrize("sent", ["team%2Fpolicies%2Frefunds", "team/policies/refunds"])
+def test_a_document_id_with_slashes_can_be_read_given_an_acl_and_deleted(api, tenant, sent):
+    """Created with "/" in its id (201), a document stays addressable: %2F arrives decoded."""
+    doc = "team/policies/refunds"
+    assert (
+        api.post("/api/v1/retrieval/documents/", _document(document_id=doc), format="json").status_code == 201
+    )
+    got = api.get(f"/api/v1/retrieval/documents/{sent}/?tenant=acme")
+    assert got.status_code == 200 and got.json()["document_id"] == doc
+    acl = api.put(
+        f"/api/v1/retrieval/documents/{sent}/acl", {"tenant": "acme", "acl": ["group:legal"]}, format="json"
+    )
+    assert acl.status_code == 200 and acl.json()["acl"] == ["group:legal"]
+    deleted = api.delete(f"/api/v1/retrieval/documents/{sent}/?tenant=acme")
+    assert deleted.status_code == 200 and deleted.json()["document_id"] == doc
+    assert api.get(f"/api/v1/retrieval/documents/{sent}/?tenant=acme").status_code == 404
+
+
 def test_a_pdf_upload_and_base64_content_are_indexed(api, tenant):
     upload = SimpleUploadedFile(
         "handbook.pdf",
