@@ -1,5 +1,6 @@
 """The LangGraph support example: a rule-based model stand-in, an order look-up tool, an interrupt
-for a person's approval, and a memory hook (the `langgraph` extra; offline, no model service).
+for a person's approval, and memory of the outcome through the store (the `langgraph` extra;
+offline, no model service).
 
 Registered with Keeper as "support_example" (runs/apps.py), so an answer given in the support inbox is
 resumed by a Keeper worker. Run it by hand with `support_thread_start`.
@@ -11,6 +12,7 @@ import re
 from typing import Any, TypedDict
 from uuid import UUID
 
+from langchain_core.runnables import RunnableConfig
 from langgraph.graph import END, START, StateGraph
 from langgraph.runtime import Runtime
 from langgraph.types import interrupt
@@ -39,18 +41,25 @@ _ORDER_ID = re.compile(r"\b[A-Z]-\d{3,}\b")
 
 class Ticket(TypedDict, total=False):
     message: str
+    subject_id: str  # whom the ticket is about (the thread's configurable subject_id), for memory
     tool_call: dict[str, Any] | None
     order: dict[str, Any] | None
     approved: bool
     reply: str
 
 
-def model(state: Ticket) -> dict[str, Any]:
+def model(state: Ticket, config: RunnableConfig) -> dict[str, Any]:
     """The model stand-in: rules, not a language model. An order id in the message -> call the tool."""
+    # The subject goes into the state: a worker resuming the thread names only the thread.
+    subject = {"subject_id": str(config["configurable"].get("subject_id") or state.get("subject_id") or "")}
     found = _ORDER_ID.search(state.get("message", ""))
     if found is None:
-        return {"tool_call": None, "reply": "Which order is it about? Please give its number (like A-1001)."}
-    return {"tool_call": {"name": "lookup_order", "args": {"order_id": found.group(0)}}}
+        return {
+            **subject,
+            "tool_call": None,
+            "reply": "Which order is it about? Please give its number (like A-1001).",
+        }
+    return {**subject, "tool_call": {"name": "lookup_order", "args": {"order_id": found.group(0)}}}
 
 
 def lookup_order(state: Ticket) -> dict[str, Any]:
@@ -86,10 +95,16 @@ def reply(state: Ticket, runtime: Runtime[None]) -> dict[str, Any]:
         text = f"Your refund for order {order['order_id']} is approved."
     else:
         text = f"Your refund for order {order['order_id']} was not approved; a colleague will write to you."
-    # MEMORY HOOK: with a store compiled in (Keeper's BaseStore, runs/langgraph/memory_store.py, when
-    # merged), remember the outcome for this customer; without one, nothing is remembered.
-    if runtime.store is not None and order is not None:
-        runtime.store.put(("support", order["customer"]), order["order_id"], {"reply": text})
+    # Memory: with a store compiled in (KeeperStore, runs/langgraph/memory_store.py), the outcome is
+    # remembered about the ticket's subject, in memory namespace "support", by order; a ticket about
+    # nobody, or a graph without a store, remembers nothing.
+    subject = state.get("subject_id")
+    if runtime.store is not None and order is not None and subject:
+        runtime.store.put(
+            ("memories", subject, "support"),
+            order["order_id"],
+            {"reply": text, "approved": bool(state.get("approved"))},
+        )
     return {"reply": text}
 
 
@@ -119,12 +134,17 @@ def support_graph(checkpointer: Any, store: Any = None) -> Any:
 def support_thread_start(
     *, tenant_id: UUID, thread_id: str, message: str, subject_id: str = ""
 ) -> dict[str, Any]:
-    """Start a thread of the example on Keeper; it stops at the approval and waits in the support inbox."""
+    """Start a thread of the example on Keeper; it stops at the approval and waits in the support inbox
+    (a Keeper worker resumes it with the answer, with the tenant's KeeperStore: runs.langgraph.resume)."""
+    from runs.langgraph.memory_store import KeeperStore
     from runs.langgraph.saver import KeeperSaver
 
     saver = KeeperSaver(tenant_id=tenant_id, graph=GRAPH)
+    store = KeeperStore(tenant_id=tenant_id, actor=f"graph:{GRAPH}")
     try:
         configurable = {"thread_id": thread_id, **({"subject_id": subject_id} if subject_id else {})}
-        return dict(support_graph(saver).invoke({"message": message}, {"configurable": configurable}))
+        graph = support_graph(saver, store=store)
+        return dict(graph.invoke({"message": message}, {"configurable": configurable}))
     finally:
         saver.close()
+        store.close()

@@ -6,7 +6,9 @@ while the first runs, and the answer must still be pending once the lock is held
 
 from __future__ import annotations
 
+import inspect
 import logging
+from typing import Any
 from uuid import UUID
 
 from django.db import connection
@@ -14,6 +16,7 @@ from langgraph.types import Command
 
 from runs.langgraph.graphs import graph_get
 from runs.langgraph.interrupts import answer_pending_get
+from runs.langgraph.memory_store import KeeperStore
 from runs.langgraph.saver import KeeperSaver
 
 logger = logging.getLogger(__name__)
@@ -38,13 +41,24 @@ def thread_resume(*, tenant_id: UUID, run_id: UUID) -> bool:
             )
             return False
         saver = KeeperSaver(tenant_id=tenant_id, graph=answer.graph, actor=ACTOR)
+        # A builder that takes `store` gets the tenant's KeeperStore: the graph remembers through it
+        # when a worker resumes it as when its own process runs it.
+        store = KeeperStore(tenant_id=tenant_id, actor=ACTOR) if _takes_store(builder) else None
         try:
-            builder(saver).invoke(
-                Command(resume=answer.resume), {"configurable": {"thread_id": answer.thread_id}}
-            )
+            graph = builder(saver, store=store) if store is not None else builder(saver)
+            graph.invoke(Command(resume=answer.resume), {"configurable": {"thread_id": answer.thread_id}})
         finally:
             saver.close()
+            if store is not None:
+                store.close()
         return True
     finally:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(hashtextextended(%s, 0))", [f"langgraph:{run_id}"])
+
+
+def _takes_store(builder: Any) -> bool:
+    try:
+        return "store" in inspect.signature(builder).parameters
+    except (TypeError, ValueError):  # a builder without a signature to read: the checkpointer alone
+        return False

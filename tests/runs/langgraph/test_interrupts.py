@@ -278,3 +278,47 @@ def test_erasure_erases_every_value_the_graph_asked_even_a_short_name(tenant) ->
         "user:sam",
     )
     assert "Ada" not in json.dumps([e.payload for e in AgentEvent.objects.filter(run=run)])
+
+
+def test_the_example_remembers_the_outcome_about_its_subject_when_a_worker_resumes_it(tenant) -> None:
+    """The answer given in the inbox is resumed by a worker (thread_resume, in this process): the graph
+    gets the tenant's KeeperStore and the reply lands in the subject's memory, namespace "support"."""
+    from runs.langgraph.memory_store import KeeperStore
+    from runs.langgraph.resume import thread_resume
+
+    support_thread_start(
+        tenant_id=tenant.tenant_id,
+        thread_id="t-mem",
+        message="A-1001 arrived broken",
+        subject_id="cust-mem-1",
+    )
+    run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-mem")
+    interrupt_answer(tenant_id=tenant.tenant_id, run_id=run.run_id, answer="yes", actor="user:sam")
+    assert thread_resume(tenant_id=tenant.tenant_id, run_id=run.run_id) is True
+    store = KeeperStore(tenant_id=tenant.tenant_id)
+    try:
+        item = store.get(("memories", "cust-mem-1", "support"), "A-1001")
+    finally:
+        store.close()
+    assert item is not None
+    assert item.value == {"reply": "Your refund for order A-1001 is approved.", "approved": True}
+
+
+def test_the_example_graph_runs_with_a_keeper_store_in_its_own_process(tenant) -> None:
+    """As a graph's own process runs it: KeeperSaver and KeeperStore compiled in, the answer given as
+    Command(resume=...). It raised InvalidNamespaceError (a namespace the store refuses)."""
+    from runs.langgraph.memory_store import KeeperStore
+
+    saver, store = KeeperSaver(tenant_id=tenant.tenant_id), KeeperStore(tenant_id=tenant.tenant_id)
+    config: Any = {"configurable": {"thread_id": "t-own", "subject_id": "cust-own-1"}}
+    try:
+        graph = support_graph(saver, store=store)
+        waiting = graph.invoke({"message": "A-1002 is late"}, config)
+        [asked] = waiting["__interrupt__"]
+        done = graph.invoke(Command(resume={asked.id: "no"}), config)
+        assert done["reply"].endswith("was not approved; a colleague will write to you.")
+        item = store.get(("memories", "cust-own-1", "support"), "A-1002")
+        assert item is not None and item.value["approved"] is False
+    finally:
+        saver.close()
+        store.close()
