@@ -25,6 +25,7 @@ from runs.engine.artifacts import artifact_put
 from runs.engine.dispatch import run_enqueue_on_commit
 from runs.engine.errors import InvalidTransition, RunNotFound, SubjectErased
 from runs.engine.models import SUBJECT_ERASED, AgentEvent, AgentRun, RunStatus
+from runs.engine.registry import registry
 
 CONVERSATION_EVENTS = ("user_message", "assistant_message", "tool_call", "tool_result")
 AWAITING_INPUT = "awaiting_input"
@@ -84,6 +85,13 @@ def conversation_append(
 ) -> Appended:
     """Append one conversation event (or return the one already stored under that message id)."""
     payload = _payload(event_type, client_message_id, body)
+    # A run its own process drives (a LangGraph thread) never reads the messages appended to it:
+    # refused like a resume or a fork, not stored for nobody.
+    workflow = (
+        AgentRun.objects.filter(run_id=run_id, tenant=tenant).values_list("workflow_name", flat=True).first()
+    )
+    if workflow is not None:
+        registry.refuse_outside(workflow_name=workflow, run_id=run_id, action="sent messages")
     existing = AgentEvent.objects.filter(run_id=run_id, client_message_id=client_message_id).first()
     if existing is not None:
         return _the_same_again(existing, event_type, payload)

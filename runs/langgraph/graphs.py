@@ -11,7 +11,7 @@ from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
-Builder = Callable[[Any], Any]
+Builder = Callable[..., Any]  # build(checkpointer) or build(checkpointer, store=None)
 
 _GRAPHS: dict[str, Builder | str] = {}
 

@@ -36,7 +36,7 @@ def test_drop_after_apply_under_gunicorn_hangs_up_without_a_traceback(tmp_path: 
     try:
         url = urllib.parse.urlsplit(base)
         for key in ("k-drop-1", "k-drop-2"):  # twice: the worker thread serves on after a hang-up
-            connection = http.client.HTTPConnection(url.hostname, url.port, timeout=10)
+            connection = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=10)
             connection.request(
                 "POST",
                 "/sandbox/refunds",

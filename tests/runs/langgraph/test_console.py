@@ -215,6 +215,8 @@ def test_resume_fork_and_rewind_of_a_thread_are_refused_and_it_keeps_working(as_
             ("resume", {"note": "x"}),
             ("fork", {"at_seq": 2, "start": True}),
             ("rewind", {"to_seq": 2}),
+            # A message the graph would never read (it was stored with 201).
+            ("messages/", {"type": "user_message", "client_message_id": "m-1", "content": "hello?"}),
         ):
             response = api.post(f"/api/v1/runs/{run.run_id}/{path}", body, format="json")
             assert response.status_code == 409, (path, response.content)
