@@ -59,10 +59,16 @@ def _graph_context() -> dict[str, Any]:
         return {}
     configurable = config.get("configurable", {})
     metadata = config.get("metadata", {})
+    # A node's config names no checkpoint_id (LangGraph clears it for tasks); its checkpoint map
+    # names the checkpoint the node's superstep ran from, by namespace: the innermost is the node's.
+    checkpoints = configurable.get("checkpoint_map") or {}
+    ran_from = (
+        checkpoints[max(checkpoints, key=len)] if isinstance(checkpoints, dict) and checkpoints else None
+    )
     found = {
         "thread_id": configurable.get("thread_id"),
         "checkpoint_ns": configurable.get("checkpoint_ns") or None,
-        "checkpoint_id": configurable.get("checkpoint_id") or metadata.get("checkpoint_id"),
+        "checkpoint_id": configurable.get("checkpoint_id") or metadata.get("checkpoint_id") or ran_from,
         "node": metadata.get("langgraph_node"),
         "graph_id": metadata.get("graph_id") or configurable.get("graph_id"),
     }

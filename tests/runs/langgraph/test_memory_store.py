@@ -28,6 +28,7 @@ from memory.selectors import memory_subject_items
 from memory.services import SensitiveInference
 from runs.engine.models import AgentRun
 from runs.langgraph.memory_store import DELETED, KeeperStore
+from runs.langgraph.models import LangGraphCheckpoint
 from runs.langgraph.saver import KeeperSaver
 
 pytestmark = pytest.mark.django_db
@@ -326,4 +327,10 @@ def test_a_graph_node_writes_through_the_store_with_its_thread_as_provenance(ten
     provenance = claim.provenance
     assert provenance["source_id"] == "langgraph:thread:chat-1" and provenance["thread_id"] == "chat-1"
     assert provenance["run_id"] == str(run.run_id) and provenance["node"] == "remember"
+    # The checkpoint the node ran from: the thread's step-0 checkpoint (the input applied), stored
+    # before the node ran in step 1.
+    ran_from = LangGraphCheckpoint.objects.get(
+        tenant_id=tenant.tenant_id, thread_id="chat-1", checkpoint_id=provenance["source_version"]
+    )
+    assert ran_from.metadata["step"] == 0
     assert provenance["source"] == "langgraph" and provenance["writer"] == "graph:support"
