@@ -23,6 +23,10 @@ workers = int(os.environ.get("WEB_CONCURRENCY", "2"))
 worker_class = "gthread"
 threads = 4
 timeout = 60
+# The longest request line gunicorn takes (its default is 4094): a GET search with a long query
+# gets gunicorn's own HTML 414 above it, before Keeper can answer in JSON (memory search also takes
+# POST for that).
+limit_request_line = 8190
 # gunicorn 27's control socket lives at one path per user ($HOME/.gunicorn/gunicorn.ctl), shared by
 # every instance on the machine, and Keeper does not use it: one `make run` stopping removed another's.
 control_socket_disable = True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from django.http import HttpResponse
@@ -229,13 +230,35 @@ class MemorySearchApi(APIView):
         subject_id = serializers.CharField(max_length=200, trim_whitespace=False, required=False)
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
 
+    # POST takes the same fields as a JSON body: a query of 2,000 letters of Cyrillic or Chinese is
+    # longer percent-encoded than a request line may be. A search either way: a read key may POST it.
+    reads_by_post = True
+
     @extend_schema(
         summary="Search memory (vector and full text)",
         parameters=[FilterSerializer],
         responses={200: MEMORY_HITS, **error_responses(422)},
     )
     def get(self, request: Request) -> Response:
-        f = self.FilterSerializer(data=request.query_params.dict())
+        return self._search(request, request.query_params.dict())
+
+    @extend_schema(
+        summary="Search memory (vector and full text), the fields as a JSON body (for long queries)",
+        request=FilterSerializer,
+        examples=[
+            OpenApiExample(
+                "search",
+                value={"tenant": "acme", "query": "preferred delivery", "subject_id": "cust-1", "k": 5},
+                request_only=True,
+            )
+        ],
+        responses={200: MEMORY_HITS, **error_responses(422)},
+    )
+    def post(self, request: Request) -> Response:
+        return self._search(request, request.data)
+
+    def _search(self, request: Request, fields: Any) -> Response:
+        f = self.FilterSerializer(data=fields)
         f.is_valid(raise_exception=True)
         hits = memory_search(
             tenant=request_tenant(request, f.validated_data.get("tenant")),

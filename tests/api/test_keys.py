@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from io import StringIO
+from urllib.parse import urlencode
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -56,6 +57,26 @@ def test_a_read_key_may_only_read(tenant, read_key):
     refused = client.post("/api/v1/runs/", START, format="json")
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "permission_denied"
     assert AgentRun.objects.count() == 0
+
+
+def test_a_read_key_may_search_memory_by_post_with_a_query_too_long_for_a_url(tenant, read_key):
+    """2,000 Cyrillic letters are 12,000 characters percent-encoded: past any request line a server
+    takes, so memory search also takes its fields as a JSON body; a search, so a read key may."""
+    client = key_client(read_key)
+    query = "посылка пришла разбитой " * 83
+    assert len(query) <= 2000 and len(urlencode({"query": query})) > 8190
+    found = client.post("/api/v1/memory/search/", {"query": query, "k": 3}, format="json")
+    assert found.status_code == 200 and found.json() == {"results": []}
+    too_long = client.post("/api/v1/memory/search/", {"query": "x" * 2001}, format="json")
+    as_get = client.get("/api/v1/memory/search/", {"query": "x" * 2001})
+    assert (too_long.status_code, too_long.json()) == (as_get.status_code, as_get.json())
+    assert too_long.status_code == 400 and "query" in too_long.json()["error"]["details"]
+    assert client.post("/api/v1/memory/search/", ["not", "an", "object"], format="json").status_code in (
+        400,
+        422,
+    )
+    # Other writes stay refused to a read key.
+    assert client.post("/api/v1/memory/items/", {}, format="json").status_code == 403
 
 
 @pytest.mark.parametrize("header", ["Bearer kp_0123456789ab_" + "x" * 43, "Bearer nonsense", "Bearer a b"])

@@ -89,6 +89,7 @@ def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
             "consent_basis": "explicit",
         },
         "MemoryFileApi": {"tenant": tenant, "content": ""},
+        "MemorySearchApi": {"tenant": tenant, "query": "language"},
         "MemoryPendingConfirmApi": {"tenant": tenant},
         "DocumentsApi": {
             "tenant": tenant,
