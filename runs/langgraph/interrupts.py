@@ -19,7 +19,7 @@ from django.db import connection
 
 from core.digests import NotJSONSerializable, canonical_json
 from core.tasks import task_send
-from runs.engine.errors import InvalidState, RunNotFound
+from runs.engine.errors import InvalidState, RunNotFound, SubjectErased
 from runs.langgraph.graphs import graph_registered
 from runs.langgraph.store import (
     ANSWERED_EVENT,
@@ -126,7 +126,8 @@ SELECT r.run_id, r.tenant_id, r.idempotency_key, r.state_revision, r.suspend_rea
                         AND payload ->> 'checkpoint_id' = e.checkpoint_id) a ON TRUE
   LEFT JOIN LATERAL (SELECT payload FROM agent_events
                       WHERE run_id = r.run_id AND tenant_id = r.tenant_id ORDER BY seq LIMIT 1) s ON TRUE
- WHERE r.tenant_id = %(tenant)s AND r.workflow_name = 'langgraph' AND r.status = 'suspended' AND {where}
+ WHERE r.tenant_id = %(tenant)s AND r.workflow_name = 'langgraph' AND r.status = 'suspended'
+   AND r.suspend_reason <> 'subject_erased' AND {where}
 """
 
 
@@ -269,6 +270,8 @@ def interrupt_answer(
     for _ in range(_ANSWER_ATTEMPTS):
         thread = thread_interrupt_get(tenant_id=tenant_id, run_id=run_id)
         if thread is None:
+            if _erased(tenant_id=tenant_id, run_id=run_id):
+                raise SubjectErased(f"run {run_id} takes no answers: its subject was erased")
             raise RunNotFound("no such LangGraph thread", code="langgraph_thread_not_found")
         checkpoint = checkpoint_id or thread.checkpoint_id
         if interrupt_id is None and len(thread.asked) != 1:
@@ -306,6 +309,18 @@ def interrupt_answer(
 
 
 _ANSWER_ATTEMPTS = 5
+
+
+def _erased(*, tenant_id: UUID, run_id: UUID) -> bool:
+    """Whether the tenant's LangGraph run was stopped by its subject's erasure (no longer a thread
+    anyone answers: its questions and answers are redacted)."""
+    return bool(
+        _rows(
+            "SELECT 1 FROM agent_runs WHERE run_id = %(run)s AND tenant_id = %(tenant)s"
+            " AND workflow_name = 'langgraph' AND suspend_reason = 'subject_erased'",
+            {"tenant": tenant_id, "run": run_id},
+        )
+    )
 
 
 def _answer_record(

@@ -43,7 +43,10 @@ def thread_resume(*, tenant_id: UUID, run_id: UUID) -> bool:
         saver = KeeperSaver(tenant_id=tenant_id, graph=answer.graph, actor=ACTOR)
         # A builder that takes `store` gets the tenant's KeeperStore: the graph remembers through it
         # when a worker resumes it as when its own process runs it.
-        store = KeeperStore(tenant_id=tenant_id, actor=ACTOR) if _takes_store(builder) else None
+        # Its writer is the graph's name, as the graph's own process names it (the example does).
+        store = (
+            KeeperStore(tenant_id=tenant_id, actor=f"graph:{answer.graph}") if _takes_store(builder) else None
+        )
         try:
             graph = builder(saver, store=store) if store is not None else builder(saver)
             graph.invoke(Command(resume=answer.resume), {"configurable": {"thread_id": answer.thread_id}})

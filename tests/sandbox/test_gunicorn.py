@@ -12,7 +12,7 @@ import pytest
 
 from core.processes import stop_groups
 from sandbox.models import SandboxRefund
-from sandbox.services import fault_add, order_upsert
+from sandbox.services import fault_add
 from tests.processes import web_serve
 from tests.sandbox.conftest import http_json
 
@@ -21,15 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 BODY = {"order_id": "ord-1", "amount_minor": 1000, "currency": "EUR"}
 
 
-def test_drop_after_apply_under_gunicorn_hangs_up_without_a_traceback(tmp_path: Path):
-    order_upsert(
-        order_id="ord-1",
-        customer_id="c-1",
-        amount_minor=5000,
-        currency="EUR",
-        status="delivered",
-        delivered_at=None,
-    )
+def test_drop_after_apply_under_gunicorn_hangs_up_without_a_traceback(order, tmp_path: Path):
     fault_add(fault="drop_after_apply", order_id="ord-1", remaining=2)
     log_path = tmp_path / "gunicorn.log"
     web, base = web_serve(log_path)

@@ -22,8 +22,12 @@ from tests.processes import wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _start(tenant, thread: str = "t-1", message: str = "Order A-1001 arrived broken") -> AgentRun:
-    result = support_thread_start(tenant_id=tenant.tenant_id, thread_id=thread, message=message)
+def _start(
+    tenant, thread: str = "t-1", message: str = "Order A-1001 arrived broken", subject_id: str = ""
+) -> AgentRun:
+    result = support_thread_start(
+        tenant_id=tenant.tenant_id, thread_id=thread, message=message, subject_id=subject_id
+    )
     assert "__interrupt__" in result
     return AgentRun.objects.get(tenant=tenant, idempotency_key=f"langgraph:{thread}")
 
@@ -251,13 +255,7 @@ def test_erasure_erases_every_value_the_graph_asked_even_a_short_name(tenant) ->
     text erasure finds elsewhere. What the graph asked is the subject's whole, so none of it is left."""
     from memory.erasure import erasure_execute, erasure_request_create
 
-    support_thread_start(
-        tenant_id=tenant.tenant_id,
-        thread_id="t-ada",
-        message="Order A-1001 arrived broken",
-        subject_id="cust-ada-7",
-    )
-    run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-ada")
+    run = _start(tenant, "t-ada", subject_id="cust-ada-7")
     asked = AgentEvent.objects.get(run=run, event_type="langgraph_interrupt").payload
     assert '"Ada"' in json.dumps(asked)  # what the graph asked names the customer
     interrupt_answer(
@@ -278,6 +276,11 @@ def test_erasure_erases_every_value_the_graph_asked_even_a_short_name(tenant) ->
         "user:sam",
     )
     assert "Ada" not in json.dumps([e.payload for e in AgentEvent.objects.filter(run=run)])
+    # No longer a thread anyone answers: 409 subject_erased, and it is not listed as waiting.
+    with pytest.raises(ApplicationError) as refused:
+        interrupt_answer(tenant_id=tenant.tenant_id, run_id=run.run_id, answer="no", actor="user:sam")
+    assert refused.value.code == "subject_erased"
+    assert thread_interrupt_get(tenant_id=tenant.tenant_id, run_id=run.run_id) is None
 
 
 def test_the_example_remembers_the_outcome_about_its_subject_when_a_worker_resumes_it(tenant) -> None:
@@ -286,13 +289,7 @@ def test_the_example_remembers_the_outcome_about_its_subject_when_a_worker_resum
     from runs.langgraph.memory_store import KeeperStore
     from runs.langgraph.resume import thread_resume
 
-    support_thread_start(
-        tenant_id=tenant.tenant_id,
-        thread_id="t-mem",
-        message="A-1001 arrived broken",
-        subject_id="cust-mem-1",
-    )
-    run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-mem")
+    run = _start(tenant, "t-mem", subject_id="cust-mem-1")
     interrupt_answer(tenant_id=tenant.tenant_id, run_id=run.run_id, answer="yes", actor="user:sam")
     assert thread_resume(tenant_id=tenant.tenant_id, run_id=run.run_id) is True
     store = KeeperStore(tenant_id=tenant.tenant_id)
@@ -302,6 +299,10 @@ def test_the_example_remembers_the_outcome_about_its_subject_when_a_worker_resum
         store.close()
     assert item is not None
     assert item.value == {"reply": "Your refund for order A-1001 is approved.", "approved": True}
+    from memory.selectors import memory_subject_items
+
+    [claim] = memory_subject_items(tenant=tenant, subject_id="cust-mem-1")
+    assert claim.provenance["writer"] == f"graph:{GRAPH}"  # as when the graph's own process writes
 
 
 def test_the_example_graph_runs_with_a_keeper_store_in_its_own_process(tenant) -> None:
