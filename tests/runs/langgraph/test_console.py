@@ -251,3 +251,5 @@ def test_a_thread_whose_subject_was_erased_stays_out_of_the_support_inbox(as_rol
     run = AgentRun.objects.get(tenant=tenant, workflow_name="langgraph")
     assert run.status == "suspended" and run.suspend_reason == "subject_erased"
     assert str(run.run_id) not in as_role("support").get("/support/").content.decode()
+    page = as_role("engineer").get(f"/runs/{run.run_id}/langgraph/").content.decode()
+    assert "its subject was erased, and its checkpoints with them" in page and "the latest 0" not in page
