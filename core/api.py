@@ -92,6 +92,25 @@ class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
         return {"type": "http", "scheme": "bearer", "bearerFormat": "kp_<prefix>_<secret>"}
 
 
+class StrictCharField(serializers.CharField):
+    """A text field of a JSON body that takes only JSON strings (DRF's CharField turns a number into
+    its digits: `{"query": 42}` would search for "42")."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer field of a JSON body that takes only JSON integers (not "5", not true, not 5.5)."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
 class TenantParameterSerializer(serializers.Serializer[dict[str, Any]]):
     """The `tenant` query parameter (slug or id); with an API key it may be left out (or empty)."""
 

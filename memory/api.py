@@ -12,7 +12,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import ErrorSerializer, TenantParameterSerializer, error_responses
+from core.api import (
+    ErrorSerializer,
+    StrictCharField,
+    StrictIntegerField,
+    TenantParameterSerializer,
+    error_responses,
+)
 from core.api_auth import request_actor, request_tenant
 from core.errors import NotFound
 from core.tenancy import tenant_scope
@@ -230,6 +236,14 @@ class MemorySearchApi(APIView):
         subject_id = serializers.CharField(max_length=200, trim_whitespace=False, required=False)
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
 
+    class InputSerializer(FilterSerializer):
+        """The same fields as a JSON body, each of its JSON type (a number is not a query)."""
+
+        tenant = StrictCharField(max_length=64, required=False, allow_blank=True)
+        query = StrictCharField(max_length=2000)
+        subject_id = StrictCharField(max_length=200, trim_whitespace=False, required=False)
+        k = StrictIntegerField(min_value=1, max_value=100, default=10)
+
     # POST takes the same fields as a JSON body: a query of 2,000 letters of Cyrillic or Chinese is
     # longer percent-encoded than a request line may be. A search either way: a read key may POST it.
     reads_by_post = True
@@ -240,11 +254,11 @@ class MemorySearchApi(APIView):
         responses={200: MEMORY_HITS, **error_responses(422)},
     )
     def get(self, request: Request) -> Response:
-        return self._search(request, request.query_params.dict())
+        return self._search(request, self.FilterSerializer(data=request.query_params.dict()))
 
     @extend_schema(
         summary="Search memory (vector and full text), the fields as a JSON body (for long queries)",
-        request=FilterSerializer,
+        request=InputSerializer,
         examples=[
             OpenApiExample(
                 "search",
@@ -255,10 +269,9 @@ class MemorySearchApi(APIView):
         responses={200: MEMORY_HITS, **error_responses(422)},
     )
     def post(self, request: Request) -> Response:
-        return self._search(request, request.data)
+        return self._search(request, self.InputSerializer(data=request.data))
 
-    def _search(self, request: Request, fields: Any) -> Response:
-        f = self.FilterSerializer(data=fields)
+    def _search(self, request: Request, f: serializers.Serializer[Any]) -> Response:
         f.is_valid(raise_exception=True)
         hits = memory_search(
             tenant=request_tenant(request, f.validated_data.get("tenant")),

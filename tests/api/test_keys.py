@@ -75,6 +75,14 @@ def test_a_read_key_may_search_memory_by_post_with_a_query_too_long_for_a_url(te
         400,
         422,
     )
+    # Each field of its JSON type (a number is not a query; "3" is not a count), as the schema says.
+    for body in (
+        {"query": 42},
+        {"query": "parcel", "k": "3"},
+        {"query": "parcel", "k": True},
+        {"query": ["a"]},
+    ):
+        assert client.post("/api/v1/memory/search/", body, format="json").status_code == 400, body
     # Other writes stay refused to a read key.
     assert client.post("/api/v1/memory/items/", {}, format="json").status_code == 403
 
