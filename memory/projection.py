@@ -388,16 +388,14 @@ def memory_search(
                 ),
             )
             try:
-                with connection.cursor() as cursor:
-                    by_text = text_ranked(
-                        cursor,
-                        tenant_id=tenant.tenant_id,
-                        query=query,
-                        limit=candidates,
-                        valid_at=now,
-                        subject_id=subject_id,
-                        depth=None,
-                    )
+                by_text = text_candidates(
+                    tenant=tenant,
+                    query=query,
+                    limit=candidates,
+                    valid_at=now,
+                    subject_id=subject_id,
+                    depth=None,
+                )
             finally:
                 by_vector = future.result()
         else:
