@@ -23,11 +23,33 @@ DISTINCTIVE_WITH_DIGIT_CHARS = 12
 # A subject id this long is searched as a substring tenant-wide; a shorter one ("a") only as a
 # whole value (a column equal to it, or a JSON string equal to it): as a substring it is everywhere.
 IDENTIFIER_SUBSTRING_CHARS = 6
-# Texts shorter than this are not searched at all (they carry no information on their own).
-MIN_VALUE_CHARS = 4
-# A value shorter than this ("english", "fine") is matched only as a whole value, never inside a
-# longer word ("refined"): the sentence it came from is searched as a value of its own.
+# Texts shorter than this are not searched at all: one character carries no information on its own,
+# but two can be a name (王芳), three too (Ada, Яна).
+MIN_VALUE_CHARS = 2
+# A text found in a run's free text (a note, a reason, a message) counts as the subject's from this
+# length, or from MIN_VALUE_CHARS when it holds a letter outside ASCII ("ok" and "no" are answers, not
+# data; 王芳 is a name). What Keeper keeps about the person (memory values, held claims) counts from
+# MIN_VALUE_CHARS whatever its script.
+FREE_TEXT_MIN_CHARS = 4
+# A value shorter than this ("english", "fine", "Ada") is matched only as a whole word, never inside a
+# longer word ("refined", "Adam"): the sentence it came from is searched as a value of its own. Scripts
+# written without spaces (Chinese, Japanese, Korean) have no words to match whole: a value made of
+# their characters is matched inside longer text from MIN_VALUE_CHARS (王芳 in 客户王芳要求退款).
 VALUE_SUBSTRING_CHARS = 8
+_UNSPACED_CHARS = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
+_UNSPACED = re.compile(f"[{_UNSPACED_CHARS}]+")
+
+
+def free_text_value(text: str) -> bool:
+    """Whether a text found in a run's free text is searched as the subject's (see FREE_TEXT_MIN_CHARS)."""
+    return len(text) >= FREE_TEXT_MIN_CHARS or (len(text) >= MIN_VALUE_CHARS and not text.isascii())
+
+
+def matched_inside(text: str) -> bool:
+    """Whether a value is matched inside longer text (else only as a whole value)."""
+    return len(text) >= VALUE_SUBSTRING_CHARS or (
+        len(text) >= MIN_VALUE_CHARS and _UNSPACED.fullmatch(text) is not None
+    )
 
 
 @dataclass(frozen=True)
@@ -143,17 +165,40 @@ def _like(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
+def _regex_literal(text: str) -> str:
+    """The text as a literal in a PostgreSQL regular expression (a backslash before ASCII punctuation
+    is always literal there)."""
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
+
+
 def id_regex_of(text: str) -> str:
     """A PostgreSQL regular expression for the subject id as a whole token: "cust-100" is found in
     "cust-100:m1" but never inside "cust-1000" (another subject's id). Non-alphanumeric characters
     are escaped (a backslash before one is always literal in PostgreSQL's regular expressions)."""
-    escaped = re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)  # ASCII punctuation, each made literal
-    return f"(^|[^0-9A-Za-z]){escaped}($|[^0-9A-Za-z])"
+    return f"(^|[^0-9A-Za-z]){_regex_literal(text)}($|[^0-9A-Za-z])"
 
 
 def id_pattern(text: str) -> re.Pattern[str]:
     """The same whole-token rule in Python (the redactor must match exactly what the scan counts)."""
     return re.compile(r"(?<![0-9A-Za-z])" + re.escape(text) + r"(?![0-9A-Za-z])", re.IGNORECASE)
+
+
+def value_regex_of(text: str) -> str:
+    """A short value as a whole word of any script ("Ada" in "call Ada back", never in "Adam"; "Яна"
+    never in "Янаев"): no letter, digit or underscore on either side, as the database's character
+    classes say (Unicode letters under a UTF-8 locale, as Python's), except a character of a script
+    written without spaces ("Ada" in 客户Ada要求退款)."""
+    edge = f"\\W|[{_UNSPACED_CHARS}]"
+    return f"(^|{edge}){_regex_literal(text)}($|{edge})"
+
+
+def value_pattern(texts: list[str]) -> re.Pattern[str] | None:
+    """value_regex_of's rule in Python, for all the texts in one expression (None for none)."""
+    if not texts:
+        return None
+    words = "|".join(re.escape(t) for t in sorted(texts, key=len, reverse=True))
+    inside_word = f"[^\\W{_UNSPACED_CHARS}]"  # a letter, digit or underscore of a spaced script
+    return re.compile(rf"(?<!{inside_word})(?:{words})(?!{inside_word})", re.IGNORECASE)
 
 
 def _json_text(text: str) -> str:
@@ -198,28 +243,31 @@ def column_place(
          WHERE ({tenant_sql}) AND (
                {as_text} ~* ANY(%(id_regex)s) OR {as_text} ILIKE ANY(%(id_like)s)
             OR lower({as_text}) = ANY(%(id_exact)s)
-            OR ({in_runs} AND ({as_text} ILIKE ANY(%(value_like)s) OR lower({as_text}) = ANY(%(value_exact)s)))
+            OR ({in_runs} AND ({as_text} ILIKE ANY(%(value_like)s) OR {as_text} ~* ANY(%(value_words)s)))
             OR (({unowned}) AND {as_text} ILIKE ANY(%(distinct_like)s)))
     """  # noqa: S608 - table and column names come from the registry, values are parameters
 
-    def patterns(texts: list[str], substring_chars: int) -> tuple[list[str], list[str]]:
+    def patterns(texts: list[str], inside: Callable[[str], bool]) -> tuple[list[str], list[str]]:
         """(ILIKE patterns, whole values): a short text matches only a whole value (a column equal to
         it, a JSON string equal to it), never a part of a longer word."""
         encode = _json_text if kind == "json" else (lambda s: s)
-        like = [_like(encode(t)) for t in texts if len(t) >= substring_chars]
-        short = [t for t in texts if len(t) < substring_chars]
+        like = [_like(encode(t)) for t in texts if inside(t)]
+        short = [t for t in texts if not inside(t)]
         if kind == "json":
             return like + [_like('"' + encode(t) + '"') for t in short], []
         return like, [t.lower() for t in short]
 
     def count(scope: Scope) -> int:
-        id_like, id_exact = patterns([scope.subject_id], IDENTIFIER_SUBSTRING_CHARS)
+        id_like, id_exact = patterns([scope.subject_id], lambda t: len(t) >= IDENTIFIER_SUBSTRING_CHARS)
         id_regex: list[str] = []
         if len(scope.subject_id) >= IDENTIFIER_SUBSTRING_CHARS:  # a whole token, not any substring
             encoded = _json_text(scope.subject_id) if kind == "json" else scope.subject_id
             id_like, id_regex = [], [id_regex_of(encoded)]
         values_ = [v for v in scope.values if len(v) >= MIN_VALUE_CHARS] if values else []
-        value_like, value_exact = patterns(values_, VALUE_SUBSTRING_CHARS)
+        # Long values (and names in scripts without spaces) anywhere inside a text, short ones as words.
+        encode = _json_text if kind == "json" else (lambda s: s)
+        value_like = [_like(encode(v)) for v in values_ if matched_inside(v)]
+        value_words = [value_regex_of(encode(v)) for v in values_ if not matched_inside(v)]
         params: dict[str, UUID | str | list[str] | list[UUID]] = {
             "tenant": scope.tenant_id,
             "runs": list(scope.run_ids),
@@ -228,8 +276,8 @@ def column_place(
             "id_regex": id_regex,
             "id_exact": id_exact,
             "value_like": value_like,
-            "value_exact": value_exact,
-            "distinct_like": patterns([v for v in values_ if distinctive(v)], 0)[0],
+            "value_words": value_words,
+            "distinct_like": patterns([v for v in values_ if distinctive(v)], lambda _: True)[0],
         }
         with connection.cursor() as cursor:
             cursor.execute(sql, params)

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
+    MIN_VALUE_CHARS,
     Place,
     Scope,
     column_place,
@@ -212,7 +213,7 @@ def _texts(value: Any) -> list[str]:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if len(item) >= 4:
+            if len(item) >= MIN_VALUE_CHARS:  # what Keeper kept about the person: 王芳, Ada
                 found.append(item)
         elif isinstance(item, dict):
             stack.extend(reversed(list(item.values())))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from core.erasure import Scope, column_place, eraser_register, free_register, place_register
+from core.erasure import MIN_VALUE_CHARS, Scope, column_place, eraser_register, free_register, place_register
 from core.tenancy import tenant_scope
 from memory.poisoning.models import HeldClaim
 
@@ -18,7 +18,7 @@ class HeldClaimsEraser:
                 text
                 for value in HeldClaim.objects.filter(subject_id=subject_id).values_list("value", flat=True)
                 for text in ([value] if isinstance(value, str) else [])
-                if len(text) >= 4
+                if len(text) >= MIN_VALUE_CHARS
             }
         return Scope(tenant_id=tenant_id, subject_id=subject_id, values=tuple(sorted(values)))
 

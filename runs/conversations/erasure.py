@@ -27,13 +27,15 @@ from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
     IDENTIFIER_SUBSTRING_CHARS,
     MIN_VALUE_CHARS,
-    VALUE_SUBSTRING_CHARS,
     Place,
     Scope,
     column_place,
     free_register,
+    free_text_value,
     id_pattern,
+    matched_inside,
     place_register,
+    value_pattern,
 )
 from core.tenancy import tenant_scope
 from runs.conversations.messages import CONVERSATION_EVENTS
@@ -101,22 +103,21 @@ def event_redacted_as_recorded(event: dict[str, Any], records: dict[int, dict[st
 
 class Redactor:
     def __init__(self, subject_id: str, values: tuple[str, ...]):
-        # The same rule as the scan (core.erasure.column_place): long texts anywhere inside a string,
-        # short ones only as the whole string, case-insensitively.
+        # The same rule as the scan (core.erasure.column_place): long texts (and names in scripts
+        # without spaces) anywhere inside a string, short ones as whole words, case-insensitively.
         texts = [v for v in values if len(v) >= MIN_VALUE_CHARS]
-        self.needles = [v.lower() for v in texts if len(v) >= VALUE_SUBSTRING_CHARS]
-        self.wholes = {v.lower() for v in texts if len(v) < VALUE_SUBSTRING_CHARS}
+        self.needles = [v.lower() for v in texts if matched_inside(v)]
+        self.words = value_pattern([v for v in texts if not matched_inside(v)])
         # The id as a whole token ("cust-100" never inside "cust-1000"); a short one as a whole value.
         self.id_token = id_pattern(subject_id) if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS else None
-        if self.id_token is None:
-            self.wholes.add(subject_id.lower())
+        self.subject_id = subject_id.lower()
 
     def hit(self, text: str) -> bool:
         low = text.lower()
         return (
-            low in self.wholes
-            or any(n in low for n in self.needles)
-            or (self.id_token is not None and self.id_token.search(text) is not None)
+            any(n in low for n in self.needles)
+            or (self.words is not None and self.words.search(text) is not None)
+            or (self.id_token.search(text) is not None if self.id_token else low == self.subject_id)
         )
 
     def __call__(self, value: Any) -> Any:
@@ -145,7 +146,7 @@ def _free_texts(value: Any, under_key: bool = False, *, codes: bool = True) -> l
     while stack:
         item, under = stack.pop()
         if isinstance(item, str):
-            text = under and len(item) >= MIN_VALUE_CHARS and item != ERASED
+            text = under and free_text_value(item) and item != ERASED
             if text and (codes or not CODE.fullmatch(item)):
                 found.append(item)
         elif isinstance(item, list):
@@ -239,7 +240,7 @@ class RunsEraser:
 # What a LangGraph thread's graph asked a person and what the person answered (runs.langgraph's
 # events): all of it is the subject's, a three-letter name or an amount as much as a sentence, so
 # each question's value and each answer and note is erased whole, not only the texts found elsewhere
-# (which leave out words shorter than MIN_VALUE_CHARS). The interrupts' ids and who answered stay.
+# (which leave out short answers: core.erasure.free_text_value). The interrupts' ids and who answered stay.
 LANGGRAPH_ASKED = frozenset({"langgraph_interrupt", "langgraph_interrupt_answered"})
 
 

@@ -12,7 +12,7 @@ from uuid import UUID
 
 from django.db import connection
 
-from core.erasure import MIN_VALUE_CHARS, Place, Scope, column_place, free_register, place_register
+from core.erasure import Place, Scope, column_place, free_register, free_text_value, place_register
 from core.tenancy import tenant_scope
 
 TABLES = ("langgraph_checkpoints", "langgraph_blobs", "langgraph_writes")
@@ -48,7 +48,7 @@ def _texts(value: Any) -> list[str]:
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if len(item) >= MIN_VALUE_CHARS:
+            if free_text_value(item):
                 found.append(item)
         elif isinstance(item, list):
             stack.extend(item)

@@ -420,16 +420,69 @@ def test_a_worker_mid_step_during_erasure_cannot_write_the_subject_back(tenant, 
     assert "was lost" in processes.logs(), processes.logs()[-2000:]  # the worker saw its lease end
 
 
-def test_short_values_are_erased_only_as_whole_values():
+def test_short_values_are_erased_as_whole_words():
     from runs.conversations.erasure import Redactor
 
-    redact = Redactor("cust-7f3a9e", ("english", "Baker Street 221b"))
-    assert redact({"lang": "English", "status": "englishman", "note": "to baker street 221B now"}) == {
+    redact = Redactor("cust-7f3a9e", ("english", "Baker Street 221b", "Ada", "王芳"))
+    assert redact(
+        {
+            "lang": "English",
+            "said": "I speak English",
+            "status": "englishman",
+            "note": "to baker street 221B now",
+            "to": "call ADA back",
+            "other": "Adam, Adaline",
+            "zh": "客户王芳要求退款",
+            "mixed": "客户Ada要求退款",
+        }
+    ) == {
         "lang": "[erased]",
+        "said": "[erased]",
         "status": "englishman",
         "note": "[erased]",
+        "to": "[erased]",
+        "other": "Adam, Adaline",
+        "zh": "[erased]",
+        "mixed": "[erased]",
     }
     assert redact({"client_message_id": "cust-7f3a9e-m1"})["client_message_id"].startswith("erased:")
+
+
+@pytest.mark.parametrize("name", ["王芳", "Ada", "Яна"])
+def test_a_short_name_kept_in_memory_is_erased_from_the_subjects_runs(tenant, name):
+    """A two-character Chinese name or a three-letter one is the person's data: where the subject's
+    runs hold it, as a value or as a word of a sentence, erasure redacts it and the scan counts it."""
+    subject = f"cust-short-{len(name)}-{ord(name[0])}"
+    said_in = {"customer_name": name, "line": f"客户{name}要求退款", "todo": f"call {name} back"}
+    run = run_start(
+        tenant=tenant, workflow_name="conversation", input=dict(said_in), actor="t", subject=subject
+    ).run
+    other = run_start(
+        tenant=tenant,
+        workflow_name="conversation",
+        input={"todo": f"call {name} back", "name": f"{name}m"},
+        actor="t",
+        subject="someone-else",
+    ).run
+    memory_remember(
+        tenant=tenant,
+        subject_id=subject,
+        namespace="profile",
+        key="name",
+        value=name,
+        provenance=said(run_id=str(run.run_id), seq=1),
+    )
+    request = erasure_request_create(tenant=tenant, subject_id=subject, requested_by="t")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt["clean"], done.error
+    before = {p["place"]: p["before"] for p in done.receipt["places"]}
+    assert before["agent_runs.state"] == 1 and before["agent_events.state"] >= 1
+    with tenant_scope(tenant.tenant_id):
+        state = AgentRun.objects.get(run_id=run.run_id).state
+        assert {k: state[k] for k in said_in} == dict.fromkeys(said_in, "[erased]")
+        assert not [e.seq for e in AgentEvent.objects.filter(run=run) if name in str((e.payload, e.state))]
+        # Another subject's run keeps it: a short value is searched in the subject's own runs only.
+        assert AgentRun.objects.get(run_id=other.run_id).state["todo"] == f"call {name} back"
 
 
 def _subject_with_data(tenant, subject: str) -> AgentRun:
