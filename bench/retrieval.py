@@ -144,7 +144,7 @@ def _recall(
     asked as retrieval_search asks it (100 candidates), against a sequential scan: hashed short texts
     tie often, so a returned chunk counts when it is as near as the exact 10th (another chunk at the
     same distance is not a miss). The text arm's top 10 against every readable posting of the words
-    ranked (depth=None: the same ts_rank scores over every match). The fused top 10 (both arms as
+    ranked (exact=True: the same idf-weighted scores over every match). The fused top 10 (both arms as
     retrieval_search asks them) against the fusion of those two exact rankings."""
     with tenant_scope(tenant.tenant_id):
         acl = principal_set_of(principal=principal)
@@ -159,7 +159,7 @@ def _recall(
             )
             by_text = text_candidates(tenant=tenant, query=query, limit=TEXT_CANDIDATES, acl=acl)
             exact_text = text_candidates(
-                tenant=tenant, query=query, limit=TEXT_CANDIDATES, acl=acl, depth=None
+                tenant=tenant, query=query, limit=TEXT_CANDIDATES, acl=acl, exact=True
             )
         if exact_text:
             found["text"].append(len(set(by_text[:10]) & set(exact_text[:10])) / len(exact_text[:10]))

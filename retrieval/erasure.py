@@ -17,11 +17,13 @@ KNOWLEDGE_BASE = (
 
 
 def register() -> None:
-    # The postings hold the words of the chunks' texts: searched like the texts (deleted with them).
+    # The postings hold the words of the chunks' texts, and retrieval_terms each word once with its
+    # count: searched like the texts (a word leaves with the last chunk that holds it).
     for table, column in (
         ("retrieval_chunks", "text"),
         ("retrieval_documents", "title"),
         ("retrieval_postings", "term"),
+        ("retrieval_terms", "term"),
     ):
         place_register(
             column_place(

@@ -251,3 +251,21 @@ class ChunkPosting(models.Model):
 
     def __str__(self) -> str:
         return f"{self.term} in {self.chunk_id}"
+
+
+class ChunkTerm(models.Model):
+    """How many of the tenant's current chunks hold a word (its document frequency), kept by triggers
+    on retrieval_chunks in the same statement as the chunks (migration 0006): the text arm weighs a
+    word by how rare it is (BM25's idf), so a rare word counts for more than a common one, and can
+    leave most postings of the common words unread. A word no current chunk holds has no row."""
+
+    pk = models.CompositePrimaryKey("tenant_id", "term")
+    tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id", db_index=False)
+    term = models.TextField()
+    chunks = models.IntegerField()
+
+    class Meta:
+        db_table = "retrieval_terms"
+
+    def __str__(self) -> str:
+        return f"{self.term} ({self.chunks})"

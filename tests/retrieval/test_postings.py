@@ -1,6 +1,6 @@
-"""The chunks' full-text postings: written with the chunk, re-keyed with its ACL, gone when it is stale
-or deleted, confined by row-level security, ACL-filtered before the top-k, and ranked as ts_rank
-ranks every readable match."""
+"""The chunks' full-text postings and their words' counts: written with the chunk, re-keyed with its
+ACL, gone when it is stale or deleted, confined by row-level security, ACL-filtered before the top-k,
+and ranked exactly as the idf-weighted ts_rank of every readable match ranks them."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from django.db import connection
 from django.test import override_settings
 
 from core.tenancy import tenant_scope
-from retrieval.models import Chunk, ChunkAcl, ChunkPosting
-from retrieval.search import text_candidates
+from retrieval.models import Chunk, ChunkAcl, ChunkPosting, ChunkTerm
+from retrieval.readable import readable_acl_keys
+from retrieval.search import text_arm_statement, text_candidates
 from retrieval.services import document_acl_set, document_delete, document_index
 
 pytestmark = pytest.mark.django_db
@@ -41,18 +42,52 @@ def _chunks(document_id: str, status: str = "current") -> set[int]:
     return set(Chunk.objects.filter(document_id_text=document_id, status=status).values_list("id", flat=True))
 
 
-def _ts_rank_order(tenant, query: str, acl: list[str], limit: int) -> list[int]:
-    """The ranking the text arm had before postings: ts_rank over every readable match (scores
-    compared to 5 decimals: ts_rank's last float4 digit depends on the order it adds the words in)."""
-    words = " | ".join(dict.fromkeys(query.lower().split()))
+def _idf_order(tenant, query: str, acl: list[str], limit: int) -> list[int]:
+    """The text arm's ranking computed the long way, from the chunks alone: each word's idf from how
+    many current chunks hold it, times ts_rank of the chunk for that word, summed over the words the
+    chunk holds, every readable match ranked (as real, then by id)."""
     with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
         cursor.execute(
-            """SELECT id FROM retrieval_chunks WHERE status = 'current' AND acl && %s::text[]
-                  AND search @@ to_tsquery('simple', %s)
-                ORDER BY round(ts_rank(search, to_tsquery('simple', %s))::numeric, 5) DESC, id LIMIT %s""",
-            [acl, words, words, limit],
+            """WITH w AS (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('simple', %s))) AS term),
+                    n AS (SELECT count(*)::float8 AS docs FROM retrieval_chunks WHERE status = 'current'),
+                    df AS (SELECT w.term, count(*)::float8 AS chunks FROM w JOIN retrieval_chunks c
+                             ON c.status = 'current' AND c.search @@ to_tsquery('simple', quote_literal(w.term))
+                            GROUP BY w.term)
+               SELECT c.id, sum(ln(1 + (n.docs - df.chunks + 0.5) / (df.chunks + 0.5))
+                                * ts_rank(c.search, to_tsquery('simple', quote_literal(df.term))))::real AS score
+                 FROM retrieval_chunks c, df, n
+                WHERE c.status = 'current' AND c.acl && %s::text[]
+                  AND c.search @@ to_tsquery('simple', quote_literal(df.term))
+                GROUP BY c.id ORDER BY score DESC, c.id LIMIT %s""",
+            [query, acl, limit],
         )
         return [row[0] for row in cursor.fetchall()]
+
+
+def _term_counts(tenant) -> dict[str, int]:
+    with tenant_scope(tenant.tenant_id):
+        return dict(ChunkTerm.objects.values_list("term", "chunks"))
+
+
+def _counted_from_chunks(tenant) -> dict[str, int]:
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        cursor.execute(
+            """SELECT l.lexeme, count(*) FROM retrieval_chunks c CROSS JOIN LATERAL unnest(c.search) l
+                WHERE c.status = 'current' GROUP BY l.lexeme"""
+        )
+        return dict(cursor.fetchall())
+
+
+def _proven(tenant, query: str, acl: list[str], limit: int) -> bool:
+    """Whether the MaxScore statement proved its top without reading every posting."""
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        keys = readable_acl_keys(cursor, tenant_id=tenant.tenant_id, acl=acl)
+        statement = text_arm_statement(
+            cursor, tenant=tenant, query=query, keys=keys, limit=limit, cutoff=None
+        )
+        assert statement is not None
+        cursor.execute(*statement)
+        return all(row[2] for row in cursor.fetchall())
 
 
 def test_a_chunks_postings_follow_its_status_acl_and_deletion(tenant):
@@ -106,9 +141,27 @@ def test_postings_and_acls_honour_row_level_security_across_tenants(tenant, othe
         assert set(ChunkPosting.objects.values_list("chunk_id", flat=True)) == theirs and not theirs & mine
 
 
+def test_each_words_count_follows_its_chunks(tenant, other_tenant):
+    """retrieval_terms counts, per word, the tenant's current chunks that hold it: through indexing,
+    an ACL change (no count moves), a new version (the old one's words leave) and deletion; a word
+    no chunk holds any more has no row; another tenant's counts are its own."""
+    _index(tenant, "policy", "refunds are paid quickly\n\nparcels are insured quickly", ["group:support"])
+    _index(other_tenant, "policy", "refunds everywhere", ["group:support"])
+    assert _term_counts(tenant) == _counted_from_chunks(tenant)
+    assert _term_counts(tenant)["quickly"] == 2 and _term_counts(tenant)["parcels"] == 1
+    document_acl_set(tenant=tenant, document_id="policy", acl=["group:all"], actor="user:test")
+    assert _term_counts(tenant) == _counted_from_chunks(tenant)
+    _index(tenant, "policy", "refunds are paid within thirty days", ["group:support"], version="2")
+    counts = _term_counts(tenant)
+    assert counts == _counted_from_chunks(tenant) and "parcels" not in counts and counts["thirty"] == 1
+    document_delete(tenant=tenant, document_id="policy", actor="user:test")
+    assert _term_counts(tenant) == {}
+    assert _term_counts(other_tenant) == _counted_from_chunks(other_tenant) != {}
+
+
 def test_the_acl_filters_before_the_top_k(tenant):
-    """Three hundred chunks others may read say the words more often than any of the ten the rare
-    principal may read; with a first round of 5 postings a word, it still gets exactly its ten best."""
+    """Three hundred chunks others may read say the words more often than any of the thirteen the rare
+    principal may read; it still gets exactly its ten best."""
     crowd = "\n\n".join(f"refund parcel card refund parcel card {n}" for n in range(100))
     for d in range(3):
         _index(tenant, f"crowd{d}", crowd, ["group:others"])
@@ -120,32 +173,54 @@ def test_the_acl_filters_before_the_top_k(tenant):
     )
     with tenant_scope(tenant.tenant_id):
         assert len(_chunks("mine")) == 13 and Chunk.objects.count() == 313
-        found = text_candidates(
-            tenant=tenant, query="refund parcel card", limit=10, acl=["group:g0"], depth=5
-        )
+        found = text_candidates(tenant=tenant, query="refund parcel card", limit=10, acl=["group:g0"])
         exact = text_candidates(
-            tenant=tenant, query="refund parcel card", limit=10, acl=["group:g0"], depth=None
+            tenant=tenant, query="refund parcel card", limit=10, acl=["group:g0"], exact=True
         )
         assert set(found) <= _chunks("mine") and len(found) == 10
         [best] = Chunk.objects.filter(document_id_text="mine", text__contains="parcel").values_list(
             "id", flat=True
         )
-    assert found == exact == _ts_rank_order(tenant, "refund parcel card", ["group:g0"], 10)
+    assert found == exact == _idf_order(tenant, "refund parcel card", ["group:g0"], 10)
     assert found[0] == best
 
 
-def test_the_text_arm_ranks_as_ts_rank_over_every_readable_match(tenant):
+def test_the_text_arm_ranks_as_idf_weighted_ts_rank_over_every_readable_match(tenant):
+    """Common words (in most chunks) and rare ones (in a few): a query with both is answered from the
+    rare words' postings and proved, one the rare words cannot prove reads every posting, and either
+    way the ranking is the long way's."""
     rng = random.Random(11)
     words = ["refund", "parcel", "late", "city", "oslo", "card", "plan", "phone", "email", "invoice"]
+    rare = ["zebra", "quokka", "narwhal"]
     groups = ["group:a", "group:b", "group:c"]
     for d in range(8):
-        paragraphs = [" ".join(rng.choices(words, k=rng.randint(2, 10))) for _ in range(30)]
+        paragraphs = [
+            " ".join(
+                rng.choices(words, k=rng.randint(2, 10)) + ([rng.choice(rare)] if rng.random() < 0.06 else [])
+            )
+            for _ in range(30)
+        ]
         _index(tenant, f"d{d}", "\n\n".join(paragraphs), sorted(set(rng.sample(groups, rng.randint(1, 2)))))
-    for _ in range(8):
-        query = " ".join(rng.sample(words, 3))
+    counts = _term_counts(tenant)
+    assert all(counts[w] > 24 for w in words) and all(counts[w] < 24 for w in rare if w in counts)
+    for i in range(8):
+        query = " ".join(rng.sample(words, 2) + [rare[i % 3]])
         acl = rng.sample(groups, 1)
-        exact = _ts_rank_order(tenant, query, acl, 30)
         with tenant_scope(tenant.tenant_id):
-            assert text_candidates(tenant=tenant, query=query, limit=30, acl=acl, depth=None) == exact
+            exact = text_candidates(tenant=tenant, query=query, limit=30, acl=acl, exact=True)
+            assert exact == _idf_order(tenant, query, acl, 30)
             assert text_candidates(tenant=tenant, query=query, limit=30, acl=acl) == exact
-            assert text_candidates(tenant=tenant, query=query, limit=10, acl=acl, depth=8) == exact[:10]
+            assert text_candidates(tenant=tenant, query=query, limit=5, acl=acl) == exact[:5]
+    # A few chunks hold a rare word, far more than 5 hold a common one: the 5 best are proved from
+    # the rare word's postings; 30 cannot be (fewer chunks hold it), so every posting is read.
+    assert _proven(tenant, "zebra refund", ["group:a", "group:b", "group:c"], 5)
+    assert not _proven(tenant, "zebra refund", ["group:a", "group:b", "group:c"], 30)
+    with tenant_scope(tenant.tenant_id):
+        everyone = ["group:a", "group:b", "group:c"]
+        for limit in (5, 30):
+            assert text_candidates(
+                tenant=tenant, query="zebra refund", limit=limit, acl=everyone
+            ) == _idf_order(tenant, "zebra refund", everyone, limit)
+        # A chunk with the rare word ranks above every chunk with only the common one.
+        first = text_candidates(tenant=tenant, query="zebra refund", limit=1, acl=everyone)
+        assert Chunk.objects.get(id=first[0]).text.count("zebra") >= 1

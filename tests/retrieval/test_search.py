@@ -352,13 +352,13 @@ def test_outside_a_transaction_the_vector_arm_runs_on_a_connection_of_its_own(te
 
     monkeypatch.setattr(search, "vector_arm", watched)
     callers: list[int] = []
-    terms = search.query_terms
+    weights = search.query_weights
 
-    def caller_terms(cursor, words):
+    def caller_weights(cursor, tenant_id, words):
         callers.append(connection.connection.info.backend_pid)
-        return terms(cursor, words)
+        return weights(cursor, tenant_id, words)
 
-    monkeypatch.setattr(search, "query_terms", caller_terms)
+    monkeypatch.setattr(search, "query_weights", caller_weights)
     query = "refund the parcel by phone"
     kwargs = {
         "tenant": tenant,
