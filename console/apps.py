@@ -21,7 +21,7 @@ class ConsoleConfig(AppConfig):
                 tenant_sql="t.tenant_id = %(tenant)s",
                 erased_by="console",
                 what="console_audit_log.note: staff notes on the subject's runs, approvals and operations, "
-                "or holding the subject's id or text (the entry itself stays as evidence)",
+                "or holding the subject's id or a distinctive text of theirs (the entry itself stays as evidence)",
             )
         )
         for column, kind in (("details", "json"), ("target_id", "text")):

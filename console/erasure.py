@@ -2,7 +2,7 @@
 
 The audit entry itself (who did what to which object, when) stays: it is evidence. Its note is the
 subject's data when it was written about one of the subject's runs, approvals or operations, or when
-it holds the subject's id or text; the trigger of migration 0003 lets erasure blank exactly that.
+it holds the subject's id or a distinctive text of theirs; the trigger of migration 0003 lets erasure blank exactly that.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from console.models import AuditEntry
-from core.erasure import Scope
+from core.erasure import Scope, distinctive
 from core.tenancy import tenant_scope
 from runs.conversations.erasure import ERASED, Redactor
 from runs.engine.models import Approval, ToolOperation
@@ -23,7 +23,10 @@ class AuditNotesEraser:
         return Scope(tenant_id=tenant_id, subject_id=subject_id)  # the runs eraser finds the runs
 
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
-        redact = Redactor(scope.subject_id, scope.values)
+        # A note on another object is the subject's only when it names them: their id, or a text
+        # distinctive enough to be theirs (the scan's rule outside the subject's rows). The same
+        # word in another customer's note ("conversation", "Ada") is that customer's.
+        elsewhere = Redactor(scope.subject_id, tuple(v for v in scope.values if distinctive(v)))
         runs = [str(r) for r in scope.run_ids]
         with tenant_scope(scope.tenant_id):
             targets = (
@@ -46,7 +49,7 @@ class AuditNotesEraser:
                 AuditEntry.objects.filter(tenant_id=scope.tenant_id).exclude(note="").exclude(note=ERASED)
             )
             for entry in entries.only("id", "note", "details", "target_type", "target_id").iterator():
-                if (entry.target_type, entry.target_id) in targets or redact.hit(entry.note):
+                if (entry.target_type, entry.target_id) in targets or elsewhere.hit(entry.note):
                     AuditEntry.objects.filter(pk=entry.pk).update(
                         note=ERASED, details={**entry.details, "note_erased_by": str(request_id)}
                     )

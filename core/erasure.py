@@ -36,6 +36,9 @@ FREE_TEXT_MIN_CHARS = 4
 # written without spaces (Chinese, Japanese, Korean) have no words to match whole: a value made of
 # their characters is matched inside longer text from MIN_VALUE_CHARS (王芳 in 客户王芳要求退款).
 VALUE_SUBSTRING_CHARS = 8
+# A machine code ("awaiting_input", "conversation", "delivered"): what a workflow, status or reason
+# field holds, nobody's personal data.
+CODE = re.compile(r"[a-z][a-z0-9_.:-]*")
 _UNSPACED_CHARS = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _UNSPACED = re.compile(f"[{_UNSPACED_CHARS}]+")
 

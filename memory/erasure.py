@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
+    CODE,
     MIN_VALUE_CHARS,
     Place,
     Scope,
@@ -206,14 +207,18 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
 
 
 def _texts(value: Any) -> list[str]:
-    """The strings inside an erased value, to search the other stores for. Iterative: a hostile value
-    may be nested deeper than Python recurses."""
+    """The strings inside an erased value, to search the other stores for: a plain value whole (a
+    fact kept about the person: 王芳, Ada), and inside a structured one every string but machine codes
+    (an episode's {"workflow": "conversation"} names no one). Iterative: a hostile value may be nested
+    deeper than Python recurses."""
+    if isinstance(value, str):
+        return [value] if len(value) >= MIN_VALUE_CHARS else []
     found: list[str] = []
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if len(item) >= MIN_VALUE_CHARS:  # what Keeper kept about the person: 王芳, Ada
+            if len(item) >= MIN_VALUE_CHARS and not CODE.fullmatch(item):
                 found.append(item)
         elif isinstance(item, dict):
             stack.extend(reversed(list(item.values())))

@@ -25,6 +25,7 @@ from uuid import UUID
 
 from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
+    CODE,
     IDENTIFIER_SUBSTRING_CHARS,
     MIN_VALUE_CHARS,
     Place,
@@ -131,10 +132,6 @@ class Redactor:
 
     def ident(self, value: Any) -> Any:
         return erased_id(value) if isinstance(value, str) and self.hit(value) else self(value)
-
-
-# A machine code ("awaiting_input", "approval_required"): what an event's "reason" usually holds.
-CODE = re.compile(r"[a-z][a-z0-9_.:-]*")
 
 
 def _free_texts(value: Any, under_key: bool = False, *, codes: bool = True) -> list[str]:

@@ -12,8 +12,9 @@ from uuid import UUID
 
 from django.db import connection
 
-from core.erasure import Place, Scope, column_place, free_register, free_text_value, place_register
+from core.erasure import CODE, Place, Scope, column_place, free_register, free_text_value, place_register
 from core.tenancy import tenant_scope
+from runs.conversations.erasure import ERASED
 
 TABLES = ("langgraph_checkpoints", "langgraph_blobs", "langgraph_writes")
 _IN_TENANT = "t.tenant_id = %(tenant)s"
@@ -42,19 +43,28 @@ def _json(value: Any) -> Any:
 
 
 def _texts(value: Any) -> list[str]:
-    """Every string in the value but the interrupts' ids (iterative: a value may be nested deep)."""
+    """The strings of a person's answer or note (iterative: a value may be nested deep), but machine
+    codes (an answer "approve" is a decision) and what an erasure already wrote there."""
     found: list[str] = []
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            if free_text_value(item):
+            if free_text_value(item) and item != ERASED and not CODE.fullmatch(item):
                 found.append(item)
         elif isinstance(item, list):
             stack.extend(item)
         elif isinstance(item, dict):
-            stack.extend(v for k, v in item.items() if k != "id")
+            stack.extend(item.values())
     return found
+
+
+def _asked(interrupts: Any) -> list[str]:
+    """What the graph asked in words: the texts of its interrupts' values that are sentences or hold
+    a letter outside ASCII (the question, what the customer said, 王芳). Codes and identifiers it
+    showed beside them (an order's status, its id, a currency) are the graph's data: erased with the
+    event, and elsewhere left as any run's data is."""
+    return [t for t in _texts(interrupts) if " " in t.strip() or not t.isascii()]
 
 
 class LangGraphEraser:
@@ -70,7 +80,11 @@ class LangGraphEraser:
             # What the threads' graphs asked a person, and what the person answered (their events):
             # texts the runs eraser then redacts wherever the subject's runs hold them.
             cursor.execute(_ASKED_AND_ANSWERED, {"tenant": tenant_id, "runs": list(run_ids)})
-            values = {text for (payload,) in cursor.fetchall() for text in _texts(_json(payload))}
+            values = set()
+            for (payload,) in cursor.fetchall():
+                said = _json(payload)
+                asked = [i.get("value") for i in said.get("asked") or [] if isinstance(i, dict)]
+                values.update(_asked(asked), _texts(said.get("answer")), _texts(said.get("note")))
         return Scope(
             tenant_id=tenant_id, subject_id=subject_id, run_ids=run_ids, values=tuple(sorted(values))
         )

@@ -25,6 +25,7 @@ NOT_IN_ADMIN = {
     "runs.langgraphwrite",
     "memory.memoryposting",
     "retrieval.chunkposting",
+    "retrieval.chunkterm",
 }
 KEEPER_APPS = {"core", "runs", "memory", "retrieval", "console", "sandbox"}
 

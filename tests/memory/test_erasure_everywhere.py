@@ -4,6 +4,7 @@ still verifies and replays, and an unfinished run is refused with `subject_erase
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -601,3 +602,48 @@ def test_a_staff_note_about_the_subject_is_blanked_and_the_audit_entry_stays(ten
             AuditEntry.objects.filter(pk=bystander.pk).update(**change)
     with pytest.raises(DatabaseError), transaction.atomic():
         AuditEntry.objects.filter(pk=bystander.pk).delete()
+
+
+def test_erasure_blanks_no_other_customers_note_and_keeps_the_codes_of_an_episode(tenant):
+    """The erased subject's memory holds an episode ({"workflow": "conversation", ...}) and a short
+    name: another customer's notes that use the same word or name stay as written, a note on the
+    subject's run or naming their id is blanked, and the subject's runs keep their workflow's name."""
+    subject = "cust-zoe-31"
+    run = _subject_with_data(tenant, subject)
+    other = _subject_with_data(tenant, "cust-ada-32")
+    memory_remember(
+        tenant=tenant,
+        subject_id=subject,
+        namespace="episodes",
+        key="last_conversation",
+        value={"workflow": "conversation", "outcome": "answered", "summary": "asked where the parcel is"},
+        provenance=said(run_id=str(run.run_id), seq=2),
+    )
+    memory_remember(
+        tenant=tenant,
+        subject_id=subject,
+        namespace="profile",
+        key="name",
+        value="Ada",
+        provenance=said(run_id=str(run.run_id), seq=2),
+    )
+
+    def note(target: str, text: str) -> AuditEntry:
+        return AuditEntry.objects.create(
+            actor="user:ana", tenant=tenant, action="cancel", target_type="run", target_id=target, note=text
+        )
+
+    kept = [
+        note(str(other.run_id), "conversation closed by the agent, customer happy"),
+        note(str(other.run_id), "the other Ada asked to close this"),
+        note("x", "customer says it was delivered broken"),
+    ]
+    blanked = [note(str(run.run_id), "closed, Ada agreed"), note("y", f"merged into {subject}")]
+    request = erasure_request_create(tenant=tenant, subject_id=subject, requested_by="t")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt["clean"], done.error
+    assert [AuditEntry.objects.get(pk=e.pk).note for e in kept] == [e.note for e in kept]
+    assert [AuditEntry.objects.get(pk=e.pk).note for e in blanked] == ["[erased]", "[erased]"]
+    with tenant_scope(tenant.tenant_id):
+        started = AgentEvent.objects.get(run=run, seq=1).payload
+    assert "conversation" in json.dumps(started)  # the workflow's name is no one's text

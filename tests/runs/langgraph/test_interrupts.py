@@ -13,6 +13,7 @@ from langgraph.types import Command
 
 from core.errors import ApplicationError
 from runs.engine.models import AgentEvent, AgentRun
+from runs.engine.runs import run_start
 from runs.langgraph.example import GRAPH, support_graph, support_thread_start
 from runs.langgraph.interrupts import answered_redispatch, interrupt_answer, thread_interrupt_get
 from runs.langgraph.saver import KeeperSaver
@@ -323,3 +324,31 @@ def test_the_example_graph_runs_with_a_keeper_store_in_its_own_process(tenant) -
     finally:
         saver.close()
         store.close()
+
+
+def test_erasure_leaves_the_codes_the_graph_showed_and_a_retry_is_clean(tenant) -> None:
+    """What the graph showed beside its question (the order's status "delivered", its id) is the
+    graph's data, not the subject's text: another run of the subject keeps it, including a key named
+    after it ("delivered_at"), the receipt is clean, and erasing again is clean too."""
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    run = _start(tenant, "t-codes", subject_id="cust-codes-9")
+    asked = AgentEvent.objects.get(run=run, event_type="langgraph_interrupt").payload["interrupts"][0]
+    assert asked["value"]["order"]["state"] == "delivered"  # shown beside the question
+    order = {"order_id": "A-1001", "state": "delivered", "delivered_at": "2026-11-02", "currency": "EUR"}
+    other = run_start(
+        tenant=tenant, workflow_name="conversation", input={"order": order}, actor="t", subject="cust-codes-9"
+    ).run
+    interrupt_answer(
+        tenant_id=tenant.tenant_id, run_id=run.run_id, answer="approve", actor="user:sam", note="Ada"
+    )
+    for attempt in range(2):
+        request = erasure_request_create(
+            tenant=tenant, subject_id="cust-codes-9", requested_by="user:compliance"
+        )
+        done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+        assert done.status == "completed" and done.receipt["clean"], (attempt, done.error)
+        assert AgentRun.objects.get(run_id=other.run_id).state["order"] == order
+    assert "Order A-1001 arrived broken" not in json.dumps(
+        [e.payload for e in AgentEvent.objects.filter(run=run)]
+    )
