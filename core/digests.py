@@ -58,3 +58,21 @@ def keyed_digest(value: Any) -> str:
         raise ImproperlyConfigured("KEEPER_DIGEST_KEY is not set")
     mac = hmac.new(key.encode(), canonical_json(value).encode(), hashlib.sha256)
     return "hmac-sha256:" + mac.hexdigest()
+
+
+# How deep a JSON body may nest. Agents' inputs, messages and memory values are a few levels deep;
+# a body nested hundreds of levels deep overflowed Python's recursion (a 500) or, stored, every later
+# walk over the run's state (a run that could never be resumed).
+MAX_JSON_DEPTH = 64
+
+
+def json_depth_over(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a parsed JSON value nests deeper than `limit` arrays and objects (iteratively)."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return False

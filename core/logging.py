@@ -74,11 +74,17 @@ def query_redact(query: str) -> str:
 # A subject's id in a path (`/api/v1/memory/subjects/<subject>/memory.md`), percent-encoded or not:
 # all of it up to the last `/memory.md` (a decoded id may hold "/"), else the segment after `/subjects/`.
 SUBJECT_SEGMENT = re.compile(r"(/subjects/)(?:[^?\s]*(?=/memory\.md)|[^/?\s]+)")
+# A document's id (`/api/v1/retrieval/documents/<id>/`, `.../<id>/acl`), which may name a person
+# ("transcript-王芳") and hold "/": all of it up to the route's own end.
+DOCUMENT_SEGMENT = re.compile(
+    r"(/retrieval/documents/)(?:[^?\s]*(?=/acl(?:[?\s]|$))|[^?\s]*(?=/(?:[?\s]|$))|[^?\s]+)"
+)
 
 
 def path_redact(path: str) -> str:
-    """`/api/v1/memory/subjects/c-1/memory.md` -> `/api/v1/memory/subjects/*/memory.md`."""
-    return SUBJECT_SEGMENT.sub(r"\1*", path)
+    """`/api/v1/memory/subjects/c-1/memory.md` -> `/api/v1/memory/subjects/*/memory.md`, and a
+    document's id the same way."""
+    return DOCUMENT_SEGMENT.sub(r"\1*", SUBJECT_SEGMENT.sub(r"\1*", path))
 
 
 def request_line_redact(line: str) -> str:

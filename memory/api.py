@@ -105,12 +105,12 @@ MEMORY_HITS = inline_serializer(
 
 class MemoryItemsApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        subject_id = serializers.CharField(max_length=200, trim_whitespace=False)
-        namespace = serializers.CharField(max_length=200)
-        key = serializers.CharField(max_length=200)
+        subject_id = StrictCharField(max_length=200, trim_whitespace=False)
+        namespace = StrictCharField(max_length=200)
+        key = StrictCharField(max_length=200)
         value = serializers.JSONField()
         provenance = serializers.DictField()
         confidence = serializers.FloatField(required=False, allow_null=True, default=None)
@@ -119,11 +119,11 @@ class MemoryItemsApi(APIView):
         )  # none: from the provenance (memory/consent.py consent_default)
 
     class FilterSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        subject_id = serializers.CharField(max_length=200, trim_whitespace=False)
-        namespace = serializers.CharField(max_length=200, required=False)
+        subject_id = StrictCharField(max_length=200, trim_whitespace=False)
+        namespace = StrictCharField(max_length=200, required=False)
 
     @extend_schema(
         summary="Remember a fact about a subject",
@@ -170,7 +170,7 @@ class MemoryItemsApi(APIView):
 
 class MemoryItemSupersedeApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
         value = serializers.JSONField()
@@ -201,10 +201,10 @@ class MemoryItemSupersedeApi(APIView):
 
 class MemoryItemInvalidateApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        reason = serializers.CharField(max_length=500)
+        reason = StrictCharField(max_length=500)
 
     @extend_schema(
         summary="Invalidate a fact",
@@ -229,11 +229,11 @@ class MemoryItemInvalidateApi(APIView):
 
 class MemorySearchApi(APIView):
     class FilterSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        query = serializers.CharField(max_length=2000)
-        subject_id = serializers.CharField(max_length=200, trim_whitespace=False, required=False)
+        query = StrictCharField(max_length=2000)
+        subject_id = StrictCharField(max_length=200, trim_whitespace=False, required=False)
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
 
     class InputSerializer(FilterSerializer):
@@ -296,10 +296,10 @@ class MemorySearchApi(APIView):
 
 class ErasureRequestsApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        subject_id = serializers.CharField(max_length=200, trim_whitespace=False)
+        subject_id = StrictCharField(max_length=200, trim_whitespace=False)
 
     @extend_schema(
         summary="Erase everything about a subject (asynchronous)",
@@ -341,17 +341,17 @@ class MemoryWriteApi(APIView):
     """The write_memory tool of external agents: one claim or a free text note, with its source."""
 
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        subject_id = serializers.CharField(max_length=200, trim_whitespace=False)
-        text = serializers.CharField(max_length=4000, required=False)
-        namespace = serializers.CharField(max_length=200, required=False)
-        key = serializers.CharField(max_length=200, required=False)
+        subject_id = StrictCharField(max_length=200, trim_whitespace=False)
+        text = StrictCharField(max_length=4000, required=False)
+        namespace = StrictCharField(max_length=200, required=False)
+        key = StrictCharField(max_length=200, required=False)
         value = serializers.JSONField(required=False)
-        source = serializers.CharField(max_length=500)  # type: ignore[assignment]  # the field named "source"
+        source = StrictCharField(max_length=500)  # type: ignore[assignment]  # the field named "source"
         consent_basis = serializers.ChoiceField(choices=CONSENT_BASES)
-        run_id = serializers.CharField(max_length=64, required=False, allow_null=True, default=None)
+        run_id = StrictCharField(max_length=64, required=False, allow_null=True, default=None)
         event_seq = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=0)
 
     @extend_schema(
@@ -386,10 +386,10 @@ class MemoryFileApi(APIView):
     """A subject's MEMORY.md: GET renders it, PUT writes an edited one back as claims."""
 
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        content = serializers.CharField(max_length=200_000, allow_blank=True, trim_whitespace=False)
+        content = StrictCharField(max_length=200_000, allow_blank=True, trim_whitespace=False)
         consent_basis = serializers.ChoiceField(choices=CONSENT_BASES, default="explicit")
 
     @extend_schema(
@@ -447,10 +447,10 @@ class MemoryFileApi(APIView):
 
 class MemoryPendingConfirmApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        subject_id = serializers.CharField(max_length=200, trim_whitespace=False, required=False)
+        subject_id = StrictCharField(max_length=200, trim_whitespace=False, required=False)
 
     @extend_schema(
         summary="The subject confirms an inferred claim: it becomes memory (consent basis explicit)",

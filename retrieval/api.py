@@ -17,14 +17,15 @@ from django.core.files.uploadedfile import UploadedFile
 from django.utils.datastructures import MultiValueDict
 from drf_spectacular.utils import OpenApiExample, extend_schema, inline_serializer
 from rest_framework import serializers
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import TenantParameterSerializer, error_responses
+from core.api import StrictCharField, TenantParameterSerializer, error_responses
 from core.api_auth import request_actor, request_run_tenant, request_tenant
 from core.errors import InvalidInput
+from core.parsers import JSONParser
 from core.tenancy import tenant_scope
 from retrieval.models import Document, Invalidation, RetrievalSnapshot
 from retrieval.search import retrieval_search, snapshot_get, snapshot_replay
@@ -68,7 +69,7 @@ class DocumentOutputSerializer(serializers.ModelSerializer):
 
 
 class InvalidationOutputSerializer(serializers.ModelSerializer):
-    document_id = serializers.CharField(source="document_id_text", allow_null=True)
+    document_id = StrictCharField(source="document_id_text", allow_null=True)
 
     class Meta:
         model = Invalidation
@@ -97,10 +98,10 @@ INDEXED = inline_serializer(
 SNAPSHOT = inline_serializer(
     "RetrievalSnapshot",
     {
-        "retrieval_snapshot_id": serializers.CharField(),
-        "query_digest": serializers.CharField(),
+        "retrieval_snapshot_id": StrictCharField(),
+        "query_digest": StrictCharField(),
         "index_version": serializers.JSONField(),
-        "acl_principal": serializers.CharField(),
+        "acl_principal": StrictCharField(),
         "run_id": serializers.UUIDField(allow_null=True),
         "created_at": serializers.DateTimeField(),
         "hits": serializers.ListField(child=serializers.DictField()),
@@ -133,21 +134,21 @@ class DocumentsApi(APIView):
     parser_classes = [JSONParser, MultiPartParser, FormParser]
 
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        document_id = serializers.CharField(max_length=200)
-        source_uri = serializers.CharField(max_length=2000)
-        source_version = serializers.CharField(max_length=200)
+        document_id = StrictCharField(max_length=200)
+        source_uri = StrictCharField(max_length=2000)
+        source_version = StrictCharField(max_length=200)
         media_type = serializers.ChoiceField(choices=MEDIA_TYPES, required=False)
-        title = serializers.CharField(max_length=500, required=False, default="")
-        acl = serializers.ListField(child=serializers.CharField(max_length=210), max_length=1000)
-        text = serializers.CharField(required=False, trim_whitespace=False, allow_blank=True, allow_null=True)
-        content_base64 = serializers.CharField(required=False, allow_null=True)
+        title = StrictCharField(max_length=500, required=False, default="")
+        acl = serializers.ListField(child=StrictCharField(max_length=210), max_length=1000)
+        text = StrictCharField(required=False, trim_whitespace=False, allow_blank=True, allow_null=True)
+        content_base64 = StrictCharField(required=False, allow_null=True)
         wait = serializers.BooleanField(required=False, default=False)
 
     class FilterSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
 
@@ -229,7 +230,7 @@ class DocumentDetailApi(APIView):
         responses={
             200: inline_serializer(
                 "DocumentDeleted",
-                {"document_id": serializers.CharField(), "chunks_deleted": serializers.IntegerField()},
+                {"document_id": StrictCharField(), "chunks_deleted": serializers.IntegerField()},
             ),
             **error_responses(409),
         },
@@ -242,10 +243,10 @@ class DocumentDetailApi(APIView):
 
 class DocumentAclApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        acl = serializers.ListField(child=serializers.CharField(max_length=210), max_length=1000)
+        acl = serializers.ListField(child=StrictCharField(max_length=210), max_length=1000)
 
     @extend_schema(
         summary="Replace a document's ACL",
@@ -273,19 +274,17 @@ class DocumentAclApi(APIView):
 
 PRINCIPAL = inline_serializer(
     "Principal",
-    {"principal": serializers.CharField(), "groups": serializers.ListField(child=serializers.CharField())},
+    {"principal": StrictCharField(), "groups": serializers.ListField(child=StrictCharField())},
 )
 
 
 class PrincipalsApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        principal = serializers.CharField(max_length=210)
-        groups = serializers.ListField(
-            child=serializers.CharField(max_length=210), max_length=1000, default=list
-        )
+        principal = StrictCharField(max_length=210)
+        groups = serializers.ListField(child=StrictCharField(max_length=210), max_length=1000, default=list)
 
     @extend_schema(
         summary="Set a principal's groups",
@@ -326,11 +325,11 @@ class PrincipalDetailApi(APIView):
 
 class SearchApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        principal = serializers.CharField(max_length=210)
-        query = serializers.CharField(max_length=4000)
+        principal = StrictCharField(max_length=210)
+        query = StrictCharField(max_length=4000)
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
         run_id = serializers.UUIDField(required=False, allow_null=True, default=None)
 

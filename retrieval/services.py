@@ -298,7 +298,8 @@ def document_embed(*, tenant: Tenant, document_pk: Any, embedder: Embedder | Non
                     status=DocumentStatus.INDEXED, indexed_at=timezone.now(), index_version=generation
                 )
                 if updated:
-                    logger.info("document %s indexed (%s chunks embedded)", document.document_id, done)
+                    # By its row's key: a document's id may name a person ("transcript-王芳").
+                    logger.info("document #%s indexed (%s chunks embedded)", document_pk, done)
         if not batch:
             if done and chunk_index_wanted(tenant, embedder.dimensions):
                 task_send(

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import error_responses
+from core.api import StrictCharField, error_responses
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
 from core.roles import ENGINEER, user_roles
 from runs.engine.forks import run_fork, run_rewind
@@ -22,7 +22,7 @@ from runs.engine.selectors import run_events, run_get, run_page
 
 
 class RunOutputSerializer(serializers.ModelSerializer):
-    tenant = serializers.CharField(source="tenant.slug")
+    tenant = StrictCharField(source="tenant.slug")
 
     class Meta:
         model = AgentRun
@@ -109,11 +109,11 @@ RUNS_PAGE = inline_serializer(
 
 class RunStartApi(APIView):
     class FilterSerializer(serializers.Serializer):
-        tenant = serializers.CharField(max_length=64, required=False, allow_blank=True)
+        tenant = StrictCharField(max_length=64, required=False, allow_blank=True)
         status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
-        workflow = serializers.CharField(max_length=200, required=False)
-        subject = serializers.CharField(max_length=200, trim_whitespace=False, required=False)
-        idempotency_key = serializers.CharField(max_length=200, required=False)
+        workflow = StrictCharField(max_length=200, required=False)
+        subject = StrictCharField(max_length=200, trim_whitespace=False, required=False)
+        idempotency_key = StrictCharField(max_length=200, required=False)
         order = serializers.ChoiceField(
             choices=["updated", "created"],
             default="updated",
@@ -137,13 +137,13 @@ class RunStartApi(APIView):
             return data
 
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        workflow = serializers.CharField(max_length=200)
-        workflow_version = serializers.CharField(max_length=50, required=False)
+        workflow = StrictCharField(max_length=200)
+        workflow_version = StrictCharField(max_length=50, required=False)
         input = serializers.JSONField()
-        subject = serializers.CharField(max_length=200, trim_whitespace=False, required=False, default="")
+        subject = StrictCharField(max_length=200, trim_whitespace=False, required=False, default="")
 
     @extend_schema(
         summary="Start a run (idempotent with an Idempotency-Key header)",
@@ -253,7 +253,7 @@ class RunEventsApi(APIView):
 
 
 class NoteInputSerializer(serializers.Serializer):
-    note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class RunCancelApi(APIView):
@@ -290,7 +290,7 @@ class RunForkApi(APIView):
     class InputSerializer(serializers.Serializer):
         at_seq = serializers.IntegerField(min_value=1)
         start = serializers.BooleanField(required=False, default=True)
-        note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+        note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     @extend_schema(
         summary="Fork a run at an event",
@@ -309,7 +309,7 @@ class RunForkApi(APIView):
 class RunRewindApi(APIView):
     class InputSerializer(serializers.Serializer):
         to_seq = serializers.IntegerField(min_value=1)
-        note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+        note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     @extend_schema(
         summary="Rewind a run to an event (as a new run)",
@@ -329,17 +329,17 @@ ACCEPTED_STATE = inline_serializer(
     "AcceptedState",
     {
         "run": RunOutputSerializer(),
-        "refused_code": serializers.CharField(),
-        "digest_before": serializers.CharField(),
-        "digest_after": serializers.CharField(),
+        "refused_code": StrictCharField(),
+        "digest_before": StrictCharField(),
+        "digest_after": StrictCharField(),
     },
 )
 
 
 class RunAcceptStateApi(APIView):
     class InputSerializer(serializers.Serializer):
-        note = serializers.CharField(max_length=2000)
-        state_digest = serializers.CharField(max_length=200, required=False)
+        note = StrictCharField(max_length=2000)
+        state_digest = StrictCharField(max_length=200, required=False)
 
     @extend_schema(
         summary="Accept the changed state a resume was refused for (engineers; a note is required)",

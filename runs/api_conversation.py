@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import error_responses
+from core.api import StrictCharField, error_responses
 from core.api_auth import request_actor
 from runs.api import EVENTS_PAGE, EventOutputSerializer, run_for_request
 from runs.conversations.context import context_build
@@ -22,10 +22,10 @@ from runs.engine.models import AgentEvent
 class RunMessagesApi(APIView):
     class InputSerializer(serializers.Serializer):
         type = serializers.ChoiceField(choices=CONVERSATION_EVENTS)
-        client_message_id = serializers.CharField(max_length=200)
+        client_message_id = StrictCharField(max_length=200)
         content = serializers.JSONField(required=False)
-        call_id = serializers.CharField(max_length=200, required=False)
-        tool = serializers.CharField(max_length=200, required=False)
+        call_id = StrictCharField(max_length=200, required=False)
+        tool = StrictCharField(max_length=200, required=False)
         arguments = serializers.JSONField(required=False)
         is_error = serializers.BooleanField(required=False, default=False)
 
@@ -98,10 +98,10 @@ class RunSessionApi(APIView):
 
 class RunContextApi(APIView):
     class FilterSerializer(serializers.Serializer):
-        model = serializers.CharField(max_length=100, required=False)
-        query = serializers.CharField(max_length=2000, required=False, default="")
+        model = StrictCharField(max_length=100, required=False)
+        query = StrictCharField(max_length=2000, required=False, default="")
         # Searches the retrieval index as this user (its ACL); the hits come with a snapshot id.
-        principal = serializers.CharField(max_length=210, required=False, allow_null=True, default=None)
+        principal = StrictCharField(max_length=210, required=False, allow_null=True, default=None)
 
     @extend_schema(
         summary="Build the context of a run's next model call",

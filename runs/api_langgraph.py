@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import error_responses
+from core.api import StrictCharField, error_responses
 from core.api_auth import request_actor
 from runs.api import run_for_request
 from runs.engine.errors import RunNotFound
@@ -20,48 +20,48 @@ from runs.langgraph.interrupts import interrupt_answer, thread_interrupt_get
 
 class AnswerOutputSerializer(serializers.Serializer):
     run_id = serializers.UUIDField()
-    thread_id = serializers.CharField()
+    thread_id = StrictCharField()
     seq = serializers.IntegerField(help_text="The seq of the langgraph_interrupt_answered event")
-    checkpoint_id = serializers.CharField()
-    interrupt_id = serializers.CharField()
+    checkpoint_id = StrictCharField()
+    interrupt_id = StrictCharField()
     answer = serializers.JSONField(source="value")
-    answered_by = serializers.CharField(source="actor")
-    graph = serializers.CharField(help_text="The registered graph a worker resumes; empty: the caller's")
+    answered_by = StrictCharField(source="actor")
+    graph = StrictCharField(help_text="The registered graph a worker resumes; empty: the caller's")
     created = serializers.BooleanField(help_text="False: this interrupt had been answered already")
 
 
 class QuestionSerializer(serializers.Serializer):
-    interrupt_id = serializers.CharField()
+    interrupt_id = StrictCharField()
     value = serializers.JSONField(help_text="What the graph passed to interrupt()")
 
 
 class GivenSerializer(serializers.Serializer):
-    interrupt_id = serializers.CharField()
+    interrupt_id = StrictCharField()
     seq = serializers.IntegerField(help_text="The seq of the langgraph_interrupt_answered event")
     answer = serializers.JSONField(source="value")
-    answered_by = serializers.CharField(source="actor")
+    answered_by = StrictCharField(source="actor")
 
 
 class QuestionsOutputSerializer(serializers.Serializer):
     run_id = serializers.UUIDField()
-    thread_id = serializers.CharField()
-    checkpoint_id = serializers.CharField(help_text="The interrupted checkpoint; empty: none")
-    waiting = serializers.CharField(source="reason", help_text="langgraph_interrupt: a person must answer")
+    thread_id = StrictCharField()
+    checkpoint_id = StrictCharField(help_text="The interrupted checkpoint; empty: none")
+    waiting = StrictCharField(source="reason", help_text="langgraph_interrupt: a person must answer")
     open = QuestionSerializer(
         many=True,
         source="asked",
         help_text="Unanswered questions, one per interrupting task of the superstep",
     )
     answered = GivenSerializer(many=True, source="answers")
-    graph = serializers.CharField()
+    graph = StrictCharField()
 
 
 class LangGraphAnswerApi(APIView):
     class InputSerializer(serializers.Serializer):
         answer = serializers.JSONField(help_text="The Command(resume=...) value: any JSON but null")
-        checkpoint_id = serializers.CharField(max_length=200, required=False)
-        interrupt_id = serializers.CharField(max_length=200, required=False)
-        note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+        checkpoint_id = StrictCharField(max_length=200, required=False)
+        interrupt_id = StrictCharField(max_length=200, required=False)
+        note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     @extend_schema(
         summary="What a LangGraph thread's interrupts ask: every open question of its superstep",

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import TenantParameterSerializer, error_responses
+from core.api import StrictCharField, TenantParameterSerializer, error_responses
 from core.api_auth import request_actor, request_key, request_tenant
 from core.models import Tenant
 from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
@@ -26,7 +26,7 @@ from runs.engine.versions import VersionRow, WorkflowRow, workflow_versions
 
 
 class ScheduleOutputSerializer(serializers.ModelSerializer):
-    tenant = serializers.CharField(source="tenant.slug")
+    tenant = StrictCharField(source="tenant.slug")
     last_run_status = serializers.SerializerMethodField()
 
     class Meta:
@@ -74,15 +74,13 @@ def _one(request: Request, schedule: WorkflowSchedule) -> Response:
 
 class ScheduleListApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
-            max_length=64, required=False, allow_blank=True
-        )  # with a key: the key's
-        workflow = serializers.CharField(max_length=200)
-        cron = serializers.CharField(max_length=200, required=False, allow_blank=True)
+        tenant = StrictCharField(max_length=64, required=False, allow_blank=True)  # with a key: the key's
+        workflow = StrictCharField(max_length=200)
+        cron = StrictCharField(max_length=200, required=False, allow_blank=True)
         interval_seconds = serializers.IntegerField(required=False, allow_null=True)
         input = serializers.JSONField()
-        subject = serializers.CharField(max_length=200, trim_whitespace=False, required=False, default="")
-        overlap = serializers.CharField(max_length=20, required=False, default=OverlapPolicy.SKIP)
+        subject = StrictCharField(max_length=200, trim_whitespace=False, required=False, default="")
+        overlap = StrictCharField(max_length=20, required=False, default=OverlapPolicy.SKIP)
         enabled = serializers.BooleanField(required=False, default=True)
 
     @extend_schema(
@@ -140,8 +138,8 @@ class ScheduleDetailApi(APIView):
     class PatchSerializer(serializers.Serializer):
         enabled = serializers.BooleanField(required=False)
         input = serializers.JSONField(required=False)
-        overlap = serializers.CharField(max_length=20, required=False)
-        cron = serializers.CharField(max_length=200, required=False)
+        overlap = StrictCharField(max_length=20, required=False)
+        cron = StrictCharField(max_length=200, required=False)
         interval_seconds = serializers.IntegerField(required=False)
 
     @extend_schema(
@@ -181,19 +179,19 @@ class ScheduleDetailApi(APIView):
 
 
 class VersionSerializer(serializers.Serializer):
-    version = serializers.CharField()
+    version = StrictCharField()
     registered = serializers.BooleanField(help_text="its code is registered in this deployment")
     newest = serializers.BooleanField(help_text="new runs start on it")
     runs = serializers.DictField(child=serializers.IntegerField(), help_text="status -> number of runs")
     active = serializers.IntegerField(help_text="running and suspended runs pinned to it")
     safe_to_remove = serializers.BooleanField()
-    drain = serializers.CharField(help_text='"safe to remove", or what still holds it')
+    drain = StrictCharField(help_text='"safe to remove", or what still holds it')
     holding_run_ids = serializers.ListField(child=serializers.UUIDField(), help_text="some of those runs")
 
 
 class WorkflowSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    description = serializers.CharField()
+    name = StrictCharField()
+    description = StrictCharField()
     versions = VersionSerializer(many=True)
 
 

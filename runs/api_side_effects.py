@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import error_responses
+from core.api import StrictCharField, error_responses
 from core.api_auth import request_actor, request_key, request_may_see, request_tenant
 from core.errors import NotFound
 from runs.api import run_for_request
@@ -32,7 +32,7 @@ def _approval_check(request: Request, approval_id: UUID) -> None:
 
 
 class ApprovalOutputSerializer(serializers.ModelSerializer):
-    tenant = serializers.CharField(source="tenant.slug")
+    tenant = StrictCharField(source="tenant.slug")
 
     class Meta:
         model = Approval
@@ -77,7 +77,7 @@ class OperationOutputSerializer(serializers.ModelSerializer):
 class ApprovalListApi(APIView):
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(choices=ApprovalStatus.choices, required=False)
-        tenant = serializers.CharField(max_length=64, required=False, allow_blank=True)
+        tenant = StrictCharField(max_length=64, required=False, allow_blank=True)
         before_created_at = serializers.DateTimeField(required=False)
         before_approval_id = serializers.UUIDField(required=False)
         limit = serializers.IntegerField(min_value=1, max_value=200, default=200)
@@ -130,7 +130,7 @@ class ApprovalListApi(APIView):
 
 
 class ApprovalDecisionInputSerializer(serializers.Serializer):
-    note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
 class ApprovalApproveApi(APIView):
@@ -183,8 +183,8 @@ class RunOperationsApi(APIView):
 class OperationReconcileApi(APIView):
     class InputSerializer(serializers.Serializer):
         outcome = serializers.ChoiceField(choices=RECONCILE_OUTCOMES)
-        note = serializers.CharField(max_length=2000)
-        external_ref = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+        note = StrictCharField(max_length=2000)
+        external_ref = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
         resume = serializers.BooleanField(required=False, default=True)
 
     @extend_schema(

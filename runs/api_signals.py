@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import error_responses
+from core.api import StrictCharField, error_responses
 from core.api_auth import request_actor
 from runs.api import EventOutputSerializer, run_for_request
 from runs.engine.signals import query_read, signal_send
@@ -50,7 +50,7 @@ class RunQueryApi(APIView):
         summary="Read a query a run's workflow declares (a view of its state; changes nothing; 409 query_failed if it breaks)",
         responses={
             200: inline_serializer(
-                "QueryAnswer", {"query": serializers.CharField(), "answer": serializers.JSONField()}
+                "QueryAnswer", {"query": StrictCharField(), "answer": serializers.JSONField()}
             ),
             **error_responses(409),
         },

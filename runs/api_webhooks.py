@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import error_responses
+from core.api import StrictCharField, error_responses
 from core.api_auth import request_actor, request_tenant
 from runs.webhooks.models import EVENT_TYPES, WebhookSubscription
 from runs.webhooks.services import (
@@ -27,7 +27,7 @@ class WebhookSerializer(serializers.ModelSerializer):
 
 
 class WebhookCreatedSerializer(WebhookSerializer):
-    secret = serializers.CharField(help_text="shown once: keep it to verify Keeper-Signature")
+    secret = StrictCharField(help_text="shown once: keep it to verify Keeper-Signature")
 
     class Meta(WebhookSerializer.Meta):
         fields = [*WebhookSerializer.Meta.fields, "secret"]
@@ -35,12 +35,12 @@ class WebhookCreatedSerializer(WebhookSerializer):
 
 class WebhookListApi(APIView):
     class InputSerializer(serializers.Serializer):
-        tenant = serializers.CharField(
+        tenant = StrictCharField(
             required=False, help_text="optional for an API key (its own tenant); staff name one"
         )
-        url = serializers.CharField(max_length=2000, help_text="https endpoint that receives the POSTs")
+        url = StrictCharField(max_length=2000, help_text="https endpoint that receives the POSTs")
         event_types = serializers.ListField(
-            child=serializers.CharField(max_length=100),
+            child=StrictCharField(max_length=100),
             help_text="any of: " + ", ".join(EVENT_TYPES),
         )
 

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import error_responses
+from core.api import StrictCharField, error_responses
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
 from runs.engine.store import OperationRow
 from runs.external import protocol
@@ -64,24 +64,18 @@ class ExternalWorkflowSerializer(serializers.ModelSerializer):
 
 class ExternalWorkflowApi(APIView):
     class InputSerializer(serializers.Serializer):
-        name = serializers.CharField(max_length=200)
-        version = serializers.CharField(max_length=50)
-        steps = serializers.ListField(
-            child=serializers.CharField(max_length=100), min_length=1, max_length=100
-        )
-        tools = serializers.ListField(
-            child=serializers.DictField(child=serializers.CharField()), required=False
-        )
+        name = StrictCharField(max_length=200)
+        version = StrictCharField(max_length=50)
+        steps = serializers.ListField(child=StrictCharField(max_length=100), min_length=1, max_length=100)
+        tools = serializers.ListField(child=serializers.DictField(child=StrictCharField()), required=False)
         input_schema = serializers.JSONField(required=False, allow_null=True)
-        approval_guarded_steps = serializers.ListField(
-            child=serializers.CharField(max_length=100), required=False
-        )
+        approval_guarded_steps = serializers.ListField(child=StrictCharField(max_length=100), required=False)
         signals = serializers.ListField(
-            child=serializers.CharField(max_length=100),
+            child=StrictCharField(max_length=100),
             required=False,
             help_text="names of the signals its runs accept (POST /api/v1/runs/{id}/signals/{name})",
         )
-        description = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+        description = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     @extend_schema(
         summary="Register an external workflow (its steps run in your own workers; idempotent per version)",
@@ -130,10 +124,10 @@ class ExternalWorkflowApi(APIView):
 OPERATION = inline_serializer(
     "WorkerOperation",
     {
-        "operation_id": serializers.CharField(),
-        "idempotency_key": serializers.CharField(),
-        "status": serializers.CharField(),
-        "external_ref": serializers.CharField(allow_null=True),
+        "operation_id": StrictCharField(),
+        "idempotency_key": StrictCharField(),
+        "status": StrictCharField(),
+        "external_ref": StrictCharField(allow_null=True),
         "result": serializers.JSONField(allow_null=True),
         "attempts": serializers.IntegerField(),
     },
@@ -143,16 +137,16 @@ CLAIM = inline_serializer(
     "WorkerClaim",
     {
         "run_id": serializers.UUIDField(),
-        "workflow": serializers.CharField(),
-        "workflow_version": serializers.CharField(),
-        "step": serializers.CharField(),
+        "workflow": StrictCharField(),
+        "workflow_version": StrictCharField(),
+        "step": StrictCharField(),
         "state": serializers.JSONField(),
         "revision": serializers.IntegerField(),
         "attempt": serializers.IntegerField(),
         "lease_epoch": serializers.IntegerField(),
         "lease_expires_at": serializers.DateTimeField(),
-        "lease_token": serializers.CharField(),
-        "verified": serializers.CharField(allow_null=True),
+        "lease_token": StrictCharField(),
+        "verified": StrictCharField(allow_null=True),
         "operations_in_doubt": serializers.ListField(child=serializers.DictField()),
         "signals": serializers.ListField(child=serializers.DictField()),
     },
@@ -161,9 +155,7 @@ CLAIM = inline_serializer(
 
 class WorkerClaimApi(APIView):
     class InputSerializer(serializers.Serializer):
-        workflows = serializers.ListField(
-            child=serializers.CharField(max_length=200), min_length=1, max_length=50
-        )
+        workflows = serializers.ListField(child=StrictCharField(max_length=200), min_length=1, max_length=50)
         wait_seconds = serializers.FloatField(min_value=0, max_value=protocol.MAX_WAIT_S, default=0)
         worker_id = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False, default="worker")
         lease_ttl = serializers.FloatField(min_value=1, max_value=3600, required=False)
@@ -221,16 +213,16 @@ class WorkerClaimApi(APIView):
 
 
 class LeaseInputSerializer(serializers.Serializer):
-    lease_token = serializers.CharField(max_length=2000)
+    lease_token = StrictCharField(max_length=2000)
 
 
 class CommitOutputSerializer(serializers.Serializer):
     run_id = serializers.UUIDField()
     seq = serializers.IntegerField()
     revision = serializers.IntegerField()
-    status = serializers.CharField()
-    next_step = serializers.CharField(allow_null=True)
-    event_type = serializers.CharField()
+    status = StrictCharField()
+    next_step = StrictCharField(allow_null=True)
+    event_type = StrictCharField()
     replayed = serializers.BooleanField(
         help_text="true: this exact commit was already written; this is its answer"
     )
@@ -239,15 +231,15 @@ class CommitOutputSerializer(serializers.Serializer):
 class WorkerCommitApi(WorkerRunApiView):
     class SuspendSerializer(serializers.Serializer):
         reason = serializers.RegexField(r"^[a-z][a-z0-9_]{0,63}$")
-        detail = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
-        step = serializers.CharField(max_length=100, required=False)
+        detail = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
+        step = StrictCharField(max_length=100, required=False)
 
     class CompleteSerializer(serializers.Serializer):
         result = serializers.JSONField(required=False, allow_null=True)
 
     class FailSerializer(serializers.Serializer):
         code = serializers.RegexField(r"^[a-z][a-z0-9_]{0,63}$")
-        detail = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+        detail = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     class SpentSerializer(serializers.Serializer):
         tokens = serializers.IntegerField(min_value=0, default=0)
@@ -257,7 +249,7 @@ class WorkerCommitApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
         expected_revision = serializers.IntegerField(min_value=1)
         state = serializers.JSONField()
-        next_step = serializers.CharField(max_length=100, required=False)
+        next_step = StrictCharField(max_length=100, required=False)
         suspend = serializers.DictField(required=False)
         complete = serializers.DictField(required=False)
         # A body field named like Serializer.fail(); the metaclass moves it to the declared fields.
@@ -392,8 +384,8 @@ def _operation(op: OperationRow) -> dict[str, Any]:
 class WorkerOperationPrepareApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
         operation_id = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,200}$")
-        tool_name = serializers.CharField(max_length=200)
-        tool_contract_version = serializers.CharField(max_length=50)
+        tool_name = StrictCharField(max_length=200)
+        tool_contract_version = StrictCharField(max_length=50)
         request = serializers.DictField()
 
     @extend_schema(
@@ -443,9 +435,9 @@ class WorkerOperationStartedApi(WorkerRunApiView):
 class WorkerOperationOutcomeApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
         outcome = serializers.ChoiceField(choices=protocol.OUTCOMES)
-        external_ref = serializers.CharField(max_length=200, required=False, allow_blank=True)
+        external_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
         result = serializers.JSONField(required=False, allow_null=True)
-        note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+        note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     @extend_schema(
         summary="Report what the outside system answered: succeeded (+external_ref), failed, unknown, not_applied",
@@ -480,9 +472,7 @@ class WorkerOperationOutcomeApi(WorkerRunApiView):
 class WorkerApprovalApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
         request = serializers.DictField()
-        reasons = serializers.ListField(
-            child=serializers.CharField(max_length=200), required=False, default=list
-        )
+        reasons = serializers.ListField(child=StrictCharField(max_length=200), required=False, default=list)
 
     @extend_schema(
         summary="Ask a person to approve this exact request (bound by its digest), or learn their decision",
@@ -496,11 +486,11 @@ class WorkerApprovalApi(WorkerRunApiView):
                 {
                     "verdict": serializers.ChoiceField(choices=["use", "wait", "rejected"]),
                     "approval_id": serializers.UUIDField(),
-                    "status": serializers.CharField(),
-                    "request_digest": serializers.CharField(),
+                    "status": StrictCharField(),
+                    "request_digest": StrictCharField(),
                     "expires_at": serializers.DateTimeField(),
-                    "reason": serializers.CharField(),
-                    "detail": serializers.CharField(),
+                    "reason": StrictCharField(),
+                    "detail": StrictCharField(),
                 },
             ),
             **error_responses(409),

@@ -157,6 +157,12 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "core.api.KeeperAutoSchema",
     "SCHEMA_COERCE_PATH_PK": False,  # the schema names path parameters as the URL map does
     "EXCEPTION_HANDLER": "core.api.exception_handler",
+    # JSON with a bound on nesting (core.parsers.JSONParser), then DRF's own form parsers.
+    "DEFAULT_PARSER_CLASSES": [
+        "core.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Keeper API",

@@ -9,7 +9,7 @@ from uuid import UUID
 
 from django.db import transaction
 
-from core.digests import canonical_json, json_digest
+from core.digests import MAX_JSON_DEPTH, canonical_json, json_depth_over, json_digest
 from core.errors import InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_of_call
@@ -77,6 +77,10 @@ def run_start(
         raise InvalidInput(
             f"idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
             code="invalid_idempotency_key",
+        )
+    if json_depth_over(input):
+        raise InvalidInput(
+            f"input nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays", code="input_too_deep"
         )
     state_encode(input)  # plain JSON, no secrets, bounded: before any workflow rule looks at it
     if workflow.validate_input is not None:

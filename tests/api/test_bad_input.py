@@ -105,6 +105,23 @@ def _assert_error(response, status: int, code: str | None = None) -> None:
         ("post", "/api/v1/operations/-1/reconcile", {"outcome": "applied", "note": "x"}, 404),
         ("get", "/api/v1/approvals/?status=bogus", None, 400),
         ("get", f"/api/v1/runs/{RUN}/events/?limit=", None, 400),
+        # A number where the schema says text is refused, not turned into its digits: erasing subject
+        # "42" because a client sent 42 could not be undone.
+        ("post", "/api/v1/erasure-requests/", {"subject_id": 42}, 400),
+        (
+            "post",
+            "/api/v1/memory/items/",
+            {"subject_id": "c", "namespace": 42, "key": "k", "value": 1, "provenance": {}},
+            400,
+        ),
+        ("post", "/api/v1/retrieval/search/", {"principal": "user:a", "query": 42}, 400),
+        (
+            "post",
+            "/api/v1/retrieval/documents/",
+            {"document_id": -1, "source_uri": "s", "source_version": "1", "acl": [], "text": "t"},
+            400,
+        ),
+        ("post", "/api/v1/runs/", {"workflow": 7, "input": {}}, 400),
     ],
 )
 def test_bad_input_answers_4xx_with_the_error_body_and_writes_nothing(
@@ -137,6 +154,44 @@ def test_malformed_json_and_oversize_bodies_are_refused(tenant, write_key, setti
         client.post("/api/v1/runs/", huge, content_type="application/json"), 413, "request_too_large"
     )
     assert AgentRun.objects.count() == 0
+
+
+@pytest.mark.parametrize("depth", [65, 600, 5000])
+def test_json_nested_too_deep_is_refused_and_writes_nothing(tenant, write_key, depth):
+    """Hundreds of levels overflowed Python's recursion: a 500 from the parser (1,000 levels), or a
+    run created whose every resume then failed (600 levels). More than 64 levels is a 400."""
+    client = key_client(write_key)
+    deep = "[" * depth + "]" * depth
+    for url, body in (
+        ("/api/v1/runs/", '{"workflow": "conversation", "input": {"x": %s}}'),
+        (
+            "/api/v1/memory/items/",
+            '{"subject_id": "c", "namespace": "n", "key": "k", "value": %s, "provenance": {}}',
+        ),
+    ):
+        answer = client.post(url, body % deep, content_type="application/json")
+        _assert_error(answer, 400, "parse_error")
+        assert "nested deeper than 64 levels" in answer.json()["error"]["message"]
+    with tenant_scope(tenant.tenant_id):
+        assert (AgentRun.objects.count(), MemoryItem.objects.count()) == (0, 0)
+
+
+def test_json_64_levels_deep_is_taken(tenant, write_key):
+    client = key_client(write_key)
+    body = '{"workflow": "conversation", "input": {"x": %s}}' % ("[" * 62 + "]" * 62)
+    assert client.post("/api/v1/runs/", body, content_type="application/json").status_code == 201
+
+
+def test_a_run_started_in_process_with_input_too_deep_is_refused(tenant):
+    from core.errors import InvalidInput
+    from runs.engine.runs import run_start
+
+    deep: list = []
+    for _ in range(100):
+        deep = [deep]
+    with pytest.raises(InvalidInput) as refused:
+        run_start(tenant=tenant, workflow_name="conversation", input={"x": deep}, actor="t")
+    assert refused.value.code == "input_too_deep"
 
 
 def test_a_subject_id_is_taken_exactly_as_sent_and_too_long_is_refused(write_key):

@@ -141,3 +141,21 @@ def test_a_django_request_line_comes_out_once_and_without_the_subject_in_its_pat
     lines = [line for line in done.stderr.splitlines() if "Not Found" in line]
     assert len(lines) == 1, done.stderr
     assert "/api/v1/memory/subjects/*/memory.md" in lines[0] and "odile" not in done.stderr
+
+
+def test_a_document_id_in_a_path_is_left_out_of_the_logs():
+    """A document's id may name a person ("transcript-王芳", sent percent-encoded) and hold "/": the
+    routes' paths keep their shape, never the id; the list's own path is left as it is."""
+    from core.logging import path_redact, request_line_redact
+
+    assert path_redact("/api/v1/retrieval/documents/transcript-%E7%8E%8B%E8%8A%B3/") == (
+        "/api/v1/retrieval/documents/*/"
+    )
+    assert (
+        path_redact("/api/v1/retrieval/documents/kb/2026/ada.txt/acl") == "/api/v1/retrieval/documents/*/acl"
+    )
+    assert path_redact("/api/v1/retrieval/documents/transcript-王芳/") == "/api/v1/retrieval/documents/*/"
+    assert path_redact("/api/v1/retrieval/documents/") == "/api/v1/retrieval/documents/"
+    assert request_line_redact("DELETE /api/v1/retrieval/documents/ada/?tenant=acme HTTP/1.1") == (
+        "DELETE /api/v1/retrieval/documents/*/?tenant=* HTTP/1.1"
+    )

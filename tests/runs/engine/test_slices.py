@@ -221,9 +221,11 @@ def test_a_step_that_crashed_in_a_slice_counts_towards_max_attempts(tenant, sett
 
 @pytest.mark.django_db(transaction=True)  # the heartbeat and the thief use connections of their own
 def test_the_heartbeat_keeps_the_lease_through_a_slice_longer_than_its_ttl(tenant, settings):
-    settings.KEEPER_LEASE_TTL = 0.6
+    # A TTL of 1.5 s, not less: with 0.6 s a heartbeat held up a few hundred ms by a loaded machine
+    # (the whole suite on two cores) let the thief in, and the test failed now and then.
+    settings.KEEPER_LEASE_TTL = 1.5
     settings.KEEPER_SLICE_MS = 60_000
-    run = _start(tenant, sleep_s=0.5)  # three steps, 1.5 s in all: more than two lease TTLs
+    run = _start(tenant, sleep_s=1.2)  # three steps, 3.6 s in all: more than two lease TTLs
     stolen: list[object] = []
     done = threading.Event()
 
