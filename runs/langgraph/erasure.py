@@ -80,7 +80,7 @@ class LangGraphEraser:
             # What the threads' graphs asked a person, and what the person answered (their events):
             # texts the runs eraser then redacts wherever the subject's runs hold them.
             cursor.execute(_ASKED_AND_ANSWERED, {"tenant": tenant_id, "runs": list(run_ids)})
-            values = set()
+            values: set[str] = set()
             for (payload,) in cursor.fetchall():
                 said = _json(payload)
                 asked = [i.get("value") for i in said.get("asked") or [] if isinstance(i, dict)]

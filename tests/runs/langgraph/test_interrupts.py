@@ -347,7 +347,10 @@ def test_erasure_leaves_the_codes_the_graph_showed_and_a_retry_is_clean(tenant) 
             tenant=tenant, subject_id="cust-codes-9", requested_by="user:compliance"
         )
         done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
-        assert done.status == "completed" and done.receipt["clean"], (attempt, done.error)
+        assert done.status == "completed" and done.receipt is not None and done.receipt["clean"], (
+            attempt,
+            done.error,
+        )
         assert AgentRun.objects.get(run_id=other.run_id).state["order"] == order
     assert "Order A-1001 arrived broken" not in json.dumps(
         [e.payload for e in AgentEvent.objects.filter(run=run)]
