@@ -102,6 +102,15 @@ class StrictCharField(serializers.CharField):
         return str(super().to_internal_value(data))
 
 
+class StrictRegexField(serializers.RegexField):
+    """StrictCharField's rule for a pattern-checked text (an operation id sent as 42 is not "42")."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return str(super().to_internal_value(data))
+
+
 class StrictIntegerField(serializers.IntegerField):
     """An integer field of a JSON body that takes only JSON integers (not "5", not true, not 5.5)."""
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
     CODE,
+    FREE_TEXT_MIN_CHARS,
     MIN_VALUE_CHARS,
     Place,
     Scope,
@@ -118,44 +119,7 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
     try:
         scope = _collect(tenant_id=tenant_id, subject_id=subject, subject_digest=request.subject_digest)
         before = _scan(scope)
-        with tenant_scope(tenant_id):
-            items = list(MemoryItem.objects.filter(subject_id=subject).order_by("created_at"))
-            for item in items:
-                digests = [
-                    (
-                        "claim",
-                        claim_digest(
-                            subject_id=subject, namespace=item.namespace, key=item.key, value=item.value
-                        ),
-                    )
-                ]
-                if item.provenance.get("run_id") is not None:  # a claim with no run has no source to refuse
-                    digests.append(
-                        (
-                            "source",
-                            source_digest(
-                                subject_id=subject,
-                                run_id=item.provenance.get("run_id"),
-                                event_seq=item.provenance.get("event_seq"),
-                            ),
-                        )
-                    )
-                for kind, digest in digests:
-                    Tombstone.objects.get_or_create(
-                        tenant_id=tenant_id,
-                        kind=kind,
-                        digest=digest,
-                        defaults={"subject_digest": request.subject_digest, "request": request},
-                    )
-            vectors, _ = MemoryVector.objects.filter(memory__subject_id=subject).delete()
-            MemoryItem.objects.filter(subject_id=subject).update(supersedes=None)  # the chain goes with them
-            deleted_items, _ = MemoryItem.objects.filter(subject_id=subject).delete()
-            counts = {
-                "memory_items": deleted_items,
-                "memory_vectors": vectors,
-                "tombstones": Tombstone.objects.filter(request=request).count(),
-            }
-            _progress(request, memory=dict(counts))
+        counts: dict[str, int] = {}
         for eraser in erasers():
             erased = eraser.erase(
                 scope=scope, request_id=request.request_id, subject_digest=request.subject_digest
@@ -163,6 +127,12 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
             counts.update({f"{eraser.name}.{k}": v for k, v in erased.items()})
             with tenant_scope(tenant_id):
                 _progress(request, **{eraser.name: erased})
+        # The subject's memory last, and only once nothing else holds their data: a failed erasure
+        # keeps the facts it searches the other stores for, so a retry searches for them again
+        # (deleting them first made a retry certify clean a copy the first attempt could not erase).
+        left = {name: n for name, n in _scan(scope).items() if n and name not in _memory_places()}
+        if not left:
+            counts.update(_erase_memory(request=request, tenant_id=tenant_id, subject=subject))
         after = _scan(scope)
     except Exception as exc:
         with tenant_scope(tenant_id):
@@ -206,13 +176,61 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         return ErasureRequest.objects.get(pk=request.pk)
 
 
+def _memory_places() -> set[str]:
+    return {place.name for place in places() if place.erased_by == "memory"}
+
+
+def _erase_memory(*, request: ErasureRequest, tenant_id: UUID, subject: str) -> dict[str, int]:
+    """Delete the subject's claims and vectors, each claim (and its source) tombstoned first."""
+    with tenant_scope(tenant_id):
+        items = list(MemoryItem.objects.filter(subject_id=subject).order_by("created_at"))
+        for item in items:
+            digests = [
+                (
+                    "claim",
+                    claim_digest(
+                        subject_id=subject, namespace=item.namespace, key=item.key, value=item.value
+                    ),
+                )
+            ]
+            if item.provenance.get("run_id") is not None:  # a claim with no run has no source to refuse
+                digests.append(
+                    (
+                        "source",
+                        source_digest(
+                            subject_id=subject,
+                            run_id=item.provenance.get("run_id"),
+                            event_seq=item.provenance.get("event_seq"),
+                        ),
+                    )
+                )
+            for kind, digest in digests:
+                Tombstone.objects.get_or_create(
+                    tenant_id=tenant_id,
+                    kind=kind,
+                    digest=digest,
+                    defaults={"subject_digest": request.subject_digest, "request": request},
+                )
+        vectors, _ = MemoryVector.objects.filter(memory__subject_id=subject).delete()
+        MemoryItem.objects.filter(subject_id=subject).update(supersedes=None)  # the chain goes with them
+        deleted_items, _ = MemoryItem.objects.filter(subject_id=subject).delete()
+        counts = {
+            "memory_items": deleted_items,
+            "memory_vectors": vectors,
+            "tombstones": Tombstone.objects.filter(request=request).count(),
+        }
+        _progress(request, memory=dict(counts))
+    return counts
+
+
 def _texts(value: Any) -> list[str]:
     """The strings inside an erased value, to search the other stores for: a plain value whole (a
-    fact kept about the person: 王芳, Ada), and inside a structured one every string but machine codes
+    fact kept about the person: 王芳, Ada; not a two- or three-letter code), and inside a structured one every string but machine codes
     (an episode's {"workflow": "conversation"} names no one). Iterative: a hostile value may be nested
     deeper than Python recurses."""
-    if isinstance(value, str):
-        return [value] if len(value) >= MIN_VALUE_CHARS else []
+    if isinstance(value, str):  # a short code ("ok", "en") is an answer or a setting, not a name
+        short_code = len(value) < FREE_TEXT_MIN_CHARS and CODE.fullmatch(value) is not None
+        return [value] if len(value) >= MIN_VALUE_CHARS and not short_code else []
     found: list[str] = []
     stack = [value]
     while stack:

@@ -25,6 +25,7 @@ from urllib.parse import quote, unquote
 from django.db import transaction
 from django.utils import timezone
 
+from core.digests import MAX_JSON_DEPTH, json_depth_over
 from core.errors import InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_scope
@@ -109,6 +110,14 @@ def memory_md_parse(text: str) -> list[MemoryLine]:
             value = json.loads(match["value"])
         except ValueError:
             errors.append({"line": number, "error": "the value is not JSON (a text needs quotes)"})
+            continue
+        except RecursionError:
+            value = None
+            deep = True
+        else:
+            deep = json_depth_over(value)
+        if deep:
+            errors.append({"line": number, "error": f"the value nests deeper than {MAX_JSON_DEPTH} levels"})
             continue
         namespace, key = unquote(match["namespace"]), unquote(match["key"])
         if (namespace, key) in seen:

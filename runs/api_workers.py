@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictCharField, error_responses
+from core.api import StrictCharField, StrictRegexField, error_responses
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
 from runs.engine.store import OperationRow
 from runs.external import protocol
@@ -157,7 +157,7 @@ class WorkerClaimApi(APIView):
     class InputSerializer(serializers.Serializer):
         workflows = serializers.ListField(child=StrictCharField(max_length=200), min_length=1, max_length=50)
         wait_seconds = serializers.FloatField(min_value=0, max_value=protocol.MAX_WAIT_S, default=0)
-        worker_id = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False, default="worker")
+        worker_id = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False, default="worker")
         lease_ttl = serializers.FloatField(min_value=1, max_value=3600, required=False)
 
     @extend_schema(
@@ -230,7 +230,7 @@ class CommitOutputSerializer(serializers.Serializer):
 
 class WorkerCommitApi(WorkerRunApiView):
     class SuspendSerializer(serializers.Serializer):
-        reason = serializers.RegexField(r"^[a-z][a-z0-9_]{0,63}$")
+        reason = StrictRegexField(r"^[a-z][a-z0-9_]{0,63}$")
         detail = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
         step = StrictCharField(max_length=100, required=False)
 
@@ -238,7 +238,7 @@ class WorkerCommitApi(WorkerRunApiView):
         result = serializers.JSONField(required=False, allow_null=True)
 
     class FailSerializer(serializers.Serializer):
-        code = serializers.RegexField(r"^[a-z][a-z0-9_]{0,63}$")
+        code = StrictRegexField(r"^[a-z][a-z0-9_]{0,63}$")
         detail = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     class SpentSerializer(serializers.Serializer):
@@ -383,7 +383,7 @@ def _operation(op: OperationRow) -> dict[str, Any]:
 
 class WorkerOperationPrepareApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
-        operation_id = serializers.RegexField(r"^[A-Za-z0-9_.:-]{1,200}$")
+        operation_id = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,200}$")
         tool_name = StrictCharField(max_length=200)
         tool_contract_version = StrictCharField(max_length=50)
         request = serializers.DictField()

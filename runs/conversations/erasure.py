@@ -127,11 +127,24 @@ class Redactor:
         if isinstance(value, list):
             return [self(v) for v in value]
         if isinstance(value, dict):
-            return {k: (self.ident(v) if k == "client_message_id" else self(v)) for k, v in value.items()}
+            redacted: dict[str, Any] = {}
+            for key, item in value.items():
+                item = self.ident(item) if key == "client_message_id" else self(item)
+                # A key can be the subject's data too ({"Zofia": "sister"}); a machine code
+                # ("delivered_at", "ok") is the state's shape and stays.
+                if isinstance(key, str) and not CODE.fullmatch(key) and self.hit(key):
+                    key = next(k for n in range(1, len(value) + 2) if (k := _nth(n)) not in redacted)
+                redacted[key] = item
+            return redacted
         return value
 
     def ident(self, value: Any) -> Any:
         return erased_id(value) if isinstance(value, str) and self.hit(value) else self(value)
+
+
+def _nth(n: int) -> str:
+    """The n-th erased key of an object: "[erased]", "[erased] 2", ..."""
+    return ERASED if n == 1 else f"{ERASED} {n}"
 
 
 def _free_texts(value: Any, under_key: bool = False, *, codes: bool = True) -> list[str]:

@@ -201,3 +201,16 @@ def test_a_subject_id_is_taken_exactly_as_sent_and_too_long_is_refused(write_key
     padded = "\x1d    " + "x" * 200
     answer = client.post("/api/v1/erasure-requests/", {"subject_id": padded}, format="json")
     assert answer.status_code == 400 and "subject_id" in answer.json()["error"]["details"]
+
+
+def test_the_worker_protocols_pattern_fields_take_only_text():
+    """operation_id 42 was stored as operation "42" (DRF's RegexField turns a number into its digits)."""
+    from rest_framework.exceptions import ValidationError
+
+    from runs.api_workers import WorkerOperationPrepareApi
+
+    fields = WorkerOperationPrepareApi.InputSerializer().fields
+    for bad in (42, 4.5, True):
+        with pytest.raises(ValidationError):
+            fields["operation_id"].run_validation(bad)
+    assert fields["operation_id"].run_validation("refund:o-1") == "refund:o-1"

@@ -647,3 +647,78 @@ def test_erasure_blanks_no_other_customers_note_and_keeps_the_codes_of_an_episod
     with tenant_scope(tenant.tenant_id):
         started = AgentEvent.objects.get(run=run, seq=1).payload
     assert "conversation" in json.dumps(started)  # the workflow's name is no one's text
+
+
+def test_a_name_used_as_a_key_is_erased_and_a_short_code_in_memory_is_left_alone(tenant):
+    """{"Zofia": "sister"}: a key can be the subject's data, and is redacted like a value (the scan
+    reads keys too; the receipt failed). A memory value "ok" is an answer, not a name: the run's
+    {"status": "ok"} and the system's {"ok": true} checks keep it."""
+    subject = "cust-key-05"
+    run = run_start(
+        tenant=tenant,
+        workflow_name="conversation",
+        input={
+            "contacts": {"Zofia": "sister", "delivered_at": "2026-11-02"},
+            "status": "ok",
+            "check": {"ok": True},
+        },
+        actor="t",
+        subject=subject,
+    ).run
+    for value, key in (("Zofia", "name"), ("ok", "last_answer")):
+        memory_remember(
+            tenant=tenant,
+            subject_id=subject,
+            namespace="profile",
+            key=key,
+            value=value,
+            provenance=said(run_id=str(run.run_id), seq=1),
+        )
+    done = _erase_subject(tenant, subject)
+    assert done.status == "completed" and done.receipt["clean"], done.error
+    with tenant_scope(tenant.tenant_id):
+        state = AgentRun.objects.get(run_id=run.run_id).state
+    assert state["contacts"] == {"[erased]": "sister", "delivered_at": "2026-11-02"}
+    assert (state["status"], state["check"]) == ("ok", {"ok": True})
+
+
+def test_a_failed_erasure_keeps_the_memory_a_retry_searches_for(tenant):
+    """A copy no eraser removes (a company document naming the subject's id) fails the receipt. The
+    subject's memory stays until nothing else holds their data, so the retry, once the document is
+    deleted, still knows what to look for, and only then is clean."""
+    from retrieval.services import document_delete, document_index
+
+    subject = "cust-retry-77"
+    run = _subject_with_data(tenant, subject)
+    document_index(
+        tenant=tenant,
+        document_id="case-notes",
+        source_uri="kb://case-notes",
+        source_version="1",
+        data=f"escalation for {subject}".encode(),
+        media_type="text/plain",
+        acl=["group:support"],
+        actor="user:test",
+        wait=True,
+    )
+    first = _erase_subject(tenant, subject)
+    assert first.status == "failed" and not first.receipt["clean"]
+    assert first.receipt["final_scan"]["retrieval_chunks.text"] == 1
+    from memory.models import MemoryItem
+
+    with tenant_scope(tenant.tenant_id):
+        assert MemoryItem.objects.filter(subject_id=subject).count() == 1  # kept for the retry
+        assert "[erased]" in json.dumps(AgentEvent.objects.get(run=run, seq=2).payload) or (
+            AgentEvent.objects.get(run=run, seq=2).payload.get("redacted")
+        )
+    document_delete(tenant=tenant, document_id="case-notes", actor="user:test")
+    again = erasure_execute(tenant_id=tenant.tenant_id, request_id=first.request_id)
+    assert again.status == "completed" and again.receipt["clean"], again.error
+    assert again.receipt["counts"]["memory_items"] == 1
+    with tenant_scope(tenant.tenant_id):
+        assert not MemoryItem.objects.filter(subject_id=subject).exists()
+
+
+def _erase_subject(tenant, subject: str) -> ErasureRequest:
+    request = erasure_request_create(tenant=tenant, subject_id=subject, requested_by="t")
+    return erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)

@@ -165,6 +165,14 @@ def test_bad_lines_are_named_with_numbers_and_nothing_is_stored(api, tenant):  #
     assert put.status_code == 422 and put.json()["error"]["details"]["lines"][0]["line"] == 1
     assert [m.value for m in memory_recall(tenant=tenant, subject_id="c-1")] == ["de"]
     assert MemoryItem.objects.count() == 1
+    # A value nested past 64 levels is a bad line too (5,000 levels was a 500 from the parser's
+    # recursion; 100 were stored, past the bound every other body keeps).
+    for depth in (65, 5000):
+        deep = f"- preference/deep: {'[' * depth}1{']' * depth}\n"
+        put = api.put(MD, {"tenant": "acme", "content": deep}, format="json")
+        assert put.status_code == 422, put.content
+        assert "deeper than 64 levels" in put.json()["error"]["details"]["lines"][0]["error"]
+    assert MemoryItem.objects.count() == 1
 
 
 def test_an_api_key_edits_its_own_tenants_memory_md_and_poisoned_lines_are_held(tenant):
