@@ -254,14 +254,17 @@ class ChunkPosting(models.Model):
 
 
 class ChunkTerm(models.Model):
-    """How many of the tenant's current chunks hold a word (its document frequency), kept by triggers
-    on retrieval_chunks in the same statement as the chunks (migration 0006): the text arm weighs a
-    word by how rare it is (BM25's idf), so a rare word counts for more than a common one, and can
-    leave most postings of the common words unread. A word no current chunk holds has no row."""
+    """How many of the tenant's current chunks with one ACL hold a word, kept by triggers on
+    retrieval_chunks in the same statement as the chunks (migration 0006): the text arm weighs a word
+    by how rare it is among the chunks its principal may read (BM25's idf, the counts of the
+    principal's ACL keys summed), so a rare word counts for more than a common one, the common words'
+    postings can mostly stay unread, and no weight reflects a document the principal cannot see. A
+    word no current chunk of that ACL holds has no row."""
 
-    pk = models.CompositePrimaryKey("tenant_id", "term")
+    pk = models.CompositePrimaryKey("tenant_id", "term", "acl_key")
     tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id", db_index=False)
     term = models.TextField()
+    acl_key = models.UUIDField()
     chunks = models.IntegerField()
 
     class Meta:

@@ -116,15 +116,18 @@ def vector_candidates(
 
 
 # The query's words as the postings hold them (the triggers store to_tsvector('simple') lexemes), each
-# with how many of the tenant's current chunks hold it and how many current chunks it has
-# (retrieval_terms, retrieval_acls): a word no current chunk holds has no row and is left out.
+# with how many current chunks the principal may read hold it (retrieval_terms, summed over the
+# principal's ACL keys) and how many current chunks the principal may read (retrieval_acls): a word
+# no readable chunk holds has no row and is left out. Without keys (the benchmark's baseline, no
+# ACL predicate), over all the tenant's chunks.
 WEIGHTS = """
-    SELECT l.term, t.chunks, n.docs
-      FROM (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('simple', w))) AS term
-              FROM unnest(%s::text[]) AS w) l
-      JOIN retrieval_terms t ON t.tenant_id = %s AND t.term = l.term,
-           (SELECT greatest(coalesce(sum(a.chunks), 0), 1) AS docs FROM retrieval_acls a WHERE a.tenant_id = %s) n
-     ORDER BY l.term"""
+    SELECT t.term, sum(t.chunks), (SELECT greatest(coalesce(sum(a.chunks), 0), 1) FROM retrieval_acls a
+                                    WHERE a.tenant_id = %(tenant)s {acls})
+      FROM retrieval_terms t
+     WHERE t.tenant_id = %(tenant)s {terms_acls}
+       AND t.term = ANY(ARRAY(SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('simple', w)))
+                                FROM unnest(%(words)s::text[]) AS w))
+     GROUP BY t.term ORDER BY t.term"""
 
 
 @dataclass(frozen=True)
@@ -135,13 +138,21 @@ class Weights:
     common: dict[str, float]
 
 
-def query_weights(cursor: Any, tenant_id: UUID, words: list[str]) -> Weights:
-    """The weights of the query's words (a round trip of its own: sent as literal arrays, the words
-    let the planner size each one's range and reach the postings by ACL key and word at once)."""
+def query_weights(cursor: Any, tenant_id: UUID, words: list[str], keys: list[UUID] | None) -> Weights:
+    """The weights of the query's words among the chunks the keys open (a round trip of its own:
+    sent as literal arrays, the words let the planner size each one's range and reach the postings by
+    ACL key and word at once). Counted over what the principal may read only, so how two words weigh
+    says nothing of documents it cannot see."""
     weights = Weights({}, {})
     if not words:
         return weights
-    cursor.execute(WEIGHTS, [words, tenant_id, tenant_id])
+    if keys is None:
+        sql = WEIGHTS.format(acls="", terms_acls="")
+    else:
+        sql = WEIGHTS.format(
+            acls="AND a.acl_key = ANY(%(keys)s::uuid[])", terms_acls="AND t.acl_key = ANY(%(keys)s::uuid[])"
+        )
+    cursor.execute(sql, {"tenant": tenant_id, "words": words, "keys": keys})
     for term, chunks, docs in cursor.fetchall():
         idf = math.log(1 + (docs - chunks + 0.5) / (chunks + 0.5))
         (weights.rare if chunks <= docs * COMMON_SHARE else weights.common)[term] = idf
@@ -284,7 +295,7 @@ def text_arm_statement(
 ) -> Statement | None:
     """The text arm as one statement whose top is exact (text_statement), the query's words weighed
     first on `cursor`; None when no current chunk holds any of them."""
-    weights = query_weights(cursor, tenant.tenant_id, query_words(query))
+    weights = query_weights(cursor, tenant.tenant_id, query_words(query), keys)
     if not weights.rare and not weights.common:
         return None
     return text_statement(

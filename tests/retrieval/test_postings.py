@@ -44,29 +44,34 @@ def _chunks(document_id: str, status: str = "current") -> set[int]:
 
 def _idf_order(tenant, query: str, acl: list[str], limit: int) -> list[int]:
     """The text arm's ranking computed the long way, from the chunks alone: each word's idf from how
-    many current chunks hold it, times ts_rank of the chunk for that word, summed over the words the
-    chunk holds, every readable match ranked (as real, then by id)."""
+    many of the current chunks the principal may read hold it (and how many it may read), times
+    ts_rank of the chunk for that word, summed over the words the chunk holds, every readable match
+    ranked (as real, then by id)."""
     with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
         cursor.execute(
-            """WITH w AS (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('simple', %s))) AS term),
-                    n AS (SELECT count(*)::float8 AS docs FROM retrieval_chunks WHERE status = 'current'),
-                    df AS (SELECT w.term, count(*)::float8 AS chunks FROM w JOIN retrieval_chunks c
-                             ON c.status = 'current' AND c.search @@ to_tsquery('simple', quote_literal(w.term))
+            """WITH w AS (SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('simple', %(q)s))) AS term),
+                    readable AS (SELECT * FROM retrieval_chunks WHERE status = 'current' AND acl && %(acl)s::text[]),
+                    n AS (SELECT count(*)::float8 AS docs FROM readable),
+                    df AS (SELECT w.term, count(*)::float8 AS chunks FROM w JOIN readable c
+                             ON c.search @@ to_tsquery('simple', quote_literal(w.term))
                             GROUP BY w.term)
                SELECT c.id, sum(ln(1 + (n.docs - df.chunks + 0.5) / (df.chunks + 0.5))
                                 * ts_rank(c.search, to_tsquery('simple', quote_literal(df.term))))::real AS score
-                 FROM retrieval_chunks c, df, n
-                WHERE c.status = 'current' AND c.acl && %s::text[]
-                  AND c.search @@ to_tsquery('simple', quote_literal(df.term))
-                GROUP BY c.id ORDER BY score DESC, c.id LIMIT %s""",
-            [query, acl, limit],
+                 FROM readable c, df, n
+                WHERE c.search @@ to_tsquery('simple', quote_literal(df.term))
+                GROUP BY c.id ORDER BY score DESC, c.id LIMIT %(limit)s""",
+            {"q": query, "acl": acl, "limit": limit},
         )
         return [row[0] for row in cursor.fetchall()]
 
 
 def _term_counts(tenant) -> dict[str, int]:
+    """Each word's count over all the tenant's ACLs."""
+    counts: dict[str, int] = {}
     with tenant_scope(tenant.tenant_id):
-        return dict(ChunkTerm.objects.values_list("term", "chunks"))
+        for term, chunks in ChunkTerm.objects.values_list("term", "chunks"):
+            counts[term] = counts.get(term, 0) + chunks
+    return counts
 
 
 def _counted_from_chunks(tenant) -> dict[str, int]:
@@ -142,15 +147,18 @@ def test_postings_and_acls_honour_row_level_security_across_tenants(tenant, othe
 
 
 def test_each_words_count_follows_its_chunks(tenant, other_tenant):
-    """retrieval_terms counts, per word, the tenant's current chunks that hold it: through indexing,
-    an ACL change (no count moves), a new version (the old one's words leave) and deletion; a word
-    no chunk holds any more has no row; another tenant's counts are its own."""
+    """retrieval_terms counts, per word and ACL, the tenant's current chunks that hold it: through
+    indexing, an ACL change (the counts move to the new ACL), a new version (the old one's words
+    leave) and deletion; a word no chunk holds any more has no row; another tenant's are its own."""
     _index(tenant, "policy", "refunds are paid quickly\n\nparcels are insured quickly", ["group:support"])
     _index(other_tenant, "policy", "refunds everywhere", ["group:support"])
     assert _term_counts(tenant) == _counted_from_chunks(tenant)
     assert _term_counts(tenant)["quickly"] == 2 and _term_counts(tenant)["parcels"] == 1
     document_acl_set(tenant=tenant, document_id="policy", acl=["group:all"], actor="user:test")
     assert _term_counts(tenant) == _counted_from_chunks(tenant)
+    with tenant_scope(tenant.tenant_id):
+        [key] = ChunkAcl.objects.filter(acl=["group:all"]).values_list("acl_key", flat=True)
+        assert set(ChunkTerm.objects.values_list("acl_key", flat=True)) == {key}
     _index(tenant, "policy", "refunds are paid within thirty days", ["group:support"], version="2")
     counts = _term_counts(tenant)
     assert counts == _counted_from_chunks(tenant) and "parcels" not in counts and counts["thirty"] == 1
@@ -224,3 +232,23 @@ def test_the_text_arm_ranks_as_idf_weighted_ts_rank_over_every_readable_match(te
         # A chunk with the rare word ranks above every chunk with only the common one.
         first = text_candidates(tenant=tenant, query="zebra refund", limit=1, acl=everyone)
         assert Chunk.objects.get(id=first[0]).text.count("zebra") >= 1
+
+
+def test_documents_a_principal_cannot_read_do_not_move_its_ranking(tenant):
+    """The outside tester's probe: Alice's two documents, one with "kelvoran" and one with "mirtazek";
+    documents only another group reads, full of "kelvoran", used to make that word common and flip
+    her ranking, telling her the word is in documents she cannot read. Weights count only what the
+    principal may read."""
+    filler = "\n\n".join(f"memo about the weekly plan number {n}" for n in range(20))
+    _index(tenant, "filler", filler, ["group:ga", "group:gb"])
+    _index(tenant, "side-s1", "memo kelvoran kelvoran", ["group:ga"])
+    _index(tenant, "side-s2", "memo mirtazek", ["group:ga"])
+    with tenant_scope(tenant.tenant_id):
+        before = text_candidates(tenant=tenant, query="kelvoran mirtazek", limit=5, acl=["group:ga"])
+        assert before == sorted(_chunks("side-s1")) + sorted(_chunks("side-s2"))  # two of "kelvoran" first
+    for d in range(3):
+        _index(tenant, f"hidden{d}", "\n\n".join("kelvoran report" for _ in range(10)), ["group:gb"])
+    with tenant_scope(tenant.tenant_id):
+        after = text_candidates(tenant=tenant, query="kelvoran mirtazek", limit=5, acl=["group:ga"])
+        assert after == before and len(after) == 2
+        assert after == _idf_order(tenant, "kelvoran mirtazek", ["group:ga"], 5)

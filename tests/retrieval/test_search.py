@@ -354,9 +354,9 @@ def test_outside_a_transaction_the_vector_arm_runs_on_a_connection_of_its_own(te
     callers: list[int] = []
     weights = search.query_weights
 
-    def caller_weights(cursor, tenant_id, words):
+    def caller_weights(cursor, tenant_id, words, keys):
         callers.append(connection.connection.info.backend_pid)
-        return weights(cursor, tenant_id, words)
+        return weights(cursor, tenant_id, words, keys)
 
     monkeypatch.setattr(search, "query_weights", caller_weights)
     query = "refund the parcel by phone"
