@@ -8,10 +8,12 @@ twice is safe. The receipt names the subject by digest, never in clear.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core.digests import canonical_json, json_digest, keyed_digest
@@ -118,6 +120,11 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
     subject = request.subject_id
     try:
         scope = _collect(tenant_id=tenant_id, subject_id=subject, subject_digest=request.subject_digest)
+        # A retry searches again for what every earlier attempt searched for (it erased some of it).
+        kept = {
+            v for r in [request, *_requests_of(tenant_id, request)] for v in r.searched if isinstance(v, str)
+        }
+        scope = replace(scope, values=tuple(sorted(set(scope.values) | kept)))
         before = _scan(scope)
         counts: dict[str, int] = {}
         for eraser in erasers():
@@ -162,18 +169,38 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         "remanence": REMANENCE,
         "completed_at": timezone.now().isoformat(),
     }
+    memory = "memory_items" in counts
     with tenant_scope(tenant_id):
-        left = {k: v for k, v in after.items() if v}
+        left = {k: v for k, v in after.items() if v and (memory or k not in _memory_places())}
+        error = "" if clean else f"left behind: {canonical_json(left)}"
+        if not clean and not memory:
+            error += "; the subject's memory is kept until nothing else holds their data (retry then)"
         ErasureRequest.objects.filter(pk=request.pk).update(
             status=ErasureStatus.COMPLETED if clean else ErasureStatus.FAILED,
             receipt=receipt,
             completed_at=timezone.now(),
-            error="" if clean else f"left behind: {canonical_json(left)}",
-            # Once clean, the request keeps only the subject's digest; a failed one keeps the id to retry.
-            **({"subject_id": ""} if clean else {}),
+            error=error,
+            # Once clean, the request keeps only the subject's digest; a failed one keeps the id and
+            # what it searched for, to retry.
+            **({"subject_id": "", "searched": []} if clean else {"searched": list(scope.values)}),
         )
+        if clean:  # the subject's earlier failed requests keep nothing of them either
+            for earlier in _requests_of(tenant_id, request):
+                ErasureRequest.objects.filter(pk=earlier.pk).update(
+                    subject_id="", searched=[], error=f"{earlier.error}; completed by {request.request_id}"
+                )
         erasure_finished_notify(tenant_id=tenant_id, request_id=request.request_id, clean=clean)
         return ErasureRequest.objects.get(pk=request.pk)
+
+
+def _requests_of(tenant_id: UUID, request: ErasureRequest) -> list[ErasureRequest]:
+    """The subject's other requests that failed and still keep their id and what they searched for."""
+    with tenant_scope(tenant_id):
+        return list(
+            ErasureRequest.objects.filter(subject_digest=request.subject_digest, status=ErasureStatus.FAILED)
+            .exclude(subject_id="")
+            .exclude(pk=request.pk)
+        )
 
 
 def _memory_places() -> set[str]:
@@ -313,8 +340,13 @@ def tombstoned(
 
 
 def _count_completed_requests(scope: Scope) -> int:
-    # A request in flight (or failed, to be retried) keeps the id it works on; a completed one never.
-    return ErasureRequest.objects.filter(subject_id=scope.subject_id, status=ErasureStatus.COMPLETED).count()
+    # A request in flight (or failed, to be retried) keeps the id it works on and what it searched
+    # for; a completed one never.
+    return (
+        ErasureRequest.objects.filter(status=ErasureStatus.COMPLETED)
+        .filter(Q(subject_id=scope.subject_id) | ~Q(searched=[]))
+        .count()
+    )
 
 
 def register() -> None:
@@ -359,10 +391,10 @@ def register() -> None:
     place_register(
         Place(
             name="erasure_requests.subject_id",
-            what="erasure_requests.subject_id (cleared once clean)",
+            what="erasure_requests.subject_id and .searched (cleared once clean)",
             erased_by="memory",
             count=_count_completed_requests,
-            columns=(("erasure_requests", "subject_id"),),
+            columns=(("erasure_requests", "subject_id"), ("erasure_requests", "searched")),
         )
     )
     free_register(

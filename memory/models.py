@@ -122,6 +122,10 @@ class ErasureRequest(models.Model):
     progress = models.JSONField(default=dict)
     receipt = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    # The texts a failed attempt searched for, kept like the subject's id until a retry is clean: the
+    # attempt erased what it could, so a retry could no longer find the texts it erased from the
+    # subject's runs, and would have certified clean a copy elsewhere that it no longer looked for.
+    searched = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
 

@@ -107,6 +107,7 @@ class Redactor:
         # The same rule as the scan (core.erasure.column_place): long texts (and names in scripts
         # without spaces) anywhere inside a string, short ones as whole words, case-insensitively.
         texts = [v for v in values if len(v) >= MIN_VALUE_CHARS]
+        self.texts = {v.lower() for v in texts}
         self.needles = [v.lower() for v in texts if matched_inside(v)]
         self.words = value_pattern([v for v in texts if not matched_inside(v)])
         # The id as a whole token ("cust-100" never inside "cust-1000"); a short one as a whole value.
@@ -127,16 +128,28 @@ class Redactor:
         if isinstance(value, list):
             return [self(v) for v in value]
         if isinstance(value, dict):
+            items = [(k, self.ident(v) if k == "client_message_id" else self(v)) for k, v in value.items()]
+            gone = {k for k, _ in items if isinstance(k, str) and self.key_hit(k)}
+            taken = {k for k, _ in items if k not in gone}
             redacted: dict[str, Any] = {}
-            for key, item in value.items():
-                item = self.ident(item) if key == "client_message_id" else self(item)
-                # A key can be the subject's data too ({"Zofia": "sister"}); a machine code
-                # ("delivered_at", "ok") is the state's shape and stays.
-                if isinstance(key, str) and not CODE.fullmatch(key) and self.hit(key):
-                    key = next(k for n in range(1, len(value) + 2) if (k := _nth(n)) not in redacted)
+            for key, item in items:
+                if key in gone:  # "[erased]", or "[erased] 2" ... past every key the object keeps
+                    key = next(k for n in range(1, len(items) + 2) if (k := _nth(n)) not in taken)
+                    taken.add(key)
                 redacted[key] = item
             return redacted
         return value
+
+    def key_hit(self, key: str) -> bool:
+        """A key can be the subject's data too ({"Zofia": "sister"}, an object keyed by their id). A
+        key that is a machine code ("delivered_at") is the state's shape: only the subject's id, or
+        a key that is one of the texts whole ("zofia"), makes it theirs."""
+        if not CODE.fullmatch(key):
+            return self.hit(key)
+        low = key.lower()
+        return low in self.texts or (
+            self.id_token.search(key) is not None if self.id_token else low == self.subject_id
+        )
 
     def ident(self, value: Any) -> Any:
         return erased_id(value) if isinstance(value, str) and self.hit(value) else self(value)

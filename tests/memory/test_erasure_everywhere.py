@@ -722,3 +722,65 @@ def test_a_failed_erasure_keeps_the_memory_a_retry_searches_for(tenant):
 def _erase_subject(tenant, subject: str) -> ErasureRequest:
     request = erasure_request_create(tenant=tenant, subject_id=subject, requested_by="t")
     return erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+
+
+def test_keys_that_are_the_subjects_are_redacted_and_no_entry_is_lost():
+    from runs.conversations.erasure import Redactor
+
+    redact = Redactor("cust-e970b6", ("Zofia", "delivered"))
+    assert redact(
+        {
+            "orders_by_customer": {"cust-e970b6": ["o-1"], "cust-other": ["o-2"]},
+            "contacts": {"zofia": "sister", "delivered_at": "2026-11-02"},
+            "c": {"Zofia": 1, "[erased]": "keep"},
+        }
+    ) == {
+        "orders_by_customer": {"[erased]": ["o-1"], "cust-other": ["o-2"]},
+        "contacts": {"[erased]": "sister", "delivered_at": "2026-11-02"},
+        "c": {"[erased] 2": 1, "[erased]": "keep"},
+    }
+
+
+def test_a_retry_searches_for_what_the_failed_attempt_erased(tenant):
+    """The first attempt erases the address from the subject's run but fails (a company document names
+    the subject). Deleting the document is not enough: a run of no one still holds the address, and
+    the retry, searching for what the first attempt searched for, says so instead of certifying
+    clean. A later request that completes leaves the earlier one keeping nothing."""
+    from retrieval.services import document_delete, document_index
+
+    subject, address = "cust-ba5820", "My new address is 17 Kwiatowa Street, Gdansk 80-001"
+    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
+    conversation_append(
+        tenant=tenant,
+        run_id=run.run_id,
+        event_type="user_message",
+        client_message_id="m1",
+        body={"content": address},
+        actor="t",
+    )
+    nobodys = run_start(tenant=tenant, workflow_name="conversation", input={"copy": address}, actor="t").run
+    document_index(
+        tenant=tenant,
+        document_id="ticket",
+        source_uri="kb://ticket",
+        source_version="1",
+        data=f"Ticket for {subject}.".encode(),
+        media_type="text/plain",
+        acl=["group:support"],
+        actor="user:test",
+        wait=True,
+    )
+    first = _erase_subject(tenant, subject)
+    assert first.status == "failed" and address in first.searched
+    document_delete(tenant=tenant, document_id="ticket", actor="user:test")
+    again = erasure_execute(tenant_id=tenant.tenant_id, request_id=first.request_id)
+    assert again.status == "failed" and again.receipt["final_scan"]["agent_runs.state"] == 1, again.error
+    assert again.receipt["searched"]["values"] >= 1
+    with tenant_scope(tenant.tenant_id):  # the operator deals with the copy (here: the run goes)
+        AgentEvent.objects.filter(run=nobodys).delete()
+        AgentRun.objects.filter(run_id=nobodys.run_id).delete()
+    done = _erase_subject(tenant, subject)  # a new request, as the console's form makes
+    assert done.status == "completed" and done.receipt["clean"], done.error
+    first.refresh_from_db()
+    assert (first.subject_id, first.searched, first.status) == ("", [], "failed")
+    assert f"completed by {done.request_id}" in first.error
