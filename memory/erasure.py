@@ -118,6 +118,7 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
     if request.status == ErasureStatus.COMPLETED:
         return request  # done: the receipt stands, and the subject's id is no longer kept to redo it
     subject = request.subject_id
+    scope: Scope | None = None
     try:
         scope = _collect(tenant_id=tenant_id, subject_id=subject, subject_digest=request.subject_digest)
         # A retry searches again for what every earlier attempt searched for (it erased some of it).
@@ -142,9 +143,12 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
             counts.update(_erase_memory(request=request, tenant_id=tenant_id, subject=subject))
         after = _scan(scope)
     except Exception as exc:
+        # An eraser that raised may have erased texts already: the request keeps what it searched for,
+        # as a request that ends with data left behind does, so the retry looks for them again.
+        searched = {"searched": list(scope.values)} if scope is not None else {}
         with tenant_scope(tenant_id):
             ErasureRequest.objects.filter(pk=request.pk).update(
-                status=ErasureStatus.FAILED, error=repr(exc)[:2000]
+                status=ErasureStatus.FAILED, error=repr(exc)[:2000], **searched
             )
         raise
     clean = not any(after.values())

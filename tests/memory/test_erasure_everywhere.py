@@ -784,3 +784,43 @@ def test_a_retry_searches_for_what_the_failed_attempt_erased(tenant):
     first.refresh_from_db()
     assert (first.subject_id, first.searched, first.status) == ("", [], "failed")
     assert f"completed by {done.request_id}" in first.error
+
+
+def test_an_eraser_that_raises_keeps_what_the_attempt_searched_for(tenant):
+    """A store fails after the runs eraser redacted the subject's run (a file that cannot be removed,
+    Redis gone): the request fails keeping the texts it searched for, so the retry still finds the
+    copy in a run of no one instead of certifying clean."""
+    subject, iban = "cust-olek-04", "refund to PL27114020040000300201355387 now"
+    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
+    conversation_append(
+        tenant=tenant,
+        run_id=run.run_id,
+        event_type="user_message",
+        client_message_id="m1",
+        body={"content": iban},
+        actor="t",
+    )
+    run_start(tenant=tenant, workflow_name="conversation", input={"copy": f"fwd: {iban}"}, actor="t")
+
+    class Broken:
+        name = "zz_broken_store"
+
+        def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Any:
+            from core.erasure import Scope
+
+            return Scope(tenant_id=tenant_id, subject_id=subject_id)
+
+        def erase(self, *, scope: Any, request_id: UUID, subject_digest: str) -> dict[str, int]:
+            raise IsADirectoryError(21, "Is a directory")
+
+    request = erasure_request_create(tenant=tenant, subject_id=subject, requested_by="t")
+    eraser_register(Broken())
+    try:
+        with pytest.raises(IsADirectoryError):
+            erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    finally:
+        eraser_unregister("zz_broken_store")
+    request.refresh_from_db()
+    assert request.status == "failed" and iban in request.searched
+    again = _erase_subject(tenant, subject)  # a new request, the store mended
+    assert again.status == "failed" and again.receipt["final_scan"]["agent_runs.state"] == 1, again.error
