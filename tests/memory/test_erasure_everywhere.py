@@ -686,21 +686,11 @@ def test_a_failed_erasure_keeps_the_memory_a_retry_searches_for(tenant):
     """A copy no eraser removes (a company document naming the subject's id) fails the receipt. The
     subject's memory stays until nothing else holds their data, so the retry, once the document is
     deleted, still knows what to look for, and only then is clean."""
-    from retrieval.services import document_delete, document_index
+    from retrieval.services import document_delete
 
     subject = "cust-retry-77"
     run = _subject_with_data(tenant, subject)
-    document_index(
-        tenant=tenant,
-        document_id="case-notes",
-        source_uri="kb://case-notes",
-        source_version="1",
-        data=f"escalation for {subject}".encode(),
-        media_type="text/plain",
-        acl=["group:support"],
-        actor="user:test",
-        wait=True,
-    )
+    _document_naming(tenant, "case-notes", subject)
     first = _erase_subject(tenant, subject)
     assert first.status == "failed" and not first.receipt["clean"]
     assert first.receipt["final_scan"]["retrieval_chunks.text"] == 1
@@ -717,6 +707,23 @@ def test_a_failed_erasure_keeps_the_memory_a_retry_searches_for(tenant):
     assert again.receipt["counts"]["memory_items"] == 1
     with tenant_scope(tenant.tenant_id):
         assert not MemoryItem.objects.filter(subject_id=subject).exists()
+
+
+def _document_naming(tenant, document_id: str, subject: str) -> None:
+    """A company document that names the subject's id: no eraser removes it (the receipt fails)."""
+    from retrieval.services import document_index
+
+    document_index(
+        tenant=tenant,
+        document_id=document_id,
+        source_uri=f"kb://{document_id}",
+        source_version="1",
+        data=f"Ticket for {subject}.".encode(),
+        media_type="text/plain",
+        acl=["group:support"],
+        actor="user:test",
+        wait=True,
+    )
 
 
 def _erase_subject(tenant, subject: str) -> ErasureRequest:
@@ -746,7 +753,7 @@ def test_a_retry_searches_for_what_the_failed_attempt_erased(tenant):
     the subject). Deleting the document is not enough: a run of no one still holds the address, and
     the retry, searching for what the first attempt searched for, says so instead of certifying
     clean. A later request that completes leaves the earlier one keeping nothing."""
-    from retrieval.services import document_delete, document_index
+    from retrieval.services import document_delete
 
     subject, address = "cust-ba5820", "My new address is 17 Kwiatowa Street, Gdansk 80-001"
     run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
@@ -759,17 +766,7 @@ def test_a_retry_searches_for_what_the_failed_attempt_erased(tenant):
         actor="t",
     )
     nobodys = run_start(tenant=tenant, workflow_name="conversation", input={"copy": address}, actor="t").run
-    document_index(
-        tenant=tenant,
-        document_id="ticket",
-        source_uri="kb://ticket",
-        source_version="1",
-        data=f"Ticket for {subject}.".encode(),
-        media_type="text/plain",
-        acl=["group:support"],
-        actor="user:test",
-        wait=True,
-    )
+    _document_naming(tenant, "ticket", subject)
     first = _erase_subject(tenant, subject)
     assert first.status == "failed" and address in first.searched
     document_delete(tenant=tenant, document_id="ticket", actor="user:test")
