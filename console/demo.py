@@ -57,14 +57,16 @@ def _sandbox(method: str, path: str, body: Any = None) -> Any:
         return json.loads(response.read() or b"null")
 
 
-def _order(order_id: str, amount_minor: int) -> None:
+def _order(order_id: str, amount_minor: int, customer_id: str = "cust-1001") -> None:
+    """A delivered order of the customer whose runs ask about it (each customer's data stays in
+    their own runs, so erasing one finds nothing of them in another's)."""
     delivered = (datetime.now(UTC) - timedelta(days=3)).isoformat()
     _sandbox(
         "POST",
         "/orders",
         {
             "order_id": order_id,
-            "customer_id": "cust-1001",
+            "customer_id": customer_id,
             "amount_minor": amount_minor,
             "currency": "EUR",
             "status": "delivered",
@@ -149,7 +151,7 @@ def _audited(
 def _support_conversation(tenant: Any) -> str:
     """The support_agent (the rule stand-in unless settings name a model) talking with a customer:
     it remembers a confirmed preference, looks an order up and waits for a refund's approval."""
-    _order("ord-1003", 3500)
+    _order("ord-1003", 3500, customer_id="cust-1003")
     run = _drive(
         run_start(
             tenant=tenant, workflow_name="support_agent", subject="cust-1003", actor="demo", input={}

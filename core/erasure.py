@@ -260,10 +260,16 @@ def column_place(
             return like + [_like('"' + encode(t) + '"') for t in short], []
         return like, [t.lower() for t in short]
 
+    # The column that names whose row it is holds whole subject ids: "cust-1001-x.2" is another
+    # subject there, not the token "cust-1001-x" followed by ".2" (as it could be inside a text).
+    owner_column = owner_sql == f"t.{column}"
+
     def count(scope: Scope) -> int:
         id_like, id_exact = patterns([scope.subject_id], lambda t: len(t) >= IDENTIFIER_SUBSTRING_CHARS)
         id_regex: list[str] = []
-        if len(scope.subject_id) >= IDENTIFIER_SUBSTRING_CHARS:  # a whole token, not any substring
+        if owner_column:
+            id_like, id_exact = [], [scope.subject_id.lower()]
+        elif len(scope.subject_id) >= IDENTIFIER_SUBSTRING_CHARS:  # a whole token, not any substring
             encoded = _json_text(scope.subject_id) if kind == "json" else scope.subject_id
             id_like, id_regex = [], [id_regex_of(encoded)]
         values_ = [v for v in scope.values if len(v) >= MIN_VALUE_CHARS] if values else []

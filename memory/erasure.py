@@ -256,7 +256,7 @@ def _erase_memory(*, request: ErasureRequest, tenant_id: UUID, subject: str) -> 
 
 def _texts(value: Any) -> list[str]:
     """The strings inside an erased value, to search the other stores for: a plain value whole (a
-    fact kept about the person: 王芳, Ada; not a two- or three-letter code), and inside a structured one every string but machine codes
+    fact kept about the person: 王芳, Ada; not a two- or three-letter code), and inside a structured one every string, keys too, but machine codes
     (an episode's {"workflow": "conversation"} names no one). Iterative: a hostile value may be nested
     deeper than Python recurses."""
     if isinstance(value, str):  # a short code ("ok", "en") is an answer or a setting, not a name
@@ -269,8 +269,8 @@ def _texts(value: Any) -> list[str]:
         if isinstance(item, str):
             if len(item) >= MIN_VALUE_CHARS and not CODE.fullmatch(item):
                 found.append(item)
-        elif isinstance(item, dict):
-            stack.extend(reversed(list(item.values())))
+        elif isinstance(item, dict):  # a key can be theirs too: {"Zofia": "sister"}
+            stack.extend(reversed([*item.keys(), *item.values()]))
         elif isinstance(item, list):
             stack.extend(reversed(item))
     return found

@@ -821,3 +821,42 @@ def test_an_eraser_that_raises_keeps_what_the_attempt_searched_for(tenant):
     assert request.status == "failed" and iban in request.searched
     again = _erase_subject(tenant, subject)  # a new request, the store mended
     assert again.status == "failed" and again.receipt["final_scan"]["agent_runs.state"] == 1, again.error
+
+
+def test_another_subject_whose_id_continues_this_one_does_not_block_the_erasure(tenant):
+    """ "cust-1001-x.2" is another customer, not the token "cust-1001-x" and ".2": the column that
+    names whose run it is holds whole ids, so that run neither counts nor blocks the receipt. (Inside
+    a text the token rule stays: "cust-1001-x:m1" is how the subject's own message ids are made.)"""
+    _subject_with_data(tenant, "cust-1001-x")
+    other = run_start(
+        tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="cust-1001-x.2"
+    ).run
+    done = _erase_subject(tenant, "cust-1001-x")
+    assert done.status == "completed" and done.receipt["clean"], done.error
+    with tenant_scope(tenant.tenant_id):
+        assert AgentRun.objects.get(run_id=other.run_id).subject == "cust-1001-x.2"
+
+
+def test_a_structured_memory_value_gives_its_keys_too(tenant):
+    """Memory {"Zofia": "sister"}: the key is the person's data, searched and erased from their runs."""
+    subject = "cust-zo2"
+    run = run_start(
+        tenant=tenant,
+        workflow_name="conversation",
+        input={"contacts": {"Zofia": "sister"}, "note": "ask Zofia"},
+        actor="t",
+        subject=subject,
+    ).run
+    memory_remember(
+        tenant=tenant,
+        subject_id=subject,
+        namespace="family",
+        key="contacts",
+        value={"Zofia": "sister"},
+        provenance=said(run_id=str(run.run_id), seq=1),
+    )
+    done = _erase_subject(tenant, subject)
+    assert done.status == "completed" and done.receipt["clean"], done.error
+    with tenant_scope(tenant.tenant_id):
+        state = AgentRun.objects.get(run_id=run.run_id).state
+    assert (state["contacts"], state["note"]) == ({"[erased]": "sister"}, "[erased]")
