@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from django.db import connection
@@ -41,6 +41,22 @@ VALUE_SUBSTRING_CHARS = 8
 CODE = re.compile(r"[a-z][a-z0-9_.:-]*")
 _UNSPACED_CHARS = r"\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff"
 _UNSPACED = re.compile(f"[{_UNSPACED_CHARS}]+")
+
+
+def strings_in(value: Any, *, keys: bool = False) -> list[str]:
+    """Every string inside a JSON value (object keys too when `keys`), iteratively: a hostile value
+    may be nested deeper than Python recurses."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            stack.extend([*item.keys(), *item.values()] if keys else item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
 
 
 def free_text_value(text: str) -> bool:

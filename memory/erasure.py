@@ -29,6 +29,7 @@ from core.erasure import (
     free_register,
     place_register,
     places,
+    strings_in,
 )
 from core.errors import InvalidInput, NotFound
 from core.models import Tenant
@@ -138,10 +139,11 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         # The subject's memory last, and only once nothing else holds their data: a failed erasure
         # keeps the facts it searches the other stores for, so a retry searches for them again
         # (deleting them first made a retry certify clean a copy the first attempt could not erase).
-        left = {name: n for name, n in _scan(scope).items() if n and name not in _memory_places()}
-        if not left:
-            counts.update(_erase_memory(request=request, tenant_id=tenant_id, subject=subject))
+        kept_places = _memory_places()
         after = _scan(scope)
+        if not any(n for name, n in after.items() if name not in kept_places):
+            counts.update(_erase_memory(request=request, tenant_id=tenant_id, subject=subject))
+            after = _scan(scope)  # else nothing changed since: that scan is the final one
     except Exception as exc:
         # An eraser that raised may have erased texts already: the request keeps what it searched for,
         # as a request that ends with data left behind does, so the retry looks for them again.
@@ -175,7 +177,7 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
     }
     memory = "memory_items" in counts
     with tenant_scope(tenant_id):
-        left = {k: v for k, v in after.items() if v and (memory or k not in _memory_places())}
+        left = {k: v for k, v in after.items() if v and (memory or k not in kept_places)}
         error = "" if clean else f"left behind: {canonical_json(left)}"
         if not clean and not memory:
             error += "; the subject's memory is kept until nothing else holds their data (retry then)"
@@ -256,24 +258,13 @@ def _erase_memory(*, request: ErasureRequest, tenant_id: UUID, subject: str) -> 
 
 def _texts(value: Any) -> list[str]:
     """The strings inside an erased value, to search the other stores for: a plain value whole (a
-    fact kept about the person: 王芳, Ada; not a two- or three-letter code), and inside a structured one every string, keys too, but machine codes
-    (an episode's {"workflow": "conversation"} names no one). Iterative: a hostile value may be nested
-    deeper than Python recurses."""
+    fact kept about the person: 王芳, Ada; not a two- or three-letter code), and inside a structured
+    one every string, keys too ({"Zofia": "sister"}), but machine codes (an episode's
+    {"workflow": "conversation"} names no one)."""
     if isinstance(value, str):  # a short code ("ok", "en") is an answer or a setting, not a name
         short_code = len(value) < FREE_TEXT_MIN_CHARS and CODE.fullmatch(value) is not None
         return [value] if len(value) >= MIN_VALUE_CHARS and not short_code else []
-    found: list[str] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if len(item) >= MIN_VALUE_CHARS and not CODE.fullmatch(item):
-                found.append(item)
-        elif isinstance(item, dict):  # a key can be theirs too: {"Zofia": "sister"}
-            stack.extend(reversed([*item.keys(), *item.values()]))
-        elif isinstance(item, list):
-            stack.extend(reversed(item))
-    return found
+    return [t for t in strings_in(value, keys=True) if len(t) >= MIN_VALUE_CHARS and not CODE.fullmatch(t)]
 
 
 def _collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:

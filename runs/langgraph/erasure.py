@@ -12,7 +12,16 @@ from uuid import UUID
 
 from django.db import connection
 
-from core.erasure import CODE, Place, Scope, column_place, free_register, free_text_value, place_register
+from core.erasure import (
+    CODE,
+    Place,
+    Scope,
+    column_place,
+    free_register,
+    free_text_value,
+    place_register,
+    strings_in,
+)
 from core.tenancy import tenant_scope
 from runs.conversations.erasure import ERASED
 
@@ -43,20 +52,9 @@ def _json(value: Any) -> Any:
 
 
 def _texts(value: Any) -> list[str]:
-    """The strings of a person's answer or note (iterative: a value may be nested deep), but machine
-    codes (an answer "approve" is a decision) and what an erasure already wrote there."""
-    found: list[str] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if free_text_value(item) and item != ERASED and not CODE.fullmatch(item):
-                found.append(item)
-        elif isinstance(item, list):
-            stack.extend(item)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-    return found
+    """The strings of a person's answer or note, but machine codes (an answer "approve" is a
+    decision) and what an erasure already wrote there."""
+    return [t for t in strings_in(value) if free_text_value(t) and t != ERASED and not CODE.fullmatch(t)]
 
 
 def _asked(interrupts: Any) -> list[str]:

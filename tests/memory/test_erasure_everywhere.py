@@ -709,6 +709,20 @@ def test_a_failed_erasure_keeps_the_memory_a_retry_searches_for(tenant):
         assert not MemoryItem.objects.filter(subject_id=subject).exists()
 
 
+def _said_and_copied(tenant, subject: str, text: str, copy: str) -> AgentRun:
+    """The subject says `text` in their conversation, and a run of no one holds `copy` (returned)."""
+    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
+    conversation_append(
+        tenant=tenant,
+        run_id=run.run_id,
+        event_type="user_message",
+        client_message_id="m1",
+        body={"content": text},
+        actor="t",
+    )
+    return run_start(tenant=tenant, workflow_name="conversation", input={"copy": copy}, actor="t").run
+
+
 def _document_naming(tenant, document_id: str, subject: str) -> None:
     """A company document that names the subject's id: no eraser removes it (the receipt fails)."""
     from retrieval.services import document_index
@@ -756,16 +770,7 @@ def test_a_retry_searches_for_what_the_failed_attempt_erased(tenant):
     from retrieval.services import document_delete
 
     subject, address = "cust-ba5820", "My new address is 17 Kwiatowa Street, Gdansk 80-001"
-    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
-    conversation_append(
-        tenant=tenant,
-        run_id=run.run_id,
-        event_type="user_message",
-        client_message_id="m1",
-        body={"content": address},
-        actor="t",
-    )
-    nobodys = run_start(tenant=tenant, workflow_name="conversation", input={"copy": address}, actor="t").run
+    nobodys = _said_and_copied(tenant, subject, address, address)
     _document_naming(tenant, "ticket", subject)
     first = _erase_subject(tenant, subject)
     assert first.status == "failed" and address in first.searched
@@ -788,16 +793,7 @@ def test_an_eraser_that_raises_keeps_what_the_attempt_searched_for(tenant):
     Redis gone): the request fails keeping the texts it searched for, so the retry still finds the
     copy in a run of no one instead of certifying clean."""
     subject, iban = "cust-olek-04", "refund to PL27114020040000300201355387 now"
-    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
-    conversation_append(
-        tenant=tenant,
-        run_id=run.run_id,
-        event_type="user_message",
-        client_message_id="m1",
-        body={"content": iban},
-        actor="t",
-    )
-    run_start(tenant=tenant, workflow_name="conversation", input={"copy": f"fwd: {iban}"}, actor="t")
+    _said_and_copied(tenant, subject, iban, f"fwd: {iban}")
 
     class Broken:
         name = "zz_broken_store"
