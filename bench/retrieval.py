@@ -29,12 +29,20 @@ from retrieval.models import (
     Principal,
     RetrievalSnapshot,
 )
-from retrieval.search import fuse, principal_set_of, retrieval_search, text_candidates, vector_candidates
+from retrieval.readable import acl_readable
+from retrieval.search import (
+    both_arms,
+    fuse,
+    principal_set_of,
+    retrieval_search,
+    text_candidates,
+    vector_candidates,
+)
 from retrieval.services import document_index, principal_set
 
 SEARCH_CANDIDATES = 100  # retrieval_search asks the vector arm for 2 x 50 candidates (beside the text
-# arm there; here each arm is timed alone). Asking it for 50 costs 9 ms instead of 16, but the walk's
-# smaller pool drops the fused recall@10 of a principal reading 40% to 0.92.
+# arm there; here each arm is timed alone), its walk's beam sized for the first 60 of them
+# (retrieval.vector_arm.WALKED_SHARE).
 TEXT_CANDIDATES = 50  # and the text arm for 50
 SHARES = [75, 20, 5]  # percent of the chunks per tenant
 CHUNKS_PER_DOCUMENT = 100
@@ -145,7 +153,8 @@ def _recall(
     tie often, so a returned chunk counts when it is as near as the exact 10th (another chunk at the
     same distance is not a miss). The text arm's top 10 against every readable posting of the words
     ranked (exact=True: the same idf-weighted scores over every match). The fused top 10 (both arms as
-    retrieval_search asks them) against the fusion of those two exact rankings."""
+    retrieval_search asks them, the text candidates the walk missed placed by distance) against the
+    fusion of those two exact rankings."""
     with tenant_scope(tenant.tenant_id):
         acl = principal_set_of(principal=principal)
     found: dict[str, list[float]] = {"vector": [], "text": [], "fused": []}
@@ -153,13 +162,26 @@ def _recall(
         query = _words(rng, 4)
         [vector] = embedder.embed([query])
         exact = _distances(tenant, embedder, vector, acl, limit=SEARCH_CANDIDATES)
-        with tenant_scope(tenant.tenant_id):
+        with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
             by_vector = vector_candidates(
                 tenant=tenant, embedder=embedder, vector=vector, limit=SEARCH_CANDIDATES, acl=acl
             )
             by_text = text_candidates(tenant=tenant, query=query, limit=TEXT_CANDIDATES, acl=acl)
             exact_text = text_candidates(
                 tenant=tenant, query=query, limit=TEXT_CANDIDATES, acl=acl, exact=True
+            )
+            # The two rankings retrieval_search fuses: the vector arm's with the text arm's candidates
+            # it missed placed by their distance (both_arms ranks as the parallel arms do).
+            fused_vector, fused_text = both_arms(
+                cursor,
+                tenant=tenant,
+                embedder=embedder,
+                vector=vector,
+                query=query,
+                readable=acl_readable(cursor, tenant_id=tenant.tenant_id, acl=acl),
+                cutoff=None,
+                vector_limit=SEARCH_CANDIDATES,
+                text_limit=TEXT_CANDIDATES,
             )
         if exact_text:
             found["text"].append(len(set(by_text[:10]) & set(exact_text[:10])) / len(exact_text[:10]))
@@ -168,7 +190,7 @@ def _recall(
             got = by_vector[:10]
             near = sum(1 for _, d in _distances(tenant, embedder, vector, acl, ids=got) if d <= tenth + 1e-6)
             found["vector"].append(min(near, len(exact[:10])) / len(exact[:10]))
-        got_scores, exact_scores = fuse(by_vector, by_text), fuse([c for c, _ in exact], exact_text)
+        got_scores, exact_scores = fuse(fused_vector, fused_text), fuse([c for c, _ in exact], exact_text)
         got_fused = sorted(got_scores, key=lambda c: (-got_scores[c], c))[:10]
         exact_fused = sorted(exact_scores, key=lambda c: (-exact_scores[c], c))[:10]
         if exact_fused:

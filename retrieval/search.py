@@ -101,18 +101,21 @@ def vector_candidates(
         readable = None if acl is None else acl_readable(cursor, tenant_id=tenant.tenant_id, acl=acl)
         if readable is not None and not readable.keys:
             return []
-        return vector_arm(
-            cursor,
-            tenant=tenant,
-            embedder=embedder,
-            vector=vector,
-            limit=limit,
-            acl=acl,
-            keys=None if readable is None else readable.keys,
-            readable=None if readable is None else readable.chunks,
-            tenant_chunks=None if readable is None else readable.tenant_chunks,
-            cutoff=cutoff,
-        )
+        return [
+            c
+            for c, _ in vector_arm(
+                cursor,
+                tenant=tenant,
+                embedder=embedder,
+                vector=vector,
+                limit=limit,
+                acl=acl,
+                keys=None if readable is None else readable.keys,
+                readable=None if readable is None else readable.chunks,
+                tenant_chunks=None if readable is None else readable.tenant_chunks,
+                cutoff=cutoff,
+            )
+        ]
 
 
 # The query's words as the postings hold them (the triggers store to_tsvector('simple') lexemes), each
@@ -303,6 +306,34 @@ def text_arm_statement(
     )
 
 
+def with_distances(text: Statement, *, tenant: Tenant, embedder: Embedder, vector: list[float]) -> Statement:
+    """The text arm's rows as (id, d, score): each chunk with its exact distance d from the query's
+    vector (none for a chunk another embedder embedded), best first."""
+    dims = int(embedder.dimensions)  # an int from the embedder, never user input
+    sql, params = text
+    return (
+        f"""SELECT t.doc AS id,
+                   (SELECT c.embedding::vector({dims}) <=> %s::vector({dims}) FROM retrieval_chunks c
+                     WHERE c.id = t.doc AND c.tenant_id = %s AND c.embedder_key = %s
+                       AND c.dimensions = {dims}) AS d, t.score
+              FROM ({sql}) AS t(doc, score, proven) ORDER BY t.score DESC, t.doc""",
+        [str(vector), tenant.tenant_id, embedder.key, *params],
+    )
+
+
+def placed(nearest: list[tuple[int, float]], text: list[tuple[int, Any]], limit: int) -> list[int]:
+    """The vector arm's ranking with the text arm's candidates it missed placed by their exact
+    distance: the walk's beam is sized for its first candidates (vector_arm.walked), and a text
+    candidate nearer than the farthest it found belongs in its list, where fusion counts it. One
+    farther than that is left out, as the exact ranking would leave it when the walk found all it
+    was asked for."""
+    if not nearest:
+        return []
+    farthest, found = nearest[-1][1], {c for c, _ in nearest}
+    missed = [(c, float(d)) for c, d in text if c not in found and d is not None and d <= farthest]
+    return [c for c, _ in sorted([*nearest, *missed], key=lambda n: (n[1], n[0]))[:limit]]
+
+
 def both_arms(
     cursor: Any,
     *,
@@ -334,25 +365,38 @@ def both_arms(
         "keys": keys,
     }
     setup, vector_sql, vector_params = vector_statements(walk=walk, **arm)
-    text_sql, text_params = "ARRAY[]::bigint[]", list[Any]()
+    text_sql, text_params = (
+        "SELECT NULL::bigint AS id, NULL::float8 AS d, NULL::real AS score WHERE false",
+        list[Any](),
+    )
     # A principal who reads few chunks has few postings to read: all of them is quickest, and needs no
     # index scan, which the exact vector walk's settings turn off for the statement.
     if text := text_arm_statement(
         cursor, tenant=tenant, query=query, keys=keys, limit=text_limit, cutoff=cutoff, exact=walk.exact
     ):
-        sql, text_params = text
-        text_sql = f"ARRAY(SELECT t.doc FROM ({sql}) AS t(doc, score, proven) ORDER BY t.score DESC, t.doc)"
+        text_sql, text_params = with_distances(text, tenant=tenant, embedder=embedder, vector=vector)
+
+    def arrays(sql: str, order: str) -> str:  # the rows (id, distance, ...) as two arrays, in order
+        return f"SELECT array_agg(r.id ORDER BY {order}), array_agg(r.d ORDER BY {order}) FROM ({sql}) AS r"
+
+    vector_arrays = arrays(f"SELECT n.id, n.distance AS d FROM ({vector_sql}) AS n", "r.d, r.id")
+    text_arrays = arrays(text_sql, "r.score DESC, r.id")
     cursor.execute(
-        f"{setup};\nSELECT ARRAY({vector_sql}), {text_sql}; SET LOCAL enable_indexscan = on",
+        f"{setup};\nSELECT v.*, t.* FROM ({vector_arrays}) v, ({text_arrays}) t;"
+        " SET LOCAL enable_indexscan = on",
         [*vector_params, *text_params],
     )
     while cursor.description is None and cursor.nextset():
         pass  # past the settings' empty results
-    by_vector, by_text = cursor.fetchone()
+    vector_ids, vector_distances, text_ids, text_distances = cursor.fetchone()
     while cursor.nextset():
         pass  # the reset's empty result
+    by_vector = list(zip(vector_ids or [], vector_distances or [], strict=True))
+    by_text = list(zip(text_ids or [], text_distances or [], strict=True))
     again = walk_again(walk, found=len(by_vector), limit=vector_limit, readable=readable.chunks)
-    return (nearest(cursor, again, arm) if again else list(by_vector)), list(by_text)
+    if again:
+        by_vector = nearest(cursor, again, arm)
+    return placed(by_vector, by_text, vector_limit), [c for c, _ in by_text]
 
 
 # Below EXACT_BELOW readable chunks both arms take a few milliseconds, and the hop to another
@@ -372,33 +416,59 @@ def arms_in_parallel(
     vector_limit: int,
     text_limit: int,
 ) -> tuple[list[int], list[int]]:
-    """both_arms' rankings with the vector arm on a pool thread's connection (core.parallel) and the
-    text arm on `cursor` at the same time. The two arms read two snapshots of the index: a chunk
-    changed between them is ranked as each found it, and the hits are read again after both."""
+    """both_arms' rankings with the text arm on a pool thread's connection (core.parallel) and the
+    vector arm, the longer of the two, on `cursor` at the same time, so the hop to the other thread is
+    not on the search's path. The two arms read two snapshots of the index: a chunk changed between
+    them is ranked as each found it, and the hits are read again after both."""
     if not readable.keys:
         return [], []
-    arm = {
-        "embedder": embedder,
-        "vector": vector,
-        "limit": vector_limit,
-        "acl": readable.acl,
-        "keys": readable.keys,
-        "readable": readable.chunks,
-        "tenant_chunks": readable.tenant_chunks,
-        "cutoff": cutoff,
-    }
-    future = parallel.beside(tenant.tenant_id, vector_arm, tenant=tenant, **arm)
+    future = parallel.beside(
+        tenant.tenant_id,
+        text_arm,
+        tenant=tenant,
+        embedder=embedder,
+        vector=vector,
+        query=query,
+        keys=readable.keys,
+        limit=text_limit,
+        cutoff=cutoff,
+    )
     try:
-        by_text: list[int] = []
-        text = text_arm_statement(
-            cursor, tenant=tenant, query=query, keys=readable.keys, limit=text_limit, cutoff=cutoff
+        by_vector = vector_arm(
+            cursor,
+            tenant=tenant,
+            embedder=embedder,
+            vector=vector,
+            limit=vector_limit,
+            acl=readable.acl,
+            keys=readable.keys,
+            readable=readable.chunks,
+            tenant_chunks=readable.tenant_chunks,
+            cutoff=cutoff,
         )
-        if text:
-            cursor.execute(*text)
-            by_text = [row[0] for row in cursor.fetchall()]
     finally:
-        by_vector = future.result()
-    return by_vector, by_text
+        by_text = future.result()
+    return placed(by_vector, by_text, vector_limit), [c for c, _ in by_text]
+
+
+def text_arm(
+    cursor: Any,
+    *,
+    tenant: Tenant,
+    embedder: Embedder,
+    vector: list[float],
+    query: str,
+    keys: list[UUID],
+    limit: int,
+    cutoff: Any,
+) -> list[tuple[int, Any]]:
+    """The text arm's best (chunk, exact distance from the query's vector), best first (call inside
+    the tenant scope)."""
+    text = text_arm_statement(cursor, tenant=tenant, query=query, keys=keys, limit=limit, cutoff=cutoff)
+    if not text:
+        return []
+    cursor.execute(*with_distances(text, tenant=tenant, embedder=embedder, vector=vector))
+    return [(row[0], row[1]) for row in cursor.fetchall()]
 
 
 def fuse(*rankings: list[Any]) -> dict[Any, float]:
@@ -448,29 +518,7 @@ def retrieval_search(
             )
         scores = fuse(by_vector, by_text)
         top = sorted(scores, key=lambda c: (-scores[c], c))[:k]
-        shown = ("document_id_text", "source_uri", "source_version", "chunk_id", "content_digest", "text")
-        # The arms' rule again for the k chosen: a chunk deleted, replaced or no longer readable since
-        # an arm ranked it (the arms and this read are separate statements) is left out.
-        current = Chunk.objects.filter(id__in=top, status="current", acl__overlap=readable.acl)
-        if cutoff is not None:
-            current = current.filter(indexed_at__gte=cutoff)
-        rows = {c.id: c for c in current.only(*shown)}
-        top = [c for c in top if c in rows]
-        stamp = now.isoformat()
-        hits = [
-            Hit(
-                document_id=rows[c].document_id_text,
-                source_uri=rows[c].source_uri,
-                source_version=rows[c].source_version,
-                chunk_id=rows[c].chunk_id,
-                content_digest=rows[c].content_digest,
-                retrieved_at=stamp,
-                score=round(scores[c], 6),
-                text=rows[c].text,
-            )
-            for c in top
-        ]
-        snapshot = RetrievalSnapshot.objects.create(
+        snapshot = RetrievalSnapshot(
             snapshot_id=f"rs_{uuid.uuid4().hex}",
             tenant=tenant,
             run_id=run_id,
@@ -478,9 +526,91 @@ def retrieval_search(
             index_version=index_version(embedder),
             acl_principal=f"tenant:{tenant.tenant_id}/{principal}",
             k=k,
-            hits=[h.provenance() for h in hits],
+            created_at=now,
         )
+        with connection.cursor() as cursor:
+            hits = hits_recorded(
+                cursor,
+                snapshot,
+                top=top,
+                scores=scores,
+                acl=readable.acl,
+                cutoff=cutoff,
+                stamp=now.isoformat(),
+            )
+        snapshot.hits = [h.provenance() for h in hits]
+        snapshot._state.adding = False  # stored by hits_recorded's statement
+        snapshot._state.db = connection.alias
     return SearchResult(snapshot=snapshot, hits=hits)
+
+
+# The k chosen chunks read again under the arms' rule (a chunk deleted, replaced or no longer readable
+# since an arm ranked it is left out: the arms and this read are separate statements), and the
+# snapshot of those hits stored, in one statement.
+HITS_RECORDED = """
+WITH shown AS (
+    SELECT c.document_key, c.source_uri, c.source_version, c.chunk_id, c.content_digest, c.text, t.score, t.i
+      FROM unnest(%(ids)s::bigint[], %(scores)s::float8[]) WITH ORDINALITY AS t(id, score, i)
+      JOIN retrieval_chunks c ON c.id = t.id
+     WHERE c.tenant_id = %(tenant)s AND c.status = 'current' AND c.acl && %(acl)s::text[]
+       AND (%(cutoff)s::timestamptz IS NULL OR c.indexed_at >= %(cutoff)s::timestamptz)),
+snapshot AS (
+    INSERT INTO retrieval_snapshots (snapshot_id, tenant_id, run_id, query_digest, index_version,
+                                     acl_principal, k, hits, created_at)
+    SELECT %(snapshot)s, %(tenant)s, %(run)s, %(query)s, %(index)s, %(principal)s, %(k)s,
+           coalesce(jsonb_agg(jsonb_build_object(
+               'document_id', s.document_key, 'source_uri', s.source_uri, 'source_version', s.source_version,
+               'chunk_id', s.chunk_id, 'content_digest', s.content_digest, 'retrieved_at', %(stamp)s::text,
+               'score', s.score) ORDER BY s.i), '[]'), %(created)s
+      FROM shown s
+    RETURNING 1)
+SELECT s.document_key, s.source_uri, s.source_version, s.chunk_id, s.content_digest, s.text, s.score
+  FROM shown s, snapshot ORDER BY s.i"""
+
+
+def hits_recorded(
+    cursor: Any,
+    snapshot: RetrievalSnapshot,
+    *,
+    top: list[int],
+    scores: dict[int, float],
+    acl: list[str],
+    cutoff: Any,
+    stamp: str,
+) -> list[Hit]:
+    """The hits of the chunks `top` names that the principal set `acl` may still read, best first,
+    and `snapshot` stored with them (call inside the tenant scope)."""
+    cursor.execute(
+        HITS_RECORDED,
+        {
+            "ids": top,
+            "scores": [round(scores[c], 6) for c in top],
+            "tenant": snapshot.tenant_id,
+            "acl": acl,
+            "cutoff": cutoff,
+            "snapshot": snapshot.snapshot_id,
+            "run": snapshot.run_id,
+            "query": snapshot.query_digest,
+            "index": snapshot.index_version,
+            "principal": snapshot.acl_principal,
+            "k": snapshot.k,
+            "stamp": stamp,
+            "created": snapshot.created_at,
+        },
+    )
+    return [
+        Hit(
+            document_id=document_id,
+            source_uri=source_uri,
+            source_version=source_version,
+            chunk_id=chunk_id,
+            content_digest=content_digest,
+            retrieved_at=stamp,
+            score=score,
+            text=text,
+        )
+        for document_id, source_uri, source_version, chunk_id, content_digest, text, score in cursor.fetchall()
+    ]
 
 
 def snapshot_get(*, tenant: Tenant, snapshot_id: str) -> RetrievalSnapshot:

@@ -154,6 +154,12 @@ def test_a_search_stores_a_snapshot_as_chapter_33_lays_it_out(tenant):
     assert first["document_id"] == "policy-42" and first["chunk_id"] == "policy-42:s1:c1"
     assert first["content_digest"] == sha256_digest(result.hits[0].text)
     assert "text" not in first  # the snapshot keeps provenance, not the text
+    # What the search returns is what it stored, in the same statement as it read the hits.
+    stored = RetrievalSnapshot.objects.get(snapshot_id=snapshot.snapshot_id)
+    fields = ("run_id", "query_digest", "index_version", "acl_principal", "k", "hits", "created_at")
+    assert [getattr(stored, f) for f in fields] == [getattr(snapshot, f) for f in fields]
+    assert stored.hits == [h.provenance() for h in result.hits] and len(stored.hits) == 2  # ann reads 2
+    assert {h["retrieved_at"] for h in stored.hits} == {snapshot.created_at.isoformat()}
 
 
 def test_replay_uses_the_snapshots_source_version_after_the_document_changed(tenant):
@@ -335,30 +341,30 @@ def _six_documents_ann_reads_three(tenant):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_outside_a_transaction_the_vector_arm_runs_on_a_connection_of_its_own(tenant, monkeypatch):
-    """A search outside any transaction runs its vector arm on a pool thread's own connection while
-    the text arm runs on the caller's; it finds what the search in one round trip finds (the setting
+def test_outside_a_transaction_the_text_arm_runs_on_a_connection_of_its_own(tenant, monkeypatch):
+    """A search outside any transaction runs its text arm on a pool thread's own connection while
+    the vector arm runs on the caller's; it finds what the search in one round trip finds (the setting
     off), and a principal still gets none of the chunks ranked first for others."""
     from retrieval import search
 
     _six_documents_ann_reads_three(tenant)
     monkeypatch.setattr(search, "PARALLEL_FROM", 1)  # 18 readable chunks: parallel from one
     backends: list[tuple[int, str]] = []
-    arm = search.vector_arm
+    arm = search.text_arm
 
     def watched(cursor, **kwargs):
         backends.append((cursor.connection.info.backend_pid, threading.current_thread().name))
         return arm(cursor, **kwargs)
 
-    monkeypatch.setattr(search, "vector_arm", watched)
+    monkeypatch.setattr(search, "text_arm", watched)
     callers: list[int] = []
-    weights = search.query_weights
+    vector = search.vector_arm
 
-    def caller_weights(cursor, tenant_id, words, keys):
+    def caller_vector(cursor, **kwargs):
         callers.append(connection.connection.info.backend_pid)
-        return weights(cursor, tenant_id, words, keys)
+        return vector(cursor, **kwargs)
 
-    monkeypatch.setattr(search, "query_weights", caller_weights)
+    monkeypatch.setattr(search, "vector_arm", caller_vector)
     query = "refund the parcel by phone"
     kwargs = {
         "tenant": tenant,
@@ -370,13 +376,54 @@ def test_outside_a_transaction_the_vector_arm_runs_on_a_connection_of_its_own(te
     parallel = retrieval_search(**kwargs).hits
     with override_settings(KEEPER_SEARCH_PARALLEL_ARMS=False):
         together = retrieval_search(**kwargs).hits
-    assert len(backends) == 1  # the setting off: the arms went together, on the caller's connection
+    assert len(backends) == 1 and len(callers) == 1  # the setting off: both arms in one statement
     [(pid, thread)] = backends
-    assert callers and pid not in callers and thread.startswith("keeper-search-arm")
+    assert pid not in callers and thread.startswith("keeper-search-arm")
     assert [(h.document_id, h.chunk_id, h.score) for h in parallel] == [
         (h.document_id, h.chunk_id, h.score) for h in together
     ]
     assert len(parallel) == 8 and {h.document_id for h in parallel} <= {"doc1", "doc3", "doc5"}
+
+
+def test_placed_puts_the_text_candidates_a_walk_missed_where_their_distance_ranks_them():
+    from retrieval.search import placed
+
+    nearest = [(1, 0.1), (2, 0.3), (3, 0.5)]
+    text = [(4, 0.2), (2, 0.3), (5, 0.6), (6, None)]  # 5: past the walk's farthest; 6: another embedder
+    assert placed(nearest, text, 10) == [1, 4, 2, 3]
+    assert placed(nearest, text, 3) == [1, 4, 2]
+    assert placed([], text, 10) == []  # the walk found nothing readable: nothing to measure against
+
+
+def test_text_candidates_the_walk_missed_get_their_place_in_the_vector_ranking(tenant, monkeypatch):
+    """The walk's beam is sized for the first candidates, so it may miss a chunk the text arm found:
+    both_arms measures the text arm's chunks against the query's vector in the same statement and
+    places the missed ones by their exact distance. A chunk missed that the text arm did not find
+    stays missed."""
+    from retrieval import search
+    from retrieval.readable import principal_readable
+    from retrieval.services import ttl_cutoff
+
+    _six_documents_ann_reads_three(tenant)
+    embedder = HashingEmbedder()
+    query = "refund the parcel by phone"
+    [vector] = embedder.embed([query])
+    kwargs = {"vector": vector, "query": query, "cutoff": ttl_cutoff(), "vector_limit": 20, "text_limit": 10}
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        readable = principal_readable(cursor, tenant_id=tenant.tenant_id, principal="user:ann")
+        exact, by_text = search.both_arms(cursor, tenant=tenant, embedder=embedder, readable=readable, **kwargs)
+        assert len(exact) == 18 and len(by_text) == 10  # every readable chunk, by exact distance
+        missed = [by_text[0], by_text[-1], next(c for c in exact if c not in by_text)]
+        real = search.vector_statements
+
+        def walk_that_misses(**arm):
+            setup, sql, params = real(**arm)
+            return setup, f"SELECT w.* FROM ({sql}) AS w WHERE w.id <> ALL(%s::bigint[])", [*params, missed]
+
+        monkeypatch.setattr(search, "vector_statements", walk_that_misses)
+        got, again = search.both_arms(cursor, tenant=tenant, embedder=embedder, readable=readable, **kwargs)
+    assert again == by_text
+    assert got == [c for c in exact if c != missed[2]]  # the two text candidates back in their places
 
 
 def test_both_arms_in_one_round_trip_rank_as_each_arm_alone(tenant):
