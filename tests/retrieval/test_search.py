@@ -411,7 +411,9 @@ def test_text_candidates_the_walk_missed_get_their_place_in_the_vector_ranking(t
     kwargs = {"vector": vector, "query": query, "cutoff": ttl_cutoff(), "vector_limit": 20, "text_limit": 10}
     with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
         readable = principal_readable(cursor, tenant_id=tenant.tenant_id, principal="user:ann")
-        exact, by_text = search.both_arms(cursor, tenant=tenant, embedder=embedder, readable=readable, **kwargs)
+        exact, by_text = search.both_arms(
+            cursor, tenant=tenant, embedder=embedder, readable=readable, **kwargs
+        )
         assert len(exact) == 18 and len(by_text) == 10  # every readable chunk, by exact distance
         missed = [by_text[0], by_text[-1], next(c for c in exact if c not in by_text)]
         real = search.vector_statements
