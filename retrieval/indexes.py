@@ -78,19 +78,20 @@ def chunk_index_ensure(*, tenant: Tenant, dimensions: int) -> bool:
         return False
     dims = int(dimensions)
     name = chunk_index_name(tenant, dims)
-    rebuild = not chunk_index_exists(tenant, dims)
     # The names and predicate come from a UUID and ints, never from user input.
     with connections[OWNER_ALIAS].cursor() as cursor, index_builds_of(cursor, "retrieval_chunks"):
-        if rebuild:  # an interrupted build's invalid leftover, if any
-            cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-        # A bulk build is far faster when the graph fits in memory; the setting ends with the session.
-        cursor.execute("SET maintenance_work_mem = '512MB'")
-        cursor.execute(
-            f"""CREATE INDEX CONCURRENTLY IF NOT EXISTS {name} ON retrieval_chunks
-                USING hnsw ((embedding::halfvec({dims})) halfvec_cosine_ops)
-                WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})
-                WHERE tenant_id = '{tenant.tenant_id}'::uuid AND dimensions = {dims} AND status = 'current'"""
-        )
+        # Asked only once this build has the turn: tasks queued after each of many documents wait for
+        # the one that builds, and must find its graph then, not drop it and build it again.
+        if not chunk_index_exists(tenant, dims):
+            cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")  # an interrupted build's leftover
+            # A bulk build is far faster when the graph fits in memory; the setting ends with the session.
+            cursor.execute("SET maintenance_work_mem = '512MB'")
+            cursor.execute(
+                f"""CREATE INDEX CONCURRENTLY {name} ON retrieval_chunks
+                    USING hnsw ((embedding::halfvec({dims})) halfvec_cosine_ops)
+                    WITH (m = {HNSW_M}, ef_construction = {HNSW_EF_CONSTRUCTION})
+                    WHERE tenant_id = '{tenant.tenant_id}'::uuid AND dimensions = {dims} AND status = 'current'"""
+            )
         for earlier in _earlier_names(tenant, dims):
             cursor.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {earlier}")
     return True

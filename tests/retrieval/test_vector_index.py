@@ -4,6 +4,8 @@ principal who may read only a small share of the tenant's chunks (ACL filter aft
 from __future__ import annotations
 
 import random
+import threading
+import time
 
 import pytest
 from django.db import IntegrityError, connection, connections
@@ -138,6 +140,41 @@ def test_an_interrupted_build_is_replaced_not_taken_for_a_graph(tenant, monkeypa
     assert not indexes.chunk_index_exists(tenant, 256) and indexes.chunk_index_wanted(tenant, 256)
     assert indexes.chunk_index_ensure(tenant=tenant, dimensions=256)
     assert indexes.chunk_index_exists(tenant, 256)
+    indexes.chunk_index_drop(tenant=tenant, dimensions=256)
+
+
+def test_a_build_that_waited_for_its_turn_keeps_the_graph_built_meanwhile(tenant, monkeypatch):
+    """Indexing many documents queues a graph task after each: those that wait while the first builds
+    find its graph when their turn comes and keep it (they used to decide before waiting, then drop
+    the new graph and build it again, once per document)."""
+    from core.index_builds import index_builds_of
+
+    monkeypatch.setattr(indexes, "HNSW_FROM_CHUNKS", 100)
+    _seed(tenant, documents=2, paragraphs=100, rng=random.Random(5))
+    name = indexes.chunk_index_name(tenant, 256)
+    waited: list[bool] = []
+
+    def queued_task() -> None:
+        try:
+            waited.append(indexes.chunk_index_ensure(tenant=tenant, dimensions=256))
+        finally:
+            connections.close_all()
+
+    def graph_oid() -> int | None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT c.oid FROM pg_class c WHERE c.relname = %s", [name])
+            row = cursor.fetchone()
+        return row[0] if row else None
+
+    with connections["owner"].cursor() as cursor, index_builds_of(cursor, "retrieval_chunks"):
+        task = threading.Thread(target=queued_task)
+        task.start()
+        time.sleep(0.5)
+        assert task.is_alive() and graph_oid() is None  # it waits for the turn this build holds
+        assert indexes.chunk_index_ensure(tenant=tenant, dimensions=256)  # the build with the turn
+        built = graph_oid()
+    task.join(timeout=60)
+    assert waited == [True] and built is not None and graph_oid() == built  # the same graph, not rebuilt
     indexes.chunk_index_drop(tenant=tenant, dimensions=256)
 
 
