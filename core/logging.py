@@ -81,10 +81,16 @@ DOCUMENT_SEGMENT = re.compile(
 )
 
 
+# A retrieval principal (`/api/v1/retrieval/principals/user:jane.doe@example.com/`), which names a person.
+PRINCIPAL_SEGMENT = re.compile(r"(/retrieval/principals/)[^/?\s]+")
+
+
 def path_redact(path: str) -> str:
     """`/api/v1/memory/subjects/c-1/memory.md` -> `/api/v1/memory/subjects/*/memory.md`, and a
-    document's id the same way."""
-    return DOCUMENT_SEGMENT.sub(r"\1*", SUBJECT_SEGMENT.sub(r"\1*", path))
+    document's id and a principal the same way."""
+    for segment in (SUBJECT_SEGMENT, DOCUMENT_SEGMENT, PRINCIPAL_SEGMENT):
+        path = segment.sub(r"\1*", path)
+    return path
 
 
 def request_line_redact(line: str) -> str:

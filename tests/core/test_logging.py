@@ -159,3 +159,17 @@ def test_a_document_id_in_a_path_is_left_out_of_the_logs():
     assert request_line_redact("DELETE /api/v1/retrieval/documents/ada/?tenant=acme HTTP/1.1") == (
         "DELETE /api/v1/retrieval/documents/*/?tenant=* HTTP/1.1"
     )
+
+
+def test_a_principal_in_a_path_is_left_out_of_the_logs():
+    """A retrieval principal names a person (found from outside: a 404 on DELETE of a principal wrote
+    its e-mail address to the log at WARNING, and gunicorn's access line at INFO)."""
+    from core.logging import path_redact, request_line_redact
+
+    assert path_redact("/api/v1/retrieval/principals/user:jane.doe@example.com/") == (
+        "/api/v1/retrieval/principals/*/"
+    )
+    assert path_redact("/api/v1/retrieval/principals/") == "/api/v1/retrieval/principals/"
+    assert request_line_redact("DELETE /api/v1/retrieval/principals/user:ada%40x.org/ HTTP/1.1") == (
+        "DELETE /api/v1/retrieval/principals/*/ HTTP/1.1"
+    )
