@@ -120,6 +120,25 @@ class StrictIntegerField(serializers.IntegerField):
         return int(super().to_internal_value(data))
 
 
+class StrictFloatField(serializers.FloatField):
+    """A number field of a JSON body that takes only JSON numbers (not "1.5", not true)."""
+
+    def to_internal_value(self, data: Any) -> float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return float(super().to_internal_value(data))
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """A flag of a JSON body that takes only true or false (DRF's BooleanField also takes "yes", "0",
+    1 and "off": `{"start": "false"}` was a false start only by luck of the spelling)."""
+
+    def to_internal_value(self, data: Any) -> bool:
+        if not isinstance(data, bool):
+            self.fail("invalid", input=data)
+        return data
+
+
 class TenantParameterSerializer(serializers.Serializer[dict[str, Any]]):
     """The `tenant` query parameter (slug or id); with an API key it may be left out (or empty)."""
 

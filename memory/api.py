@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 from core.api import (
     ErrorSerializer,
     StrictCharField,
+    StrictFloatField,
     StrictIntegerField,
     TenantParameterSerializer,
     error_responses,
@@ -113,7 +114,7 @@ class MemoryItemsApi(APIView):
         key = StrictCharField(max_length=200)
         value = serializers.JSONField()
         provenance = serializers.DictField()
-        confidence = serializers.FloatField(required=False, allow_null=True, default=None)
+        confidence = StrictFloatField(required=False, allow_null=True, default=None)
         consent_basis = serializers.ChoiceField(
             choices=CONSENT_BASES, required=False, allow_null=True, default=None
         )  # none: from the provenance (memory/consent.py consent_default)
@@ -175,7 +176,7 @@ class MemoryItemSupersedeApi(APIView):
         )  # with an API key: the key's
         value = serializers.JSONField()
         provenance = serializers.DictField()
-        confidence = serializers.FloatField(required=False, allow_null=True, default=None)
+        confidence = StrictFloatField(required=False, allow_null=True, default=None)
 
     @extend_schema(
         summary="Replace a fact with a new value",
@@ -352,7 +353,7 @@ class MemoryWriteApi(APIView):
         source = StrictCharField(max_length=500)  # type: ignore[assignment]  # the field named "source"
         consent_basis = serializers.ChoiceField(choices=CONSENT_BASES)
         run_id = StrictCharField(max_length=64, required=False, allow_null=True, default=None)
-        event_seq = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=0)
+        event_seq = StrictIntegerField(required=False, allow_null=True, default=None, min_value=0)
 
     @extend_schema(
         summary="write_memory: keep a claim or a note about a subject, with its source",

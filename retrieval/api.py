@@ -22,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictCharField, TenantParameterSerializer, error_responses
+from core.api import StrictCharField, StrictIntegerField, TenantParameterSerializer, error_responses
 from core.api_auth import request_actor, request_run_tenant, request_tenant
 from core.errors import InvalidInput
 from core.parsers import JSONParser
@@ -330,7 +330,7 @@ class SearchApi(APIView):
         )  # with an API key: the key's
         principal = StrictCharField(max_length=210)
         query = StrictCharField(max_length=4000)
-        k = serializers.IntegerField(min_value=1, max_value=100, default=10)
+        k = StrictIntegerField(min_value=1, max_value=100, default=10)
         run_id = serializers.UUIDField(required=False, allow_null=True, default=None)
 
     @extend_schema(

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictCharField, error_responses
+from core.api import StrictBooleanField, StrictCharField, StrictIntegerField, error_responses
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
 from core.roles import ENGINEER, user_roles
 from runs.engine.forks import run_fork, run_rewind
@@ -288,8 +288,8 @@ class RunResumeApi(APIView):
 
 class RunForkApi(APIView):
     class InputSerializer(serializers.Serializer):
-        at_seq = serializers.IntegerField(min_value=1)
-        start = serializers.BooleanField(required=False, default=True)
+        at_seq = StrictIntegerField(min_value=1)
+        start = StrictBooleanField(required=False, default=True)
         note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     @extend_schema(
@@ -308,7 +308,7 @@ class RunForkApi(APIView):
 
 class RunRewindApi(APIView):
     class InputSerializer(serializers.Serializer):
-        to_seq = serializers.IntegerField(min_value=1)
+        to_seq = StrictIntegerField(min_value=1)
         note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     @extend_schema(

@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictCharField, error_responses
+from core.api import StrictBooleanField, StrictCharField, error_responses
 from core.api_auth import request_actor
 from runs.api import EVENTS_PAGE, EventOutputSerializer, run_for_request
 from runs.conversations.context import context_build
@@ -27,7 +27,7 @@ class RunMessagesApi(APIView):
         call_id = StrictCharField(max_length=200, required=False)
         tool = StrictCharField(max_length=200, required=False)
         arguments = serializers.JSONField(required=False)
-        is_error = serializers.BooleanField(required=False, default=False)
+        is_error = StrictBooleanField(required=False, default=False)
 
     class FilterSerializer(serializers.Serializer):
         after_seq = serializers.IntegerField(min_value=0, default=0)

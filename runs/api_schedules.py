@@ -11,7 +11,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictCharField, TenantParameterSerializer, error_responses
+from core.api import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    TenantParameterSerializer,
+    error_responses,
+)
 from core.api_auth import request_actor, request_key, request_tenant
 from core.models import Tenant
 from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
@@ -77,11 +83,11 @@ class ScheduleListApi(APIView):
         tenant = StrictCharField(max_length=64, required=False, allow_blank=True)  # with a key: the key's
         workflow = StrictCharField(max_length=200)
         cron = StrictCharField(max_length=200, required=False, allow_blank=True)
-        interval_seconds = serializers.IntegerField(required=False, allow_null=True)
+        interval_seconds = StrictIntegerField(required=False, allow_null=True)
         input = serializers.JSONField()
         subject = StrictCharField(max_length=200, trim_whitespace=False, required=False, default="")
         overlap = StrictCharField(max_length=20, required=False, default=OverlapPolicy.SKIP)
-        enabled = serializers.BooleanField(required=False, default=True)
+        enabled = StrictBooleanField(required=False, default=True)
 
     @extend_schema(
         summary="Schedule a workflow on a cron expression (5 fields, UTC) or an interval in seconds",
@@ -136,11 +142,11 @@ class ScheduleListApi(APIView):
 
 class ScheduleDetailApi(APIView):
     class PatchSerializer(serializers.Serializer):
-        enabled = serializers.BooleanField(required=False)
+        enabled = StrictBooleanField(required=False)
         input = serializers.JSONField(required=False)
         overlap = StrictCharField(max_length=20, required=False)
         cron = StrictCharField(max_length=200, required=False)
-        interval_seconds = serializers.IntegerField(required=False)
+        interval_seconds = StrictIntegerField(required=False)
 
     @extend_schema(
         summary="Read a schedule",

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictCharField, error_responses
+from core.api import StrictBooleanField, StrictCharField, error_responses
 from core.api_auth import request_actor, request_key, request_may_see, request_tenant
 from core.errors import NotFound
 from runs.api import run_for_request
@@ -185,7 +185,7 @@ class OperationReconcileApi(APIView):
         outcome = serializers.ChoiceField(choices=RECONCILE_OUTCOMES)
         note = StrictCharField(max_length=2000)
         external_ref = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
-        resume = serializers.BooleanField(required=False, default=True)
+        resume = StrictBooleanField(required=False, default=True)
 
     @extend_schema(
         summary="Settle an operation whose outcome is unknown",

@@ -11,7 +11,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictCharField, StrictRegexField, error_responses
+from core.api import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictFloatField,
+    StrictIntegerField,
+    StrictRegexField,
+    error_responses,
+)
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
 from runs.engine.store import OperationRow
 from runs.external import protocol
@@ -156,9 +163,9 @@ CLAIM = inline_serializer(
 class WorkerClaimApi(APIView):
     class InputSerializer(serializers.Serializer):
         workflows = serializers.ListField(child=StrictCharField(max_length=200), min_length=1, max_length=50)
-        wait_seconds = serializers.FloatField(min_value=0, max_value=protocol.MAX_WAIT_S, default=0)
+        wait_seconds = StrictFloatField(min_value=0, max_value=protocol.MAX_WAIT_S, default=0)
         worker_id = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False, default="worker")
-        lease_ttl = serializers.FloatField(min_value=1, max_value=3600, required=False)
+        lease_ttl = StrictFloatField(min_value=1, max_value=3600, required=False)
 
     @extend_schema(
         summary="Claim the next step of a run of your external workflows (long-poll up to wait_seconds)",
@@ -242,12 +249,12 @@ class WorkerCommitApi(WorkerRunApiView):
         detail = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     class SpentSerializer(serializers.Serializer):
-        tokens = serializers.IntegerField(min_value=0, default=0)
-        cost_usd = serializers.FloatField(min_value=0, default=0.0)
-        wall_s = serializers.FloatField(min_value=0, default=0.0)
+        tokens = StrictIntegerField(min_value=0, default=0)
+        cost_usd = StrictFloatField(min_value=0, default=0.0)
+        wall_s = StrictFloatField(min_value=0, default=0.0)
 
     class InputSerializer(LeaseInputSerializer):
-        expected_revision = serializers.IntegerField(min_value=1)
+        expected_revision = StrictIntegerField(min_value=1)
         state = serializers.JSONField()
         next_step = StrictCharField(max_length=100, required=False)
         suspend = serializers.DictField(required=False)
@@ -256,7 +263,7 @@ class WorkerCommitApi(WorkerRunApiView):
         fail = serializers.DictField(required=False)  # type: ignore[assignment]
         payload = serializers.DictField(required=False, default=dict)
         spent = serializers.DictField(required=False, default=dict)
-        keep_lease = serializers.BooleanField(default=False)
+        keep_lease = StrictBooleanField(default=False)
 
         def validate(self, data: dict[str, Any]) -> dict[str, Any]:
             given = [k for k in ("next_step", "suspend", "complete", "fail") if k in data]
@@ -326,7 +333,7 @@ class WorkerCommitApi(WorkerRunApiView):
 
 class WorkerHeartbeatApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
-        lease_ttl = serializers.FloatField(min_value=1, max_value=3600, required=False)
+        lease_ttl = StrictFloatField(min_value=1, max_value=3600, required=False)
 
     @extend_schema(
         summary="Extend the lease while a step runs (409 lease_lost: stop, the commit would be refused)",
@@ -347,7 +354,7 @@ class WorkerHeartbeatApi(WorkerRunApiView):
 
 class WorkerReleaseApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
-        retry_in = serializers.FloatField(min_value=0, max_value=86400, default=0)
+        retry_in = StrictFloatField(min_value=0, max_value=86400, default=0)
 
     @extend_schema(
         summary="Give the run back without committing (another worker may claim it after retry_in seconds)",

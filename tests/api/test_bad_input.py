@@ -214,3 +214,76 @@ def test_the_worker_protocols_pattern_fields_take_only_text():
         with pytest.raises(ValidationError):
             fields["operation_id"].run_validation(bad)
     assert fields["operation_id"].run_validation("refund:o-1") == "refund:o-1"
+
+
+def _body_serializers():
+    """Every serializer a view takes a JSON body with (not its query's FilterSerializer, not an output)."""
+    from django.urls import URLPattern, URLResolver, get_resolver
+    from rest_framework import serializers
+
+    def views(patterns):
+        for p in patterns:
+            if isinstance(p, URLResolver):
+                yield from views(p.url_patterns)
+            elif isinstance(p, URLPattern) and hasattr(p.callback, "view_class"):
+                yield p.callback.view_class
+
+    seen = set()
+    for view in views(get_resolver().url_patterns):
+        for name in dir(view):
+            found = getattr(view, name, None)
+            if (
+                isinstance(found, type)
+                and issubclass(found, serializers.Serializer)
+                and "Filter" not in name
+                and "Output" not in name
+                and found not in seen
+            ):
+                seen.add(found)
+                yield f"{view.__name__}.{name}", found
+
+
+def test_every_number_and_flag_of_a_json_body_takes_only_its_json_type():
+    """Found from outside: `{"k": "10"}` searched with k=10 while `{"k": 10.5}` was refused. A JSON
+    body's numbers and flags are taken only as JSON numbers and true/false, as its text is taken only
+    as JSON strings (only the document upload's `wait`, which a multipart form sends as "true")."""
+    from rest_framework import serializers
+
+    from core.api import StrictBooleanField, StrictFloatField, StrictIntegerField
+
+    loose = []
+
+    def check(where, field):
+        if isinstance(field, serializers.BaseSerializer) and hasattr(field, "fields"):
+            for name, child in field.fields.items():
+                check(f"{where}.{name}", child)
+        elif isinstance(field, serializers.ListField | serializers.DictField):
+            check(f"{where}[]", field.child)
+        elif isinstance(
+            field, serializers.IntegerField | serializers.FloatField | serializers.BooleanField
+        ) and not isinstance(field, StrictIntegerField | StrictFloatField | StrictBooleanField):
+            loose.append(where)
+
+    bodies = list(_body_serializers())
+    assert len(bodies) > 20
+    for where, serializer in bodies:
+        check(where, serializer())
+    assert loose == ["DocumentsApi.InputSerializer.wait"]
+    fields = {"k": StrictIntegerField(), "x": StrictFloatField(), "on": StrictBooleanField()}
+    for name, good, bads in (
+        ("k", 10, ("10", 10.5, True, None)),
+        ("x", 1.5, ("1.5", True, None)),
+        ("on", False, ("false", 0, "no", None)),
+    ):
+        assert fields[name].run_validation(good) == good
+        for bad in bads:
+            with pytest.raises(serializers.ValidationError):
+                fields[name].run_validation(bad)
+
+
+def test_a_search_with_k_as_text_is_refused(write_key):
+    response = key_client(write_key).post(
+        "/api/v1/retrieval/search/", {"principal": "user:a", "query": "q", "k": "10"}, format="json"
+    )
+    _assert_error(response, 400)
+    assert "k" in response.json()["error"]["details"]
