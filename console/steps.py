@@ -70,6 +70,15 @@ def _float(value: Any) -> float | None:
         return None
 
 
+def _shifted(at: datetime, seconds: float) -> datetime:
+    """`at` moved by `seconds`, or `at` itself when that lies outside the calendar (a worker's figure
+    stored before it was bounded)."""
+    try:
+        return at + timedelta(seconds=seconds)
+    except (OverflowError, ValueError):
+        return at
+
+
 def run_steps(*, run: AgentRun, limit: int, now: datetime | None = None) -> RunSteps:
     """The newest `limit` step executions and suspensions of the run (three indexed queries)."""
     now = now or timezone.now()
@@ -169,13 +178,11 @@ def run_steps(*, run: AgentRun, limit: int, now: datetime | None = None) -> RunS
             seq=seq,
             step_id=step_id,
             attempt=attempt or 1,
-            start=at - timedelta(seconds=wall_s),
+            start=_shifted(at, -wall_s),
             end=at,
             outcome=outcome,
             detail=error or (str(reason or "") if kind == "run_suspended" else ""),
-            retry_until=at + timedelta(seconds=retry_s)
-            if retry_s is not None and kind == "step_error"
-            else None,
+            retry_until=_shifted(at, retry_s) if retry_s is not None and kind == "step_error" else None,
         )
         previous = neighbours.get(seq - 1)
         steps.append(

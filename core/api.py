@@ -111,8 +111,17 @@ class StrictRegexField(serializers.RegexField):
         return str(super().to_internal_value(data))
 
 
+BIGINT_MAX = 2**63 - 1  # what PostgreSQL's bigint holds: past it a number was a 500 from the database
+
+
 class StrictIntegerField(serializers.IntegerField):
-    """An integer field of a JSON body that takes only JSON integers (not "5", not true, not 5.5)."""
+    """An integer field of a JSON body that takes only JSON integers (not "5", not true, not 5.5),
+    within a bigint unless the field says less."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("max_value", BIGINT_MAX)
+        kwargs.setdefault("min_value", -BIGINT_MAX - 1)
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> int:
         if isinstance(data, bool) or not isinstance(data, int):
@@ -131,12 +140,27 @@ class StrictFloatField(serializers.FloatField):
 
 class StrictBooleanField(serializers.BooleanField):
     """A flag of a JSON body that takes only true or false (DRF's BooleanField also takes "yes", "0",
-    1 and "off": `{"start": "false"}` was a false start only by luck of the spelling)."""
+    1 and "off": `{"start": "false"}` was a false start only by luck of the spelling). With
+    `form_text=True`, a form's body (multipart or urlencoded, where every value is text) may say
+    "true", "1", "yes" or "on" as DRF reads them; a JSON body still may not."""
+
+    def __init__(self, *, form_text: bool = False, **kwargs: Any) -> None:
+        self.form_text = form_text
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> bool:
-        if not isinstance(data, bool):
-            self.fail("invalid", input=data)
-        return data
+        if isinstance(data, bool):
+            return data
+        request = self.context.get("request")
+        if self.form_text and isinstance(data, str) and request is not None and _form_body(request):
+            return bool(super().to_internal_value(data))
+        self.fail("invalid", input=data)
+        raise AssertionError  # self.fail raises
+
+
+def _form_body(request: Any) -> bool:
+    media = str(getattr(request, "content_type", "") or "").split(";")[0].strip().lower()
+    return media in ("multipart/form-data", "application/x-www-form-urlencoded")
 
 
 class TenantParameterSerializer(serializers.Serializer[dict[str, Any]]):

@@ -84,8 +84,18 @@ def _validate(
         )
     if not isinstance(provenance["source_id"], str) or not provenance["source_id"]:
         raise InvalidInput("provenance.source_id must name the source", code="invalid_provenance")
-    if provenance["event_seq"] is not None and not isinstance(provenance["event_seq"], int):
-        raise InvalidInput("provenance.event_seq must be a whole number or null", code="invalid_provenance")
+    seq = provenance["event_seq"]
+    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**63):
+        raise InvalidInput(
+            "provenance.event_seq must be a whole number from 0 (an event's seq) or null",
+            code="invalid_provenance",
+        )
+    for name in ("source_version", "run_id"):
+        given = provenance[name]
+        if given is not None and (not isinstance(given, str) or len(given) > 200):
+            raise InvalidInput(
+                f"provenance.{name} must be text of at most 200 characters or null", code="invalid_provenance"
+            )
     if confidence is not None and not 0 <= confidence <= 1:
         raise InvalidInput("confidence must be between 0 and 1", code="invalid_confidence")
     about = f"{namespace} {key}".lower()

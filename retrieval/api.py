@@ -22,7 +22,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictCharField, StrictIntegerField, TenantParameterSerializer, error_responses
+from core.api import (
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    TenantParameterSerializer,
+    error_responses,
+)
 from core.api_auth import request_actor, request_run_tenant, request_tenant
 from core.errors import InvalidInput
 from core.parsers import JSONParser
@@ -145,7 +151,8 @@ class DocumentsApi(APIView):
         acl = serializers.ListField(child=StrictCharField(max_length=210), max_length=1000)
         text = StrictCharField(required=False, trim_whitespace=False, allow_blank=True, allow_null=True)
         content_base64 = StrictCharField(required=False, allow_null=True)
-        wait = serializers.BooleanField(required=False, default=False)
+        # A multipart upload's fields are all text ("true"); a JSON body's flag is true or false.
+        wait = StrictBooleanField(required=False, default=False, form_text=True)
 
     class FilterSerializer(serializers.Serializer):
         tenant = StrictCharField(
@@ -173,7 +180,7 @@ class DocumentsApi(APIView):
         ],
     )
     def post(self, request: Request) -> Response:
-        data = self.InputSerializer(data=request.data)
+        data = self.InputSerializer(data=request.data, context={"request": request})
         data.is_valid(raise_exception=True)
         fields = data.validated_data
         content, media_type = _content(fields, request.FILES)

@@ -25,6 +25,10 @@ from runs.external import protocol
 from runs.external.models import ExternalWorkflow
 from runs.external.workflows import external_workflow_register
 
+MAX_STEP_TOKENS = 10**12
+MAX_STEP_COST_USD = 1e9
+MAX_STEP_WALL_S = 1e7  # about 116 days
+
 
 def _key_tenant(request: Request) -> UUID:
     key = request_key(request)
@@ -249,9 +253,12 @@ class WorkerCommitApi(WorkerRunApiView):
         detail = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     class SpentSerializer(serializers.Serializer):
-        tokens = StrictIntegerField(min_value=0, default=0)
-        cost_usd = StrictFloatField(min_value=0, default=0.0)
-        wall_s = StrictFloatField(min_value=0, default=0.0)
+        # What one step can have spent: past these a worker's figure is a bug or an attack (a wall
+        # time of 1e308 s made the run's engineer page unrenderable; a cost of 1e308 overflowed the
+        # budget's total).
+        tokens = StrictIntegerField(min_value=0, max_value=MAX_STEP_TOKENS, default=0)
+        cost_usd = StrictFloatField(min_value=0, max_value=MAX_STEP_COST_USD, default=0.0)
+        wall_s = StrictFloatField(min_value=0, max_value=MAX_STEP_WALL_S, default=0.0)
 
     class InputSerializer(LeaseInputSerializer):
         expected_revision = StrictIntegerField(min_value=1)

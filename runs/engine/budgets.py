@@ -27,9 +27,18 @@ class BudgetExhausted(Conflict):
     code = "budget_exhausted"
 
 
+# The largest limits a run may ask for: a deadline past ten years was a 500 (a date beyond the
+# calendar), and a limit past 1e15 is no limit at all.
+MAX_LIMIT = 1e15
+MAX_DEADLINE_S = 10 * 365 * 86400
+
+
 def _positive(kind: str, limit: Any) -> None:
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0):
         raise InvalidInput(f"budget {kind} must be a positive number", code="invalid_budgets")
+    highest = MAX_DEADLINE_S if kind == "deadline_s" else MAX_LIMIT
+    if limit is not None and not limit <= highest:  # NaN too
+        raise InvalidInput(f"budget {kind} must be at most {highest:g}", code="invalid_budgets")
 
 
 def budgets_initial(*, defaults: dict[str, float], requested: Any, now: datetime | None = None) -> Budgets:

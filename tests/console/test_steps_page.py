@@ -74,3 +74,15 @@ def test_the_history_download_needs_the_role_and_the_tenant(as_role, tenant, oth
     url = reverse("console:run_history_download", args=[theirs.run_id])
     assert as_role("engineer").get(url).status_code == 404
     assert not AuditEntry.objects.filter(action="export_history").exists()
+
+
+def test_a_step_time_past_the_calendar_draws_as_no_time():
+    """A worker's wall time of 1e308 s, stored before spent figures were bounded, made the run's
+    engineer page a 500 (OverflowError from timedelta) every time it was opened."""
+    from datetime import UTC, datetime, timedelta
+
+    from console.steps import _shifted
+
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    assert _shifted(at, -1.5) == at - timedelta(seconds=1.5)
+    assert _shifted(at, -1e308) == at and _shifted(at, 1e12) == at

@@ -172,11 +172,20 @@ def refund(ctx: Context, state: State) -> StepResult:
 def verify(ctx: Context, state: State) -> StepResult:
     ledger = PaymentsClient().refunds_for_order(state["refund_request"]["order_id"])
     ours = [r for r in ledger if r.get("idempotency_key") == state["operation_id"]]
-    if len(ours) != 1 or ours[0].get("refund_id") != state["refund"]["refund_id"]:
+    if len(ours) != 1:
         return ctx.suspend(
             state,
             "verification_failed",
             f"the ledger shows {len(ours)} refund(s) for {state['operation_id']}, expected exactly one",
+        )
+    if ours[0].get("refund_id") != state["refund"]["refund_id"]:
+        # The one refund is another id than the run recorded (a reconciliation that named the wrong
+        # reference): say so, rather than count refunds that are there.
+        return ctx.suspend(
+            state,
+            "verification_failed",
+            f"the ledger's refund for {state['operation_id']} is {ours[0].get('refund_id')!r}, "
+            f"but the run recorded {state['refund']['refund_id']!r}",
         )
     refund_row = ours[0]
     return ctx.complete(

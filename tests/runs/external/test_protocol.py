@@ -164,6 +164,39 @@ def test_a_commit_sent_again_after_a_lost_answer_gets_the_same_answer_and_writes
     assert spent.status_code == 409
 
 
+def test_out_of_range_numbers_in_a_commit_are_refused_and_change_nothing(api, workflow, tenant):
+    """Found from outside: an expected_revision past a bigint was a 500 from the database, and a
+    spent wall time of 1e308 s was taken and made the run's engineer page a 500 for good."""
+    run_id = _start(api)
+    c = _claim(api).json()
+    body = {
+        "lease_token": c["lease_token"],
+        "expected_revision": 1,
+        "state": c["state"],
+        "next_step": "refund",
+    }
+    for bad in (
+        {"expected_revision": 2**63},
+        {"spent": {"wall_s": 1e308}},
+        {"spent": {"cost_usd": 1e308}},
+        {"spent": {"tokens": 2**63 - 1}},
+        {"spent": {"tokens": 812.0}},
+    ):
+        refused = api.post(f"/api/v1/workers/runs/{run_id}/commit", {**body, **bad}, format="json")
+        assert refused.status_code == 400, (bad, refused.content)
+        named = bad.get("spent", bad)  # the field at fault is named
+        assert set(named) <= set(refused.json()["error"]["details"]) | {"spent"}, refused.json()
+    assert list(AgentEvent.objects.filter(run_id=run_id).values_list("event_type", flat=True)) == [
+        "run_started"
+    ]
+    taken = api.post(
+        f"/api/v1/workers/runs/{run_id}/commit",
+        {**body, "spent": {"wall_s": 3600.0, "tokens": 812}},
+        format="json",
+    )
+    assert taken.status_code == 200, taken.content
+
+
 def test_bad_tokens_stale_revisions_and_unprepared_operations_change_nothing(
     api, workflow, tenant, other_tenant
 ):

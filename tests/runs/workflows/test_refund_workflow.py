@@ -200,3 +200,27 @@ def test_a_non_authoritative_lookup_suspends_and_never_retries_then_a_person_rec
     run = _drive(run)
     assert run.status == "completed" and run.result["refund_id"] == refund["refund_id"]
     assert len(sandbox.ledger("o-106")) == 1
+
+
+def test_a_reconciliation_that_names_the_wrong_refund_is_caught_and_said_as_such(tenant, sandbox, settings):
+    """Found from outside: reconciling as applied with a made-up reference suspended the run saying
+    the ledger showed 1 refund, "expected exactly one"; it now names the two ids that differ."""
+    settings.KEEPER_REFUND_AUTO_APPROVE_MINOR = 10**9
+    sandbox.order("o-107")
+    sandbox.fault("drop_after_apply", order_id="o-107", remaining=1)
+    sandbox.fault("lookup_non_authoritative")
+    run = _drive(_start(tenant, "o-107"))
+    assert run.suspend_reason == "reconciliation_required"
+    [refund] = sandbox.ledger("o-107")
+    operation_reconcile(
+        tenant_id=tenant.tenant_id,
+        operation_id="refund:o-107",
+        actor="user:ana",
+        note="typed the reference by hand",
+        outcome="applied",
+        external_ref="rf_made_up",
+    )
+    run = _drive(run)
+    assert (run.status, run.suspend_reason) == ("suspended", "verification_failed")
+    assert refund["refund_id"] in run.suspend_detail and "rf_made_up" in run.suspend_detail
+    assert "expected exactly one" not in run.suspend_detail and len(sandbox.ledger("o-107")) == 1
