@@ -260,6 +260,14 @@ class WorkerCommitApi(WorkerRunApiView):
         cost_usd = StrictFloatField(min_value=0, max_value=MAX_STEP_COST_USD, default=0.0)
         wall_s = StrictFloatField(min_value=0, max_value=MAX_STEP_WALL_S, default=0.0)
 
+        def to_internal_value(self, data: Any) -> Any:
+            # A misspelt figure ({"token": 900}) would be charged as nothing: refused instead.
+            if isinstance(data, dict) and (unknown := sorted(set(data) - set(self.fields))):
+                raise serializers.ValidationError(
+                    {key: [f"not a figure a step spends ({', '.join(self.fields)})"] for key in unknown}
+                )
+            return super().to_internal_value(data)
+
     class InputSerializer(LeaseInputSerializer):
         expected_revision = StrictIntegerField(min_value=1)
         state = serializers.JSONField()

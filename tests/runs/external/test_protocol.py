@@ -181,6 +181,7 @@ def test_out_of_range_numbers_in_a_commit_are_refused_and_change_nothing(api, wo
         {"spent": {"cost_usd": 1e308}},
         {"spent": {"tokens": 2**63 - 1}},
         {"spent": {"tokens": 812.0}},
+        {"spent": {"token": 812}},  # misspelt: it would have been charged as nothing
     ):
         refused = api.post(f"/api/v1/workers/runs/{run_id}/commit", {**body, **bad}, format="json")
         assert refused.status_code == 400, (bad, refused.content)
