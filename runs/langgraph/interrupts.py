@@ -18,6 +18,7 @@ from uuid import UUID
 from django.db import connection
 
 from core.digests import NotJSONSerializable, canonical_json
+from core.errors import InvalidInput
 from core.tasks import task_send
 from runs.engine.errors import InvalidState, RunNotFound, SubjectErased
 from runs.langgraph.graphs import graph_registered
@@ -267,6 +268,7 @@ def interrupt_answer(
     given). The same interrupt answered again returns the first answer (`created` False) and records
     nothing. When tasks of one superstep interrupted together, each is answered by its id; the last
     answer completes the set and the graph resumes with all of them."""
+    _answer_check(answer)
     for _ in range(_ANSWER_ATTEMPTS):
         thread = thread_interrupt_get(tenant_id=tenant_id, run_id=run_id)
         if thread is None:
@@ -309,6 +311,33 @@ def interrupt_answer(
 
 
 _ANSWER_ATTEMPTS = 5
+# LangGraph's serializer (msgpack) keeps integers within 64 bits; a number stored as JSON comes back
+# from jsonb as an integer when it is whole (1e20 as 100000000000000000000), so past this size an
+# answer would be recorded and then crash the graph's resume.
+_ANSWER_NUMBER_LIMIT = 2**63
+
+
+def _answer_check(answer: Any) -> None:
+    """An answer the graph can take: not null (LangGraph reads None as no answer), and no number
+    too large for its checkpoints."""
+    if answer is None:
+        raise InvalidInput("an answer cannot be null (the graph would take it as no answer)")
+    pending = [answer]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+        elif (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and abs(value) >= _ANSWER_NUMBER_LIMIT
+        ):
+            raise InvalidInput(
+                f"a number in an answer must be below 2**63 in size ({value:g} is not): the graph's "
+                "checkpoints cannot keep it"
+            )
 
 
 def _erased(*, tenant_id: UUID, run_id: UUID) -> bool:

@@ -288,20 +288,34 @@ class KeeperSaver(BaseCheckpointSaver[str]):
                 self.actor,
             )
         with self._bound():
-            store.writes_put(
-                tenant_id=self.tenant_id,
-                run_id=self._thread_run(config, thread_id),
-                thread_id=thread_id,
-                checkpoint_ns=ns,
-                checkpoint_id=configurable["checkpoint_id"],
-                task_id=task_id,
-                task_path=task_path,
-                idx=idx,
-                channels=channels,
-                types=types,
-                blobs=blobs,
-                replace=all(c in WRITES_IDX_MAP for c in channels),
-                interrupt=interrupt,
+            for _ in range(2):  # a cached run deleted meanwhile: learn the thread's run again
+                run_id = self._thread_run(config, thread_id)
+                if store.writes_put(
+                    tenant_id=self.tenant_id,
+                    run_id=run_id,
+                    thread_id=thread_id,
+                    checkpoint_ns=ns,
+                    checkpoint_id=configurable["checkpoint_id"],
+                    task_id=task_id,
+                    task_path=task_path,
+                    idx=idx,
+                    channels=channels,
+                    types=types,
+                    blobs=blobs,
+                    replace=all(c in WRITES_IDX_MAP for c in channels),
+                    interrupt=interrupt,
+                ):
+                    return
+                self._runs.pop(thread_id, None)
+                if store.thread_run(tenant_id=self.tenant_id, thread_id=thread_id) == run_id:
+                    # Nothing of the superstep is kept: an erased subject's data is not written back.
+                    raise ThreadClosed(
+                        f"thread {thread_id!r} takes no more writes: its Keeper run was cancelled or its "
+                        "subject erased",
+                        code="langgraph_thread_closed",
+                    )
+            raise ThreadClosed(
+                f"thread {thread_id!r} vanished while writing", code="langgraph_thread_missing"
             )
 
     def _tuple(self, row: store.StoredCheckpoint) -> CheckpointTuple:

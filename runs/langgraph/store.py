@@ -200,24 +200,33 @@ def checkpoint_put(
 
 # --- writes -------------------------------------------------------------------------------------
 
-_WRITES = """
-INSERT INTO langgraph_writes (tenant_id, run_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
-                              idx, channel, type, blob)
-SELECT %(tenant)s, %(run)s, %(thread)s, %(ns)s, %(checkpoint_id)s, %(task)s, %(path)s, x.idx, x.channel, x.type, x.blob
-  FROM unnest(%(idx)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[]) AS x(idx, channel, type, blob)
-ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO {conflict}
-"""
-_WRITES_KEEP = _WRITES.format(conflict="NOTHING")
-_WRITES_REPLACE = _WRITES.format(
+# The writes go in only while the thread's run takes checkpoints (as keeper_langgraph_put's update
+# asks), and the run's row is held (FOR SHARE) until they commit: an erasure or a cancel that changes
+# the row waits for them and then finds them, or goes first and they are refused. Without this, a
+# graph still running when its subject was erased stored its superstep's writes after the receipt.
+_OPEN = """open AS (
+  SELECT r.run_id FROM agent_runs r
+   WHERE r.run_id = %(run)s AND r.tenant_id = %(tenant)s AND r.status = 'suspended'
+     AND r.suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered') AND NOT r.imported
+     FOR SHARE)"""
+_WRITES = """w AS (
+  INSERT INTO langgraph_writes (tenant_id, run_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
+                                idx, channel, type, blob)
+  SELECT %(tenant)s, open.run_id, %(thread)s, %(ns)s, %(checkpoint_id)s, %(task)s, %(path)s, x.idx, x.channel,
+         x.type, x.blob
+    FROM open, unnest(%(idx)s::int[], %(channels)s::text[], %(types)s::text[], %(blobs)s::bytea[])
+         AS x(idx, channel, type, blob)
+  ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO {conflict})"""
+_KEEP = _WRITES.format(conflict="NOTHING")
+_REPLACE = _WRITES.format(
     conflict="UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob"
 )
+_WRITES_KEEP = f"WITH {_OPEN}, {_KEEP} SELECT count(*) FROM open"
+_WRITES_REPLACE = f"WITH {_OPEN}, {_REPLACE} SELECT count(*) FROM open"
 # A root task's interrupt(): with its writes, the thread's run waits for a person (the support inbox)
 # and an event records what the graph asks, unless the thread has moved past this checkpoint. The
 # row is updated as it is when the statement gets it, so two tasks interrupting at once both count.
-_WRITES_INTERRUPT = (
-    "WITH w AS ("
-    + _WRITES_REPLACE
-    + """),
+_WRITES_INTERRUPT = f"""WITH {_OPEN}, {_REPLACE},
 u AS (
   UPDATE agent_runs
      SET state_revision = state_revision + 1, updated_at = statement_timestamp(),
@@ -228,15 +237,15 @@ u AS (
                                THEN left(suspend_detail || ' · ' || %(detail)s, 300) ELSE %(detail)s END
    WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
      AND suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered') AND NOT imported
-     AND coalesce(state #>> '{langgraph,checkpoint_id}', '') <= %(checkpoint_id)s
-  RETURNING run_id, tenant_id, state_revision, state_digest, next_step)
-INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
-                          state_revision, state_digest, state, next_step, created_at)
-SELECT u.run_id, u.tenant_id, u.state_revision, 'langgraph_interrupt', NULL, NULL, %(payload)s::jsonb,
-       %(actor)s, u.state_revision, u.state_digest, NULL, u.next_step, statement_timestamp()
-  FROM u
-"""
-)
+     AND coalesce(state #>> '{{langgraph,checkpoint_id}}', '') <= %(checkpoint_id)s
+  RETURNING run_id, tenant_id, state_revision, state_digest, next_step),
+e AS (
+  INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
+                            state_revision, state_digest, state, next_step, created_at)
+  SELECT u.run_id, u.tenant_id, u.state_revision, 'langgraph_interrupt', NULL, NULL, %(payload)s::jsonb,
+         %(actor)s, u.state_revision, u.state_digest, NULL, u.next_step, statement_timestamp()
+    FROM u)
+SELECT count(*) FROM open"""
 
 
 def writes_put(
@@ -254,15 +263,16 @@ def writes_put(
     blobs: Sequence[bytes | None],
     replace: bool,
     interrupt: tuple[str, str, str] | None = None,
-) -> None:
+) -> bool:
     """A task's writes, kept until the next checkpoint; written again they change nothing, except
     special writes (error, interrupt, resume...), which replace the earlier ones. `interrupt`
     (detail, event payload JSON, actor), for a root task's interrupt(), also makes the run wait for a
-    person."""
+    person. False, and nothing written, when the run takes no more checkpoints (deleted, cancelled,
+    erased)."""
     extra: dict[str, Any] = {}
     if interrupt is not None:
         extra = {"detail": interrupt[0], "payload": interrupt[1], "actor": interrupt[2]}
-    _rows(
+    rows = _rows(
         _WRITES_INTERRUPT if interrupt is not None else _WRITES_REPLACE if replace else _WRITES_KEEP,
         {
             **extra,
@@ -279,6 +289,7 @@ def writes_put(
             "blobs": list(blobs),
         },
     )
+    return bool(rows and rows[0][0])
 
 
 # --- reads --------------------------------------------------------------------------------------

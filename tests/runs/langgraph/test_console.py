@@ -93,6 +93,10 @@ def test_support_answers_once_and_the_answer_is_audited(as_role, tenant) -> None
         ({"kind": "json", "answer": "{not json"}, 422, "this is not JSON"),
         ({"interrupt_id": "someone-elses"}, 422, "another id"),
         ({"answer": ""}, 422, "This field is required"),
+        # Found from outside: a JSON null was recorded (the API refused it) and resumed the graph with
+        # None; a whole number past 64 bits was recorded and then crashed the graph's resume.
+        ({"kind": "json", "answer": "null"}, 422, "cannot be null"),
+        ({"kind": "json", "answer": '{"ticket": 1e20}'}, 422, "below 2**63"),
     ],
 )
 def test_a_bad_answer_is_a_form_error_and_stores_nothing(as_role, tenant, fields, status, says) -> None:  # noqa: F811
@@ -125,6 +129,8 @@ def test_the_api_answers_with_a_tenant_key_once(tenant, other_tenant) -> None:
     bad = mine.post(url, '{"answer": ', content_type="application/json")
     assert bad.status_code == 400
     assert mine.post(url, {"answer": None}, format="json").status_code == 400
+    huge = mine.post(url, {"answer": [1, {"n": 123456789012345678901234567890}]}, format="json")
+    assert huge.status_code == 422 and "2**63" in huge.json()["error"]["message"]
     assert not AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").exists()
     first = mine.post(url, {"answer": {"approved": True}, "note": "ok"}, format="json")
     again = mine.post(url, {"answer": "no"}, format="json")

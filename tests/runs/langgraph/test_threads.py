@@ -128,15 +128,24 @@ def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant) -> None:
         cursor.execute("SELECT DISTINCT thread_id FROM langgraph_blobs")
         assert [r[0] for r in cursor.fetchall()] == ["bystander"]
     assert _bytes_left(tenant, "17 Quince Lane") == bystanders
-    # An erased thread takes no more checkpoints (its run is suspended subject_erased).
+    # An erased thread takes no more checkpoints (its run is suspended subject_erased), and no more
+    # writes: found from outside, a graph still running when its subject was erased stored its
+    # superstep's writes (the person's words among them) after the receipt said clean.
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     try:
         with pytest.raises(ThreadClosed):
             support_graph(saver).invoke(
-                {"note": "again", "log": []}, {"configurable": {"thread_id": "ticket-42"}}
+                {"note": "again 17 Quince Lane", "log": []}, {"configurable": {"thread_id": "ticket-42"}}
             )
+        latest = {"configurable": {"thread_id": "ticket-42", "checkpoint_ns": "", "checkpoint_id": "1"}}
+        with pytest.raises(ThreadClosed):
+            saver.put_writes(latest, [("note", "call 17 Quince Lane")], task_id="late-task")
     finally:
         saver.close()
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM langgraph_writes WHERE thread_id = 'ticket-42'")
+        assert cursor.fetchone()[0] == 0
+    assert _copies(tenant, SUBJECT) == {} and _bytes_left(tenant, "17 Quince Lane") == bystanders
 
 
 def test_a_put_from_langgraphs_own_thread_leaves_no_tenant_on_its_connection(tenant) -> None:
