@@ -137,7 +137,9 @@ def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant) -> None:
             support_graph(saver).invoke(
                 {"note": "again 17 Quince Lane", "log": []}, {"configurable": {"thread_id": "ticket-42"}}
             )
-        latest = {"configurable": {"thread_id": "ticket-42", "checkpoint_ns": "", "checkpoint_id": "1"}}
+        latest: RunnableConfig = {
+            "configurable": {"thread_id": "ticket-42", "checkpoint_ns": "", "checkpoint_id": "1"}
+        }
         with pytest.raises(ThreadClosed):
             saver.put_writes(latest, [("note", "call 17 Quince Lane")], task_id="late-task")
     finally:
