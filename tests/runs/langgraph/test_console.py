@@ -97,6 +97,8 @@ def test_support_answers_once_and_the_answer_is_audited(as_role, tenant) -> None
         # None; a whole number past 64 bits was recorded and then crashed the graph's resume.
         ({"kind": "json", "answer": "null"}, 422, "cannot be null"),
         ({"kind": "json", "answer": '{"ticket": 1e20}'}, 422, "below 2**63"),
+        # A field the page does not show as an input still says what was wrong (found from outside).
+        ({"kind": "yaml"}, 422, "kind: Select a valid choice"),
     ],
 )
 def test_a_bad_answer_is_a_form_error_and_stores_nothing(as_role, tenant, fields, status, says) -> None:  # noqa: F811
