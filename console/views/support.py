@@ -99,6 +99,8 @@ class LangGraphAnswerForm(forms.Form):
                     self.add_error(
                         "answer", f"this is not JSON ({exc}); choose 'as text' to send it as it is"
                     )
+                except RecursionError:  # thousands of nested brackets: the parser gives up
+                    self.add_error("answer", "this JSON nests too deep to read")
         return data
 
 

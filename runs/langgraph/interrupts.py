@@ -17,7 +17,7 @@ from uuid import UUID
 
 from django.db import connection
 
-from core.digests import NotJSONSerializable, canonical_json
+from core.digests import MAX_JSON_DEPTH, NotJSONSerializable, canonical_json, json_depth_over
 from core.errors import InvalidInput
 from core.tasks import task_send
 from runs.engine.errors import InvalidState, RunNotFound, SubjectErased
@@ -322,6 +322,8 @@ def _answer_check(answer: Any) -> None:
     too large for its checkpoints."""
     if answer is None:
         raise InvalidInput("an answer cannot be null (the graph would take it as no answer)")
+    if json_depth_over(answer):  # as the API's parser refuses a body (the console's form came through)
+        raise InvalidInput(f"an answer may nest at most {MAX_JSON_DEPTH} levels of arrays and objects")
     pending = [answer]
     while pending:
         value = pending.pop()

@@ -99,6 +99,8 @@ def test_support_answers_once_and_the_answer_is_audited(as_role, tenant) -> None
         ({"kind": "json", "answer": '{"ticket": 1e20}'}, 422, "below 2**63"),
         # A field the page does not show as an input still says what was wrong (found from outside).
         ({"kind": "yaml"}, 422, "kind: Select a valid choice"),
+        ({"kind": "json", "answer": "[" * 100 + "]" * 100}, 422, "at most 64 levels"),  # was recorded
+        ({"kind": "json", "answer": "[" * 5000 + "]" * 5000}, 422, "nests too deep"),
     ],
 )
 def test_a_bad_answer_is_a_form_error_and_stores_nothing(as_role, tenant, fields, status, says) -> None:  # noqa: F811
