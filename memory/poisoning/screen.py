@@ -12,6 +12,8 @@ import re
 import unicodedata
 from typing import Any
 
+from core.erasure import strings_in
+
 # Characters a reader does not see: zero-width, bidirectional controls, the Unicode tag block,
 # soft hyphen, word joiner, invisible operators and the BOM.
 _HIDDEN = re.compile(
@@ -81,21 +83,6 @@ _COMPILED = {
 }
 
 
-def _texts(value: Any) -> list[str]:
-    found: list[str] = []
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            found.append(item)
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return found
-
-
 def screen_text(text: str) -> list[str]:
     """The kinds of poisoning this text shows (empty: an ordinary statement)."""
     signals = []
@@ -113,5 +100,5 @@ def screen_text(text: str) -> list[str]:
 
 def screen_claim(*, namespace: str, key: str, value: Any) -> list[str]:
     """The poisoning signals of a claim: its key and every string in its value, read together."""
-    text = " ".join([namespace, key, *_texts(value)])
+    text = " ".join([namespace, key, *strings_in(value, keys=True)])
     return screen_text(text)

@@ -142,15 +142,20 @@ def test_the_whole_protocol_moves_the_run_to_completion_with_one_operation(api, 
     assert events[1][2].startswith("external:kp_")
 
 
-def test_a_commit_sent_again_after_a_lost_answer_gets_the_same_answer_and_writes_once(api, workflow, tenant):
+def _first_commit(api) -> tuple[str, dict]:
+    """A started run, claimed, and the body of its first step's commit (on to "refund")."""
     run_id = _start(api)
     c = _claim(api).json()
-    body = {
+    return run_id, {
         "lease_token": c["lease_token"],
         "expected_revision": 1,
         "state": c["state"],
         "next_step": "refund",
     }
+
+
+def test_a_commit_sent_again_after_a_lost_answer_gets_the_same_answer_and_writes_once(api, workflow, tenant):
+    run_id, body = _first_commit(api)
     first = api.post(f"/api/v1/workers/runs/{run_id}/commit", body, format="json").json()
     again = api.post(f"/api/v1/workers/runs/{run_id}/commit", body, format="json")
     assert again.status_code == 200 and again.json() == {**first, "replayed": True}
@@ -167,14 +172,7 @@ def test_a_commit_sent_again_after_a_lost_answer_gets_the_same_answer_and_writes
 def test_out_of_range_numbers_in_a_commit_are_refused_and_change_nothing(api, workflow, tenant):
     """Found from outside: an expected_revision past a bigint was a 500 from the database, and a
     spent wall time of 1e308 s was taken and made the run's engineer page a 500 for good."""
-    run_id = _start(api)
-    c = _claim(api).json()
-    body = {
-        "lease_token": c["lease_token"],
-        "expected_revision": 1,
-        "state": c["state"],
-        "next_step": "refund",
-    }
+    run_id, body = _first_commit(api)
     for bad in (
         {"expected_revision": 2**63},
         {"spent": {"wall_s": 1e308}},
