@@ -345,15 +345,25 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         )
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """The checkpoint; None for a thread that has none yet. A thread whose subject was erased (its
+        checkpoints deleted, its run closed) raises ThreadClosed here: LangGraph would otherwise start
+        it afresh and run its first nodes (a tool call among them) before the first put is refused."""
         configurable = config["configurable"]
+        thread_id = str(configurable["thread_id"])
         with self._bound():
             rows = store.checkpoints_select(
                 tenant_id=self.tenant_id,
-                thread_id=str(configurable["thread_id"]),
+                thread_id=thread_id,
                 checkpoint_ns=configurable.get("checkpoint_ns", ""),
                 checkpoint_id=get_checkpoint_id(config),
                 limit=1,
             )
+            if not rows and store.thread_closed(tenant_id=self.tenant_id, thread_id=thread_id):
+                raise ThreadClosed(
+                    f"thread {thread_id!r} takes no more checkpoints: its Keeper run was cancelled or its "
+                    "subject erased",
+                    code="langgraph_thread_closed",
+                )
         return self._tuple(rows[0]) if rows else None
 
     def list(

@@ -126,6 +126,19 @@ def thread_run(*, tenant_id: UUID, thread_id: str) -> UUID | None:
     return rows[0][0] if rows else None
 
 
+_THREAD_CLOSED = """
+SELECT NOT (status = 'suspended' AND suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered')
+            AND NOT imported)
+  FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key = %(key)s AND workflow_name = 'langgraph'
+"""
+
+
+def thread_closed(*, tenant_id: UUID, thread_id: str) -> bool:
+    """The thread's run exists and takes no more checkpoints (cancelled, or its subject erased)."""
+    rows = _rows(_THREAD_CLOSED, {"tenant": tenant_id, "key": thread_key(thread_id)})
+    return bool(rows and rows[0][0])
+
+
 def run_subject(*, tenant_id: UUID, run_id: UUID) -> str:
     rows = _rows(
         "SELECT subject FROM agent_runs WHERE run_id = %(run)s AND tenant_id = %(tenant)s",

@@ -105,7 +105,7 @@ def _copies(tenant, text: str) -> dict[str, int]:
     return found
 
 
-def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant) -> None:
+def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant, tmp_path, monkeypatch) -> None:
     _run(tenant, thread="bystander", subject="someone-else")  # another customer, with the same words
     bystanders = _bytes_left(tenant, "17 Quince Lane")
     _run(tenant, thread=f"support-{SUBJECT}")  # a thread id built from the subject's id
@@ -131,12 +131,18 @@ def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant) -> None:
     # An erased thread takes no more checkpoints (its run is suspended subject_erased), and no more
     # writes: found from outside, a graph still running when its subject was erased stored its
     # superstep's writes (the person's words among them) after the receipt said clean.
+    # Invoked again, the erased thread runs none of its nodes: found from outside, LangGraph found no
+    # checkpoint, started the thread afresh and ran its nodes (a tool call among them) before the
+    # first put was refused.
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("KEEPER_LG_CALLS", str(calls))
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     try:
         with pytest.raises(ThreadClosed):
             support_graph(saver).invoke(
                 {"note": "again 17 Quince Lane", "log": []}, {"configurable": {"thread_id": "ticket-42"}}
             )
+        assert not calls.exists()
         latest: RunnableConfig = {
             "configurable": {"thread_id": "ticket-42", "checkpoint_ns": "", "checkpoint_id": "1"}
         }
