@@ -248,7 +248,9 @@ class KeeperSaver(BaseCheckpointSaver[str]):
                 if seq is not None:
                     break
                 self._runs.pop(thread_id, None)
-                if store.thread_run(tenant_id=self.tenant_id, thread_id=thread_id) is not None:
+                # Its own run refused it: closed. Another run (the thread deleted and started again
+                # elsewhere) or none: the next round writes there, or starts the thread.
+                if store.thread_run(tenant_id=self.tenant_id, thread_id=thread_id) == run_id:
                     raise ThreadClosed(
                         f"thread {thread_id!r} takes no more checkpoints: its Keeper run was cancelled or "
                         "its subject erased",

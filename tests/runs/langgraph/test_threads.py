@@ -216,3 +216,25 @@ def test_a_long_lived_saver_does_not_keep_a_connection_per_background_thread(ten
         assert max(held[5:]) <= max(held[:5]), held  # bounded by the threads alive, not growing
     finally:
         saver.close()
+
+
+def test_a_saver_that_knew_a_deleted_thread_writes_to_the_thread_started_again(tenant) -> None:
+    """One process deletes a thread and starts it again while another still knows the old run: the
+    other's next checkpoint goes to the new run, as its writes do (it raised ThreadClosed before,
+    taking any run of the thread for its own closed one)."""
+    old, new = KeeperSaver(tenant_id=tenant.tenant_id), KeeperSaver(tenant_id=tenant.tenant_id)
+    try:
+        support_graph(old).invoke({"note": NOTE, "log": []}, {"configurable": {"thread_id": "again"}})
+        first = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:again").run_id
+        new.delete_thread("again")
+        support_graph(new).invoke({"note": NOTE, "log": []}, {"configurable": {"thread_id": "again"}})
+        second = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:again").run_id
+        assert second != first
+
+        result = support_graph(old).invoke({"note": NOTE, "log": []}, {"configurable": {"thread_id": "again"}})
+        assert result["log"][-1].startswith("answer:")
+        assert AgentRun.objects.filter(tenant=tenant, idempotency_key="langgraph:again").count() == 1
+        assert AgentEvent.objects.filter(run_id=second, event_type=CHECKPOINT_EVENT).count() == 10
+    finally:
+        old.close()
+        new.close()
