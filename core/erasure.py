@@ -171,6 +171,45 @@ def registered_columns() -> set[tuple[str, str]]:
     return {c for place in _REGISTRY.places.values() for c in place.columns}
 
 
+FREE_PREFIX = "declared free: "
+_KINDS = {"text": "text", "character varying": "text", "jsonb": "json", "json": "json", "ARRAY": "array"}
+
+
+def free_places() -> list[Place]:
+    """The declared-free columns of the tenant's tables as places searched for the subject's id only.
+
+    A declaration is a reviewer's belief ("staff principals", "document ids"), and a customer's id can
+    still end up there (a principal named user:cust-7781, a document ticket-cust-7781, a reason code
+    that embeds it): the scan does not trust it. Nothing erases these places, so a match makes the
+    receipt say where, instead of certifying clean. Columns of tables without a tenant are not read."""
+    free = free_columns()
+    tables = sorted({table for table, _ in free})
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = ANY(%s)",
+            [tables],
+        )
+        types = {(t, c): kind for t, c, kind in cursor.fetchall()}
+    tenanted = {t for (t, c) in types if c == "tenant_id"}
+    found = []
+    for (table, column), why in sorted(free.items()):
+        kind = _KINDS.get(types.get((table, column), ""))
+        if kind is None or table not in tenanted:
+            continue  # ids, numbers and times hold no text; a table without a tenant is not the tenant's
+        place = column_place(
+            table=table,
+            column=column,
+            kind=kind,
+            tenant_sql="t.tenant_id = %(tenant)s",
+            erased_by="",
+            values=False,
+            what=f"{table}.{column}: {FREE_PREFIX}{why}; searched for the subject's id, which no eraser removes here",
+        )
+        found.append(place)
+    return found
+
+
 # --- the generic column scan ------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ from core.erasure import (
     column_place,
     erasers,
     erasure_finished_notify,
+    free_places,
     free_register,
     place_register,
     places,
@@ -127,7 +128,9 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
             v for r in [request, *_requests_of(tenant_id, request)] for v in r.searched if isinstance(v, str)
         }
         scope = replace(scope, values=tuple(sorted(set(scope.values) | kept)))
-        before = _scan(scope)
+        free = free_places()
+        scanned = [*places(), *free]
+        before = _scan(scope, scanned)
         counts: dict[str, int] = {}
         for eraser in erasers():
             erased = eraser.erase(
@@ -140,10 +143,10 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         # keeps the facts it searches the other stores for, so a retry searches for them again
         # (deleting them first made a retry certify clean a copy the first attempt could not erase).
         kept_places = _memory_places()
-        after = _scan(scope)
+        after = _scan(scope, scanned)
         if not any(n for name, n in after.items() if name not in kept_places):
             counts.update(_erase_memory(request=request, tenant_id=tenant_id, subject=subject))
-            after = _scan(scope)  # else nothing changed since: that scan is the final one
+            after = _scan(scope, scanned)  # else nothing changed since: that scan is the final one
     except Exception as exc:
         # An eraser that raised may have erased texts already: the request keeps what it searched for,
         # as a request that ends with data left behind does, so the retry looks for them again.
@@ -168,7 +171,9 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
                 "before": before[p.name],
                 "after": after[p.name],
             }
-            for p in places()
+            for p in scanned
+            # A declared-free column is listed only where it held the subject's id.
+            if p not in free or before[p.name] or after[p.name]
         ],
         "searched": {"identifiers": 1, "values": len(scope.values), "runs": len(scope.run_ids)},
         "clean": clean,
@@ -300,7 +305,7 @@ def subject_places(*, tenant_id: UUID, subject_id: str) -> dict[str, int | None]
     )
     found: dict[str, int | None] = {}
     with tenant_scope(tenant_id):
-        for place in places():
+        for place in [*places(), *free_places()]:
             try:
                 found[place.name] = place.count(scope)
             except Exception:  # Redis away: the page says "unavailable", it does not fail
@@ -308,10 +313,10 @@ def subject_places(*, tenant_id: UUID, subject_id: str) -> dict[str, int | None]
     return found
 
 
-def _scan(scope: Scope) -> dict[str, int]:
-    """Count every registered place, read directly (the same scope before and after erasure)."""
+def _scan(scope: Scope, scanned: list[Place]) -> dict[str, int]:
+    """Count every place, read directly (the same scope before and after erasure)."""
     with tenant_scope(scope.tenant_id):
-        return {place.name: place.count(scope) for place in places()}
+        return {place.name: place.count(scope) for place in scanned}
 
 
 def tombstoned(

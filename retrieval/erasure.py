@@ -4,11 +4,112 @@ A retrieval snapshot keeps the query as its digest only (never its text) and its
 references, so no snapshot holds what a subject said; documents are the company's own texts and are
 searched for the subject's id (a match shows on the receipt; the document is deleted through the
 documents API, with its own tombstone).
+
+The other columns are declared free, and the scan still searches them for the subject's id
+(core.erasure.free_places): found from outside, a customer can be a principal of their own
+(user:cust-7781, searching a self-service portal) and a document can be named after them
+(ticket-cust-7781). RetrievalEraser removes the subject as a principal with the snapshots of their
+searches and of searches that returned such a document, and puts a keyed digest in place of such a
+document's id in the tombstones (which still refuse its deleted versions) and in the invalidations.
 """
 
 from __future__ import annotations
 
-from core.erasure import column_place, free_register, place_register
+from uuid import UUID
+
+from django.db import connection
+
+from core.digests import keyed_digest
+from core.erasure import (
+    IDENTIFIER_SUBSTRING_CHARS,
+    Scope,
+    column_place,
+    eraser_register,
+    free_register,
+    id_regex_of,
+    place_register,
+)
+from core.tenancy import tenant_scope
+
+
+def tombstone_key(*, tenant_id: UUID, document_id: str) -> str:
+    """What stands in for a document id that named an erased subject, in its tombstone."""
+    return keyed_digest(["retrieval-document", str(tenant_id), document_id])
+
+
+def _matches(column: str, subject_id: str, *, json: bool = False) -> tuple[str, list[str]]:
+    """The SQL condition (and its parameters) for a column that holds the subject's id, as the scan
+    counts it: a whole token from IDENTIFIER_SUBSTRING_CHARS, else the whole value."""
+    text = f"{column}::text" if json else column
+    if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS:
+        return f"{text} ~* %s", [id_regex_of(subject_id)]
+    return (
+        (f"{text} ILIKE %s", [f'%"{subject_id}"%']) if json else (f"lower({text}) = lower(%s)", [subject_id])
+    )
+
+
+class RetrievalEraser:
+    name = "retrieval"
+
+    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
+        return Scope(tenant_id=tenant_id, subject_id=subject_id)
+
+    def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
+        subject, tenant = scope.subject_id, scope.tenant_id
+        counts: dict[str, int] = {}
+        with tenant_scope(tenant), connection.cursor() as cursor:
+            principal, p = _matches("principal", subject)
+            cursor.execute(
+                f"DELETE FROM retrieval_principals WHERE tenant_id = %s AND {principal}", [tenant, *p]
+            )  # noqa: S608
+            counts["retrieval_principals"] = cursor.rowcount
+            searcher, s = _matches("acl_principal", subject)
+            hits, h = _matches("hits", subject, json=True)
+            cursor.execute(
+                f"DELETE FROM retrieval_snapshots WHERE tenant_id = %s AND ({searcher} OR {hits})",  # noqa: S608
+                [tenant, *s, *h],
+            )
+            counts["retrieval_snapshots"] = cursor.rowcount
+            key, k = _matches("document_key", subject)
+            cursor.execute(
+                f"SELECT id, document_key FROM retrieval_tombstones WHERE tenant_id = %s AND {key}",  # noqa: S608
+                [tenant, *k],
+            )
+            tombstones = cursor.fetchall()
+            for row_id, document_id in tombstones:
+                cursor.execute(
+                    "UPDATE retrieval_tombstones SET document_key = %s, actor = '' WHERE id = %s",
+                    [tombstone_key(tenant_id=tenant, document_id=document_id), row_id],
+                )
+            counts["retrieval_tombstones"] = len(tombstones)
+            who, w = _matches("principal", subject)
+            details, d = _matches("details", subject, json=True)
+            cursor.execute(
+                f"SELECT id, document_key FROM retrieval_invalidations"  # noqa: S608
+                f" WHERE tenant_id = %s AND ({key} OR {who} OR {details})",
+                [tenant, *k, *w, *d],
+            )
+            invalidations = cursor.fetchall()
+            for row_id, document_id in invalidations:
+                cursor.execute(
+                    "UPDATE retrieval_invalidations SET document_key = %s, principal = NULL, details = '{}'"
+                    " WHERE id = %s",
+                    [
+                        tombstone_key(tenant_id=tenant, document_id=document_id) if document_id else None,
+                        row_id,
+                    ],
+                )
+            counts["retrieval_invalidations"] = len(invalidations)
+            # An ACL that named the subject and no current chunk has any more (its documents deleted or
+            # given another ACL): the chunk triggers keep its count, nothing else deletes it.
+            acl, a = _matches("array_to_string(acl, ' ')", subject)
+            cursor.execute(
+                f"DELETE FROM retrieval_acls WHERE tenant_id = %s AND chunks = 0 AND {acl}",  # noqa: S608
+                [tenant, *a],
+            )
+            counts["retrieval_acls"] = cursor.rowcount
+        return counts
+
 
 KNOWLEDGE_BASE = (
     "{}: the knowledge base (documents the company wrote), searched for the subject's id; a document "
@@ -17,6 +118,7 @@ KNOWLEDGE_BASE = (
 
 
 def register() -> None:
+    eraser_register(RetrievalEraser())
     # The postings hold the words of the chunks' texts, and retrieval_terms each word once with its
     # count: searched like the texts (a word leaves with the last chunk that holds it).
     for table, column in (

@@ -30,6 +30,7 @@ from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
 from retrieval.chunking import CHUNKER_VERSION, chunk_sections
+from retrieval.erasure import tombstone_key
 from retrieval.indexes import chunk_index_wanted
 from retrieval.models import (
     Chunk,
@@ -182,7 +183,9 @@ def document_index(
                 "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                 [f"retrieval/{tenant.tenant_id}/{document_id}"],
             )
-        tombstone = DocumentTombstone.objects.filter(document_id_text=document_id).first()
+        # A tombstone names the document, or (the document named an erased subject) its keyed digest.
+        keys = [document_id, tombstone_key(tenant_id=tenant.tenant_id, document_id=document_id)]
+        tombstone = DocumentTombstone.objects.filter(document_id_text__in=keys).first()
         if tombstone and version_digest in tombstone.version_digests:
             raise DocumentDeleted(
                 f"document {document_id!r} version {source_version!r} was deleted; an old "
@@ -373,7 +376,8 @@ def document_delete(*, tenant: Tenant, document_id: str, actor: str) -> int:
         versions = set(Chunk.objects.filter(document=document).values_list("source_version", flat=True))
         versions.add(document.source_version)
         digests = {sha256_digest(v) for v in versions}
-        tombstone = DocumentTombstone.objects.filter(document_id_text=document_id).first()
+        keys = [document_id, tombstone_key(tenant_id=tenant.tenant_id, document_id=document_id)]
+        tombstone = DocumentTombstone.objects.filter(document_id_text__in=keys).first()
         if tombstone:
             tombstone.version_digests = sorted(set(tombstone.version_digests) | digests)
             tombstone.save(update_fields=["version_digests"])

@@ -1,0 +1,87 @@
+"""A customer can be a retrieval principal of their own and a document can be named after them: the
+scan searches retrieval's declared-free columns for the subject's id, and the eraser leaves none of it
+(found from outside: the receipt said clean while four tables still named the subject)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.tenancy import tenant_scope
+from memory.erasure import erasure_execute, erasure_request_create
+from retrieval.models import DocumentTombstone, Invalidation, Principal, RetrievalSnapshot
+from retrieval.search import retrieval_search
+from retrieval.services import DocumentDeleted, document_delete, document_index, principal_set
+
+pytestmark = pytest.mark.django_db
+
+SUBJECT = "cust-7781"
+
+
+def _ticket(tenant, acl: list[str]) -> None:
+    document_index(
+        tenant=tenant,
+        document_id=f"ticket-{SUBJECT}",
+        source_uri=f"crm://tickets/{SUBJECT}",
+        source_version="v1",
+        data=b"# Ticket\n\nThe parcel arrived broken; a refund was asked for.",
+        media_type="text/markdown",
+        acl=acl,
+        actor="user:agent-1",
+        wait=True,
+    )
+
+
+def _erase(tenant) -> dict:
+    request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
+    return erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).receipt
+
+
+def test_the_subject_as_a_principal_and_in_a_document_id_is_found_then_erased(tenant) -> None:
+    principal_set(tenant=tenant, principal=f"user:{SUBJECT}", groups=["group:customers"], actor="user:admin")
+    principal_set(tenant=tenant, principal="user:ann", groups=["group:support"], actor="user:admin")
+    _ticket(tenant, ["group:support", f"user:{SUBJECT}"])
+    assert retrieval_search(tenant=tenant, query="parcel refund", principal=f"user:{SUBJECT}").hits
+    assert retrieval_search(tenant=tenant, query="parcel refund", principal="user:ann").hits
+
+    receipt = _erase(tenant)
+    # The document is the company's: the receipt names it instead of certifying clean.
+    assert receipt["clean"] is False
+    left = {p["place"] for p in receipt["places"] if p["after"]}
+    assert {"retrieval_documents.document_id", "retrieval_chunks.source_uri"} <= left, left
+    assert not left & {"retrieval_principals.principal", "retrieval_snapshots.acl_principal", "retrieval_snapshots.hits"}
+
+    document_delete(tenant=tenant, document_id=f"ticket-{SUBJECT}", actor="user:compliance")
+    receipt = _erase(tenant)
+    assert receipt["clean"] is True, {p["place"]: p["after"] for p in receipt["places"] if p["after"]}
+    with tenant_scope(tenant.tenant_id):
+        assert list(Principal.objects.values_list("principal", flat=True)) == ["user:ann"]
+        assert not RetrievalSnapshot.objects.exists()  # the subject's search and ann's that found the ticket
+        tombstone = DocumentTombstone.objects.get()
+        assert tombstone.document_id_text.startswith("hmac-sha256:") and tombstone.actor == ""
+        assert all(SUBJECT not in (i.document_id_text or "") for i in Invalidation.objects.all())
+    # The keyed tombstone still refuses the deleted version: an old ingestion cannot bring it back.
+    with pytest.raises(DocumentDeleted):
+        _ticket(tenant, ["group:support"])
+
+
+def test_a_declared_free_column_no_eraser_clears_keeps_the_receipt_from_saying_clean(tenant) -> None:
+    """The scan does not trust a declaration: a document the subject may read by name, kept."""
+    principal_set(tenant=tenant, principal="user:ann", groups=["group:support"], actor="user:admin")
+    document_index(
+        tenant=tenant,
+        document_id="faq-1",
+        source_uri="kb://faq-1",
+        source_version="v1",
+        data=b"# FAQ\n\nRefunds take 14 days.",
+        media_type="text/markdown",
+        acl=["group:support", f"user:{SUBJECT}"],
+        actor="user:admin",
+        wait=True,
+    )
+    receipt = _erase(tenant)
+    assert receipt["clean"] is False
+    places = {p["place"]: p for p in receipt["places"]}
+    assert places["retrieval_documents.acl"]["after"] == 1
+    assert "declared free" in places["retrieval_documents.acl"]["what"]
+    # A declared-free column that holds nothing of the subject is not listed on the receipt.
+    assert "retrieval_documents.media_type" not in places
