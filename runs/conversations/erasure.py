@@ -42,7 +42,7 @@ from core.tenancy import tenant_scope
 from runs.conversations.messages import CONVERSATION_EVENTS
 from runs.conversations.sessions import redis_client
 from runs.engine import store
-from runs.engine.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
+from runs.engine.models import AgentEvent, AgentRun, Approval, OperationStatus, Summary, ToolOperation
 from runs.engine.state import state_encode
 
 ERASED = "[erased]"
@@ -361,9 +361,7 @@ def _erase_run(
             approvals = _redact_rows(
                 Approval.objects.filter(run_id=run_id), redact, ("request", "reasons", "note")
             )
-            operations = _redact_rows(
-                ToolOperation.objects.filter(run_id=run_id), redact, ("result", "history")
-            )
+            operations = _redact_operations(run_id, redact)
             return {
                 "runs_redacted": 1,
                 "events_redacted": len(changed),
@@ -379,10 +377,31 @@ def _erase_run(
             "approvals_redacted": _redact_rows(
                 Approval.objects.filter(run_id=run_id), redact, ("request", "reasons", "note")
             ),
-            "operations_redacted": _redact_rows(
-                ToolOperation.objects.filter(run_id=run_id), redact, ("result", "history")
-            ),
+            "operations_redacted": _redact_operations(run_id, redact),
         }
+
+
+# An operation with its outcome: Keeper never sends its key to the external system again.
+_DECIDED = (OperationStatus.SUCCEEDED, OperationStatus.FAILED)
+
+
+def _redact_operations(run_id: UUID, redact: Redactor) -> int:
+    """The run's operations: their result and history redacted, an external ref that holds the
+    subject's id or text rewritten as an erased id, and so the key of an operation with its outcome
+    (found from outside: an operation keyed note:cust-7781 kept every erasure of cust-7781 from ever
+    completing). An operation still in doubt keeps its key: reconciling it sends that key again, and
+    another key could apply the side effect twice; the receipt names it until it is reconciled."""
+    n = _redact_rows(ToolOperation.objects.filter(run_id=run_id), redact, ("result", "history"))
+    for op in ToolOperation.objects.filter(run_id=run_id):
+        new: dict[str, Any] = {}
+        if op.external_ref and redact.hit(op.external_ref):
+            new["external_ref"] = erased_id(op.external_ref)
+        if op.status in _DECIDED and redact.hit(op.operation_id):
+            new["operation_id"] = erased_id(op.operation_id)
+        if new:
+            ToolOperation.objects.filter(pk=op.pk).update(**new)
+            n += 1
+    return n
 
 
 def _redact_rows(queryset: Any, redact: Redactor, fields: tuple[str, ...]) -> int:
@@ -471,9 +490,10 @@ def register() -> None:
             mine_sql=_MINE,
             owner_sql=_OWNER,
             values=False,
-            erased_by="",
-            what="tool_operations.operation_id: the external system's idempotency key; never rewritten (a new key "
-            "could apply a refund twice), so an id built from the subject shows here",
+            erased_by="runs",
+            what="tool_operations.operation_id: the external system's idempotency key; rewritten once the "
+            "operation has its outcome, kept while it is in doubt (another key could apply a refund twice): "
+            "reconcile it, then erase again",
         )
     )
     place_register(
@@ -484,9 +504,9 @@ def register() -> None:
             tenant_sql=_IN_TENANT,
             mine_sql=_MINE,
             owner_sql=_OWNER,
-            values=False,
-            erased_by="",
-            what="tool_operations.external_ref: the external system's id",
+            erased_by="runs",
+            what="tool_operations.external_ref: the external system's id (rewritten where it holds the subject's "
+            "id or text)",
         )
     )
     place_register(

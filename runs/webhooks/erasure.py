@@ -1,13 +1,84 @@
-"""The webhook tables hold no subject data: their columns are declared free in the erasure registry."""
+"""The webhook tables hold no subject data: their columns are declared free in the erasure registry.
+
+A delivery's data is built from ids, statuses and reason codes; a code a workflow or an outside
+worker chose can still carry a subject's id (unreachable_cust6662, found from outside), and the scan
+searches declared-free columns for it (core.erasure.free_places): WebhooksEraser replaces each such
+string of the tenant's deliveries, so a delivery still to be sent carries it no more.
+"""
 
 from __future__ import annotations
 
-from core.erasure import erasure_finished_register, free_register
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+
+from core.erasure import (
+    IDENTIFIER_SUBSTRING_CHARS,
+    Scope,
+    eraser_register,
+    erasure_finished_register,
+    free_register,
+    id_pattern,
+    id_regex_of,
+)
+from core.tenancy import tenant_scope
+
+ERASED = "[erased]"
+
+
+def _without(value: Any, holds: Any) -> Any:
+    if isinstance(value, str):
+        return ERASED if holds(value) else value
+    if isinstance(value, list):
+        return [_without(v, holds) for v in value]
+    if isinstance(value, dict):
+        return {k: _without(v, holds) for k, v in value.items()}
+    return value
+
+
+class WebhooksEraser:
+    name = "webhooks"
+
+    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
+        return Scope(tenant_id=tenant_id, subject_id=subject_id)
+
+    def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
+        from runs.webhooks.models import WebhookDelivery
+
+        subject = scope.subject_id
+        if len(subject) >= IDENTIFIER_SUBSTRING_CHARS:  # the scan's rule: a whole token, or a whole value
+            token = id_pattern(subject)
+            condition, param = "data::text ~* %s", id_regex_of(subject)
+
+            def holds(text: str) -> bool:
+                return token.search(text) is not None
+        else:
+            condition, param = "data::text ILIKE %s", f'%"{subject}"%'
+
+            def holds(text: str) -> bool:
+                return text.lower() == subject.lower()
+
+        n = 0
+        with tenant_scope(scope.tenant_id):
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT id FROM webhook_deliveries WHERE tenant_id = %s AND {condition}",  # noqa: S608
+                    [scope.tenant_id, param],
+                )
+                found = [row[0] for row in cursor.fetchall()]
+            for delivery in WebhookDelivery.objects.filter(pk__in=found):
+                data = _without(delivery.data, holds)
+                if data != delivery.data:
+                    WebhookDelivery.objects.filter(pk=delivery.pk).update(data=data)
+                    n += 1
+        return {"webhook_deliveries": n}
 
 
 def register() -> None:
     from runs.webhooks.services import webhook_erasure_finished
 
+    eraser_register(WebhooksEraser())
     erasure_finished_register(webhook_erasure_finished)
     free_register(
         "webhook_subscriptions",

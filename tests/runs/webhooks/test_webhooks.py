@@ -298,3 +298,26 @@ def test_a_failed_run_is_announced_with_its_failure_code_as_the_reason(tenant, a
     )
     [delivery] = WebhookDelivery.objects.filter(run_id=run.run_id)
     assert delivery.data["reason"] == "gave_up" and delivery.data["status"] == "failed"
+
+
+def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasure(tenant, allow_http):
+    """Found from outside: a worker's failure code unreachable_cust6662 stayed in a pending delivery
+    after a receipt that said clean (data is declared free: the scan now searches it for the id)."""
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    _subscribe(tenant, "https://acme.example/h")
+    theirs = run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test", subject="cust6662"
+    ).run
+    other = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
+    with tenant_bind(tenant.tenant_id):
+        run_fail(run_id=theirs.run_id, code="unreachable_cust6662", detail="", actor="test")
+        run_fail(run_id=other.run_id, code="unreachable_host", detail="", actor="test")
+    assert WebhookDelivery.objects.filter(data__reason="unreachable_cust6662").count() == 1
+
+    request = erasure_request_create(tenant=tenant, subject_id="cust6662", requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    left = {place: n for place, n in done.receipt["final_scan"].items() if n}
+    assert done.status == "completed" and done.receipt["clean"] is True, left
+    assert sorted(d.data["reason"] for d in WebhookDelivery.objects.all()) == ["[erased]", "unreachable_host"]
+    assert all(d.status == "pending" for d in WebhookDelivery.objects.all())  # still sent, without it

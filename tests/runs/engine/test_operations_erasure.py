@@ -1,0 +1,89 @@
+"""An operation keyed by the subject's id, or whose external reference holds their text, no longer
+keeps an erasure from ever completing (found from outside: every erasure of cust-7781 failed on the
+key note:cust-7781, and a clean receipt left mailto:ivo.brandt@example.com in external_ref)."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.tenancy import tenant_scope
+from memory.erasure import erasure_execute, erasure_request_create
+from memory.services import memory_remember
+from runs.engine import store
+from runs.engine.models import ToolOperation
+from runs.engine.operations import operation_mark_started, operation_mark_succeeded, operation_prepare_once
+from runs.engine.runs import run_start
+from tests.memory.test_memory import said
+
+pytestmark = pytest.mark.django_db
+
+SUBJECT = "cust-5550"
+EMAIL = "ivo.brandt@example.com"
+
+
+def _operation(tenant, run, grant, operation_id: str, *, outcome: str | None) -> None:
+    operation_prepare_once(
+        tenant_id=tenant.tenant_id,
+        run_id=run.run_id,
+        step_id="notify",
+        operation_id=operation_id,
+        tool_name="mail.send",
+        tool_contract_version="mail.v1",
+        request={"to": "customer"},
+        actor="w1",
+    )
+    operation_mark_started(
+        tenant_id=tenant.tenant_id,
+        operation_id=operation_id,
+        actor="w1",
+        run_id=run.run_id,
+        lease_epoch=grant.epoch,
+    )
+    if outcome:
+        operation_mark_succeeded(
+            tenant_id=tenant.tenant_id, operation_id=operation_id, actor="w1", external_ref=outcome, result={}
+        )
+
+
+def _erase(tenant):
+    request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
+    return erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+
+
+def test_decided_operations_lose_the_subject_and_one_in_doubt_is_named_until_reconciled(tenant) -> None:
+    run = run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="t", subject=SUBJECT
+    ).run
+    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    memory_remember(
+        tenant=tenant,
+        subject_id=SUBJECT,
+        namespace="profile",
+        key="email",
+        value=EMAIL,
+        provenance=said(run_id=str(run.run_id), seq=1),
+    )
+    _operation(tenant, run, grant, f"note:{SUBJECT}", outcome=f"mailto:{EMAIL}")
+    _operation(tenant, run, grant, "refund:o-9", outcome="re_123")
+    _operation(tenant, run, grant, f"call:{SUBJECT}", outcome=None)  # started, no outcome: in doubt
+    store.lease_release(run_id=run.run_id, owner="w1", epoch=grant.epoch)
+
+    done = _erase(tenant)
+    assert done.receipt["clean"] is False
+    # Only the key still in doubt (and the subject's memory, kept until nothing else holds their data).
+    left = {p["place"]: p["after"] for p in done.receipt["places"] if p["after"]}
+    assert {k: n for k, n in left.items() if not k.startswith("memory_")} == {
+        "tool_operations.operation_id": 1
+    }
+    with tenant_scope(tenant.tenant_id):
+        keys = sorted(ToolOperation.objects.values_list("operation_id", flat=True))
+        refs = sorted(r for r in ToolOperation.objects.values_list("external_ref", flat=True) if r)
+    assert keys[0] == f"call:{SUBJECT}" and keys[1].startswith("erased:") and keys[2] == "refund:o-9", keys
+    assert refs[0].startswith("erased:") and refs[1] == "re_123", refs
+
+    with tenant_scope(tenant.tenant_id):  # reconciled: the person learned the call did go through
+        ToolOperation.objects.filter(operation_id=f"call:{SUBJECT}").update(
+            status="succeeded", external_ref="c-1"
+        )
+    done = _erase(tenant)
+    assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
