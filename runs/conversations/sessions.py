@@ -31,7 +31,11 @@ def redis_client() -> redis.Redis:
 
 
 def session_key(run: AgentRun) -> str:
-    return f"session:{run.tenant_id}:{run.subject or '-'}:{run.run_id}"
+    return session_key_of(tenant_id=run.tenant_id, subject=run.subject, run_id=run.run_id)
+
+
+def session_key_of(*, tenant_id: Any, subject: str, run_id: Any) -> str:
+    return f"session:{tenant_id}:{subject or '-'}:{run_id}"
 
 
 def _entry(event: AgentEvent) -> dict[str, Any]:

@@ -4,6 +4,7 @@ retrieval snapshots by a policy, in batches, tenant by tenant. The purge command
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -13,11 +14,13 @@ from uuid import UUID
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from core.errors import Conflict, InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_of_call, tenant_scope
 from retrieval.models import RetrievalSnapshot
+from runs.conversations.sessions import redis_client, session_key_of
 from runs.engine.forks import forks_expire
 from runs.engine.models import (
     TERMINAL_RUN_STATUSES,
@@ -29,6 +32,8 @@ from runs.engine.models import (
     ToolOperation,
 )
 from runs.operator.stuck import run_tenant_ids
+
+logger = logging.getLogger(__name__)
 
 PURGE_BATCH = 1000
 
@@ -45,9 +50,21 @@ class PurgeReport:
     forks_expired: int = 0
     kept_open_operations: int = 0  # finished runs kept: an operation still started/unknown
     batches: int = 0
+    session_windows: int = 0  # the deleted runs' Redis windows (a message's text lives there too)
 
     def as_json(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def _windows_delete(rows: list[tuple[UUID, UUID, str]]) -> int:
+    keys = [
+        session_key_of(tenant_id=tenant, subject=subject, run_id=run_id) for run_id, tenant, subject in rows
+    ]
+    try:
+        return int(redis_client().delete(*keys))
+    except RedisError as exc:  # the runs are gone; their windows expire on their own (7 days)
+        logger.warning("purge: Redis windows of %s runs not deleted: %s", len(keys), exc)
+        return 0
 
 
 def purge_statuses(raw: str) -> list[str]:
@@ -139,11 +156,14 @@ def runs_purge(
         while True:
             try:
                 with transaction.atomic():
-                    batch = list(
-                        candidates.order_by("updated_at").values_list("run_id", flat=True)[:batch_size]
+                    rows = list(
+                        candidates.order_by("updated_at").values_list("run_id", "tenant_id", "subject")[
+                            :batch_size
+                        ]
                     )
-                    if not batch:
+                    if not rows:
                         break
+                    batch = [run_id for run_id, _, _ in rows]
                     # tool_operations.run_id is PROTECT: they go first, explicitly; the rest cascade.
                     operations, _ = ToolOperation.objects.filter(run_id__in=batch).delete()
                     _, per_model = AgentRun.objects.filter(run_id__in=batch, status__in=statuses).delete()
@@ -154,6 +174,9 @@ def runs_purge(
                     code="purge_conflict",
                 ) from None
             report.batches += 1
+            # Found from outside: a purged run's window (its last messages, for 7 days) stayed in Redis,
+            # where an erasure of a subject named in it never looks (the run was gone).
+            report.session_windows += _windows_delete(rows)
             report.operations += operations
             report.runs += per_model.get("runs.AgentRun", 0)
             report.events += per_model.get("runs.AgentEvent", 0)

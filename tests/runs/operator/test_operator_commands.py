@@ -569,3 +569,34 @@ def test_stuck_runs_names_a_wake_up_time_long_past(tenant):
     _age(run, wake_at=timezone.now() - timedelta(minutes=20))
     [row] = json.loads(_call("stuck_runs", "--older-than", "60", "--json"))
     assert row["run_id"] == str(run.run_id) and "wake_at passed" in row["reasons"][0]
+
+
+def test_purge_deletes_the_runs_redis_windows_too(tenant):
+    """Found from outside: a purged conversation's window (its last messages, a customer's email
+    among them) stayed in Redis for 7 days, where no erasure looks once the run is gone."""
+    from runs.conversations.messages import conversation_append
+    from runs.conversations.sessions import redis_client, session_key
+
+    runs = []
+    for subject in ("", "cust-purged"):
+        run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
+        conversation_append(
+            tenant=tenant,
+            run_id=run.run_id,
+            event_type="user_message",
+            client_message_id="m1",
+            body={"content": "write to zed.quixote@example.org"},
+            actor="t",
+        )
+        runs.append(run)
+    kept = _finished(tenant, days_ago=1)
+    redis_client().rpush(session_key(kept), b"{}")
+    keys = [session_key(run) for run in runs]
+    assert all(redis_client().exists(k) for k in keys)
+    AgentRun.objects.filter(run_id__in=[r.run_id for r in runs]).update(
+        status="cancelled", next_step=None, updated_at=timezone.now() - timedelta(days=40)
+    )
+    report = json.loads(_call("purge", "--older-than", "30", "--yes", "--json"))
+    assert report["runs"] == 2 and report["session_windows"] == 2
+    assert not any(redis_client().exists(k) for k in keys)
+    assert redis_client().exists(session_key(kept))  # a run kept keeps its window
