@@ -1,8 +1,9 @@
 """A session's working window in Redis: the recent conversation of one run, for fast reads.
 
 Postgres stays the record. The window is a projection keyed with the user dimension
-(`session:{tenant}:{subject}:{run}`), appended with RPUSH, trimmed and given a TTL; a miss (expiry,
-a flushed Redis) rebuilds it from the events. A Redis failure never fails the write it follows.
+(`session:{tenant}:{subject}:{run}`, the subject empty for a run without one), appended with RPUSH,
+trimmed and given a TTL; a miss (expiry, a flushed Redis) rebuilds it from the events. A Redis failure
+never fails the write it follows.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ def session_key(run: AgentRun) -> str:
 
 
 def session_key_of(*, tenant_id: Any, subject: str, run_id: Any) -> str:
-    return f"session:{tenant_id}:{subject or '-'}:{run_id}"
+    """A run without a subject has an empty subject segment: no erasure can name it (a subject id is 1
+    to 200 characters). It was "-" before, and erasing the subject "-" deleted every such window (found
+    from outside); such old keys expire with their TTL."""
+    return f"session:{tenant_id}:{subject}:{run_id}"
 
 
 def _entry(event: AgentEvent) -> dict[str, Any]:
