@@ -85,12 +85,57 @@ DOCUMENT_SEGMENT = re.compile(
 PRINCIPAL_SEGMENT = re.compile(r"(/retrieval/principals/)[^/?\s]+")
 
 
+# What a path may keep: a UUID, a number, or a word one of the URLconf's routes spells out.
+_KEPT_SEGMENT = re.compile(r"[0-9]+|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|\*?")
+_ROUTE_SYNTAX = re.compile(r"[<>()\[\]^$\\?*+|{}]")
+_route_words: frozenset[str] | None = None
+
+
+def _words_of(patterns: Any) -> set[str]:
+    words: set[str] = set()
+    for pattern in patterns:
+        for segment in str(pattern.pattern).split("/"):
+            if segment and not _ROUTE_SYNTAX.search(segment):
+                words.add(segment)
+        if hasattr(pattern, "url_patterns"):
+            words |= _words_of(pattern.url_patterns)
+    return words
+
+
+def route_words() -> frozenset[str] | None:
+    """Every literal path segment of the URLconf's routes (None before Django is set up)."""
+    global _route_words
+    if _route_words is None:
+        try:
+            from django.urls import get_resolver
+
+            _route_words = frozenset(_words_of(get_resolver().url_patterns))
+        except Exception:  # settings not configured yet (gunicorn's master): the named routes only
+            return None
+    return _route_words
+
+
 def path_redact(path: str) -> str:
-    """`/api/v1/memory/subjects/c-1/memory.md` -> `/api/v1/memory/subjects/*/memory.md`, and a
-    document's id and a principal the same way."""
+    """`/api/v1/memory/subjects/c-1/memory.md` -> `/api/v1/memory/subjects/*/memory.md`: every
+    segment a caller chose (a subject, a document, a principal, an operation, a query or a signal's
+    name) becomes `*`; the route's own words, UUIDs and numbers stay. Found from outside: an
+    operation keyed note:cust-7781 and a signal named after an e-mail address were logged in full."""
     for segment in (SUBJECT_SEGMENT, DOCUMENT_SEGMENT, PRINCIPAL_SEGMENT):
         path = segment.sub(r"\1*", path)
-    return path
+    words = route_words()
+    if words is None:
+        return path
+
+    def segments(found: re.Match[str]) -> str:
+        if found[0].startswith("/static/"):
+            return found[0]
+        return "/".join(p if p in words or _KEPT_SEGMENT.fullmatch(p) else "*" for p in found[0].split("/"))
+
+    # Each path in the text (a bare path, or the one in a request line), up to its query.
+    return _PATH.sub(segments, path)
+
+
+_PATH = re.compile(r"(?<!\S)/[^\s?]*")
 
 
 def request_line_redact(line: str) -> str:

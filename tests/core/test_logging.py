@@ -173,3 +173,22 @@ def test_a_principal_in_a_path_is_left_out_of_the_logs():
     assert request_line_redact("DELETE /api/v1/retrieval/principals/user:ada%40x.org/ HTTP/1.1") == (
         "DELETE /api/v1/retrieval/principals/*/ HTTP/1.1"
     )
+
+
+def test_every_segment_a_caller_chose_is_left_out_of_the_logs():
+    """Found from outside: an operation keyed note:cust-7781 (gunicorn's access lines) and a query or
+    signal named after a customer (Django's 404 and 422 warnings) were logged in full. The route's own
+    words, UUIDs and numbers stay, so a line still says which route was called."""
+    from core.logging import path_redact, request_line_redact
+
+    run = "0b0c3f9e-1111-2222-3333-444455556666"
+    assert path_redact(f"/api/v1/workers/runs/{run}/operations/note:cust-7781/started") == (
+        f"/api/v1/workers/runs/{run}/operations/*/started"
+    )
+    assert path_redact(f"/api/v1/runs/{run}/queries/cust-7781") == f"/api/v1/runs/{run}/queries/*"
+    assert request_line_redact(f"POST /api/v1/runs/{run}/signals/zed.quixote@example.org HTTP/1.1") == (
+        f"POST /api/v1/runs/{run}/signals/* HTTP/1.1"
+    )
+    assert path_redact("/api/v1/no-such-route/cust-7781/") == "/api/v1/*/*/"
+    for kept in ("/webhooks/12/delete/", "/audit/export.csv", "/runs/", "/", "/static/console.css"):
+        assert path_redact(kept) == kept
