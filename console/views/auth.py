@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -155,7 +155,10 @@ class AuditFilterForm(TenantFilterForm):
             tenant_id=self.tenant_ids.get(data.get("tenant") or ""),
             target=data.get("target", ""),
             since=datetime.combine(since, time.min, tzinfo=UTC) if since else None,
-            until=datetime.combine(until + timedelta(days=1), time.min, tzinfo=UTC) if until else None,
+            # The day after 9999-12-31 does not exist: no upper bound then (found from outside, a 500).
+            until=datetime.combine(until + timedelta(days=1), time.min, tzinfo=UTC)
+            if until and until < date.max
+            else None,
         )
 
     def query(self, **extra: Any) -> str:

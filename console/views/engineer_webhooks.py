@@ -36,10 +36,11 @@ class SubscribeForm(forms.Form):
 
 
 def _page(
-    request: HttpRequest, form: SubscribeForm, *, created: Any = None, status: int = 200
+    request: HttpRequest, form: SubscribeForm, *, created: Any = None, status: int = 200, error: str = ""
 ) -> HttpResponse:
     context = {
         "form": form,
+        "error": error,
         "subscriptions": webhook_subscriptions_all(),
         "deliveries": webhook_deliveries_recent(limit=100),
         "created": created,
@@ -58,7 +59,7 @@ def webhook_list(request: HttpRequest) -> HttpResponse:
 def webhook_create(request: HttpRequest) -> HttpResponse:
     form = SubscribeForm(request.POST, tenants=list(user_tenants(request.user)))
     if not form.is_valid():
-        return _page(request, form, status=400)
+        return _page(request, form, status=422)
     tenant = tenant_for_user(request.user, form.cleaned_data["tenant"])
     try:
         created = webhook_subscription_create(
@@ -69,7 +70,7 @@ def webhook_create(request: HttpRequest) -> HttpResponse:
         )
     except ApplicationError as exc:
         form.add_error("url" if "url" in exc.code or "https" in exc.code else None, exc.message)
-        return _page(request, form, status=400)
+        return _page(request, form, status=422)
     subscription = created.subscription
     audit_record(
         request=request,
@@ -92,10 +93,9 @@ def webhook_delete(request: HttpRequest, webhook_id: UUID) -> HttpResponse:
         return _page(request, SubscribeForm(tenants=list(user_tenants(request.user))), status=404)
     try:
         deleted = webhook_subscription_delete(subscription_id=webhook_id, actor=actor_of(request))
-    except ApplicationError as exc:
+    except ApplicationError as exc:  # deleted meanwhile (a second click, another tab): said on the page
         form = SubscribeForm(tenants=list(user_tenants(request.user)))
-        form.add_error(None, exc.message)
-        return _page(request, form, status=exc.http_status)
+        return _page(request, form, status=exc.http_status, error=exc.message)
     audit_record(
         request=request,
         action="webhook_delete",
