@@ -14,7 +14,7 @@ from core.errors import InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_of_call
 from runs.engine import store
-from runs.engine.budgets import budgets_initial
+from runs.engine.budgets import Budgets, budgets_initial
 from runs.engine.dispatch import run_enqueue_on_commit
 from runs.engine.errors import (
     IdempotencyConflict,
@@ -25,7 +25,7 @@ from runs.engine.errors import (
     SubjectErased,
 )
 from runs.engine.models import SUBJECT_ERASED, AgentRun, RunStatus
-from runs.engine.registry import registry
+from runs.engine.registry import Workflow, registry
 from runs.engine.selectors import run_get
 from runs.engine.state import state_encode
 
@@ -54,6 +54,19 @@ class StartedRun:
     created: bool
 
 
+def run_input_check(workflow: Workflow, input: dict[str, Any]) -> Budgets:
+    """What run_start refuses of an input (schedules check theirs with it when they are written);
+    the run's budgets, which the engine keeps in the state (the input may set their limits)."""
+    if json_depth_over(input):
+        raise InvalidInput(
+            f"input nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays", code="input_too_deep"
+        )
+    state_encode(input)  # plain JSON, no secrets, bounded: before any workflow rule looks at it
+    if workflow.validate_input is not None:
+        workflow.validate_input(input)
+    return budgets_initial(defaults=workflow.default_budgets, requested=input.get("budgets"))
+
+
 @tenant_of_call
 def run_start(
     *,
@@ -78,15 +91,7 @@ def run_start(
             f"idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH} characters",
             code="invalid_idempotency_key",
         )
-    if json_depth_over(input):
-        raise InvalidInput(
-            f"input nests deeper than {MAX_JSON_DEPTH} levels of objects and arrays", code="input_too_deep"
-        )
-    state_encode(input)  # plain JSON, no secrets, bounded: before any workflow rule looks at it
-    if workflow.validate_input is not None:
-        workflow.validate_input(input)
-    # The engine keeps the budgets in the state; the input may set their limits.
-    budgets = budgets_initial(defaults=workflow.default_budgets, requested=input.get("budgets"))
+    budgets = run_input_check(workflow, input)
     encoded = state_encode({**input, "budgets": budgets})
     input_digest = json_digest({"workflow": workflow.name, "input": input})
 

@@ -33,9 +33,8 @@ from core.tenancy import tenant_bind, tenant_of_call
 from runs.engine.cron import cron_parse
 from runs.engine.models import ACTIVE_RUN_STATUSES, AgentRun
 from runs.engine.registry import registry
-from runs.engine.runs import run_start
+from runs.engine.runs import run_input_check, run_start
 from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
-from runs.engine.state import state_encode
 
 logger = logging.getLogger(__name__)
 
@@ -90,9 +89,7 @@ def _check_run_request(*, workflow_name: str, input: Any) -> None:
     workflow = registry.get(workflow_name)  # UnknownWorkflow (422) names the registered ones
     if not isinstance(input, dict):
         raise InvalidInput(f"input must be a JSON object, not {type(input).__name__}", code="invalid_input")
-    state_encode(input)
-    if workflow.validate_input is not None:
-        workflow.validate_input(input)
+    run_input_check(workflow, input)  # its budgets too (found from outside: steps -1 failed every slot)
 
 
 def _overlap(value: str) -> str:
