@@ -27,7 +27,7 @@ from runs.engine import store
 from runs.engine.approvals import approval_check
 from runs.engine.budgets import budgets_refusal, budgets_spend
 from runs.engine.errors import InvalidState
-from runs.engine.models import AgentEvent, AgentRun, RunStatus, ToolOperation
+from runs.engine.models import AgentEvent, AgentRun, Approval, ApprovalStatus, RunStatus, ToolOperation
 from runs.engine.operations import (
     operation_mark_failed,
     operation_mark_not_applied,
@@ -47,10 +47,29 @@ POLL_S = 0.5
 MAX_TOKEN_AGE_S = 24 * 3600  # a lease token older than this is refused: claim again
 _SALT = b"keeper.external.lease-token.v1"
 _CANDIDATES = 10
-# Suspend reasons only Keeper writes: a worker saying them would fake an erasure, a fork or a refusal.
+# Suspend reasons only Keeper writes: a worker saying them would fake an erasure, a fork, a refusal,
+# a spent budget, an operation in doubt or a LangGraph thread (found from outside: a worker could put
+# a run in the reconciliation inbox with no operation in doubt).
 RESERVED_REASONS = frozenset(
-    {"subject_erased", "fork_not_started", "state_accepted", "state_digest_mismatch", "history_mismatch"}
+    {
+        "subject_erased",
+        "fork_not_started",
+        "state_accepted",
+        "state_digest_mismatch",
+        "history_mismatch",
+        "too_many_attempts",
+        "reconciliation_required",
+        "budget_exhausted",
+        "deadline_passed",
+        "step_error",
+        "langgraph_thread",
+        "langgraph_interrupt",
+        "langgraph_answered",
+    }
 )
+# A run waits for an approval only when one is pending: the worker asks for it first (the approval
+# call answers `wait`), so support's inbox never shows a run waiting for an approval that does not exist.
+APPROVAL_REASON = "approval_required"
 
 
 class LeaseTokenInvalid(ApplicationError):
@@ -411,6 +430,15 @@ def _commit_args(run: AgentRun, workflow: Workflow, outcome: Outcome) -> dict[st
         if outcome.reason in RESERVED_REASONS:
             raise InvalidInput(
                 f"suspend reason {outcome.reason!r} is Keeper's own; choose another", code="reserved_reason"
+            )
+        if (
+            outcome.reason == APPROVAL_REASON
+            and not Approval.objects.filter(run_id=run.run_id, status=ApprovalStatus.PENDING).exists()
+        ):
+            raise InvalidInput(
+                "approval_required needs a pending approval of this run: ask for it first (the approval "
+                "call answers wait), then commit this suspend",
+                code="approval_not_requested",
             )
         resume_at = outcome.next_step or step
         if workflow.step(resume_at or "") is None:

@@ -242,10 +242,20 @@ def test_bad_tokens_stale_revisions_and_unprepared_operations_change_nothing(
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_revision"
     assert stale.json()["error"]["details"]["current_revision"] == 1
     fake = {k: v for k, v in commit.items() if k != "next_step"}
-    reserved = api.post(
-        w + "commit", {"lease_token": token, **fake, "suspend": {"reason": "subject_erased"}}, format="json"
-    )
-    assert (reserved.status_code, reserved.json()["error"]["code"]) == (422, "reserved_reason")
+    # Found from outside: a worker could write most of Keeper's own reasons (a reconciliation with no
+    # operation in doubt, a spent budget) and wait for an approval it never asked for.
+    for reason, code in [
+        ("subject_erased", "reserved_reason"),
+        ("reconciliation_required", "reserved_reason"),
+        ("budget_exhausted", "reserved_reason"),
+        ("too_many_attempts", "reserved_reason"),
+        ("langgraph_interrupt", "reserved_reason"),
+        ("approval_required", "approval_not_requested"),
+    ]:
+        reserved = api.post(
+            w + "commit", {"lease_token": token, **fake, "suspend": {"reason": reason}}, format="json"
+        )
+        assert (reserved.status_code, reserved.json()["error"]["code"]) == (422, code), reason
     unknown_step = api.post(
         w + "commit", {"lease_token": token, **commit, "next_step": "nope"}, format="json"
     )
