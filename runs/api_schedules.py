@@ -148,6 +148,15 @@ class ScheduleDetailApi(APIView):
         cron = StrictCharField(max_length=200, required=False)
         interval_seconds = StrictIntegerField(required=False)
 
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            # A misspelt field ("enable": false) changed nothing and answered 200 (found from outside).
+            unknown = sorted(set(self.initial_data) - set(self.fields) - {"tenant"})
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: "unknown field; PATCH takes " + ", ".join(self.fields) for name in unknown}
+                )
+            return attrs
+
     @extend_schema(
         summary="Read a schedule",
         parameters=[TenantParameterSerializer],

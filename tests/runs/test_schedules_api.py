@@ -81,9 +81,17 @@ def test_a_bad_change_is_refused_and_the_schedule_stays_as_it_was(api):
         format="json",
     ).json()
     url = f"/api/v1/schedules/{created['schedule_id']}/"
-    for change, code in (({"cron": "0 0 31 2 *"}, "invalid_cron"), ({"input": {"n": -3}}, "invalid_input")):
+    for change, code in (
+        ({"cron": "0 0 31 2 *"}, "invalid_cron"),
+        ({"input": {"n": -3}}, "invalid_input"),
+        ({"input": {"n": 1, "budgets": {"steps": "x"}}}, "invalid_budgets"),
+    ):
         response = api.patch(url, change, format="json")
         assert response.status_code == 422 and response.json()["error"]["code"] == code
+    # A misspelt field changed nothing and answered 200 (found from outside): it is refused.
+    misspelt = api.patch(url, {"enable": False}, format="json")
+    assert misspelt.status_code == 400 and "enable" in misspelt.json()["error"]["details"], misspelt.content
+    assert api.get(url).json()["enabled"] is True
     after = api.get(url).json()
     assert (after["interval_seconds"], after["cron"], after["input"]) == (60, "", {"n": 1})
 
