@@ -236,6 +236,9 @@ KEEPER_REDISPATCH_GRACE = env_number("KEEPER_REDISPATCH_GRACE", 15.0, minimum=0)
 # between beat sweeps of the outbox; seconds a receiver has to answer; the first retry's delay (it
 # doubles with each attempt, at most an hour); attempts before a delivery is given up.
 KEEPER_WEBHOOKS_ALLOW_HTTP = env_bool("KEEPER_WEBHOOKS_ALLOW_HTTP", False)
+# Endpoints on the deployment's own networks (loopback, private, link-local such as a cloud's metadata
+# service) are refused unless DEBUG or this is set: a tenant's key must not make Keeper POST inward.
+KEEPER_WEBHOOKS_ALLOW_PRIVATE = env_bool("KEEPER_WEBHOOKS_ALLOW_PRIVATE", False)
 KEEPER_WEBHOOKS_INTERVAL = env_number("KEEPER_WEBHOOKS_INTERVAL", 5.0, minimum=0.1)
 KEEPER_WEBHOOKS_TIMEOUT = env_number("KEEPER_WEBHOOKS_TIMEOUT", 5.0, minimum=0.1)
 KEEPER_WEBHOOKS_BACKOFF = env_number("KEEPER_WEBHOOKS_BACKOFF", 10.0, minimum=0)

@@ -13,6 +13,7 @@ import hmac
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,6 +25,7 @@ from django.db import connection
 
 from core.models import Tenant
 from core.tenancy import tenant_scope
+from runs.webhooks.services import webhook_host_inward
 
 USER_AGENT = "Keeper-Webhooks/1"
 MAX_BACKOFF = 3600.0
@@ -101,6 +103,16 @@ def webhook_deliveries_claim(*, tenant_id: UUID, limit: int = 1) -> list[Claimed
     ]
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is the receiver's answer (3xx, retried), never followed: it could point inward."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 def _post(claimed: Claimed) -> tuple[int | None, str]:
     """(the receiver's status code or None, an error text); never raises for the receiver's faults."""
     body = webhook_body(claimed)
@@ -117,8 +129,12 @@ def _post(claimed: Claimed) -> tuple[int | None, str]:
             "Keeper-Signature": webhook_signature(secret=claimed.secret, timestamp=timestamp, body=body),
         },
     )
+    host = urllib.parse.urlsplit(claimed.url).hostname or ""
+    inward = webhook_host_inward(host)  # again now: a name can resolve elsewhere than when subscribed
+    if inward:
+        return None, f"refused: {host} resolves to {inward}, on the deployment's own network"
     try:
-        with urllib.request.urlopen(request, timeout=settings.KEEPER_WEBHOOKS_TIMEOUT) as response:  # noqa: S310
+        with _OPENER.open(request, timeout=settings.KEEPER_WEBHOOKS_TIMEOUT) as response:
             return response.status, ""
     except urllib.error.HTTPError as exc:
         return exc.code, f"HTTP {exc.code}"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import secrets
+import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 from uuid import UUID
@@ -48,7 +50,32 @@ def webhook_url_check(*, url: str) -> str:
             "KEEPER_WEBHOOKS_ALLOW_HTTP)",
             code="webhook_https_required",
         )
+    inward = webhook_host_inward(parts.hostname)
+    if inward:
+        raise InvalidInput(
+            f"{parts.hostname} is on the deployment's own network ({inward}); webhooks go to public "
+            "endpoints (a local receiver only in development: DEBUG or KEEPER_WEBHOOKS_ALLOW_PRIVATE)",
+            code="webhook_url_private",
+        )
     return url
+
+
+def webhook_host_inward(host: str) -> str:
+    """The address of `host` on the deployment's own networks (loopback, private, link-local,
+    reserved), or "" when it has none, it does not resolve, or such endpoints are allowed (DEBUG or
+    KEEPER_WEBHOOKS_ALLOW_PRIVATE). Found from outside: a tenant's key subscribed
+    http://169.254.169.254/latest/meta-data, the cloud's metadata service."""
+    if settings.DEBUG or settings.KEEPER_WEBHOOKS_ALLOW_PRIVATE:
+        return ""
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return ""  # checked again before each delivery
+    for *_, address in found:
+        ip = ipaddress.ip_address(str(address[0]).split("%")[0])
+        if not ip.is_global:
+            return str(ip)
+    return ""
 
 
 def webhook_event_types_check(*, event_types: list[str]) -> list[str]:

@@ -22,7 +22,9 @@ def receiver() -> Iterator[Receiver]:
 
 @pytest.fixture
 def allow_http(settings) -> None:
+    """Plain http to the local receiver: http and the deployment's own network allowed."""
     settings.KEEPER_WEBHOOKS_ALLOW_HTTP = True
+    settings.KEEPER_WEBHOOKS_ALLOW_PRIVATE = True
 
 
 @pytest.fixture

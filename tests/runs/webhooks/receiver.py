@@ -25,6 +25,7 @@ class Received:
 class Receiver:
     fail_first: int = 0  # per event id: answer 500 to this many attempts before accepting
     hold: float = 0.0  # seconds to keep the first request waiting (a worker can be killed meanwhile)
+    redirect_to: str = ""  # answer every request 307 to this URL
     requests: list[Received] = field(default_factory=list)
     arrived: threading.Event = field(default_factory=threading.Event)
     release: threading.Event = field(default_factory=threading.Event)
@@ -62,7 +63,11 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 code = receiver._answer(dict(self.headers.items()), body)
+                if receiver.redirect_to:
+                    code = 307
                 self.send_response(code)
+                if receiver.redirect_to:
+                    self.send_header("Location", receiver.redirect_to)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 

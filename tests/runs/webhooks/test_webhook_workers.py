@@ -20,14 +20,15 @@ def test_a_worker_killed_while_a_delivery_is_in_flight_does_not_lose_it(tenant, 
         run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
         run_fail(run_id=run.run_id, actor="user:ops", code="gave_up")
         processes.beat()
-        worker = processes.worker()
+        local = {"KEEPER_WEBHOOKS_ALLOW_PRIVATE": "true"}  # the receiver listens on 127.0.0.1
+        worker = processes.worker(env=local)
         assert receiver.arrived.wait(90), processes.logs()
         processes.kill(worker)  # SIGKILL while the POST is waiting for its answer
         delivery = WebhookDelivery.objects.get()
         assert delivery.status == "pending" and delivery.attempts == 1  # claimed, never recorded
         receiver.release.set()  # the receiver answers from now on (the dead worker hears nothing)
 
-        processes.worker()
+        processes.worker(env=local)
         wait_until(
             lambda: WebhookDelivery.objects.filter(status="delivered").exists(),
             timeout=120,

@@ -321,3 +321,55 @@ def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasu
     assert done.status == "completed" and done.receipt["clean"] is True, left
     assert sorted(d.data["reason"] for d in WebhookDelivery.objects.all()) == ["[erased]", "unreachable_host"]
     assert all(d.status == "pending" for d in WebhookDelivery.objects.all())  # still sent, without it
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://169.254.169.254/latest/meta-data",  # a cloud's metadata service
+        "https://127.0.0.1:8443/h",
+        "https://10.0.0.7/h",
+        "https://localhost/h",
+        "https://[::1]/h",
+    ],
+)
+def test_an_endpoint_on_the_deployments_own_network_is_refused(tenant, settings, url):
+    """Found from outside: a tenant's key could make Keeper POST to its own network."""
+    from core.errors import InvalidInput
+
+    settings.DEBUG, settings.KEEPER_WEBHOOKS_ALLOW_PRIVATE = False, False
+    with pytest.raises(InvalidInput) as refused:
+        webhook_subscription_create(tenant=tenant, url=url, event_types=["run.failed"], actor="test")
+    assert refused.value.code == "webhook_url_private"
+    assert not WebhookSubscription.objects.exists()
+
+
+def test_a_delivery_to_an_inward_address_or_through_a_redirect_is_not_made(
+    tenant, receiver, allow_http, settings
+):
+    """Checked again before each POST (a name can resolve elsewhere later), and a redirect is the
+    receiver's answer, never followed (it could point inward)."""
+    _subscribe(tenant, receiver.url)
+    _complete(tenant)
+    settings.KEEPER_WEBHOOKS_ALLOW_PRIVATE = False
+    webhooks_deliver_due()
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.status == "pending" and "deployment's own network" in delivery.last_error
+    assert receiver.accepted() == []
+
+
+def test_a_redirect_is_not_followed(tenant, allow_http):
+    from tests.runs.webhooks.receiver import Receiver
+
+    target = Receiver(fail_first=0).start()
+    redirecting = Receiver(fail_first=0, redirect_to=target.url).start()
+    try:
+        _subscribe(tenant, redirecting.url)
+        _complete(tenant)
+        webhooks_deliver_due()
+        delivery = WebhookDelivery.objects.get()
+        assert delivery.status == "pending" and delivery.last_status_code == 307
+        assert target.accepted() == []
+    finally:
+        redirecting.stop()
+        target.stop()
