@@ -213,9 +213,16 @@ def free_places() -> list[Place]:
 # --- the generic column scan ------------------------------------------------------------------
 
 
+# An e-mail address names one person whatever its length ("ivo.brandt@example.com" is 22 characters
+# and has no digit: found from outside, it was never searched outside the subject's own rows).
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s]+")
+
+
 def distinctive(text: str) -> bool:
-    return len(text) >= DISTINCTIVE_CHARS or (
-        len(text) >= DISTINCTIVE_WITH_DIGIT_CHARS and any(c.isdigit() for c in text)
+    return (
+        len(text) >= DISTINCTIVE_CHARS
+        or (len(text) >= DISTINCTIVE_WITH_DIGIT_CHARS and any(c.isdigit() for c in text))
+        or EMAIL.fullmatch(text.strip()) is not None
     )
 
 

@@ -112,8 +112,9 @@ class RetrievalEraser:
 
 
 KNOWLEDGE_BASE = (
-    "{}: the knowledge base (documents the company wrote), searched for the subject's id; a document "
-    "that names the subject is deleted through the documents API"
+    "{}: the knowledge base (documents the company wrote), searched for the subject's id and their "
+    "distinctive texts (an e-mail address, a long or numbered text); a document that names the subject "
+    "is deleted or corrected through the documents API"
 )
 
 
@@ -134,7 +135,6 @@ def register() -> None:
                 kind="text",
                 tenant_sql="t.tenant_id = %(tenant)s",
                 erased_by="",
-                values=False,
                 what=KNOWLEDGE_BASE.format(f"{table}.{column}"),
             )
         )

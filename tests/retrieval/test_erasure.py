@@ -85,3 +85,38 @@ def test_a_declared_free_column_no_eraser_clears_keeps_the_receipt_from_saying_c
     assert "declared free" in places["retrieval_documents.acl"]["what"]
     # A declared-free column that holds nothing of the subject is not listed on the receipt.
     assert "retrieval_documents.media_type" not in places
+
+
+def test_the_subjects_email_in_a_document_keeps_the_receipt_from_saying_clean(tenant) -> None:
+    """Found from outside: documents were searched for the subject's id only, and an e-mail address
+    shorter than 24 characters without a digit was never searched outside the subject's own rows."""
+    from core.erasure import distinctive
+    from memory.services import memory_remember
+    from tests.memory.test_memory import said
+
+    assert distinctive("ivo.brandt@example.com") and not distinctive("refund please")
+    memory_remember(
+        tenant=tenant,
+        subject_id=SUBJECT,
+        namespace="profile",
+        key="email",
+        value="zed.quixote@example.org",
+        provenance=said(),
+    )
+    document_index(
+        tenant=tenant,
+        document_id="faq-1",
+        source_uri="kb://faq-1",
+        source_version="v1",
+        data=b"# FAQ\n\nExample: customer zed.quixote@example.org asked about refunds.",
+        media_type="text/markdown",
+        acl=["group:support"],
+        actor="user:admin",
+        wait=True,
+    )
+    receipt = _erase(tenant)
+    assert receipt["clean"] is False
+    left = {p["place"] for p in receipt["places"] if p["after"]}
+    assert "retrieval_chunks.text" in left, left
+    document_delete(tenant=tenant, document_id="faq-1", actor="user:compliance")
+    assert _erase(tenant)["clean"] is True
