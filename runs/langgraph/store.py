@@ -221,7 +221,7 @@ _OPEN = """open AS (
   SELECT r.run_id FROM agent_runs r
    WHERE r.run_id = %(run)s AND r.tenant_id = %(tenant)s AND r.status = 'suspended'
      AND r.suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered') AND NOT r.imported
-     FOR SHARE)"""
+     FOR {lock})"""
 _WRITES = """w AS (
   INSERT INTO langgraph_writes (tenant_id, run_id, thread_id, checkpoint_ns, checkpoint_id, task_id, task_path,
                                 idx, channel, type, blob)
@@ -234,12 +234,14 @@ _KEEP = _WRITES.format(conflict="NOTHING")
 _REPLACE = _WRITES.format(
     conflict="UPDATE SET channel = EXCLUDED.channel, type = EXCLUDED.type, blob = EXCLUDED.blob"
 )
-_WRITES_KEEP = f"WITH {_OPEN}, {_KEEP} SELECT count(*) FROM open"
-_WRITES_REPLACE = f"WITH {_OPEN}, {_REPLACE} SELECT count(*) FROM open"
+_WRITES_KEEP = f"WITH {_OPEN.format(lock='SHARE')}, {_KEEP} SELECT count(*) FROM open"
+_WRITES_REPLACE = f"WITH {_OPEN.format(lock='SHARE')}, {_REPLACE} SELECT count(*) FROM open"
 # A root task's interrupt(): with its writes, the thread's run waits for a person (the support inbox)
 # and an event records what the graph asks, unless the thread has moved past this checkpoint. The
 # row is updated as it is when the statement gets it, so two tasks interrupting at once both count.
-_WRITES_INTERRUPT = f"""WITH {_OPEN}, {_REPLACE},
+# The row is locked FOR UPDATE from the start: two tasks of one superstep that interrupt at once each
+# held it FOR SHARE and then waited for the other to update it (a deadlock, found under load).
+_WRITES_INTERRUPT = f"""WITH {_OPEN.format(lock='UPDATE')}, {_REPLACE},
 u AS (
   UPDATE agent_runs
      SET state_revision = state_revision + 1, updated_at = statement_timestamp(),

@@ -130,3 +130,16 @@ def test_both_questions_show_and_the_graph_resumes_once_both_are_answered(as_rol
     run.refresh_from_db()
     assert run.suspend_reason == THREAD_REASON and run.suspend_detail == ""
     assert AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").count() == 2
+
+
+def test_two_tasks_interrupting_at_once_never_deadlock(tenant) -> None:
+    """Found under load: both tasks' writes held the run's row FOR SHARE and then waited for each
+    other to update it (PostgreSQL broke the deadlock by failing one). Many threads, each a race."""
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    graph = two_questions_graph(saver)
+    try:
+        for i in range(30):
+            out = graph.invoke({"log": []}, {"configurable": {"thread_id": f"race-{i}"}})
+            assert set(_questions(out)) == {"Refund 42.00 EUR?", "Tell the courier?"}
+    finally:
+        saver.close()
