@@ -385,12 +385,15 @@ def receipt_rows(receipt: dict[str, Any] | None) -> dict[str, Any]:
     counts: dict[str, Any] = receipt["counts"] if isinstance(receipt.get("counts"), dict) else {}
     scan: dict[str, Any] = receipt["final_scan"] if isinstance(receipt.get("final_scan"), dict) else {}
     places = [p for p in receipt.get("places") or [] if isinstance(p, dict)]  # receipts before places: none
+    kept = {p.get("place") for p in places if p.get("erased_by") == "memory"}
     return {
         "counts": sorted(counts.items()),
         "scan": sorted(scan.items()),
         "places": places,
         "remanence": receipt.get("remanence", ""),
-        "left_behind": sorted((k, v) for k, v in scan.items() if v),
+        # The subject's memory is kept on purpose while anything else holds their data: said apart.
+        "left_behind": sorted((k, v) for k, v in scan.items() if v and k not in kept),
+        "memory_kept": sorted((k, v) for k, v in scan.items() if v and k in kept),
         "clean": receipt.get("clean") is True,
         "subject_digest": receipt.get("subject_digest", ""),
         "completed_at": receipt.get("completed_at", ""),

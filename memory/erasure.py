@@ -162,7 +162,10 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         "tenant_id": str(tenant_id),
         "subject_digest": request.subject_digest,
         "counts": counts,
-        "final_scan": after,
+        # Every registered place, and a declared-free column only where it held the subject's id.
+        "final_scan": {
+            p.name: after[p.name] for p in scanned if p not in free or before[p.name] or after[p.name]
+        },
         "places": [
             {
                 "place": p.name,

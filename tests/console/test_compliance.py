@@ -310,3 +310,23 @@ def test_a_subject_with_only_a_run_is_not_shown_as_nothing_stored(as_role, tenan
     assert found["agent_runs.subject"] == 1 and found["agent_events.state"] >= 1
     html = as_role("compliance").get(overview_url(subject="cust-vv-1")).content.decode()
     assert "Nothing about this subject is stored" not in html and "agent_runs.subject" in html
+
+
+def test_a_receipt_left_not_clean_says_what_remains_apart_from_the_memory_kept_on_purpose(as_role, tenant):
+    """Found from outside: one place left behind read "left behind in 6 stores" (the other five were
+    the subject's memory, kept until nothing else holds their data)."""
+    from core.erasure import eraser_register, eraser_unregister, erasers
+    from retrieval.services import principal_set
+
+    seed_subject(tenant)
+    principal_set(tenant=tenant, principal=f"user:{SUBJECT}", groups=["group:customers"], actor="user:admin")
+    created = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
+    retrieval = next(e for e in erasers() if e.name == "retrieval")
+    eraser_unregister("retrieval")  # the principal stays: one place left behind
+    try:
+        done = erasure_execute(tenant_id=tenant.tenant_id, request_id=created.request_id)
+    finally:
+        eraser_register(retrieval)
+    assert done.receipt["clean"] is False
+    page = as_role("compliance").get(f"/compliance/acme/erasures/{created.request_id}/").content.decode()
+    assert "left behind in 1 store; the subject's memory (" in page, page
