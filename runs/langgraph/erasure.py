@@ -14,6 +14,7 @@ from django.db import connection
 
 from core.erasure import (
     CODE,
+    IDENTIFIER_SUBSTRING_CHARS,
     Place,
     Scope,
     column_place,
@@ -99,21 +100,53 @@ class LangGraphEraser:
         return counts
 
 
+def holds_id(blob: bytes, subject_id: str) -> bool:
+    """Whether serialized bytes hold the subject's id as the scan counts it in text: from
+    IDENTIFIER_SUBSTRING_CHARS characters as a whole token (no ASCII letter or digit on either side:
+    "cust-10" is not in "cust-1001"), a shorter one only as a whole string value (msgpack's header of
+    exactly its length, or quotes, before it). Found from outside: a byte substring made "cust-10" and
+    "42" ("42.00 EUR") match other subjects' threads, and their erasures could never complete."""
+    needle = subject_id.encode()
+    n = len(needle)
+    start = blob.find(needle)
+    while start >= 0:
+        before = blob[start - 1 : start]
+        after = blob[start + n : start + n + 1]
+        if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS:
+            if not (before.isalnum() and before.isascii()) and not (after.isalnum() and after.isascii()):
+                return True
+        else:
+            header = blob[start - 2 : start]
+            whole = (
+                (n < 32 and before == bytes([0xA0 | n]))
+                or header == bytes([0xD9, n])
+                or (before == b'"' and after == b'"')
+            )
+            if whole:
+                return True
+        start = blob.find(needle, start + 1)
+    return False
+
+
 def _blob_place(table: str) -> Place:
     """Serialized values (bytes): every row of the subject's threads is a trace, and so is any row of
-    the tenant whose bytes hold the subject's id."""
-    sql = f"""
-        SELECT count(*) FROM {table} t
-         WHERE t.tenant_id = %(tenant)s
-           AND (t.run_id = ANY(%(runs)s::uuid[]) OR position(convert_to(%(subject)s, 'UTF8') IN t.blob) > 0)
+    the tenant whose bytes hold the subject's id (holds_id: the rows with the bytes, then the rule)."""
+    mine = (
+        f"SELECT count(*) FROM {table} t WHERE t.tenant_id = %(tenant)s AND t.run_id = ANY(%(runs)s::uuid[])"  # noqa: S608
+    )
+    others = f"""
+        SELECT t.blob FROM {table} t
+         WHERE t.tenant_id = %(tenant)s AND NOT (t.run_id = ANY(%(runs)s::uuid[]))
+           AND position(convert_to(%(subject)s, 'UTF8') IN t.blob) > 0
     """  # noqa: S608 - the table name is one of ours
 
     def count(scope: Scope) -> int:
+        params = {"tenant": scope.tenant_id, "runs": list(scope.run_ids), "subject": scope.subject_id}
         with connection.cursor() as cursor:
-            cursor.execute(
-                sql, {"tenant": scope.tenant_id, "runs": list(scope.run_ids), "subject": scope.subject_id}
-            )
-            return int(cursor.fetchone()[0])
+            cursor.execute(mine, params)
+            found = int(cursor.fetchone()[0])
+            cursor.execute(others, params)
+            return found + sum(1 for (blob,) in cursor.fetchall() if holds_id(bytes(blob), scope.subject_id))
 
     return Place(
         name=f"{table}.blob",

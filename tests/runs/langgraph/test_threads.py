@@ -231,10 +231,44 @@ def test_a_saver_that_knew_a_deleted_thread_writes_to_the_thread_started_again(t
         second = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:again").run_id
         assert second != first
 
-        result = support_graph(old).invoke({"note": NOTE, "log": []}, {"configurable": {"thread_id": "again"}})
+        result = support_graph(old).invoke(
+            {"note": NOTE, "log": []}, {"configurable": {"thread_id": "again"}}
+        )
         assert result["log"][-1].startswith("answer:")
         assert AgentRun.objects.filter(tenant=tenant, idempotency_key="langgraph:again").count() == 1
         assert AgentEvent.objects.filter(run_id=second, event_type=CHECKPOINT_EVENT).count() == 10
     finally:
         old.close()
         new.close()
+
+
+def test_a_subject_whose_id_is_inside_another_subjects_id_or_text_can_be_erased(tenant) -> None:
+    """Found from outside: the blobs were matched as a byte substring, so cust-10 was "found" in
+    cust-1001's thread, and 42 in "42.00 EUR": those erasures failed every time and kept the
+    subject's memory forever."""
+    import ormsgpack
+
+    from memory.services import memory_remember
+    from runs.langgraph.erasure import holds_id
+    from tests.memory.test_memory import said
+
+    assert holds_id(ormsgpack.packb({"t": "call cust-10 back"}), "cust-10")
+    assert not holds_id(ormsgpack.packb({"t": "thread of cust-1001"}), "cust-10")
+    assert holds_id(ormsgpack.packb({"id": "42"}), "42") and not holds_id(ormsgpack.packb("42.00 EUR"), "42")
+
+    _run(tenant, thread="support-cust-1001", subject="cust-1001")
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    try:
+        config = {"configurable": {"thread_id": "support-cust-1001", "subject_id": "cust-1001"}}
+        support_graph(saver).invoke({"note": "cust-1001 paid 42.00 EUR", "log": []}, config)
+    finally:
+        saver.close()
+    for subject in ("cust-10", "42"):
+        memory_remember(
+            tenant=tenant, subject_id=subject, namespace="profile", key="name", value="Ada", provenance=said()
+        )
+        request = erasure_request_create(tenant=tenant, subject_id=subject, requested_by="user:compliance")
+        done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+        left = {place: n for place, n in done.receipt["final_scan"].items() if n}
+        assert done.status == "completed" and left == {}, (subject, left)
+    assert _bytes_left(tenant, "cust-1001") > 0  # the other subject's thread is untouched
