@@ -176,7 +176,9 @@ _KINDS = {"text": "text", "character varying": "text", "jsonb": "json", "json": 
 
 
 def free_places() -> list[Place]:
-    """The declared-free columns of the tenant's tables as places searched for the subject's id only.
+    """The declared-free columns of the tenant's tables as places searched for the subject's id and
+    their distinctive texts (an e-mail address: a principal, a webhook URL or a workflow's description
+    can hold one, found from outside).
 
     A declaration is a reviewer's belief ("staff principals", "document ids"), and a customer's id can
     still end up there (a principal named user:cust-7781, a document ticket-cust-7781, a reason code
@@ -203,8 +205,7 @@ def free_places() -> list[Place]:
             kind=kind,
             tenant_sql="t.tenant_id = %(tenant)s",
             erased_by="",
-            values=False,
-            what=f"{table}.{column}: {FREE_PREFIX}{why}; searched for the subject's id, which no eraser removes here",
+            what=f"{table}.{column}: {FREE_PREFIX}{why}; searched for the subject's id and distinctive texts",
         )
         found.append(place)
     return found
@@ -226,7 +227,7 @@ def distinctive(text: str) -> bool:
     )
 
 
-def _like(text: str) -> str:
+def like_pattern(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
@@ -316,10 +317,10 @@ def column_place(
         """(ILIKE patterns, whole values): a short text matches only a whole value (a column equal to
         it, a JSON string equal to it), never a part of a longer word."""
         encode = _json_text if kind == "json" else (lambda s: s)
-        like = [_like(encode(t)) for t in texts if inside(t)]
+        like = [like_pattern(encode(t)) for t in texts if inside(t)]
         short = [t for t in texts if not inside(t)]
         if kind == "json":
-            return like + [_like('"' + encode(t) + '"') for t in short], []
+            return like + [like_pattern('"' + encode(t) + '"') for t in short], []
         return like, [t.lower() for t in short]
 
     # The column that names whose row it is holds whole subject ids: "cust-1001-x.2" is another
@@ -337,7 +338,7 @@ def column_place(
         values_ = [v for v in scope.values if len(v) >= MIN_VALUE_CHARS] if values else []
         # Long values (and names in scripts without spaces) anywhere inside a text, short ones as words.
         encode = _json_text if kind == "json" else (lambda s: s)
-        value_like = [_like(encode(v)) for v in values_ if matched_inside(v)]
+        value_like = [like_pattern(encode(v)) for v in values_ if matched_inside(v)]
         value_words = [value_regex_of(encode(v)) for v in values_ if not matched_inside(v)]
         params: dict[str, UUID | str | list[str] | list[UUID]] = {
             "tenant": scope.tenant_id,

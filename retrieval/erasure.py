@@ -24,9 +24,11 @@ from core.erasure import (
     IDENTIFIER_SUBSTRING_CHARS,
     Scope,
     column_place,
+    distinctive,
     eraser_register,
     free_register,
     id_regex_of,
+    like_pattern,
     place_register,
 )
 from core.tenancy import tenant_scope
@@ -37,15 +39,23 @@ def tombstone_key(*, tenant_id: UUID, document_id: str) -> str:
     return keyed_digest(["retrieval-document", str(tenant_id), document_id])
 
 
-def _matches(column: str, subject_id: str, *, json: bool = False) -> tuple[str, list[str]]:
+def _matches(
+    column: str, subject_id: str, *, json: bool = False, values: tuple[str, ...] = ()
+) -> tuple[str, list[str]]:
     """The SQL condition (and its parameters) for a column that holds the subject's id, as the scan
-    counts it: a whole token from IDENTIFIER_SUBSTRING_CHARS, else the whole value."""
+    counts it: a whole token from IDENTIFIER_SUBSTRING_CHARS, else the whole value; or one of their
+    distinctive texts (a principal named by the subject's e-mail address)."""
     text = f"{column}::text" if json else column
     if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS:
-        return f"{text} ~* %s", [id_regex_of(subject_id)]
-    return (
-        (f"{text} ILIKE %s", [f'%"{subject_id}"%']) if json else (f"lower({text}) = lower(%s)", [subject_id])
-    )
+        condition, params = f"{text} ~* %s", [id_regex_of(subject_id)]
+    elif json:
+        condition, params = f"{text} ILIKE %s", [f'%"{subject_id}"%']
+    else:
+        condition, params = f"lower({text}) = lower(%s)", [subject_id]
+    likes = [like_pattern(v) for v in values if distinctive(v)]
+    if likes:
+        condition, params = f"({condition} OR {text} ILIKE ANY(%s))", [*params, likes]
+    return condition, params
 
 
 class RetrievalEraser:
@@ -58,12 +68,12 @@ class RetrievalEraser:
         subject, tenant = scope.subject_id, scope.tenant_id
         counts: dict[str, int] = {}
         with tenant_scope(tenant), connection.cursor() as cursor:
-            principal, p = _matches("principal", subject)
+            principal, p = _matches("principal", subject, values=scope.values)
             cursor.execute(
                 f"DELETE FROM retrieval_principals WHERE tenant_id = %s AND {principal}", [tenant, *p]
             )  # noqa: S608
             counts["retrieval_principals"] = cursor.rowcount
-            searcher, s = _matches("acl_principal", subject)
+            searcher, s = _matches("acl_principal", subject, values=scope.values)
             hits, h = _matches("hits", subject, json=True)
             cursor.execute(
                 f"DELETE FROM retrieval_snapshots WHERE tenant_id = %s AND ({searcher} OR {hits})",  # noqa: S608

@@ -48,7 +48,11 @@ def test_the_subject_as_a_principal_and_in_a_document_id_is_found_then_erased(te
     assert receipt["clean"] is False
     left = {p["place"] for p in receipt["places"] if p["after"]}
     assert {"retrieval_documents.document_id", "retrieval_chunks.source_uri"} <= left, left
-    assert not left & {"retrieval_principals.principal", "retrieval_snapshots.acl_principal", "retrieval_snapshots.hits"}
+    assert not left & {
+        "retrieval_principals.principal",
+        "retrieval_snapshots.acl_principal",
+        "retrieval_snapshots.hits",
+    }
 
     document_delete(tenant=tenant, document_id=f"ticket-{SUBJECT}", actor="user:compliance")
     receipt = _erase(tenant)
@@ -120,3 +124,21 @@ def test_the_subjects_email_in_a_document_keeps_the_receipt_from_saying_clean(te
     assert "retrieval_chunks.text" in left, left
     document_delete(tenant=tenant, document_id="faq-1", actor="user:compliance")
     assert _erase(tenant)["clean"] is True
+
+
+def test_a_principal_named_by_the_subjects_email_is_erased_with_them(tenant) -> None:
+    """Found from outside: a principal user:<their e-mail> stayed after a clean receipt (the scan
+    searched declared-free columns for the subject's id only)."""
+    from memory.services import memory_remember
+    from tests.memory.test_memory import said
+
+    email = "nora.quist@example.net"
+    memory_remember(
+        tenant=tenant, subject_id=SUBJECT, namespace="profile", key="email", value=email, provenance=said()
+    )
+    principal_set(tenant=tenant, principal=f"user:{email}", groups=["group:customers"], actor="user:admin")
+    principal_set(tenant=tenant, principal="user:ann", groups=["group:support"], actor="user:admin")
+    receipt = _erase(tenant)
+    assert receipt["clean"] is True, {p: n for p, n in receipt["final_scan"].items() if n}
+    with tenant_scope(tenant.tenant_id):
+        assert list(Principal.objects.values_list("principal", flat=True)) == ["user:ann"]
