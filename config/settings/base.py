@@ -421,6 +421,8 @@ LOGGING: dict[str, Any] = {
         "django": {"handlers": [], "level": "INFO", "propagate": True},
         "django.server": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "django.request": {"filters": ["forbidden_line"]},
+        # `Forbidden (CSRF cookie not set.): /path`: the path as every other line has it.
+        "django.security.csrf": {"filters": ["forbidden_line"]},
         "celery.worker.strategy": {"filters": ["quiet_sweeps"]},
         "celery.app.trace": {"filters": ["quiet_sweeps"]},
         "celery.beat": {"filters": ["quiet_sweeps"]},

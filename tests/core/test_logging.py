@@ -192,3 +192,17 @@ def test_every_segment_a_caller_chose_is_left_out_of_the_logs():
     assert path_redact("/api/v1/no-such-route/cust-7781/") == "/api/v1/*/*/"
     for kept in ("/webhooks/12/delete/", "/audit/export.csv", "/runs/", "/", "/static/console.css"):
         assert path_redact(kept) == kept
+
+
+@pytest.mark.django_db
+def test_a_csrf_refusal_line_leaves_the_callers_segments_out(caplog):
+    """Found from outside: `Forbidden (CSRF cookie not set.): /compliance/<anything>/erasures/` was
+    logged with the raw path while the access line had `*`."""
+    from django.test import Client
+
+    with caplog.at_level(logging.WARNING, logger="django.security.csrf"):
+        response = Client(enforce_csrf_checks=True).post("/compliance/zed.quixote@example.org/erasures/")
+    assert response.status_code == 403
+    lines = [r.getMessage() for r in caplog.records if r.name == "django.security.csrf"]
+    assert lines and all("zed.quixote" not in line for line in lines), lines
+    assert "/compliance/*/erasures/" in lines[0]

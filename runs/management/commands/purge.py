@@ -83,6 +83,8 @@ class Command(BaseCommand):
         verb = "would be deleted (dry run)" if dry_run else "deleted"
         for table in _TABLES:
             self.stdout.write(f"{table:>14}: {getattr(report, table)}")
+        if not dry_run:
+            self.stdout.write(f"{'redis windows':>14}: {report.session_windows}")
         if report.kept_open_operations:
             self.stdout.write(
                 f"kept {report.kept_open_operations} finished run(s) with an operation started/unknown"

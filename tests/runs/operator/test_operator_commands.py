@@ -448,6 +448,7 @@ def test_purge_deletes_old_finished_runs_with_their_history_and_nothing_else(ten
     text = _call("purge", "--older-than", "30", "--yes", "--batch-size", "1")
 
     assert "batch 1:" in text and "batch 2:" in text and "2 run(s) deleted" in text
+    assert "redis windows: 0" in text
     assert not AgentRun.objects.filter(run_id__in=[old.run_id, old_failed.run_id]).exists()
     assert not AgentEvent.objects.filter(run_id=old.run_id).exists()
     assert not ToolOperation.objects.filter(run_id=old.run_id).exists()
