@@ -65,6 +65,19 @@ RESERVED_REASONS = frozenset(
         "langgraph_thread",
         "langgraph_interrupt",
         "langgraph_answered",
+        # resume verification's refusals (runs/engine/resume.py), forks and child runs
+        "approval_missing",
+        "approval_digest_mismatch",
+        "approval_expired",
+        "unsupported_checkpoint",
+        "event_seq_gap",
+        "source_changed",
+        "tool_contract_changed",
+        "tenant_unknown",
+        "workflow_version_unavailable",
+        "fork",
+        "fork_abandoned",
+        "child_run",
     }
 )
 # A run waits for an approval only when one is pending: the worker asks for it first (the approval

@@ -250,6 +250,9 @@ def test_bad_tokens_stale_revisions_and_unprepared_operations_change_nothing(
         ("budget_exhausted", "reserved_reason"),
         ("too_many_attempts", "reserved_reason"),
         ("langgraph_interrupt", "reserved_reason"),
+        ("approval_missing", "reserved_reason"),
+        ("unsupported_checkpoint", "reserved_reason"),
+        ("fork_abandoned", "reserved_reason"),
         ("approval_required", "approval_not_requested"),
     ]:
         reserved = api.post(
