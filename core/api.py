@@ -111,6 +111,21 @@ class StrictRegexField(serializers.RegexField):
         return str(super().to_internal_value(data))
 
 
+class ClosedSerializer(serializers.Serializer):
+    """A JSON body that takes only its own fields: a misspelt one ("subjct", "enable") is a 400 naming
+    it instead of being dropped (found from outside: a run started with "subjct" had no subject, so
+    no erasure of that person would ever find it; a schedule sent "enable": false fired)."""
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        given = self.initial_data if isinstance(self.initial_data, dict) else {}
+        unknown = sorted(str(name) for name in set(given) - set(self.fields))
+        if unknown:
+            raise serializers.ValidationError(
+                {name: "unknown field; this takes " + ", ".join(self.fields) for name in unknown}
+            )
+        return attrs
+
+
 BIGINT_MAX = 2**63 - 1  # what PostgreSQL's bigint holds: past it a number was a 500 from the database
 
 

@@ -11,7 +11,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictBooleanField, StrictCharField, StrictIntegerField, error_responses
+from core.api import (
+    ClosedSerializer,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    error_responses,
+)
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
 from core.roles import ENGINEER, user_roles
 from runs.engine.forks import run_fork, run_rewind
@@ -136,7 +142,7 @@ class RunStartApi(APIView):
                 raise serializers.ValidationError(f"{key} and before_run_id come together (the cursor)")
             return data
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's

@@ -258,6 +258,18 @@ def test_a_subject_id_is_taken_exactly_as_sent_and_too_long_is_refused(write_key
     assert answer.status_code == 400 and "subject_id" in answer.json()["error"]["details"]
 
 
+@pytest.mark.django_db
+def test_a_misspelt_field_of_a_run_is_refused_not_dropped(write_key):
+    """Found from outside: "subjct" was dropped and the run started with no subject, where no erasure
+    of that person would ever find it."""
+    client = key_client(write_key)
+    answer = client.post(
+        "/api/v1/runs/", {"workflow": "demo.countdown", "input": {"n": 1}, "subjct": "cust-1"}, format="json"
+    )
+    assert answer.status_code == 400 and "subjct" in answer.json()["error"]["details"], answer.content
+    assert not AgentRun.objects.exists()
+
+
 def test_the_worker_protocols_pattern_fields_take_only_text():
     """operation_id 42 was stored as operation "42" (DRF's RegexField turns a number into its digits)."""
     from rest_framework.exceptions import ValidationError

@@ -92,6 +92,12 @@ def test_a_bad_change_is_refused_and_the_schedule_stays_as_it_was(api):
     misspelt = api.patch(url, {"enable": False}, format="json")
     assert misspelt.status_code == 400 and "enable" in misspelt.json()["error"]["details"], misspelt.content
     assert api.get(url).json()["enabled"] is True
+    created = api.post(
+        "/api/v1/schedules/",
+        {"workflow": "demo.countdown", "interval_seconds": 60, "input": {"n": 1}, "enable": False},
+        format="json",
+    )
+    assert created.status_code == 400 and "enable" in created.json()["error"]["details"]
     after = api.get(url).json()
     assert (after["interval_seconds"], after["cron"], after["input"]) == (60, "", {"n": 1})
 
