@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
 import json
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -25,7 +27,7 @@ from django.db import connection
 
 from core.models import Tenant
 from core.tenancy import tenant_scope
-from runs.webhooks.services import webhook_host_inward
+from runs.webhooks.services import webhook_host_addresses, webhook_host_inward
 
 USER_AGENT = "Keeper-Webhooks/1"
 MAX_BACKOFF = 3600.0
@@ -113,6 +115,37 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
+def _pinned(cls: type[http.client.HTTPConnection], address: str) -> Any:
+    """cls, connecting to `address` whatever the URL's host resolves to (TLS still checks the host)."""
+
+    def connection(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+        made = cls(host, **kwargs)
+        made._create_connection = lambda where, *a, **k: socket.create_connection(
+            (address, where[1]), *a, **k
+        )  # type: ignore[attr-defined]
+        return made
+
+    return connection
+
+
+class _Pinned(urllib.request.HTTPHandler):
+    def __init__(self, address: str) -> None:
+        super().__init__()
+        self.address = address
+
+    def http_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_pinned(http.client.HTTPConnection, self.address), req)
+
+
+class _PinnedTLS(urllib.request.HTTPSHandler):
+    def __init__(self, address: str) -> None:
+        super().__init__()
+        self.address = address
+
+    def https_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_pinned(http.client.HTTPSConnection, self.address), req, context=self._context)  # type: ignore[attr-defined]
+
+
 def _post(claimed: Claimed) -> tuple[int | None, str]:
     """(the receiver's status code or None, an error text); never raises for the receiver's faults."""
     body = webhook_body(claimed)
@@ -130,11 +163,19 @@ def _post(claimed: Claimed) -> tuple[int | None, str]:
         },
     )
     host = urllib.parse.urlsplit(claimed.url).hostname or ""
-    inward = webhook_host_inward(host)  # again now: a name can resolve elsewhere than when subscribed
-    if inward:
-        return None, f"refused: {host} resolves to {inward}, on the deployment's own network"
+    opener = _OPENER
+    if not (settings.DEBUG or settings.KEEPER_WEBHOOKS_ALLOW_PRIVATE):
+        # Resolved and checked now (a name can point elsewhere than when it was subscribed), and the
+        # POST goes to the address checked: a second lookup could answer with an inward one.
+        addresses = webhook_host_addresses(host)
+        if not addresses:
+            return None, f"URLError: {host} does not resolve"
+        inward = webhook_host_inward(host, addresses)
+        if inward:
+            return None, f"refused: {host} resolves to {inward}, on the deployment's own network"
+        opener = urllib.request.build_opener(_NoRedirect, _Pinned(addresses[0]), _PinnedTLS(addresses[0]))
     try:
-        with _OPENER.open(request, timeout=settings.KEEPER_WEBHOOKS_TIMEOUT) as response:
+        with opener.open(request, timeout=settings.KEEPER_WEBHOOKS_TIMEOUT) as response:
             return response.status, ""
     except urllib.error.HTTPError as exc:
         return exc.code, f"HTTP {exc.code}"

@@ -60,21 +60,39 @@ def webhook_url_check(*, url: str) -> str:
     return url
 
 
-def webhook_host_inward(host: str) -> str:
-    """The address of `host` on the deployment's own networks (loopback, private, link-local,
-    reserved), or "" when it has none, it does not resolve, or such endpoints are allowed (DEBUG or
+def _inward(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """On the deployment's own networks, an IPv4 address carried inside an IPv6 one included
+    (::ffff:127.0.0.1, ::127.0.0.1, 64:ff9b::a9fe:a9fe for NAT64, 2002:7f00:1:: for 6to4)."""
+    if not ip.is_global:
+        return True
+    if isinstance(ip, ipaddress.IPv6Address):
+        low = int(ip) & 0xFFFFFFFF
+        carried = [ip.ipv4_mapped, ip.sixtofour]
+        if int(ip) >> 32 == 0 or ip in ipaddress.ip_network("64:ff9b::/96"):
+            carried.append(ipaddress.IPv4Address(low))
+        return any(v4 is not None and not v4.is_global for v4 in carried)
+    return False
+
+
+def webhook_host_addresses(host: str) -> list[str]:
+    """The addresses `host` resolves to (an IP literal: itself); [] when it does not resolve."""
+    try:
+        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError):
+        return []
+    return list(dict.fromkeys(str(address[0]).split("%")[0] for *_, address in found))
+
+
+def webhook_host_inward(host: str, addresses: list[str] | None = None) -> str:
+    """The first of the host's addresses on the deployment's own networks (loopback, private,
+    link-local, reserved), or "" when it has none, or when such endpoints are allowed (DEBUG or
     KEEPER_WEBHOOKS_ALLOW_PRIVATE). Found from outside: a tenant's key subscribed
     http://169.254.169.254/latest/meta-data, the cloud's metadata service."""
     if settings.DEBUG or settings.KEEPER_WEBHOOKS_ALLOW_PRIVATE:
         return ""
-    try:
-        found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
-    except (OSError, UnicodeError):
-        return ""  # checked again before each delivery
-    for *_, address in found:
-        ip = ipaddress.ip_address(str(address[0]).split("%")[0])
-        if not ip.is_global:
-            return str(ip)
+    for address in webhook_host_addresses(host) if addresses is None else addresses:
+        if _inward(ipaddress.ip_address(address)):
+            return address
     return ""
 
 

@@ -331,6 +331,9 @@ def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasu
         "https://10.0.0.7/h",
         "https://localhost/h",
         "https://[::1]/h",
+        "https://[::127.0.0.1]/h",  # IPv4 inside IPv6: compatible, NAT64, 6to4 (found from outside)
+        "https://[64:ff9b::a9fe:a9fe]/h",
+        "https://[2002:7f00:1::]/h",
     ],
 )
 def test_an_endpoint_on_the_deployments_own_network_is_refused(tenant, settings, url):
@@ -373,3 +376,32 @@ def test_a_redirect_is_not_followed(tenant, allow_http):
     finally:
         redirecting.stop()
         target.stop()
+
+
+def test_a_name_that_resolves_inward_on_a_second_lookup_is_not_posted_to(
+    tenant, receiver, settings, monkeypatch
+):
+    """Found from outside: the check looked the name up, then urllib looked it up again to connect, so
+    a DNS answer that changes (TTL 0) reached the loopback. The POST goes to the address checked."""
+    import socket
+
+    from runs.webhooks import services
+
+    settings.DEBUG, settings.KEEPER_WEBHOOKS_ALLOW_HTTP, settings.KEEPER_WEBHOOKS_TIMEOUT = False, True, 1
+    port = int(receiver.url.split(":")[2].split("/")[0])
+    answers = iter(["93.184.216.34"] * 2 + ["127.0.0.1"] * 50)  # subscribed, checked, then connect
+    real = socket.getaddrinfo
+
+    def rebinding(host, port=None, *args, **kwargs):
+        if host == "rebind.example.com":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), int(port or 0)))]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(services.socket, "getaddrinfo", rebinding)
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    _subscribe(tenant, f"http://rebind.example.com:{port}/hooks")
+    _complete(tenant)
+    webhooks_deliver_due()
+    assert receiver.accepted() == [] and receiver.requests == []
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.status == "pending" and delivery.last_status_code is None
