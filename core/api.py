@@ -111,7 +111,7 @@ class StrictRegexField(serializers.RegexField):
         return str(super().to_internal_value(data))
 
 
-class ClosedSerializer(serializers.Serializer):
+class ClosedSerializer(serializers.Serializer[dict[str, Any]]):
     """A JSON body that takes only its own fields: a misspelt one ("subjct", "enable") is a 400 naming
     it instead of being dropped (found from outside: a run started with "subjct" had no subject, so
     no erasure of that person would ever find it; a schedule sent "enable": false fired)."""

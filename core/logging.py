@@ -86,7 +86,9 @@ PRINCIPAL_SEGMENT = re.compile(r"(/retrieval/principals/)[^/?\s]+")
 
 
 # What a path may keep: a UUID, a number, or a word one of the URLconf's routes spells out.
-_KEPT_SEGMENT = re.compile(r"[0-9]+|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|\*?")
+_KEPT_SEGMENT = re.compile(
+    r"[0-9]+|[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}|\*?"
+)
 _ROUTE_SYNTAX = re.compile(r"[<>()\[\]^$\\?*+|{}]")
 _route_words: frozenset[str] | None = None
 

@@ -15,6 +15,7 @@ document's id in the tombstones (which still refuse its deleted versions) and in
 
 from __future__ import annotations
 
+from typing import Any
 from uuid import UUID
 
 from django.db import connection
@@ -41,11 +42,12 @@ def tombstone_key(*, tenant_id: UUID, document_id: str) -> str:
 
 def _matches(
     column: str, subject_id: str, *, json: bool = False, values: tuple[str, ...] = ()
-) -> tuple[str, list[str]]:
+) -> tuple[str, list[Any]]:
     """The SQL condition (and its parameters) for a column that holds the subject's id, as the scan
     counts it: a whole token from IDENTIFIER_SUBSTRING_CHARS, else the whole value; or one of their
     distinctive texts (a principal named by the subject's e-mail address)."""
     text = f"{column}::text" if json else column
+    params: list[Any]
     if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS:
         condition, params = f"{text} ~* %s", [id_regex_of(subject_id)]
     elif json:

@@ -141,7 +141,11 @@ def _blob_place(table: str) -> Place:
     """  # noqa: S608 - the table name is one of ours
 
     def count(scope: Scope) -> int:
-        params = {"tenant": scope.tenant_id, "runs": list(scope.run_ids), "subject": scope.subject_id}
+        params: dict[str, Any] = {
+            "tenant": scope.tenant_id,
+            "runs": list(scope.run_ids),
+            "subject": scope.subject_id,
+        }
         with connection.cursor() as cursor:
             cursor.execute(mine, params)
             found = int(cursor.fetchone()[0])

@@ -241,7 +241,7 @@ _WRITES_REPLACE = f"WITH {_OPEN.format(lock='SHARE')}, {_REPLACE} SELECT count(*
 # row is updated as it is when the statement gets it, so two tasks interrupting at once both count.
 # The row is locked FOR UPDATE from the start: two tasks of one superstep that interrupt at once each
 # held it FOR SHARE and then waited for the other to update it (a deadlock, found under load).
-_WRITES_INTERRUPT = f"""WITH {_OPEN.format(lock='UPDATE')}, {_REPLACE},
+_WRITES_INTERRUPT = f"""WITH {_OPEN.format(lock="UPDATE")}, {_REPLACE},
 u AS (
   UPDATE agent_runs
      SET state_revision = state_revision + 1, updated_at = statement_timestamp(),

@@ -120,9 +120,11 @@ def _pinned(cls: type[http.client.HTTPConnection], address: str) -> Any:
 
     def connection(host: str, **kwargs: Any) -> http.client.HTTPConnection:
         made = cls(host, **kwargs)
-        made._create_connection = lambda where, *a, **k: socket.create_connection(
-            (address, where[1]), *a, **k
-        )  # type: ignore[attr-defined]
+
+        def create(where: tuple[str, int], *args: Any, **options: Any) -> socket.socket:
+            return socket.create_connection((address, where[1]), *args, **options)
+
+        made._create_connection = create  # type: ignore[attr-defined]  # http.client's own hook
         return made
 
     return connection

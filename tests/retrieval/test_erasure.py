@@ -33,7 +33,9 @@ def _ticket(tenant, acl: list[str]) -> None:
 
 def _erase(tenant) -> dict:
     request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
-    return erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).receipt
+    receipt = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).receipt
+    assert receipt is not None
+    return receipt
 
 
 def test_the_subject_as_a_principal_and_in_a_document_id_is_found_then_erased(tenant) -> None:

@@ -55,6 +55,7 @@ def test_decided_operations_lose_the_subject_and_one_in_doubt_is_named_until_rec
         tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="t", subject=SUBJECT
     ).run
     grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    assert grant is not None
     memory_remember(
         tenant=tenant,
         subject_id=SUBJECT,

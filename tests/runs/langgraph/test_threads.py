@@ -269,6 +269,7 @@ def test_a_subject_whose_id_is_inside_another_subjects_id_or_text_can_be_erased(
         )
         request = erasure_request_create(tenant=tenant, subject_id=subject, requested_by="user:compliance")
         done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+        assert done.receipt is not None
         left = {place: n for place, n in done.receipt["final_scan"].items() if n}
         assert done.status == "completed" and left == {}, (subject, left)
     assert _bytes_left(tenant, "cust-1001") > 0  # the other subject's thread is untouched
