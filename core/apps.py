@@ -7,12 +7,13 @@ class CoreConfig(AppConfig):
 
     def ready(self) -> None:
         from core import offboarding
-        from core.erasure import free_register
+        from core.erasure import LabelsEraser, eraser_register, free_register
         from core.tracing import tracing_setup
 
         tracing_setup()  # OpenTelemetry, only when OTEL_* asks for it
 
         offboarding.register()
+        eraser_register(LabelsEraser())
 
         free_register("tenants", "the customer organisation (Keeper's tenant), not a subject", "slug", "name")
         free_register(

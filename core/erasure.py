@@ -227,6 +227,43 @@ def distinctive(text: str) -> bool:
     )
 
 
+def holds_subject(text: str, scope: Scope) -> bool:
+    """Whether a label or a URL holds the subject's id (a whole token, a short id the whole text) or
+    one of their distinctive texts: as the scan of a declared-free column counts it."""
+    low = text.lower()
+    subject = scope.subject_id
+    if len(subject) >= IDENTIFIER_SUBSTRING_CHARS:
+        found = id_pattern(subject).search(text) is not None
+    else:
+        found = low == subject.lower()
+    return found or any(v.lower() in low for v in scope.values if distinctive(v))
+
+
+class LabelsEraser:
+    """A staff-made label that names the subject (an API key called key-for-cust-7781, active or
+    revoked): nothing else ever rewrites it, so an erasure of that subject could never complete
+    (found from outside). The label becomes an erased id; the key keeps working."""
+
+    name = "labels"
+
+    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
+        return Scope(tenant_id=tenant_id, subject_id=subject_id)
+
+    def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
+        from core.digests import keyed_digest
+        from core.tenancy import tenant_scope
+
+        n = 0
+        with tenant_scope(scope.tenant_id), connection.cursor() as cursor:
+            cursor.execute("SELECT key_id, name FROM api_keys WHERE tenant_id = %s", [scope.tenant_id])
+            for key_id, name in cursor.fetchall():
+                if holds_subject(name, scope):
+                    label = "erased:" + keyed_digest(name).removeprefix("hmac-sha256:")[:24]
+                    cursor.execute("UPDATE api_keys SET name = %s WHERE key_id = %s", [label, key_id])
+                    n += 1
+        return {"api_keys": n}
+
+
 def like_pattern(text: str) -> str:
     return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 

@@ -13,12 +13,14 @@ from uuid import UUID
 
 from django.db import connection
 
+from core.digests import keyed_digest
 from core.erasure import (
     IDENTIFIER_SUBSTRING_CHARS,
     Scope,
     eraser_register,
     erasure_finished_register,
     free_register,
+    holds_subject,
     id_pattern,
     id_regex_of,
 )
@@ -44,7 +46,7 @@ class WebhooksEraser:
         return Scope(tenant_id=tenant_id, subject_id=subject_id)
 
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
-        from runs.webhooks.models import WebhookDelivery
+        from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 
         subject = scope.subject_id
         if len(subject) >= IDENTIFIER_SUBSTRING_CHARS:  # the scan's rule: a whole token, or a whole value
@@ -72,7 +74,16 @@ class WebhooksEraser:
                 if data != delivery.data:
                     WebhookDelivery.objects.filter(pk=delivery.pk).update(data=data)
                     n += 1
-        return {"webhook_deliveries": n}
+            # A deleted subscription whose URL names the subject (.../hook/cust-7781): nothing else
+            # rewrites it (found from outside). A live one is the tenant's to change: the receipt names it.
+            erased_urls = 0
+            for subscription in WebhookSubscription.objects.filter(deleted_at__isnull=False):
+                if holds_subject(subscription.url, scope):
+                    WebhookSubscription.objects.filter(pk=subscription.pk).update(
+                        url="erased:" + keyed_digest(subscription.url).removeprefix("hmac-sha256:")[:24]
+                    )
+                    erased_urls += 1
+        return {"webhook_deliveries": n, "deleted_subscription_urls": erased_urls}
 
 
 def register() -> None:

@@ -405,3 +405,27 @@ def test_a_name_that_resolves_inward_on_a_second_lookup_is_not_posted_to(
     assert receiver.accepted() == [] and receiver.requests == []
     delivery = WebhookDelivery.objects.get()
     assert delivery.status == "pending" and delivery.last_status_code is None
+
+
+def test_labels_and_deleted_endpoints_that_name_the_subject_no_longer_block_their_erasure(tenant, allow_http):
+    """Found from outside: a revoked API key called key-for-cust-7781 and a deleted subscription to
+    .../hook/cust-7781 kept every erasure of cust-7781 from completing (nothing could rewrite them)."""
+    from core.api_auth import api_key_create, api_key_revoke
+    from memory.erasure import erasure_execute, erasure_request_create
+    from runs.webhooks.services import webhook_subscription_delete
+
+    live = api_key_create(tenant=tenant, name="bot-for-cust-7781", scope="write")
+    revoked = api_key_create(tenant=tenant, name="key-for-cust-7781", scope="read")
+    api_key_revoke(prefix=revoked.key.prefix)
+    gone = _subscribe(tenant, "https://hooks.acme.example/hook/cust-7781")
+    webhook_subscription_delete(subscription_id=gone.subscription.id, actor="test")
+    request = erasure_request_create(tenant=tenant, subject_id="cust-7781", requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.receipt is not None
+    left = {place: n for place, n in done.receipt["final_scan"].items() if n}
+    assert done.status == "completed" and left == {}, left
+    assert done.receipt["counts"]["labels.api_keys"] == 2
+    # The live key still works under its erased label.
+    from tests.api.conftest import key_client
+
+    assert key_client(live.plaintext).get("/api/v1/runs/").status_code == 200
