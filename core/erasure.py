@@ -182,8 +182,9 @@ def free_places() -> list[Place]:
 
     A declaration is a reviewer's belief ("staff principals", "document ids"), and a customer's id can
     still end up there (a principal named user:cust-7781, a document ticket-cust-7781, a reason code
-    that embeds it): the scan does not trust it. Nothing erases these places, so a match makes the
-    receipt say where, instead of certifying clean. Columns of tables without a tenant are not read."""
+    that embeds it): the scan does not trust it. Where such a value can be rewritten, an eraser does
+    (retrieval's, the webhooks', LabelsEraser); any match left makes the receipt say where, instead of
+    certifying clean. Columns of tables without a tenant are not read."""
     free = free_columns()
     tables = sorted({table for table, _ in free})
     with connection.cursor() as cursor:

@@ -307,12 +307,15 @@ def subject_places(*, tenant_id: UUID, subject_id: str) -> dict[str, int | None]
         subject_digest=subject_digest(tenant_id=tenant_id, subject_id=subject_id),
     )
     found: dict[str, int | None] = {}
+    free = free_places()
     with tenant_scope(tenant_id):
-        for place in [*places(), *free_places()]:
+        for place in [*places(), *free]:
             try:
                 found[place.name] = place.count(scope)
             except Exception:  # Redis away: the page says "unavailable", it does not fail
                 found[place.name] = None
+            if place in free and found[place.name] == 0:
+                del found[place.name]  # a declared-free column is listed only where it holds them
     return found
 
 
