@@ -58,7 +58,6 @@ RESERVED_REASONS = frozenset(
         "state_digest_mismatch",
         "history_mismatch",
         "too_many_attempts",
-        "reconciliation_required",
         "budget_exhausted",
         "deadline_passed",
         "step_error",
@@ -80,9 +79,11 @@ RESERVED_REASONS = frozenset(
         "child_run",
     }
 )
-# A run waits for an approval only when one is pending: the worker asks for it first (the approval
-# call answers `wait`), so support's inbox never shows a run waiting for an approval that does not exist.
+# A run waits for an approval only when one is pending (the worker asks for it first: the approval
+# call answers `wait`), and for a reconciliation only when one of its operations is in doubt (started
+# or unknown): support's inbox never shows a run waiting for something that does not exist.
 APPROVAL_REASON = "approval_required"
+RECONCILIATION_REASON = "reconciliation_required"
 
 
 class LeaseTokenInvalid(ApplicationError):
@@ -452,6 +453,12 @@ def _commit_args(run: AgentRun, workflow: Workflow, outcome: Outcome) -> dict[st
                 "approval_required needs a pending approval of this run: ask for it first (the approval "
                 "call answers wait), then commit this suspend",
                 code="approval_not_requested",
+            )
+        if outcome.reason == RECONCILIATION_REASON and not _in_doubt(run.run_id):
+            raise InvalidInput(
+                "reconciliation_required needs an operation of this run in doubt (started, or reported "
+                "unknown); report the outcome you know instead",
+                code="nothing_in_doubt",
             )
         resume_at = outcome.next_step or step
         if workflow.step(resume_at or "") is None:

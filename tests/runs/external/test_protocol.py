@@ -246,7 +246,7 @@ def test_bad_tokens_stale_revisions_and_unprepared_operations_change_nothing(
     # operation in doubt, a spent budget) and wait for an approval it never asked for.
     for reason, code in [
         ("subject_erased", "reserved_reason"),
-        ("reconciliation_required", "reserved_reason"),
+        ("reconciliation_required", "nothing_in_doubt"),
         ("budget_exhausted", "reserved_reason"),
         ("too_many_attempts", "reserved_reason"),
         ("langgraph_interrupt", "reserved_reason"),
@@ -386,6 +386,20 @@ def test_a_claim_names_the_operations_in_doubt_a_released_run_left_behind(api, w
     assert after["operations_in_doubt"] == [
         {"operation_id": "refund:o-1", "tool_name": "payments.refund", "status": "started", "attempts": 1}
     ]
+    # With an operation in doubt the worker may suspend the run for a person's reconciliation (what the
+    # Python client does on OperationInDoubt); without one it may not (the nothing_in_doubt case above).
+    waiting = api.post(
+        w + "commit",
+        {
+            "lease_token": after["lease_token"],
+            "expected_revision": after["revision"],
+            "state": after["state"],
+            "suspend": {"reason": "reconciliation_required", "detail": "refund:o-1 timed out"},
+        },
+        format="json",
+    )
+    assert waiting.status_code == 200, waiting.content
+    assert AgentRun.objects.get(run_id=run_id).suspend_reason == "reconciliation_required"
 
 
 def test_a_run_past_its_deadline_is_not_given_to_an_outside_worker(api, workflow, tenant):
