@@ -251,7 +251,6 @@ class LabelsEraser:
         return Scope(tenant_id=tenant_id, subject_id=subject_id)
 
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
-        from core.digests import keyed_digest
         from core.tenancy import tenant_scope
 
         n = 0
@@ -259,10 +258,39 @@ class LabelsEraser:
             cursor.execute("SELECT key_id, name FROM api_keys WHERE tenant_id = %s", [scope.tenant_id])
             for key_id, name in cursor.fetchall():
                 if holds_subject(name, scope):
-                    label = "erased:" + keyed_digest(name).removeprefix("hmac-sha256:")[:24]
-                    cursor.execute("UPDATE api_keys SET name = %s WHERE key_id = %s", [label, key_id])
+                    cursor.execute(
+                        "UPDATE api_keys SET name = %s WHERE key_id = %s", [erased_id(name), key_id]
+                    )
                     n += 1
         return {"api_keys": n}
+
+
+def subject_condition(
+    column: str, subject_id: str, *, json: bool = False, values: tuple[str, ...] = ()
+) -> tuple[str, list[Any]]:
+    """The SQL condition (and its parameters) for a column that holds the subject's id, as the scan
+    counts it, for an eraser to find the rows it rewrites: a whole token from IDENTIFIER_SUBSTRING_CHARS, else the whole value; or one of their
+    distinctive texts (a principal named by the subject's e-mail address)."""
+    text = f"{column}::text" if json else column
+    params: list[Any]
+    if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS:
+        condition, params = f"{text} ~* %s", [id_regex_of(subject_id)]
+    elif json:
+        condition, params = f"{text} ILIKE %s", [f'%"{subject_id}"%']
+    else:
+        condition, params = f"lower({text}) = lower(%s)", [subject_id]
+    likes = [like_pattern(v) for v in values if distinctive(v)]
+    if likes:
+        condition, params = f"({condition} OR {text} ILIKE ANY(%s))", [*params, likes]
+    return condition, params
+
+
+def erased_id(text: str) -> str:
+    """What an id that carried the subject becomes: still unique, no longer readable, and keyed
+    (KEEPER_DIGEST_KEY), so a guessed id cannot be tested against it."""
+    from core.digests import keyed_digest
+
+    return "erased:" + keyed_digest(text).removeprefix("hmac-sha256:")[:32]
 
 
 def like_pattern(text: str) -> str:

@@ -15,22 +15,18 @@ document's id in the tombstones (which still refuse its deleted versions) and in
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
 from django.db import connection
 
 from core.digests import keyed_digest
 from core.erasure import (
-    IDENTIFIER_SUBSTRING_CHARS,
     Scope,
     column_place,
-    distinctive,
     eraser_register,
     free_register,
-    id_regex_of,
-    like_pattern,
     place_register,
+    subject_condition,
 )
 from core.tenancy import tenant_scope
 
@@ -38,26 +34,6 @@ from core.tenancy import tenant_scope
 def tombstone_key(*, tenant_id: UUID, document_id: str) -> str:
     """What stands in for a document id that named an erased subject, in its tombstone."""
     return keyed_digest(["retrieval-document", str(tenant_id), document_id])
-
-
-def _matches(
-    column: str, subject_id: str, *, json: bool = False, values: tuple[str, ...] = ()
-) -> tuple[str, list[Any]]:
-    """The SQL condition (and its parameters) for a column that holds the subject's id, as the scan
-    counts it: a whole token from IDENTIFIER_SUBSTRING_CHARS, else the whole value; or one of their
-    distinctive texts (a principal named by the subject's e-mail address)."""
-    text = f"{column}::text" if json else column
-    params: list[Any]
-    if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS:
-        condition, params = f"{text} ~* %s", [id_regex_of(subject_id)]
-    elif json:
-        condition, params = f"{text} ILIKE %s", [f'%"{subject_id}"%']
-    else:
-        condition, params = f"lower({text}) = lower(%s)", [subject_id]
-    likes = [like_pattern(v) for v in values if distinctive(v)]
-    if likes:
-        condition, params = f"({condition} OR {text} ILIKE ANY(%s))", [*params, likes]
-    return condition, params
 
 
 class RetrievalEraser:
@@ -70,19 +46,19 @@ class RetrievalEraser:
         subject, tenant = scope.subject_id, scope.tenant_id
         counts: dict[str, int] = {}
         with tenant_scope(tenant), connection.cursor() as cursor:
-            principal, p = _matches("principal", subject, values=scope.values)
+            principal, p = subject_condition("principal", subject, values=scope.values)
             cursor.execute(
                 f"DELETE FROM retrieval_principals WHERE tenant_id = %s AND {principal}", [tenant, *p]
             )  # noqa: S608
             counts["retrieval_principals"] = cursor.rowcount
-            searcher, s = _matches("acl_principal", subject, values=scope.values)
-            hits, h = _matches("hits", subject, json=True)
+            searcher, s = subject_condition("acl_principal", subject, values=scope.values)
+            hits, h = subject_condition("hits", subject, json=True)
             cursor.execute(
                 f"DELETE FROM retrieval_snapshots WHERE tenant_id = %s AND ({searcher} OR {hits})",  # noqa: S608
                 [tenant, *s, *h],
             )
             counts["retrieval_snapshots"] = cursor.rowcount
-            key, k = _matches("document_key", subject)
+            key, k = subject_condition("document_key", subject)
             cursor.execute(
                 f"SELECT id, document_key FROM retrieval_tombstones WHERE tenant_id = %s AND {key}",  # noqa: S608
                 [tenant, *k],
@@ -94,8 +70,8 @@ class RetrievalEraser:
                     [tombstone_key(tenant_id=tenant, document_id=document_id), row_id],
                 )
             counts["retrieval_tombstones"] = len(tombstones)
-            who, w = _matches("principal", subject)
-            details, d = _matches("details", subject, json=True)
+            who, w = subject_condition("principal", subject)
+            details, d = subject_condition("details", subject, json=True)
             cursor.execute(
                 f"SELECT id, document_key FROM retrieval_invalidations"  # noqa: S608
                 f" WHERE tenant_id = %s AND ({key} OR {who} OR {details})",
@@ -114,7 +90,7 @@ class RetrievalEraser:
             counts["retrieval_invalidations"] = len(invalidations)
             # An ACL that named the subject and no current chunk has any more (its documents deleted or
             # given another ACL): the chunk triggers keep its count, nothing else deletes it.
-            acl, a = _matches("array_to_string(acl, ' ')", subject)
+            acl, a = subject_condition("array_to_string(acl, ' ')", subject)
             cursor.execute(
                 f"DELETE FROM retrieval_acls WHERE tenant_id = %s AND chunks = 0 AND {acl}",  # noqa: S608
                 [tenant, *a],

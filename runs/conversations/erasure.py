@@ -31,6 +31,7 @@ from core.erasure import (
     Place,
     Scope,
     column_place,
+    erased_id,
     free_register,
     free_text_value,
     id_pattern,
@@ -69,12 +70,6 @@ def subject_session_keys(*, tenant_id: UUID, subject_id: str) -> list[bytes]:
         for key in redis_client().scan_iter(match=pattern, count=500)
         if key.startswith(prefix) and b":" not in key[len(prefix) :]
     ]
-
-
-def erased_id(text: str) -> str:
-    """What an id that carried the subject becomes: still unique, no longer readable, and keyed
-    (KEEPER_DIGEST_KEY), so a guessed id cannot be tested against it."""
-    return "erased:" + keyed_digest(text).removeprefix("hmac-sha256:")[:32]
 
 
 def redaction_digest(*, payload: Any, state: Any, client_message_id: Any) -> str:

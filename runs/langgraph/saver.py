@@ -84,6 +84,17 @@ def _interrupt_event(checkpoint_id: str, task_id: str, value: Any, actor: str) -
     return detail[:300], payload, actor
 
 
+def _closed(thread_id: str, what: str) -> ThreadClosed:
+    return ThreadClosed(
+        f"thread {thread_id!r} takes no more {what}: its Keeper run was cancelled or its subject erased",
+        code="langgraph_thread_closed",
+    )
+
+
+def _vanished(thread_id: str) -> ThreadClosed:
+    return ThreadClosed(f"thread {thread_id!r} vanished while writing", code="langgraph_thread_missing")
+
+
 class KeeperSaver(BaseCheckpointSaver[str]):
     """`KeeperSaver(tenant_id=...)`; the graph's configurable `thread_id` names the thread (and run).
 
@@ -247,19 +258,9 @@ class KeeperSaver(BaseCheckpointSaver[str]):
                 )
                 if seq is not None:
                     break
-                self._runs.pop(thread_id, None)
-                # Its own run refused it: closed. Another run (the thread deleted and started again
-                # elsewhere) or none: the next round writes there, or starts the thread.
-                if store.thread_run(tenant_id=self.tenant_id, thread_id=thread_id) == run_id:
-                    raise ThreadClosed(
-                        f"thread {thread_id!r} takes no more checkpoints: its Keeper run was cancelled or "
-                        "its subject erased",
-                        code="langgraph_thread_closed",
-                    )
+                self._refused(thread_id, run_id, "checkpoints")
             else:
-                raise ThreadClosed(
-                    f"thread {thread_id!r} vanished while writing", code="langgraph_thread_missing"
-                )
+                raise _vanished(thread_id)
         return {
             "configurable": {"thread_id": thread_id, "checkpoint_ns": ns, "checkpoint_id": checkpoint["id"]}
         }
@@ -308,17 +309,17 @@ class KeeperSaver(BaseCheckpointSaver[str]):
                     interrupt=interrupt,
                 ):
                     return
-                self._runs.pop(thread_id, None)
-                if store.thread_run(tenant_id=self.tenant_id, thread_id=thread_id) == run_id:
-                    # Nothing of the superstep is kept: an erased subject's data is not written back.
-                    raise ThreadClosed(
-                        f"thread {thread_id!r} takes no more writes: its Keeper run was cancelled or its "
-                        "subject erased",
-                        code="langgraph_thread_closed",
-                    )
-            raise ThreadClosed(
-                f"thread {thread_id!r} vanished while writing", code="langgraph_thread_missing"
-            )
+                # Nothing of the superstep is kept: an erased subject's data is not written back.
+                self._refused(thread_id, run_id, "writes")
+            raise _vanished(thread_id)
+
+    def _refused(self, thread_id: str, run_id: UUID, what: str) -> None:
+        """After the thread's run refused a write: ThreadClosed if that run is still the thread's
+        (cancelled, or its subject erased). Another run (the thread deleted and started again
+        elsewhere) or none: the caller's next round writes there, or starts the thread."""
+        self._runs.pop(thread_id, None)
+        if store.thread_run(tenant_id=self.tenant_id, thread_id=thread_id) == run_id:
+            raise _closed(thread_id, what)
 
     def _tuple(self, row: store.StoredCheckpoint) -> CheckpointTuple:
         checkpoint = dict(row.checkpoint)
@@ -361,11 +362,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
                 limit=1,
             )
             if not rows and store.thread_closed(tenant_id=self.tenant_id, thread_id=thread_id):
-                raise ThreadClosed(
-                    f"thread {thread_id!r} takes no more checkpoints: its Keeper run was cancelled or its "
-                    "subject erased",
-                    code="langgraph_thread_closed",
-                )
+                raise _closed(thread_id, "checkpoints")
         return self._tuple(rows[0]) if rows else None
 
     def list(

@@ -8,21 +8,20 @@ string of the tenant's deliveries, so a delivery still to be sent carries it no 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
 from django.db import connection
 
-from core.digests import keyed_digest
 from core.erasure import (
-    IDENTIFIER_SUBSTRING_CHARS,
     Scope,
+    erased_id,
     eraser_register,
     erasure_finished_register,
     free_register,
     holds_subject,
-    id_pattern,
-    id_regex_of,
+    subject_condition,
 )
 from core.tenancy import tenant_scope
 
@@ -48,25 +47,18 @@ class WebhooksEraser:
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
         from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 
-        subject = scope.subject_id
-        if len(subject) >= IDENTIFIER_SUBSTRING_CHARS:  # the scan's rule: a whole token, or a whole value
-            token = id_pattern(subject)
-            condition, param = "data::text ~* %s", id_regex_of(subject)
+        condition, params = subject_condition("data", scope.subject_id, json=True)
+        by_id = replace(scope, values=())  # the outbox holds ids and codes: the subject's id only
 
-            def holds(text: str) -> bool:
-                return token.search(text) is not None
-        else:
-            condition, param = "data::text ILIKE %s", f'%"{subject}"%'
-
-            def holds(text: str) -> bool:
-                return text.lower() == subject.lower()
+        def holds(text: str) -> bool:
+            return holds_subject(text, by_id)
 
         n = 0
         with tenant_scope(scope.tenant_id):
             with connection.cursor() as cursor:
                 cursor.execute(
                     f"SELECT id FROM webhook_deliveries WHERE tenant_id = %s AND {condition}",  # noqa: S608
-                    [scope.tenant_id, param],
+                    [scope.tenant_id, *params],
                 )
                 found = [row[0] for row in cursor.fetchall()]
             for delivery in WebhookDelivery.objects.filter(pk__in=found):
@@ -80,7 +72,7 @@ class WebhooksEraser:
             for subscription in WebhookSubscription.objects.filter(deleted_at__isnull=False):
                 if holds_subject(subscription.url, scope):
                     WebhookSubscription.objects.filter(pk=subscription.pk).update(
-                        url="erased:" + keyed_digest(subscription.url).removeprefix("hmac-sha256:")[:24]
+                        url=erased_id(subscription.url)
                     )
                     erased_urls += 1
         return {"webhook_deliveries": n, "deleted_subscription_urls": erased_urls}
