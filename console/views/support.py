@@ -27,7 +27,15 @@ from console.selectors import support_inbox as inbox_read
 from core.errors import ApplicationError
 from core.models import Tenant
 from runs.engine.approvals import approval_approve, approval_reject
-from runs.engine.models import AgentRun, Approval, ApprovalStatus, OperationStatus, RunStatus, ToolOperation
+from runs.engine.models import (
+    TERMINAL_RUN_STATUSES,
+    AgentRun,
+    Approval,
+    ApprovalStatus,
+    OperationStatus,
+    RunStatus,
+    ToolOperation,
+)
 from runs.engine.operations import RECONCILE_OUTCOMES, operation_reconcile
 from runs.engine.registry import registry
 from runs.engine.runs import run_cancel, run_resume
@@ -399,7 +407,9 @@ def support_operation_reconcile(request: HtmxHttpRequest, pk: int) -> HttpRespon
         },
         done="Reconciled."
         + (
-            " The run continues once a worker has verified it."
+            f" The run is {op.run.status}: the settlement is recorded on it."
+            if op.run.status in TERMINAL_RUN_STATUSES
+            else " The run continues once a worker has verified it."
             if data["resume"]
             else " The run stays suspended until someone resumes it."
         ),

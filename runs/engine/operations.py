@@ -176,7 +176,8 @@ def operation_reconcile(
     external_ref: str | None = None,
     resume: bool = True,
 ) -> ToolOperation:
-    """A person settles an operation whose outcome is unknown, and (by default) resumes its run.
+    """A person settles an operation whose outcome is unknown, and (by default) resumes its run if it
+    is suspended (a finished run stays as it is: the settlement is recorded on it).
 
     `applied` marks it succeeded with the external reference they found; `not_applied` confirms
     it never happened and permits one more attempt. Both are written to the run's event log with
@@ -192,13 +193,16 @@ def operation_reconcile(
     if op is None:
         raise NotFound(f"no operation {operation_id}", code="operation_not_found")
     run = AgentRun.objects.get(run_id=op.run_id)
-    if run.status != RunStatus.SUSPENDED:
+    if run.status == RunStatus.RUNNING:
         raise InvalidTransition(
-            f"run {run.run_id} is {run.status}; operations are reconciled on suspended runs",
+            f"run {run.run_id} is running: its worker settles the operation; operations are reconciled on "
+            "suspended or finished runs",
             details={"status": run.status},
         )
-    if run.suspend_reason == SUBJECT_ERASED:
-        # The money is settled all the same; the run itself never continues after an erasure.
+    if run.status != RunStatus.SUSPENDED or run.suspend_reason == SUBJECT_ERASED:
+        # The money is settled all the same; a finished run, or one whose subject was erased, never
+        # continues. (A run cancelled or completed with an operation in doubt would otherwise keep it
+        # in doubt for ever, and its subject's erasure could never be clean.)
         resume = False
     with transaction.atomic():
         if outcome == "applied":
@@ -220,8 +224,8 @@ def operation_reconcile(
         }
         seq = store.transition(
             run_id=run.run_id,
-            from_statuses=(RunStatus.SUSPENDED,),
-            to_status=RunStatus.SUSPENDED,
+            from_statuses=(run.status,),
+            to_status=run.status,
             event_type="operation_reconciled",
             actor=actor,
             payload_json=canonical_json(payload),

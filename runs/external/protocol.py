@@ -472,6 +472,17 @@ def _commit_args(run: AgentRun, workflow: Workflow, outcome: Outcome) -> dict[st
             "suspend_reason": outcome.reason,
             "suspend_detail": outcome.detail,
         }
+    if doubt := _in_doubt(run.run_id):
+        # A run that ends with an operation in doubt would keep it there for ever: no inbox asks a
+        # person about a finished run's refund, and its subject's erasure keeps the key (found from
+        # outside: the receipt never became clean).
+        raise InvalidInput(
+            f"{outcome.kind} with {len(doubt)} operation(s) of this run in doubt (started, or reported "
+            "unknown): report each outcome first, or suspend with reconciliation_required for a person "
+            "to settle them",
+            code="operations_in_doubt",
+            details={"operations_in_doubt": doubt},
+        )
     if outcome.kind == "complete":
         return {
             "status": RunStatus.COMPLETED,

@@ -345,7 +345,7 @@ def test_reconciling_an_operation_of_a_running_run_is_refused(support, tenant):
     url = reverse("console:support_operation_reconcile", args=[op.pk])
     response = support.post(url, {"note": "x", "outcome": "applied", "external_ref": "rf_1"})
     assert response.status_code == 409
-    assert "operations are reconciled on suspended runs" in response.content.decode()
+    assert "operations are reconciled on suspended or finished runs" in response.content.decode()
     assert ToolOperation.objects.get(pk=op.pk).status == "unknown" and not _audit()
 
 

@@ -14,6 +14,7 @@ from core.errors import NotFound
 from core.pagination import KeysetPage, keyset_page
 from core.tenancy import tenant_of_call
 from runs.engine.models import (
+    TERMINAL_RUN_STATUSES,
     AgentEvent,
     AgentRun,
     Approval,
@@ -97,13 +98,18 @@ def operation_run_list(*, run: AgentRun, limit: int = 100) -> list[ToolOperation
 
 
 def _in_doubt() -> QuerySet[ToolOperation]:
-    """Unknown operations of active runs, and started ones whose run waits for reconciliation."""
+    """Unknown operations of active runs, started ones whose run waits for reconciliation, and both
+    on finished runs (cancelled, or completed by an outside worker, with the outcome never learned)."""
     return ToolOperation.objects.select_related("run", "tenant").filter(
         Q(status=OperationStatus.UNKNOWN, run__status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED])
         | Q(
             status=OperationStatus.STARTED,
             run__status=RunStatus.SUSPENDED,
             run__suspend_reason=RECONCILIATION_REQUIRED,
+        )
+        | Q(
+            status__in=[OperationStatus.STARTED, OperationStatus.UNKNOWN],
+            run__status__in=sorted(TERMINAL_RUN_STATUSES),
         )
     )
 

@@ -217,3 +217,65 @@ def test_an_operation_in_doubt_is_still_settled_after_its_subject_was_erased(ten
     assert (run.status, run.suspend_reason, run.resume_requested_at) == ("suspended", "subject_erased", None)
     event = AgentEvent.objects.filter(run=run).order_by("-seq").first()
     assert (event.event_type, event.payload["outcome"]) == ("operation_reconciled", "applied")
+
+
+@pytest.mark.parametrize("finish", ["cancel", "complete"])
+def test_an_operation_in_doubt_on_a_finished_run_is_in_the_inbox_and_is_settled_there(leased, tenant, finish):
+    """Found from outside: an operation left unknown on a run that was then cancelled (or completed by
+    an outside worker) was in no inbox and could not be reconciled (reconcile wanted a suspended run),
+    so the refund stayed in doubt for ever and its subject's erasure kept the key. It is listed, and
+    reconciling records the outcome on the finished run, which stays finished and is not resumed."""
+    from runs.engine.runs import run_cancel
+    from runs.engine.selectors import operation_in_doubt_list
+    from runs.webhooks.models import WebhookDelivery, WebhookSubscription
+
+    run, grant = leased
+    _prepare(run, tenant)
+    ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
+    operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch)
+    WebhookSubscription.objects.create(
+        tenant=tenant, url="https://hooks.example.com/k", secret="s" * 32, event_types=["run.completed"]
+    )
+    if finish == "cancel":
+        operation_mark_unknown(**ids, note="connection dropped")
+        run_cancel(run_id=run.run_id, actor="user:ana", note="customer gave up")
+    else:  # as an outside worker's complete did before it was refused
+        store.commit_step(
+            run_id=run.run_id,
+            expected_revision=run.state_revision,
+            epoch=grant.epoch,
+            owner="w1",
+            state_json='{"n": 0}',
+            state_digest="x",
+            next_step=None,
+            status="completed",
+            event_type="run_completed",
+            step_id="tick",
+            attempt=1,
+            payload_json="{}",
+            result_json="0",
+        )
+    run.refresh_from_db()
+    status = run.status
+    assert status in ("cancelled", "completed")
+    deliveries = WebhookDelivery.objects.count()
+    assert [op.operation_id for op in operation_in_doubt_list(tenant_ids=[tenant.tenant_id], limit=10)] == [
+        "refund:o-1"
+    ]
+    op = operation_reconcile(
+        **{**ids, "actor": "user:ana"},
+        note="found rf_9 in the PSP dashboard",
+        outcome="applied",
+        external_ref="rf_9",
+    )
+    assert (op.status, op.external_ref) == ("succeeded", "rf_9")
+    run.refresh_from_db()
+    assert (run.status, run.resume_requested_at) == (status, None)
+    event = AgentEvent.objects.filter(run=run).order_by("-seq").first()
+    assert (event.event_type, event.actor, event.payload["outcome"]) == (
+        "operation_reconciled",
+        "user:ana",
+        "applied",
+    )
+    assert WebhookDelivery.objects.count() == deliveries  # a finished run is not announced again
+    assert operation_in_doubt_list(tenant_ids=[tenant.tenant_id], limit=10) == []

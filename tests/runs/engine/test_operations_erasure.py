@@ -88,3 +88,34 @@ def test_decided_operations_lose_the_subject_and_one_in_doubt_is_named_until_rec
         )
     done = _erase(tenant)
     assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
+
+
+def test_a_cancelled_run_s_operation_in_doubt_is_reconciled_and_the_erasure_then_completes(tenant) -> None:
+    """Found from outside: a run cancelled (or completed by an outside worker) with an operation in
+    doubt could not be reconciled (reconcile wanted a suspended run), so its subject's erasure named
+    the key on every request and never completed."""
+    from runs.engine.operations import operation_reconcile
+    from runs.engine.runs import run_cancel
+
+    run = run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="t", subject=SUBJECT
+    ).run
+    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    assert grant is not None
+    _operation(tenant, run, grant, f"call:{SUBJECT}", outcome=None)  # started, no outcome: in doubt
+    store.lease_release(run_id=run.run_id, owner="w1", epoch=grant.epoch)
+    run_cancel(run_id=run.run_id, actor="user:ana", note="customer withdrew")
+    assert _erase(tenant).receipt["clean"] is False
+    operation_reconcile(
+        tenant_id=tenant.tenant_id,
+        operation_id=f"call:{SUBJECT}",
+        actor="user:ana",
+        note="the phone log shows the call",
+        outcome="applied",
+        external_ref="c-1",
+    )
+    done = _erase(tenant)
+    assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
+    with tenant_scope(tenant.tenant_id):
+        [key] = ToolOperation.objects.values_list("operation_id", flat=True)
+    assert key.startswith("erased:")

@@ -402,6 +402,42 @@ def test_a_claim_names_the_operations_in_doubt_a_released_run_left_behind(api, w
     assert AgentRun.objects.get(run_id=run_id).suspend_reason == "reconciliation_required"
 
 
+def test_a_worker_cannot_end_a_run_while_one_of_its_operations_is_in_doubt(api, workflow, tenant):
+    """Found from outside: a worker completed a run whose refund was started and never reported; the
+    operation stayed in doubt on a finished run for ever. Complete and fail are refused (nothing
+    written) until each outcome is reported; then the run completes."""
+    run_id = _start(api)
+    c = _claim(api).json()
+    w = f"/api/v1/workers/runs/{run_id}/"
+    token = c["lease_token"]
+    prep = {
+        "lease_token": token,
+        "operation_id": "refund:o-1",
+        "tool_name": "payments.refund",
+        "tool_contract_version": "payments.v1",
+        "request": {"order_id": "o-1"},
+    }
+    assert api.post(w + "operations/prepare", prep, format="json").status_code == 200
+    assert (
+        api.post(w + "operations/refund:o-1/started", {"lease_token": token}, format="json").status_code
+        == 200
+    )
+    before = _snapshot(run_id)
+    base = {"lease_token": token, "expected_revision": c["revision"], "state": c["state"]}
+    for end in ({"complete": {"result": {"refunded": True}}}, {"fail": {"code": "gave_up", "detail": "x"}}):
+        refused = api.post(w + "commit", {**base, **end}, format="json")
+        assert refused.status_code == 422, refused.content
+        error = refused.json()["error"]
+        assert error["code"] == "operations_in_doubt" and "report each outcome first" in error["message"]
+        assert [o["operation_id"] for o in error["details"]["operations_in_doubt"]] == ["refund:o-1"]
+        assert _snapshot(run_id) == before
+    outcome = {"lease_token": token, "outcome": "succeeded", "external_ref": "rf_1", "result": {}}
+    assert api.post(w + "operations/refund:o-1/outcome", outcome, format="json").status_code == 200
+    done = api.post(w + "commit", {**base, "complete": {"result": {"refunded": True}}}, format="json")
+    assert done.status_code == 200, done.content
+    assert AgentRun.objects.get(run_id=run_id).status == "completed"
+
+
 def test_a_run_past_its_deadline_is_not_given_to_an_outside_worker(api, workflow, tenant):
     """As Keeper's own workers: a claim checks the run's deadline (waiting included) beside its budgets."""
     response = api.post(
