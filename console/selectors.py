@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from console.display import ClaimChain, approval_row, claim_chains, operation_row, refusal_of
 from console.models import AuditEntry
-from core.erasure import places
+from core.erasure import free_places, places
 from core.models import Tenant
 from core.pagination import KeysetPage, keyset_page
 from memory.erasure import subject_digests, subject_places
@@ -231,7 +231,9 @@ def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
     """Everything Keeper keeps about one subject of one tenant: the stores memory/erasure.py erases
     and scans (memory items and vectors; of the subject's runs, conversation events, summaries, Redis
     session windows and stored tool results) and every registered place. Reads only."""
-    what = {place.name: place.what for place in places()}
+    # Declared-free columns are listed where they hold the subject (a webhook URL, an API key's label):
+    # their labels too (found from outside: the page answered 500 for exactly such a subject).
+    what = {place.name: place.what for place in [*places(), *free_places()]}
     digests = subject_digests(tenant_id=tenant.tenant_id, subject_id=subject_id)  # keyed, then older unkeyed
     items = memory_subject_items(tenant=tenant, subject_id=subject_id)
     vectors = memory_subject_vector_counts(tenant=tenant, subject_id=subject_id)

@@ -330,3 +330,27 @@ def test_a_receipt_left_not_clean_says_what_remains_apart_from_the_memory_kept_o
     assert done.receipt["clean"] is False
     page = as_role("compliance").get(f"/compliance/acme/erasures/{created.request_id}/").content.decode()
     assert "left behind in 1 store; the subject's memory (" in page, page
+
+
+def test_a_subject_named_in_an_api_key_label_and_a_webhook_url_is_shown_not_a_500(as_role, tenant):
+    """Found from outside: the overview and the erase page answered 500 (KeyError) when the subject's id
+    was in a declared-free column (an API key's label, a webhook URL), the subjects spread furthest."""
+    from core.api_auth import api_key_create
+    from runs.webhooks.models import WebhookSubscription
+
+    subject = "cust-repro-55555"
+    api_key_create(tenant=tenant, name=f"key for {subject}", scope="read")
+    WebhookSubscription.objects.create(
+        tenant=tenant,
+        url=f"https://hooks.example.com/h/{subject}",
+        secret="s" * 32,
+        event_types=["run.completed"],
+    )
+    client = as_role("compliance")
+    page = client.get(overview_url(subject=subject))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "api_keys.name" in html and "webhook_subscriptions.url" in html
+    assert "Nothing about this subject is stored" not in html
+    confirm = client.get(f"/compliance/acme/erase/?subject={subject}")
+    assert confirm.status_code == 200 and "webhook_subscriptions.url" in confirm.content.decode()
