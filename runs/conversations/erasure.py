@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+from django.db import OperationalError
+
 from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
     CODE,
@@ -56,6 +58,7 @@ TEXT_KEYS = ("content", "preview", "arguments")  # conversation text, dropped fr
 # Where people and customers write free text; these strings are what the request covers.
 FREE_TEXT_KEYS = frozenset({"content", "preview", "arguments", "reason", "note"})
 GLOB_SPECIAL = re.compile(r"[*?\[\]\\]")  # Redis MATCH pattern characters
+DEADLOCK = "40P01"  # deadlock_detected: PostgreSQL rolled this transaction back, the other one goes on
 
 
 def subject_session_keys(*, tenant_id: UUID, subject_id: str) -> list[bytes]:
@@ -284,87 +287,96 @@ def _paths(uris: tuple[str, ...]) -> list[Path]:
 def _erase_run(
     *, run_id: UUID, scope: Scope, redact: Redactor, request_id: UUID, subject: str
 ) -> dict[str, int]:
-    """Redact one run in one transaction; its new state goes in with the fenced subject_erased event."""
-    for _ in range(20):  # the run moved on while we read it (a message, a step): read it again
-        with tenant_scope(scope.tenant_id):
-            run = AgentRun.objects.get(run_id=run_id)
-            changed: list[tuple[int, dict[str, Any]]] = []
-            records: dict[str, dict[str, str]] = {}
-            for event in AgentEvent.objects.filter(run_id=run_id).order_by("seq"):
-                payload = event.payload
-                if event.event_type in LANGGRAPH_ASKED:
-                    payload = _langgraph_asked_erased(payload)
-                if event.event_type in CONVERSATION_EVENTS and "redacted" not in payload:
-                    kept = {k: v for k, v in payload.items() if k not in TEXT_KEYS}
-                    payload = {
-                        **kept,
-                        "redacted": True,
-                        "text_digest": keyed_digest({k: payload.get(k) for k in TEXT_KEYS}),
+    """Redact one run in one transaction; its new state goes in with the fenced subject_erased event.
+
+    The run's row is locked first: every event is appended with an update of that row, so while the
+    transaction reads the log nothing is added to it, and a worker's step (a message, a LangGraph put)
+    waits, then finds the run erased and is refused. (Read first and fenced at the end, a run that
+    steps every millisecond was always ahead: found from outside, the whole erasure failed.)"""
+    for _ in range(20):  # a deadlock with a writer that locked a side row first: read it again
+        try:
+            with tenant_scope(scope.tenant_id):
+                run = AgentRun.objects.select_for_update().get(run_id=run_id)
+                changed: list[tuple[int, dict[str, Any]]] = []
+                records: dict[str, dict[str, str]] = {}
+                for event in AgentEvent.objects.filter(run_id=run_id).order_by("seq"):
+                    payload = event.payload
+                    if event.event_type in LANGGRAPH_ASKED:
+                        payload = _langgraph_asked_erased(payload)
+                    if event.event_type in CONVERSATION_EVENTS and "redacted" not in payload:
+                        kept = {k: v for k, v in payload.items() if k not in TEXT_KEYS}
+                        payload = {
+                            **kept,
+                            "redacted": True,
+                            "text_digest": keyed_digest({k: payload.get(k) for k in TEXT_KEYS}),
+                        }
+                    new = {
+                        "payload": redact(payload),
+                        "state": redact(event.state),
+                        "client_message_id": redact.ident(event.client_message_id),
                     }
-                new = {
-                    "payload": redact(payload),
-                    "state": redact(event.state),
-                    "client_message_id": redact.ident(event.client_message_id),
+                    old = {
+                        "payload": event.payload,
+                        "state": event.state,
+                        "client_message_id": event.client_message_id,
+                    }
+                    if new != old:
+                        changed.append((event.pk, new))
+                        records[str(event.seq)] = {
+                            "before": keyed_digest(old),  # of the subject's own text: keyed
+                            "after": redaction_digest(**new),
+                        }
+                state = redact(run.state)
+                result = redact(run.result)
+                key = redact.ident(run.idempotency_key) if run.idempotency_key else run.idempotency_key
+                if (
+                    not changed
+                    and state == run.state
+                    and result == run.result
+                    and run.subject == subject
+                    and (key == run.idempotency_key)
+                ):
+                    break  # nothing left: a second erasure changes nothing
+                encoded = state_encode(state)
+                seq = store.subject_erased(
+                    run_id=run_id,
+                    tenant_id=scope.tenant_id,
+                    expected_revision=run.state_revision,
+                    state_json=encoded.json,
+                    state_digest=encoded.digest,
+                    subject=subject,
+                    result_json=None if result is None else canonical_json(result),
+                    idempotency_key=key,
+                    detail=ERASED_DETAIL,
+                    old_detail=ERASED if redact.hit(run.suspend_detail) else run.suspend_detail,
+                    payload_json=canonical_json(
+                        {
+                            "erasure_request_id": str(request_id),
+                            "redactions": records,
+                            "state_digest_before": run.state_digest,
+                        }
+                    ),
+                    actor=f"erasure:{request_id}",
+                )
+                if seq is None:
+                    continue
+                for pk, new in changed:
+                    AgentEvent.objects.filter(pk=pk).update(**new)
+                approvals = _redact_rows(
+                    Approval.objects.filter(run_id=run_id), redact, ("request", "reasons", "note")
+                )
+                operations = _redact_operations(run_id, redact)
+                return {
+                    "runs_redacted": 1,
+                    "events_redacted": len(changed),
+                    "approvals_redacted": approvals,
+                    "operations_redacted": operations,
                 }
-                old = {
-                    "payload": event.payload,
-                    "state": event.state,
-                    "client_message_id": event.client_message_id,
-                }
-                if new != old:
-                    changed.append((event.pk, new))
-                    records[str(event.seq)] = {
-                        "before": keyed_digest(old),  # of the subject's own text: keyed
-                        "after": redaction_digest(**new),
-                    }
-            state = redact(run.state)
-            result = redact(run.result)
-            key = redact.ident(run.idempotency_key) if run.idempotency_key else run.idempotency_key
-            if (
-                not changed
-                and state == run.state
-                and result == run.result
-                and run.subject == subject
-                and (key == run.idempotency_key)
-            ):
-                break  # nothing left: a second erasure changes nothing
-            encoded = state_encode(state)
-            seq = store.subject_erased(
-                run_id=run_id,
-                tenant_id=scope.tenant_id,
-                expected_revision=run.state_revision,
-                state_json=encoded.json,
-                state_digest=encoded.digest,
-                subject=subject,
-                result_json=None if result is None else canonical_json(result),
-                idempotency_key=key,
-                detail=ERASED_DETAIL,
-                old_detail=ERASED if redact.hit(run.suspend_detail) else run.suspend_detail,
-                payload_json=canonical_json(
-                    {
-                        "erasure_request_id": str(request_id),
-                        "redactions": records,
-                        "state_digest_before": run.state_digest,
-                    }
-                ),
-                actor=f"erasure:{request_id}",
-            )
-            if seq is None:
-                continue
-            for pk, new in changed:
-                AgentEvent.objects.filter(pk=pk).update(**new)
-            approvals = _redact_rows(
-                Approval.objects.filter(run_id=run_id), redact, ("request", "reasons", "note")
-            )
-            operations = _redact_operations(run_id, redact)
-            return {
-                "runs_redacted": 1,
-                "events_redacted": len(changed),
-                "approvals_redacted": approvals,
-                "operations_redacted": operations,
-            }
+        except OperationalError as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != DEADLOCK:
+                raise
     else:
-        raise RuntimeError(f"run {run_id} kept moving; erasure did not get a stable read of it")
+        raise RuntimeError(f"run {run_id} could not be erased: 20 attempts met a deadlock or a change")
     with tenant_scope(scope.tenant_id):  # the run itself was done before; its side rows may not be
         return {
             "runs_redacted": 0,
