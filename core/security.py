@@ -28,7 +28,8 @@ UNGUARDED_PREFIXES = ("/sandbox/",)
 
 class RequestGuardMiddleware:
     """A path with a control character (NUL included: PostgreSQL refuses it in any text) names
-    nothing: 404, in the API's error body under /api/. A NUL in a query value is a 400."""
+    nothing: 404, in the API's error body under /api/. A NUL in a query value, or in a console form's
+    field, is a 400."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
         self.get_response = get_response
@@ -48,11 +49,25 @@ class RequestGuardMiddleware:
                 return _error("invalid_input", "a query parameter contains a NUL character", 400)
             text = "A query parameter contains a NUL character."
             return HttpResponse(text, status=400, content_type="text/plain; charset=utf-8")
+        elif not api and request.method == "POST" and _form_has_nul(request):
+            # Found from outside: a NUL in the sign-in form (no session needed), the admin's login or
+            # a compliance form reached PostgreSQL and answered 500.
+            text = "A form field contains a NUL character."
+            return HttpResponse(text, status=400, content_type="text/plain; charset=utf-8")
         response = self.get_response(request)
         if "Content-Security-Policy" not in response:
             relaxed = request.path.startswith(RELAXED_PREFIXES)
             response["Content-Security-Policy"] = API_DOCS_POLICY if relaxed else CONTENT_SECURITY_POLICY
         return response
+
+
+def _form_has_nul(request: HttpRequest) -> bool:
+    """Whether a console form's fields (a urlencoded or multipart body; the API parses its own) hold a
+    NUL; the same parse CSRF protection does next, so the body is read once."""
+    content_type = request.META.get("CONTENT_TYPE", "")
+    if not content_type.startswith(("application/x-www-form-urlencoded", "multipart/form-data")):
+        return False
+    return any("\x00" in key or any("\x00" in v for v in values) for key, values in request.POST.lists())
 
 
 def _error(code: str, message: str, status: int) -> JsonResponse:
