@@ -1,10 +1,12 @@
-"""The API's JSON parser: DRF's, with a bound on how deep a body may nest (core.digests.MAX_JSON_DEPTH).
+"""The API's JSON parser: DRF's, with a bound on how deep a body may nest (core.digests.MAX_JSON_DEPTH),
+and no lone UTF-16 surrogate in any string.
 
 Its own module: REST_FRAMEWORK's settings import it while DRF itself is still loading.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rest_framework import parsers
@@ -26,4 +28,13 @@ class JSONParser(parsers.JSONParser):
             deep = json_depth_over(data)
         if deep:
             raise ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels")
+        try:
+            json.dumps(data, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            # "\ud800" alone is valid JSON but no text: PostgreSQL, the logs and the error body itself
+            # (a choice field echoes the value) cannot take it. Found from outside: the connection
+            # dropped with no answer, a 500 without DEBUG.
+            raise ParseError(
+                "JSON parse error - a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)"
+            ) from None
         return data
