@@ -3,10 +3,11 @@ reading it: the target's page, and CSV cells a spreadsheet cannot run as formula
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
 
 from console.models import AuditEntry
@@ -64,3 +65,39 @@ def csv_cell(value: Any) -> str:
     """A cell a spreadsheet shows as text: one starting like a formula gets a leading apostrophe."""
     text = "" if value is None else str(value)
     return f"'{text}" if text.startswith(CSV_FORMULA_STARTS) else text
+
+
+class ApiSessionAuditMiddleware:
+    """Every change a staff session asks of the REST API goes into the audit log, as the console's own
+    actions do (found from outside: an erasure or a run started through the API with a console
+    session left no trace). The route's pattern and the ids in it are recorded, never the body.
+    Calls with an API key are the tenant's own and are not audited here."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        if (
+            request.method not in ("GET", "HEAD", "OPTIONS", "TRACE")
+            and request.path.startswith("/api/")
+            and "HTTP_AUTHORIZATION" not in request.META
+            and getattr(request, "user", None) is not None
+            and request.user.is_authenticated
+        ):
+            match = request.resolver_match
+            # Ids only (a run's, an approval's): a path can name a subject (memory.md), never logged.
+            ids = {k: str(v) for k, v in (match.kwargs if match else {}).items() if isinstance(v, UUID | int)}
+            audit_record(
+                request=request,
+                action="api",
+                target_type="api",
+                target_id=next(iter(ids.values()), ""),
+                details={
+                    "method": request.method,
+                    "route": match.route if match else "",
+                    "ids": ids,
+                    "status": response.status_code,
+                },
+            )
+        return response

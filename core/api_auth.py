@@ -2,8 +2,9 @@
 
 A key looks like `kp_<prefix>_<secret>`; only the prefix and a SHA-256 of the secret are stored (the
 secret has 256 random bits, so a plain digest is enough). With a key the tenant comes from the key:
-any other tenant, and any object of another tenant, answers 404 as if it did not exist. Staff users
-with a session keep their global view.
+any other tenant, and any object of another tenant, answers 404 as if it did not exist. A staff
+session acts for the user's tenants (every tenant for a superuser) and needs a role, as in the
+console; a view may name the roles its changes need (`session_roles`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 import redis
@@ -26,6 +27,7 @@ from rest_framework import authentication, exceptions, permissions, throttling
 from core.errors import InvalidInput, NotFound
 from core.logging import log_request_tenant
 from core.models import ApiKey, ApiKeyScope, Tenant
+from core.roles import user_roles
 from core.tenancy import run_tenant, tenant_bind_request, tenant_get
 
 if TYPE_CHECKING:  # rest_framework.views imports this module through the settings
@@ -138,21 +140,42 @@ class IsStaffOrScopedKey(permissions.BasePermission):
     def has_permission(self, request: Request, view: APIView) -> bool:
         key = request_key(request)
         if key is None:
-            allowed = bool(request.user and request.user.is_staff)
-            if not allowed:
-                self.message = (
-                    "the API takes an API key (Authorization: Bearer kp_...) or a staff session; "
-                    "this console user is not staff"
-                )
-            if allowed:  # row-level security: staff see every tenant (a named one narrows it later)
-                tenant_bind_request(request, list(Tenant.objects.values_list("tenant_id", flat=True)))
-            return allowed
+            return self._session(request, view)
         log_request_tenant(key.tenant_id)  # every line this request logs names the key's tenant
         tenant_bind_request(request, key.tenant_id)  # row-level security: the key's tenant only
         if key.scope == ApiKeyScope.WRITE or request.method in permissions.SAFE_METHODS:
             return True
         # A search sent as POST (its query too long for a URL) changes nothing: a view says so.
         return request.method == "POST" and bool(getattr(view, "reads_by_post", False))
+
+    def _session(self, request: Request, view: APIView) -> bool:
+        """A staff session: as in the console, the user's roles and tenants (found from outside: any
+        user with Django's staff flag could erase subjects of every tenant through the API)."""
+        user = request.user
+        if not (user and user.is_staff):
+            self.message = (
+                "the API takes an API key (Authorization: Bearer kp_...) or a staff session; "
+                "this console user is not staff"
+            )
+            return False
+        roles = user_roles(user)
+        if not roles:
+            self.message = "this staff user has no role (support, compliance or engineer)"
+            return False
+        needed = getattr(view, "session_roles", ())
+        if request.method not in permissions.SAFE_METHODS and needed and not roles & set(needed):
+            self.message = f"this needs the {' or '.join(needed)} role"
+            return False
+        # Row-level security: the user's tenants (a named one narrows it later).
+        tenant_bind_request(request, session_tenant_ids(user))
+        return True
+
+
+def session_tenant_ids(user: Any) -> list[UUID]:
+    """The tenants a staff session acts for: every tenant for a superuser, else the user's memberships
+    (the console's Membership rows, through their relation: core imports no app)."""
+    tenants = Tenant.objects.all() if user.is_superuser else Tenant.objects.filter(membership__user=user)
+    return list(tenants.values_list("tenant_id", flat=True).distinct())
 
 
 # A sliding window of request times per key, as one Redis script: drop the times older than the
@@ -239,9 +262,11 @@ def request_tenant(request: Request, given: str | UUID | None = None) -> Tenant:
     """The tenant of this request: the key's (another `given` answers 404), or `given` for staff."""
     key = request_key(request)
     if key is None:
-        if given in (None, ""):  # staff users see every tenant: they name one
+        if given in (None, ""):  # a staff session acts for several tenants: it names one
             raise exceptions.ValidationError({"tenant": ["This field is required."]})
         tenant = tenant_get(slug_or_id=given)
+        if tenant.tenant_id not in session_tenant_ids(request.user):
+            raise NotFound(f"no tenant {given!s}", code="unknown_tenant")
     elif given in (None, "") or str(given) in (key.tenant.slug, str(key.tenant_id)):
         tenant = key.tenant
     else:
@@ -252,9 +277,9 @@ def request_tenant(request: Request, given: str | UUID | None = None) -> Tenant:
 
 
 def request_may_see(request: Request, tenant_id: UUID) -> bool:
-    """Whether an object of this tenant exists for this request (staff: every tenant's)."""
+    """Whether an object of this tenant exists for this request (a staff session: its tenants')."""
     key = request_key(request)
-    return key is None or key.tenant_id == tenant_id
+    return tenant_id in session_tenant_ids(request.user) if key is None else key.tenant_id == tenant_id
 
 
 def request_run_tenant(request: Request, run_id: UUID) -> UUID:

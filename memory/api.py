@@ -22,6 +22,7 @@ from core.api import (
 )
 from core.api_auth import request_actor, request_tenant
 from core.errors import NotFound
+from core.roles import COMPLIANCE
 from core.tenancy import tenant_scope
 from memory.confirmation import pending_confirm
 from memory.consent import CONSENT_BASES
@@ -296,6 +297,8 @@ class MemorySearchApi(APIView):
 
 
 class ErasureRequestsApi(APIView):
+    session_roles = (COMPLIANCE,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(serializers.Serializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True

@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 from core.api import StrictBooleanField, StrictCharField, error_responses
 from core.api_auth import request_actor, request_key, request_may_see, request_tenant
 from core.errors import NotFound
+from core.roles import SUPPORT
 from runs.api import run_for_request
 from runs.engine.approvals import approval_approve, approval_reject
 from runs.engine.models import Approval, ApprovalStatus, ToolOperation
@@ -134,6 +135,8 @@ class ApprovalDecisionInputSerializer(serializers.Serializer):
 
 
 class ApprovalApproveApi(APIView):
+    session_roles = (SUPPORT,)  # a staff session's change needs the console's role for it
+
     @extend_schema(
         summary="Approve a pending request",
         request=ApprovalDecisionInputSerializer,
@@ -151,6 +154,8 @@ class ApprovalApproveApi(APIView):
 
 
 class ApprovalRejectApi(APIView):
+    session_roles = (SUPPORT,)  # a staff session's change needs the console's role for it
+
     @extend_schema(
         summary="Reject a pending request (a note is required)",
         request=ApprovalDecisionInputSerializer,
@@ -181,6 +186,8 @@ class RunOperationsApi(APIView):
 
 
 class OperationReconcileApi(APIView):
+    session_roles = (SUPPORT,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(serializers.Serializer):
         outcome = serializers.ChoiceField(choices=RECONCILE_OUTCOMES)
         note = StrictCharField(max_length=2000)

@@ -81,6 +81,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A change asked of the REST API with a staff session is audited as the console's are.
+    "console.audit.ApiSessionAuditMiddleware",
     # PostgreSQL unreachable: a 503 with Retry-After (API JSON, a console page), never a 500.
     "core.unavailable.DatabaseUnavailableMiddleware",
 ]

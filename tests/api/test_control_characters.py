@@ -62,7 +62,7 @@ def test_every_route_answers_a_control_character_in_a_path_parameter_with_404_or
 ):
     valid = {**seed_tenant(tenant), "tenant": tenant.slug}
     staff = APIClient()
-    user = django_user_model.objects.create_user("ops", password="pw", is_staff=True)
+    user = django_user_model.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
     for role in ROLES:
         user.groups.add(Group.objects.get_or_create(name=role)[0])
     Membership.objects.create(user=user, tenant=tenant)
@@ -95,3 +95,52 @@ def test_a_nul_in_a_query_value_is_a_400(write_key, admin_client):
 def test_the_documented_probe_answers_404(write_key):
     response = key_client(write_key).get("/api/v1/retrieval/documents/%00/")
     assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+
+
+def test_a_nul_in_a_console_form_field_is_a_400(client, admin_client, tenant):
+    """Found from outside: a NUL in the sign-in form (no session needed), the admin's login and the
+    compliance erase and memory.md forms reached PostgreSQL and answered 500."""
+    from django.test import Client
+
+    checked = Client(enforce_csrf_checks=True)
+    checked.get("/sign-in/")
+    token = checked.cookies["csrftoken"].value
+    signed = checked.post("/sign-in/", {"username": "a\x00b", "password": "x", "csrfmiddlewaretoken": token})
+    assert signed.status_code == 400 and b"NUL" in signed.content
+    assert client.post("/admin/login/", {"username": "a\x00b", "password": "x"}).status_code == 400
+    erase = admin_client.post(
+        "/compliance/acme/erase/", {"subject": "a\x00b", "subject_confirm": "x", "note": "x"}
+    )
+    assert erase.status_code == 400
+    upload = admin_client.post("/compliance/acme/memory-md/", {"subject": "a\x00b", "file": ""})
+    assert upload.status_code == 400
+    # An ordinary form still goes through (the body was read once, by the guard, and kept).
+    fine = checked.post("/sign-in/", {"username": "nobody", "password": "x", "csrfmiddlewaretoken": token})
+    assert fine.status_code in (200, 400) and b"NUL" not in fine.content
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/v1/operations/1/reconcile", '{"outcome": "\\ud800", "note": "n"}'),
+        (
+            "/api/v1/memory/write",
+            '{"subject_id": "c-1", "namespace": "p", "key": "k", "value": "v", "consent_basis": "\\udfff"}',
+        ),
+        ("/api/v1/runs/", '{"workflow": "demo.countdown", "input": {"n": 1, "\\ud83d": "x"}}'),
+    ],
+)
+def test_a_lone_surrogate_in_a_json_body_is_a_400(write_key, path, body):
+    """Found from outside: a choice field echoed "\\ud800" in its error and the renderer could not
+    encode it: the connection dropped with no answer (a 500 without DEBUG)."""
+    response = key_client(write_key).post(path, body, content_type="application/json")
+    assert response.status_code == 400, response.content
+    error = response.json()["error"]
+    assert error["code"] == "parse_error" and "lone UTF-16 surrogate" in error["message"]
+    # A pair is one character, and fine.
+    pair = key_client(write_key).post(
+        "/api/v1/runs/",
+        '{"workflow": "demo.countdown", "input": {"n": 1, "note": "\\ud83d\\ude00"}}',
+        content_type="application/json",
+    )
+    assert pair.status_code == 201, pair.content

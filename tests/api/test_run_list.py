@@ -59,7 +59,9 @@ def test_a_staff_session_lists_every_tenants_runs_or_the_one_it_names(
     theirs = str(
         run_start(tenant=other_tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t").run.run_id
     )
-    client.force_login(django_user_model.objects.create_user("ops", password="pw", is_staff=True))
+    client.force_login(
+        django_user_model.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+    )
     seen, params = {}, {"limit": 2}
     while True:
         response = client.get("/api/v1/runs/", params)

@@ -211,12 +211,14 @@ def test_a_key_omitting_the_tenant_works_in_its_own(tenant, write_key):
     assert decided.status_code == 200 and re.fullmatch(r"api_key:[0-9a-f]{12}", decided.json()["decided_by"])
 
 
-def test_staff_users_keep_their_global_view(tenant, other_tenant, django_user_model):
+def test_a_superuser_s_session_sees_every_tenant(tenant, other_tenant, django_user_model):
     from rest_framework.test import APIClient
 
     theirs = seed_tenant(other_tenant)
     client = APIClient()
-    client.force_authenticate(django_user_model.objects.create_user("ops", password="pw", is_staff=True))
+    client.force_authenticate(
+        django_user_model.objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+    )
     assert client.get(f"/api/v1/runs/{theirs['run_id']}/").status_code == 200
     unnamed = client.post("/api/v1/runs/", {"workflow": "demo.countdown", "input": {}}, format="json")
     assert unnamed.status_code == 400 and unnamed.json()["error"]["details"] == {
@@ -225,3 +227,49 @@ def test_staff_users_keep_their_global_view(tenant, other_tenant, django_user_mo
     assert (
         client.get(f"/api/v1/retrieval/documents/{theirs['document_id']}/?tenant=globex").status_code == 200
     )
+
+
+def test_a_staff_session_acts_only_for_its_tenants_with_its_roles_and_is_audited(
+    tenant, other_tenant, django_user_model
+):
+    """Found from outside: any user with Django's staff flag (a support user of one tenant, or one with
+    no role) could start runs and erase subjects in every tenant through the API, and nothing was
+    audited. A session now has the console's tenants and roles, and its changes are audited."""
+    from django.contrib.auth.models import Group
+    from rest_framework.test import APIClient
+
+    from console.models import AuditEntry, Membership
+
+    theirs = seed_tenant(other_tenant)
+    ours = seed_tenant(tenant)
+    support = django_user_model.objects.create_user("staff-support", password="pw", is_staff=True)
+    support.groups.add(Group.objects.get_or_create(name="support")[0])
+    Membership.objects.create(user=support, tenant=tenant)
+    client = APIClient()
+    client.force_authenticate(support)
+    assert client.get(f"/api/v1/runs/{theirs['run_id']}/").status_code == 404
+    assert client.get(f"/api/v1/runs/{ours['run_id']}/").status_code == 200
+    elsewhere = client.post(
+        "/api/v1/runs/", {"workflow": "demo.countdown", "input": {"n": 1}, "tenant": "globex"}, format="json"
+    )
+    assert elsewhere.status_code == 404 and elsewhere.json()["error"]["code"] == "unknown_tenant"
+    erase = client.post("/api/v1/erasure-requests/", {"subject_id": "c-1", "tenant": "acme"}, format="json")
+    assert erase.status_code == 403 and "compliance role" in erase.json()["error"]["message"]
+    started = client.post(
+        "/api/v1/runs/", {"workflow": "demo.countdown", "input": {"n": 1}, "tenant": "acme"}, format="json"
+    )
+    assert started.status_code == 201, started.content
+    entries = list(AuditEntry.objects.filter(actor="user:staff-support", action="api").order_by("id"))
+    assert [(e.details["method"], e.details["status"]) for e in entries] == [
+        ("POST", 404),
+        ("POST", 403),
+        ("POST", 201),
+    ]
+    assert entries[-1].details["route"] == "api/v1/runs/"
+
+    no_role = django_user_model.objects.create_user("staff-noroles", password="pw", is_staff=True)
+    Membership.objects.create(user=no_role, tenant=tenant)
+    bare = APIClient()
+    bare.force_authenticate(no_role)
+    refused = bare.get(f"/api/v1/runs/{ours['run_id']}/")
+    assert refused.status_code == 403 and "no role" in refused.json()["error"]["message"]

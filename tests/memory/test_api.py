@@ -16,7 +16,9 @@ pytestmark = pytest.mark.django_db
 def api(db):
     client = APIClient()
     client.force_authenticate(
-        get_user_model().objects.create_user("comp", password="pw-for-tests", is_staff=True)
+        get_user_model().objects.create_user(
+            "comp", password="pw-for-tests", is_staff=True, is_superuser=True
+        )
     )
     return client
 

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 def api(db):
     client = APIClient()
     client.force_authenticate(
-        get_user_model().objects.create_user("kb", password="pw-for-tests", is_staff=True)
+        get_user_model().objects.create_user("kb", password="pw-for-tests", is_staff=True, is_superuser=True)
     )
     return client
 

@@ -25,7 +25,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def api(db):
     client = APIClient()
-    staff = get_user_model().objects.create_user("ops", password="pw-for-tests", is_staff=True)
+    staff = get_user_model().objects.create_user(
+        "ops", password="pw-for-tests", is_staff=True, is_superuser=True
+    )
     client.force_authenticate(staff)
     return client
 

@@ -57,7 +57,9 @@ def test_a_message_id_sent_again_with_other_text_is_a_conflict_not_a_silent_drop
     assert refused.value.code == "client_message_id_reused" and refused.value.http_status == 409
     assert AgentEvent.objects.get(run=chat_run, client_message_id="m-1").payload["content"] == "hello"
     client = APIClient()
-    client.force_login(get_user_model().objects.create_user("ops", password="pw", is_staff=True))
+    client.force_login(
+        get_user_model().objects.create_user("ops", password="pw", is_staff=True, is_superuser=True)
+    )
     answer = client.post(
         f"/api/v1/runs/{chat_run.run_id}/messages/",
         {"type": "user_message", "client_message_id": "m-1", "content": "goodbye again"},
@@ -147,7 +149,7 @@ def test_the_conversation_answers_with_the_responder_the_settings_name(tenant, c
 def test_the_messages_api(tenant, chat_run):
     api = APIClient()
     api.force_authenticate(
-        get_user_model().objects.create_user("ana", password="pw-for-tests", is_staff=True)
+        get_user_model().objects.create_user("ana", password="pw-for-tests", is_staff=True, is_superuser=True)
     )
     url = f"/api/v1/runs/{chat_run.run_id}/messages/"
     created = api.post(

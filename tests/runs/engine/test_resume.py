@@ -262,6 +262,7 @@ def test_the_accept_state_api_is_for_engineers_with_a_note(tenant):
     from django.contrib.auth.models import Group
     from rest_framework.test import APIClient
 
+    from console.models import Membership
     from core.api_auth import api_key_create
 
     run = _suspended_demo(tenant)
@@ -273,6 +274,7 @@ def test_the_accept_state_api_is_for_engineers_with_a_note(tenant):
     for role in ("support", "engineer"):
         user = users.create_user(f"{role}-staff", password="pw-for-tests", is_staff=True)
         user.groups.add(Group.objects.get_or_create(name=role)[0])
+        Membership.objects.create(user=user, tenant=tenant)
         clients[role] = APIClient()
         clients[role].force_authenticate(user)
     denied = clients["support"].post(url, {"note": "looks fine"}, format="json")

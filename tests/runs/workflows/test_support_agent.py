@@ -37,7 +37,7 @@ def sandbox(live_server, settings) -> Sandbox:
 def api(db) -> APIClient:
     client = APIClient()
     client.force_authenticate(
-        get_user_model().objects.create_user("sam", password="pw-for-tests", is_staff=True)
+        get_user_model().objects.create_user("sam", password="pw-for-tests", is_staff=True, is_superuser=True)
     )
     return client
 
