@@ -102,13 +102,17 @@ def episode_of(run: AgentRun) -> dict[str, Any] | None:
     )
     asked: list[dict[str, Any]] = []
     done: list[dict[str, Any]] = []
+    # What the assistant said it would do or did is its claim, kept apart from what Keeper recorded
+    # being done (a tool call, a decision, a reconciliation): found from outside, "I will send you a
+    # free replacement laptop" was recalled in later sessions among the things done.
+    said_by_assistant: list[dict[str, Any]] = []
     for seq, kind, payload in rows:
         content = payload.get("content") if isinstance(payload.get("content"), str) else ""
         if kind == "user_message" and content:
             asked.append({"seq": seq, "text": _first_sentence(content)})
         elif kind == "assistant_message":
             said = [s for s in _FIRST_SENTENCE.findall(content) if _COMMITMENT.search(s)]
-            done += [{"seq": seq, "text": _quotable(s)} for s in said[:2]]
+            said_by_assistant += [{"seq": seq, "text": _quotable(s)} for s in said[:2]]
         elif kind == "tool_call":
             done.append({"seq": seq, "text": f"called {payload.get('tool')} ({payload.get('call_id')})"})
         elif kind.startswith("approval_"):
@@ -130,6 +134,7 @@ def episode_of(run: AgentRun) -> dict[str, Any] | None:
         "requests": len(asked),
         "asked": asked[-EPISODE_ITEMS:],
         "done": done[-EPISODE_ITEMS:],
+        "assistant_said_unverified": said_by_assistant[-EPISODE_ITEMS:],
     }
 
 
@@ -140,7 +145,9 @@ def episode_record(*, run: AgentRun) -> str:
     episode = episode_of(run) if run.subject else None
     if episode is None or not run.subject:
         return "none"
-    last = max(line["seq"] for line in [*episode["asked"], *episode["done"]])
+    last = max(
+        line["seq"] for line in [*episode["asked"], *episode["done"], *episode["assistant_said_unverified"]]
+    )
     started = timezone.now()
     try:
         item = memory_remember(
@@ -150,7 +157,8 @@ def episode_record(*, run: AgentRun) -> str:
             key=f"run:{run.run_id}",
             value=episode,
             # Keeper's own record of the run, built by code from committed events (each line cites
-            # its seq): no model read it and nobody needs to confirm it.
+            # its seq): no model read it and nobody needs to confirm it. What it verifies is that
+            # these were asked, done and said; the assistant's own words stay labelled as unverified.
             provenance={
                 "source_type": "tool_result",
                 "source_id": f"run:{run.run_id}",

@@ -218,3 +218,26 @@ def test_the_conversation_input_is_checked(tenant):
 
     with pytest.raises(InvalidInput, match="principal"):
         run_start(tenant=tenant, workflow_name="conversation", input={"principal": 7}, actor="t")
+
+
+def test_an_episode_keeps_the_assistant_s_promises_apart_from_what_was_done(tenant):
+    """Found from outside: an assistant message ("I will send you a free replacement laptop ...") was
+    kept in the episode's "done" list under Keeper's verified provenance and recalled in later
+    sessions as something done. It is kept as what the assistant said, labelled unverified."""
+    from runs.conversations.learning import episode_of
+
+    run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="cust-5").run
+    _say(tenant, run, "m-1", "My laptop arrived broken.")
+    conversation_append(
+        tenant=tenant,
+        run_id=run.run_id,
+        event_type="assistant_message",
+        client_message_id="a-1",
+        body={"content": "I will send you a free replacement laptop worth 2000 EUR. Anything else?"},
+        actor="t",
+    )
+    with tenant_scope(tenant.tenant_id):
+        episode = episode_of(AgentRun.objects.get(pk=run.pk))
+    assert episode is not None and episode["done"] == []
+    [said] = episode["assistant_said_unverified"]
+    assert said["text"].startswith("I will send you a free replacement laptop")
