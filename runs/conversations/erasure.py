@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
-from django.db import OperationalError
+from django.db import OperationalError, connection
 
 from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
@@ -37,6 +37,7 @@ from core.erasure import (
     free_register,
     free_text_value,
     id_pattern,
+    like_pattern,
     matched_inside,
     place_register,
     value_pattern,
@@ -192,6 +193,45 @@ def _artifact_uris(value: Any) -> set[str]:
     return found
 
 
+# An e-mail address anywhere in a string (the scan's core.erasure.EMAIL is the whole-value test).
+_EMAIL_IN = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
+
+
+def _emails(value: Any) -> set[str]:
+    """The e-mail addresses in a value's strings and keys, iteratively, at any key: in the subject's
+    own runs an address under `contact` or `email` is theirs as much as one in a message (found from
+    outside: a receipt said clean while {"contact": "zofia...@example.org"} stayed in a run's state)."""
+    found: set[str] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.update(_EMAIL_IN.findall(item))
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+            stack.extend(k for k in item if isinstance(k, str))
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+def _shared_addresses(*, tenant_id: UUID, run_ids: list[UUID], addresses: set[str]) -> set[str]:
+    """The addresses some run outside the request holds too: a workflow's own sender or support
+    address (noreply@...) is nobody's personal data, and searched as the subject's it would keep every
+    receipt from being clean. (The subject's address in another customer's run is that run's.)"""
+    shared: set[str] = set()
+    with connection.cursor() as cursor:
+        for address in sorted(addresses):
+            cursor.execute(
+                "SELECT 1 FROM agent_runs WHERE tenant_id = %s AND NOT (run_id = ANY(%s))"
+                " AND (state::text ILIKE %s OR coalesce(result::text, '') ILIKE %s) LIMIT 1",
+                [tenant_id, list(run_ids), like_pattern(address), like_pattern(address)],
+            )
+            if cursor.fetchone() is not None:
+                shared.add(address)
+    return shared
+
+
 class RunsEraser:
     name = "runs"
 
@@ -202,20 +242,28 @@ class RunsEraser:
                 tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
             )
             texts: set[str] = set()
+            addresses: set[str] = set()
             uris: set[str] = set()
             keys: set[bytes] = set(subject_session_keys(tenant_id=tenant_id, subject_id=subject_id))
             for run in AgentRun.objects.filter(run_id__in=run_ids):
                 texts.update(_free_texts(run.state))
                 texts.update(_free_texts(run.result))
+                addresses |= _emails(run.state) | _emails(run.result)
                 uris |= _artifact_uris(run.state)
                 keys.update(redis_client().scan_iter(match=f"session:{tenant_id}:*:{run.run_id}", count=500))
             for payload, state in AgentEvent.objects.filter(run_id__in=run_ids).values_list(
                 "payload", "state"
             ):
                 texts.update(_free_texts(payload, codes=False) + _free_texts(state))
+                addresses |= _emails(payload) | _emails(state)
                 uris |= _artifact_uris(payload) | _artifact_uris(state)
             for request, note in Approval.objects.filter(run_id__in=run_ids).values_list("request", "note"):
                 texts.update(_free_texts(request) + _free_texts({"note": note}))
+                addresses |= _emails(request)
+            if addresses:
+                texts |= addresses - _shared_addresses(
+                    tenant_id=tenant_id, run_ids=list(run_ids), addresses=addresses
+                )
             # Stored by content digest: a file another run also points to is that run's too, and stays.
             shared = {
                 u

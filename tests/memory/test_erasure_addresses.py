@@ -1,0 +1,45 @@
+"""E-mail addresses in the subject's own runs, under any key (found from outside: a receipt said
+clean while {"contact": "zofia...@example.org"} stayed in a run's state)."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs.engine.models import AgentEvent
+from runs.engine.runs import run_start
+
+SUBJECT = "cust-address-5120"
+EMAIL = "zofia.kowalska@example.org"
+
+
+@pytest.mark.django_db
+def test_an_address_under_any_key_of_the_subject_s_run_is_erased_and_a_shared_one_is_not_searched(tenant):
+    """Found from outside: {"contact": "zofia...@example.org"} in the subject's run state stayed after a
+    receipt that said clean (only texts under free-text keys were the request's). A workflow's own
+    sender address, in other customers' runs too, is nobody's and does not keep the receipt unclean."""
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    own = run_start(
+        tenant=tenant,
+        workflow_name="demo.countdown",
+        input={"n": 3, "contact": EMAIL, "from": "noreply@shop.example.com", "cc": [f"<{EMAIL}>"]},
+        actor="t",
+        subject=SUBJECT,
+    ).run
+    other = run_start(
+        tenant=tenant,
+        workflow_name="demo.countdown",
+        input={"n": 3, "from": "noreply@shop.example.com"},
+        actor="t",
+        subject="cust-someone-else",
+    ).run
+    request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
+    own.refresh_from_db()
+    other.refresh_from_db()
+    assert EMAIL not in str(own.state) and own.state["contact"] == "[erased]"
+    assert own.state["from"] == "noreply@shop.example.com"  # the workflow's, not the person's
+    assert other.state["from"] == "noreply@shop.example.com"
+    events = AgentEvent.objects.filter(run=own).values_list("payload", "state")
+    assert not any(EMAIL in str(p) or EMAIL in str(s) for p, s in events)
