@@ -116,9 +116,12 @@ class ClosedSerializer(serializers.Serializer[dict[str, Any]]):
     it instead of being dropped (found from outside: a run started with "subjct" had no subject, so
     no erasure of that person would ever find it; a schedule sent "enable": false fired)."""
 
+    # Names the view reads itself (a multipart upload's `file`), not through the serializer.
+    read_by_view: tuple[str, ...] = ()
+
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         given = self.initial_data if isinstance(self.initial_data, dict) else {}
-        unknown = sorted(str(name) for name in set(given) - set(self.fields))
+        unknown = sorted(str(name) for name in set(given) - set(self.fields) - set(self.read_by_view))
         if unknown:
             raise serializers.ValidationError(
                 {name: "unknown field; this takes " + ", ".join(self.fields) for name in unknown}

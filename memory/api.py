@@ -13,6 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import (
+    ClosedSerializer,
     ErrorSerializer,
     StrictCharField,
     StrictFloatField,
@@ -106,7 +107,7 @@ MEMORY_HITS = inline_serializer(
 
 
 class MemoryItemsApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -171,7 +172,7 @@ class MemoryItemsApi(APIView):
 
 
 class MemoryItemSupersedeApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -202,7 +203,7 @@ class MemoryItemSupersedeApi(APIView):
 
 
 class MemoryItemInvalidateApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -299,7 +300,7 @@ class MemorySearchApi(APIView):
 class ErasureRequestsApi(APIView):
     session_roles = (COMPLIANCE,)  # a staff session's change needs the console's role for it
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -344,7 +345,7 @@ class ErasureRequestDetailApi(APIView):
 class MemoryWriteApi(APIView):
     """The write_memory tool of external agents: one claim or a free text note, with its source."""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -389,7 +390,7 @@ class MemoryWriteApi(APIView):
 class MemoryFileApi(APIView):
     """A subject's MEMORY.md: GET renders it, PUT writes an edited one back as claims."""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -450,7 +451,7 @@ class MemoryFileApi(APIView):
 
 
 class MemoryPendingConfirmApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's

@@ -23,6 +23,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import (
+    ClosedSerializer,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
@@ -139,7 +140,8 @@ def _content(data: dict[str, Any], files: MultiValueDict[str, UploadedFile]) -> 
 class DocumentsApi(APIView):
     parser_classes = [JSONParser, MultiPartParser, FormParser]
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
+        read_by_view = ("file",)  # a multipart upload's file (_content)
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -249,7 +251,7 @@ class DocumentDetailApi(APIView):
 
 
 class DocumentAclApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -286,7 +288,7 @@ PRINCIPAL = inline_serializer(
 
 
 class PrincipalsApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -331,7 +333,7 @@ class PrincipalDetailApi(APIView):
 
 
 class SearchApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's

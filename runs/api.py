@@ -258,7 +258,7 @@ class RunEventsApi(APIView):
         )
 
 
-class NoteInputSerializer(serializers.Serializer):
+class NoteInputSerializer(ClosedSerializer):
     note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
@@ -293,7 +293,7 @@ class RunResumeApi(APIView):
 
 
 class RunForkApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         at_seq = StrictIntegerField(min_value=1)
         start = StrictBooleanField(required=False, default=True)
         note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
@@ -313,7 +313,7 @@ class RunForkApi(APIView):
 
 
 class RunRewindApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         to_seq = StrictIntegerField(min_value=1)
         note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
@@ -343,7 +343,7 @@ ACCEPTED_STATE = inline_serializer(
 
 
 class RunAcceptStateApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         note = StrictCharField(max_length=2000)
         state_digest = StrictCharField(max_length=200, required=False)
 

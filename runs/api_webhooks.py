@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictCharField, error_responses
+from core.api import ClosedSerializer, StrictCharField, error_responses
 from core.api_auth import request_actor, request_tenant
 from runs.webhooks.models import EVENT_TYPES, WebhookSubscription
 from runs.webhooks.services import (
@@ -34,7 +34,7 @@ class WebhookCreatedSerializer(WebhookSerializer):
 
 
 class WebhookListApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             required=False, help_text="optional for an API key (its own tenant); staff name one"
         )

@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from core.api import (
+    ClosedSerializer,
     StrictBooleanField,
     StrictCharField,
     StrictFloatField,
@@ -74,7 +75,7 @@ class ExternalWorkflowSerializer(serializers.ModelSerializer):
 
 
 class ExternalWorkflowApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         name = StrictCharField(max_length=200)
         version = StrictCharField(max_length=50)
         steps = serializers.ListField(child=StrictCharField(max_length=100), min_length=1, max_length=100)
@@ -165,7 +166,7 @@ CLAIM = inline_serializer(
 
 
 class WorkerClaimApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         workflows = serializers.ListField(child=StrictCharField(max_length=200), min_length=1, max_length=50)
         wait_seconds = StrictFloatField(min_value=0, max_value=protocol.MAX_WAIT_S, default=0)
         worker_id = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False, default="worker")
@@ -223,7 +224,7 @@ class WorkerClaimApi(APIView):
 # --- under a lease --------------------------------------------------------------------------------
 
 
-class LeaseInputSerializer(serializers.Serializer):
+class LeaseInputSerializer(ClosedSerializer):
     lease_token = StrictCharField(max_length=2000)
 
 

@@ -270,6 +270,34 @@ def test_a_misspelt_field_of_a_run_is_refused_not_dropped(write_key):
     assert not AgentRun.objects.exists()
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/v1/webhooks/", {"url": "https://hooks.example.com/k", "event_types": ["run.completed"]}),
+        (
+            "/api/v1/memory/write",
+            {
+                "subject_id": "c-1",
+                "namespace": "p",
+                "key": "k",
+                "value": "v",
+                "source": "api",
+                "consent_basis": "explicit",
+            },
+        ),
+        ("/api/v1/erasure-requests/", {"subject_id": "c-1"}),
+        ("/api/v1/retrieval/search/", {"query": "refund", "principal": "group:support"}),
+    ],
+)
+def test_an_unknown_field_of_any_body_is_refused_not_dropped(write_key, path, body):
+    """Found from outside: webhooks, memory writes, erasure requests, searches (and forks, external
+    workflows) took "unknown_zz" without a word, as runs once took "subjct"."""
+    answer = key_client(write_key).post(path, {**body, "unknown_zz": 1}, format="json")
+    assert answer.status_code == 400, answer.content
+    assert "unknown_zz" in answer.json()["error"]["details"], answer.content
+
+
 def test_the_worker_protocols_pattern_fields_take_only_text():
     """operation_id 42 was stored as operation "42" (DRF's RegexField turns a number into its digits)."""
     from rest_framework.exceptions import ValidationError
