@@ -177,6 +177,14 @@ def _transition(
             "if the customer asks again",
             details={"status": run.status, "suspend_reason": run.suspend_reason},
         )
+    if seq is None and kwargs.get("unless_resume_pending") and run.resume_requested_at is not None:
+        # Found from outside: ten clicks on resume wrote ten requests and ten audit entries.
+        raise InvalidTransition(
+            f"run {run_id}: {run.resume_requested_by or 'someone'} already asked it to resume at "
+            f"{run.resume_requested_at:%Y-%m-%d %H:%M:%S} UTC; a worker is verifying it",
+            code="resume_pending",
+            details={"status": run.status, "resume_requested_by": run.resume_requested_by},
+        )
     if seq is None:
         raise InvalidTransition(
             f"run {run_id} is {run.status}; {_ACTIONS.get(event_type, event_type)} needs it to be "
@@ -295,6 +303,7 @@ def run_resume(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
         actor=actor,
         note=note,
         request_resume=True,
+        unless_resume_pending=True,
     )
     run_enqueue_on_commit(run_id=run_id)  # inside a caller's transaction, the wake-up waits for its commit
     return run

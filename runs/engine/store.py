@@ -480,6 +480,8 @@ WITH u AS (
      AND NOT imported
      -- nothing asks a run whose subject was erased to continue (a resume, an approval, a message)
      AND NOT (%(request_resume)s AND suspend_reason IS NOT DISTINCT FROM 'subject_erased')
+     -- a person's resume asked again before a worker verified the first changes nothing
+     AND NOT (%(unless_resume_pending)s AND resume_requested_at IS NOT NULL)
   RETURNING run_id, tenant_id, state_revision, next_step, state_digest)
 INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, next_step, created_at)
@@ -508,6 +510,7 @@ def transition(
     superseded_by: UUID | None = None,
     only_if_reason: str | None = None,
     only_if_fork_expired: bool = False,
+    unless_resume_pending: bool = False,
 ) -> int | None:
     """Move a run between statuses with an event, fencing out any worker that holds it.
 
@@ -541,6 +544,7 @@ def transition(
             "superseded_by": superseded_by,
             "only_if_reason": only_if_reason,
             "only_if_fork_expired": only_if_fork_expired,
+            "unless_resume_pending": unless_resume_pending,
             **hook,
         },
     )
