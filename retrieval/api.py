@@ -36,7 +36,7 @@ from core.parsers import JSONParser
 from core.tenancy import tenant_scope
 from retrieval.models import Document, Invalidation, RetrievalSnapshot
 from retrieval.search import retrieval_search, snapshot_get, snapshot_replay
-from retrieval.selectors import document_get, documents_list, invalidations_list
+from retrieval.selectors import document_get, documents_page, invalidations_page
 from retrieval.services import (
     document_acl_set,
     document_delete,
@@ -92,7 +92,15 @@ class InvalidationOutputSerializer(serializers.ModelSerializer):
         ]
 
 
-DOCUMENT_LIST = inline_serializer("DocumentList", {"results": DocumentOutputSerializer(many=True)})
+DOCUMENT_LIST = inline_serializer(
+    "DocumentList",
+    {
+        "results": DocumentOutputSerializer(many=True),
+        "next": inline_serializer(
+            "DocumentsCursor", {"after_document_id": serializers.CharField()}, allow_null=True
+        ),
+    },
+)
 INDEXED = inline_serializer(
     "Indexed",
     {
@@ -160,6 +168,8 @@ class DocumentsApi(APIView):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
+        after_document_id = StrictCharField(max_length=200, required=False)
+        limit = serializers.IntegerField(min_value=1, max_value=500, default=200)
 
     @extend_schema(
         summary="Index a document (JSON with text or content_base64, or a multipart file)",
@@ -216,9 +226,16 @@ class DocumentsApi(APIView):
         f = self.FilterSerializer(data=request.query_params.dict())
         f.is_valid(raise_exception=True)
         tenant = request_tenant(request, f.validated_data.get("tenant"))
-        documents = documents_list(tenant=tenant)
+        page = documents_page(
+            tenant=tenant, after=f.validated_data.get("after_document_id"), limit=f.validated_data["limit"]
+        )
         with tenant_scope(tenant.tenant_id):
-            return Response({"results": DocumentOutputSerializer(documents, many=True).data})
+            return Response(
+                {
+                    "results": DocumentOutputSerializer(page.rows, many=True).data,
+                    "next": {"after_document_id": page.next_cursor[0]} if page.next_cursor else None,
+                }
+            )
 
 
 class DocumentDetailApi(APIView):
@@ -410,15 +427,37 @@ class SnapshotReplayApi(APIView):
 
 
 class InvalidationsApi(APIView):
+    class FilterSerializer(serializers.Serializer):
+        tenant = StrictCharField(max_length=64, required=False, allow_blank=True)
+        before_id = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
+        limit = serializers.IntegerField(min_value=1, max_value=500, default=200)
+
     @extend_schema(
-        summary="What changed in the index (for replays and caches)",
-        parameters=[TenantParameterSerializer],
+        summary="What changed in the index (for replays and caches), newest first in keyset pages",
+        parameters=[FilterSerializer],
         responses={
-            200: inline_serializer("InvalidationList", {"results": InvalidationOutputSerializer(many=True)}),
+            200: inline_serializer(
+                "InvalidationList",
+                {
+                    "results": InvalidationOutputSerializer(many=True),
+                    "next": inline_serializer(
+                        "InvalidationsCursor", {"before_id": serializers.IntegerField()}, allow_null=True
+                    ),
+                },
+            ),
             **error_responses(),
         },
     )
     def get(self, request: Request) -> Response:
-        tenant = request_tenant(request, request.query_params.get("tenant", ""))
-        rows = invalidations_list(tenant=tenant)
-        return Response({"results": InvalidationOutputSerializer(rows, many=True).data})
+        f = self.FilterSerializer(data=request.query_params.dict())
+        f.is_valid(raise_exception=True)
+        tenant = request_tenant(request, f.validated_data.get("tenant", ""))
+        page = invalidations_page(
+            tenant=tenant, before=f.validated_data.get("before_id"), limit=f.validated_data["limit"]
+        )
+        return Response(
+            {
+                "results": InvalidationOutputSerializer(page.rows, many=True).data,
+                "next": {"before_id": page.next_cursor[0]} if page.next_cursor else None,
+            }
+        )

@@ -6,6 +6,7 @@ from uuid import UUID
 
 from core.errors import NotFound
 from core.models import Tenant
+from core.pagination import KeysetPage, keyset_page
 from core.tenancy import tenant_scope
 from retrieval.models import Document, Invalidation, RetrievalSnapshot
 
@@ -18,14 +19,28 @@ def document_get(*, tenant: Tenant, document_id: str) -> Document:
     return document
 
 
-def documents_list(*, tenant: Tenant, limit: int = 500) -> list[Document]:
+def documents_page(*, tenant: Tenant, after: str | None, limit: int) -> KeysetPage[Document]:
+    """One page of the tenant's documents by id (found from outside: the list stopped at 500 with
+    no word that more existed)."""
     with tenant_scope(tenant.tenant_id):
-        return list(Document.objects.order_by("document_id")[:limit])
+        return keyset_page(
+            Document.objects.all(),
+            keys=("document_id",),
+            cursor=None if after is None else (after,),
+            limit=limit,
+            descending=False,
+        )
 
 
-def invalidations_list(*, tenant: Tenant, limit: int = 200) -> list[Invalidation]:
+def invalidations_page(*, tenant: Tenant, before: int | None, limit: int) -> KeysetPage[Invalidation]:
+    """One page of what changed in the index, newest first."""
     with tenant_scope(tenant.tenant_id):
-        return list(Invalidation.objects.order_by("-id")[:limit])
+        return keyset_page(
+            Invalidation.objects.all(),
+            keys=("id",),
+            cursor=None if before is None else (before,),
+            limit=limit,
+        )
 
 
 def retrieval_snapshot_list(*, tenant_id: UUID, run_id: UUID, limit: int = 20) -> list[RetrievalSnapshot]:

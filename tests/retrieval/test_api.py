@@ -190,3 +190,27 @@ def test_another_tenants_document_is_not_found(api, tenant, other_tenant):
     assert response.status_code == 404
     with tenant_scope(tenant.tenant_id):
         assert Document.objects.get().acl == ["group:support"]
+
+
+def test_documents_and_invalidations_are_listed_in_keyset_pages(api, tenant):
+    """Found from outside: both lists ignored `limit` (documents stopped at 500 with no word of more)."""
+    for doc in ("doc-a", "doc-b", "doc-c"):
+        assert (
+            api.post("/api/v1/retrieval/documents/", _document(document_id=doc), format="json").status_code
+            == 201
+        )
+    first = api.get("/api/v1/retrieval/documents/?tenant=acme&limit=2").json()
+    assert [d["document_id"] for d in first["results"]] == ["doc-a", "doc-b"]
+    assert first["next"] == {"after_document_id": "doc-b"}
+    rest = api.get("/api/v1/retrieval/documents/?tenant=acme&limit=2&after_document_id=doc-b").json()
+    assert [d["document_id"] for d in rest["results"]] == ["doc-c"] and rest["next"] is None
+    changed = _document(document_id="doc-a", source_version="etag:2", text="# Refunds\n\nNow 10 days.")
+    assert api.post("/api/v1/retrieval/documents/", changed, format="json").status_code in (200, 201)
+    assert api.delete("/api/v1/retrieval/documents/doc-b/?tenant=acme").status_code == 200
+    newest = api.get("/api/v1/retrieval/invalidations/?tenant=acme&limit=1").json()
+    assert len(newest["results"]) == 1 and newest["next"] is not None
+    older = api.get(
+        f"/api/v1/retrieval/invalidations/?tenant=acme&before_id={newest['next']['before_id']}"
+    ).json()
+    assert older["results"] and older["next"] is None
+    assert api.get("/api/v1/retrieval/invalidations/?tenant=acme&limit=0").status_code == 400
