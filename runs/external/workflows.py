@@ -22,6 +22,7 @@ from runs.engine.registry import (
     ToolContract,
     Workflow,
     registry,
+    version_key,
 )
 from runs.external.models import ExternalWorkflow
 
@@ -182,11 +183,13 @@ def external_workflow_build(row: ExternalWorkflow) -> Workflow:
 
 
 def external_workflow_find(*, name: str, version: str | None = None) -> ExternalWorkflow | None:
-    """The tenant's (row-level security) registration: the given version, or the newest registered."""
+    """The tenant's (row-level security) registration: the given version, or the newest by version
+    (PEP 440 order, as for workflows in code: found from outside, the last registered was taken, so
+    registering "1.5" after "2" moved new runs back to 1.5)."""
     rows = ExternalWorkflow.objects.filter(name=name)
     if version is not None:
         return rows.filter(version=version).order_by("id").first()
-    return rows.order_by("-id").first()
+    return max(rows, key=lambda row: (version_key(row.version), row.id), default=None)
 
 
 class ExternalSource:

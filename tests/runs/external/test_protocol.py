@@ -465,3 +465,18 @@ def test_the_redispatch_sweep_leaves_external_runs_to_outside_workers(api, workf
     own = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run.run_id
     claimed = store.claim_for_redispatch(grace=0, limit=50)
     assert own in claimed and external not in claimed
+
+
+def test_new_runs_start_on_the_newest_external_version_by_pep_440_not_the_last_registered(
+    api, workflow, tenant
+):
+    """Found from outside: the last registered version was taken as the newest, so registering "1.5"
+    after "2" moved new runs back to 1.5 (the README says PEP 440 order, as for workflows in code)."""
+    for version in ("2", "1.5", "not-a-version"):
+        registered = api.post("/api/v1/workflows/external/", {**REFUND, "version": version}, format="json")
+        assert registered.status_code == 201, registered.content
+    started = api.post(
+        "/api/v1/runs/", {"workflow": "ext.refund", "input": {"order_id": "o-v"}}, format="json"
+    )
+    assert started.status_code == 201, started.content
+    assert AgentRun.objects.get(run_id=started.json()["run_id"]).workflow_version == "2"
