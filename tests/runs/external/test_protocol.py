@@ -356,24 +356,26 @@ def test_the_worker_endpoints_are_in_the_openapi_schema(api):
         assert path in paths
 
 
-def test_a_claim_names_the_operations_in_doubt_a_released_run_left_behind(api, workflow, tenant):
-    run_id = _start(api)
-    c = _claim(api).json()
-    w = f"/api/v1/workers/runs/{run_id}/"
+def _start_refund(api, w: str, token: str) -> dict:
+    """Prepare refund:o-1 under the lease and report it started (no outcome yet: in doubt)."""
     prep = {
-        "lease_token": c["lease_token"],
+        "lease_token": token,
         "operation_id": "refund:o-1",
         "tool_name": "payments.refund",
         "tool_contract_version": "payments.v1",
         "request": {"order_id": "o-1"},
     }
     assert api.post(w + "operations/prepare", prep, format="json").status_code == 200
-    assert (
-        api.post(
-            w + "operations/refund:o-1/started", {"lease_token": c["lease_token"]}, format="json"
-        ).status_code
-        == 200
-    )
+    started = api.post(w + "operations/refund:o-1/started", {"lease_token": token}, format="json")
+    assert started.status_code == 200, started.content
+    return prep
+
+
+def test_a_claim_names_the_operations_in_doubt_a_released_run_left_behind(api, workflow, tenant):
+    run_id = _start(api)
+    c = _claim(api).json()
+    w = f"/api/v1/workers/runs/{run_id}/"
+    prep = _start_refund(api, w, c["lease_token"])
     assert api.post(w + "release", {"lease_token": c["lease_token"]}, format="json").json() == {
         "released": True
     }
@@ -410,18 +412,7 @@ def test_a_worker_cannot_end_a_run_while_one_of_its_operations_is_in_doubt(api, 
     c = _claim(api).json()
     w = f"/api/v1/workers/runs/{run_id}/"
     token = c["lease_token"]
-    prep = {
-        "lease_token": token,
-        "operation_id": "refund:o-1",
-        "tool_name": "payments.refund",
-        "tool_contract_version": "payments.v1",
-        "request": {"order_id": "o-1"},
-    }
-    assert api.post(w + "operations/prepare", prep, format="json").status_code == 200
-    assert (
-        api.post(w + "operations/refund:o-1/started", {"lease_token": token}, format="json").status_code
-        == 200
-    )
+    _start_refund(api, w, token)
     before = _snapshot(run_id)
     base = {"lease_token": token, "expected_revision": c["revision"], "state": c["state"]}
     for end in ({"complete": {"result": {"refunded": True}}}, {"fail": {"code": "gave_up", "detail": "x"}}):
