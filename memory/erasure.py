@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -73,17 +73,29 @@ def source_digest(*, subject_id: str, run_id: Any, event_seq: Any) -> str:
 
 
 def erasure_request_create(*, tenant: Tenant, subject_id: str, requested_by: str) -> ErasureRequest:
-    """Record the request and hand it to a worker (it runs as a Celery task with progress)."""
+    """Record the request and hand it to a worker (it runs as a Celery task with progress).
+
+    While a request for the same subject is still pending or running, that request is the answer
+    (found from outside: six clicks made six requests), handed to a worker again in case the broker
+    lost it or its worker died (erasure is idempotent, and each run is erased under its row's lock)."""
     if not isinstance(subject_id, str) or not 0 < len(subject_id) <= 200:
         raise InvalidInput("subject_id must be 1 to 200 characters", code="invalid_subject")
+    digest = subject_digest(tenant_id=tenant.tenant_id, subject_id=subject_id)
     with tenant_scope(tenant.tenant_id):
-        request = ErasureRequest.objects.create(
-            tenant=tenant,
-            subject_id=subject_id,
-            requested_by=requested_by,
-            subject_digest=subject_digest(tenant_id=tenant.tenant_id, subject_id=subject_id),
+        with connection.cursor() as cursor:  # two requests for one subject at once: one goes first
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"erasure:{digest}"])
+        request = (
+            ErasureRequest.objects.filter(
+                subject_digest=digest, status__in=[ErasureStatus.PENDING, ErasureStatus.RUNNING]
+            )
+            .order_by("created_at")
+            .first()
         )
-        # If the broker is away the request stays pending, visibly; erasure_execute can be run again.
+        if request is None:
+            request = ErasureRequest.objects.create(
+                tenant=tenant, subject_id=subject_id, requested_by=requested_by, subject_digest=digest
+            )
+        # If the broker is away the request stays pending, visibly; asking again sends it again.
         transaction.on_commit(
             lambda: task_send(name=ERASE_TASK, args=[str(request.request_id), str(tenant.tenant_id)])
         )

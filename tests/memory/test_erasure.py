@@ -295,3 +295,42 @@ def test_a_tombstone_laid_before_digests_were_keyed_still_refuses_the_claim(tena
             value="Elm Street 1",
             provenance=said(),
         )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_asking_to_erase_a_subject_again_while_a_request_is_open_answers_that_request(tenant):
+    """Found from outside: six clicks on erase, at once, made six requests. While one is pending or
+    running, asking again (even at the same moment) answers it, and sends it to a worker again."""
+    import threading
+
+    from django.db import connection
+
+    from memory.erasure import erasure_request_create
+    from memory.models import ErasureRequest
+
+    barrier = threading.Barrier(6)
+    made: list[str] = []
+
+    def ask() -> None:
+        barrier.wait()
+        try:
+            made.append(
+                str(
+                    erasure_request_create(
+                        tenant=tenant, subject_id="cust-twice-9", requested_by="user:c"
+                    ).request_id
+                )
+            )
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=ask) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 6 and len(set(made)) == 1
+    from core.tenancy import tenant_scope
+
+    with tenant_scope(tenant.tenant_id):
+        assert ErasureRequest.objects.count() == 1
