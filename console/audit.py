@@ -11,6 +11,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
 
 from console.models import AuditEntry
+from core.api_auth import SESSION_MARK, SESSION_TENANT
 from core.models import Tenant
 
 
@@ -78,19 +79,20 @@ class ApiSessionAuditMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         response = self.get_response(request)
-        if (
-            request.method not in ("GET", "HEAD", "OPTIONS", "TRACE")
-            and request.path.startswith("/api/")
-            and "HTTP_AUTHORIZATION" not in request.META
-            and getattr(request, "user", None) is not None
-            and request.user.is_authenticated
+        if request.method not in ("GET", "HEAD", "OPTIONS", "TRACE") and getattr(
+            request, SESSION_MARK, False
         ):
+            # Marked by the API's permission check (core.api_auth) when no key authenticated the call:
+            # found from outside, a Basic Authorization header slipped a session's change past a
+            # check on the header. The tenant is the one the call acted in, so its staff see it.
+            tenant_id = getattr(request, SESSION_TENANT, None)
             match = request.resolver_match
             # Ids only (a run's, an approval's): a path can name a subject (memory.md), never logged.
             ids = {k: str(v) for k, v in (match.kwargs if match else {}).items() if isinstance(v, UUID | int)}
             audit_record(
                 request=request,
                 action="api",
+                tenant=Tenant.objects.filter(tenant_id=tenant_id).first() if tenant_id else None,
                 target_type="api",
                 target_id=next(iter(ids.values()), ""),
                 details={

@@ -152,6 +152,10 @@ class IsStaffOrScopedKey(permissions.BasePermission):
         """A staff session: as in the console, the user's roles and tenants (found from outside: any
         user with Django's staff flag could erase subjects of every tenant through the API)."""
         user = request.user
+        # For the console's audit of a session's API changes (console.audit): this request is one,
+        # whatever else its Authorization header says (a Basic one is not a key).
+        if user and user.is_authenticated:  # (an anonymous caller's refusals are not entries)
+            setattr(getattr(request, "_request", request), SESSION_MARK, True)
         if not (user and user.is_staff):
             self.message = (
                 "the API takes an API key (Authorization: Bearer kp_...) or a staff session; "
@@ -169,6 +173,15 @@ class IsStaffOrScopedKey(permissions.BasePermission):
         # Row-level security: the user's tenants (a named one narrows it later).
         tenant_bind_request(request, session_tenant_ids(user))
         return True
+
+
+SESSION_MARK = "keeper_api_session"  # on Django's request: the API served it on a staff session
+SESSION_TENANT = "keeper_api_session_tenant"  # the tenant it acted in, once known
+
+
+def _session_tenant_note(request: Request, tenant_id: UUID) -> None:
+    if request_key(request) is None:
+        setattr(getattr(request, "_request", request), SESSION_TENANT, tenant_id)
 
 
 def session_tenant_ids(user: Any) -> list[UUID]:
@@ -273,13 +286,19 @@ def request_tenant(request: Request, given: str | UUID | None = None) -> Tenant:
         raise NotFound(f"no tenant {given!s}", code="unknown_tenant")
     log_request_tenant(tenant.tenant_id)
     tenant_bind_request(request, tenant.tenant_id)  # row-level security: this tenant from here on
+    _session_tenant_note(request, tenant.tenant_id)
     return tenant
 
 
 def request_may_see(request: Request, tenant_id: UUID) -> bool:
     """Whether an object of this tenant exists for this request (a staff session: its tenants')."""
     key = request_key(request)
-    return tenant_id in session_tenant_ids(request.user) if key is None else key.tenant_id == tenant_id
+    if key is not None:
+        return key.tenant_id == tenant_id
+    seen = tenant_id in session_tenant_ids(request.user)
+    if seen:
+        _session_tenant_note(request, tenant_id)
+    return seen
 
 
 def request_run_tenant(request: Request, run_id: UUID) -> UUID:

@@ -266,6 +266,17 @@ def test_a_staff_session_acts_only_for_its_tenants_with_its_roles_and_is_audited
         ("POST", 201),
     ]
     assert entries[-1].details["route"] == "api/v1/runs/"
+    assert entries[-1].tenant == tenant  # the tenant's own staff see it in their audit log
+    # Found from outside: a Basic Authorization header (not a key) skipped the audit.
+    cancel = client.post(
+        f"/api/v1/runs/{ours['run_id']}/cancel",
+        {"note": "sneaky"},
+        format="json",
+        HTTP_AUTHORIZATION="Basic Zm9vOmJhcg==",
+    )
+    assert cancel.status_code in (200, 409), cancel.content
+    sneaky = AuditEntry.objects.filter(actor="user:staff-support", action="api").order_by("-id").first()
+    assert sneaky.details["route"].endswith("cancel") and sneaky.tenant == tenant
 
     no_role = django_user_model.objects.create_user("staff-noroles", password="pw", is_staff=True)
     Membership.objects.create(user=no_role, tenant=tenant)
