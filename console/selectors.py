@@ -115,7 +115,10 @@ def operation_last_lookup(*, op: ToolOperation) -> AuditEntry | None:
     """The newest lookup a person asked for from the console (recorded in the audit log)."""
     return (
         AuditEntry.objects.filter(
-            tenant_id=op.tenant_id, action="lookup", target_type="operation", target_id=op.operation_id
+            tenant_id=op.tenant_id,
+            action="lookup",
+            target_type="operation",
+            target_id__in=[str(op.pk), op.operation_id],
         )
         .order_by("-id")
         .first()

@@ -349,8 +349,11 @@ def support_operation_lookup(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         request=request,
         action="lookup",
         tenant=op.tenant,
+        # By its row's number: the operation id is the external system's key and can embed the
+        # subject's id, and an audit entry's target can never be erased (found from outside: the
+        # subject's erasure then failed for ever on console_audit_log.target_id).
         target_type="operation",
-        target_id=op.operation_id,
+        target_id=op.pk,
         details={**said, "operation_pk": op.pk, "run_id": str(op.run_id)},
     )
     if inline:  # the answer in place of the card (the reconcile form prefilled from it)
@@ -397,7 +400,7 @@ def support_operation_reconcile(request: HtmxHttpRequest, pk: int) -> HttpRespon
         action="reconcile",
         tenant=op.tenant,
         target_type="operation",
-        target_id=op.operation_id,
+        target_id=op.pk,  # by number, as the lookup's
         details={
             "run_id": str(op.run_id),
             "operation_pk": op.pk,

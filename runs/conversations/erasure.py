@@ -436,8 +436,10 @@ def _erase_run(
         }
 
 
-# An operation with its outcome: Keeper never sends its key to the external system again.
-_DECIDED = (OperationStatus.SUCCEEDED, OperationStatus.FAILED)
+# An operation with its outcome, or one never sent (prepared; or confirmed not applied, which puts it
+# back to prepared): after the erasure its run never continues, so its key is never sent again
+# (found from outside: a refund confirmed not applied on a cancelled run kept its subject's key).
+_DECIDED = (OperationStatus.SUCCEEDED, OperationStatus.FAILED, OperationStatus.PREPARED)
 
 
 def _redact_operations(run_id: UUID, redact: Redactor) -> int:

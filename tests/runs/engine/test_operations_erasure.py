@@ -119,3 +119,43 @@ def test_a_cancelled_run_s_operation_in_doubt_is_reconciled_and_the_erasure_then
     with tenant_scope(tenant.tenant_id):
         [key] = ToolOperation.objects.values_list("operation_id", flat=True)
     assert key.startswith("erased:")
+
+
+def test_a_reconciled_operation_keyed_by_the_subject_leaves_nothing_that_blocks_erasure(
+    tenant, client
+) -> None:
+    """Found from outside: reconciling in the console an operation whose key embeds the subject's id
+    wrote that key as the audit entry's target (never erasable), so every later erasure failed; and a
+    refund confirmed not applied on a cancelled run went back to prepared and kept its key."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    from console.models import Membership
+    from runs.engine.runs import run_cancel
+
+    run = run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="t", subject=SUBJECT
+    ).run
+    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    assert grant is not None
+    _operation(tenant, run, grant, f"call:{SUBJECT}", outcome=None)  # started, no outcome: in doubt
+    store.lease_release(run_id=run.run_id, owner="w1", epoch=grant.epoch)
+    run_cancel(run_id=run.run_id, actor="user:ana", note="customer withdrew")
+    user = get_user_model().objects.create_user("sup", password="pw-for-tests")
+    user.groups.add(Group.objects.get_or_create(name="support")[0])
+    Membership.objects.create(user=user, tenant=tenant)
+    client.force_login(user)
+    with tenant_scope(tenant.tenant_id):
+        op = ToolOperation.objects.get()
+    answer = client.post(
+        f"/support/operations/{op.pk}/reconcile/",
+        {"note": "the call log shows nothing", "outcome": "not_applied"},
+    )
+    assert answer.status_code == 302, answer.content
+    with tenant_scope(tenant.tenant_id):
+        assert ToolOperation.objects.get().status == "prepared"
+    done = _erase(tenant)
+    assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
+    with tenant_scope(tenant.tenant_id):
+        [key] = ToolOperation.objects.values_list("operation_id", flat=True)
+    assert key.startswith("erased:")
