@@ -26,8 +26,16 @@ from core.tenancy import tenant_bind
 from runs.engine import store
 from runs.engine.approvals import approval_check
 from runs.engine.budgets import budgets_refusal, budgets_spend
-from runs.engine.errors import InvalidState
-from runs.engine.models import AgentEvent, AgentRun, Approval, ApprovalStatus, RunStatus, ToolOperation
+from runs.engine.errors import InvalidState, SubjectErased
+from runs.engine.models import (
+    SUBJECT_ERASED,
+    AgentEvent,
+    AgentRun,
+    Approval,
+    ApprovalStatus,
+    RunStatus,
+    ToolOperation,
+)
 from runs.engine.operations import (
     operation_mark_failed,
     operation_mark_not_applied,
@@ -650,6 +658,15 @@ def external_operation_outcome(
     `not_applied` only after an authoritative lookup by the idempotency key said so."""
     with tenant_bind(lease.tenant_id):
         run = _run(lease)
+        if run.suspend_reason == SUBJECT_ERASED:
+            # An outcome may come after the lease is lost (the money's truth), but not into a run whose
+            # subject was erased: its result and reference could carry them back after the receipt
+            # (found from outside). A person settles it: the support inbox lists the operation.
+            raise SubjectErased(
+                f"run {run.run_id}'s subject was erased: nothing more is written to it; ask a person to "
+                f"reconcile operation {operation_id} (the support inbox lists it)",
+                details={"status": run.status, "suspend_reason": run.suspend_reason},
+            )
         _operation_of(run, operation_id)
         ids = {"tenant_id": lease.tenant_id, "operation_id": operation_id, "actor": lease.owner}
         if outcome == "succeeded":

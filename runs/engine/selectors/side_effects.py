@@ -14,6 +14,7 @@ from core.errors import NotFound
 from core.pagination import KeysetPage, keyset_page
 from core.tenancy import tenant_of_call
 from runs.engine.models import (
+    SUBJECT_ERASED,
     TERMINAL_RUN_STATUSES,
     AgentEvent,
     AgentRun,
@@ -98,14 +99,15 @@ def operation_run_list(*, run: AgentRun, limit: int = 100) -> list[ToolOperation
 
 
 def _in_doubt() -> QuerySet[ToolOperation]:
-    """Unknown operations of active runs, started ones whose run waits for reconciliation, and both
+    """Unknown operations of active runs, started ones whose run waits for reconciliation (or whose
+    subject was erased: it never continues, and its worker may no longer report), and both
     on finished runs (cancelled, or completed by an outside worker, with the outcome never learned)."""
     return ToolOperation.objects.select_related("run", "tenant").filter(
         Q(status=OperationStatus.UNKNOWN, run__status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED])
         | Q(
             status=OperationStatus.STARTED,
             run__status=RunStatus.SUSPENDED,
-            run__suspend_reason=RECONCILIATION_REQUIRED,
+            run__suspend_reason__in=[RECONCILIATION_REQUIRED, SUBJECT_ERASED],
         )
         | Q(
             status__in=[OperationStatus.STARTED, OperationStatus.UNKNOWN],

@@ -471,3 +471,38 @@ def test_new_runs_start_on_the_newest_external_version_by_pep_440_not_the_last_r
     )
     assert started.status_code == 201, started.content
     assert AgentRun.objects.get(run_id=started.json()["run_id"]).workflow_version == "2"
+
+
+def test_after_its_subject_is_erased_a_worker_cannot_report_an_outcome_into_the_run(api, workflow, tenant):
+    """Found from outside: with its old lease token a worker reported a succeeded outcome carrying the
+    subject's address after a clean receipt. It is refused (409 subject_erased, nothing written), and
+    the operation waits for a person in the support inbox."""
+    from memory.erasure import erasure_execute, erasure_request_create
+    from runs.engine.selectors import operation_in_doubt_list
+
+    response = api.post(
+        "/api/v1/runs/",
+        {"workflow": "ext.refund", "input": {"order_id": "o-1"}, "subject": "cust-w-77"},
+        format="json",
+    )
+    assert response.status_code == 201, response.content
+    run_id = response.json()["run_id"]
+    c = _claim(api).json()
+    w = f"/api/v1/workers/runs/{run_id}/"
+    _start_refund(api, w, c["lease_token"])
+    request = erasure_request_create(tenant=tenant, subject_id="cust-w-77", requested_by="user:compliance")
+    assert erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).status == "completed"
+    late = api.post(
+        w + "operations/refund:o-1/outcome",
+        {
+            "lease_token": c["lease_token"],
+            "outcome": "succeeded",
+            "external_ref": "ref-cust-w-77",
+            "result": {"to": "cust-w-77@mail.example"},
+        },
+        format="json",
+    )
+    assert late.status_code == 409 and late.json()["error"]["code"] == "subject_erased", late.content
+    op = ToolOperation.objects.get(run_id=run_id)
+    assert op.status == "started" and "cust-w-77" not in f"{op.result} {op.external_ref}"
+    assert [o.pk for o in operation_in_doubt_list(tenant_ids=[tenant.tenant_id], limit=10)] == [op.pk]
