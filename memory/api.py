@@ -239,7 +239,7 @@ class MemorySearchApi(APIView):
         subject_id = StrictCharField(max_length=200, trim_whitespace=False, required=False)
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
 
-    class InputSerializer(FilterSerializer):
+    class InputSerializer(ClosedSerializer, FilterSerializer):
         """The same fields as a JSON body, each of its JSON type (a number is not a query)."""
 
         tenant = StrictCharField(max_length=64, required=False, allow_blank=True)

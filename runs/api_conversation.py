@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictBooleanField, StrictCharField, error_responses
+from core.api import ClosedSerializer, StrictBooleanField, StrictCharField, error_responses
 from core.api_auth import request_actor
 from runs.api import EVENTS_PAGE, EventOutputSerializer, run_for_request
 from runs.conversations.context import context_build
@@ -20,7 +20,7 @@ from runs.engine.models import AgentEvent
 
 
 class RunMessagesApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         type = serializers.ChoiceField(choices=CONVERSATION_EVENTS)
         client_message_id = StrictCharField(max_length=200)
         content = serializers.JSONField(required=False)

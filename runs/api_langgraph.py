@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictCharField, error_responses
+from core.api import ClosedSerializer, StrictCharField, error_responses
 from core.api_auth import request_actor
 from runs.api import run_for_request
 from runs.engine.errors import RunNotFound
@@ -57,7 +57,7 @@ class QuestionsOutputSerializer(serializers.Serializer):
 
 
 class LangGraphAnswerApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         answer = serializers.JSONField(help_text="The Command(resume=...) value: any JSON but null")
         checkpoint_id = StrictCharField(max_length=200, required=False)
         interrupt_id = StrictCharField(max_length=200, required=False)

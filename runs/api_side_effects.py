@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import StrictBooleanField, StrictCharField, error_responses
+from core.api import ClosedSerializer, StrictBooleanField, StrictCharField, error_responses
 from core.api_auth import request_actor, request_key, request_may_see, request_tenant
 from core.errors import NotFound
 from core.roles import SUPPORT
@@ -130,7 +130,7 @@ class ApprovalListApi(APIView):
         )
 
 
-class ApprovalDecisionInputSerializer(serializers.Serializer):
+class ApprovalDecisionInputSerializer(ClosedSerializer):
     note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
 
@@ -188,7 +188,7 @@ class RunOperationsApi(APIView):
 class OperationReconcileApi(APIView):
     session_roles = (SUPPORT,)  # a staff session's change needs the console's role for it
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(ClosedSerializer):
         outcome = serializers.ChoiceField(choices=RECONCILE_OUTCOMES)
         note = StrictCharField(max_length=2000)
         external_ref = StrictCharField(max_length=200, required=False, allow_blank=True, default="")

@@ -241,19 +241,19 @@ class CommitOutputSerializer(serializers.Serializer):
 
 
 class WorkerCommitApi(WorkerRunApiView):
-    class SuspendSerializer(serializers.Serializer):
+    class SuspendSerializer(ClosedSerializer):
         reason = StrictRegexField(r"^[a-z][a-z0-9_]{0,63}$")
         detail = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
         step = StrictCharField(max_length=100, required=False)
 
-    class CompleteSerializer(serializers.Serializer):
+    class CompleteSerializer(ClosedSerializer):
         result = serializers.JSONField(required=False, allow_null=True)
 
-    class FailSerializer(serializers.Serializer):
+    class FailSerializer(ClosedSerializer):
         code = StrictRegexField(r"^[a-z][a-z0-9_]{0,63}$")
         detail = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
-    class SpentSerializer(serializers.Serializer):
+    class SpentSerializer(ClosedSerializer):
         # What one step can have spent: past these a worker's figure is a bug or an attack (a wall
         # time of 1e308 s made the run's engineer page unrenderable; a cost of 1e308 overflowed the
         # budget's total).

@@ -382,3 +382,17 @@ def test_a_search_with_k_as_text_is_refused(write_key):
     )
     _assert_error(response, 400)
     assert "k" in response.json()["error"]["details"]
+
+
+@pytest.mark.django_db
+def test_an_unknown_field_of_a_decision_a_search_or_a_worker_s_suspend_is_refused(write_key, tenant):
+    """Found from outside (second round): approve, reconcile ("resme": true ignored without a word),
+    the memory search body, messages, LangGraph answers and the worker commit's nested objects
+    still took unknown fields."""
+    client = key_client(write_key)
+    search = client.post("/api/v1/memory/search/", {"query": "x", "zz_unknown": 1}, format="json")
+    assert search.status_code == 400 and "zz_unknown" in search.json()["error"]["details"], search.content
+    reconcile = client.post(
+        "/api/v1/operations/1/reconcile", {"outcome": "applied", "note": "n", "resme": True}, format="json"
+    )
+    assert reconcile.status_code == 400 and "resme" in reconcile.json()["error"]["details"], reconcile.content

@@ -30,7 +30,7 @@ def test_looking_up_again_answers_in_place_and_is_audited(as_role, tenant):
     assert html.lstrip().startswith('<div class="card" id="lookup-card">') and "<html" not in html
     assert "Looked up just now by" in html and "not authoritative" in html
     assert 'name="outcome"' in html  # the reconcile form comes back with the card
-    [entry] = AuditEntry.objects.filter(action="lookup", target_id="refund:o-1")
+    [entry] = AuditEntry.objects.filter(action="lookup", target_id=str(op.pk))
     assert (entry.actor, entry.tenant_id, entry.details["authoritative"]) == (
         "user:support",
         tenant.tenant_id,
