@@ -107,6 +107,8 @@ MEMORY_HITS = inline_serializer(
 
 
 class MemoryItemsApi(APIView):
+    session_roles = (COMPLIANCE,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
@@ -172,6 +174,8 @@ class MemoryItemsApi(APIView):
 
 
 class MemoryItemSupersedeApi(APIView):
+    session_roles = (COMPLIANCE,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
@@ -203,6 +207,8 @@ class MemoryItemSupersedeApi(APIView):
 
 
 class MemoryItemInvalidateApi(APIView):
+    session_roles = (COMPLIANCE,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
@@ -345,6 +351,8 @@ class ErasureRequestDetailApi(APIView):
 class MemoryWriteApi(APIView):
     """The write_memory tool of external agents: one claim or a free text note, with its source."""
 
+    session_roles = (COMPLIANCE,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
@@ -389,6 +397,8 @@ class MemoryWriteApi(APIView):
 
 class MemoryFileApi(APIView):
     """A subject's MEMORY.md: GET renders it, PUT writes an edited one back as claims."""
+
+    session_roles = (COMPLIANCE,)  # a staff session's change needs the console's role for it
 
     class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
@@ -451,6 +461,8 @@ class MemoryFileApi(APIView):
 
 
 class MemoryPendingConfirmApi(APIView):
+    session_roles = (COMPLIANCE,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True

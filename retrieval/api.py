@@ -33,6 +33,7 @@ from core.api import (
 from core.api_auth import request_actor, request_run_tenant, request_tenant
 from core.errors import InvalidInput
 from core.parsers import JSONParser
+from core.roles import ENGINEER
 from core.tenancy import tenant_scope
 from retrieval.models import Document, Invalidation, RetrievalSnapshot
 from retrieval.search import retrieval_search, snapshot_get, snapshot_replay
@@ -146,6 +147,7 @@ def _content(data: dict[str, Any], files: MultiValueDict[str, UploadedFile]) -> 
 
 
 class DocumentsApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
     parser_classes = [JSONParser, MultiPartParser, FormParser]
 
     class InputSerializer(ClosedSerializer):
@@ -239,6 +241,8 @@ class DocumentsApi(APIView):
 
 
 class DocumentDetailApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     @extend_schema(
         summary="Read a document",
         parameters=[TenantParameterSerializer],
@@ -268,6 +272,8 @@ class DocumentDetailApi(APIView):
 
 
 class DocumentAclApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
@@ -305,6 +311,8 @@ PRINCIPAL = inline_serializer(
 
 
 class PrincipalsApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
@@ -338,6 +346,8 @@ class PrincipalsApi(APIView):
 
 
 class PrincipalDetailApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     @extend_schema(
         summary="Remove a principal",
         parameters=[TenantParameterSerializer],

@@ -19,7 +19,7 @@ from core.api import (
     error_responses,
 )
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
-from core.roles import ENGINEER, user_roles
+from core.roles import ENGINEER, SUPPORT, user_roles
 from runs.engine.forks import run_fork, run_rewind
 from runs.engine.models import AgentEvent, AgentRun, RunStatus
 from runs.engine.resume import run_state_accept
@@ -114,6 +114,8 @@ RUNS_PAGE = inline_serializer(
 
 
 class RunStartApi(APIView):
+    session_roles = (SUPPORT, ENGINEER)  # a staff session's change needs the console's role for it
+
     class FilterSerializer(serializers.Serializer):
         tenant = StrictCharField(max_length=64, required=False, allow_blank=True)
         status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
@@ -263,6 +265,8 @@ class NoteInputSerializer(ClosedSerializer):
 
 
 class RunCancelApi(APIView):
+    session_roles = (SUPPORT, ENGINEER)  # a staff session's change needs the console's role for it
+
     @extend_schema(
         summary="Cancel a run",
         request=NoteInputSerializer,
@@ -278,6 +282,8 @@ class RunCancelApi(APIView):
 
 
 class RunResumeApi(APIView):
+    session_roles = (SUPPORT, ENGINEER)  # a staff session's change needs the console's role for it
+
     @extend_schema(
         summary="Ask for a suspended run to resume (a worker verifies it)",
         request=NoteInputSerializer,
@@ -293,6 +299,8 @@ class RunResumeApi(APIView):
 
 
 class RunForkApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         at_seq = StrictIntegerField(min_value=1)
         start = StrictBooleanField(required=False, default=True)
@@ -313,6 +321,8 @@ class RunForkApi(APIView):
 
 
 class RunRewindApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         to_seq = StrictIntegerField(min_value=1)
         note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
@@ -343,6 +353,8 @@ ACCEPTED_STATE = inline_serializer(
 
 
 class RunAcceptStateApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         note = StrictCharField(max_length=2000)
         state_digest = StrictCharField(max_length=200, required=False)

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from core.api import ClosedSerializer, StrictBooleanField, StrictCharField, error_responses
 from core.api_auth import request_actor
+from core.roles import ENGINEER, SUPPORT
 from runs.api import EVENTS_PAGE, EventOutputSerializer, run_for_request
 from runs.conversations.context import context_build
 from runs.conversations.messages import CONVERSATION_EVENTS, conversation_append
@@ -20,6 +21,8 @@ from runs.engine.models import AgentEvent
 
 
 class RunMessagesApi(APIView):
+    session_roles = (SUPPORT, ENGINEER)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         type = serializers.ChoiceField(choices=CONVERSATION_EVENTS)
         client_message_id = StrictCharField(max_length=200)

@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from core.api import ClosedSerializer, StrictCharField, error_responses
 from core.api_auth import request_actor
+from core.roles import ENGINEER, SUPPORT
 from runs.api import run_for_request
 from runs.engine.errors import RunNotFound
 from runs.langgraph.interrupts import interrupt_answer, thread_interrupt_get
@@ -57,6 +58,8 @@ class QuestionsOutputSerializer(serializers.Serializer):
 
 
 class LangGraphAnswerApi(APIView):
+    session_roles = (SUPPORT, ENGINEER)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         answer = serializers.JSONField(help_text="The Command(resume=...) value: any JSON but null")
         checkpoint_id = StrictCharField(max_length=200, required=False)

@@ -21,6 +21,7 @@ from core.api import (
 )
 from core.api_auth import request_actor, request_key, request_tenant
 from core.models import Tenant
+from core.roles import ENGINEER
 from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
 from runs.engine.schedules import (
     schedule_create,
@@ -80,6 +81,8 @@ def _one(request: Request, schedule: WorkflowSchedule) -> Response:
 
 
 class ScheduleListApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(max_length=64, required=False, allow_blank=True)  # with a key: the key's
         workflow = StrictCharField(max_length=200)
@@ -142,6 +145,8 @@ class ScheduleListApi(APIView):
 
 
 class ScheduleDetailApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     class PatchSerializer(ClosedSerializer):
         tenant = StrictCharField(max_length=64, required=False, allow_blank=True)  # with a key: the key's
         enabled = StrictBooleanField(required=False)

@@ -13,11 +13,14 @@ from rest_framework.views import APIView
 
 from core.api import StrictCharField, error_responses
 from core.api_auth import request_actor
+from core.roles import ENGINEER, SUPPORT
 from runs.api import EventOutputSerializer, run_for_request
 from runs.engine.signals import query_read, signal_send
 
 
 class RunSignalApi(APIView):
+    session_roles = (SUPPORT, ENGINEER)  # a staff session's change needs the console's role for it
+
     @extend_schema(
         summary="Send a signal to a run (the body is its JSON payload; idempotent by Idempotency-Key)",
         parameters=[

@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from core.api import ClosedSerializer, StrictCharField, error_responses
 from core.api_auth import request_actor, request_tenant
+from core.roles import ENGINEER
 from runs.webhooks.models import EVENT_TYPES, WebhookSubscription
 from runs.webhooks.services import (
     webhook_subscription_create,
@@ -34,6 +35,8 @@ class WebhookCreatedSerializer(WebhookSerializer):
 
 
 class WebhookListApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         tenant = StrictCharField(
             required=False, help_text="optional for an API key (its own tenant); staff name one"
@@ -80,6 +83,8 @@ class WebhookListApi(APIView):
 
 
 class WebhookDetailApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     @extend_schema(
         summary="Delete a subscription: nothing more is sent to it, pending deliveries are cancelled",
         responses={204: None, **error_responses(404)},

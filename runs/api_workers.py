@@ -21,6 +21,7 @@ from core.api import (
     error_responses,
 )
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
+from core.roles import ENGINEER
 from runs.engine.store import OperationRow
 from runs.external import protocol
 from runs.external.models import ExternalWorkflow
@@ -75,6 +76,8 @@ class ExternalWorkflowSerializer(serializers.ModelSerializer):
 
 
 class ExternalWorkflowApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         name = StrictCharField(max_length=200)
         version = StrictCharField(max_length=50)
@@ -166,6 +169,8 @@ CLAIM = inline_serializer(
 
 
 class WorkerClaimApi(APIView):
+    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+
     class InputSerializer(ClosedSerializer):
         workflows = serializers.ListField(child=StrictCharField(max_length=200), min_length=1, max_length=50)
         wait_seconds = StrictFloatField(min_value=0, max_value=protocol.MAX_WAIT_S, default=0)

@@ -278,6 +278,30 @@ def test_a_staff_session_acts_only_for_its_tenants_with_its_roles_and_is_audited
     sneaky = AuditEntry.objects.filter(actor="user:staff-support", action="api").order_by("-id").first()
     assert sneaky.details["route"].endswith("cancel") and sneaky.tenant == tenant
 
+    # Found from outside (second round): a support session could rewind and write memory, a compliance
+    # one fork, cancel and subscribe webhooks. Each change needs its console role.
+    for path, body in [
+        (f"/api/v1/runs/{ours['run_id']}/rewind", {"to_seq": 1}),
+        ("/api/v1/webhooks/", {"url": "https://hooks.example.com/k", "event_types": ["run.completed"]}),
+        (
+            "/api/v1/memory/write",
+            {
+                "subject_id": "c-1",
+                "namespace": "p",
+                "key": "k",
+                "value": "v",
+                "source": "api",
+                "consent_basis": "explicit",
+                "tenant": "acme",
+            },
+        ),
+    ]:
+        refused = client.post(path, body, format="json")
+        assert refused.status_code == 403 and "role" in refused.json()["error"]["message"], (
+            path,
+            refused.content,
+        )
+
     no_role = django_user_model.objects.create_user("staff-noroles", password="pw", is_staff=True)
     Membership.objects.create(user=no_role, tenant=tenant)
     bare = APIClient()
