@@ -283,6 +283,7 @@ class RunsEraser:
         )
 
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
+        _stop(scope, request_id)
         redact = Redactor(scope.subject_id, scope.values)
         counts = {"runs_redacted": 0, "events_redacted": 0, "approvals_redacted": 0, "operations_redacted": 0}
         for run_id in scope.run_ids:
@@ -304,6 +305,30 @@ class RunsEraser:
                 path.unlink()
                 counts["artifacts"] += 1
         return counts
+
+
+def _stop(scope: Scope, request_id: UUID) -> None:
+    """Every unfinished run of the request stops first, in one transaction, before any is redacted:
+    redacted one after another, the last ones went on processing the subject's data meanwhile, and
+    some finished (found from outside: 3 of 10 stepping runs completed during a 70 s erasure)."""
+    with tenant_scope(scope.tenant_id):
+        active = (
+            AgentRun.objects.filter(run_id__in=scope.run_ids, status__in=["running", "suspended"])
+            .exclude(suspend_reason=ERASED_EVENT)
+            .values_list("run_id", flat=True)
+        )
+        for run_id in active:
+            store.transition(
+                run_id=run_id,
+                from_statuses=("running", "suspended"),
+                to_status="suspended",
+                event_type="run_suspended",
+                actor=f"erasure:{request_id}",
+                # Codes and ids only: a note here would be searched as the subject's text next time.
+                payload_json=canonical_json({"reason": ERASED_EVENT, "erasure_request_id": str(request_id)}),
+                suspend_reason=ERASED_EVENT,
+                suspend_detail=ERASED_DETAIL,
+            )
 
 
 # What a LangGraph thread's graph asked a person and what the person answered (runs.langgraph's
