@@ -79,6 +79,9 @@ class Scope:
     subject_id: str
     run_ids: tuple[UUID, ...] = ()  # the subject's runs, their forks and rewinds
     values: tuple[str, ...] = ()  # texts the request covers: memory values, messages, notes, reasons...
+    # Texts that are the subject's in their own rows only, never searched elsewhere: an e-mail address
+    # in their run that another customer's run holds too (a cc, a workflow's noreply sender).
+    own_values: tuple[str, ...] = ()
     session_keys: tuple[bytes, ...] = ()  # the Redis windows of those runs
     artifact_uris: tuple[str, ...] = ()  # stored tool results only these runs point to
 
@@ -402,10 +405,12 @@ def column_place(
             encoded = _json_text(scope.subject_id) if kind == "json" else scope.subject_id
             id_like, id_regex = [], [id_regex_of(encoded)]
         values_ = [v for v in scope.values if len(v) >= MIN_VALUE_CHARS] if values else []
-        # Long values (and names in scripts without spaces) anywhere inside a text, short ones as words.
+        own = [v for v in scope.own_values if len(v) >= MIN_VALUE_CHARS] if values else []
+        # Long values (and names in scripts without spaces) anywhere inside a text, short ones as words;
+        # in the subject's own rows their own-row texts too.
         encode = _json_text if kind == "json" else (lambda s: s)
-        value_like = [like_pattern(encode(v)) for v in values_ if matched_inside(v)]
-        value_words = [value_regex_of(encode(v)) for v in values_ if not matched_inside(v)]
+        value_like = [like_pattern(encode(v)) for v in values_ + own if matched_inside(v)]
+        value_words = [value_regex_of(encode(v)) for v in values_ + own if not matched_inside(v)]
         params: dict[str, UUID | str | list[str] | list[UUID]] = {
             "tenant": scope.tenant_id,
             "runs": list(scope.run_ids),

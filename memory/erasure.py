@@ -294,10 +294,12 @@ def _collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
     run_ids: set[UUID] = set()
     keys: set[bytes] = set()
     uris: set[str] = set()
+    own: set[str] = set()
     for eraser in erasers():
         found = eraser.collect(tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest)
         run_ids.update(found.run_ids)
         values.update(found.values)
+        own.update(found.own_values)
         keys.update(found.session_keys)
         uris.update(found.artifact_uris)
     return Scope(
@@ -305,6 +307,7 @@ def _collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         subject_id=subject_id,
         run_ids=tuple(sorted(run_ids)),
         values=tuple(sorted(values)),
+        own_values=tuple(sorted(own - values)),
         session_keys=tuple(sorted(keys)),
         artifact_uris=tuple(sorted(uris)),
     )

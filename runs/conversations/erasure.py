@@ -260,10 +260,15 @@ class RunsEraser:
             for request, note in Approval.objects.filter(run_id__in=run_ids).values_list("request", "note"):
                 texts.update(_free_texts(request) + _free_texts({"note": note}))
                 addresses |= _emails(request)
-            if addresses:
-                texts |= addresses - _shared_addresses(
-                    tenant_id=tenant_id, run_ids=list(run_ids), addresses=addresses
-                )
+            # Every address is erased in the subject's own runs; one that another customer's run holds
+            # too (a cc, a workflow's noreply sender) is not searched elsewhere, where it is theirs
+            # (found from outside: a single cc kept the address in the subject's own run).
+            common = (
+                _shared_addresses(tenant_id=tenant_id, run_ids=list(run_ids), addresses=addresses)
+                if addresses
+                else set()
+            )
+            texts |= addresses - common
             # Stored by content digest: a file another run also points to is that run's too, and stays.
             shared = {
                 u
@@ -278,13 +283,14 @@ class RunsEraser:
             subject_id=subject_id,
             run_ids=run_ids,
             values=tuple(sorted(texts)),
+            own_values=tuple(sorted(common)),
             session_keys=tuple(sorted(keys)),
             artifact_uris=tuple(sorted(uris - shared)),
         )
 
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
         _stop(scope, request_id)
-        redact = Redactor(scope.subject_id, scope.values)
+        redact = Redactor(scope.subject_id, (*scope.values, *scope.own_values))
         counts = {"runs_redacted": 0, "events_redacted": 0, "approvals_redacted": 0, "operations_redacted": 0}
         for run_id in scope.run_ids:
             for key, n in _erase_run(

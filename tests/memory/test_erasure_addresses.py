@@ -15,8 +15,10 @@ EMAIL = "zofia.kowalska@example.org"
 @pytest.mark.django_db
 def test_an_address_under_any_key_of_the_subject_s_run_is_erased_and_a_shared_one_is_not_searched(tenant):
     """Found from outside: {"contact": "zofia...@example.org"} in the subject's run state stayed after a
-    receipt that said clean (only texts under free-text keys were the request's). A workflow's own
-    sender address, in other customers' runs too, is nobody's and does not keep the receipt unclean."""
+    receipt that said clean (only texts under free-text keys were the request's). Every address in the
+    subject's own runs is erased; one that another customer's run holds too (a workflow's sender, a
+    cc of the subject) stays there, theirs, and does not keep the receipt unclean (found from outside,
+    second round: a single cc kept the address in the subject's own run)."""
     from memory.erasure import erasure_execute, erasure_request_create
 
     own = run_start(
@@ -29,7 +31,7 @@ def test_an_address_under_any_key_of_the_subject_s_run_is_erased_and_a_shared_on
     other = run_start(
         tenant=tenant,
         workflow_name="demo.countdown",
-        input={"n": 3, "from": "noreply@shop.example.com"},
+        input={"n": 3, "from": "noreply@shop.example.com", "cc": EMAIL},
         actor="t",
         subject="cust-someone-else",
     ).run
@@ -39,7 +41,7 @@ def test_an_address_under_any_key_of_the_subject_s_run_is_erased_and_a_shared_on
     own.refresh_from_db()
     other.refresh_from_db()
     assert EMAIL not in str(own.state) and own.state["contact"] == "[erased]"
-    assert own.state["from"] == "noreply@shop.example.com"  # the workflow's, not the person's
-    assert other.state["from"] == "noreply@shop.example.com"
+    assert own.state["from"] == "[erased]"  # the subject's run: every address in it goes
+    assert (other.state["from"], other.state["cc"]) == ("noreply@shop.example.com", EMAIL)  # theirs
     events = AgentEvent.objects.filter(run=own).values_list("payload", "state")
     assert not any(EMAIL in str(p) or EMAIL in str(s) for p, s in events)
