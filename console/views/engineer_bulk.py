@@ -31,10 +31,11 @@ from core.errors import ApplicationError
 from runs.engine.dispatch import run_enqueue
 from runs.engine.errors import InvalidTransition
 from runs.engine.forks import run_fork, run_rewind
-from runs.engine.models import AgentRun, RunStatus
+from runs.engine.models import SUBJECT_ERASED, AgentRun, RunStatus
 from runs.engine.resume import run_state_accept
 from runs.engine.runs import run_cancel, run_resume
 from runs.engine.selectors import LIST_FIELDS, run_count_capped, run_filtered
+from runs.langgraph.store import WORKFLOW as LANGGRAPH
 
 NOTE_MAX = 2000
 BULK_CAP = 1000  # runs one bulk action may touch; a bigger set must be narrowed first
@@ -86,14 +87,23 @@ class Action:
 # A run waiting for an approval continues when the approval is decided (the support inbox), so a
 # bulk resume leaves it out: resuming it would only be refused again for the missing approval.
 WAITING_FOR_APPROVAL = Q(suspend_reason__startswith="approval_")
+# Nor the runs a resume would only be refused for (found from outside: the dry run counted them as
+# changing, then the action skipped them): their subject was erased, a resume already waits for a
+# worker, or a LangGraph thread (its graph resumes when its question is answered).
+NOT_RESUMABLE = (
+    WAITING_FOR_APPROVAL
+    | Q(suspend_reason=SUBJECT_ERASED)
+    | Q(resume_requested_at__isnull=False)
+    | Q(workflow_name=LANGGRAPH)
+)
 
 ACTIONS = {
     "resume": Action(
         "resume",
         "Resume",
         _resume,
-        Q(status=RunStatus.SUSPENDED) & ~WAITING_FOR_APPROVAL,
-        "suspended and not waiting for an approval",
+        Q(status=RunStatus.SUSPENDED) & ~NOT_RESUMABLE,
+        "suspended, not waiting for an approval or a LangGraph answer, no resume already asked, subject not erased",
         "each run is asked to continue; a worker verifies it first and it stays suspended, with the "
         "reason, if a check fails",
     ),

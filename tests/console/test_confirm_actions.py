@@ -81,6 +81,19 @@ def test_bulk_resume_leaves_out_runs_waiting_for_an_approval(as_role, tenant):
     assert AgentRun.objects.get(run_id=waiting.run_id).resume_requested_at is None
 
 
+def test_the_bulk_resume_dry_run_counts_only_runs_a_resume_would_change(as_role, tenant):
+    """Found from outside: the dry run said 38 would change, then the action changed 5 and skipped
+    33 (a resume already asked, a subject erased): the count leaves those out now."""
+    from runs.engine.runs import run_resume
+
+    pending = suspended(tenant)
+    run_resume(run_id=pending.run_id, actor="user:ops", note="first")
+    looked = suspended(tenant)
+    dry = as_role("engineer").get("/runs/bulk/", {"action": "resume"})
+    assert dry.context["matched"] == 2 and dry.context["would"] == 1
+    assert [r.run_id for r in dry.context["preview"]] == [looked.run_id]
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_cancel_in_the_browser_confirms_and_requires_a_note(page_as, tenant):
