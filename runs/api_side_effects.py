@@ -23,12 +23,11 @@ from runs.engine.selectors import approval_list, approval_page, operation_get, r
 
 
 def _approval_check(request: Request, approval_id: UUID) -> None:
-    """An approval of another tenant does not exist for an API key (staff users decide for all)."""
-    key = request_key(request)
-    if (
-        key is not None
-        and not Approval.objects.filter(approval_id=approval_id, tenant_id=key.tenant_id).exists()
-    ):
+    """An approval of another tenant does not exist for this key or this session (its user's
+    tenants); for a session, its tenant is the audit entry's (found from outside: decisions made
+    through the API were audited with no tenant, so the tenant's staff never saw them)."""
+    tenant_id = Approval.objects.filter(approval_id=approval_id).values_list("tenant_id", flat=True).first()
+    if tenant_id is None or not request_may_see(request, tenant_id):
         raise NotFound(f"no approval {approval_id}", code="approval_not_found")
 
 

@@ -95,6 +95,7 @@ NOT_RESUMABLE = (
     | Q(suspend_reason=SUBJECT_ERASED)
     | Q(resume_requested_at__isnull=False)
     | Q(workflow_name=LANGGRAPH)
+    | Q(imported=True)  # a history copy never runs here
 )
 
 ACTIONS = {
@@ -103,7 +104,8 @@ ACTIONS = {
         "Resume",
         _resume,
         Q(status=RunStatus.SUSPENDED) & ~NOT_RESUMABLE,
-        "suspended, not waiting for an approval or a LangGraph answer, no resume already asked, subject not erased",
+        "suspended, not waiting for an approval or a LangGraph answer, no resume already asked, subject "
+        "not erased, not an imported history copy",
         "each run is asked to continue; a worker verifies it first and it stays suspended, with the "
         "reason, if a check fails",
     ),
@@ -111,16 +113,17 @@ ACTIONS = {
         "cancel",
         "Cancel",
         run_cancel,
-        Q(status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED]),
-        "running or suspended",
+        Q(status__in=[RunStatus.RUNNING, RunStatus.SUSPENDED], imported=False),
+        "running or suspended (not an imported history copy)",
         "each run stops for good (a worker mid-step can no longer commit); it cannot be resumed, only forked",
     ),
     "redispatch": Action(
         "redispatch",
         "Re-dispatch",
         _redispatch,
-        Q(status=RunStatus.RUNNING) | Q(status=RunStatus.SUSPENDED, resume_requested_at__isnull=False),
-        "running, or suspended with a resume request",
+        (Q(status=RunStatus.RUNNING) | Q(status=RunStatus.SUSPENDED, resume_requested_at__isnull=False))
+        & Q(imported=False),
+        "running, or suspended with a resume request (not an imported history copy)",
         "each run gets a new wake-up message; PostgreSQL still decides whether it runs",
     ),
 }

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST, require_safe
 
 from console.audit import actor_of, audit_record
-from console.display import approval_row, bounded, operation_row, refusal_of
+from console.display import approval_row, operation_row, refusal_of
 from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import SUPPORT, role_required, run_for_user, tenant_ids_for_user
 from console.selectors import INBOX_LIMIT, operation_last_lookup
@@ -338,12 +338,14 @@ def support_operation_lookup(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         found = contract.lookup(op.operation_id)
     except ApplicationError as exc:
         return _operation_page(request, pk, lookup_error=exc.message, status=exc.http_status, fragment=inline)
+    # Not the answer's body: the audit log is append-only and an external system's answer can hold
+    # the customer's data (found from outside: a refund lookup echoed its idempotency key, which
+    # embedded the subject's id, and the subject's erasure then failed for ever).
     said = {
         "tool": op.tool_name,
         "authoritative": found.authoritative,
         "applied": found.applied,
         "external_ref": found.external_ref,
-        "result": bounded(found.result, depth=4),
     }
     audit_record(
         request=request,

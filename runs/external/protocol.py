@@ -658,7 +658,9 @@ def external_operation_outcome(
     `not_applied` only after an authoritative lookup by the idempotency key said so."""
     with tenant_bind(lease.tenant_id):
         run = _run(lease)
-        if run.suspend_reason == SUBJECT_ERASED:
+        if run.suspend_reason == SUBJECT_ERASED or run.subject.startswith("erased:"):
+            # (A run cancelled after the erasure keeps its erased subject, not the reason: found from
+            # outside.)
             # An outcome may come after the lease is lost (the money's truth), but not into a run whose
             # subject was erased: its result and reference could carry them back after the receipt
             # (found from outside). A person settles it: the support inbox lists the operation.

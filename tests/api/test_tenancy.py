@@ -278,6 +278,12 @@ def test_a_staff_session_acts_only_for_its_tenants_with_its_roles_and_is_audited
     sneaky = AuditEntry.objects.filter(actor="user:staff-support", action="api").order_by("-id").first()
     assert sneaky.details["route"].endswith("cancel") and sneaky.tenant == tenant
 
+    decided = client.post(f"/api/v1/approvals/{ours['approval_id']}/approve", {"note": "ok"}, format="json")
+    assert decided.status_code == 409, decided.content  # its run was cancelled above: still audited
+    approval_entry = (
+        AuditEntry.objects.filter(actor="user:staff-support", action="api").order_by("-id").first()
+    )
+    assert approval_entry.details["route"].endswith("approve") and approval_entry.tenant == tenant
     # Found from outside (second round): a support session could rewind and write memory, a compliance
     # one fork, cancel and subscribe webhooks. Each change needs its console role.
     for path, body in [

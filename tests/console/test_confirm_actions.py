@@ -88,9 +88,11 @@ def test_the_bulk_resume_dry_run_counts_only_runs_a_resume_would_change(as_role,
 
     pending = suspended(tenant)
     run_resume(run_id=pending.run_id, actor="user:ops", note="first")
+    copy = suspended(tenant)
+    AgentRun.objects.filter(run_id=copy.run_id).update(imported=True)  # a history copy never runs here
     looked = suspended(tenant)
     dry = as_role("engineer").get("/runs/bulk/", {"action": "resume"})
-    assert dry.context["matched"] == 2 and dry.context["would"] == 1
+    assert dry.context["matched"] == 3 and dry.context["would"] == 1
     assert [r.run_id for r in dry.context["preview"]] == [looked.run_id]
 
 

@@ -503,6 +503,14 @@ def test_after_its_subject_is_erased_a_worker_cannot_report_an_outcome_into_the_
         format="json",
     )
     assert late.status_code == 409 and late.json()["error"]["code"] == "subject_erased", late.content
+    # Cancelled afterwards, the run loses the reason but keeps its erased subject: still refused.
+    assert api.post(f"/api/v1/runs/{run_id}/cancel", {"note": "done"}, format="json").status_code == 200
+    later = api.post(
+        w + "operations/refund:o-1/outcome",
+        {"lease_token": c["lease_token"], "outcome": "succeeded", "external_ref": "ref-cust-w-77"},
+        format="json",
+    )
+    assert later.status_code == 409 and later.json()["error"]["code"] == "subject_erased", later.content
     op = ToolOperation.objects.get(run_id=run_id)
     assert op.status == "started" and "cust-w-77" not in f"{op.result} {op.external_ref}"
     assert [o.pk for o in operation_in_doubt_list(tenant_ids=[tenant.tenant_id], limit=10)] == [op.pk]
