@@ -133,7 +133,8 @@ def request_key(request: Request) -> ApiKey | None:
 
 
 class IsStaffOrScopedKey(permissions.BasePermission):
-    """Staff users may do everything; a read key only safe methods; a write key everything."""
+    """A read key only safe methods, a write key everything; a staff session its user's tenants, with
+    a role, and for a change the role its view names (`session_roles`)."""
 
     message = "this API key may only read"
 
