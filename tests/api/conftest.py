@@ -159,3 +159,14 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
         "pending_id": pending_id,
         "subject": "c-1",  # a subject id is the tenant's own name: theirs names one of ours too
     }
+
+
+# A memory write the API takes (a test adds or changes a field).
+MEMORY_WRITE = {
+    "subject_id": "c-1",
+    "namespace": "p",
+    "key": "k",
+    "value": "v",
+    "source": "api",
+    "consent_basis": "explicit",
+}

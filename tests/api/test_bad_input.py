@@ -10,7 +10,7 @@ from core.tenancy import tenant_scope
 from memory.models import MemoryItem
 from retrieval.models import Document
 from runs.engine.models import AgentEvent, AgentRun
-from tests.api.conftest import key_client
+from tests.api.conftest import MEMORY_WRITE, key_client
 
 pytestmark = pytest.mark.django_db
 
@@ -275,17 +275,7 @@ def test_a_misspelt_field_of_a_run_is_refused_not_dropped(write_key):
     ("path", "body"),
     [
         ("/api/v1/webhooks/", {"url": "https://hooks.example.com/k", "event_types": ["run.completed"]}),
-        (
-            "/api/v1/memory/write",
-            {
-                "subject_id": "c-1",
-                "namespace": "p",
-                "key": "k",
-                "value": "v",
-                "source": "api",
-                "consent_basis": "explicit",
-            },
-        ),
+        ("/api/v1/memory/write", MEMORY_WRITE),
         ("/api/v1/erasure-requests/", {"subject_id": "c-1"}),
         ("/api/v1/retrieval/search/", {"query": "refund", "principal": "group:support"}),
     ],

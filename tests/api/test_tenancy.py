@@ -18,7 +18,7 @@ from retrieval.models import Document, Principal
 from runs import api_urls as runs_urls
 from runs.engine.models import AgentRun, Approval, ToolOperation
 from runs.engine.runs import run_start
-from tests.api.conftest import PROVENANCE, key_client, seed_tenant
+from tests.api.conftest import MEMORY_WRITE, PROVENANCE, key_client, seed_tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -289,18 +289,7 @@ def test_a_staff_session_acts_only_for_its_tenants_with_its_roles_and_is_audited
     for path, body in [
         (f"/api/v1/runs/{ours['run_id']}/rewind", {"to_seq": 1}),
         ("/api/v1/webhooks/", {"url": "https://hooks.example.com/k", "event_types": ["run.completed"]}),
-        (
-            "/api/v1/memory/write",
-            {
-                "subject_id": "c-1",
-                "namespace": "p",
-                "key": "k",
-                "value": "v",
-                "source": "api",
-                "consent_basis": "explicit",
-                "tenant": "acme",
-            },
-        ),
+        ("/api/v1/memory/write", {**MEMORY_WRITE, "tenant": "acme"}),
     ]:
         refused = client.post(path, body, format="json")
         assert refused.status_code == 403 and "role" in refused.json()["error"]["message"], (

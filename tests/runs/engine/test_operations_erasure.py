@@ -45,6 +45,20 @@ def _operation(tenant, run, grant, operation_id: str, *, outcome: str | None) ->
         )
 
 
+def _cancelled_with_a_call_in_doubt(tenant) -> None:
+    """A run of SUBJECT whose operation call:<SUBJECT> started with no outcome, then cancelled."""
+    from runs.engine.runs import run_cancel
+
+    run = run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="t", subject=SUBJECT
+    ).run
+    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    assert grant is not None
+    _operation(tenant, run, grant, f"call:{SUBJECT}", outcome=None)  # started, no outcome: in doubt
+    store.lease_release(run_id=run.run_id, owner="w1", epoch=grant.epoch)
+    run_cancel(run_id=run.run_id, actor="user:ana", note="customer withdrew")
+
+
 def _erase(tenant):
     request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
     return erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
@@ -95,16 +109,8 @@ def test_a_cancelled_run_s_operation_in_doubt_is_reconciled_and_the_erasure_then
     doubt could not be reconciled (reconcile wanted a suspended run), so its subject's erasure named
     the key on every request and never completed."""
     from runs.engine.operations import operation_reconcile
-    from runs.engine.runs import run_cancel
 
-    run = run_start(
-        tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="t", subject=SUBJECT
-    ).run
-    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
-    assert grant is not None
-    _operation(tenant, run, grant, f"call:{SUBJECT}", outcome=None)  # started, no outcome: in doubt
-    store.lease_release(run_id=run.run_id, owner="w1", epoch=grant.epoch)
-    run_cancel(run_id=run.run_id, actor="user:ana", note="customer withdrew")
+    _cancelled_with_a_call_in_doubt(tenant)
     assert _erase(tenant).receipt["clean"] is False
     operation_reconcile(
         tenant_id=tenant.tenant_id,
@@ -131,16 +137,8 @@ def test_a_reconciled_operation_keyed_by_the_subject_leaves_nothing_that_blocks_
     from django.contrib.auth.models import Group
 
     from console.models import Membership
-    from runs.engine.runs import run_cancel
 
-    run = run_start(
-        tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="t", subject=SUBJECT
-    ).run
-    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
-    assert grant is not None
-    _operation(tenant, run, grant, f"call:{SUBJECT}", outcome=None)  # started, no outcome: in doubt
-    store.lease_release(run_id=run.run_id, owner="w1", epoch=grant.epoch)
-    run_cancel(run_id=run.run_id, actor="user:ana", note="customer withdrew")
+    _cancelled_with_a_call_in_doubt(tenant)
     user = get_user_model().objects.create_user("sup", password="pw-for-tests")
     user.groups.add(Group.objects.get_or_create(name="support")[0])
     Membership.objects.create(user=user, tenant=tenant)
