@@ -44,6 +44,9 @@ CRASH_POINTS = (
 )
 
 
+KILL_MIN_AGE = 2.0  # seconds a worker is up before a random SIGKILL may pick it (it has booted)
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -205,6 +208,7 @@ def _run_scenario(
         )
 
     pool = [start_worker(i) for i in range(workers)]
+    born = [time.monotonic() for _ in pool]
     beat = start_python(celery_beat_args(crash_dir / "beat-schedule"), env=env, log=log)
     kills = _Crashes()
     started_at = time.monotonic()
@@ -227,9 +231,13 @@ def _run_scenario(
             for i, proc in enumerate(pool):
                 if proc.poll() is not None:
                     worker_exits += 1
-                    pool[i] = start_worker(i)
-            if next_kill is not None and time.monotonic() >= next_kill:
-                victim = rng.randrange(len(pool))
+                    pool[i], born[i] = start_worker(i), time.monotonic()
+            # A worker killed while it is still starting proves nothing and, on a loaded machine, can
+            # keep every run from moving until the scenario times out (seen in CI): the victim is
+            # one that has been up for KILL_MIN_AGE, at a random moment of its work.
+            grown = [i for i, at in enumerate(born) if time.monotonic() - at >= KILL_MIN_AGE]
+            if next_kill is not None and time.monotonic() >= next_kill and grown:
+                victim = rng.choice(grown)
                 held = AgentRun.objects.filter(lease_owner__endswith=f":{pool[victim].pid}").values_list(
                     "run_id", flat=True
                 )  # a solo worker's lease owner is host:pid
@@ -237,7 +245,7 @@ def _run_scenario(
                 kill_group(pool[victim])
                 kills.at.append(time.time())
                 kills.hit.extend((run_id, kills.at[-1]) for run_id in held_ids)
-                pool[victim] = start_worker(victim)
+                pool[victim], born[victim] = start_worker(victim), time.monotonic()
                 next_kill = time.monotonic() + rng.expovariate(1 / scenario.kill_interval)
             settled = AgentRun.objects.filter(run_id__in=run_ids).exclude(status="running").count()
             progress(scenario.name, settled, runs, worker_exits + len(kills.at))
