@@ -20,7 +20,7 @@ from core.api import (
 )
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
 from core.roles import ENGINEER, SUPPORT, user_roles
-from runs.engine.forks import run_fork, run_rewind
+from runs.engine.forks import run_fork_once, run_rewind
 from runs.engine.models import AgentEvent, AgentRun, RunStatus
 from runs.engine.resume import run_state_accept
 from runs.engine.runs import client_idempotency_key, run_cancel, run_resume, run_start
@@ -307,17 +307,22 @@ class RunForkApi(APIView):
         note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     @extend_schema(
-        summary="Fork a run at an event",
+        summary="Fork a run at an event (idempotent with an Idempotency-Key header)",
         request=InputSerializer,
-        responses={201: RunOutputSerializer, **error_responses(409, 422)},
+        responses={201: RunOutputSerializer, 200: RunOutputSerializer, **error_responses(409, 422)},
         examples=[OpenApiExample("fork", value={"at_seq": 3, "note": "try again"}, request_only=True)],
     )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         run_for_request(request, run_id)
-        child = run_fork(run_id=run_id, actor=request_actor(request), **data.validated_data)
-        return Response(RunOutputSerializer(child).data, status=201)
+        fork = run_fork_once(
+            run_id=run_id,
+            actor=request_actor(request),
+            idempotency_key=request.headers.get("Idempotency-Key"),
+            **data.validated_data,
+        )
+        return Response(RunOutputSerializer(fork.run).data, status=201 if fork.created else 200)
 
 
 class RunRewindApi(APIView):
@@ -328,17 +333,22 @@ class RunRewindApi(APIView):
         note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     @extend_schema(
-        summary="Rewind a run to an event (as a new run)",
+        summary="Rewind a run to an event (as a new run; idempotent with an Idempotency-Key header)",
         request=InputSerializer,
-        responses={201: RunOutputSerializer, **error_responses(409, 422)},
+        responses={201: RunOutputSerializer, 200: RunOutputSerializer, **error_responses(409, 422)},
         examples=[OpenApiExample("rewind", value={"to_seq": 2}, request_only=True)],
     )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         run_for_request(request, run_id)
-        child = run_rewind(run_id=run_id, actor=request_actor(request), **data.validated_data)
-        return Response(RunOutputSerializer(child).data, status=201)
+        rewound = run_rewind(
+            run_id=run_id,
+            actor=request_actor(request),
+            idempotency_key=request.headers.get("Idempotency-Key"),
+            **data.validated_data,
+        )
+        return Response(RunOutputSerializer(rewound.run).data, status=201 if rewound.created else 200)
 
 
 ACCEPTED_STATE = inline_serializer(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from django import forms
 from django.http import Http404, HttpResponse, QueryDict
@@ -173,6 +173,11 @@ def _events_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
     }
 
 
+def request_token() -> str:
+    """A rendered fork or rewind form's idempotency key: the form sent twice makes one run."""
+    return uuid4().hex
+
+
 def run_page_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
     """Everything the run page shows (the action views re-render it with an error)."""
     base = reverse("console:run_detail", args=[run.run_id])
@@ -199,6 +204,7 @@ def run_page_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
         "events_limit": limit,
         "lease_expired": lease_expired,
         "fork_seq": fork_seq,
+        "request_token": request_token(),
         "erased": run.subject.startswith("erased:"),
         "driven_outside": registry.outside(run.workflow_name),
         "operations": operation_run_list(run=run),

@@ -26,11 +26,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 from console.audit import actor_of, audit_record
 from console.htmx import HtmxHttpRequest
 from console.roles import ENGINEER, role_required, run_for_user, user_tenants
-from console.views.engineer import FILTER_FIELDS, RunFilterForm, filter_query, run_page_context
+from console.views.engineer import FILTER_FIELDS, RunFilterForm, filter_query, request_token, run_page_context
 from core.errors import ApplicationError
 from runs.engine.dispatch import run_enqueue
 from runs.engine.errors import InvalidTransition
-from runs.engine.forks import run_fork, run_rewind
+from runs.engine.forks import run_fork_once, run_rewind
 from runs.engine.models import SUBJECT_ERASED, AgentRun, RunStatus
 from runs.engine.resume import run_state_accept
 from runs.engine.runs import run_cancel, run_resume
@@ -160,19 +160,25 @@ class ConfirmedNoteForm(forms.Form):
 
 class RewindForm(ConfirmedNoteForm):
     at_seq = forms.IntegerField(min_value=1)
+    # One per rendered form (request_token()): the same form sent twice makes one run, not two.
+    request_token = forms.CharField(max_length=64, required=False)
 
 
 class ForkForm(NoteForm):
     at_seq = forms.IntegerField(min_value=1)
     start = forms.BooleanField(required=False)
+    request_token = forms.CharField(max_length=64, required=False)
 
 
 def _apply(
     request: HtmxHttpRequest, run: Any, action: str, note: str, call: Callable[[], Any], **details: Any
 ) -> Any:
-    """The service call and its audit entry, both or neither."""
+    """The service call and its audit entry, both or neither (none for a request sent again, whose
+    result says created False: it changed nothing)."""
     with transaction.atomic():
         result = call()
+        if getattr(result, "created", True) is False:
+            return result
         audit_record(
             request=request,
             action=action,
@@ -194,7 +200,15 @@ def _refused(request: HtmxHttpRequest, run_id: UUID, message: str, status: int) 
 def _confirm_page(
     request: HtmxHttpRequest, run: AgentRun, action: str, form: forms.Form, status: int = 200, **extra: Any
 ) -> HttpResponse:
-    context = {"run": run, "action": action, "form": form, "active": run.status in ACTIVE, **extra}
+    context = {
+        "run": run,
+        "action": action,
+        "form": form,
+        "active": run.status in ACTIVE,
+        # The token the rewind's form came with (kept when the page is shown again with errors).
+        "request_token": str(form.data.get("request_token") or "")[:64] or request_token(),
+        **extra,
+    }
     return render(request, "console/engineer/confirm.html", context, status=status)
 
 
@@ -270,29 +284,38 @@ def run_fork_view(request: HtmxHttpRequest, run_id: UUID, rewind: bool = False) 
             request, run.run_id, "give the event's seq (a whole number from 1) and a short note", 422
         )
     seq, note, actor = form.cleaned_data["at_seq"], form.cleaned_data["note"], actor_of(request)
+    token = form.cleaned_data["request_token"] or None
     name = "rewind" if rewind else "fork"
     try:
         if rewind:
-            child = _apply(
+            made = _apply(
                 request,
                 run,
                 name,
                 note,
-                lambda: run_rewind(run_id=run.run_id, to_seq=seq, actor=actor, note=note),
+                lambda: run_rewind(
+                    run_id=run.run_id, to_seq=seq, actor=actor, note=note, idempotency_key=token
+                ),
                 to_seq=seq,
             )
         else:
             start = form.cleaned_data["start"]
-            child = _apply(
+            made = _apply(
                 request,
                 run,
                 name,
                 note,
-                lambda: run_fork(run_id=run.run_id, at_seq=seq, actor=actor, start=start, note=note),
+                lambda: run_fork_once(
+                    run_id=run.run_id, at_seq=seq, actor=actor, start=start, note=note, idempotency_key=token
+                ),
                 at_seq=seq,
             )
     except ApplicationError as exc:
         return _refused(request, run.run_id, f"{name.capitalize()} refused: {exc.message}", exc.http_status)
+    child = made.run
+    if not made.created:
+        messages.info(request, f"this form was sent before: run {child.run_id} is the {name} it made")
+        return redirect("console:run_detail", run_id=child.run_id)
     verb = "was rewound to event" if rewind else "was forked at event"
     messages.success(request, f"run {run.run_id} {verb} {seq}: this is the new run {child.run_id}")
     return redirect("console:run_detail", run_id=child.run_id)

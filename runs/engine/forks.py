@@ -20,9 +20,10 @@ from core.errors import Conflict, InvalidInput
 from core.tenancy import tenant_bind, tenant_of_call, tenant_scope
 from runs.engine import store
 from runs.engine.dispatch import run_enqueue_on_commit
-from runs.engine.errors import InvalidTransition, RunImported, SubjectErased
+from runs.engine.errors import IdempotencyConflict, InvalidTransition, RunImported, SubjectErased
 from runs.engine.models import AgentEvent, AgentRun, RunStatus
 from runs.engine.registry import registry
+from runs.engine.runs import MAX_IDEMPOTENCY_KEY_LENGTH, StartedRun
 from runs.engine.selectors import run_get
 from runs.engine.state import state_encode
 
@@ -96,14 +97,74 @@ def fork_copier_register(copier: ForkCopier) -> None:
         _copiers.append(copier)
 
 
+FORK_KEY_PREFIX = "fork:"  # a fork's own idempotency key, beside run_start's (runs.RESERVED_KEY_PREFIXES)
+
+
+def _fork_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not 0 < len(key.strip()) <= MAX_IDEMPOTENCY_KEY_LENGTH - len(FORK_KEY_PREFIX):
+        raise InvalidInput(
+            f"idempotency key must be 1 to {MAX_IDEMPOTENCY_KEY_LENGTH - len(FORK_KEY_PREFIX)} characters",
+            code="invalid_idempotency_key",
+        )
+    return FORK_KEY_PREFIX + key
+
+
+def _fork_made(*, tenant_id: uuid.UUID, key: str, parent_id: uuid.UUID, at_seq: int) -> AgentRun | None:
+    """The fork an earlier request with this key made, if any; the same key for another fork is a
+    conflict (the key names one request, as run_start's does)."""
+    made = AgentRun.objects.filter(tenant_id=tenant_id, idempotency_key=key).first()
+    if made is None:
+        return None
+    if made.parent_run_id != parent_id or made.fork_seq != at_seq:
+        raise IdempotencyConflict(
+            f"idempotency key {key.removeprefix(FORK_KEY_PREFIX)!r} was already used for another request "
+            f"(run {made.run_id})",
+            details={"run_id": str(made.run_id)},
+        )
+    return made
+
+
 @tenant_of_call
-def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, note: str = "") -> AgentRun:
+def run_fork(
+    *,
+    run_id: uuid.UUID,
+    at_seq: int,
+    actor: str,
+    start: bool = True,
+    note: str = "",
+    idempotency_key: str | None = None,
+) -> AgentRun:
+    """run_fork_once's run: the new fork, or the one this idempotency key already made."""
+    return run_fork_once(
+        run_id=run_id, at_seq=at_seq, actor=actor, start=start, note=note, idempotency_key=idempotency_key
+    ).run
+
+
+@tenant_of_call
+def run_fork_once(
+    *,
+    run_id: uuid.UUID,
+    at_seq: int,
+    actor: str,
+    start: bool = True,
+    note: str = "",
+    idempotency_key: str | None = None,
+) -> StartedRun:
     """A new run continuing from event `at_seq` of this one. Not started, it expires after a TTL.
 
     The child keeps the parent's subject (erasure and learning reach it) and carries the
     conversation up to `at_seq` as its own events, each naming the event it was copied from.
+    With an idempotency key (the API's header, the console form's token), a request sent again
+    gives back the fork the first one made (created False) instead of a second fork.
     """
+    key = _fork_key(idempotency_key)
     parent = run_get(run_id=run_id)
+    if key is not None:
+        made = _fork_made(tenant_id=parent.tenant_id, key=key, parent_id=parent.run_id, at_seq=at_seq)
+        if made is not None:
+            return StartedRun(made, created=False)
     registry.refuse_outside(workflow_name=parent.workflow_name, run_id=run_id, action="forked or rewound")
     if parent.subject.startswith("erased:"):
         raise SubjectErased(
@@ -126,7 +187,7 @@ def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, 
         "spent": _carried(state),
     }
     with tenant_scope(parent.tenant_id):
-        store.insert_run(
+        created = store.insert_run(
             run_id=child_id,
             tenant_id=parent.tenant_id,
             workflow_name=parent.workflow_name,
@@ -135,7 +196,7 @@ def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, 
             next_step=next_step,
             state_json=encoded.json,
             state_digest=encoded.digest,
-            idempotency_key=None,
+            idempotency_key=key,
             input_digest=parent.input_digest,
             actor=actor,
             parent_run_id=parent.run_id,
@@ -146,6 +207,12 @@ def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, 
             payload_json=canonical_json(payload),
             subject=parent.subject,
         )
+        if not created:  # the same key, sent at the same moment: the other request's fork
+            assert key is not None  # only a key can collide
+            made = _fork_made(tenant_id=parent.tenant_id, key=key, parent_id=parent.run_id, at_seq=at_seq)
+            if made is None:
+                raise InvalidTransition(f"the fork of run {run_id} with this key vanished; send it again")
+            return StartedRun(made, created=False)
         for copy in _copiers:
             copy(
                 parent=parent,
@@ -156,22 +223,37 @@ def run_fork(*, run_id: uuid.UUID, at_seq: int, actor: str, start: bool = True, 
             )
         if start:
             run_enqueue_on_commit(run_id=child_id)
-    return AgentRun.objects.get(run_id=child_id)
+    return StartedRun(AgentRun.objects.get(run_id=child_id), created=True)
 
 
 @tenant_of_call
-def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") -> AgentRun:
+def run_rewind(
+    *, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "", idempotency_key: str | None = None
+) -> StartedRun:
     """Continue from event `to_seq` in a new run that supersedes this one; this one is kept, marked
-    (and cancelled if it was still active)."""
+    (and cancelled if it was still active). Sent again with the same idempotency key: the run the
+    first request made (created False); without one, a second rewind is refused (already superseded)."""
+    key = _fork_key(idempotency_key)
     with transaction.atomic():
         parent = AgentRun.objects.select_for_update().get(run_id=run_get(run_id=run_id).run_id)
+        if key is not None:
+            made = _fork_made(tenant_id=parent.tenant_id, key=key, parent_id=parent.run_id, at_seq=to_seq)
+            if made is not None and parent.superseded_by_id == made.run_id:
+                return StartedRun(made, created=False)
+            if made is not None:  # the key made a fork of this run, not the run that supersedes it
+                raise IdempotencyConflict(
+                    f"idempotency key {idempotency_key!r} was already used for a fork of run {run_id}",
+                    details={"run_id": str(made.run_id)},
+                )
         if parent.imported:
             raise RunImported(
                 f"run {run_id} is an imported history copy and never runs here; fork it instead (a fork runs)"
             )
         if parent.superseded_by_id is not None:
             raise InvalidTransition(f"run {run_id} was already superseded by {parent.superseded_by_id}")
-        child = run_fork(run_id=run_id, at_seq=to_seq, actor=actor, note=note)
+        child = run_fork(
+            run_id=run_id, at_seq=to_seq, actor=actor, note=note, idempotency_key=idempotency_key
+        )
         active = parent.status in (RunStatus.RUNNING, RunStatus.SUSPENDED)
         seq = store.transition(
             run_id=parent.run_id,
@@ -186,7 +268,7 @@ def run_rewind(*, run_id: uuid.UUID, to_seq: int, actor: str, note: str = "") ->
         )
         if seq is None:
             raise InvalidTransition(f"run {run_id} changed while rewinding; nothing was written")
-    return child
+    return StartedRun(child, created=True)
 
 
 def forks_expire() -> int:

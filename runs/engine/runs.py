@@ -33,7 +33,7 @@ MAX_IDEMPOTENCY_KEY_LENGTH = 200
 # The keys Keeper gives the runs it starts itself: a LangGraph thread's run (runs.langgraph), a child
 # run (runs.engine.children), a schedule's slot (runs.engine.schedules). A client's run under one of
 # them would take that run's place: the thread, child or slot would find a run that is not its own.
-RESERVED_KEY_PREFIXES = ("langgraph:", "child:", "schedule:")
+RESERVED_KEY_PREFIXES = ("langgraph:", "child:", "schedule:", "fork:")
 
 
 def client_idempotency_key(key: str | None) -> str | None:
@@ -42,7 +42,7 @@ def client_idempotency_key(key: str | None) -> str | None:
     if key is not None and key.startswith(RESERVED_KEY_PREFIXES):
         raise InvalidInput(
             f"idempotency keys starting with {', '.join(RESERVED_KEY_PREFIXES)} are Keeper's own "
-            "(LangGraph threads, child runs, schedules); choose another",
+            "(LangGraph threads, child runs, schedules, forks); choose another",
             code="reserved_idempotency_key",
         )
     return key

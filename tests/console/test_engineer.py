@@ -393,6 +393,30 @@ def test_redispatch_fork_and_rewind_are_audited(as_role, tenant):
     assert AgentEvent.objects.filter(run=done, event_type="run_superseded", actor="user:engineer").exists()
 
 
+def test_a_fork_or_rewind_form_sent_twice_makes_one_run_and_one_audit_entry(as_role, tenant):
+    """A double click on Fork made two forks (and two audit entries)."""
+    done = finish(start(tenant, n=3))
+    client = as_role("engineer")
+    page = client.get(detail(done))
+    token = page.context["request_token"]
+    assert f'name="request_token" value="{token}"' in page.content.decode()
+    form = {"at_seq": 3, "note": "try again", "start": "on", "request_token": token}
+    first, again = (client.post(detail(done, "run_fork"), form) for _ in range(2))
+    child = AgentRun.objects.get(parent_run=done, fork_seq=3)
+    assert first["Location"] == again["Location"] == detail(child)
+    assert "this form was sent before" in client.get(again["Location"]).content.decode()
+    assert client.get(detail(done)).context["request_token"] != token  # a new page: a new fork
+    confirm = client.post(detail(done, "run_rewind"), {"at_seq": 2, "note": "wrong turn"})
+    rewind_token = confirm.context["request_token"]
+    assert f'name="request_token" value="{rewind_token}"' in confirm.content.decode()
+    form = {"at_seq": 2, "note": "wrong turn", "confirm": "yes", "request_token": rewind_token}
+    first, again = (client.post(detail(done, "run_rewind"), form) for _ in range(2))
+    done.refresh_from_db()
+    assert first["Location"] == again["Location"] == detail(done.superseded_by)
+    assert [e.action for e in audit_for(done)] == ["rewind", "fork"]
+    assert AgentRun.objects.filter(parent_run=done).count() == 2
+
+
 # --- bulk -----------------------------------------------------------------------------------------
 
 

@@ -80,6 +80,53 @@ def test_read_run_and_page_through_events(api, tenant):
     assert api.get(f"/api/v1/runs/{uuid.uuid4()}/").json()["error"]["code"] == "run_not_found"
 
 
+def _finished(api, n=2):
+    from runs.engine.steps import run_advance
+
+    run_id = api.post(
+        "/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {"n": n}}, format="json"
+    ).json()["run_id"]
+    while run_advance(run_id=uuid.UUID(run_id), worker_id="w").outcome == "committed":
+        pass
+    return run_id
+
+
+def test_a_fork_or_rewind_sent_twice_with_a_key_makes_one_run(api, tenant):
+    """A retried fork (a client's timeout, a double click) made a second run for every try."""
+    run_id = _finished(api)
+    fork = f"/api/v1/runs/{run_id}/fork"
+    first = api.post(fork, {"at_seq": 2, "start": False}, format="json", HTTP_IDEMPOTENCY_KEY="f-1")
+    again = api.post(fork, {"at_seq": 2, "start": False}, format="json", HTTP_IDEMPOTENCY_KEY="f-1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["run_id"] == again.json()["run_id"]
+    other = api.post(fork, {"at_seq": 1}, format="json", HTTP_IDEMPOTENCY_KEY="f-1")
+    assert other.status_code == 409 and other.json()["error"]["code"] == "idempotency_key_reused"
+    assert api.post(fork, {"at_seq": 2}, format="json").status_code == 201  # no key: a fork each time
+    assert AgentRun.objects.filter(parent_run_id=run_id).count() == 2
+    reserved = api.post(
+        "/api/v1/runs/",
+        {"tenant": "acme", "workflow": "demo.countdown", "input": {"n": 1}},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="fork:f-1",
+    )
+    assert reserved.status_code == 422 and reserved.json()["error"]["code"] == "reserved_idempotency_key"
+
+    rewind = f"/api/v1/runs/{run_id}/rewind"
+    first = api.post(rewind, {"to_seq": 2}, format="json", HTTP_IDEMPOTENCY_KEY="r-1")
+    again = api.post(rewind, {"to_seq": 2}, format="json", HTTP_IDEMPOTENCY_KEY="r-1")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["run_id"] == again.json()["run_id"]
+    assert AgentRun.objects.get(run_id=run_id).superseded_by_id == uuid.UUID(first.json()["run_id"])
+    assert AgentEvent.objects.filter(run_id=run_id, event_type="run_superseded").count() == 1
+    # Without the key, or with another one, a second rewind is refused: the run is superseded.
+    refused = api.post(rewind, {"to_seq": 2}, format="json", HTTP_IDEMPOTENCY_KEY="r-2")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "invalid_transition"
+    # The fork's key names a fork, not this rewind.
+    used = api.post(rewind, {"to_seq": 2}, format="json", HTTP_IDEMPOTENCY_KEY="f-1")
+    assert used.status_code == 409 and used.json()["error"]["code"] == "idempotency_key_reused"
+    assert AgentRun.objects.filter(parent_run_id=run_id).count() == 3
+
+
 def test_cancel_then_resume_is_refused_with_409(api, tenant):
     run_id = api.post(
         "/api/v1/runs/", {"tenant": "acme", "workflow": "demo.countdown", "input": {"n": 1}}, format="json"

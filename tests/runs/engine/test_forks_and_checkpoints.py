@@ -130,7 +130,7 @@ def test_rewind_supersedes_the_original_which_is_kept(tenant, sandbox, settings)
     run = _drive(
         run_start(tenant=tenant, workflow_name="refund", input={"order_id": "o-rw"}, actor="t").run.run_id
     )
-    child = run_rewind(run_id=run.run_id, to_seq=2, actor="user:eng", note="re-decide")
+    child = run_rewind(run_id=run.run_id, to_seq=2, actor="user:eng", note="re-decide").run
     run.refresh_from_db()
     assert run.superseded_by_id == child.run_id and run.status == "completed"
     assert AgentEvent.objects.filter(run=run, event_type="run_superseded").count() == 1
@@ -250,7 +250,7 @@ def test_a_fork_of_a_conversation_at_every_seq_carries_it_and_answers_the_fork(t
 def test_a_rewind_of_a_conversation_at_every_seq_carries_it_and_answers_the_rewound_run(tenant):
     for seq in range(1, _chat_parent(tenant).state_revision + 1):
         parent = _chat_parent(tenant)
-        child = run_rewind(run_id=parent.run_id, to_seq=seq, actor="user:eng", note="try again")
+        child = run_rewind(run_id=parent.run_id, to_seq=seq, actor="user:eng", note="try again").run
         parent.refresh_from_db()
         assert parent.superseded_by_id == child.run_id and parent.status == "cancelled"
         _assert_carries_and_answers(tenant, parent, child, seq)
@@ -263,7 +263,7 @@ def test_forks_and_rewinds_keep_the_subject_and_learning_works_on_them(tenant):
 
     parent = _chat_parent(tenant)
     fork = run_fork(run_id=parent.run_id, at_seq=parent.state_revision, actor="user:eng", start=False)
-    rewound = run_rewind(run_id=parent.run_id, to_seq=3, actor="user:eng")
+    rewound = run_rewind(run_id=parent.run_id, to_seq=3, actor="user:eng").run
     for child in (fork, rewound):
         assert child.subject == "cust-9"
         learned = run_learn(run_id=child.run_id)
