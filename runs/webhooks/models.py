@@ -46,6 +46,14 @@ class WebhookSubscription(models.Model):
         indexes = [
             models.Index(fields=["tenant"], condition=Q(deleted_at__isnull=True), name="webhook_subs_active"),
         ]
+        constraints = [
+            # One live subscription per endpoint: a subscribe sent twice delivered every event twice.
+            models.UniqueConstraint(
+                fields=["tenant", "url"],
+                condition=Q(deleted_at__isnull=True),
+                name="webhook_subs_one_per_url",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.url} ({', '.join(self.event_types)})"

@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from core.errors import InvalidInput, NotFound
+from core.errors import Conflict, InvalidInput, NotFound
 from core.models import Tenant
 from runs.webhooks.models import EVENT_TYPES, DeliveryStatus, WebhookDelivery, WebhookSubscription
 
@@ -112,18 +112,33 @@ def webhook_event_types_check(*, event_types: list[str]) -> list[str]:
     return sorted(set(event_types))
 
 
+class WebhookUrlSubscribed(Conflict):
+    code = "webhook_url_subscribed"
+
+
 def webhook_subscription_create(*, tenant: Tenant, url: str, event_types: list[str], actor: str) -> Created:
     """Subscribe an endpoint to some event types; the signing secret is in the result, once."""
     checked_url = webhook_url_check(url=url)
     types = webhook_event_types_check(event_types=event_types)
     secret = "whsec_" + secrets.token_urlsafe(32)
-    subscription = WebhookSubscription.objects.create(
-        tenant=tenant,
-        url=checked_url,
-        event_types=types,
-        secret=secret,
-        created_by=actor,
-    )
+    try:
+        with transaction.atomic():
+            subscription = WebhookSubscription.objects.create(
+                tenant=tenant,
+                url=checked_url,
+                event_types=types,
+                secret=secret,
+                created_by=actor,
+            )
+    except IntegrityError:  # webhook_subs_one_per_url: this tenant already sends there
+        live = WebhookSubscription.objects.filter(
+            tenant=tenant, url=checked_url, deleted_at__isnull=True
+        ).first()
+        raise WebhookUrlSubscribed(
+            f"{checked_url} is already subscribed (webhook {live.id if live else '?'}): each event would be "
+            "sent there twice; delete that subscription first to change its event types or secret",
+            details={"webhook_id": str(live.id) if live else None},
+        ) from None
     return Created(subscription, secret)
 
 

@@ -34,6 +34,16 @@ def test_an_engineer_subscribes_sees_the_secret_once_and_the_act_is_audited(as_r
     assert subscription.secret not in str(entry.details)
 
 
+def test_a_url_subscribed_twice_is_a_form_error(as_role, tenant):
+    client = as_role("engineer")
+    data = {"tenant": "acme", "url": "https://acme.example/h", "event_types": ["run.failed"]}
+    assert client.post("/webhooks/subscribe/", data).status_code == 201
+    again = client.post("/webhooks/subscribe/", data)
+    assert again.status_code == 422 and "already subscribed" in again.content.decode()
+    assert WebhookSubscription.objects.count() == 1
+    assert AuditEntry.objects.filter(action="webhook_create").count() == 1
+
+
 @pytest.mark.parametrize(
     "data",
     [

@@ -173,6 +173,26 @@ def test_a_deleted_subscription_gets_nothing_more_and_its_pending_deliveries_are
     assert again.status_code == 404 and again.json()["error"]["code"] == "webhook_not_found"
 
 
+def test_a_url_subscribed_twice_is_refused_until_the_first_is_deleted(tenant, other_tenant, api, allow_http):
+    """A subscribe sent twice (a retry after a timeout) made two subscriptions, and every event went
+    to the endpoint twice."""
+    body = {"url": "https://acme.example/h", "event_types": ["run.failed"]}
+    first = api.post("/api/v1/webhooks/", body, format="json")
+    again = api.post("/api/v1/webhooks/", {**body, "event_types": ["run.completed"]}, format="json")
+    assert (first.status_code, again.status_code) == (201, 409)
+    error = again.json()["error"]
+    assert error["code"] == "webhook_url_subscribed" and error["details"]["webhook_id"] == first.json()["id"]
+    assert "secret" not in again.json() and first.json()["secret"] not in again.content.decode()
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
+    run_fail(run_id=run.run_id, actor="test", code="x")
+    assert WebhookDelivery.objects.filter(run_id=run.run_id).count() == 1
+    # Another tenant may send to the same address; this one may again once the first is deleted.
+    with tenant_bind(other_tenant.tenant_id):
+        assert _subscribe(other_tenant, body["url"]).subscription.url == body["url"]
+    assert api.delete(f"/api/v1/webhooks/{first.json()['id']}").status_code == 204
+    assert api.post("/api/v1/webhooks/", body, format="json").status_code == 201
+
+
 @pytest.mark.parametrize(
     ("body", "code"),
     [
