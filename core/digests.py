@@ -6,6 +6,7 @@ import hashlib
 import hmac
 import json
 import re
+from decimal import Decimal
 from typing import Any
 
 from core.errors import InvalidInput
@@ -18,13 +19,34 @@ class NotJSONSerializable(InvalidInput):
     code = "not_json_serializable"
 
 
+def _as_stored(value: Any) -> Any:
+    """The value as PostgreSQL's jsonb gives it back: a number keeps no negative zero (-0.0 is 0.0),
+    and a float Python writes with a positive exponent (1e+16 and beyond, all whole numbers) comes
+    back in plain digits, which JSON reads as an integer."""
+    if isinstance(value, float):
+        if value == 0:
+            return 0.0
+        text = repr(value)
+        return int(Decimal(text)) if "e+" in text else value
+    if isinstance(value, dict):
+        return {k: _as_stored(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_stored(v) for v in value]
+    return value
+
+
 def canonical_json(value: Any) -> str:
-    """One text per value: sorted keys, no spaces, UTF-8, and no NaN or Infinity.
+    """One text per value: sorted keys, no spaces, UTF-8, and no NaN or Infinity; numbers as jsonb
+    stores them, so a value read back from the database has the digest it was written with.
 
     It also refuses what PostgreSQL's jsonb cannot store: NUL characters and unpaired surrogates.
     """
     try:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        if "e+" in text or "-0.0" in text:  # maybe such a number (or only a text that looks like one)
+            text = json.dumps(
+                _as_stored(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            )
     except (TypeError, ValueError) as exc:
         raise NotJSONSerializable(f"value is not plain JSON: {exc}") from None
     if "\\u0000" in text and _NUL_ESCAPE.search(text):

@@ -270,3 +270,22 @@ def test_forks_and_rewinds_keep_the_subject_and_learning_works_on_them(tenant):
         assert learned["kept"] + learned["unchanged"] >= 1, learned
     with tenant_scope(tenant.tenant_id):
         assert MemoryItem.objects.filter(tenant=tenant, subject_id="cust-9").exists()
+
+
+def test_numbers_jsonb_writes_differently_keep_their_digest(tenant):
+    """-0.0 came back from jsonb as 0.0 and 1.2345678901234567e+19 as 12345678901234567000: the state
+    read back no longer matched its digest, so a fork at that event was refused as a changed history
+    (and an outside worker's run stopped with state_digest_mismatch when its lease was taken over)."""
+    odd = {"n": 2, "zero": -0.0, "big": 1.2345678901234567e19, "list": [-1e16, 1e-07, 0.5], "text": "e+ -0.0"}
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input=odd, actor="t").run
+    run.refresh_from_db()
+    assert state_encode(run.state).digest == run.state_digest  # as read back from the database
+    assert (
+        run.state["zero"] == 0 and run.state["big"] == 12345678901234567000 and run.state["text"] == "e+ -0.0"
+    )
+    while run_advance(run_id=run.run_id, worker_id="w").outcome == "committed":
+        pass
+    for seq in (1, 2):
+        child = run_fork(run_id=run.run_id, at_seq=seq, actor="user:eng", start=False)
+        assert child.state_digest == AgentEvent.objects.get(run=run, seq=seq).state_digest
+    assert canonical_json({"a": -0.0, "b": [1e16]}) == '{"a":0.0,"b":[10000000000000000]}'
