@@ -94,6 +94,18 @@ def _move(
         current = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
         if current is None:
             raise NotFound(f"no operation {operation_id}", code="operation_not_found")
+        if _same_outcome(current, to_status, external_ref, result):
+            # The same outcome sent again (its answer was lost): the answer, and nothing written twice.
+            return OperationRow(
+                current.operation_id,
+                current.run_id,
+                current.status,
+                current.request_digest,
+                current.tool_contract_version,
+                current.external_ref,
+                current.result,
+                current.attempts,
+            )
         why = "the lease was lost" if lease_epoch is not None and current.status == "prepared" else ""
         raise OperationStateConflict(
             f"operation {operation_id} is {current.status}; it cannot become {to_status}"
@@ -101,6 +113,20 @@ def _move(
             details={"status": current.status},
         )
     return op
+
+
+# The outcomes a client may send again and get the same answer: final ones, the same in every part
+# the operation keeps. ("started" is not: a second start must go through the lease check.)
+_REPEATABLE = ("succeeded", "failed", "unknown")
+
+
+def _same_outcome(current: ToolOperation, to_status: str, external_ref: str | None, result: Any) -> bool:
+    if current.status != to_status or to_status not in _REPEATABLE:
+        return False
+    if to_status == "unknown":
+        return True
+    same_result = canonical_json(current.result) == canonical_json(result)
+    return same_result and (to_status != "succeeded" or current.external_ref == external_ref)
 
 
 @tenant_of_call
@@ -192,6 +218,11 @@ def operation_reconcile(
     op = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
     if op is None:
         raise NotFound(f"no operation {operation_id}", code="operation_not_found")
+    if op.status not in store.OPERATION_TRANSITIONS["succeeded"]:  # in doubt: started or unknown
+        raise OperationStateConflict(
+            f"operation {operation_id} is {op.status}: only an operation in doubt is reconciled",
+            details={"status": op.status},
+        )
     run = AgentRun.objects.get(run_id=op.run_id)
     if run.status == RunStatus.RUNNING:
         raise InvalidTransition(

@@ -104,6 +104,12 @@ def test_the_whole_protocol_moves_the_run_to_completion_with_one_operation(api, 
         format="json",
     )
     assert unknown_is_not_failed.json()["status"] == "unknown"
+    unknown_again = api.post(
+        w + "operations/refund:o-1/outcome",
+        {"lease_token": token, "outcome": "unknown", "note": "timeout"},
+        format="json",
+    )
+    assert unknown_again.status_code == 200 and unknown_again.json()["status"] == "unknown"
     failed = api.post(
         w + "operations/refund:o-1/outcome", {"lease_token": token, "outcome": "failed"}, format="json"
     )
@@ -116,6 +122,24 @@ def test_the_whole_protocol_moves_the_run_to_completion_with_one_operation(api, 
         format="json",
     )
     assert ok.json()["status"] == "succeeded" and ok.json()["external_ref"] == "rf_1"
+    # The same outcome sent again (a client whose answer was lost retries): the same answer, nothing
+    # written twice; another outcome or reference is still refused.
+    history = len(ToolOperation.objects.get(operation_id="refund:o-1").history)
+    again = api.post(
+        w + "operations/refund:o-1/outcome",
+        {"lease_token": token, "outcome": "succeeded", "external_ref": "rf_1"},
+        format="json",
+    )
+    assert again.status_code == 200 and again.json() == ok.json()
+    assert len(ToolOperation.objects.get(operation_id="refund:o-1").history) == history
+    for other in (
+        {"outcome": "succeeded", "external_ref": "rf_2"},
+        {"outcome": "unknown", "note": "timeout"},
+    ):
+        refused = api.post(
+            w + "operations/refund:o-1/outcome", {"lease_token": token, **other}, format="json"
+        )
+        assert refused.status_code == 409, other
     hb = api.post(w + "heartbeat", {"lease_token": token}, format="json")
     assert hb.status_code == 200 and hb.json()["lease_expires_at"]
     done = api.post(
