@@ -18,6 +18,7 @@ from console.audit import actor_of, audit_record
 from console.display import MAX_DIFF_ENTRIES, json_diff
 from console.htmx import HtmxHttpRequest
 from console.roles import ENGINEER, role_required, run_for_user
+from console.views.engineer import request_token
 from core.errors import ApplicationError
 from runs.engine.models import AgentRun, RunStatus
 from runs.langgraph.store import WORKFLOW as LANGGRAPH
@@ -27,6 +28,7 @@ NOTE_MAX = 2000
 
 class CheckpointForkForm(forms.Form):
     checkpoint_id = forms.CharField(max_length=200)
+    request_token = forms.CharField(max_length=64, required=False)  # the form sent twice forks once
     note = forms.CharField(max_length=NOTE_MAX, widget=forms.Textarea(attrs={"rows": 2, "dir": "auto"}))
 
 
@@ -71,6 +73,7 @@ def _page(
         entries, cut = json_diff(parent or {}, state or {})
         context.update(row=row, state=state, entries=entries, cut=cut, limit=MAX_DIFF_ENTRIES)
     context["fork_form"] = fork_form or CheckpointForkForm(initial={"checkpoint_id": chosen})
+    context["request_token"] = request_token()
     context["active"] = run.status == RunStatus.SUSPENDED
     return render(request, "console/engineer/langgraph.html", context, status=status)
 
@@ -95,13 +98,18 @@ def run_langgraph_fork(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
     timeline = _timeline()
     try:
         with transaction.atomic():
-            forked = timeline.thread_checkpoint_fork(
+            AgentRun.objects.select_for_update().filter(run_id=run.run_id).first()  # one fork at a time
+            forked, created = timeline.thread_checkpoint_fork(
                 tenant_id=run.tenant_id,
                 thread_id=thread_id,
                 checkpoint_id=data["checkpoint_id"],
                 actor=actor,
                 note=data["note"],
+                request_token=data["request_token"],
             )
+            if not created:
+                messages.info(request, f"this form was sent before: checkpoint {forked} is the fork it made")
+                return redirect(f"/runs/{run.run_id}/langgraph/?checkpoint={forked}")
             audit_record(
                 request=request,
                 action="langgraph_fork",

@@ -74,29 +74,37 @@ def thread_checkpoint_state(*, tenant_id: UUID, thread_id: str, checkpoint_id: s
 
 
 def thread_checkpoint_fork(
-    *, tenant_id: UUID, thread_id: str, checkpoint_id: str, actor: str, note: str
-) -> str:
-    """A new latest checkpoint of the thread, a copy of `checkpoint_id` with it as parent; its id."""
+    *, tenant_id: UUID, thread_id: str, checkpoint_id: str, actor: str, note: str, request_token: str = ""
+) -> tuple[str, bool]:
+    """A new latest checkpoint of the thread, a copy of `checkpoint_id` with it as parent: (its id,
+    True). With a request token (the console form's), the same request sent again gives back the
+    fork it made (its id, False) and writes nothing. Call it with the thread's run row locked, so a
+    request sent twice at once waits for the first."""
     saver = KeeperSaver(tenant_id=tenant_id, actor=actor)
     config = {"configurable": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint_id}}
-    found = saver.get_tuple(config)  # type: ignore[arg-type]
-    if found is None:
-        raise InvalidState("no such checkpoint in this thread", code="langgraph_checkpoint_not_found")
-    step = found.metadata.get("step", -1)
-    fork = create_checkpoint(found.checkpoint, None, step if isinstance(step, int) else -1)
-    metadata = cast(
-        CheckpointMetadata,
-        {
-            "source": "fork",
-            "step": step if isinstance(step, int) else -1,
-            "parents": {},
-            "forked_from": checkpoint_id,
-            "forked_by": actor,
-            "note": note,
-        },
-    )
     try:
+        if request_token:
+            thread = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+            for made in saver.list(thread, filter={"fork_request": request_token}, limit=1):  # type: ignore[arg-type]
+                return str(made.config["configurable"]["checkpoint_id"]), False
+        found = saver.get_tuple(config)  # type: ignore[arg-type]
+        if found is None:
+            raise InvalidState("no such checkpoint in this thread", code="langgraph_checkpoint_not_found")
+        step = found.metadata.get("step", -1)
+        fork = create_checkpoint(found.checkpoint, None, step if isinstance(step, int) else -1)
+        metadata = cast(
+            CheckpointMetadata,
+            {
+                "source": "fork",
+                "step": step if isinstance(step, int) else -1,
+                "parents": {},
+                "forked_from": checkpoint_id,
+                "forked_by": actor,
+                "note": note,
+                **({"fork_request": request_token} if request_token else {}),
+            },
+        )
         saver.put(config, fork, metadata, {})  # type: ignore[arg-type]
     finally:
         saver.close()
-    return fork["id"]
+    return fork["id"], True

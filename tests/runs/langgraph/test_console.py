@@ -180,8 +180,10 @@ def test_a_fork_from_a_checkpoint_is_a_new_latest_checkpoint_the_graph_runs_on_f
     assert engineer.post(url, {"checkpoint_id": chosen, "note": ""}).status_code == 422
     assert engineer.post(url, {"checkpoint_id": "1f0-none", "note": "x"}).status_code == 422
     assert not AuditEntry.objects.filter(action="langgraph_fork").exists()
-    response = engineer.post(url, {"checkpoint_id": chosen, "note": "the customer sent photos"})
-    assert response.status_code == 302
+    token = engineer.get(f"/runs/{run.run_id}/langgraph/?checkpoint={chosen}").context["request_token"]
+    form = {"checkpoint_id": chosen, "note": "the customer sent photos", "request_token": token}
+    response, again = (engineer.post(url, form) for _ in range(2))  # a double click: one fork
+    assert response.status_code == again.status_code == 302 and response["Location"] == again["Location"]
     audit = AuditEntry.objects.get(action="langgraph_fork")
     forked = audit.details["checkpoint_id"]
     latest = saver.get_tuple(config)
