@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, JsonResponse
+from django.urls import Resolver404, resolve
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
@@ -203,9 +204,25 @@ class KeeperAutoSchema(AutoSchema):
         return f"{view_name}_{self.method.lower()}"
 
 
+# A UUID in any case: the routes take the lower-case form Keeper writes; RFC 9562 reads either.
+_UUID = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}(?![0-9A-Za-z])")
+
+
 @csrf_exempt  # no state changes here; a POST deserves the JSON 404 too, not the CSRF page
-def api_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
+def api_not_found(request: HttpRequest, path: str = "") -> Any:
     """A URL under /api/v1/ that no route matches (an unknown path, or an id of the wrong form):
-    the error body, not Django's HTML page. The last pattern of the API's URL map."""
+    the error body, not Django's HTML page. The last pattern of the API's URL map.
+
+    An id written in upper case (a UUID from another system's tools) is the same id: the request goes
+    to the route it names in lower case."""
+    lowered = _UUID.sub(lambda m: m.group(0).lower(), request.path_info)
+    if lowered != request.path_info:
+        try:
+            match = resolve(lowered)
+        except Resolver404:
+            match = None
+        if match is not None and match.func is not api_not_found:
+            request.path_info, request.resolver_match = lowered, match
+            return match.func(request, *match.args, **match.kwargs)
     body = {"error": {"code": "not_found", "message": f"no API endpoint {request.path}", "details": {}}}
     return JsonResponse(body, status=404)

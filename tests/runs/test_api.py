@@ -189,3 +189,17 @@ def test_start_run_refuses_keepers_own_keys_too(tenant):
             "langgraph:t",
         )
     assert AgentRun.objects.count() == 0
+
+
+def test_an_id_in_upper_case_names_the_same_run(api, tenant):
+    """A UUID from another system's tools (upper case) was "no API endpoint"."""
+    run_id = _finished(api)
+    upper = run_id.upper()
+    assert api.get(f"/api/v1/runs/{upper}/").json()["run_id"] == run_id
+    assert api.get(f"/api/v1/runs/{upper}/events/?limit=1").json()["results"][0]["seq"] == 1
+    forked = api.post(f"/api/v1/runs/{upper}/fork", {"at_seq": 1, "start": False}, format="json")
+    assert forked.status_code == 201 and forked.json()["parent_run_id"] == run_id
+    missing = api.get(f"/api/v1/runs/{str(uuid.uuid4()).upper()}/")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "run_not_found"
+    unknown = api.get(f"/api/v1/nothing/{upper}/")
+    assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "not_found"
