@@ -104,7 +104,12 @@ class StrictCharField(serializers.CharField):
 
 
 class StrictRegexField(serializers.RegexField):
-    """StrictCharField's rule for a pattern-checked text (an operation id sent as 42 is not "42")."""
+    """StrictCharField's rule for a pattern-checked text (an operation id sent as 42 is not "42"); a
+    refusal says the rule in words (not "does not match the required pattern")."""
+
+    def __init__(self, regex: str, *, rule: str, **kwargs: Any) -> None:
+        kwargs.setdefault("error_messages", {"invalid": f"must be {rule}"})
+        super().__init__(regex, **kwargs)
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):

@@ -174,7 +174,12 @@ class WorkerClaimApi(APIView):
     class InputSerializer(ClosedSerializer):
         workflows = serializers.ListField(child=StrictCharField(max_length=200), min_length=1, max_length=50)
         wait_seconds = StrictFloatField(min_value=0, max_value=protocol.MAX_WAIT_S, default=0)
-        worker_id = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,64}$", required=False, default="worker")
+        worker_id = StrictRegexField(
+            r"^[A-Za-z0-9_.:-]{1,64}$",
+            rule="1 to 64 letters, digits, '_', '.', ':' or '-'",
+            required=False,
+            default="worker",
+        )
         lease_ttl = StrictFloatField(min_value=1, max_value=3600, required=False)
 
     @extend_schema(
@@ -247,7 +252,10 @@ class CommitOutputSerializer(serializers.Serializer):
 
 class WorkerCommitApi(WorkerRunApiView):
     class SuspendSerializer(ClosedSerializer):
-        reason = StrictRegexField(r"^[a-z][a-z0-9_]{0,63}$")
+        reason = StrictRegexField(
+            r"^[a-z][a-z0-9_]{0,63}$",
+            rule="a lower-case letter, then up to 63 lower-case letters, digits or '_'",
+        )
         detail = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
         step = StrictCharField(max_length=100, required=False)
 
@@ -255,7 +263,10 @@ class WorkerCommitApi(WorkerRunApiView):
         result = serializers.JSONField(required=False, allow_null=True)
 
     class FailSerializer(ClosedSerializer):
-        code = StrictRegexField(r"^[a-z][a-z0-9_]{0,63}$")
+        code = StrictRegexField(
+            r"^[a-z][a-z0-9_]{0,63}$",
+            rule="a lower-case letter, then up to 63 lower-case letters, digits or '_'",
+        )
         detail = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     class SpentSerializer(ClosedSerializer):
@@ -411,7 +422,9 @@ def _operation(op: OperationRow) -> dict[str, Any]:
 
 class WorkerOperationPrepareApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
-        operation_id = StrictRegexField(r"^[A-Za-z0-9_.:-]{1,200}$")
+        operation_id = StrictRegexField(
+            r"^[A-Za-z0-9_.:-]{1,200}$", rule="1 to 200 letters, digits, '_', '.', ':' or '-'"
+        )
         tool_name = StrictCharField(max_length=200)
         tool_contract_version = StrictCharField(max_length=50)
         request = serializers.DictField()

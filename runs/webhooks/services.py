@@ -76,6 +76,10 @@ def _inward(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
 
 def webhook_host_addresses(host: str) -> list[str]:
     """The addresses `host` resolves to (an IP literal: itself); [] when it does not resolve."""
+    try:  # a literal stands for itself, resolvable here or not (fe80::1%lo names an interface)
+        return [str(ipaddress.ip_address(host)).split("%")[0]]
+    except ValueError:
+        pass
     try:
         found = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError):

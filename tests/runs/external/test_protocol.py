@@ -538,3 +538,9 @@ def test_after_its_subject_is_erased_a_worker_cannot_report_an_outcome_into_the_
     op = ToolOperation.objects.get(run_id=run_id)
     assert op.status == "started" and "cust-w-77" not in f"{op.result} {op.external_ref}"
     assert [o.pk for o in operation_in_doubt_list(tenant_ids=[tenant.tenant_id], limit=10)] == [op.pk]
+
+
+def test_a_refused_worker_id_says_the_rule(api, workflow, tenant):
+    answer = _claim(api, worker_id="w" * 1000)
+    assert answer.status_code == 400
+    assert "1 to 64 letters, digits" in answer.content.decode()

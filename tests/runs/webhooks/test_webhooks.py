@@ -354,6 +354,8 @@ def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasu
         "https://[::127.0.0.1]/h",  # IPv4 inside IPv6: compatible, NAT64, 6to4 (found from outside)
         "https://[64:ff9b::a9fe:a9fe]/h",
         "https://[2002:7f00:1::]/h",
+        "https://[fe80::1%25lo]/h",  # link-local with a zone: no address to resolve, refused as written
+        "https://[fe80::1%25eth9]/h",
     ],
 )
 def test_an_endpoint_on_the_deployments_own_network_is_refused(tenant, settings, url):
