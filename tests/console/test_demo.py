@@ -65,3 +65,21 @@ def test_the_demo_has_every_state_and_loads_once(live_server, settings, tmp_path
     assert (tmp_path / "demo-credentials.txt").stat().st_mode & 0o077 == 0
     users = get_user_model().objects.count()
     assert not demo_load(data_dir=tmp_path).loaded and get_user_model().objects.count() == users
+
+
+def test_with_debug_off_the_command_says_the_demo_is_loaded_or_why_it_is_not(settings, tmp_path):
+    """Found from outside: `make run` with DEBUG=false after a first run with the demo printed an
+    error ("development only"), not that the demo was already loaded."""
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    from console.demo import MARKER
+
+    settings.DEBUG, settings.DATA_DIR = False, tmp_path
+    with pytest.raises(CommandError, match="development only"):
+        call_command("keeper_demo")
+    (tmp_path / MARKER).write_text("loaded")
+    out = StringIO()
+    call_command("keeper_demo", stdout=out)
+    assert "demo already loaded" in out.getvalue()

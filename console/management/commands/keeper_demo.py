@@ -19,6 +19,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, force_production: bool, **options: Any) -> None:
+        if (settings.DATA_DIR / MARKER).exists():  # said first: DEBUG off or on, nothing is to be done
+            self._already()
+            return
         if not settings.DEBUG and not force_production:
             raise CommandError(
                 "the demo creates users with printed passwords: development only (DEBUG is off)"
@@ -30,12 +33,15 @@ class Command(BaseCommand):
                 f"could not reach the payments sandbox at {settings.KEEPER_SANDBOX_URL}: {exc}"
             ) from None
         if not result.loaded:
-            self.stdout.write(
-                f"keeper: demo already loaded (see {settings.DATA_DIR / MARKER}); "
-                f"sign-ins are in {settings.DATA_DIR / 'demo-credentials.txt'}"
-            )
+            self._already()
             return
         self.stdout.write("keeper: demo loaded: tenants acme and globex; runs " + ", ".join(result.runs))
         self.stdout.write("keeper: demo sign-ins (development only, also in demo-credentials.txt):")
         for username, password in result.credentials.items():
             self.stdout.write(f"keeper:   {username:<18} {password}")
+
+    def _already(self) -> None:
+        self.stdout.write(
+            f"keeper: demo already loaded (see {settings.DATA_DIR / MARKER}); "
+            f"sign-ins are in {settings.DATA_DIR / 'demo-credentials.txt'}"
+        )
