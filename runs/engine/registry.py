@@ -214,6 +214,10 @@ class WorkflowSource(Protocol):
 
     def tool(self, name: str) -> ToolContract | None: ...
 
+    def names(self) -> list[str]:
+        """The names it holds (for the bound tenant), for refusal messages."""
+        ...
+
 
 class WorkflowRegistry:
     def __init__(self) -> None:
@@ -288,7 +292,9 @@ class WorkflowRegistry:
             return sourced
         if not versions:
             known = ", ".join(sorted({n for n, _ in self._workflows})) or "none"
-            raise UnknownWorkflow(f"unknown workflow {name!r} (registered: {known})")
+            outside = sorted({n for source in self._sources for n in source.names()})
+            also = f"; this tenant's outside workflows: {', '.join(outside)}" if outside else ""
+            raise UnknownWorkflow(f"unknown workflow {name!r} (registered: {known}{also})")
         return max(versions, key=lambda w: _version_key(w.version))
 
     def names(self) -> list[str]:

@@ -210,6 +210,9 @@ class ExternalSource:
                     return ToolContract(name=name, version=tool["version"])
         return None
 
+    def names(self) -> list[str]:
+        return sorted(set(ExternalWorkflow.objects.values_list("name", flat=True)))
+
 
 def external_workflows_ready() -> None:
     """Called once per process (RunsConfig.ready): the registry source and the erasure declaration."""

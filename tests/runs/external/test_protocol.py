@@ -544,3 +544,9 @@ def test_a_refused_worker_id_says_the_rule(api, workflow, tenant):
     answer = _claim(api, worker_id="w" * 1000)
     assert answer.status_code == 400
     assert "1 to 64 letters, digits" in answer.content.decode()
+
+
+def test_an_unknown_workflow_is_refused_naming_the_tenants_outside_workflows_too(api, workflow, tenant):
+    answer = api.post("/api/v1/runs/", {"workflow": "ext.refnud", "input": {}}, format="json")
+    assert answer.status_code == 422 and answer.json()["error"]["code"] == "unknown_workflow"
+    assert "outside workflows: ext.refund" in answer.json()["error"]["message"]
