@@ -62,7 +62,7 @@ def approval_check(
         if latest is not None:
             if latest.request_digest != request_digest:
                 if latest.status == ApprovalStatus.PENDING:
-                    _close(latest, ApprovalStatus.EXPIRED, actor, "request changed", now)
+                    _close(latest, ApprovalStatus.EXPIRED, actor, REPLACED_NOTE, now)
                 reason = "approval_digest_mismatch"
                 detail = f"approval {latest.approval_id} was for request {latest.request_digest}, not {request_digest}"
             elif latest.expires_at <= now and latest.status in (
@@ -106,6 +106,22 @@ def _close(approval: Approval, status: str, actor: str, note: str, now: Any) -> 
     approval.save(update_fields=["status", "decided_by", "decided_at", "note"])
 
 
+REPLACED_NOTE = "request changed"
+
+
+def _not_pending(approval: Approval) -> ApprovalNotPending:
+    """Why a decision cannot be taken: decided, or (closed as expired) out of time or replaced by an
+    approval of the changed request."""
+    if approval.status == ApprovalStatus.EXPIRED and approval.note == REPLACED_NOTE:
+        why = "was replaced: the run's request changed, and a new approval asks about the new one"
+    else:
+        why = f"is {approval.status}"
+    return ApprovalNotPending(
+        f"approval {approval.approval_id} {why}",
+        details={"status": approval.status, "replaced": approval.note == REPLACED_NOTE},
+    )
+
+
 def _decide(*, approval_id: UUID, actor: str, note: str, status: str) -> Approval:
     if not actor:
         raise InvalidInput("a decision needs the person who made it", code="actor_required")
@@ -114,9 +130,7 @@ def _decide(*, approval_id: UUID, actor: str, note: str, status: str) -> Approva
         if approval is None:
             raise NotFound(f"no approval {approval_id}", code="approval_not_found")
         if approval.status != ApprovalStatus.PENDING:
-            raise ApprovalNotPending(
-                f"approval {approval_id} is {approval.status}", details={"status": approval.status}
-            )
+            raise _not_pending(approval)
         now = timezone.now()
         expired = approval.expires_at <= now
         if expired:  # committed: the expiry is a fact, and the run will ask for a new approval
@@ -128,9 +142,7 @@ def _decide(*, approval_id: UUID, actor: str, note: str, status: str) -> Approva
     with transaction.atomic():
         approval = Approval.objects.select_for_update().get(approval_id=approval_id)
         if approval.status != ApprovalStatus.PENDING:
-            raise ApprovalNotPending(
-                f"approval {approval_id} is {approval.status}", details={"status": approval.status}
-            )
+            raise _not_pending(approval)
         _close(approval, status, actor, note, timezone.now())
         run = AgentRun.objects.get(run_id=approval.run_id)
         payload = {

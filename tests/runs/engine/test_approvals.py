@@ -71,6 +71,16 @@ def test_an_approval_for_another_digest_is_never_used(run):
     assert changed.approval.request_digest == "sha256:b" and changed.approval.status == "pending"
 
 
+def test_approving_an_approval_replaced_by_a_changed_request_says_it_was_replaced(run):
+    """It said "is expired" although its expiry was a day away (found from outside)."""
+    first = _check(run, "sha256:a").approval
+    _check(run, "sha256:b")
+    with pytest.raises(ApprovalNotPending) as refused:
+        approval_approve(approval_id=first.approval_id, actor="user:sam")
+    assert "was replaced: the run's request changed" in refused.value.message
+    assert refused.value.details == {"status": "expired", "replaced": True}
+
+
 def test_an_expired_approval_is_never_used_and_a_new_one_is_requested(run):
     pending = _check(run).approval
     approval_approve(approval_id=pending.approval_id, actor="user:sam")
