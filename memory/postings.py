@@ -31,9 +31,21 @@ MAX_DEPTH = 1_000_000
 RESCORE = 200  # candidates scored exactly from their own postings (at least the k asked)
 
 
+# Han ideographs (and 々) and kana: written without spaces between words. Chunking counts each as a
+# word (retrieval.chunking); search takes each run of them as overlapping pairs of characters (a lone
+# one as itself), as the search vectors split it (keeper_search_text, memory migration 0011, which
+# holds the same class as PostgreSQL writes it). Hangul is written with spaces: it is a word as Latin is.
+CJK_CHARS = "\u3005\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+CJK = f"[{CJK_CHARS}]"
+
+
 def query_words(query: str) -> list[str]:
-    """The query's words, as the arm always split them (any of them may match)."""
-    return list(dict.fromkeys(re.findall(r"\w+", query.lower())))
+    """The query's words, as the search vectors hold them (any of them may match)."""
+    text = query.lower()
+    words = re.findall(r"\w+", re.sub(CJK + "+", " ", text))
+    for run in re.findall(CJK + "+", text):
+        words += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+    return list(dict.fromkeys(words))
 
 
 def ranked_statement(

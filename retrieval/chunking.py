@@ -13,12 +13,13 @@ from dataclasses import dataclass
 
 from core.digests import sha256_digest
 from core.errors import InvalidInput
+from memory.postings import CJK_CHARS
 from retrieval.sources import DocumentTooLarge, Section
 
 CHUNKER_VERSION = "chunker-v1"  # bump when the rules change: chunk ids and digests would change
 MAX_DOCUMENT_ID_LENGTH = 200
 
-_CJK = "\u3005\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"
+_CJK = CJK_CHARS
 _CJK_SENTENCE_MARKS = "\u3002\uff01\uff1f"  # 。！？
 _SENTENCE_MARKS = ".!?" + _CJK_SENTENCE_MARKS
 _WORD = re.compile(f"[{_CJK}{_CJK_SENTENCE_MARKS}]|[^\\s{_CJK}{_CJK_SENTENCE_MARKS}]+")

@@ -167,3 +167,32 @@ def test_claims_carry_no_text_index_row_level_security_cannot_use() -> None:
             " JOIN pg_am a ON a.oid = c.relam WHERE i.indrelid = 'memory_items'::regclass AND a.amname = 'gin'"
         )
         assert cursor.fetchall() == []
+
+
+def test_chinese_and_japanese_words_are_found_inside_text_written_without_spaces(tenant):
+    """A sentence without spaces was one "word" to PostgreSQL's parser: 退款 never found 要求退款."""
+    refund = _remember(tenant, "cust-1", "request", "客户要求退款，订单已损坏")
+    _remember(tenant, "cust-1", "city", "住在上海")
+    parcel = _remember(tenant, "cust-2", "note", "荷物が届きました Oslo")
+    assert {"要求", "求退", "退款", "订单", "损坏"} <= set(_postings(tenant, refund.memory_id))
+    now = timezone.now()
+    with tenant_scope(tenant.tenant_id):
+        for query, found in (("退款", refund), ("订单损坏了吗", refund), ("届き", parcel), ("oslo", parcel)):
+            assert text_candidates(tenant=tenant, query=query, limit=10, valid_at=now) == [found.memory_id]
+        assert text_candidates(tenant=tenant, query="北京", limit=10, valid_at=now) == []
+
+
+def test_query_words_split_as_the_search_vectors_do():
+    from importlib import import_module
+
+    from memory.postings import CJK, query_words
+
+    assert query_words("要求退款 Refund order-7 的") == ["refund", "order", "7", "要求", "求退", "退款", "的"]
+    assert query_words("Клиент просит вернуть") == ["клиент", "просит", "вернуть"]
+    # The migration's class (as PostgreSQL writes it) is the one queries are split with.
+    migration = import_module("memory.migrations.0011_cjk_words")
+    assert migration.CJK.encode().decode("unicode_escape") == CJK
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT keeper_search_text(%s)", ["要求退款 々 𠀀𠀁 Refund"])
+        text = cursor.fetchone()[0]
+    assert text.split() == ["Refund", "要求", "求退", "退款", "々", "𠀀𠀁"]

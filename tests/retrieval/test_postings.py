@@ -252,3 +252,25 @@ def test_documents_a_principal_cannot_read_do_not_move_its_ranking(tenant):
         after = text_candidates(tenant=tenant, query="kelvoran mirtazek", limit=5, acl=["group:ga"])
         assert after == before and len(after) == 2
         assert after == _idf_order(tenant, "kelvoran mirtazek", ["group:ga"], 5)
+
+
+def test_chinese_words_are_found_inside_chunks_written_without_spaces(tenant):
+    """A sentence without spaces was one "word" to PostgreSQL's parser: 退款 never found 全额退款."""
+    for name, text in (("refunds", "退款政策：订单损坏时全额退款。"), ("shipping", "发货需要三天。")):
+        document_index(
+            tenant=tenant,
+            document_id=name,
+            source_uri=f"mem://{name}",
+            source_version="1",
+            data=text.encode(),
+            media_type="text/plain",
+            acl=["group:all"],
+            actor="user:test",
+            wait=True,
+        )
+    with tenant_scope(tenant.tenant_id):
+        [refund] = _chunks("refunds")
+        assert text_candidates(tenant=tenant, query="退款", limit=5, acl=["group:all"]) == [refund]
+        assert text_candidates(tenant=tenant, query="损坏的订单", limit=5, acl=["group:all"]) == [refund]
+        assert ChunkTerm.objects.filter(term="退款").values_list("chunks", flat=True).get() == 1
+        assert text_candidates(tenant=tenant, query="北京", limit=5, acl=["group:all"]) == []
