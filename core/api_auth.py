@@ -195,17 +195,20 @@ def session_tenant_ids(user: Any) -> list[UUID]:
 # A sliding window of request times per key, as one Redis script: drop the times older than the
 # window, count, and add this request only when under the limit. Atomic, so concurrent requests on
 # any number of web processes cannot all read the same count. Returns 1 (served) or 0 and the
-# seconds until the oldest counted request leaves the window (a string: Lua numbers become integers).
+# seconds until enough counted requests leave the window (a string: Lua numbers become integers).
 SLIDING_WINDOW = """
 local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if redis.call('ZCARD', KEYS[1]) < limit then
+local count = redis.call('ZCARD', KEYS[1])
+if count < limit then
   redis.call('ZADD', KEYS[1], now, ARGV[4])
   redis.call('PEXPIRE', KEYS[1], math.ceil(window * 1000))
   return {1, '0'}
 end
-local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {0, tostring(tonumber(oldest[2]) + window - now)}
+-- Served again once all but limit - 1 have left the window: more than `limit` are in it after the
+-- limit was lowered, and then the oldest leaving is not enough.
+local freeing = redis.call('ZRANGE', KEYS[1], count - limit, count - limit, 'WITHSCORES')
+return {0, tostring(tonumber(freeing[2]) + window - now)}
 """
 
 

@@ -140,3 +140,26 @@ def test_with_another_cache_backend_the_limit_still_counts(tenant, write_key, mo
     with override_settings(CACHES=local):
         client = key_client(write_key)
         assert [client.get("/api/v1/approvals/").status_code for _ in range(3)] == [200, 200, 429]
+
+
+def test_after_the_limit_is_lowered_the_wait_is_until_the_window_holds_fewer(db):
+    """Found from outside: with more requests in the window than a lowered limit allows, Retry-After
+    said 1 s (the oldest leaving) and the next try was refused again."""
+    import time
+
+    from django.core.cache import cache
+
+    from core.api_auth import rate_cache_is_redis, rate_window_take
+
+    if not rate_cache_is_redis():
+        pytest.skip("the sliding window lives in Redis (CACHES)")
+    key = f"test-window-{time.time_ns()}"
+    client = cache._cache.get_client(key, write=True)
+    now = time.time()
+    client.zadd(
+        cache.make_and_validate_key(key), {f"r{i}": now - age for i, age in enumerate((50, 40, 30, 20, 10))}
+    )
+    served, wait = rate_window_take(key=key, limit=3, window=60)  # 5 in the window, 3 allowed
+    assert not served and 29 < wait <= 30.5  # until the third oldest leaves (two remain), not 10 s
+    served, wait = rate_window_take(key=key, limit=6, window=60)
+    assert served and wait == 0
