@@ -12,6 +12,7 @@ import hashlib
 import hmac
 import http.client
 import json
+import logging
 import socket
 import time
 import urllib.error
@@ -28,6 +29,8 @@ from django.db import connection
 from core.models import Tenant
 from core.tenancy import tenant_scope
 from runs.webhooks.services import webhook_host_addresses, webhook_host_inward
+
+logger = logging.getLogger(__name__)
 
 USER_AGENT = "Keeper-Webhooks/1"
 MAX_BACKOFF = 3600.0
@@ -181,7 +184,7 @@ def _post(claimed: Claimed) -> tuple[int | None, str]:
             return response.status, ""
     except urllib.error.HTTPError as exc:
         return exc.code, f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
         return None, f"{type(exc).__name__}: {reason}"[:200]
 
@@ -207,7 +210,12 @@ def _backoff(attempts: int) -> float:
 def webhook_attempt(claimed: Claimed) -> bool:
     """POST one claimed delivery and record the attempt; True if the receiver accepted it (2xx)."""
     started = time.monotonic()
-    code, error = _post(claimed)
+    try:
+        code, error = _post(claimed)
+    except Exception as exc:  # a fault of ours or of one stored URL: recorded, never the sweep's end
+        # Its type only: the message may hold the URL, which can carry a person's address.
+        logger.error("webhook delivery %s could not be attempted: %s", claimed.id, type(exc).__name__)
+        code, error = None, f"{type(exc).__name__}: {exc}"[:200]
     ok = code is not None and 200 <= code < 300
     params = {
         "id": claimed.id,

@@ -6,7 +6,7 @@ import ipaddress
 import secrets
 import socket
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 from uuid import UUID
 
 from django.conf import settings
@@ -36,6 +36,10 @@ def webhook_url_check(*, url: str) -> str:
         parts.port  # noqa: B018 - raises ValueError on a port that is not a number
     except ValueError as exc:
         raise InvalidInput(f"{url!r} is not a URL: {exc}", code="webhook_url_invalid") from None
+    if any(ord(c) <= 0x20 or 0x7F <= ord(c) <= 0x9F for c in url):
+        raise InvalidInput(
+            "the URL contains a space or a control character (percent-encode it)", code="webhook_url_invalid"
+        )
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidInput(
             f"{url!r} is not an http(s) URL with a host", code="webhook_url_invalid", details={"url": url}
@@ -50,6 +54,12 @@ def webhook_url_check(*, url: str) -> str:
             "KEEPER_WEBHOOKS_ALLOW_HTTP)",
             code="webhook_https_required",
         )
+    try:
+        parts.hostname.encode("idna")  # a label over 63 characters, an empty one: no name resolves it
+    except UnicodeError as exc:
+        raise InvalidInput(
+            f"{parts.hostname!r} is not a host name: {exc}", code="webhook_url_invalid"
+        ) from None
     inward = webhook_host_inward(parts.hostname)
     if inward:
         raise InvalidInput(
@@ -57,7 +67,18 @@ def webhook_url_check(*, url: str) -> str:
             "endpoints (a local receiver only in development: DEBUG or KEEPER_WEBHOOKS_ALLOW_PRIVATE)",
             code="webhook_url_private",
         )
-    return url
+    return _normalized(parts)
+
+
+def _normalized(parts: SplitResult) -> str:
+    """One spelling per endpoint: host in lower case without a trailing dot, no default port, "/" for
+    an empty path, no empty query, no fragment (never sent). So `HOOKS.example.com:443/k#` is the
+    endpoint `hooks.example.com/k` already subscribed, not a second one that gets every event again."""
+    host = (parts.hostname or "").rstrip(".")
+    netloc = f"[{host}]" if ":" in host else host
+    if parts.port is not None and parts.port != {"http": 80, "https": 443}[parts.scheme]:
+        netloc += f":{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
 
 
 def _inward(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:

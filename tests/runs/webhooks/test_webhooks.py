@@ -451,3 +451,61 @@ def test_labels_and_deleted_endpoints_that_name_the_subject_no_longer_block_thei
     from tests.api.conftest import key_client
 
     assert key_client(live.plaintext).get("/api/v1/runs/").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://a\x01b.example.com/",
+        "https://b\x7fc.example.com/",
+        "https://hooks.example.com/a b",
+        "https://" + "x" * 70 + ".example.com/",
+    ],
+)
+def test_a_url_with_a_control_character_or_no_host_name_is_refused(tenant, url):
+    """Found from outside: accepted, it then raised on every delivery sweep."""
+    from core.errors import InvalidInput
+
+    with pytest.raises(InvalidInput) as refused:
+        _subscribe(tenant, url)
+    assert refused.value.code == "webhook_url_invalid"
+
+
+def test_one_delivery_that_cannot_be_attempted_stops_neither_the_sweep_nor_other_tenants(
+    tenant, other_tenant, receiver, allow_http
+):
+    """A stored URL that http.client refuses (InvalidURL is no OSError) ended the sweep before the
+    attempt was recorded: the delivery stayed pending past its attempts, the next tenants waited."""
+    bad = _subscribe(tenant, "https://broken.example.com/h").subscription
+    WebhookSubscription.objects.filter(id=bad.id).update(
+        url="https://a\x01b.example.com/h"
+    )  # as stored before
+    _complete(tenant)
+    with tenant_bind(other_tenant.tenant_id):
+        _subscribe(other_tenant, receiver.url)
+        _complete(other_tenant)
+    webhooks_deliver_due()
+    with tenant_bind(tenant.tenant_id):
+        broken = WebhookDelivery.objects.get(subscription_id=bad.id)
+    assert broken.attempts == 1 and broken.last_error.startswith("InvalidURL")
+    assert len(receiver.accepted()) == 1
+
+
+def test_spellings_of_one_endpoint_are_one_subscription(tenant):
+    first = _subscribe(tenant, "https://Hooks.Example.com:443/k#part").subscription
+    assert first.url == "https://hooks.example.com/k"
+    for spelling in (
+        "https://HOOKS.example.com/k",
+        "https://hooks.example.com:443/k",
+        "https://hooks.example.com/k?",
+        "https://hooks.example.com/k#",
+        "https://hooks.example.com./k",
+    ):
+        with pytest.raises(Exception) as refused:
+            _subscribe(tenant, spelling)
+        assert getattr(refused.value, "code", "") == "webhook_url_subscribed", spelling
+    assert (
+        _subscribe(tenant, "https://hooks.example.com:8443/k").subscription.url
+        == "https://hooks.example.com:8443/k"
+    )
+    assert _subscribe(tenant, "https://hooks.example.com").subscription.url == "https://hooks.example.com/"
