@@ -114,6 +114,8 @@ def _not_pending(approval: Approval) -> ApprovalNotPending:
     approval of the changed request."""
     if approval.status == ApprovalStatus.EXPIRED and approval.note == REPLACED_NOTE:
         why = "was replaced: the run's request changed, and a new approval asks about the new one"
+    elif approval.status == ApprovalStatus.EXPIRED and approval.note.startswith("closed: "):
+        why = f"was {approval.note}"  # by its run (runs migration 0028's trigger)
     else:
         why = f"is {approval.status}"
     return ApprovalNotPending(

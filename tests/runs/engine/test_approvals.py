@@ -81,6 +81,26 @@ def test_approving_an_approval_replaced_by_a_changed_request_says_it_was_replace
     assert refused.value.details == {"status": "expired", "replaced": True}
 
 
+def test_a_cancelled_runs_pending_approval_is_closed_with_it(run):
+    """It stayed pending in the support inbox, its buttons answering 409 (found from outside)."""
+    from runs.engine.runs import run_cancel
+    from runs.engine.selectors.side_effects import approval_pending_list
+
+    pending = _check(run).approval
+    assert [a.approval_id for a in approval_pending_list(tenant_ids=[run.tenant_id])] == [pending.approval_id]
+    run_cancel(run_id=run.run_id, actor="user:sam", note="customer withdrew")
+    pending.refresh_from_db()
+    assert (pending.status, pending.decided_by, pending.note) == (
+        "expired",
+        "keeper",
+        "closed: the run was cancelled",
+    )
+    assert list(approval_pending_list(tenant_ids=[run.tenant_id])) == []
+    with pytest.raises(ApprovalNotPending) as refused:
+        approval_approve(approval_id=pending.approval_id, actor="user:sam")
+    assert "was closed: the run was cancelled" in refused.value.message
+
+
 def test_an_expired_approval_is_never_used_and_a_new_one_is_requested(run):
     pending = _check(run).approval
     approval_approve(approval_id=pending.approval_id, actor="user:sam")
@@ -109,3 +129,21 @@ def test_reject_needs_a_note_and_a_decision_happens_once(run):
     with pytest.raises(ApprovalNotPending):
         approval_approve(approval_id=pending.approval_id, actor="user:sam")
     assert _check(run).verdict == "rejected"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_erased_subjects_pending_approval_is_closed_by_the_erasure(tenant):
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    run = run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test", subject="cust-erase-me"
+    ).run
+    run_suspend(run_id=run.run_id, actor="test", reason="approval_required")
+    pending = _check(run).approval
+    request = erasure_request_create(
+        tenant=tenant, subject_id="cust-erase-me", requested_by="user:compliance"
+    )
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed", done.receipt
+    pending.refresh_from_db()
+    assert (pending.status, pending.note) == ("expired", "closed: the subject of the run was erased")
