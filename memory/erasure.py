@@ -110,10 +110,11 @@ def _progress(request: ErasureRequest, **step: Any) -> None:
 
 
 REMANENCE = (
-    "Physical remanence is outside an application's reach: PostgreSQL keeps dead row versions until VACUUM, "
-    "and WAL, replicas and backups keep old pages until they expire, as Redis snapshots (RDB/AOF) keep deleted "
-    "keys until the next rewrite; the operator runs VACUUM on the erased tables, lets Redis rewrite its "
-    "snapshot, and lets backups age out within the retention period the erasure policy promises."
+    "Physical remanence is outside an application's reach: PostgreSQL keeps dead row versions until VACUUM "
+    "and sampled values in its planner statistics until ANALYZE, and WAL, replicas and backups keep old pages "
+    "until they expire, as Redis snapshots (RDB/AOF) keep deleted keys until the next rewrite; the operator "
+    "runs VACUUM ANALYZE on the erased tables, lets Redis rewrite its snapshot, and lets backups age out "
+    "within the retention period the erasure policy promises."
 )
 
 
