@@ -5,6 +5,7 @@ loads scripts and styles only from its static files)."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -72,3 +73,15 @@ def _form_has_nul(request: HttpRequest) -> bool:
 
 def _error(code: str, message: str, status: int) -> JsonResponse:
     return JsonResponse({"error": {"code": code, "message": message, "details": {}}}, status=status)
+
+
+def visible_text(value: str) -> str:
+    """The text without the invisible characters at its ends (spaces, control and format characters
+    such as U+200B): empty when a "required" note says nothing a person could read (found from
+    outside: a refund was approved with the note "\x01\x02")."""
+    start, end = 0, len(value)
+    while start < end and unicodedata.category(value[start])[0] in "CZ":
+        start += 1
+    while end > start and unicodedata.category(value[end - 1])[0] in "CZ":
+        end -= 1
+    return value[start:end]

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from console.audit import actor_of, audit_record
 from console.display import erasure_steps, receipt_rows
+from console.forms import NoteField
 from console.htmx import HtmxHttpRequest
 from console.roles import COMPLIANCE, role_required, tenant_for_user, user_tenants
 from console.selectors import subject_overview
@@ -53,7 +54,7 @@ class ErasureConfirmForm(forms.Form):
         strip=False,
         widget=forms.TextInput(attrs={"autocomplete": "off", "dir": "auto", "spellcheck": "false"}),
     )
-    note = forms.CharField(
+    note = NoteField(
         label="Note for the audit log (the reason, a ticket number)",
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 3, "dir": "auto"}),

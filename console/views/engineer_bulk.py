@@ -24,6 +24,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console.audit import actor_of, audit_record
+from console.forms import NoteField
 from console.htmx import HtmxHttpRequest
 from console.roles import ENGINEER, role_required, run_for_user, user_tenants
 from console.views.engineer import FILTER_FIELDS, RunFilterForm, filter_query, request_token, run_page_context
@@ -133,13 +134,13 @@ CONFIRMED = frozenset({"cancel"})
 
 
 class NoteForm(forms.Form):
-    note = forms.CharField(max_length=NOTE_MAX, required=False)
+    note = NoteField(max_length=NOTE_MAX, required=False)
 
 
 class ConfirmedNoteForm(forms.Form):
     """The confirmation page's form: a note saying why (required) and the confirmation itself."""
 
-    note = forms.CharField(
+    note = NoteField(
         max_length=NOTE_MAX,
         required=True,
         strip=True,
@@ -322,7 +323,7 @@ def run_fork_view(request: HtmxHttpRequest, run_id: UUID, rewind: bool = False) 
 
 
 class AcceptStateForm(forms.Form):
-    note = forms.CharField(max_length=NOTE_MAX, required=True, strip=True)
+    note = NoteField(max_length=NOTE_MAX, required=True, strip=True)
     state_digest = forms.CharField(max_length=200, required=True)
 
 
@@ -379,7 +380,7 @@ def _token_ok(request: HtmxHttpRequest, token: str, action: str, query: str) -> 
 
 
 class BulkNoteForm(forms.Form):
-    note = forms.CharField(
+    note = NoteField(
         max_length=NOTE_MAX,
         required=True,
         strip=True,

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from console.audit import actor_of, audit_record
 from console.display import MAX_DIFF_ENTRIES, json_diff
+from console.forms import NoteField
 from console.htmx import HtmxHttpRequest
 from console.roles import ENGINEER, role_required, run_for_user
 from console.views.engineer import request_token
@@ -29,7 +30,7 @@ NOTE_MAX = 2000
 class CheckpointForkForm(forms.Form):
     checkpoint_id = forms.CharField(max_length=200)
     request_token = forms.CharField(max_length=64, required=False)  # the form sent twice forks once
-    note = forms.CharField(max_length=NOTE_MAX, widget=forms.Textarea(attrs={"rows": 2, "dir": "auto"}))
+    note = NoteField(max_length=NOTE_MAX, widget=forms.Textarea(attrs={"rows": 2, "dir": "auto"}))
 
 
 def _timeline() -> ModuleType:

@@ -16,6 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from console.audit import actor_of, audit_record
+from console.forms import NoteField
 from console.htmx import HtmxHttpRequest
 from console.roles import COMPLIANCE, role_required, tenant_for_user
 from console.views.compliance import SubjectInvalid, _subject
@@ -39,7 +40,7 @@ class MemoryFileForm(forms.Form):
         help_text="One claim a line: - namespace/key: JSON value. Keep a line's <!-- id=... --> to change "
         "its claim; delete a line to invalidate it; a line without an id is a new claim.",
     )
-    note = forms.CharField(
+    note = NoteField(
         label="Note for the audit log (the reason, a ticket number)",
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 2, "dir": "auto"}),
@@ -124,7 +125,7 @@ def memory_md_page(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
 
 
 class ConfirmForm(forms.Form):
-    note = forms.CharField(max_length=2000, strip=True)
+    note = NoteField(max_length=2000, strip=True)
 
 
 @role_required(COMPLIANCE)

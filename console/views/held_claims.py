@@ -16,6 +16,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from console.audit import actor_of, audit_record
+from console.forms import NoteField
 from console.htmx import HtmxHttpRequest
 from console.roles import COMPLIANCE, SUPPORT, role_required, tenant_for_user
 from core.errors import ApplicationError
@@ -29,12 +30,12 @@ PAGE = 100
 
 class DecisionForm(forms.Form):
     decision = forms.ChoiceField(choices=[("approve", "approve"), ("reject", "reject")])
-    note = forms.CharField(max_length=2000, strip=True)
+    note = NoteField(max_length=2000, strip=True)
 
 
 class RollbackForm(forms.Form):
     source = forms.CharField(label="Source (provenance source_id)", max_length=500, strip=False)
-    note = forms.CharField(label="Why (for the audit log)", max_length=2000, strip=True)
+    note = NoteField(label="Why (for the audit log)", max_length=2000, strip=True)
 
 
 def _page(request: HtmxHttpRequest, scope: Tenant, status: int = 200, **extra: Any) -> HttpResponse:

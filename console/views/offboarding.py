@@ -22,6 +22,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console.audit import actor_of, audit_record
+from console.forms import NoteField
 from console.htmx import HtmxHttpRequest
 from console.roles import COMPLIANCE, role_required, tenant_for_user
 from core.errors import ApplicationError
@@ -36,7 +37,7 @@ class TenantEraseForm(forms.Form):
         strip=False,
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
-    note = forms.CharField(
+    note = NoteField(
         label="Note for the audit log (the reason, a contract or ticket number)",
         max_length=2000,
         widget=forms.Textarea(attrs={"rows": 3, "dir": "auto"}),

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from console.audit import actor_of, audit_record
 from console.display import approval_row, operation_row, refusal_of
+from console.forms import NoteField
 from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import SUPPORT, role_required, run_for_user, tenant_ids_for_user
 from console.selectors import INBOX_LIMIT, operation_last_lookup
@@ -63,7 +64,7 @@ OUTCOME_LABELS = {
 
 
 class NoteForm(forms.Form):
-    note = forms.CharField(max_length=NOTE_MAX, widget=forms.Textarea(attrs={"rows": 2, "dir": "auto"}))
+    note = NoteField(max_length=NOTE_MAX, widget=forms.Textarea(attrs={"rows": 2, "dir": "auto"}))
 
 
 class ReconcileForm(NoteForm):
@@ -92,7 +93,7 @@ class LangGraphAnswerForm(forms.Form):
     answer = forms.CharField(
         max_length=ANSWER_MAX_BYTES // 4, strip=False, widget=forms.Textarea(attrs={"rows": 3, "dir": "auto"})
     )
-    note = forms.CharField(
+    note = NoteField(
         max_length=NOTE_MAX, required=False, widget=forms.Textarea(attrs={"rows": 2, "dir": "auto"})
     )
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput, NotFound
+from core.security import visible_text
 from core.tenancy import tenant_of_call
 from runs.engine import store
 from runs.engine.dispatch import run_enqueue_on_commit
@@ -180,6 +181,6 @@ def approval_approve(*, approval_id: UUID, actor: str, note: str = "") -> Approv
 
 
 def approval_reject(*, approval_id: UUID, actor: str, note: str) -> Approval:
-    if not note.strip():
+    if not visible_text(note):
         raise InvalidInput("a rejection needs a note", code="note_required")
     return _decide(approval_id=approval_id, actor=actor, note=note, status=ApprovalStatus.REJECTED)

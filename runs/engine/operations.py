@@ -15,6 +15,7 @@ from django.db import transaction
 
 from core.digests import canonical_json, json_digest
 from core.errors import Conflict, InvalidInput, NotFound
+from core.security import visible_text
 from core.tenancy import tenant_of_call
 from core.tracing import span
 from runs.engine import store
@@ -209,7 +210,7 @@ def operation_reconcile(
     it never happened and permits one more attempt. Both are written to the run's event log with
     the actor and the note, in the same transaction as the operation change.
     """
-    if not note.strip():
+    if not visible_text(note):
         raise InvalidInput("reconciliation needs a note saying what was checked", code="note_required")
     if outcome not in RECONCILE_OUTCOMES:
         raise InvalidInput(f"outcome must be one of {', '.join(RECONCILE_OUTCOMES)}", code="invalid_outcome")

@@ -20,6 +20,7 @@ from django.utils import timezone
 from core.digests import canonical_json
 from core.errors import ApplicationError, Conflict, InvalidInput
 from core.models import Tenant
+from core.security import visible_text
 from core.tenancy import tenant_scope
 from retrieval.search import snapshot_sources_changed, snapshots_detach
 from runs.engine import store
@@ -410,7 +411,7 @@ def run_state_accept(
     someone resumes it, and that resume is verified against the accepted digest. With
     `expected_digest`, only the state the engineer was shown is accepted.
     """
-    note = (note or "").strip()
+    note = visible_text(note or "")
     if not note:
         raise InvalidInput("accepting a changed state needs a note saying why", code="note_required")
     run = run_get(run_id=run_id)

@@ -22,6 +22,7 @@ from django.db import connection
 
 from core.digests import canonical_json, json_digest
 from core.errors import ApplicationError, Conflict, InvalidInput, NotFound
+from core.security import visible_text
 from core.tenancy import tenant_bind
 from runs.engine import store
 from runs.engine.approvals import approval_check
@@ -678,7 +679,7 @@ def external_operation_outcome(
         if outcome == "unknown":
             return operation_mark_unknown(**ids, note=note or "the worker could not tell")
         if outcome == "not_applied":
-            if not note.strip():
+            if not visible_text(note):
                 raise InvalidInput(
                     "not_applied needs a note saying which lookup said so", code="note_required"
                 )

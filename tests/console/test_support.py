@@ -223,11 +223,12 @@ def test_a_lookup_of_another_tenants_operation_is_not_found(support, other_tenan
     assert not AuditEntry.objects.filter(action="lookup").exists()
 
 
+@pytest.mark.parametrize("note", ["   ", "\x01\x02", "\u200b\u200b"])  # invisible: found from outside
 @pytest.mark.parametrize("action", ["approve", "reject", "reconcile", "resume", "cancel"])
-def test_a_missing_note_is_a_form_error_and_changes_nothing(support, tenant, action):
+def test_a_missing_note_is_a_form_error_and_changes_nothing(support, tenant, action, note):
     url, form = _action_targets(tenant)[action]
     before = {r.run_id: r.state_revision for r in AgentRun.objects.all()}
-    response = support.post(url, {**form, "note": "   "})
+    response = support.post(url, {**form, "note": note})
     assert response.status_code == 422
     assert "This field is required." in response.content.decode()
     assert {r.run_id: r.state_revision for r in AgentRun.objects.all()} == before
