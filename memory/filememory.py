@@ -41,8 +41,13 @@ _LINE = re.compile(
 TEXT_KEY = "note"  # write_memory(text=...) keeps free text under notes/note-<digest of the text>
 
 
+# What would break a line (its separators, the id comment, whitespace, control characters) is
+# percent-encoded; every other character, Cyrillic and Chinese included, stays readable.
+_SPECIAL = re.compile(r"[/:%<>\s\x00-\x1f\x7f-\x9f]")
+
+
 def _name(text: str) -> str:
-    return quote(text, safe="")
+    return _SPECIAL.sub(lambda m: quote(m.group(0), safe=""), text)
 
 
 def _json(value: Any) -> str:

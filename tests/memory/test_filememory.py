@@ -122,6 +122,20 @@ def test_memory_md_renders_grouped_escaped_with_provenance_and_round_trips(api, 
     assert MemoryItem.objects.filter(subject_id="c-1").count() == 3
 
 
+def test_memory_md_keeps_cyrillic_and_chinese_readable_and_round_trips(api, tenant):  # noqa: F811
+    """They were percent-encoded (# MEMORY.md of cust-%D0%9F...), found from outside."""
+    keep(tenant, "заметки", "город", "Москва", subject="cust-Петров")
+    keep(tenant, "偏好", "语言 首选", "中文", subject="cust-Петров")
+    got = api.get("/api/v1/memory/subjects/cust-Петров/memory.md?tenant=acme")
+    text = got.content.decode()
+    assert "# MEMORY.md of cust-Петров" in text
+    assert '- заметки/город: "Москва"' in text and '- 偏好/语言%20首选: "中文"' in text
+    same = api.put(
+        "/api/v1/memory/subjects/cust-Петров/memory.md", {"tenant": "acme", "content": text}, format="json"
+    )
+    assert same.status_code == 200 and same.json()["unchanged"] == 2 and same.json()["added"] == 0
+
+
 def test_an_edited_memory_md_supersedes_invalidates_and_adds_with_the_editor_as_source(api, tenant):  # noqa: F811
     keep(tenant, "preference", "language", "de")
     keep(tenant, "profile", "city", "Porto")
