@@ -1,5 +1,3 @@
-
-
 def test_visible_text_drops_only_invisible_ends():
     from core.security import visible_text
 
