@@ -27,4 +27,4 @@ class NoteField(forms.CharField):
     characters only (U+200B) counts as none."""
 
     def to_python(self, value: Any) -> str:
-        return visible_text(super().to_python(value))
+        return visible_text(super().to_python(value) or "")
