@@ -80,8 +80,16 @@ def visible_text(value: str) -> str:
     such as U+200B): empty when a "required" note says nothing a person could read (found from
     outside: a refund was approved with the note "\x01\x02")."""
     start, end = 0, len(value)
-    while start < end and unicodedata.category(value[start])[0] in "CZ":
+    while start < end and _invisible(value[start]):
         start += 1
-    while end > start and unicodedata.category(value[end - 1])[0] in "CZ":
+    while end > start and _invisible(value[end - 1]):
         end -= 1
     return value[start:end]
+
+
+# Letters that render as nothing (Unicode's default-ignorable Hangul fillers) and the braille blank.
+_BLANK_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+
+
+def _invisible(char: str) -> bool:
+    return unicodedata.category(char)[0] in "CZ" or char in _BLANK_LETTERS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import secrets
 import socket
 from dataclasses import dataclass
@@ -75,10 +76,28 @@ def _normalized(parts: SplitResult) -> str:
     an empty path, no empty query, no fragment (never sent). So `HOOKS.example.com:443/k#` is the
     endpoint `hooks.example.com/k` already subscribed, not a second one that gets every event again."""
     host = (parts.hostname or "").rstrip(".")
+    if ":" not in host:  # a name: its ASCII form (höks -> xn--hks-sna; a fullwidth dot is a dot)
+        host = host.encode("idna").decode().rstrip(".")
     netloc = f"[{host}]" if ":" in host else host
     if parts.port is not None and parts.port != {"http": 80, "https": 443}[parts.scheme]:
         netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
+    path, query = _unreserved(parts.path) or "/", _unreserved(parts.query)
+    return urlunsplit((parts.scheme, netloc, path, query, ""))
+
+
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+
+
+def _unreserved(text: str) -> str:
+    """RFC 3986's normalization: an unreserved character percent-encoded is that character (%6b is
+    k), and other escapes are written in upper case."""
+
+    def one(match: re.Match[str]) -> str:
+        char = chr(int(match.group(1), 16))
+        return char if char in _UNRESERVED else f"%{match.group(1).upper()}"
+
+    return _PERCENT.sub(one, text)
 
 
 def _inward(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:

@@ -500,6 +500,8 @@ def test_spellings_of_one_endpoint_are_one_subscription(tenant):
         "https://hooks.example.com/k?",
         "https://hooks.example.com/k#",
         "https://hooks.example.com./k",
+        "https://hooks\uff0eexample.com/k",  # a fullwidth full stop is a dot to IDNA
+        "https://hooks.example.com/%6b",  # an unreserved character percent-encoded is itself
     ):
         with pytest.raises(Exception) as refused:
             _subscribe(tenant, spelling)
@@ -509,3 +511,10 @@ def test_spellings_of_one_endpoint_are_one_subscription(tenant):
         == "https://hooks.example.com:8443/k"
     )
     assert _subscribe(tenant, "https://hooks.example.com").subscription.url == "https://hooks.example.com/"
+    assert (
+        _subscribe(tenant, "https://höks.example.com/k").subscription.url
+        == "https://xn--hks-sna.example.com/k"
+    )
+    with pytest.raises(Exception) as refused:
+        _subscribe(tenant, "https://xn--hks-sna.example.com/k")
+    assert getattr(refused.value, "code", "") == "webhook_url_subscribed"
