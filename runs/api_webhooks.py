@@ -50,7 +50,7 @@ class WebhookListApi(APIView):
     @extend_schema(
         summary="Subscribe an endpoint to run events (the signing secret is in this response only)",
         request=InputSerializer,
-        responses={201: WebhookCreatedSerializer, **error_responses(422)},
+        responses={201: WebhookCreatedSerializer, **error_responses(409, 422)},
         examples=[
             OpenApiExample(
                 "completed and failed runs",

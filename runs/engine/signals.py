@@ -61,6 +61,19 @@ def _declared(run: AgentRun) -> frozenset[str]:
         return frozenset()
 
 
+def _current_state(run: AgentRun) -> Any:
+    """The state as the run's next step will read it: a checkpoint of an older schema migrated in
+    memory (the stored one stays as it is until a step commits the migration), so a query written for
+    the current schema answers on a run suspended before the deploy."""
+    try:
+        workflow = registry.get(run.workflow_name, run.workflow_version)
+    except UnknownWorkflow:
+        return run.state
+    if workflow.schemas is None or run.state_schema_version == workflow.state_schema_version:
+        return run.state
+    return workflow.schemas.migrate(run.state, run.state_schema_version).state
+
+
 @tenant_of_call
 def signal_send(*, run_id: UUID, name: str, payload: Any, idempotency_key: str, actor: str) -> SignalSent:
     """Deliver signal `name` to the run once per idempotency key (the same key again returns the
@@ -153,7 +166,7 @@ def query_read(*, run_id: UUID, name: str) -> Any:
             details={"queries": sorted(definition.query_names()) if definition is not None else []},
         )
     try:
-        answer = definition.query_run(name, run.state)
+        answer = definition.query_run(name, _current_state(run))
         canonical_json(answer)
     except Exception as exc:  # the author's query broke on this state (e.g. a redacted one): say so
         raise QueryFailed(

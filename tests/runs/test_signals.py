@@ -181,6 +181,36 @@ def test_a_query_reads_the_state_and_changes_nothing(api, tenant):
     assert run.state_revision == revision
 
 
+def test_a_query_reads_a_checkpoint_of_an_older_schema_as_migrated(api, tenant):
+    """It read the stored, unmigrated state: a query written for the current schema broke on every
+    run suspended before the deploy (found from outside)."""
+    from runs.engine.state_migrations import SchemaSet
+
+    schemas = SchemaSet(
+        validators={1: lambda s: None, 2: lambda s: None},
+        migrations={(1, 2): lambda s: {**s, "carrier": "unknown"}},
+    )
+    wf = workflow("test.carrier", version="1", signals=("go",), schemas=schemas)
+
+    @wf.step
+    def wait(ctx: Context, state: State) -> StepResult:
+        ctx.wait_signal("go")
+        return ctx.complete(state, {})
+
+    @wf.query
+    def where(state: State) -> dict[str, object]:
+        return {"carrier": state["carrier"]}
+
+    wf.register()
+    run = run_start(tenant=tenant, workflow_name="test.carrier", input={"carrier": "dhl"}, actor="t").run
+    assert api.get(f"/api/v1/runs/{run.run_id}/queries/where").data["answer"] == {"carrier": "dhl"}
+    # As stored before the deploy that brought schema 2: no carrier yet.
+    AgentRun.objects.filter(run_id=run.run_id).update(state_schema_version=1, state={"budgets": {}})
+    answer = api.get(f"/api/v1/runs/{run.run_id}/queries/where")
+    assert answer.status_code == 200 and answer.data["answer"] == {"carrier": "unknown"}
+    assert AgentRun.objects.get(run_id=run.run_id).state == {"budgets": {}}  # nothing written
+
+
 @pytest.mark.slow
 def test_signals_with_real_workers_delivered_while_waiting_and_a_timeout(api, tenant, processes):
     processes.worker(pool="solo", env={"KEEPER_WORKFLOW_MODULES": flows.__name__})
