@@ -125,6 +125,27 @@ def _not_pending(approval: Approval) -> ApprovalNotPending:
     )
 
 
+def _ask_again(approval: Approval, actor: str) -> None:
+    """The run of an approval that lapsed undecided goes back to its approving step, which asks for a
+    new one (found from outside: the refusal said so, and the run went on waiting on nothing)."""
+    run = AgentRun.objects.filter(run_id=approval.run_id).first()
+    if run is None or run.status != RunStatus.SUSPENDED or run.suspend_reason == SUBJECT_ERASED:
+        return
+    payload = {"approval_id": str(approval.approval_id), "request_digest": approval.request_digest}
+    seq = store.transition(
+        run_id=run.run_id,
+        from_statuses=(RunStatus.SUSPENDED,),
+        to_status=RunStatus.SUSPENDED,
+        event_type="approval_expired",
+        actor=actor,
+        payload_json=canonical_json(payload),
+        expected_revision=run.state_revision,
+        request_resume=True,
+    )
+    if seq is not None:
+        run_enqueue_on_commit(run_id=run.run_id)
+
+
 def _decide(*, approval_id: UUID, actor: str, note: str, status: str) -> Approval:
     if not actor:
         raise InvalidInput("a decision needs the person who made it", code="actor_required")
@@ -136,8 +157,9 @@ def _decide(*, approval_id: UUID, actor: str, note: str, status: str) -> Approva
             raise _not_pending(approval)
         now = timezone.now()
         expired = approval.expires_at <= now
-        if expired:  # committed: the expiry is a fact, and the run will ask for a new approval
+        if expired:  # committed: the expiry is a fact, and the run asks for a new approval
             _close(approval, ApprovalStatus.EXPIRED, actor, "expired before a decision", now)
+            _ask_again(approval, actor)
     if expired:
         raise ApprovalExpired(
             f"approval {approval_id} expired at {approval.expires_at.isoformat()}; the run asks for a new one"

@@ -118,7 +118,12 @@ def test_approving_after_expiry_is_refused_and_recorded(run):
     pending.refresh_from_db()
     assert pending.status == "expired"
     run.refresh_from_db()
-    assert run.status == "suspended"
+    # The run goes back to its approving step, which asks again (it waited on nothing before).
+    assert run.status == "suspended" and run.resume_requested_at is not None
+    assert AgentEvent.objects.filter(run=run, event_type="approval_expired").count() == 1
+    again = _check(run)
+    assert again.verdict == "wait" and again.approval.approval_id != pending.approval_id
+    assert again.approval.status == "pending"
 
 
 def test_reject_needs_a_note_and_a_decision_happens_once(run):
