@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -53,7 +52,10 @@ def money_major(amount_minor: Any, currency: Any) -> str:
         shown = json.dumps(bounded(amount_minor, 2), ensure_ascii=False, default=str)
         return f"not a whole amount: {clip(shown, 60)} {code}".strip()
     digits = _MINOR_DIGITS.get(code, 2)
-    return f"{Decimal(amount_minor).scaleb(-digits):,.{digits}f} {code}".strip()
+    # Integer arithmetic, exact at any size (Decimal's context kept 28 digits and rounded the rest).
+    whole, part = divmod(abs(amount_minor), 10**digits)
+    shown = f"{'-' if amount_minor < 0 else ''}{whole:,}" + (f".{part:0{digits}d}" if digits else "")
+    return f"{shown} {code}".strip()
 
 
 def clip(text: str, limit: int) -> str:

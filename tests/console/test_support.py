@@ -465,3 +465,14 @@ def test_hostile_content_renders_escaped_everywhere(support, tenant):
         assert "&lt;script&gt;alert(&#x27;x&#x27;)&lt;/script&gt;" in body, url
     approval_page = support.get(pages[1]).content.decode()
     assert RTL in approval_page and LONG in approval_page and "{…}" in approval_page
+
+
+def test_amounts_show_exactly_at_any_size():
+    """A 30-digit amount showed rounded to Decimal's 28 digits (found from outside)."""
+    from console.display import money_major
+
+    assert (
+        money_major(123456789012345678901234567890, "EUR") == "1,234,567,890,123,456,789,012,345,678.90 EUR"
+    )
+    assert money_major(2500, "EUR") == "25.00 EUR" and money_major(-5, "EUR") == "-0.05 EUR"
+    assert money_major(1234, "JPY") == "1,234 JPY" and money_major(12345, "KWD") == "12.345 KWD"
