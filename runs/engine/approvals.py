@@ -125,12 +125,16 @@ def _not_pending(approval: Approval) -> ApprovalNotPending:
     )
 
 
+# The reasons a run waits for its approval with (approval_check's).
+_WAITING = ("approval_required", "approval_expired", "approval_digest_mismatch")
+
+
 def _ask_again(approval: Approval, actor: str) -> None:
     """The run of an approval that lapsed undecided goes back to its approving step, which asks for a
     new one (found from outside: the refusal said so, and the run went on waiting on nothing)."""
     run = AgentRun.objects.filter(run_id=approval.run_id).first()
-    if run is None or run.status != RunStatus.SUSPENDED or run.suspend_reason == SUBJECT_ERASED:
-        return
+    if run is None or run.status != RunStatus.SUSPENDED or run.suspend_reason not in _WAITING:
+        return  # waiting for something else (a person's reconciliation, a signal), or erased
     payload = {"approval_id": str(approval.approval_id), "request_digest": approval.request_digest}
     seq = store.transition(
         run_id=run.run_id,
