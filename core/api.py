@@ -213,6 +213,11 @@ class KeeperAutoSchema(AutoSchema):
 _UUID = re.compile(r"(?<![0-9A-Za-z])[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}(?![0-9A-Za-z])")
 
 
+def uuids_lowered(path: str) -> str:
+    """The path with every UUID in it written in lower case (the API's and the console's routes)."""
+    return _UUID.sub(lambda m: m.group(0).lower(), path)
+
+
 @csrf_exempt  # no state changes here; a POST deserves the JSON 404 too, not the CSRF page
 def api_not_found(request: HttpRequest, path: str = "") -> Any:
     """A URL under /api/v1/ that no route matches (an unknown path, or an id of the wrong form):
@@ -220,7 +225,7 @@ def api_not_found(request: HttpRequest, path: str = "") -> Any:
 
     An id written in upper case (a UUID from another system's tools) is the same id: the request goes
     to the route it names in lower case."""
-    lowered = _UUID.sub(lambda m: m.group(0).lower(), request.path_info)
+    lowered = uuids_lowered(request.path_info)
     if lowered != request.path_info:
         try:
             match = resolve(lowered)

@@ -131,3 +131,27 @@ def test_a_real_worker_logs_idle_sweeps_at_debug_only(processes, tmp_path):
     )
     assert sweep_lines(worker_log, "INFO") == []
     assert sweep_lines(beat_log, "DEBUG") and sweep_lines(beat_log, "INFO") == []
+
+
+def test_a_console_address_with_an_upper_case_id_goes_to_its_page(as_role, tenant):
+    """An id copied in upper case (another system's tools, a log) names the same run: GET is sent to
+    the lower-case address with its query (an unknown id too: its page is the 404); a POST or an
+    address that names no page stays a 404."""
+    from runs.engine.runs import run_start
+
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
+    client = as_role("engineer")
+    upper = str(run.run_id).upper()
+    response = client.get(f"/runs/{upper}/?tab=events")
+    assert response.status_code == 301
+    assert response["Location"] == f"/runs/{run.run_id}/?tab=events"
+    assert client.get(response["Location"]).status_code == 200
+    assert client.head(f"/runs/{upper}/").status_code == 301
+    assert client.post(f"/runs/{upper}/").status_code == 404
+    unknown = uuid.uuid4()
+    response = client.get(f"/runs/{str(unknown).upper()}/")  # no such run: its address, then the 404
+    assert response.status_code == 301 and client.get(response["Location"]).status_code == 404
+    assert client.get(f"/no-such-page/{upper}/").status_code == 404
+    # Never a redirect off the site, whatever the path holds.
+    response = client.get(f"/runs/{upper}//example.com/")
+    assert response.status_code == 404
