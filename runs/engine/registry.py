@@ -159,6 +159,9 @@ class Workflow:
     # Steps that act on an approval referenced by the state (state["approval"], state["request_digest"]):
     # resume verification checks that approval is approved, unexpired and for the same digest.
     approval_guarded_steps: frozenset[str] = frozenset()
+    # For a guarded step that checks its approval again itself before it acts (the authoring API's
+    # acts_on_approval): the step that asks for it, where the step goes back when the approval lapsed.
+    approval_asked_at: dict[str, str] = field(default_factory=dict)
     # Limits per run, unless the run's input sets its own under "budgets".
     default_budgets: dict[str, float] = field(default_factory=dict)
     # What resume verification does when a retrieval document behind the run's snapshots was deleted

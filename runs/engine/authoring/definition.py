@@ -141,6 +141,7 @@ class Definition(Generic[S]):
                     description=self.description,
                     schemas=self.schemas,
                     approval_guarded_steps=frozenset(self._guarded),
+                    approval_asked_at={step: self.name_of(ask) for step, ask in self._guarded.items()},
                     default_budgets=self.default_budgets,
                     on_source_change=self.on_source_change,
                 )

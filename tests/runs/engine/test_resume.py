@@ -139,7 +139,9 @@ def test_budgets_are_recomputed_from_the_event_log(tenant):
     assert run.state["budgets"]["steps"]["used"] == 3  # two before, plus the step after the resume
 
 
-def test_an_expired_approval_refuses_the_resume_of_the_refund_step(tenant):
+def _refund_waiting_at_refund(tenant, *, expires_in: timedelta):
+    """A refund run suspended before its guarded `refund` step with an approval that expires (or
+    expired) `expires_in` from now, as after a cool-off or a crash."""
     run = run_start(tenant=tenant, workflow_name="refund", input={"order_id": "o-1"}, actor="test").run
     request = {"order_id": "o-1", "amount_minor": 500, "currency": "EUR"}
     approval = Approval.objects.create(
@@ -151,13 +153,15 @@ def test_an_expired_approval_refuses_the_resume_of_the_refund_step(tenant):
         status="approved",
         decided_by="user:sam",
         decided_at=timezone.now(),
-        expires_at=timezone.now() - timedelta(minutes=1),
+        expires_at=timezone.now() + expires_in,
     )
     grant = store.lease_acquire(run_id=run.run_id, owner="w", ttl=30)
+    assert grant is not None
     state = {
         **run.state,
         "refund_request": request,
         "request_digest": json_digest(request),
+        "decision": {"reasons": ["amount above the limit"]},
         "approval": {
             "approval_id": str(approval.approval_id),
             "status": "approved",
@@ -180,8 +184,50 @@ def test_an_expired_approval_refuses_the_resume_of_the_refund_step(tenant):
         payload_json="{}",
         suspend_reason="manual_review",
     )
+    return run, approval
+
+
+def test_an_approval_that_lapsed_during_a_wait_sends_the_refund_step_back_to_ask_again(tenant):
+    """Found from outside: the resume was refused (`approval_expired`) and only an engineer's rewind
+    moved the run. The refund step checks its approval again before it pays and goes back to
+    `approve` itself, so verification lets it: a lapse of time is not a doubt."""
+    run, approval = _refund_waiting_at_refund(tenant, expires_in=-timedelta(minutes=1))
+    event = _resume(run)
+    assert event.event_type == "resume_verified", event.payload
+    [check] = [c for c in event.payload["checks"] if c["name"] == "approvals"]
+    assert check["ok"] and f"approval {approval.approval_id} expired at" in check["detail"]
+    assert "step 'refund' goes back to 'approve' to ask again" in check["detail"]
+    assert (run.status, run.next_step) == ("running", "approve")
+    run_advance(run_id=run.run_id, worker_id="w2")  # `approve` asks again
+    run.refresh_from_db()
+    assert (run.status, run.suspend_reason) == ("suspended", "approval_expired")
+    [pending] = Approval.objects.filter(run=run, status="pending")
+    assert pending.approval_id != approval.approval_id and pending.expires_at > timezone.now()
+    # No refund was sent: the operation was prepared (its request recorded) and went no further.
+    assert list(ToolOperation.objects.values_list("status", flat=True)) == ["prepared"]
+
+
+def test_a_changed_request_with_a_lapsed_approval_is_still_refused(tenant):
+    run, approval = _refund_waiting_at_refund(tenant, expires_in=-timedelta(minutes=1))
+    Approval.objects.filter(pk=approval.pk).update(request_digest="sha256:" + "0" * 64)
+    _assert_refused(run, _resume(run), "approval_digest_mismatch")
+    assert not ToolOperation.objects.exists()
+
+
+def test_a_guarded_step_that_cannot_go_back_is_refused_on_a_lapsed_approval(tenant, monkeypatch):
+    """A workflow whose guarded step does not check its approval itself (registered without the
+    step that asks: an outside worker's workflow) still stops for a person."""
+    from dataclasses import replace
+
+    from runs.engine.registry import registry
+
+    run, _ = _refund_waiting_at_refund(tenant, expires_in=-timedelta(minutes=1))
+    workflow = registry.get("refund")
+    monkeypatch.setitem(
+        registry._workflows, (workflow.name, workflow.version), replace(workflow, approval_asked_at={})
+    )
     _assert_refused(run, _resume(run), "approval_expired")
-    assert not ToolOperation.objects.exists()  # no refund was attempted
+    assert not ToolOperation.objects.exists()
 
 
 # --- a refused changed state stays refused until an engineer accepts it ---------------------------
