@@ -144,3 +144,41 @@ def test_a_principal_named_by_the_subjects_email_is_erased_with_them(tenant) -> 
     assert receipt["clean"] is True, {p: n for p, n in receipt["final_scan"].items() if n}
     with tenant_scope(tenant.tenant_id):
         assert list(Principal.objects.values_list("principal", flat=True)) == ["user:ann"]
+
+
+def test_an_acl_naming_the_subjects_email_goes_with_its_documents(tenant) -> None:
+    """Found from outside: a document readable by user:<their e-mail>, deleted as the receipt asked,
+    left its ACL row (no chunk holds it any more) and every retry of the erasure failed on it, so the
+    subject's memory was kept for good."""
+    from django.db import connection
+
+    from memory.models import MemoryItem
+    from memory.services import memory_remember
+    from tests.memory.test_memory import said
+
+    email = "zofia.w7731@example.pl"
+    memory_remember(
+        tenant=tenant, subject_id=SUBJECT, namespace="profile", key="email", value=email, provenance=said()
+    )
+    principal_set(tenant=tenant, principal=f"user:{email}", groups=["group:support"], actor="user:admin")
+    document_index(
+        tenant=tenant,
+        document_id="faq-2",
+        source_uri="kb://faq-2",
+        source_version="v1",
+        data=b"# FAQ\n\nRefunds take 14 days.",
+        media_type="text/markdown",
+        acl=["group:support", f"user:{email}"],
+        actor="user:admin",
+        wait=True,
+    )
+    assert _erase(tenant)["clean"] is False  # the document's ACL names them: deleted through its API
+    document_delete(tenant=tenant, document_id="faq-2", actor="user:compliance")
+    receipt = _erase(tenant)
+    assert receipt["clean"] is True, {p: n for p, n in receipt["final_scan"].items() if n}
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM retrieval_acls WHERE array_to_string(acl, ' ') LIKE %s", [f"%{email}%"]
+        )
+        assert cursor.fetchone()[0] == 0
+        assert not MemoryItem.objects.filter(subject_id=SUBJECT).exists()
