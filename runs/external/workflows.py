@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from jsonschema import exceptions as schema_errors
 from jsonschema import validators
 
@@ -135,22 +135,44 @@ def external_workflow_register(
         "approval_guarded_steps": guarded,
         "description": description.strip()[:2000],
     }
-    existing = ExternalWorkflow.objects.filter(tenant=tenant, name=name, version=version).first()
-    if existing is None:
-        try:
-            with transaction.atomic():
-                created = ExternalWorkflow.objects.create(
-                    tenant=tenant, name=name, version=version, created_by=actor, **definition
-                )
-            return Registered(created, True)
-        except IntegrityError:  # registered concurrently: compare with that one
-            existing = ExternalWorkflow.objects.get(tenant=tenant, name=name, version=version)
+    with transaction.atomic():
+        # One registration of a name at a time: the same version may be spelt otherwise ("1.0", "v1").
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                [f"external-workflow:{tenant.tenant_id}:{name}"],
+            )
+        existing = _same_version(tenant, name, version)
+        if existing is None:
+            try:
+                with transaction.atomic():
+                    created = ExternalWorkflow.objects.create(
+                        tenant=tenant, name=name, version=version, created_by=actor, **definition
+                    )
+                return Registered(created, True)
+            except IntegrityError:  # registered concurrently elsewhere: compare with that one
+                existing = ExternalWorkflow.objects.get(tenant=tenant, name=name, version=version)
     if any(getattr(existing, k) != v for k, v in definition.items()):
+        spelt = (
+            "" if existing.version == version else f" (as {existing.version!r}: the same version in PEP 440)"
+        )
         raise ExternalWorkflowExists(
-            f"{name} version {version} is already registered with another definition; register a new version",
-            details={"name": name, "version": version, "steps": existing.steps},
+            f"{name} version {version} is already registered{spelt} with another definition; "
+            "register a new version",
+            details={"name": name, "version": existing.version, "steps": existing.steps},
         )
     return Registered(existing, False)
+
+
+def _same_version(tenant: Tenant, name: str, version: str) -> ExternalWorkflow | None:
+    """The registered version equal to `version`: the same text, or the same PEP 440 version spelt
+    otherwise (found from outside: "1.00" with other steps registered beside "1", and new runs took it)."""
+    exact = ExternalWorkflow.objects.filter(tenant=tenant, name=name, version=version).first()
+    if exact is not None:
+        return exact
+    key = version_key(version)
+    rows = ExternalWorkflow.objects.filter(tenant=tenant, name=name).order_by("created_at")
+    return next((row for row in rows if version_key(row.version) == key), None)
 
 
 def _outside_only(ctx: StepContext, state: State) -> StepResult:

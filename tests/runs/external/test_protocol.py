@@ -497,6 +497,30 @@ def test_new_runs_start_on_the_newest_external_version_by_pep_440_not_the_last_r
     assert AgentRun.objects.get(run_id=started.json()["run_id"]).workflow_version == "2"
 
 
+def test_a_version_spelt_otherwise_is_the_same_version(api, workflow, tenant):
+    """Found from outside: "1.0", "01", "v1" and "1.00" (the same version in PEP 440) registered as
+    new versions, one with other steps, and new runs went to whichever came last. The same definition
+    under another spelling is the registered version (200); another definition is a 409."""
+    version = REFUND["version"]
+    for spelt in (f"{version}.0", f"0{version}", f"v{version}"):
+        again = api.post("/api/v1/workflows/external/", {**REFUND, "version": spelt}, format="json")
+        assert again.status_code == 200, again.content
+        assert again.json()["version"] == version
+    other = api.post(
+        "/api/v1/workflows/external/",
+        {**REFUND, "version": f"{version}.00", "steps": ["only"]},
+        format="json",
+    )
+    assert other.status_code == 409 and other.json()["error"]["code"] == "workflow_version_exists"
+    assert f"as '{version}': the same version in PEP 440" in other.json()["error"]["message"]
+    started = api.post(
+        "/api/v1/runs/", {"workflow": "ext.refund", "input": {"order_id": "o-v"}}, format="json"
+    )
+    assert started.status_code == 201, started.content
+    run = AgentRun.objects.get(run_id=started.json()["run_id"])
+    assert (run.workflow_version, run.next_step) == (version, REFUND["steps"][0])
+
+
 def test_after_its_subject_is_erased_a_worker_cannot_report_an_outcome_into_the_run(api, workflow, tenant):
     """Found from outside: with its old lease token a worker reported a succeeded outcome carrying the
     subject's address after a clean receipt. It is refused (409 subject_erased, nothing written), and
