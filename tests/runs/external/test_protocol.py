@@ -94,6 +94,10 @@ def test_the_whole_protocol_moves_the_run_to_completion_with_one_operation(api, 
         w + "operations/prepare", {**prep, "request": {"order_id": "o-1", "amount_minor": 99}}, format="json"
     )
     assert changed.status_code == 409 and changed.json()["error"]["code"] == "operation_request_changed"
+    for dots in (".", ".."):  # path segments a client resolves away: its URLs could not be reached
+        refused = api.post(w + "operations/prepare", {**prep, "operation_id": dots}, format="json")
+        assert refused.status_code == 400 and "not dots alone" in refused.content.decode(), refused.content
+    assert api.post(w + "operations/prepare", {**prep, "operation_id": "a..b"}, format="json").status_code == 200
     assert (
         api.post(w + "operations/refund:o-1/started", {"lease_token": token}, format="json").json()["status"]
         == "started"
