@@ -34,14 +34,18 @@ from runs.conversations.selectors import (
     subject_unredacted_event_count,
     summary_lists_by_run,
 )
-from runs.engine.models import AgentRun, Summary, ToolOperation
+from runs.engine.models import SUBJECT_ERASED, AgentRun, Summary, ToolOperation
 from runs.engine.selectors import (
+    approval_pending_count,
     approval_pending_list,
+    operation_in_doubt_count,
     operation_in_doubt_list,
+    run_refused_count,
     run_refused_list,
+    run_suspended_count,
     run_suspended_list,
 )
-from runs.langgraph.selectors import thread_interrupted_list
+from runs.langgraph.selectors import thread_interrupted_count, thread_interrupted_list
 
 AUDIT_KEYS = ("id",)
 
@@ -137,16 +141,18 @@ class Inbox:
     refused: list[dict[str, Any]] = field(default_factory=list)
     questions: list[AgentRun] = field(default_factory=list)  # LangGraph threads at an interrupt()
     other: list[AgentRun] = field(default_factory=list)
+    # How many each list holds in all: each shows its oldest INBOX_LIMIT (found from outside: past
+    # 100 the inbox said "(100)" and the rest were out of sight).
+    totals: dict[str, int] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
-        return (
-            len(self.approvals)
-            + len(self.operations)
-            + len(self.refused)
-            + len(self.questions)
-            + len(self.other)
-        )
+        return sum(self.totals.values())
+
+
+# Runs no person here can continue: an engineer's fork not started waits for that engineer (the run
+# page); a run whose subject was erased never continues (nothing can resume it).
+_NOT_SUPPORTS = ("fork_not_started", SUBJECT_ERASED)
 
 
 def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
@@ -164,12 +170,21 @@ def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
         for run, event in run_refused_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     ]
     inbox.questions = thread_interrupted_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
-    covered = {row["run"].run_id for row in inbox.approvals + inbox.operations + inbox.refused}
-    covered |= {run.run_id for run in inbox.questions}
-    # An engineer's fork that was not started waits for that engineer (the run page), not for support.
-    inbox.other = run_suspended_list(
-        tenant_ids=tenant_ids, excluding=covered, limit=INBOX_LIMIT, reasons_excluded=("fork_not_started",)
-    )
+    inbox.other = run_suspended_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT, reasons_excluded=_NOT_SUPPORTS)
+    inbox.totals = {
+        name: len(rows) if len(rows) < INBOX_LIMIT else count()
+        for name, rows, count in (
+            ("approvals", inbox.approvals, lambda: approval_pending_count(tenant_ids=tenant_ids)),
+            ("operations", inbox.operations, lambda: operation_in_doubt_count(tenant_ids=tenant_ids)),
+            ("refused", inbox.refused, lambda: run_refused_count(tenant_ids=tenant_ids)),
+            ("questions", inbox.questions, lambda: thread_interrupted_count(tenant_ids=tenant_ids)),
+            (
+                "other",
+                inbox.other,
+                lambda: run_suspended_count(tenant_ids=tenant_ids, reasons_excluded=_NOT_SUPPORTS),
+            ),
+        )
+    }
     return inbox
 
 

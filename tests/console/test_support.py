@@ -182,6 +182,32 @@ def test_the_inbox_shows_only_the_users_tenants(support, tenant, other_tenant):
     assert 'hx-trigger="every 3s"' in page
 
 
+def test_a_long_inbox_says_how_many_wait_and_keeps_each_run_in_its_list(support, tenant, monkeypatch):
+    """Found from outside: past 100 the inbox said "(100)", the rest of the approvals were listed as
+    "other suspended runs" without a Review button, and runs whose subject was erased (nothing can
+    resume them) were offered there too."""
+    from console import selectors
+
+    monkeypatch.setattr(selectors, "INBOX_LIMIT", 2)
+    approvals = [_approval(tenant) for _ in range(3)]
+    waiting = _suspended_run(tenant, reason="manual_review", detail="look at the address")
+    erased = _suspended_run(tenant, reason="subject_erased", detail="erased")
+    page = support.get(reverse("console:support_inbox")).content.decode()
+    assert "Pending approvals (first 2 of 3)" in " ".join(page.split()).replace('<span class="count">', "")
+    assert "Each list shows its first" in page
+    assert f'data-run="{waiting.run_id}"' in page and "look at the address" in page
+    for approval in approvals:  # the third is past the first 2, and not listed as another kind of wait
+        assert f'data-run="{approval.run_id}"' not in page
+    assert f'data-run="{erased.run_id}"' not in page
+    assert "4 items" in page  # 3 approvals (2 shown) and the other run
+    run_page = support.get(reverse("console:support_run", args=[erased.run_id])).content.decode()
+    assert "Its subject was erased: the run never continues" in run_page
+    assert reverse("console:support_run_resume", args=[erased.run_id]) not in run_page
+    assert reverse("console:support_run_resume", args=[waiting.run_id]) in (
+        support.get(reverse("console:support_run", args=[waiting.run_id])).content.decode()
+    )
+
+
 def test_the_inbox_poll_returns_only_the_rows(support, tenant):
     _approval(tenant)
     response = support.get(

@@ -58,16 +58,24 @@ def approval_run_list(*, run: AgentRun, limit: int = 20) -> list[Approval]:
     return list(Approval.objects.filter(run_id=run.run_id).order_by("-created_at")[:limit])
 
 
+def _pending(tenant_ids: list[UUID]) -> QuerySet[Approval]:
+    return Approval.objects.select_related("run", "tenant").filter(
+        tenant_id__in=tenant_ids, status=ApprovalStatus.PENDING
+    )
+
+
 def approval_pending_list(
     *, tenant_ids: list[UUID], run_id: UUID | None = None, limit: int | None = None
 ) -> list[Approval]:
     """Pending approvals (of one run with `run_id`), the soonest to expire first."""
-    approvals = Approval.objects.select_related("run", "tenant").filter(
-        tenant_id__in=tenant_ids, status=ApprovalStatus.PENDING
-    )
+    approvals = _pending(tenant_ids)
     if run_id is not None:
         approvals = approvals.filter(run_id=run_id)
     return list(approvals.order_by("expires_at")[:limit])
+
+
+def approval_pending_count(*, tenant_ids: list[UUID]) -> int:
+    return _pending(tenant_ids).count()
 
 
 def operation_get(*, pk: int) -> ToolOperation:
@@ -121,6 +129,10 @@ def operation_in_doubt_list(*, tenant_ids: list[UUID], limit: int) -> list[ToolO
     return list(_in_doubt().filter(tenant_id__in=tenant_ids).order_by("updated_at")[:limit])
 
 
+def operation_in_doubt_count(*, tenant_ids: list[UUID]) -> int:
+    return _in_doubt().filter(tenant_id__in=tenant_ids).count()
+
+
 def run_operations_in_doubt(*, run: AgentRun) -> list[ToolOperation]:
     return list(_in_doubt().filter(run_id=run.run_id).order_by("created_at"))
 
@@ -135,18 +147,27 @@ def _suspended(tenant_ids: list[UUID]) -> QuerySet[AgentRun]:
     )
 
 
+def _refused_now() -> Exists:
+    """The run's latest event is a refused resume."""
+    return Exists(
+        AgentEvent.objects.filter(
+            run_id=OuterRef("run_id"), seq=OuterRef("state_revision"), event_type="resume_refused"
+        )
+    )
+
+
+def _refused(tenant_ids: list[UUID]) -> QuerySet[AgentRun]:
+    return _suspended(tenant_ids).filter(_refused_now()).exclude(suspend_reason=RECONCILIATION_REQUIRED)
+
+
+def run_refused_count(*, tenant_ids: list[UUID]) -> int:
+    return _refused(tenant_ids).count()
+
+
 def run_refused_list(*, tenant_ids: list[UUID], limit: int) -> list[tuple[AgentRun, AgentEvent]]:
     """Suspended runs whose latest event is a refused resume (not those waiting for reconciliation),
     the longest waiting first, each with that event."""
-    refused_now = AgentEvent.objects.filter(
-        run_id=OuterRef("run_id"), seq=OuterRef("state_revision"), event_type="resume_refused"
-    )
-    runs = list(
-        _suspended(tenant_ids)
-        .filter(Exists(refused_now))
-        .exclude(suspend_reason=RECONCILIATION_REQUIRED)
-        .order_by("updated_at")[:limit]
-    )
+    runs = list(_refused(tenant_ids).order_by("updated_at")[:limit])
     if not runs:
         return []
     events = AgentEvent.objects.filter(reduce(or_, (Q(run_id=r.run_id, seq=r.state_revision) for r in runs)))
@@ -154,12 +175,28 @@ def run_refused_list(*, tenant_ids: list[UUID], limit: int) -> list[tuple[AgentR
     return [(r, by_run[r.run_id]) for r in runs if r.run_id in by_run]
 
 
+def _waiting_otherwise(tenant_ids: list[UUID], reasons_excluded: tuple[str, ...]) -> QuerySet[AgentRun]:
+    """Suspended runs that no other list holds: no pending approval, no operation in doubt, not
+    refused at resume (whether or not those lists show them all), not suspended for `reasons_excluded`.
+    Found from outside: past the first 100 approvals, runs waiting for one were listed as "other"."""
+    pending = Approval.objects.filter(run_id=OuterRef("run_id"), status=ApprovalStatus.PENDING)
+    doubt = _in_doubt().filter(run_id=OuterRef("run_id"))
+    return (
+        _suspended(tenant_ids)
+        .exclude(suspend_reason__in=reasons_excluded)
+        .exclude(Exists(pending))
+        .exclude(Exists(doubt))
+        .exclude(Q(_refused_now()) & ~Q(suspend_reason=RECONCILIATION_REQUIRED))
+    )
+
+
 def run_suspended_list(
-    *, tenant_ids: list[UUID], excluding: set[UUID], limit: int, reasons_excluded: tuple[str, ...] = ()
+    *, tenant_ids: list[UUID], limit: int, reasons_excluded: tuple[str, ...] = ()
 ) -> list[AgentRun]:
-    """Suspended runs other than `excluding` (and other than those suspended for `reasons_excluded`),
-    the longest waiting first."""
-    runs = _suspended(tenant_ids).exclude(run_id__in=excluding)
-    if reasons_excluded:
-        runs = runs.exclude(suspend_reason__in=reasons_excluded)
-    return list(runs.order_by("updated_at")[:limit])
+    """Suspended runs that wait for a person for another reason than the inbox's other lists, the
+    longest waiting first."""
+    return list(_waiting_otherwise(tenant_ids, reasons_excluded).order_by("updated_at")[:limit])
+
+
+def run_suspended_count(*, tenant_ids: list[UUID], reasons_excluded: tuple[str, ...] = ()) -> int:
+    return _waiting_otherwise(tenant_ids, reasons_excluded).count()
