@@ -22,6 +22,7 @@ from console.audit import actor_of, audit_record
 from console.display import erasure_steps, receipt_rows
 from console.forms import NoteField
 from console.htmx import HtmxHttpRequest
+from console.models import AuditEntry
 from console.roles import COMPLIANCE, role_required, tenant_for_user, user_tenants
 from console.selectors import subject_overview
 from console.subjects import MAX_QUERY_CHARS, subject_search
@@ -134,18 +135,28 @@ def erasure_confirm(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
                 created = erasure_request_create(
                     tenant=scope, subject_id=subject, requested_by=actor_of(request)
                 )
-                audit_record(
-                    request=request,
+                # The request of a subject already being erased is the answer; a person who asked
+                # for it already (a double click, a second tab) is not recorded again. The request's
+                # lock, held to the commit, puts a concurrent click after this one's entry.
+                asked = AuditEntry.objects.filter(
                     action="erase",
-                    tenant=scope,
                     target_type="erasure_request",
-                    target_id=created.request_id,
-                    note=form.cleaned_data["note"],
-                    details={
-                        "subject_digest": created.subject_digest,
-                        "expected": {s.key: s.count for s in overview.stores},
-                    },
-                )
+                    target_id=str(created.request_id),
+                    actor=actor_of(request),
+                ).exists()
+                if not asked:
+                    audit_record(
+                        request=request,
+                        action="erase",
+                        tenant=scope,
+                        target_type="erasure_request",
+                        target_id=created.request_id,
+                        note=form.cleaned_data["note"],
+                        details={
+                            "subject_digest": created.subject_digest,
+                            "expected": {s.key: s.count for s in overview.stores},
+                        },
+                    )
         except ApplicationError as exc:
             form.add_error(None, str(exc))
         else:

@@ -186,6 +186,13 @@ def test_erasing_creates_the_request_and_one_audit_entry_without_the_subject_id(
         [entry.actor, entry.action, entry.target_type, entry.target_id, entry.note, entry.details]
     )
     assert SUBJECT not in row and "english" not in row
+    # Sent again while that request waits (a double click, a second tab): the same request, and the
+    # person's one entry (found from outside: four POSTs, one request, four entries).
+    again = as_role("compliance").post(
+        "/compliance/acme/erase/", {"subject": SUBJECT, "subject_confirm": SUBJECT, "note": "ticket GDPR-12"}
+    )
+    assert again["Location"] == f"/compliance/acme/erasures/{created.request_id}/"
+    assert AuditEntry.objects.filter(action="erase").count() == 1
 
 
 def test_progress_then_receipt_and_its_json_download(as_role, tenant):
