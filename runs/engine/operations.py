@@ -77,6 +77,7 @@ def _move(
     result: Any = None,
     lease_epoch: int | None = None,
     acting_run_id: UUID | None = None,
+    late: bool = False,
 ) -> OperationRow:
     attributes = {"keeper.tenant_id": tenant_id, "keeper.run_id": acting_run_id, "keeper.outcome": to_status}
     with span("keeper.operation", attributes):
@@ -90,6 +91,7 @@ def _move(
             result_json=None if result is None else canonical_json(result),
             lease_epoch=lease_epoch,
             acting_run_id=acting_run_id,
+            late=late,
         )
     if op is None:
         current = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
@@ -148,8 +150,16 @@ def operation_mark_started(
 
 @tenant_of_call
 def operation_mark_succeeded(
-    *, tenant_id: UUID, operation_id: str, actor: str, external_ref: str, result: Any, note: str = ""
+    *,
+    tenant_id: UUID,
+    operation_id: str,
+    actor: str,
+    external_ref: str,
+    result: Any,
+    note: str = "",
+    late: bool = False,
 ) -> OperationRow:
+    """`late`: reported by a worker that may have lost its lease (store.operation_transition)."""
     if not external_ref:
         raise InvalidInput("a succeeded operation needs the external reference", code="external_ref_required")
     return _move(
@@ -160,12 +170,13 @@ def operation_mark_succeeded(
         note=note,
         external_ref=external_ref,
         result=result,
+        late=late,
     )
 
 
 @tenant_of_call
 def operation_mark_failed(
-    *, tenant_id: UUID, operation_id: str, actor: str, result: Any, note: str = ""
+    *, tenant_id: UUID, operation_id: str, actor: str, result: Any, note: str = "", late: bool = False
 ) -> OperationRow:
     """A definite answer that the effect was refused (not a timeout: that is unknown)."""
     return _move(
@@ -175,6 +186,7 @@ def operation_mark_failed(
         actor=actor,
         note=note,
         result=result,
+        late=late,
     )
 
 

@@ -741,7 +741,8 @@ UPDATE tool_operations o
        result = COALESCE(%(result)s::jsonb, o.result),
        history = o.history || {_history_entry("%(to)s::text")},
        updated_at = statement_timestamp()
- WHERE o.tenant_id = %(tenant)s AND o.operation_id = %(op)s AND o.status = ANY(%(from)s)
+ WHERE o.tenant_id = %(tenant)s AND o.operation_id = %(op)s
+   AND (o.status = ANY(%(from)s) OR (%(late)s AND o.status = 'prepared' AND o.attempts > 0))
    AND (%(epoch)s::bigint IS NULL OR EXISTS (
         SELECT 1 FROM agent_runs r WHERE r.run_id = %(acting_run)s::uuid AND r.lease_epoch = %(epoch)s::bigint
            AND r.lease_owner = %(actor)s))
@@ -770,12 +771,15 @@ def operation_transition(
     result_json: str | None = None,
     lease_epoch: int | None = None,
     acting_run_id: UUID | None = None,
+    late: bool = False,
 ) -> OperationRow | None:
     """Move the operation along the protocol; None if it is not in a status that allows this move.
 
     With `lease_epoch`, the move happens only while `actor` still holds the lease of the acting run
     (a fork acts on its parent's operation) at that epoch: a worker that lost its lease cannot start
-    a side effect.
+    a side effect. `late`: a final outcome from a worker that sent the request and then lost its
+    lease may also settle an operation a take-over found not applied and prepared again (started
+    before, not started since): what the outside system did is the truth.
     """
     rows = _rows(
         _OP_TRANSITION,
@@ -790,6 +794,7 @@ def operation_transition(
             "note": note,
             "epoch": lease_epoch,
             "acting_run": acting_run_id,
+            "late": late and to_status in ("succeeded", "failed"),
         },
     )
     return _op(rows[0]) if rows else None

@@ -672,10 +672,15 @@ def external_operation_outcome(
             )
         _operation_of(run, operation_id)
         ids = {"tenant_id": lease.tenant_id, "operation_id": operation_id, "actor": lease.owner}
+        # After a lost lease, the outside system's answer still settles the operation, even one a
+        # take-over's lookup found not applied meanwhile (found from outside: refused with 409, and
+        # the sending worker's reference was lost).
         if outcome == "succeeded":
-            return operation_mark_succeeded(**ids, external_ref=external_ref or "", result=result, note=note)
+            return operation_mark_succeeded(
+                **ids, external_ref=external_ref or "", result=result, note=note, late=True
+            )
         if outcome == "failed":
-            return operation_mark_failed(**ids, result=result, note=note)
+            return operation_mark_failed(**ids, result=result, note=note, late=True)
         if outcome == "unknown":
             return operation_mark_unknown(**ids, note=note or "the worker could not tell")
         if outcome == "not_applied":

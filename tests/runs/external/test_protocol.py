@@ -97,7 +97,9 @@ def test_the_whole_protocol_moves_the_run_to_completion_with_one_operation(api, 
     for dots in (".", ".."):  # path segments a client resolves away: its URLs could not be reached
         refused = api.post(w + "operations/prepare", {**prep, "operation_id": dots}, format="json")
         assert refused.status_code == 400 and "not dots alone" in refused.content.decode(), refused.content
-    assert api.post(w + "operations/prepare", {**prep, "operation_id": "a..b"}, format="json").status_code == 200
+    assert (
+        api.post(w + "operations/prepare", {**prep, "operation_id": "a..b"}, format="json").status_code == 200
+    )
     assert (
         api.post(w + "operations/refund:o-1/started", {"lease_token": token}, format="json").json()["status"]
         == "started"
@@ -301,6 +303,87 @@ def test_bad_tokens_stale_revisions_and_unprepared_operations_change_nothing(
     assert started.status_code == 404
     assert _snapshot(run_id) == before
     assert not ToolOperation.objects.filter(operation_id="refund:o-9").exists()
+
+
+def test_an_outcome_after_a_lost_lease_settles_an_operation_a_take_over_prepared_again(
+    api, workflow, tenant, monkeypatch
+):
+    """Found from outside: worker a started the refund and lost its lease; b's take-over asked the
+    lookup (authoritative: not applied yet) and prepared the operation again; a's answer from the
+    payments system (succeeded, with its reference) was then refused with 409 and the reference lost.
+    The README: an outcome may be reported after the lease is lost (the money's truth)."""
+    from dataclasses import replace
+
+    from runs.engine.registry import ToolLookup, registry
+
+    contract = registry.tool("payments.refund")
+    assert contract is not None
+    monkeypatch.setitem(
+        registry._tools,
+        "payments.refund",
+        replace(contract, lookup=lambda operation_id: ToolLookup(authoritative=True, applied=False)),
+    )
+    run_id = _start(api)
+    w = f"/api/v1/workers/runs/{run_id}/"
+    a = _claim(api, worker_id="a", lease_ttl=1).json()
+    first = api.post(
+        w + "commit",
+        {
+            "lease_token": a["lease_token"],
+            "expected_revision": a["revision"],
+            "state": a["state"],
+            "next_step": "refund",
+        },
+        format="json",
+    )
+    assert first.status_code == 200, first.content
+    a = _claim(api, worker_id="a", lease_ttl=1).json()
+    _start_refund(api, w, a["lease_token"])
+    time.sleep(1.3)  # a's lease runs out while the payments system answers it
+    b = _claim(api, worker_id="b").json()
+    assert b["verified"] == "lease_takeover"
+    op = ToolOperation.objects.get(operation_id="refund:o-1")
+    assert (op.status, op.attempts) == ("prepared", 1)  # the lookup said: not applied (yet)
+    late = api.post(
+        w + "operations/refund:o-1/outcome",
+        {"lease_token": a["lease_token"], "outcome": "succeeded", "external_ref": "rf_late"},
+        format="json",
+    )
+    assert late.status_code == 200, late.content
+    op.refresh_from_db()
+    assert (op.status, op.external_ref) == ("succeeded", "rf_late")
+    # b, preparing the same operation, finds it settled and does not send it again.
+    again = api.post(
+        w + "operations/prepare",
+        {
+            "lease_token": b["lease_token"],
+            "operation_id": "refund:o-1",
+            "tool_name": "payments.refund",
+            "tool_contract_version": "payments.v1",
+            "request": {"order_id": "o-1"},
+        },
+        format="json",
+    )
+    assert again.status_code == 200 and again.json()["status"] == "succeeded"
+    # A prepared operation never started is not settled by a report: nothing was sent.
+    fresh = api.post(
+        w + "operations/prepare",
+        {
+            "lease_token": b["lease_token"],
+            "operation_id": "refund:o-2",
+            "tool_name": "payments.refund",
+            "tool_contract_version": "payments.v1",
+            "request": {"order_id": "o-2"},
+        },
+        format="json",
+    )
+    assert fresh.status_code == 200
+    never = api.post(
+        w + "operations/refund:o-2/outcome",
+        {"lease_token": b["lease_token"], "outcome": "succeeded", "external_ref": "rf_x"},
+        format="json",
+    )
+    assert never.status_code == 409 and never.json()["error"]["code"] == "operation_state_conflict"
 
 
 def test_two_workers_racing_for_one_run_never_both_commit(api, workflow, tenant):
