@@ -18,6 +18,7 @@ from typing import Any, cast
 from uuid import UUID
 
 from asgiref.sync import sync_to_async
+from django.db import IntegrityError
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -32,6 +33,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from core.digests import canonical_json
+from core.errors import InvalidInput, NotFound
 from core.tenancy import tenant_bind
 from runs.engine import store as engine_store
 from runs.engine.errors import InvalidState
@@ -91,6 +93,18 @@ def _closed(thread_id: str, what: str) -> ThreadClosed:
     )
 
 
+def _key(value: Any, what: str = "thread id") -> str:
+    """A thread id or namespace as stored: text PostgreSQL can hold (found from outside: a NUL in a
+    thread id raised psycopg's DataError from deep inside the saver)."""
+    text = str(value)
+    if "\x00" in text:
+        raise InvalidInput(
+            f"a LangGraph {what} cannot hold a NUL character (PostgreSQL's text cannot): {text!r}",
+            code="invalid_thread_id",
+        )
+    return text
+
+
 def _vanished(thread_id: str) -> ThreadClosed:
     return ThreadClosed(f"thread {thread_id!r} vanished while writing", code="langgraph_thread_missing")
 
@@ -145,7 +159,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         if run_id is None:
             run_id = self._thread_create(
                 thread_id=thread_id,
-                subject=str(config.get("configurable", {}).get("subject_id") or ""),
+                subject=_key(config.get("configurable", {}).get("subject_id") or "", "subject id"),
                 event_type="langgraph_thread_started",
                 payload={"thread_id": thread_id, **({"graph": self.graph} if self.graph else {})},
             )
@@ -157,8 +171,16 @@ class KeeperSaver(BaseCheckpointSaver[str]):
     ) -> UUID:
         state = state_encode({"langgraph": {"thread_id": thread_id, "checkpoint_id": None}})
         run_id = uuid.uuid4()
-        with tenant_bind(self.tenant_id):
-            self._insert_run(run_id, thread_id, subject, event_type, payload, state.json, state.digest)
+        try:
+            with tenant_bind(self.tenant_id):
+                self._insert_run(run_id, thread_id, subject, event_type, payload, state.json, state.digest)
+        except IntegrityError as exc:  # found from outside: the foreign key's own message, raw
+            if "agent_runs_tenant_id" not in str(exc):
+                raise
+            raise NotFound(
+                f"no tenant {self.tenant_id} in this Keeper: KeeperSaver takes an existing tenant's id",
+                code="unknown_tenant",
+            ) from None
         found = store.thread_run(tenant_id=self.tenant_id, thread_id=thread_id)  # ours, or a racer's
         if found is None:
             raise ThreadClosed(f"thread {thread_id!r} could not be created", code="langgraph_thread_missing")
@@ -202,8 +224,8 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         configurable = config["configurable"]
-        thread_id = str(configurable["thread_id"])
-        ns = configurable.get("checkpoint_ns", "")
+        thread_id = _key(configurable["thread_id"])
+        ns = _key(configurable.get("checkpoint_ns", ""), "checkpoint namespace")
         parent = configurable.get("checkpoint_id")
         values = checkpoint["channel_values"]
         # Plain JSON values (numbers, flags, short texts) ride inside the checkpoint row; the rest is
@@ -273,7 +295,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         task_path: str = "",
     ) -> None:
         configurable = config["configurable"]
-        thread_id = str(configurable["thread_id"])
+        thread_id = _key(configurable["thread_id"])
         idx, channels, types, blobs = [], [], [], []
         for i, (channel, value) in enumerate(writes):
             kind, data = self.serde.dumps_typed(value)
@@ -352,7 +374,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         checkpoints deleted, its run closed) raises ThreadClosed here: LangGraph would otherwise start
         it afresh and run its first nodes (a tool call among them) before the first put is refused."""
         configurable = config["configurable"]
-        thread_id = str(configurable["thread_id"])
+        thread_id = _key(configurable["thread_id"])
         with self._bound():
             rows = store.checkpoints_select(
                 tenant_id=self.tenant_id,
@@ -378,7 +400,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         with self._bound():
             rows = store.checkpoints_select(
                 tenant_id=self.tenant_id,
-                thread_id=None if thread_id is None else str(thread_id),
+                thread_id=None if thread_id is None else _key(thread_id),
                 checkpoint_ns=configurable.get("checkpoint_ns"),
                 checkpoint_id=configurable.get("checkpoint_id"),
                 before_id=get_checkpoint_id(before) if before else None,
@@ -390,7 +412,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
 
     def delete_thread(self, thread_id: str) -> None:
         with self._bound():
-            store.thread_delete(tenant_id=self.tenant_id, thread_id=str(thread_id))
+            store.thread_delete(tenant_id=self.tenant_id, thread_id=_key(thread_id))
         self._runs.pop(str(thread_id), None)
 
     def delete_for_runs(self, run_ids: Sequence[str]) -> None:
@@ -398,7 +420,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
             store.runs_delete(tenant_id=self.tenant_id, run_ids=[str(r) for r in run_ids])
 
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        source, target = str(source_thread_id), str(target_thread_id)
+        source, target = _key(source_thread_id), _key(target_thread_id)
         with self._bound():
             source_run = store.thread_run(tenant_id=self.tenant_id, thread_id=source)
             if source_run is None:

@@ -273,3 +273,29 @@ def test_a_subject_whose_id_is_inside_another_subjects_id_or_text_can_be_erased(
         left = {place: n for place, n in done.receipt["final_scan"].items() if n}
         assert done.status == "completed" and left == {}, (subject, left)
     assert _bytes_left(tenant, "cust-1001") > 0  # the other subject's thread is untouched
+
+
+def test_a_thread_id_keeper_cannot_store_or_an_unknown_tenant_is_a_clear_error(tenant) -> None:
+    """Found from outside: a NUL in a thread id raised psycopg's DataError, and a tenant id that names
+    no tenant the foreign key's IntegrityError, from deep inside the first invoke."""
+    import uuid
+
+    from core.errors import InvalidInput, NotFound
+
+    for configurable in ({"thread_id": "a\x00b"}, {"thread_id": "t-nul", "subject_id": "cust\x00"}):
+        with pytest.raises(InvalidInput, match="cannot hold a NUL character"):
+            _run_config(KeeperSaver(tenant_id=tenant.tenant_id), configurable)
+    with pytest.raises(InvalidInput, match="cannot hold a NUL character"):
+        KeeperSaver(tenant_id=tenant.tenant_id).get_tuple({"configurable": {"thread_id": "\x00"}})
+    with pytest.raises(NotFound, match="KeeperSaver takes an existing tenant's id"):
+        _run_config(KeeperSaver(tenant_id=uuid.uuid4()), {"thread_id": "t-nowhere"})
+    assert not AgentRun.objects.filter(
+        idempotency_key__in=["langgraph:t-nul", "langgraph:t-nowhere"]
+    ).exists()
+
+
+def _run_config(saver: KeeperSaver, configurable: dict) -> dict:
+    try:
+        return support_graph(saver).invoke({"note": NOTE, "log": []}, {"configurable": configurable})
+    finally:
+        saver.close()
