@@ -39,6 +39,9 @@ class Claim:
     lease_token: str
     verified: str | None
     operations_in_doubt: list[dict[str, Any]] = field(default_factory=list)
+    # The run's received signals, oldest first: {"seq", "signal", "payload"} (keep the seq of the
+    # last one you acted on in your state).
+    signals: list[dict[str, Any]] = field(default_factory=list)
 
 
 class KeeperClient:
@@ -120,12 +123,19 @@ class KeeperClient:
         tools: list[dict[str, str]] | None = None,
         input_schema: dict[str, Any] | None = None,
         description: str = "",
+        approval_guarded_steps: list[str] | None = None,
+        signals: list[str] | None = None,
     ) -> dict[str, Any]:
+        """Register (name, version); `signals`: the names its runs accept (POST .../signals/{name})."""
         body: dict[str, Any] = {"name": name, "version": version, "steps": steps, "description": description}
-        if tools is not None:
-            body["tools"] = tools
-        if input_schema is not None:
-            body["input_schema"] = input_schema
+        for key, value in (
+            ("tools", tools),
+            ("input_schema", input_schema),
+            ("approval_guarded_steps", approval_guarded_steps),
+            ("signals", signals),
+        ):
+            if value is not None:
+                body[key] = value
         return dict(self._post("workflows/external/", body).json())
 
     def start_run(
@@ -133,6 +143,18 @@ class KeeperClient:
     ) -> dict[str, Any]:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         response = self._http.post("runs/", json={"workflow": workflow, "input": input}, headers=headers)
+        if response.status_code >= 400:
+            raise _error(response)
+        return dict(response.json())
+
+    def signal(self, run_id: str, name: str, payload: Any = None, *, idempotency_key: str) -> dict[str, Any]:
+        """Send signal `name` to a run (the payload as the JSON body). The key names this signal: sent
+        again with it (its answer lost), it is recorded once."""
+        response = self._http.post(
+            f"runs/{run_id}/signals/{name}",
+            json={} if payload is None else payload,
+            headers={"Idempotency-Key": idempotency_key},
+        )
         if response.status_code >= 400:
             raise _error(response)
         return dict(response.json())
@@ -167,6 +189,7 @@ class KeeperClient:
             lease_token=d["lease_token"],
             verified=d["verified"],
             operations_in_doubt=list(d["operations_in_doubt"]),
+            signals=list(d.get("signals") or []),
         )
 
     def commit(
