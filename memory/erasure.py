@@ -112,8 +112,9 @@ def _progress(request: ErasureRequest, **step: Any) -> None:
 REMANENCE = (
     "Physical remanence is outside an application's reach: PostgreSQL keeps dead row versions until VACUUM "
     "and sampled values in its planner statistics until ANALYZE, and WAL, replicas and backups keep old pages "
-    "until they expire, as Redis snapshots (RDB/AOF) keep deleted keys until the next rewrite; the operator "
-    "runs VACUUM ANALYZE on the erased tables, lets Redis rewrite its snapshot, and lets backups age out "
+    "until they expire, as Redis snapshots (RDB/AOF) keep deleted keys until the next rewrite (asked for "
+    "after deleting session windows; a managed Redis may only rewrite on its schedule); the operator "
+    "runs VACUUM ANALYZE on the erased tables and lets backups age out "
     "within the retention period the erasure policy promises."
 )
 

@@ -17,12 +17,14 @@ approvals, summaries, session windows, artifacts) is listed and erased in one fi
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import redis
 from django.db import OperationalError, connection
 
 from core.digests import canonical_json, json_digest, keyed_digest
@@ -48,6 +50,8 @@ from runs.conversations.sessions import redis_client
 from runs.engine import store
 from runs.engine.models import AgentEvent, AgentRun, Approval, OperationStatus, Summary, ToolOperation
 from runs.engine.state import state_encode
+
+logger = logging.getLogger(__name__)
 
 ERASED = "[erased]"
 ERASED_EVENT = "subject_erased"
@@ -305,6 +309,8 @@ class RunsEraser:
             counts["summaries"], _ = Summary.objects.filter(run_id__in=scope.run_ids).delete()
         existing = [k for k in scope.session_keys if redis_client().exists(k)]
         counts["redis_session_windows"] = redis_client().delete(*existing) if existing else 0
+        if counts["redis_session_windows"]:
+            counts["redis_snapshots_rewritten"] = _redis_snapshots_rewrite()
         counts["artifacts"] = 0
         for path in _paths(scope.artifact_uris):
             if path.exists():
@@ -508,6 +514,25 @@ _IN_TENANT = "t.tenant_id = %(tenant)s"
 _RUN_IN_TENANT = "t.run_id IN (SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s)"
 _MINE = "t.run_id = ANY(%(runs)s::uuid[])"
 _OWNER = "(SELECT r.subject FROM agent_runs r WHERE r.run_id = t.run_id)"
+
+
+def _redis_snapshots_rewrite() -> int:
+    """Ask Redis to write its snapshots again (RDB, and the AOF when it keeps one): a deleted key
+    stays in them on disk until then (found from outside: the dump still held the erased subject's
+    message after a clean receipt). How many it was asked to write; 0 when it keeps none or refuses
+    (a managed Redis may not take these commands: its own schedule rewrites them)."""
+    client = redis_client()
+    asked = 0
+    try:
+        if client.info("persistence").get("aof_enabled"):
+            client.bgrewriteaof()
+            asked += 1
+        if client.config_get("save").get("save"):
+            client.bgsave(schedule=True)  # after a save already running, not refused by it
+            asked += 1
+    except redis.RedisError as exc:
+        logger.warning("erasure: Redis did not take the snapshot rewrite (%s); its own schedule will", exc)
+    return asked
 
 
 def _count_session_windows(scope: Scope) -> int:

@@ -334,3 +334,35 @@ def test_asking_to_erase_a_subject_again_while_a_request_is_open_answers_that_re
 
     with tenant_scope(tenant.tenant_id):
         assert ErasureRequest.objects.count() == 1
+
+
+def test_erasure_has_redis_write_its_snapshot_again(tenant, subject_with_everything):
+    """Found from outside: after a clean receipt, Redis's snapshot on disk still held the erased
+    subject's message (the live keys were gone; the dump is written again only on Redis's schedule)."""
+    import time
+    from pathlib import Path
+
+    client = redis_client()
+    key = session_key(subject_with_everything).encode()  # its window: the subject's messages
+    if not client.config_get("save").get("save"):
+        pytest.skip("this Redis keeps no snapshot")
+    dump = Path(client.config_get("dir")["dir"]) / client.config_get("dbfilename")["dbfilename"]
+    compression = client.config_get("rdbcompression")["rdbcompression"]
+    client.config_set("rdbcompression", "no")  # the text readable in the file, as it was compressed or not
+    try:
+        client.save()
+        assert key in dump.read_bytes()
+        before = client.lastsave()
+        time.sleep(1.1)  # LASTSAVE counts seconds
+        request = erasure_request_create(
+            tenant=tenant, subject_id="cust-erase", requested_by="user:compliance"
+        )
+        receipt = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).receipt
+        assert receipt["counts"]["runs.redis_snapshots_rewritten"] == 1
+        deadline = time.monotonic() + 20
+        while client.lastsave() == before or client.info("persistence")["rdb_bgsave_in_progress"]:
+            assert time.monotonic() < deadline, "Redis did not write its snapshot"
+            time.sleep(0.1)
+        assert key not in dump.read_bytes()
+    finally:
+        client.config_set("rdbcompression", compression)
