@@ -261,8 +261,16 @@ class RunsEraser:
                 texts.update(_free_texts(payload, codes=False) + _free_texts(state))
                 addresses |= _emails(payload) | _emails(state)
                 uris |= _artifact_uris(payload) | _artifact_uris(state)
-            for request, note in Approval.objects.filter(run_id__in=run_ids).values_list("request", "note"):
-                texts.update(_free_texts(request) + _free_texts({"note": note}))
+            approvals = Approval.objects.filter(run_id__in=run_ids).values_list(
+                "request", "note", "decided_by"
+            )
+            for request, note, decided_by in approvals:
+                texts.update(_free_texts(request))
+                # A person's note may speak of the subject; Keeper's own (the run closed it, a policy
+                # approved it) is the same sentence in every tenant's runs, nobody's personal data
+                # (found from outside on the request's searched texts).
+                if decided_by != "keeper" and not decided_by.startswith("policy:"):
+                    texts.update(_free_texts({"note": note}))
                 addresses |= _emails(request)
             # Every address is erased in the subject's own runs; one that another customer's run holds
             # too (a cc, a workflow's noreply sender) is not searched elsewhere, where it is theirs

@@ -366,3 +366,42 @@ def test_erasure_has_redis_write_its_snapshot_again(tenant, subject_with_everyth
         assert key not in dump.read_bytes()
     finally:
         client.config_set("rdbcompression", compression)
+
+
+def test_keepers_own_approval_notes_are_not_searched_as_the_subjects_texts(tenant):
+    """Found from outside: the request's searched texts held Keeper's own note ("closed: the subject
+    of the run was erased") and a policy's, the same sentences in every tenant's runs. A person's
+    note on the subject's approval is still theirs to search."""
+    from core.digests import json_digest
+    from memory.erasure import subject_digest
+    from runs.conversations.erasure import RunsEraser
+    from runs.engine.models import Approval
+
+    run = run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t", subject="cust-n"
+    ).run
+    notes = {
+        "keeper": "closed: the subject of the run was erased, so nobody decides it",
+        "policy:auto_approve_below_limit": "approved by policy below the limit of the tenant",
+        "user:sam": "the customer Nadia Quist called twice about order 77-19",
+    }
+    with tenant_scope(tenant.tenant_id):
+        for decided_by, note in notes.items():
+            Approval.objects.create(
+                tenant=tenant,
+                run=run,
+                step_id="approve",
+                request={},
+                request_digest=json_digest(note),
+                status="expired",
+                decided_by=decided_by,
+                note=note,
+                expires_at=timezone.now(),
+                decided_at=timezone.now(),
+            )
+    digest = subject_digest(tenant_id=tenant.tenant_id, subject_id="cust-n")
+    values = (
+        RunsEraser().collect(tenant_id=tenant.tenant_id, subject_id="cust-n", subject_digest=digest).values
+    )
+    assert notes["user:sam"] in values
+    assert notes["keeper"] not in values and notes["policy:auto_approve_below_limit"] not in values
