@@ -29,6 +29,17 @@ def _claim(api, **extra):
     return api.post("/api/v1/workers/claim", {"workflows": ["ext.refund"], **extra}, format="json")
 
 
+def _commit_next(api, w: str, claim: dict, next_step: str = "refund"):
+    """Commit the claimed step's state unchanged, moving on to `next_step`."""
+    body = {
+        "lease_token": claim["lease_token"],
+        "expected_revision": claim["revision"],
+        "state": claim["state"],
+        "next_step": next_step,
+    }
+    return api.post(w + "commit", body, format="json")
+
+
 def _snapshot(text_id: str) -> tuple:
     run_id = uuid.UUID(text_id)
     run = AgentRun.objects.get(run_id=run_id)
@@ -326,16 +337,7 @@ def test_an_outcome_after_a_lost_lease_settles_an_operation_a_take_over_prepared
     run_id = _start(api)
     w = f"/api/v1/workers/runs/{run_id}/"
     a = _claim(api, worker_id="a", lease_ttl=1).json()
-    first = api.post(
-        w + "commit",
-        {
-            "lease_token": a["lease_token"],
-            "expected_revision": a["revision"],
-            "state": a["state"],
-            "next_step": "refund",
-        },
-        format="json",
-    )
+    first = _commit_next(api, w, a)
     assert first.status_code == 200, first.content
     a = _claim(api, worker_id="a", lease_ttl=1).json()
     _start_refund(api, w, a["lease_token"])
@@ -398,30 +400,12 @@ def test_two_workers_racing_for_one_run_never_both_commit(api, workflow, tenant)
         and b["lease_epoch"] == a["lease_epoch"] + 1
     )
     w = f"/api/v1/workers/runs/{run_id}/"
-    late = api.post(
-        w + "commit",
-        {
-            "lease_token": a["lease_token"],
-            "expected_revision": a["revision"],
-            "state": a["state"],
-            "next_step": "refund",
-        },
-        format="json",
-    )
+    late = _commit_next(api, w, a)
     assert late.status_code == 409 and late.json()["error"]["code"] in ("stale_revision", "lease_lost")
     hb = api.post(w + "heartbeat", {"lease_token": a["lease_token"]}, format="json")
     assert hb.status_code == 409 and hb.json()["error"]["code"] == "lease_lost"
     assert "another worker took it over (epoch 2, this token's is 1)" in hb.json()["error"]["message"]
-    won = api.post(
-        w + "commit",
-        {
-            "lease_token": b["lease_token"],
-            "expected_revision": b["revision"],
-            "state": b["state"],
-            "next_step": "refund",
-        },
-        format="json",
-    )
+    won = _commit_next(api, w, b)
     assert won.status_code == 200, won.content
     assert AgentEvent.objects.filter(run_id=run_id, event_type="step_completed").count() == 1
 
