@@ -278,8 +278,9 @@ def subject_condition(
     params: list[Any]
     if len(subject_id) >= IDENTIFIER_SUBSTRING_CHARS:
         condition, params = f"{text} ~* %s", [id_regex_of(subject_id)]
-    elif json:
-        condition, params = f"{text} ILIKE %s", [f'%"{subject_id}"%']
+    elif json:  # the id as a whole JSON string; its % and _ are the id's, not patterns (found from
+        # outside: erasing "K_17" deleted the snapshots of a search that found document "K-17")
+        condition, params = f"{text} ILIKE %s", [like_pattern('"' + _json_text(subject_id) + '"')]
     else:
         condition, params = f"lower({text}) = lower(%s)", [subject_id]
     likes = [like_pattern(v) for v in values if distinctive(v)]

@@ -182,3 +182,28 @@ def test_an_acl_naming_the_subjects_email_goes_with_its_documents(tenant) -> Non
         )
         assert cursor.fetchone()[0] == 0
         assert not MemoryItem.objects.filter(subject_id=SUBJECT).exists()
+
+
+def test_a_subject_id_with_like_wildcards_touches_only_its_own_rows(tenant) -> None:
+    """Found from outside: erasing "K_17" deleted the snapshot of a search that had found document
+    "K-17" (the id went into ILIKE unescaped: _ is any character, and "_" alone every snapshot)."""
+    principal_set(tenant=tenant, principal="user:bob", groups=["group:g1"], actor="user:admin")
+    document_index(
+        tenant=tenant,
+        document_id="K-17",
+        source_uri="kb://K-17",
+        source_version="v1",
+        data=b"# Kettles\n\nDescaling a kettle takes vinegar.",
+        media_type="text/markdown",
+        acl=["group:g1"],
+        actor="user:admin",
+        wait=True,
+    )
+    assert retrieval_search(tenant=tenant, query="kettle descaling", principal="user:bob").hits
+    with tenant_scope(tenant.tenant_id):
+        assert RetrievalSnapshot.objects.count() == 1
+    for subject in ("K_17", "_", "%"):
+        request = erasure_request_create(tenant=tenant, subject_id=subject, requested_by="user:compliance")
+        erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    with tenant_scope(tenant.tenant_id):
+        assert RetrievalSnapshot.objects.count() == 1
