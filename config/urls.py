@@ -22,4 +22,3 @@ urlpatterns = [
 
 # The error pages keep the navigation and say why (templates/403.html, 404.html, 500.html).
 handler500 = "console.views.errors.server_error"
-handler404 = "console.views.errors.page_not_found"

@@ -8,7 +8,11 @@ import re
 import unicodedata
 from collections.abc import Callable
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.urls import Resolver404, resolve
+from django.utils.encoding import escape_uri_path
+
+from core.api import uuids_lowered
 
 # No inline script or style anywhere; SVG and data: images for the timeline and the admin's icons.
 CONTENT_SECURITY_POLICY = (
@@ -25,6 +29,25 @@ RELAXED_PREFIXES = ("/api/docs/",)
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # The payments sandbox stands for an external system and answers bad ids itself (404 order_not_found).
 UNGUARDED_PREFIXES = ("/sandbox/",)
+
+
+def _lower_case_address(request: HttpRequest) -> str | None:
+    """The address with its UUIDs in lower case, when only that one names a page."""
+    path = request.path_info
+    lowered = uuids_lowered(path)
+    if lowered == path or lowered.startswith("//"):
+        return None
+    try:
+        resolve(path)
+        return None  # the path names a page as written (an id that is text, not a UUID)
+    except Resolver404:
+        pass
+    try:
+        resolve(lowered)
+    except Resolver404:
+        return None
+    query = request.META.get("QUERY_STRING", "")
+    return escape_uri_path(request.META.get("SCRIPT_NAME", "") + lowered) + (f"?{query}" if query else "")
 
 
 class RequestGuardMiddleware:
@@ -50,6 +73,11 @@ class RequestGuardMiddleware:
                 return _error("invalid_input", "a query parameter contains a NUL character", 400)
             text = "A query parameter contains a NUL character."
             return HttpResponse(text, status=400, content_type="text/plain; charset=utf-8")
+        elif not api and request.method in ("GET", "HEAD") and (moved := _lower_case_address(request)):
+            # An id copied in upper case (a log, another system's tools) names the same console page:
+            # sent there, with DEBUG on or off (a 404 handler runs only with it off: found from
+            # outside under make run). The API serves such ids itself (core.api.api_not_found).
+            return HttpResponsePermanentRedirect(moved)
         elif not api and request.method == "POST" and _form_has_nul(request):
             # Found from outside: a NUL in the sign-in form (no session needed), the admin's login or
             # a compliance form reached PostgreSQL and answered 500.

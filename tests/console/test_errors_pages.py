@@ -133,12 +133,14 @@ def test_a_real_worker_logs_idle_sweeps_at_debug_only(processes, tmp_path):
     assert sweep_lines(beat_log, "DEBUG") and sweep_lines(beat_log, "INFO") == []
 
 
-def test_a_console_address_with_an_upper_case_id_goes_to_its_page(as_role, tenant):
+@pytest.mark.parametrize("debug", [False, True])  # make run serves with DEBUG on: no 404 handler runs
+def test_a_console_address_with_an_upper_case_id_goes_to_its_page(as_role, tenant, settings, debug):
     """An id copied in upper case (another system's tools, a log) names the same run: GET is sent to
     the lower-case address with its query (an unknown id too: its page is the 404); a POST or an
     address that names no page stays a 404."""
     from runs.engine.runs import run_start
 
+    settings.DEBUG = debug
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
     client = as_role("engineer")
     upper = str(run.run_id).upper()
