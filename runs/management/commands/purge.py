@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApplicationError
 from core.tenancy import tenant_get
+from runs.operator.arguments import DAYS
 from runs.operator.retention import purge_statuses, runs_purge
 
 DEFAULT_OLDER_THAN_DAYS = 90.0
@@ -26,7 +27,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument(
             "--older-than",
-            type=float,
+            type=DAYS,
             default=DEFAULT_OLDER_THAN_DAYS,
             metavar="DAYS",
             help=f"finished more than DAYS ago (default {DEFAULT_OLDER_THAN_DAYS:g})",
@@ -37,7 +38,7 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", default=None)
         parser.add_argument(
             "--snapshots-older-than",
-            type=float,
+            type=DAYS,
             default=None,
             metavar="DAYS",
             help="also delete retrieval snapshots older than DAYS",

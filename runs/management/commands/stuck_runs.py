@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from core.errors import ApplicationError
 from core.tenancy import tenant_get
+from runs.operator.arguments import SECONDS
 from runs.operator.stuck import STUCK_AFTER_SECONDS, runs_stuck
 
 
@@ -22,7 +23,7 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", default=None, help="only this tenant (slug or id)")
         parser.add_argument(
             "--older-than",
-            type=float,
+            type=SECONDS,
             default=STUCK_AFTER_SECONDS,
             help=f"seconds without progress before a run counts (default {STUCK_AFTER_SECONDS:g})",
         )

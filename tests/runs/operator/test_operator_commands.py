@@ -531,6 +531,18 @@ def test_purge_refuses_bad_arguments(tenant, args):
         _call("purge", "--yes", *args)
 
 
+@pytest.mark.parametrize("number", ["1e20", "1e400", "inf", "nan", "ten"])
+def test_out_of_range_numbers_are_an_error_not_a_traceback(tenant, number):
+    """Found from outside: OverflowError and ValueError tracebacks from deep inside the commands."""
+    for command, option in (
+        ("stuck_runs", "--older-than"),
+        ("purge", "--older-than"),
+        ("purge", "--snapshots-older-than"),
+    ):
+        with pytest.raises(CommandError, match=f"argument {option}"):
+            _call(command, option, number, *(["--dry-run"] if command == "purge" else []))
+
+
 def test_purge_deletes_old_snapshots_inside_each_tenant_scope(tenant, other_tenant):
     def snapshot(t: Tenant, days_ago: int) -> str:
         sid = f"rs_{uuid.uuid4().hex}"
