@@ -84,7 +84,9 @@ class KeeperClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _post(self, path: str, body: dict[str, Any], *, timeout: float | None = None) -> httpx.Response:
+    def _post(
+        self, path: str, body: Any, *, timeout: float | None = None, headers: dict[str, str] | None = None
+    ) -> httpx.Response:
         """POST with retries on 5xx and transport errors (exponential backoff with jitter); 4xx raise at once.
 
         Every call of the protocol is safe to repeat: a commit whose answer was lost comes back
@@ -94,7 +96,10 @@ class KeeperClient:
         while True:
             try:
                 response = self._http.post(
-                    path, json=body, timeout=timeout or self.timeout, headers=self._trace_headers()
+                    path,
+                    json=body,
+                    timeout=timeout or self.timeout,
+                    headers={**self._trace_headers(), **(headers or {})},
                 )
             except httpx.TransportError as exc:
                 if attempt >= self.retries:
@@ -150,13 +155,12 @@ class KeeperClient:
     def signal(self, run_id: str, name: str, payload: Any = None, *, idempotency_key: str) -> dict[str, Any]:
         """Send signal `name` to a run (the payload as the JSON body). The key names this signal: sent
         again with it (its answer lost), it is recorded once."""
-        response = self._http.post(
+        # Retried like the protocol's calls: the key makes a repeat record the signal once.
+        response = self._post(
             f"runs/{run_id}/signals/{name}",
-            json={} if payload is None else payload,
+            {} if payload is None else payload,
             headers={"Idempotency-Key": idempotency_key},
         )
-        if response.status_code >= 400:
-            raise _error(response)
         return dict(response.json())
 
     # --- the worker protocol ------------------------------------------------------------------------

@@ -15,10 +15,12 @@ from keeper_client import KeeperClient, KeeperConflict
 class _Scripted(BaseHTTPRequestHandler):
     answers: list[tuple[int, dict]] = []
     seen: list[str] = []
+    keys: list[str | None] = []
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         type(self).seen.append(self.path)
+        type(self).keys.append(self.headers.get("Idempotency-Key"))
         status, body = type(self).answers.pop(0)
         raw = json.dumps(body).encode()
         self.send_response(status)
@@ -77,3 +79,16 @@ def test_a_refused_connection_is_retried_then_raised():
     client = KeeperClient("http://127.0.0.1:9", "kp_x", retries=2, backoff=0.01, timeout=1)
     with pytest.raises(httpx.TransportError):
         client.claim(["w"], wait_seconds=0)
+
+
+def test_a_signal_is_retried_with_its_key_after_a_5xx(server):
+    """Found from outside: signal() gave up after one 503 (it went around the retrying path); its
+    idempotency key makes the repeat safe."""
+    client = KeeperClient(server, "kp_x", retries=2, backoff=0.01)
+    _Scripted.seen, _Scripted.keys = [], []
+    _Scripted.answers = [(503, {}), (201, {"seq": 4, "signal": "shipped"})]
+    assert client.signal("r", "shipped", {"tracking": "T"}, idempotency_key="k-1") == {
+        "seq": 4,
+        "signal": "shipped",
+    }
+    assert _Scripted.seen == ["/api/v1/runs/r/signals/shipped"] * 2 and _Scripted.keys == ["k-1", "k-1"]
