@@ -252,6 +252,9 @@ def test_a_run_exported_and_imported_into_another_tenant_is_the_same_history_and
     _call("export_history", str(run.run_id), "--output", str(path))
     exported = json.loads(path.read_text())
     assert exported["format_version"] == 1 and exported["digest"] == history_digest(exported)
+    # Exported again later: the same content, the same digest (the export's time is not content).
+    again = history.run_history_document(run_id=run.run_id)
+    assert again["exported_at"] != exported["exported_at"] and again["digest"] == exported["digest"]
     assert [e["seq"] for e in exported["events"]] == list(range(1, run.state_revision + 1))
     assert len(exported["operations"]) == len(exported["approvals"]) == len(exported["summaries"]) == 1
     assert len(exported["retrieval_snapshots"]) == 1
@@ -613,3 +616,18 @@ def test_purge_deletes_the_runs_redis_windows_too(tenant):
     assert report["runs"] == 2 and report["session_windows"] == 2
     assert not any(redis_client().exists(k) for k in keys)
     assert redis_client().exists(session_key(kept))  # a run kept keeps its window
+
+
+def test_a_file_exported_before_the_digest_left_out_its_time_still_imports(tenant, tmp_path):
+    from core.digests import json_digest
+
+    run = _rich_run(tenant)
+    document = history.run_history_document(run_id=run.run_id)
+    document["digest"] = json_digest({k: v for k, v in document.items() if k != "digest"})  # the old rule
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(document))
+    _call("import_history", str(path), "--tenant", "elsewhere")
+    document["events"][0]["payload"] = {"edited": True}
+    path.write_text(json.dumps(document))
+    with pytest.raises(CommandError, match="digest mismatch"):
+        _call("import_history", str(path))
