@@ -97,7 +97,15 @@ def _unreserved(text: str) -> str:
         char = chr(int(match.group(1), 16))
         return char if char in _UNRESERVED else f"%{match.group(1).upper()}"
 
-    return _PERCENT.sub(one, text)
+    # A character outside ASCII is sent as its UTF-8 bytes percent-encoded (found from outside: /é
+    # was stored as given, every delivery raised UnicodeEncodeError, and /%C3%A9 was a second
+    # subscription to the same endpoint).
+    return _NON_ASCII.sub(
+        lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode()), _PERCENT.sub(one, text)
+    )
+
+
+_NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
 
 def _inward(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:

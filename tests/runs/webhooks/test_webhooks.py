@@ -518,3 +518,11 @@ def test_spellings_of_one_endpoint_are_one_subscription(tenant):
     with pytest.raises(Exception) as refused:
         _subscribe(tenant, "https://xn--hks-sna.example.com/k")
     assert getattr(refused.value, "code", "") == "webhook_url_subscribed"
+    # A path outside ASCII is sent as UTF-8 percent-encoded: stored so (it could not be delivered),
+    # and that spelling is the same endpoint (found from outside).
+    assert _subscribe(tenant, "https://hooks.example.com/é?q=ü").subscription.url == (
+        "https://hooks.example.com/%C3%A9?q=%C3%BC"
+    )
+    with pytest.raises(Exception) as refused:
+        _subscribe(tenant, "https://hooks.example.com/%c3%a9?q=%C3%BC")
+    assert getattr(refused.value, "code", "") == "webhook_url_subscribed"
