@@ -61,21 +61,23 @@ def webhook_url_check(*, url: str) -> str:
         raise InvalidInput(
             f"{parts.hostname!r} is not a host name: {exc}", code="webhook_url_invalid"
         ) from None
-    inward = webhook_host_inward(parts.hostname)
+    normalized = _normalized(parts)
+    host = urlsplit(normalized).hostname or ""
+    inward = webhook_host_inward(host)  # as it will be sent (found from outside: "localhost." passed)
     if inward:
         raise InvalidInput(
-            f"{parts.hostname} is on the deployment's own network ({inward}); webhooks go to public "
+            f"{host} is on the deployment's own network ({inward}); webhooks go to public "
             "endpoints (a local receiver only in development: DEBUG or KEEPER_WEBHOOKS_ALLOW_PRIVATE)",
             code="webhook_url_private",
         )
-    return _normalized(parts)
+    return normalized
 
 
 def _normalized(parts: SplitResult) -> str:
     """One spelling per endpoint: host in lower case without a trailing dot, no default port, "/" for
     an empty path, no empty query, no fragment (never sent). So `HOOKS.example.com:443/k#` is the
     endpoint `hooks.example.com/k` already subscribed, not a second one that gets every event again."""
-    host = (parts.hostname or "").rstrip(".")
+    host = _address_spelling((parts.hostname or "").rstrip("."))
     if ":" not in host:  # a name: its ASCII form (höks -> xn--hks-sna; a fullwidth dot is a dot)
         host = host.encode("idna").decode().rstrip(".")
     netloc = f"[{host}]" if ":" in host else host
@@ -83,6 +85,27 @@ def _normalized(parts: SplitResult) -> str:
         netloc += f":{parts.port}"
     path, query = _unreserved(parts.path) or "/", _unreserved(parts.query)
     return urlunsplit((parts.scheme, netloc, path, query, ""))
+
+
+_NUMERIC_HOST = re.compile(r"[0-9A-Fa-fXx.]+")
+
+
+def _address_spelling(host: str) -> str:
+    """An IP address in its one spelling: the IPv4 forms the resolver takes (127.1, 2130706433,
+    0x7f.0.0.1) as a dotted quad, an IPv6 address compressed, an IPv4 one inside IPv6 (::ffff:a.b.c.d)
+    as itself (found from outside: five spellings of one endpoint were five subscriptions)."""
+    if ":" in host:
+        try:
+            ip = ipaddress.IPv6Address(host)
+        except ValueError:
+            return host
+        return str(ip.ipv4_mapped) if ip.ipv4_mapped else str(ip)
+    if _NUMERIC_HOST.fullmatch(host) and any(c.isdigit() for c in host):
+        try:
+            return socket.inet_ntoa(socket.inet_aton(host))
+        except OSError:
+            return host
+    return host
 
 
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")

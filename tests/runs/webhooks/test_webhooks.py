@@ -356,6 +356,12 @@ def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasu
         "https://[2002:7f00:1::]/h",
         "https://[fe80::1%25lo]/h",  # link-local with a zone: no address to resolve, refused as written
         "https://[fe80::1%25eth9]/h",
+        # Other spellings of loopback, checked as they are sent (found from outside).
+        "https://localhost./h",
+        "https://127.1/h",
+        "https://2130706433/h",
+        "https://0x7f.0.0.1/h",
+        "https://[::ffff:127.0.0.1]/h",
     ],
 )
 def test_an_endpoint_on_the_deployments_own_network_is_refused(tenant, settings, url):
@@ -518,6 +524,18 @@ def test_spellings_of_one_endpoint_are_one_subscription(tenant):
     with pytest.raises(Exception) as refused:
         _subscribe(tenant, "https://xn--hks-sna.example.com/k")
     assert getattr(refused.value, "code", "") == "webhook_url_subscribed"
+    # An IP address in its one spelling: these are all 8.8.8.8 (found from outside: each was a
+    # subscription of its own, and every event came once per spelling).
+    assert _subscribe(tenant, "https://8.8.8.8/k").subscription.url == "https://8.8.8.8/k"
+    for spelling in (
+        "https://8.8.2056/k",
+        "https://134744072/k",
+        "https://0x8.0x8.0x8.0x8/k",
+        "https://[::ffff:8.8.8.8]/k",
+    ):
+        with pytest.raises(Exception) as refused:
+            _subscribe(tenant, spelling)
+        assert getattr(refused.value, "code", "") == "webhook_url_subscribed", spelling
     # A path outside ASCII is sent as UTF-8 percent-encoded: stored so (it could not be delivered),
     # and that spelling is the same endpoint (found from outside).
     assert _subscribe(tenant, "https://hooks.example.com/é?q=ü").subscription.url == (
