@@ -355,30 +355,10 @@ def test_an_outcome_after_a_lost_lease_settles_an_operation_a_take_over_prepared
     op.refresh_from_db()
     assert (op.status, op.external_ref) == ("succeeded", "rf_late")
     # b, preparing the same operation, finds it settled and does not send it again.
-    again = api.post(
-        w + "operations/prepare",
-        {
-            "lease_token": b["lease_token"],
-            "operation_id": "refund:o-1",
-            "tool_name": "payments.refund",
-            "tool_contract_version": "payments.v1",
-            "request": {"order_id": "o-1"},
-        },
-        format="json",
-    )
+    again = api.post(w + "operations/prepare", _refund_prep(b["lease_token"], "o-1"), format="json")
     assert again.status_code == 200 and again.json()["status"] == "succeeded"
     # A prepared operation never started is not settled by a report: nothing was sent.
-    fresh = api.post(
-        w + "operations/prepare",
-        {
-            "lease_token": b["lease_token"],
-            "operation_id": "refund:o-2",
-            "tool_name": "payments.refund",
-            "tool_contract_version": "payments.v1",
-            "request": {"order_id": "o-2"},
-        },
-        format="json",
-    )
+    fresh = api.post(w + "operations/prepare", _refund_prep(b["lease_token"], "o-2"), format="json")
     assert fresh.status_code == 200
     never = api.post(
         w + "operations/refund:o-2/outcome",
@@ -451,15 +431,19 @@ def test_the_worker_endpoints_are_in_the_openapi_schema(api):
         assert path in paths
 
 
-def _start_refund(api, w: str, token: str) -> dict:
-    """Prepare refund:o-1 under the lease and report it started (no outcome yet: in doubt)."""
-    prep = {
+def _refund_prep(token: str, order_id: str = "o-1") -> dict:
+    return {
         "lease_token": token,
-        "operation_id": "refund:o-1",
+        "operation_id": f"refund:{order_id}",
         "tool_name": "payments.refund",
         "tool_contract_version": "payments.v1",
-        "request": {"order_id": "o-1"},
+        "request": {"order_id": order_id},
     }
+
+
+def _start_refund(api, w: str, token: str) -> dict:
+    """Prepare refund:o-1 under the lease and report it started (no outcome yet: in doubt)."""
+    prep = _refund_prep(token)
     assert api.post(w + "operations/prepare", prep, format="json").status_code == 200
     started = api.post(w + "operations/refund:o-1/started", {"lease_token": token}, format="json")
     assert started.status_code == 200, started.content
