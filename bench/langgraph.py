@@ -1,8 +1,9 @@
 """langgraph_put: KeeperSaver's checkpoint put beside LangGraph's own PostgresSaver, same server, same process.
 
 Both savers get the same chain of checkpoints (a growing message list and a counter, two channels
-changed per put, as a chat graph's supersteps do). Keeper's put also writes the run's event and state
-under row-level security; PostgresSaver, as the owner role in a schema of its own, does neither.
+changed per put, as a chat graph's supersteps do). Keeper's put also binds the tenant, writes under
+row-level security and locks the thread's run row (ordered with a cancel or an erasure);
+PostgresSaver, as the owner role in a schema of its own, does neither.
 The two take turns every CHUNK puts, so drift in the machine's load hits both alike.
 """
 

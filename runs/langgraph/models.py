@@ -1,7 +1,7 @@
 """LangGraph's checkpoints, channel values and pending writes of a thread (a Keeper run), per tenant.
 
-The run's event log records each checkpoint (id + metadata); these tables hold what LangGraph needs
-to load it back: the checkpoint's structure, its channel values by version, and the writes of a
+A checkpoint's row is the thread's record of it (the run's event log records only the checkpoints
+someone made, by update_state or a fork); these tables hold what LangGraph needs to load it back: the checkpoint's structure, its channel values by version, and the writes of a
 superstep not finished yet. Every row carries its tenant for row-level security (migration 0010).
 """
 
@@ -28,7 +28,8 @@ class LangGraphCheckpoint(models.Model):
     # The checkpoint without its channel values (those are in langgraph_blobs, by version).
     checkpoint = models.JSONField()
     metadata = models.JSONField()
-    # The seq of the run's event that recorded this checkpoint (the last one, if put again).
+    # The run's revision when the checkpoint was put (the last time, if put again): the seq of the
+    # event that recorded it for one someone made (update_state, a fork), else of the run's latest event.
     seq = models.BigIntegerField()
 
     class Meta:

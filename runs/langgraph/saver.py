@@ -1,8 +1,9 @@
 """KeeperSaver: LangGraph's checkpointer on Keeper's runs, in the graph's own process (sync and async).
 
 A thread is a Keeper run of the tenant given to the saver (its subject from the thread's
-`configurable.subject_id` when the run is created); each checkpoint is one database call that stores it
-and appends a `langgraph_checkpoint` event to the run; pending writes are kept until the next
+`configurable.subject_id` when the run is created); each checkpoint is one database call that stores
+it, its row the thread's record of it (a checkpoint someone made, by update_state or a fork, also
+appends a `langgraph_checkpoint` event to the run); pending writes are kept until the next
 checkpoint, so a superstep cut short resumes as LangGraph expects. Needs the `langgraph` extra.
 """
 
@@ -54,6 +55,11 @@ __all__ = ["KeeperSaver", "ThreadClosed", "CHECKPOINT_EVENT"]
 
 class ThreadClosed(InvalidState):
     """The thread's run takes no more checkpoints: cancelled or erased in Keeper, or deleted."""
+
+
+# LangGraph's metadata sources of the checkpoints a graph makes itself as it runs (its input, each
+# superstep); "update" and "fork" are someone's change to the thread.
+GRAPH_SOURCES = frozenset({"input", "loop"})
 
 
 def _metadata_json(value: Any) -> str:
@@ -242,24 +248,19 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         shape = {**{k: v for k, v in checkpoint.items() if k != "channel_values"}, "channel_values": inline}
         meta = get_serializable_checkpoint_metadata(config, metadata)
         meta_json = _metadata_json(meta)
-        pointer = {
-            "thread_id": thread_id,
-            "checkpoint_id": checkpoint["id"],
-            "parent_checkpoint_id": parent,
-            "step": meta.get("step"),
-            "source": meta.get("source"),
-        }
-        state = state_encode({"langgraph": pointer})
-        # The event names the checkpoint (its metadata is stored once, in the checkpoint's row).
-        payload = _metadata_json(
-            {
-                "checkpoint_id": checkpoint["id"],
-                "checkpoint_ns": ns,
-                "parent_checkpoint_id": parent,
-                "step": pointer["step"],
-                "source": pointer["source"],
-            }
-        )
+        # The graph's own checkpoints (every superstep) are recorded by their rows; one someone made
+        # (update_state, a fork) also gets an event on the run naming it and the saver's actor.
+        payload = None
+        if meta.get("source") not in GRAPH_SOURCES:
+            payload = _metadata_json(
+                {
+                    "checkpoint_id": checkpoint["id"],
+                    "checkpoint_ns": ns,
+                    "parent_checkpoint_id": parent,
+                    "step": meta.get("step"),
+                    "source": meta.get("source"),
+                }
+            )
         with self._bound():
             for _ in range(2):  # a cached run deleted meanwhile: learn the thread's run again
                 run_id = self._thread_run(config, thread_id)
@@ -273,8 +274,6 @@ class KeeperSaver(BaseCheckpointSaver[str]):
                     checkpoint_json=json.dumps(shape, ensure_ascii=False),
                     metadata_json=meta_json,
                     blobs=blobs,
-                    state_json=state.json,
-                    state_digest=state.digest,
                     payload_json=payload,
                     actor=self.actor,
                 )

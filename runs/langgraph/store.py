@@ -1,4 +1,4 @@
-"""Every SQL statement of LangGraph threads: a checkpoint is one call that also appends its run's event.
+"""Every SQL statement of LangGraph threads: a checkpoint is one call that locks its run and stores it.
 
 Like runs/engine/store.py, each write is one statement through Django's connection (the caller's
 transaction, the tenant row-level security sees), and every statement also names the tenant, so a
@@ -17,7 +17,7 @@ from uuid import UUID
 
 import psycopg
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from core.tenancy import tenant_bind, tenant_is_bound
@@ -149,15 +149,16 @@ def run_subject(*, tenant_id: UUID, run_id: UUID) -> str:
 
 # --- put ----------------------------------------------------------------------------------------
 
-# One call (runs 0015's keeper_langgraph_put, leaner since 0025): as the tenant, it locks the run's row, then in one
-# statement the run takes the next revision (its state = the latest root checkpoint), the new
-# channel values are stored once per version, the checkpoint row is written, and the event that
-# records it is appended. No run row back (deleted, cancelled, erased): NULL.
+# One call (runs 0029's keeper_langgraph_put): as the tenant, a graph's own checkpoint locks the run's
+# row (so a cancel or an erasure waits for it or refuses it), stores the new channel values once per
+# version and writes the checkpoint row, its record; one someone made (`payload`: update_state, a fork)
+# also takes the run's next revision and appends the event that names it. No run row back (deleted,
+# cancelled, erased): NULL.
 _PUT = wire.Statement(
     "keeper_langgraph_put",
     "SELECT keeper_langgraph_put($1::uuid, $2::uuid, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9::jsonb,"
-    " $10::bytea[], $11::jsonb, $12, $13::jsonb, $14)",
-    params=14,
+    " $10::bytea[], $11::jsonb, $12)",
+    params=12,
     binary=[9],
 )
 
@@ -181,12 +182,11 @@ def checkpoint_put(
     checkpoint_json: str,
     metadata_json: str,
     blobs: Blobs,
-    state_json: str,
-    state_digest: str,
-    payload_json: str,
+    payload_json: str | None,
     actor: str,
 ) -> int | None:
-    """The event's seq; None if the run no longer takes checkpoints (deleted, cancelled, erased)."""
+    """The run's revision that records the checkpoint (the event's seq when `payload_json` asks for
+    one); None if the run no longer takes checkpoints (deleted, cancelled, erased)."""
     # Sent through libpq as they are (runs.engine.wire): the put is made on every superstep. The
     # function binds the tenant itself, for this call only.
     seq = _PUT.first_value(
@@ -202,9 +202,7 @@ def checkpoint_put(
             # (channel, version, type) of each blob as one JSON text: cheaper to send than three arrays.
             json.dumps(list(zip(blobs.channels, blobs.versions, blobs.types, strict=True))).encode(),
             wire.bytea_array(blobs.blobs),
-            state_json.encode(),
-            state_digest.encode(),
-            payload_json.encode(),
+            None if payload_json is None else payload_json.encode(),
             actor.encode(),
         ]
     )
@@ -241,6 +239,7 @@ _WRITES_REPLACE = f"WITH {_OPEN.format(lock='SHARE')}, {_REPLACE} SELECT count(*
 # row is updated as it is when the statement gets it, so two tasks interrupting at once both count.
 # The row is locked FOR UPDATE from the start: two tasks of one superstep that interrupt at once each
 # held it FOR SHARE and then waited for the other to update it (a deadlock, found under load).
+_LOCK_RUN = "SELECT 1 FROM agent_runs WHERE run_id = %(run)s AND tenant_id = %(tenant)s FOR UPDATE"
 _WRITES_INTERRUPT = f"""WITH {_OPEN.format(lock="UPDATE")}, {_REPLACE},
 u AS (
   UPDATE agent_runs
@@ -252,7 +251,9 @@ u AS (
                                THEN left(suspend_detail || ' · ' || %(detail)s, 300) ELSE %(detail)s END
    WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
      AND suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered') AND NOT imported
-     AND coalesce(state #>> '{{langgraph,checkpoint_id}}', '') <= %(checkpoint_id)s
+     AND NOT EXISTS (SELECT 1 FROM langgraph_checkpoints c
+                      WHERE c.tenant_id = %(tenant)s AND c.thread_id = %(thread)s AND c.checkpoint_ns = ''
+                        AND c.checkpoint_id > %(checkpoint_id)s)
   RETURNING run_id, tenant_id, state_revision, state_digest, next_step),
 e AS (
   INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
@@ -284,26 +285,29 @@ def writes_put(
     (detail, event payload JSON, actor), for a root task's interrupt(), also makes the run wait for a
     person. False, and nothing written, when the run takes no more checkpoints (deleted, cancelled,
     erased)."""
-    extra: dict[str, Any] = {}
-    if interrupt is not None:
-        extra = {"detail": interrupt[0], "payload": interrupt[1], "actor": interrupt[2]}
-    rows = _rows(
-        _WRITES_INTERRUPT if interrupt is not None else _WRITES_REPLACE if replace else _WRITES_KEEP,
-        {
-            **extra,
-            "tenant": tenant_id,
-            "run": run_id,
-            "thread": thread_id,
-            "ns": checkpoint_ns,
-            "checkpoint_id": checkpoint_id,
-            "task": task_id,
-            "path": task_path,
-            "idx": list(idx),
-            "channels": list(channels),
-            "types": list(types),
-            "blobs": list(blobs),
-        },
-    )
+    params: dict[str, Any] = {
+        "tenant": tenant_id,
+        "run": run_id,
+        "thread": thread_id,
+        "ns": checkpoint_ns,
+        "checkpoint_id": checkpoint_id,
+        "task": task_id,
+        "path": task_path,
+        "idx": list(idx),
+        "channels": list(channels),
+        "types": list(types),
+        "blobs": list(blobs),
+    }
+    if interrupt is None:
+        rows = _rows(_WRITES_REPLACE if replace else _WRITES_KEEP, params)
+        return bool(rows and rows[0][0])
+    params.update(detail=interrupt[0], payload=interrupt[1], actor=interrupt[2])
+    # The row is locked before the statement that asks whether the thread moved past this checkpoint,
+    # so that statement's snapshot sees a checkpoint put while it waited (a graph's put locks the row,
+    # and changes nothing on it a re-read could see).
+    with transaction.atomic(), tenant_bind(tenant_id):
+        _rows(_LOCK_RUN, params)
+        rows = _rows(_WRITES_INTERRUPT, params)
     return bool(rows and rows[0][0])
 
 

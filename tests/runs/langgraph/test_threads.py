@@ -4,6 +4,7 @@ read it (row-level security), and erasing the thread's subject leaves no trace o
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -14,6 +15,7 @@ from core.erasure import registered_columns
 from core.tenancy import tenant_bind, tenant_scope
 from memory.erasure import erasure_execute, erasure_request_create
 from runs.engine.models import AgentEvent, AgentRun
+from runs.langgraph.models import LangGraphCheckpoint
 from runs.langgraph.saver import KeeperSaver, ThreadClosed
 from runs.langgraph.store import CHECKPOINT_EVENT, THREAD_REASON
 from tests.runs.langgraph.graphs import support_graph
@@ -33,7 +35,7 @@ def _run(tenant, thread: str = "t-1", subject: str = SUBJECT) -> dict:
         saver.close()
 
 
-def test_a_thread_is_a_run_whose_checkpoints_are_events(tenant) -> None:
+def test_a_thread_is_a_run_whose_checkpoints_are_its_rows(tenant) -> None:
     result = _run(tenant)
     assert result["log"][-1] == "answer: 3 notes"
 
@@ -45,23 +47,68 @@ def test_a_thread_is_a_run_whose_checkpoints_are_events(tenant) -> None:
         SUBJECT,
     )
     events = list(AgentEvent.objects.filter(run=run).order_by("seq"))
-    checkpoints = [e for e in events if e.event_type == CHECKPOINT_EVENT]
     assert [e.seq for e in events] == list(range(1, len(events) + 1))  # one log, no gaps
-    assert len(checkpoints) == 5  # input, intake, lookup+policy, answer... as LangGraph made them
+    # The graph's own checkpoints are recorded by their rows, not by an event each (the put's cost).
+    assert not [e for e in events if e.event_type == CHECKPOINT_EVENT]
+    rows = list(LangGraphCheckpoint.objects.filter(run=run).order_by("-checkpoint_id"))
+    assert len(rows) == 5  # input, intake, lookup+policy, answer... as LangGraph made them
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     latest = saver.get_tuple({"configurable": {"thread_id": "t-1"}})
     assert latest is not None
     listed = [
         t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "t-1"}})
     ]
-    assert [e.payload["checkpoint_id"] for e in reversed(checkpoints)] == listed
-    # The event names its checkpoint; the metadata is stored once, in the checkpoint's row.
-    assert checkpoints[-1].payload["step"] == latest.metadata["step"]
-    assert checkpoints[-1].payload["source"] == latest.metadata["source"]
-    assert "metadata" not in checkpoints[-1].payload
-    # The run's state is the latest checkpoint, and its digest is the last event's.
-    assert run.state["langgraph"]["checkpoint_id"] == latest.config["configurable"]["checkpoint_id"]
+    assert [r.checkpoint_id for r in rows] == listed
+    assert rows[0].metadata["step"] == latest.metadata["step"]
+    # Each row names the run's revision it was put at: the run's log before it.
+    assert all(1 <= r.seq <= run.state_revision for r in rows)
+    # The run's state names the thread (its latest checkpoint is the thread's); its digest is the
+    # last event's.
+    assert run.state["langgraph"]["thread_id"] == "t-1"
     assert run.state_revision == events[-1].seq and run.state_digest == events[-1].state_digest
+
+
+def test_an_update_of_the_thread_is_an_event_naming_who_made_it(tenant) -> None:
+    _run(tenant)
+    run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-1")
+    saver = KeeperSaver(tenant_id=tenant.tenant_id, actor="user:ana")
+    try:
+        config = support_graph(saver).update_state(
+            {"configurable": {"thread_id": "t-1"}}, {"log": ["edited"]}
+        )
+    finally:
+        saver.close()
+    event = AgentEvent.objects.filter(run=run).order_by("-seq").first()
+    assert event is not None and event.event_type == CHECKPOINT_EVENT and event.actor == "user:ana"
+    assert event.payload["checkpoint_id"] == config["configurable"]["checkpoint_id"]
+    assert event.payload["source"] == "update" and event.seq == run.state_revision + 1
+    row = LangGraphCheckpoint.objects.get(run=run, checkpoint_id=event.payload["checkpoint_id"])
+    assert row.seq == event.seq
+
+
+def test_a_busy_thread_touches_its_run_at_most_once_a_minute(tenant) -> None:
+    _run(tenant)
+    run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-1")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE agent_runs SET updated_at = updated_at - interval '30 seconds' WHERE run_id = %s",
+            [run.run_id],
+        )
+    run.refresh_from_db()
+    recent = run.updated_at
+    _run(tenant)  # five more checkpoints within the minute: the run's row is not written
+    run.refresh_from_db()
+    assert run.updated_at == recent
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE agent_runs SET updated_at = updated_at - interval '2 minutes' WHERE run_id = %s",
+            [run.run_id],
+        )
+    run.refresh_from_db()
+    stale = run.updated_at
+    _run(tenant)
+    run.refresh_from_db()
+    assert run.updated_at > stale + timedelta(seconds=100)
 
 
 def test_another_tenant_cannot_read_the_thread(tenant, other_tenant) -> None:
@@ -236,7 +283,7 @@ def test_a_saver_that_knew_a_deleted_thread_writes_to_the_thread_started_again(t
         )
         assert result["log"][-1].startswith("answer:")
         assert AgentRun.objects.filter(tenant=tenant, idempotency_key="langgraph:again").count() == 1
-        assert AgentEvent.objects.filter(run_id=second, event_type=CHECKPOINT_EVENT).count() == 10
+        assert LangGraphCheckpoint.objects.filter(run_id=second).count() == 10
     finally:
         old.close()
         new.close()
