@@ -158,6 +158,20 @@ class Redactor:
         return erased_id(value) if isinstance(value, str) and self.hit(value) else self(value)
 
 
+def _erased_key(key: str | None, run_id: Any, redact: Any) -> str | None:
+    """A run's idempotency key as erasure leaves it. A LangGraph thread's stays the thread's own
+    (erased_id of the key: its saver finds the erased thread by it and refuses it); any other run's
+    becomes its own, so a client that uses the key again after an erasure starts a run that a second
+    erasure can erase (found from outside: both became one erased key, and the second erasure failed
+    on the key's uniqueness, for good)."""
+    if not key:
+        return key
+    erased = redact.ident(key)
+    if erased == key or key.startswith("langgraph:"):
+        return erased  # type: ignore[no-any-return]
+    return erased_id(f"{key}\n{run_id}")
+
+
 def _nth(n: int) -> str:
     """The n-th erased key of an object: "[erased]", "[erased] 2", ..."""
     return ERASED if n == 1 else f"{ERASED} {n}"
@@ -421,7 +435,7 @@ def _erase_run(
                         }
                 state = redact(run.state)
                 result = redact(run.result)
-                key = redact.ident(run.idempotency_key) if run.idempotency_key else run.idempotency_key
+                key = _erased_key(run.idempotency_key, run.run_id, redact)
                 if (
                     not changed
                     and state == run.state

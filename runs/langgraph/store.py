@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from core.erasure import erased_id
 from core.tenancy import tenant_bind, tenant_is_bound
 from runs.engine import store as engine_store
 from runs.engine import wire
@@ -116,26 +117,38 @@ def _json(value: Any) -> Any:
 
 # --- threads ----------------------------------------------------------------------------------
 
+# A thread's run is found by its key, or by what erasure made of the key when it held the subject's id
+# (core.erasure.erased_id, keyed and the same for the same key): an erased thread stays closed to its
+# graph whatever its id (found from outside: "support-cust-1" was started afresh after the erasure,
+# and a graph running during it wrote the subject's data into the new run).
 _THREAD_RUN = """
-SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key = %(key)s
+SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key IN (%(key)s, %(erased)s)
+ ORDER BY idempotency_key = %(key)s DESC LIMIT 1
 """
 
 
+def _thread_keys(tenant_id: UUID, thread_id: str) -> dict[str, Any]:
+    key = thread_key(thread_id)
+    return {"tenant": tenant_id, "key": key, "erased": erased_id(key)}
+
+
 def thread_run(*, tenant_id: UUID, thread_id: str) -> UUID | None:
-    rows = _rows(_THREAD_RUN, {"tenant": tenant_id, "key": thread_key(thread_id)})
+    rows = _rows(_THREAD_RUN, _thread_keys(tenant_id, thread_id))
     return rows[0][0] if rows else None
 
 
 _THREAD_CLOSED = """
 SELECT NOT (status = 'suspended' AND suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered')
             AND NOT imported)
-  FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key = %(key)s AND workflow_name = 'langgraph'
+  FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key IN (%(key)s, %(erased)s)
+   AND workflow_name = 'langgraph'
+ ORDER BY idempotency_key = %(key)s DESC LIMIT 1
 """
 
 
 def thread_closed(*, tenant_id: UUID, thread_id: str) -> bool:
     """The thread's run exists and takes no more checkpoints (cancelled, or its subject erased)."""
-    rows = _rows(_THREAD_CLOSED, {"tenant": tenant_id, "key": thread_key(thread_id)})
+    rows = _rows(_THREAD_CLOSED, _thread_keys(tenant_id, thread_id))
     return bool(rows and rows[0][0])
 
 

@@ -405,3 +405,29 @@ def test_keepers_own_approval_notes_are_not_searched_as_the_subjects_texts(tenan
     )
     assert notes["user:sam"] in values
     assert notes["keeper"] not in values and notes["policy:auto_approve_below_limit"] not in values
+
+
+def test_a_run_key_used_again_after_an_erasure_is_erased_again(tenant):
+    """Found from outside: an idempotency key holding the subject's id became one erased key; a run
+    started with the same key after the erasure could then never be erased (the erased key was taken),
+    and every retry failed on the key's uniqueness."""
+    erased_keys = []
+    for _ in range(2):
+        started = run_start(
+            tenant=tenant,
+            workflow_name="demo.countdown",
+            input={"n": 1},
+            actor="test",
+            subject="cust-ik-7",
+            idempotency_key="order-for-cust-ik-7",
+        )
+        assert started.created  # the first run's key was erased: the same key starts a new run
+        request = erasure_request_create(
+            tenant=tenant, subject_id="cust-ik-7", requested_by="user:compliance"
+        )
+        done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+        assert done.status == "completed" and done.receipt is not None and done.receipt["clean"] is True
+        started.run.refresh_from_db()
+        erased_keys.append(started.run.idempotency_key)
+    assert all(k.startswith("erased:") and "cust-ik-7" not in k for k in erased_keys)
+    assert len(set(erased_keys)) == 2

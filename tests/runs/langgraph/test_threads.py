@@ -15,10 +15,11 @@ from core.erasure import registered_columns
 from core.tenancy import tenant_bind, tenant_scope
 from memory.erasure import erasure_execute, erasure_request_create
 from runs.engine.models import AgentEvent, AgentRun
+from runs.engine.runs import run_cancel
 from runs.langgraph.models import LangGraphCheckpoint
 from runs.langgraph.saver import KeeperSaver, ThreadClosed
 from runs.langgraph.store import CHECKPOINT_EVENT, THREAD_REASON
-from tests.runs.langgraph.graphs import support_graph
+from tests.runs.langgraph.graphs import loop_graph, support_graph
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -203,6 +204,37 @@ def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant, tmp_path, mon
     assert _copies(tenant, SUBJECT) == {} and _bytes_left(tenant, "17 Quince Lane") == bystanders
 
 
+def test_an_erased_thread_whose_id_held_the_subject_stays_closed(tenant, tmp_path, monkeypatch) -> None:
+    """Erasure redacts a thread id built from the subject's id in its run's key. Found from outside:
+    the saver then found no run for the thread, so a graph still running during the erasure started
+    a new run of the subject and wrote their data there, and a graph invoked again ran afresh."""
+    thread = f"support-{SUBJECT}"
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    config: RunnableConfig = {"configurable": {"thread_id": thread, "subject_id": SUBJECT}}
+    try:
+        running = support_graph(saver).invoke({"note": NOTE, "log": []}, config)["log"]
+        assert running
+        latest = saver.get_tuple(config)
+        assert latest is not None
+        request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
+        done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+        assert done.status == "completed" and done.receipt is not None and done.receipt["clean"] is True
+        # The graph that was running puts its next checkpoint through the same saver (its run cached),
+        # and a new saver (nothing cached) is refused alike.
+        for writer in (saver, KeeperSaver(tenant_id=tenant.tenant_id)):
+            with pytest.raises(ThreadClosed):
+                writer.put(latest.config, latest.checkpoint, {"source": "loop", "step": 9, "parents": {}}, {})
+        calls = tmp_path / "calls"
+        monkeypatch.setenv("KEEPER_LG_CALLS", str(calls))
+        with pytest.raises(ThreadClosed):
+            support_graph(KeeperSaver(tenant_id=tenant.tenant_id)).invoke({"note": NOTE, "log": []}, config)
+        assert not calls.exists()
+    finally:
+        saver.close()
+    assert AgentRun.objects.filter(tenant=tenant, workflow_name="langgraph").count() == 1
+    assert _copies(tenant, SUBJECT) == {}
+
+
 def test_a_put_from_langgraphs_own_thread_leaves_no_tenant_on_its_connection(tenant) -> None:
     """LangGraph writes checkpoints from its own threads; each statement sets the tenant for its own
     transaction only, so the thread's connection is left with none (it sees nothing afterwards)."""
@@ -346,3 +378,45 @@ def _run_config(saver: KeeperSaver, configurable: dict) -> dict:
         return support_graph(saver).invoke({"note": NOTE, "log": []}, {"configurable": configurable})
     finally:
         saver.close()
+
+
+@pytest.mark.parametrize(("durability", "most"), [("sync", 2), ("async", None)])
+def test_a_cancelled_thread_stops_its_graph_at_the_next_step_when_checkpoints_are_synchronous(
+    tenant, durability, most
+) -> None:
+    """A cancel stops a graph with durability="sync" at its next step (the README's advice for graphs
+    whose nodes act); under LangGraph's default ("async") the refusal comes when invoke returns, the
+    invoke's nodes having run, and nothing after the cancel is stored either way."""
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    thread = f"loop-{durability}"
+    acted: list[int] = []
+
+    def each(n: int) -> None:
+        acted.append(n)
+        if n == 5:  # someone cancels the thread's run in the console while the graph runs
+            canceller = threading.Thread(target=cancel)
+            canceller.start()
+            canceller.join()
+
+    def cancel() -> None:
+        try:
+            with tenant_scope(tenant.tenant_id):
+                run = AgentRun.objects.get(tenant=tenant, idempotency_key=f"langgraph:{thread}")
+                run_cancel(run_id=run.run_id, actor="user:sam")
+        finally:
+            connection.close()
+
+    try:
+        with pytest.raises(ThreadClosed):
+            loop_graph(saver, steps=40, each=each).invoke(
+                {"n": 0}, {"configurable": {"thread_id": thread}}, durability=durability
+            )
+    finally:
+        saver.close()
+    run = AgentRun.objects.get(tenant=tenant, idempotency_key=f"langgraph:{thread}")
+    if most is not None:
+        assert len(acted) <= 5 + 1 + most, acted
+    else:
+        assert len(acted) == 40  # documented: the invoke's nodes run, their checkpoints are refused
+    stored = LangGraphCheckpoint.objects.filter(run=run).values_list("metadata", flat=True)
+    assert max(m["step"] for m in stored) <= 7
