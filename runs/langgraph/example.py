@@ -144,7 +144,8 @@ def support_thread_start(
     try:
         configurable = {"thread_id": thread_id, **({"subject_id": subject_id} if subject_id else {})}
         graph = support_graph(saver, store=store)
-        return dict(graph.invoke({"message": message}, {"configurable": configurable}))
+        # Synchronous checkpoints: its refund node acts on the world (README, "durability").
+        return dict(graph.invoke({"message": message}, {"configurable": configurable}, durability="sync"))
     finally:
         saver.close()
         store.close()

@@ -49,7 +49,13 @@ def thread_resume(*, tenant_id: UUID, run_id: UUID) -> bool:
         )
         try:
             graph = builder(saver, store=store) if store is not None else builder(saver)
-            graph.invoke(Command(resume=answer.resume), {"configurable": {"thread_id": answer.thread_id}})
+            # Each superstep's checkpoint before the next runs: a cancel or an erasure of the thread
+            # stops the graph at its next step, not after every node of this invoke has acted.
+            graph.invoke(
+                Command(resume=answer.resume),
+                {"configurable": {"thread_id": answer.thread_id}},
+                durability="sync",
+            )
         finally:
             saver.close()
             if store is not None:

@@ -52,3 +52,21 @@ def support_graph(checkpointer: Any) -> Any:
     graph.add_edge(["lookup", "policy"], "answer")
     graph.add_edge("answer", END)
     return graph.compile(checkpointer=checkpointer)
+
+
+class Counter(TypedDict):
+    n: int
+
+
+def loop_graph(checkpointer: Any, *, steps: int, each: Any) -> Any:
+    """One node run `steps` times, one superstep each; `each(n)` is called as the node acts."""
+
+    def act(state: Counter) -> dict[str, Any]:
+        each(state["n"])
+        return {"n": state["n"] + 1}
+
+    graph = StateGraph(Counter)
+    graph.add_node("act", act)
+    graph.add_edge(START, "act")
+    graph.add_conditional_edges("act", lambda s: END if s["n"] >= steps else "act")
+    return graph.compile(checkpointer=checkpointer)
