@@ -139,6 +139,10 @@ class KeeperStore(BaseStore):
         """Close the connections the store used in LangGraph's worker threads (as KeeperSaver.close)."""
         self._connections.close()
 
+    async def aclose(self) -> None:
+        """close() from async code (as KeeperSaver.aclose)."""
+        await sync_to_async(self.close)()
+
     def _provenance(self) -> dict[str, Any]:
         graph = _graph_context()
         thread_id = graph.get("thread_id")

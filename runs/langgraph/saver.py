@@ -154,6 +154,10 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         thread's connection is Django's to manage. Call it when the graph's process is done with it."""
         self._connections.close()
 
+    async def aclose(self) -> None:
+        """close() from async code (Django closes connections only outside an event loop)."""
+        await sync_to_async(self.close)()
+
     # --- threads ----------------------------------------------------------------------------
 
     def _thread_run(self, config: RunnableConfig, thread_id: str) -> UUID:

@@ -7,6 +7,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connection
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
@@ -19,6 +20,7 @@ from runs.engine.runs import run_cancel
 from runs.langgraph.models import LangGraphCheckpoint
 from runs.langgraph.saver import KeeperSaver, ThreadClosed
 from runs.langgraph.store import CHECKPOINT_EVENT, THREAD_REASON
+from tests.runs.langgraph.conftest import run_coroutine
 from tests.runs.langgraph.graphs import loop_graph, support_graph
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -420,3 +422,20 @@ def test_a_cancelled_thread_stops_its_graph_at_the_next_step_when_checkpoints_ar
         assert len(acted) == 40  # documented: the invoke's nodes run, their checkpoints are refused
     stored = LangGraphCheckpoint.objects.filter(run=run).values_list("metadata", flat=True)
     assert max(m["step"] for m in stored) <= 7
+
+
+def test_an_async_graph_closes_its_saver_with_aclose(tenant) -> None:
+    """Found from outside: close() inside asyncio.run raised SynchronousOnlyOperation after ainvoke."""
+
+    async def graph() -> dict:
+        saver = KeeperSaver(tenant_id=tenant.tenant_id)
+        try:
+            return await support_graph(saver).ainvoke(
+                {"note": NOTE, "log": []}, {"configurable": {"thread_id": "t-async"}}
+            )
+        finally:
+            await saver.aclose()
+            await sync_to_async(lambda: connection.close())()  # the connection of the saver's thread
+
+    assert run_coroutine(graph())["log"][-1] == "answer: 3 notes"
+    assert LangGraphCheckpoint.objects.filter(thread_id="t-async").count() == 5
