@@ -286,6 +286,14 @@ def interrupt_answer(
                 )
             if not thread.answers:
                 raise InvalidState("the thread has no interrupt", code="langgraph_no_open_interrupt")
+            if checkpoint_id is None and thread.reason != ANSWERED_REASON:
+                # Without ids, "the same answer again" holds only while the answer waits for the
+                # graph; once the graph went on, the thread waits for no answer (found from outside: a
+                # late answer got 200 with the earlier one).
+                raise InvalidState(
+                    "the thread waits for no answer (answered, and the graph went on)",
+                    code="langgraph_no_open_interrupt",
+                )
         asked = interrupt_id or (
             thread.asked[0].interrupt_id if thread.asked else thread.answers[-1].interrupt_id
         )

@@ -90,6 +90,10 @@ def test_the_graphs_own_process_takes_the_answer_and_resumes(tenant) -> None:
     run.refresh_from_db()
     assert run.suspend_reason == THREAD_REASON and run.suspend_detail == ""
     assert saver.interrupt_answer("t-3") is None
+    # An answer without ids once the graph went on: the thread waits for none (not the earlier one back).
+    with pytest.raises(ApplicationError) as late:
+        interrupt_answer(tenant_id=tenant.tenant_id, run_id=run.run_id, answer="no", actor="user:sam")
+    assert late.value.code == "langgraph_no_open_interrupt"
 
 
 def test_an_interrupt_is_answered_once(tenant) -> None:
@@ -104,6 +108,9 @@ def test_an_interrupt_is_answered_once(tenant) -> None:
         tenant_id=tenant.tenant_id, run_id=run.run_id, answer="yes", actor="user:b", **ids
     )
     assert first.created and not again.created and (again.seq, again.value) == (first.seq, "no")
+    # Without ids too, while the answer waits for the graph (a retried request): the first answer back.
+    bare = interrupt_answer(tenant_id=tenant.tenant_id, run_id=run.run_id, answer="yes", actor="user:c")
+    assert not bare.created and (bare.seq, bare.value) == (first.seq, "no")
     assert AgentEvent.objects.filter(run=run, event_type="langgraph_interrupt_answered").count() == 1
 
 
