@@ -170,6 +170,8 @@ def _events_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
         "events_next": last if page.more else None,
         "events_prev": max(0, after - limit) if after > 0 else None,
         "events_last": max(0, run.state_revision - limit),
+        # Forks and rewinds are the engine's: a run its own process drives offers neither.
+        "forkable": not registry.outside(run.workflow_name),
     }
 
 

@@ -245,6 +245,7 @@ def test_the_run_page_shows_lease_timeline_events_operations_summaries_and_snaps
     assert "refund:o-1" in page and "timeout after send" in page and "<strong>prepared</strong>" in page
     assert '<svg class="timeline"' in page and "<title>#" in page and "completed" in page
     assert page.count('<tr id="seq-') == run.state_revision
+    assert page.count("?fork_seq=") == run.state_revision  # each event offers a fork or a rewind
     assert "events 1–3" in page and "check</a>" in page
     assert "policy-42:p1:c0" in page and "etag-7" in page and "0.5000" in page
 

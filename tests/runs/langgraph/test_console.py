@@ -243,6 +243,7 @@ def test_resume_fork_and_rewind_of_a_thread_are_refused_and_it_keeps_working(as_
         engineer = as_role("engineer")
         page = engineer.get(f"/runs/{run.run_id}/").content.decode()
         assert 'id="driven-outside"' in page and 'id="fork-form"' not in page and ">Resume<" not in page
+        assert "?fork_seq=" not in page  # no event offers a fork either (found from outside: dead ends)
         refused = engineer.post(f"/runs/{run.run_id}/resume/", {"note": "x"})
         assert refused.status_code == 409 and "its own process drives its steps" in refused.content.decode()
         run.refresh_from_db()
