@@ -121,6 +121,10 @@ def configure_postgres(superuser_uri: str, sizes: dict[str, str]) -> bool:
     return differ
 
 
+# pg_advisory_lock's key for bootstrap_database (a constant no other lock of Keeper's uses).
+BOOTSTRAP_LOCK = 0x6B656570
+
+
 def bootstrap_database(superuser_uri: str, *, grant_truncate: bool = False) -> None:
     """Two roles, as production has them: the owner runs migrations and owns the tables; the
     application role (no superuser, no BYPASSRLS, not the owner) serves requests and workers, so
@@ -147,6 +151,10 @@ def bootstrap_database(superuser_uri: str, *, grant_truncate: bool = False) -> N
         ).format(owner, app),
     ]
     with psycopg.connect(superuser_uri, autocommit=True) as conn:
+        # One process at a time, to the end (the lock is this connection's): graph processes started
+        # together each ran this, and ALTER ROLE on one role at once fails with "tuple concurrently
+        # updated" (found from outside).
+        conn.execute("SELECT pg_advisory_lock(%s)", [BOOTSTRAP_LOCK])
         for role, options in (
             (OWNER_ROLE, "LOGIN CREATEDB NOSUPERUSER"),
             (APP_ROLE, "LOGIN NOCREATEDB NOSUPERUSER NOBYPASSRLS"),
@@ -161,13 +169,17 @@ def bootstrap_database(superuser_uri: str, *, grant_truncate: bool = False) -> N
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [APP_DATABASE]).fetchone():
             conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(APP_DATABASE), owner))
         conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(APP_DATABASE), owner))
-    with psycopg.connect(superuser_uri.replace("/postgres?", f"/{APP_DATABASE}?"), autocommit=True) as db:
-        db.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        db.execute(sql.SQL("REASSIGN OWNED BY {} TO {}").format(app, owner))
-        for grant in grants:
-            db.execute(grant)
-        db.execute(sql.SQL("GRANT " + table_privileges + " ON ALL TABLES IN SCHEMA public TO {}").format(app))
-        db.execute(sql.SQL("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {}").format(app))
+        with psycopg.connect(superuser_uri.replace("/postgres?", f"/{APP_DATABASE}?"), autocommit=True) as db:
+            db.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            db.execute(sql.SQL("REASSIGN OWNED BY {} TO {}").format(app, owner))
+            for grant in grants:
+                db.execute(grant)
+            db.execute(
+                sql.SQL("GRANT " + table_privileges + " ON ALL TABLES IN SCHEMA public TO {}").format(app)
+            )
+            db.execute(
+                sql.SQL("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {}").format(app)
+            )
 
 
 def start_redis(directory: Path) -> tuple[object, str]:

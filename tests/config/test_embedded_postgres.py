@@ -55,3 +55,28 @@ def test_the_setting_defaults_to_a_quarter_of_memory_within_bounds_and_refuses_a
     monkeypatch.setenv("KEEPER_EMBEDDED_SHARED_BUFFERS", "lots")
     with pytest.raises(ImproperlyConfigured, match="KEEPER_EMBEDDED_SHARED_BUFFERS='lots' is not a size"):
         embedded_postgres_settings()
+
+
+def test_processes_starting_together_bootstrap_one_at_a_time():
+    """Found from outside: graph processes started together each ran the bootstrap, and two ALTER
+    ROLEs of one role at once failed with "tuple concurrently updated" (2 of 12 starts)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from config.embedded import APP_ROLE, OWNER_ROLE, bootstrap_database
+
+    folder = Path(tempfile.mkdtemp(prefix="keeper-bs-", dir=tempfile.gettempdir()))
+    server, _, _ = start_postgres(folder / "postgres")
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for _ in range(3):
+                done = [pool.submit(bootstrap_database, server.get_uri()) for _ in range(4)]
+                for future in done:
+                    future.result()  # raises what a bootstrap raised
+        with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+            roles = conn.execute(
+                "SELECT count(*) FROM pg_roles WHERE rolname IN (%s, %s)", [APP_ROLE, OWNER_ROLE]
+            )
+            assert roles.fetchone() == (2,)
+    finally:
+        server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
