@@ -168,7 +168,7 @@ def _erased_key(key: str | None, run_id: Any, redact: Any) -> str | None:
         return key
     erased = redact.ident(key)
     if erased == key or key.startswith("langgraph:"):
-        return erased  # type: ignore[no-any-return]
+        return erased
     return erased_id(f"{key}\n{run_id}")
 
 
