@@ -28,68 +28,56 @@ DECLARE
   root boolean := p_ns = '';
   prior text;
   touched timestamptz;
+  digest text;
+  step_next text;
   open boolean := false;
   result bigint;
 BEGIN
   PERFORM set_config('app.tenant_id', p_tenant::text, true);
-  IF p_payload IS NULL THEN
-    -- A graph's own checkpoint. The run's row is locked (not updated): a cancel or an erasure that
-    -- changes it waits for this put and then finds its rows, or goes first and the put stores nothing
-    -- (the lock re-reads the row as that writer left it). Channel values are stored once per version.
-    WITH u AS (
-      SELECT r.run_id, r.tenant_id, r.state_revision, r.suspend_reason, r.updated_at FROM agent_runs r
-       WHERE r.run_id = p_run AND r.tenant_id = p_tenant AND r.status = 'suspended'
-         AND r.suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered')
-         AND NOT r.imported
-         FOR NO KEY UPDATE),
-    b AS (
-      INSERT INTO langgraph_blobs (tenant_id, run_id, thread_id, checkpoint_ns, channel, version, type, blob)
-      SELECT u.tenant_id, u.run_id, p_thread, p_ns, k.key ->> 0, k.key ->> 1, k.key ->> 2, p_blobs[k.i]
-        FROM u, jsonb_array_elements(p_blob_keys) WITH ORDINALITY AS k(key, i)
-      ON CONFLICT (tenant_id, thread_id, checkpoint_ns, channel, version) DO NOTHING),
-    c AS (
-      INSERT INTO langgraph_checkpoints (tenant_id, run_id, thread_id, checkpoint_ns, checkpoint_id,
-                                         parent_checkpoint_id, checkpoint, metadata, seq)
-      SELECT u.tenant_id, u.run_id, p_thread, p_ns, p_checkpoint_id, p_parent, p_checkpoint, p_metadata,
-             u.state_revision FROM u
-      ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id)
-      DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, seq = EXCLUDED.seq,
-                    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id)
-    SELECT u.state_revision, u.suspend_reason, u.updated_at INTO result, prior, touched FROM u;
-    -- A busy thread shows as active (the console's lists, its live pages) without a write per put.
-    IF result IS NOT NULL AND touched < statement_timestamp() - interval '1 minute' THEN
-      UPDATE agent_runs SET updated_at = statement_timestamp() WHERE run_id = p_run AND tenant_id = p_tenant;
-    END IF;
-  ELSE
-    -- A checkpoint someone made: the run takes its next revision and an event records it, by whom.
-    WITH u AS (
-      UPDATE agent_runs r
-         SET state_revision = r.state_revision + 1, updated_at = statement_timestamp()
-       WHERE r.run_id = p_run AND r.tenant_id = p_tenant AND r.status = 'suspended'
-         AND r.suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered')
-         AND NOT r.imported
-      RETURNING r.run_id, r.tenant_id, r.state_revision, r.state_digest, r.next_step, r.suspend_reason),
-    b AS (
-      INSERT INTO langgraph_blobs (tenant_id, run_id, thread_id, checkpoint_ns, channel, version, type, blob)
-      SELECT u.tenant_id, u.run_id, p_thread, p_ns, k.key ->> 0, k.key ->> 1, k.key ->> 2, p_blobs[k.i]
-        FROM u, jsonb_array_elements(p_blob_keys) WITH ORDINALITY AS k(key, i)
-      ON CONFLICT (tenant_id, thread_id, checkpoint_ns, channel, version) DO NOTHING),
-    c AS (
-      INSERT INTO langgraph_checkpoints (tenant_id, run_id, thread_id, checkpoint_ns, checkpoint_id,
-                                         parent_checkpoint_id, checkpoint, metadata, seq)
-      SELECT u.tenant_id, u.run_id, p_thread, p_ns, p_checkpoint_id, p_parent, p_checkpoint, p_metadata,
-             u.state_revision FROM u
-      ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id)
-      DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, seq = EXCLUDED.seq,
-                    parent_checkpoint_id = EXCLUDED.parent_checkpoint_id),
-    e AS (
-      INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
-                                state_revision, state_digest, state, next_step, created_at)
-      SELECT u.run_id, u.tenant_id, u.state_revision, 'langgraph_checkpoint', NULL, NULL, p_payload, p_actor,
-             u.state_revision, u.state_digest, NULL, u.next_step, statement_timestamp()
-        FROM u
-      RETURNING seq)
-    SELECT e.seq, u.suspend_reason INTO result, prior FROM e, u;
+  IF p_payload IS NOT NULL THEN
+    -- A checkpoint someone made: the run takes its next revision first (and its row lock), and an
+    -- event records the checkpoint below, by whom.
+    UPDATE agent_runs r SET state_revision = r.state_revision + 1, updated_at = statement_timestamp()
+     WHERE r.run_id = p_run AND r.tenant_id = p_tenant AND r.status = 'suspended'
+       AND r.suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered')
+       AND NOT r.imported;
+  END IF;
+  -- The run's row is locked (a graph's own checkpoint does not update it): a cancel or an erasure
+  -- that changes it waits for this put and then finds its rows, or goes first and the put stores
+  -- nothing (the lock re-reads the row as that writer left it). Channel values are stored once per
+  -- version; the checkpoint row is the thread's record of the checkpoint.
+  WITH u AS (
+    SELECT r.run_id, r.tenant_id, r.state_revision, r.suspend_reason, r.updated_at, r.state_digest,
+           r.next_step
+      FROM agent_runs r
+     WHERE r.run_id = p_run AND r.tenant_id = p_tenant AND r.status = 'suspended'
+       AND r.suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered')
+       AND NOT r.imported
+       FOR NO KEY UPDATE),
+  b AS (
+    INSERT INTO langgraph_blobs (tenant_id, run_id, thread_id, checkpoint_ns, channel, version, type, blob)
+    SELECT u.tenant_id, u.run_id, p_thread, p_ns, k.key ->> 0, k.key ->> 1, k.key ->> 2, p_blobs[k.i]
+      FROM u, jsonb_array_elements(p_blob_keys) WITH ORDINALITY AS k(key, i)
+    ON CONFLICT (tenant_id, thread_id, checkpoint_ns, channel, version) DO NOTHING),
+  c AS (
+    INSERT INTO langgraph_checkpoints (tenant_id, run_id, thread_id, checkpoint_ns, checkpoint_id,
+                                       parent_checkpoint_id, checkpoint, metadata, seq)
+    SELECT u.tenant_id, u.run_id, p_thread, p_ns, p_checkpoint_id, p_parent, p_checkpoint, p_metadata,
+           u.state_revision FROM u
+    ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id)
+    DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, seq = EXCLUDED.seq,
+                  parent_checkpoint_id = EXCLUDED.parent_checkpoint_id)
+  SELECT u.state_revision, u.suspend_reason, u.updated_at, u.state_digest, u.next_step
+    INTO result, prior, touched, digest, step_next FROM u;
+  IF p_payload IS NOT NULL AND result IS NOT NULL THEN
+    INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
+                              state_revision, state_digest, state, next_step, created_at)
+    VALUES (p_run, p_tenant, result, 'langgraph_checkpoint', NULL, NULL, p_payload, p_actor, result, digest,
+            NULL, step_next, statement_timestamp());
+  END IF;
+  -- A busy thread shows as active (the console's lists, its live pages) without a write per put.
+  IF result IS NOT NULL AND touched < statement_timestamp() - interval '1 minute' THEN
+    UPDATE agent_runs SET updated_at = statement_timestamp() WHERE run_id = p_run AND tenant_id = p_tenant;
   END IF;
   -- A new root checkpoint ends the wait for a person (and for an answer), unless the graph stopped
   -- at an interrupt() on it or a later one (LangGraph writes checkpoints in the background: a later

@@ -34,6 +34,15 @@ def _checkpointed_after_answer(run: AgentRun) -> bool:
     )
 
 
+def _checkpoint(step: int) -> tuple[Any, Any]:
+    """A root checkpoint of a graph's loop and its metadata (for puts made by hand)."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    cp = empty_checkpoint()
+    cp["channel_values"] = {"step": step}
+    return cp, {"source": "loop", "step": step, "parents": {}}
+
+
 def _start(
     tenant, thread: str = "t-1", message: str = "Order A-1001 arrived broken", subject_id: str = ""
 ) -> AgentRun:
@@ -238,30 +247,24 @@ def test_erasing_the_subject_erases_the_question_and_the_answer(tenant) -> None:
 def test_a_checkpoint_stored_after_its_own_interrupt_keeps_the_thread_waiting(tenant) -> None:
     """LangGraph stores checkpoints in the background: an interrupt() on checkpoint 2 can arrive before
     checkpoint 2 itself. Checkpoint 2 then leaves the person's question open; checkpoint 3 closes it."""
-    from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.types import Interrupt
 
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     config: Any = {"configurable": {"thread_id": "t-order", "checkpoint_ns": ""}}
 
-    def checkpoint(step: int) -> tuple[Any, Any]:
-        cp = empty_checkpoint()
-        cp["channel_values"] = {"step": step}
-        return cp, {"source": "loop", "step": step, "parents": {}}
-
     def run() -> AgentRun:
         return AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-order")
 
     try:
-        first = saver.put(config, *checkpoint(1), {})
+        first = saver.put(config, *_checkpoint(1), {})
         assert run().suspend_reason == THREAD_REASON
-        second, meta = checkpoint(2)
+        second, meta = _checkpoint(2)
         at_second: Any = {"configurable": {**first["configurable"], "checkpoint_id": second["id"]}}
         saver.put_writes(at_second, [("__interrupt__", (Interrupt(value="Refund 42.00 EUR?"),))], "task-1")
         assert run().suspend_reason == INTERRUPT_REASON
         after = saver.put(first, second, meta, {})
         assert (run().suspend_reason, run().suspend_detail) == (INTERRUPT_REASON, "Refund 42.00 EUR?")
-        saver.put(after, *checkpoint(3), {})
+        saver.put(after, *_checkpoint(3), {})
         assert (run().suspend_reason, run().suspend_detail) == (THREAD_REASON, "")
     finally:
         saver.close()
@@ -271,25 +274,19 @@ def test_an_interrupt_waiting_on_a_later_checkpoints_put_sees_it_and_does_not_wa
     """A graph's put locks the run's row and changes nothing on it: an interrupt() on checkpoint 1 whose
     writes wait for the put of checkpoint 2 must see checkpoint 2 once it commits (the thread moved past
     the question), which a statement whose snapshot predates its wait for the lock would not."""
-    from langgraph.checkpoint.base import empty_checkpoint
     from langgraph.types import Interrupt
 
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     config: Any = {"configurable": {"thread_id": "t-race", "checkpoint_ns": ""}}
 
-    def checkpoint(step: int) -> tuple[Any, Any]:
-        cp = empty_checkpoint()
-        cp["channel_values"] = {"step": step}
-        return cp, {"source": "loop", "step": step, "parents": {}}
-
-    first = saver.put(config, *checkpoint(1), {})
+    first = saver.put(config, *_checkpoint(1), {})
     run = AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:t-race")
     put_done, commit = threading.Event(), threading.Event()
 
     def later_put() -> None:
         try:
             with transaction.atomic():  # the put's lock is held until this commits
-                saver.put(first, *checkpoint(2), {})
+                saver.put(first, *_checkpoint(2), {})
                 put_done.set()
                 assert commit.wait(30)
         finally:
