@@ -39,12 +39,14 @@ def test_an_answer_in_the_console_resumes_the_graph(page_as, tenant, processes) 
     page.get_by_role("button", name="Answer").click()
     expect(page.locator("ul.messages")).to_contain_text("a worker resumes the graph")
 
-    def resumed() -> bool:
-        run.refresh_from_db()
-        return run.suspend_reason == "langgraph_thread"
-
-    wait_until(resumed, timeout=60, message=f"the worker to resume the graph\n{processes.logs()}")
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
+
+    def replied() -> bool:  # the run stops waiting at the resumed graph's first checkpoint; the reply follows
+        return "reply" in support_graph(saver).get_state({"configurable": {"thread_id": "web-1"}}).values
+
+    wait_until(replied, timeout=60, message=f"the worker to resume the graph\n{processes.logs()}")
+    run.refresh_from_db()
+    assert run.suspend_reason == "langgraph_thread"
     state = support_graph(saver).get_state({"configurable": {"thread_id": "web-1"}})
     assert state.values["reply"] == "Your refund for order A-1001 is approved."
     page.goto("/support/")

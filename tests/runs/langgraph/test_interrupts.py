@@ -159,12 +159,17 @@ def test_a_worker_resumes_a_registered_graph_with_the_answer(tenant, processes) 
     )
     assert answer.created
 
-    def resumed() -> bool:
-        run.refresh_from_db()
-        return run.suspend_reason == THREAD_REASON
-
-    wait_until(resumed, timeout=60, message=f"the worker to resume the graph\n{processes.logs()}")
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
+
+    def replied() -> bool:
+        # The run stops waiting at the resumed graph's first checkpoint; its reply comes a few
+        # supersteps later (each checkpoint written before the next runs: durability "sync").
+        state = support_graph(saver).get_state({"configurable": {"thread_id": "t-7"}})
+        return "reply" in state.values
+
+    wait_until(replied, timeout=60, message=f"the worker to resume the graph\n{processes.logs()}")
+    run.refresh_from_db()
+    assert run.suspend_reason == THREAD_REASON
     state = support_graph(saver).get_state({"configurable": {"thread_id": "t-7"}})
     assert state.values["reply"] == "Your refund for order A-1001 is approved."
     assert _checkpointed_after_answer(run)
