@@ -345,8 +345,9 @@ def _answer_check(answer: Any) -> None:
             and abs(value) >= _ANSWER_NUMBER_LIMIT
         ):
             raise InvalidInput(
-                f"a number in an answer must be below 2**63 in size ({value:g} is not): the graph's "
-                "checkpoints cannot keep it"
+                f"a number in an answer must be below 2**63 in size ({value:g} is not): the answer is "
+                "kept as JSON, which gives such a number back as a whole integer, and the graph's "
+                "checkpoints cannot keep an integer that large"
             )
 
 

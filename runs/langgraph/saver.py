@@ -429,6 +429,10 @@ class KeeperSaver(BaseCheckpointSaver[str]):
             if source_run is None:
                 return
             subject = store.run_subject(tenant_id=self.tenant_id, run_id=source_run)
+            if subject.startswith("erased:"):  # found from outside: it made an empty active thread
+                raise ThreadClosed(
+                    f"thread {source!r} cannot be copied: its subject was erased", code="subject_erased"
+                )
             target_run = store.thread_run(tenant_id=self.tenant_id, thread_id=target) or self._thread_create(
                 thread_id=target,
                 subject=subject,

@@ -273,3 +273,23 @@ def test_a_thread_whose_subject_was_erased_stays_out_of_the_support_inbox(as_rol
     assert str(run.run_id) not in as_role("support").get("/support/").content.decode()
     page = as_role("engineer").get(f"/runs/{run.run_id}/langgraph/").content.decode()
     assert "its subject was erased, and its checkpoints with them" in page and "the latest 0" not in page
+
+
+def test_an_erased_thread_whose_id_named_the_subject_links_to_no_checkpoints_page(as_role, tenant) -> None:  # noqa: F811
+    """Found from outside: its run page linked to a checkpoints page that answered 404 (the run's key,
+    which holds the thread id, was erased)."""
+    from memory.erasure import erasure_execute, erasure_request_create
+
+    saver = KeeperSaver(tenant_id=tenant.tenant_id)
+    config: RunnableConfig = {
+        "configurable": {"thread_id": "support-cust-gone-2", "subject_id": "cust-gone-2"}
+    }
+    try:
+        support_graph(saver).invoke({"note": "parcel arrived broken", "log": []}, config)
+    finally:
+        saver.close()
+    request = erasure_request_create(tenant=tenant, subject_id="cust-gone-2", requested_by="user:compliance")
+    assert erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).status == "completed"
+    run = AgentRun.objects.get(tenant=tenant, workflow_name="langgraph")
+    page = as_role("engineer").get(f"/runs/{run.run_id}/").content.decode()
+    assert 'id="langgraph-checkpoints"' not in page and 'id="langgraph-checkpoints-erased"' in page

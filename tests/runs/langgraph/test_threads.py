@@ -226,6 +226,8 @@ def test_an_erased_thread_whose_id_held_the_subject_stays_closed(tenant, tmp_pat
         with pytest.raises(ThreadClosed):
             support_graph(KeeperSaver(tenant_id=tenant.tenant_id)).invoke({"note": NOTE, "log": []}, config)
         assert not calls.exists()
+        with pytest.raises(ThreadClosed):  # nor copied into a new thread (an empty one, of nobody)
+            saver.copy_thread(thread, "copy-of-it")
     finally:
         saver.close()
     assert AgentRun.objects.filter(tenant=tenant, workflow_name="langgraph").count() == 1
