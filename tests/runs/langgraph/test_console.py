@@ -257,18 +257,23 @@ def test_resume_fork_and_rewind_of_a_thread_are_refused_and_it_keeps_working(as_
         saver.close()
 
 
-def test_a_thread_whose_subject_was_erased_stays_out_of_the_support_inbox(as_role, tenant) -> None:  # noqa: F811
+def _erased_thread(tenant, thread_id: str, subject_id: str) -> AgentRun:
+    """A thread of the subject's, run once, then the subject erased: its run."""
     from memory.erasure import erasure_execute, erasure_request_create
 
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
-    config: RunnableConfig = {"configurable": {"thread_id": "t-gone", "subject_id": "cust-gone-1"}}
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id, "subject_id": subject_id}}
     try:
         support_graph(saver).invoke({"note": "parcel arrived broken", "log": []}, config)
     finally:
         saver.close()
-    request = erasure_request_create(tenant=tenant, subject_id="cust-gone-1", requested_by="user:compliance")
+    request = erasure_request_create(tenant=tenant, subject_id=subject_id, requested_by="user:compliance")
     assert erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).status == "completed"
-    run = AgentRun.objects.get(tenant=tenant, workflow_name="langgraph")
+    return AgentRun.objects.get(tenant=tenant, workflow_name="langgraph")
+
+
+def test_a_thread_whose_subject_was_erased_stays_out_of_the_support_inbox(as_role, tenant) -> None:  # noqa: F811
+    run = _erased_thread(tenant, "t-gone", "cust-gone-1")
     assert run.status == "suspended" and run.suspend_reason == "subject_erased"
     assert str(run.run_id) not in as_role("support").get("/support/").content.decode()
     page = as_role("engineer").get(f"/runs/{run.run_id}/langgraph/").content.decode()
@@ -278,18 +283,6 @@ def test_a_thread_whose_subject_was_erased_stays_out_of_the_support_inbox(as_rol
 def test_an_erased_thread_whose_id_named_the_subject_links_to_no_checkpoints_page(as_role, tenant) -> None:  # noqa: F811
     """Found from outside: its run page linked to a checkpoints page that answered 404 (the run's key,
     which holds the thread id, was erased)."""
-    from memory.erasure import erasure_execute, erasure_request_create
-
-    saver = KeeperSaver(tenant_id=tenant.tenant_id)
-    config: RunnableConfig = {
-        "configurable": {"thread_id": "support-cust-gone-2", "subject_id": "cust-gone-2"}
-    }
-    try:
-        support_graph(saver).invoke({"note": "parcel arrived broken", "log": []}, config)
-    finally:
-        saver.close()
-    request = erasure_request_create(tenant=tenant, subject_id="cust-gone-2", requested_by="user:compliance")
-    assert erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).status == "completed"
-    run = AgentRun.objects.get(tenant=tenant, workflow_name="langgraph")
+    run = _erased_thread(tenant, "support-cust-gone-2", "cust-gone-2")
     page = as_role("engineer").get(f"/runs/{run.run_id}/").content.decode()
     assert 'id="langgraph-checkpoints"' not in page and 'id="langgraph-checkpoints-erased"' in page
