@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import JSONField
 
 from core.digests import MAX_JSON_DEPTH, canonical_json, json_depth_over, json_digest
 from core.errors import InvalidInput
@@ -96,7 +97,7 @@ def run_start(
     input_digest = json_digest({"workflow": workflow.name, "input": input})
 
     run_id = uuid.uuid4()
-    created = store.insert_run(
+    row = store.insert_run(
         run_id=run_id,
         tenant_id=tenant.tenant_id,
         workflow_name=workflow.name,
@@ -118,8 +119,9 @@ def run_start(
         ),
         actor=actor,
         subject=subject,
+        columns=[field.column for field in AgentRun._meta.concrete_fields],
     )
-    if not created:
+    if row is None:
         existing = AgentRun.objects.get(tenant=tenant, idempotency_key=idempotency_key)
         if existing.input_digest != input_digest:
             raise IdempotencyConflict(
@@ -129,7 +131,19 @@ def run_start(
             )
         return StartedRun(existing, created=False)
     run_enqueue_on_commit(run_id=run_id)
-    return StartedRun(AgentRun.objects.get(run_id=run_id), created=True)
+    return StartedRun(_run_from_row(row), created=True)
+
+
+def _run_from_row(row: tuple[Any, ...]) -> AgentRun:
+    """The run as the ORM would load it, from the row its insert returned (no second round trip)."""
+    fields = AgentRun._meta.concrete_fields
+    values = [
+        field.from_db_value(value, None, connection)
+        if isinstance(value, str) and isinstance(field, JSONField)
+        else value
+        for field, value in zip(fields, row, strict=True)
+    ]
+    return AgentRun.from_db(connection.alias, [field.attname for field in fields], values)
 
 
 # The person's action each transition event stands for, for refusal messages.

@@ -81,6 +81,9 @@ class _Slice:
         self.steps = 0
         self.max_steps = settings.KEEPER_SLICE_STEPS if sliced else 1
         self.deadline = time.monotonic() + settings.KEEPER_SLICE_MS / 1000.0
+        # The state the slice's last step committed, as it was encoded for the commit: the next
+        # step starts from it without encoding it again (a fresh grant's state is encoded afresh).
+        self.committed: EncodedState | None = None
 
     def continues(self) -> bool:
         """Asked before committing a step that moves on: keep the lease for one more step?"""
@@ -231,7 +234,7 @@ class _Suspend(Protocol):
 def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> AdvanceResult:
     committer = _Committer(grant)
     state = dict(grant.state)
-    current = state_encode(state)
+    current, turn.committed = turn.committed or state_encode(state), None
     base = {"workflow_version": grant.workflow_version, "step": grant.next_step}
 
     def suspend(reason: str, detail: str, **extra: Any) -> AdvanceResult:
@@ -499,7 +502,9 @@ def _commit_outcome(
             release=not keep,
         )
         crash_point("after_checkpoint", key=str(grant.run_id), step=step_id)
-        carry = _carry(grant, workflow, seq, outcome.step, new_state) if keep else None
+        carry = None
+        if keep:
+            carry, turn.committed = _carry(grant, workflow, seq, outcome.step, new_state), new_state
         return AdvanceResult("committed", RunStatus.RUNNING, seq, event_type, carry=carry)
     if isinstance(outcome, Suspend):
         resume_at = outcome.step or step_id

@@ -57,12 +57,13 @@ WITH r AS (
           %(parent)s, %(fork_seq)s, %(fork_expires_at)s, %(suspend_reason)s, '', %(subject)s, %(digest)s,
           statement_timestamp(), statement_timestamp())
   ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-  RETURNING run_id, tenant_id, state_revision)
-INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
-                          state_revision, state_digest, state, next_step, created_at)
-SELECT run_id, tenant_id, state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
-       state_revision, %(digest)s, %(state)s::jsonb, %(next_step)s, statement_timestamp() FROM r
-RETURNING run_id
+  RETURNING *),
+e AS (
+  INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
+                            state_revision, state_digest, state, next_step, created_at)
+  SELECT run_id, tenant_id, state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
+         state_revision, %(digest)s, %(state)s::jsonb, %(next_step)s, statement_timestamp() FROM r)
+SELECT {columns} FROM r
 """
 
 
@@ -86,13 +87,15 @@ def insert_run(
     event_type: str = "run_started",
     suspend_reason: str | None = None,
     subject: str = "",
-) -> bool:
-    """Insert the run and its first event; False if the tenant already used the idempotency key.
+    columns: Sequence[str] = ("run_id",),
+) -> tuple[Any, ...] | None:
+    """Insert the run and its first event; the new row's `columns` (as stored, in one round trip),
+    or None if the tenant already used the idempotency key.
 
     A run is inserted `running`, or `suspended` when a suspend reason is given (a fork not started).
     """
     rows = _rows(
-        _INSERT_RUN,
+        _INSERT_RUN.format(columns=", ".join(f'"{column}"' for column in columns)),
         {
             "run_id": run_id,
             "tenant_id": tenant_id,
@@ -115,7 +118,7 @@ def insert_run(
             "subject": subject,
         },
     )
-    return bool(rows)
+    return rows[0] if rows else None
 
 
 # --- leases -----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from core.digests import canonical_json
 from core.tenancy import tenant_bind
@@ -52,6 +53,23 @@ def test_start_writes_the_run_and_its_first_event_together(tenant):
     assert (event.seq, event.event_type, event.state_revision) == (1, "run_started", 1)
     assert event.state_digest == state_encode(run.state).digest and event.state == run.state
     assert run.state["n"] == 3 and run.state["budgets"]["steps"] == {"limit": None, "used": 0}
+
+
+def test_start_returns_the_run_as_stored_without_reading_it_back(tenant):
+    with CaptureQueriesContext(connection) as orm:  # the insert goes through libpq, not the ORM
+        run = run_start(
+            tenant=tenant, workflow_name="demo.countdown", input={"n": 2, "note": "é"}, actor="test"
+        ).run
+    assert orm.captured_queries == []
+    stored = AgentRun.objects.get(run_id=run.run_id)
+    for field in AgentRun._meta.concrete_fields:
+        mine, theirs = getattr(run, field.attname), getattr(stored, field.attname)
+        assert (mine, type(mine)) == (theirs, type(theirs)), field.attname
+    assert not run._state.adding and run._state.db == stored._state.db
+    run.status = "suspended"  # a loaded instance: saving it updates the row, never inserts another
+    run.suspend_reason = "by_test"
+    run.save(update_fields=["status", "suspend_reason"])
+    assert AgentRun.objects.get(run_id=run.run_id).suspend_reason == "by_test"
 
 
 def test_start_is_idempotent_per_tenant_and_key(tenant, other_tenant):

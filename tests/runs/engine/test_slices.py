@@ -15,6 +15,7 @@ from runs.engine import store
 from runs.engine.models import AgentEvent
 from runs.engine.registry import Complete, Next, State, Step, StepContext, StepResult, Workflow, registry
 from runs.engine.runs import run_cancel, run_start
+from runs.engine.state import state_encode
 from runs.engine.steps import run_advance
 from tests.processes import flush_redis
 
@@ -109,6 +110,28 @@ def test_a_slice_runs_the_steps_back_to_back_under_one_lease_each_committed(tena
     seqs = list(AgentEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, run.state_revision + 1))
     assert run.state["ticks"] == [2, 3, 4]  # each step saw the revision the previous one committed
+
+
+def test_a_slice_encodes_each_state_once(tenant, monkeypatch):
+    from runs.engine import steps
+
+    encoded = []
+
+    def counting(state):
+        encoded.append(state.get("remaining"))
+        return state_encode(state)
+
+    monkeypatch.setattr(steps, "state_encode", counting)
+    run = _countdown(tenant, 3)
+    result = run_advance(run_id=run.run_id, worker_id="w", sliced=True)
+    assert result.steps == 5
+    # the state the lease read, then each step's new state; a step after the first starts from the
+    # state its predecessor committed, as encoded for that commit
+    assert len(encoded) == 1 + 5
+    run.refresh_from_db()
+    assert [e.state_digest for e in AgentEvent.objects.filter(run=run).order_by("seq")][1:] == [
+        state_encode(e.state).digest for e in AgentEvent.objects.filter(run=run).order_by("seq")
+    ][1:]
 
 
 def test_without_a_slice_a_call_runs_one_step(tenant):
