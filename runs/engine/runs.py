@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -119,7 +120,7 @@ def run_start(
         ),
         actor=actor,
         subject=subject,
-        columns=[field.column for field in AgentRun._meta.concrete_fields],
+        columns=[str(field.column) for field in AgentRun._meta.concrete_fields],
     )
     if row is None:
         existing = AgentRun.objects.get(tenant=tenant, idempotency_key=idempotency_key)
@@ -138,7 +139,7 @@ def _run_from_row(row: tuple[Any, ...]) -> AgentRun:
     """The run as the ORM would load it, from the row its insert returned (no second round trip)."""
     fields = AgentRun._meta.concrete_fields
     values = [
-        field.from_db_value(value, None, connection)
+        json.loads(value, cls=field.decoder)  # as JSONField.from_db_value decodes it
         if isinstance(value, str) and isinstance(field, JSONField)
         else value
         for field, value in zip(fields, row, strict=True)
