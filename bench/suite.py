@@ -37,7 +37,7 @@ def bench_all(
             runs=10 if quick else 100,
             n=20,
             sequential=3 if quick else 20,
-            rounds=1 if quick else 3,
+            rounds=1 if quick else 5,
             progress=say,
         ),
         "context_build": lambda: bench_context_build(events=2000 if quick else 10_000, progress=say),
