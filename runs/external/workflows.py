@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from jsonschema import exceptions as schema_errors
-from jsonschema import validators
 
 from core.errors import Conflict, InvalidInput
 from core.models import Tenant
@@ -25,6 +23,7 @@ from runs.engine.registry import (
     version_key,
 )
 from runs.external.models import ExternalWorkflow
+from runs.external.schemas import input_validator, schema_checked
 
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,199}$")
 STEP = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$")
@@ -76,20 +75,6 @@ def _tools(value: Any) -> list[dict[str, str]]:
     return tools
 
 
-def _schema(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise InvalidInput("input_schema must be a JSON Schema object", code="invalid_input_schema")
-    try:
-        validators.validator_for(value).check_schema(value)
-    except schema_errors.SchemaError as exc:
-        raise InvalidInput(
-            f"input_schema is not a valid JSON Schema: {exc.message}", code="invalid_input_schema"
-        ) from None
-    return value
-
-
 @tenant_of_call
 def external_workflow_register(
     *,
@@ -131,7 +116,7 @@ def external_workflow_register(
         "signals": sorted(set(signals or [])),
         "steps": steps,
         "tools": _tools(tools or []),
-        "input_schema": _schema(input_schema),
+        "input_schema": schema_checked(input_schema),
         "approval_guarded_steps": guarded,
         "description": description.strip()[:2000],
     }
@@ -180,24 +165,12 @@ def _outside_only(ctx: StepContext, state: State) -> StepResult:
     return Suspend(state, OUTSIDE_ONLY, f"step {ctx.step!r} of {ctx.workflow.name} runs in an outside worker")
 
 
-def _input_validator(schema: dict[str, Any]) -> Any:
-    checker = validators.validator_for(schema)(schema)
-
-    def validate(data: State) -> None:
-        error = schema_errors.best_match(checker.iter_errors(data))
-        if error is not None:
-            where = "/".join(str(p) for p in error.absolute_path) or "(the input)"
-            raise InvalidInput(f"input does not match the workflow's schema at {where}: {error.message}")
-
-    return validate
-
-
 def external_workflow_build(row: ExternalWorkflow) -> Workflow:
     return Workflow(
         name=row.name,
         version=row.version,
         steps=tuple(Step(name, _outside_only) for name in row.steps),
-        validate_input=_input_validator(row.input_schema) if row.input_schema is not None else None,
+        validate_input=input_validator(row.input_schema) if row.input_schema is not None else None,
         description=row.description,
         approval_guarded_steps=frozenset(row.approval_guarded_steps),
         signals=frozenset(row.signals),
