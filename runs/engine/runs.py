@@ -124,11 +124,26 @@ def run_start(
     )
     if row is None:
         existing = AgentRun.objects.get(tenant=tenant, idempotency_key=idempotency_key)
-        if existing.input_digest != input_digest:
+        # The same request: the same workflow and input, about the same person, and of the version it
+        # named if it named one (without one it asks for the newest, which a retry after a deploy may
+        # find changed). Found from outside: another subject or version got the first run back.
+        differs = [
+            what
+            for what, same in (
+                ("input", existing.input_digest == input_digest),
+                ("subject", existing.subject == subject),
+                (
+                    "workflow_version",
+                    workflow_version is None or existing.workflow_version == workflow.version,
+                ),
+            )
+            if not same
+        ]
+        if differs:
             raise IdempotencyConflict(
                 f"idempotency key {idempotency_key!r} was already used for a different request "
-                f"(run {existing.run_id})",
-                details={"run_id": str(existing.run_id)},
+                f"(run {existing.run_id}; its {' and '.join(differs)} differ)",
+                details={"run_id": str(existing.run_id), "differs": differs},
             )
         return StartedRun(existing, created=False)
     run_enqueue_on_commit(run_id=run_id)

@@ -14,7 +14,7 @@ from core.tenancy import tenant_bind
 from runs.engine import store
 from runs.engine.errors import IdempotencyConflict, InvalidState, InvalidTransition, UnknownWorkflow
 from runs.engine.models import AgentEvent, AgentRun
-from runs.engine.registry import registry
+from runs.engine.registry import Complete, Step, Workflow, registry
 from runs.engine.runs import run_cancel, run_resume, run_start, run_suspend
 from runs.engine.state import state_encode
 from runs.engine.steps import run_advance
@@ -70,6 +70,34 @@ def test_start_returns_the_run_as_stored_without_reading_it_back(tenant):
     run.suspend_reason = "by_test"
     run.save(update_fields=["status", "suspend_reason"])
     assert AgentRun.objects.get(run_id=run.run_id).suspend_reason == "by_test"
+
+
+def _finish(ctx, state):
+    return Complete(state, {})
+
+
+for _version in ("1", "2"):
+    registry.register(Workflow(name="test.idem", version=_version, steps=(Step("finish", _finish),)))
+
+
+def test_a_key_used_again_about_another_subject_or_version_is_a_conflict(tenant):
+    def start(**kw):
+        return run_start(
+            tenant=tenant, workflow_name="test.idem", input={"a": 1}, actor="t", idempotency_key="k", **kw
+        )
+
+    first = start(subject="cust-1", workflow_version="1").run
+    assert start(subject="cust-1", workflow_version="1").run.run_id == first.run_id
+    assert start(subject="cust-1").run.run_id == first.run_id  # no version named: a retry after a deploy
+    for kw, differs in (
+        ({"subject": "cust-2"}, ["subject"]),
+        ({"subject": "cust-1", "workflow_version": "2"}, ["workflow_version"]),
+        ({}, ["subject"]),
+    ):
+        with pytest.raises(IdempotencyConflict) as refused:
+            start(**kw)
+        assert refused.value.details["differs"] == differs and str(first.run_id) in refused.value.message
+    assert AgentRun.objects.filter(idempotency_key="k").count() == 1
 
 
 def test_start_is_idempotent_per_tenant_and_key(tenant, other_tenant):
