@@ -73,16 +73,20 @@ def _kept(budgets: Budgets) -> Budgets:
     return {DEADLINE: budgets[DEADLINE]} if isinstance(budgets.get(DEADLINE), dict) else {}
 
 
+# Counted in whole units: their totals stay integers (found from outside: "steps": 3.0 after a step,
+# 0 before it, and the console showed 1002.0 steps).
+_COUNTED = ("steps", "tokens")
+
+
 def budgets_spend(budgets: Budgets, spent: dict[str, float]) -> Budgets:
     """New totals (rounded the same way every time, so recomputing from events gives the same)."""
+
+    def used(kind: str) -> float:
+        total = round(float(budgets.get(kind, {}).get("used") or 0) + float(spent.get(kind, 0)), 6)
+        return int(total) if kind in _COUNTED and total.is_integer() else total
+
     return {
-        **{
-            kind: {
-                "limit": budgets.get(kind, {}).get("limit"),
-                "used": round(float(budgets.get(kind, {}).get("used") or 0) + float(spent.get(kind, 0)), 6),
-            }
-            for kind in BUDGET_KINDS
-        },
+        **{kind: {"limit": budgets.get(kind, {}).get("limit"), "used": used(kind)} for kind in BUDGET_KINDS},
         **_kept(budgets),
     }
 

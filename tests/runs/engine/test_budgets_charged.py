@@ -160,7 +160,7 @@ def test_a_call_outside_a_step_is_a_model_usage_event_that_resume_counts(tenant,
     run_resume(run_id=run.run_id, actor="ops")
     run_advance(run_id=run.run_id)
     run = _run(run.run_id)
-    assert run.suspend_reason == "budget_exhausted" and run.suspend_detail == "tokens 450.0/400"
+    assert run.suspend_reason == "budget_exhausted" and run.suspend_detail == "tokens 450/400"
 
 
 def test_outside_charges_count_against_the_next_call_in_a_step(tenant, chat):
@@ -175,7 +175,7 @@ def test_outside_charges_count_against_the_next_call_in_a_step(tenant, chat):
     run_resume(run_id=run.run_id, actor="ops")
     run_advance(run_id=run.run_id)
     run = _run(run.run_id)
-    assert run.suspend_reason == "budget_exhausted" and run.suspend_detail == "tokens 300.0/250"
+    assert run.suspend_reason == "budget_exhausted" and run.suspend_detail == "tokens 300/250"
 
 
 def test_a_deadline_counts_waiting_time_and_is_checked_at_resume(tenant, chat):
@@ -241,7 +241,7 @@ def test_the_engineer_run_page_shows_spend_against_limits(tenant, chat, client):
     tokens = budgets[
         budgets.index('id="budget-tokens"') : budgets.index("</tr>", budgets.index('id="budget-tokens"'))
     ]
-    assert 'class="expired"' in tokens and "<td>300.0</td><td>200</td>" in tokens and "150%" in tokens
+    assert 'class="expired"' in tokens and "<td>300</td><td>200</td>" in tokens and "150%" in tokens
     assert "3600 s from the start" in budgets[: budgets.index("</table>")]
     assert "no limit" in budgets[budgets.index('id="budget-steps"') :]
 

@@ -379,3 +379,15 @@ def test_steps_committed_within_a_second_keep_updated_at_and_a_new_status_moves_
     run_advance(run_id=run.run_id)  # finish: completed at once, a new status
     done = AgentRun.objects.get(run_id=run.run_id)
     assert done.status == "completed" and done.updated_at > third.updated_at
+
+
+def test_counted_budgets_stay_whole_numbers(tenant):
+    run = _start(tenant, n=2)
+    run_advance(run_id=run.run_id, worker_id="w", sliced=True)
+    run.refresh_from_db()
+    budgets = run.state["budgets"]
+    assert run.status == "completed" and budgets["steps"]["used"] == 4
+    assert type(budgets["steps"]["used"]) is int and type(budgets["tokens"]["used"]) is int
+    assert isinstance(budgets["wall_s"]["used"], float)
+    last = AgentEvent.objects.filter(run=run).order_by("-seq").first()
+    assert last.state_digest == state_encode(last.state).digest and '"steps":{"limit":null,"used":4}' in canonical_json(last.state)
