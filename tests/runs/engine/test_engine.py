@@ -390,4 +390,6 @@ def test_counted_budgets_stay_whole_numbers(tenant):
     assert type(budgets["steps"]["used"]) is int and type(budgets["tokens"]["used"]) is int
     assert isinstance(budgets["wall_s"]["used"], float)
     last = AgentEvent.objects.filter(run=run).order_by("-seq").first()
-    assert last.state_digest == state_encode(last.state).digest and '"steps":{"limit":null,"used":4}' in canonical_json(last.state)
+    assert last.state_digest == state_encode(
+        last.state
+    ).digest and '"steps":{"limit":null,"used":4}' in canonical_json(last.state)

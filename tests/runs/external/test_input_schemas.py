@@ -48,7 +48,9 @@ def test_a_pattern_that_backtracks_without_end_refuses_the_start_in_bounded_time
     r = api.post("/api/v1/runs/", {"workflow": "ot.evil", "input": data}, format="json")
     assert time.monotonic() - started < 20 * PATTERN_SECONDS + 5
     assert r.status_code == 422, r.content
-    assert r.json()["error"]["code"] == "input_schema_pattern_too_slow" and EVIL in r.json()["error"]["message"]
+    assert (
+        r.json()["error"]["code"] == "input_schema_pattern_too_slow" and EVIL in r.json()["error"]["message"]
+    )
     assert not AgentRun.objects.filter(workflow_name="ot.evil").exists()
     matched = api.post("/api/v1/runs/", {"workflow": "ot.evil", "input": fine}, format="json")
     assert matched.status_code == 201, matched.content  # an input the pattern matches starts as before
@@ -56,7 +58,10 @@ def test_a_pattern_that_backtracks_without_end_refuses_the_start_in_bounded_time
 
 def test_patterns_still_decide_as_json_schema_says():
     check = input_validator(
-        {"properties": {"code": {"pattern": "^[A-Z]{3}-\\d+$"}}, "patternProperties": {"^x-": {"type": "integer"}}}
+        {
+            "properties": {"code": {"pattern": "^[A-Z]{3}-\\d+$"}},
+            "patternProperties": {"^x-": {"type": "integer"}},
+        }
     )
     check({"code": "ABC-12", "x-count": 3})
     for bad in ({"code": "abc-12"}, {"x-count": "three"}):
@@ -76,7 +81,10 @@ def test_every_jsonschema_module_that_searches_is_bounded():
         ({"$ref": "http://example.com/schema"}, "only references within the schema"),
         ({"properties": {"a": {"$ref": "#/definitions/nope"}}}, "which it does not have"),
         ({"$ref": "#"}, "refers to itself without end"),
-        ({"$defs": {"x": {"$ref": "#/$defs/y"}, "y": {"$ref": "#/$defs/x"}}, "$ref": "#/$defs/x"}, "without end"),
+        (
+            {"$defs": {"x": {"$ref": "#/$defs/y"}, "y": {"$ref": "#/$defs/x"}}, "$ref": "#/$defs/x"},
+            "without end",
+        ),
     ],
 )
 def test_a_reference_the_schema_cannot_follow_is_refused_at_registration(api, schema, reason):
@@ -94,7 +102,10 @@ def test_references_within_the_schema_work(api):
     ok = api.post("/api/v1/runs/", {"workflow": "ot.local", "input": {"a": 2, "b": "x"}}, format="json")
     bad = api.post("/api/v1/runs/", {"workflow": "ot.local", "input": {"a": 0}}, format="json")
     assert ok.status_code == 201, ok.content
-    assert bad.status_code == 422 and "schema at a: 0 is less than the minimum of 1" in bad.json()["error"]["message"]
+    assert (
+        bad.status_code == 422
+        and "schema at a: 0 is less than the minimum of 1" in bad.json()["error"]["message"]
+    )
 
 
 def test_a_start_that_walks_into_a_reference_without_end_is_a_422_not_a_500():
