@@ -186,9 +186,15 @@ class WorkerClaimApi(APIView):
         summary="Claim the next step of a run of your external workflows (long-poll up to wait_seconds)",
         description="200 with a lease (and `operations_in_doubt` to reconcile before anything else), or 204 "
         "when no run was ready before `wait_seconds` ran out. A run that was suspended or whose previous "
-        "lease expired passes Keeper's resume verification first.",
+        "lease expired passes Keeper's resume verification first. A web process lets KEEPER_CLAIM_WAITERS "
+        "claims wait at once; a claim past them looks once and, with nothing ready, answers 204 at once "
+        "with `Retry-After` (seconds to wait before claiming again).",
         request=InputSerializer,
-        responses={200: CLAIM, 204: OpenApiResponse(description="no work"), **error_responses()},
+        responses={
+            200: CLAIM,
+            204: OpenApiResponse(description="no work (with Retry-After when the claim could not wait)"),
+            **error_responses(),
+        },
         examples=[
             OpenApiExample(
                 "claim", value={"workflows": ["ext.refund"], "wait_seconds": 20}, request_only=True
@@ -202,15 +208,19 @@ class WorkerClaimApi(APIView):
         key = request_key(request)
         assert key is not None
         v = data.validated_data
-        claim = protocol.external_claim(
-            tenant_id=tenant_id,
-            workflows=v["workflows"],
-            owner=protocol.worker_owner(key_prefix=key.prefix, worker_id=v["worker_id"]),
-            wait_seconds=v["wait_seconds"],
-            ttl=v.get("lease_ttl"),
-        )
+        with protocol.claim_wait_slot(v["wait_seconds"]) as may_wait:
+            claim = protocol.external_claim(
+                tenant_id=tenant_id,
+                workflows=v["workflows"],
+                owner=protocol.worker_owner(key_prefix=key.prefix, worker_id=v["worker_id"]),
+                wait_seconds=v["wait_seconds"] if may_wait else 0,
+                ttl=v.get("lease_ttl"),
+            )
         if claim is None:
-            return Response(status=204)
+            # Nothing ready; a claim that could not wait (this process's waiting claims are all taken)
+            # is told when to come back instead of coming back at once.
+            headers = {} if may_wait else {"Retry-After": str(protocol.retry_after(v["wait_seconds"]))}
+            return Response(status=204, headers=headers)
         g = claim.grant
         return Response(
             {

@@ -229,6 +229,9 @@ KEEPER_RETRY_BACKOFF = env_number("KEEPER_RETRY_BACKOFF", 1.0, minimum=0)
 # at most this many steps or milliseconds, then releases the lease and re-enqueues the run.
 KEEPER_SLICE_STEPS = env_int("KEEPER_SLICE_STEPS", 100, minimum=1)
 KEEPER_SLICE_MS = env_number("KEEPER_SLICE_MS", 200.0, minimum=0)
+# Outside workers' claims one web process lets wait (long-poll) at once, each holding one of its
+# threads; past them a claim looks once and answers 204 with Retry-After (runs/external/protocol.py).
+KEEPER_CLAIM_WAITERS = env_int("KEEPER_CLAIM_WAITERS", 2, minimum=0)
 # Seconds between beat sweeps for runs that lost their wake-up, and how old a wake-up must be.
 KEEPER_REDISPATCH_INTERVAL = env_number("KEEPER_REDISPATCH_INTERVAL", 5.0, minimum=0.1)
 # How often beat fires due schedules (runs/engine/schedules.py): a slot starts at most this late.

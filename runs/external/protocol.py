@@ -11,8 +11,12 @@ import base64
 import hashlib
 import hmac
 import json
+import math
 import secrets
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
@@ -52,6 +56,7 @@ from runs.engine.store import LeaseGrant, OperationRow
 from runs.external.models import ExternalWorkflow
 
 MAX_WAIT_S = 30.0
+RETRY_AFTER_MAX_S = 5  # a claim that could not wait comes back this soon at the latest
 POLL_S = 0.5
 MAX_TOKEN_AGE_S = 24 * 3600  # a lease token older than this is refused: claim again
 _SALT = b"keeper.external.lease-token.v1"
@@ -324,6 +329,36 @@ def _claim_once(*, tenant_id: UUID, workflows: list[str], owner: str, ttl: float
 def worker_owner(*, key_prefix: str, worker_id: str) -> str:
     """The lease owner (and event actor) of one claim: the key, the worker's name and a nonce."""
     return f"external:kp_{key_prefix}:{worker_id}:{secrets.token_hex(4)}"
+
+
+_waiting = 0  # claims of this process waiting now (claim_wait_slot)
+_waiting_lock = threading.Lock()
+
+
+@contextmanager
+def claim_wait_slot(wait_seconds: float) -> Iterator[bool]:
+    """Whether this claim may wait for a run: each waiting claim holds a web thread (gunicorn's gthread
+    workers serve 4 requests at once by default), so at most KEEPER_CLAIM_WAITERS of one process wait
+    at once. Found from outside: 8 idle outside workers held every thread, and another tenant's
+    request took 18 s. A claim past them looks once; with nothing ready the API answers 204 with
+    Retry-After, which the Python client waits out."""
+    global _waiting
+    with _waiting_lock:
+        allowed = wait_seconds <= 0 or _waiting < settings.KEEPER_CLAIM_WAITERS
+        taken = allowed and wait_seconds > 0
+        if taken:
+            _waiting += 1
+    try:
+        yield allowed
+    finally:
+        if taken:
+            with _waiting_lock:
+                _waiting -= 1
+
+
+def retry_after(wait_seconds: float) -> int:
+    """The seconds a claim that could not wait is told to wait before it claims again."""
+    return max(1, min(math.ceil(wait_seconds), RETRY_AFTER_MAX_S))
 
 
 def external_claim(

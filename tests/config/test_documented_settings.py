@@ -70,6 +70,7 @@ CASES: dict[str, tuple[str, str, object]] = {
     "KEEPER_RETRY_BACKOFF": ("2.5", "settings.KEEPER_RETRY_BACKOFF", 2.5),
     "KEEPER_SLICE_STEPS": ("7", "settings.KEEPER_SLICE_STEPS", 7),
     "KEEPER_SLICE_MS": ("50", "settings.KEEPER_SLICE_MS", 50.0),
+    "KEEPER_CLAIM_WAITERS": ("5", "settings.KEEPER_CLAIM_WAITERS", 5),
     "KEEPER_REDISPATCH_INTERVAL": ("7", "settings.KEEPER_REDISPATCH_INTERVAL", 7.0),
     "KEEPER_WEBHOOKS_ALLOW_HTTP": ("true", "settings.KEEPER_WEBHOOKS_ALLOW_HTTP", True),
     "KEEPER_WEBHOOKS_ALLOW_PRIVATE": ("true", "settings.KEEPER_WEBHOOKS_ALLOW_PRIVATE", True),

@@ -179,6 +179,11 @@ class KeeperClient:
             body["lease_ttl"] = lease_ttl
         response = self._post("workers/claim", body, timeout=wait_seconds + self.timeout)
         if response.status_code == 204:
+            # Keeper's waiting claims were all taken, so this one looked once: wait as told, not longer
+            # than this claim would have waited, so the next claim does not come back at once.
+            told = response.headers.get("Retry-After", "")
+            if told.isdigit():
+                time.sleep(min(float(told), wait_seconds))
             return None
         d = response.json()
         return Claim(

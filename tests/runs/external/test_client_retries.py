@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -13,7 +14,7 @@ from keeper_client import KeeperClient, KeeperConflict
 
 
 class _Scripted(BaseHTTPRequestHandler):
-    answers: list[tuple[int, dict]] = []
+    answers: list[tuple] = []  # (status, body[, headers])
     seen: list[str] = []
     keys: list[str | None] = []
 
@@ -21,11 +22,13 @@ class _Scripted(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         type(self).seen.append(self.path)
         type(self).keys.append(self.headers.get("Idempotency-Key"))
-        status, body = type(self).answers.pop(0)
-        raw = json.dumps(body).encode()
+        status, body, *headers = type(self).answers.pop(0)
+        raw = b"" if status == 204 else json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(raw)))
+        for name, value in (headers[0] if headers else {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(raw)
 
@@ -92,3 +95,17 @@ def test_a_signal_is_retried_with_its_key_after_a_5xx(server):
         "signal": "shipped",
     }
     assert _Scripted.seen == ["/api/v1/runs/r/signals/shipped"] * 2 and _Scripted.keys == ["k-1", "k-1"]
+
+
+def test_a_claim_told_to_come_back_later_waits_as_told_within_its_own_wait(server):
+    client = KeeperClient(server, "kp_x", retries=0)
+    _Scripted.answers = [
+        (204, {}, {"Retry-After": "1"}),
+        (204, {}, {"Retry-After": "5"}),
+        (204, {}),
+    ]
+    for wait_seconds, at_least, at_most in ((5, 0.9, 3), (0.3, 0.25, 2), (5, 0, 0.5)):
+        started = time.monotonic()
+        assert client.claim(["w"], wait_seconds=wait_seconds) is None
+        assert at_least <= time.monotonic() - started < at_most, wait_seconds
+    assert _Scripted.seen == ["/api/v1/workers/claim"] * 3

@@ -11,7 +11,7 @@ from core.api_auth import api_key_create
 from core.tenancy import tenant_bind
 from runs.engine.models import AgentEvent, AgentRun, ToolOperation
 from runs.engine.steps import run_advance
-from runs.external.protocol import lease_token_sign
+from runs.external.protocol import claim_wait_slot, lease_token_sign
 from tests.runs.external.conftest import REFUND, key_client
 
 pytestmark = pytest.mark.django_db
@@ -418,6 +418,34 @@ def test_a_long_poll_waits_up_to_its_timeout_for_a_run(api, workflow, tenant):
     started = time.monotonic()
     assert _claim(api, wait_seconds=1).status_code == 204
     assert 0.9 <= time.monotonic() - started < 10
+
+
+def test_past_the_waiting_claims_a_claim_looks_once_and_says_when_to_come_back(
+    api, workflow, tenant, settings
+):
+    settings.KEEPER_CLAIM_WAITERS = 1
+    with claim_wait_slot(20) as first:  # a claim of this process waits now
+        assert first
+        started = time.monotonic()
+        second = _claim(api, wait_seconds=3)
+        assert time.monotonic() - started < 2  # it did not wait, holding a thread
+        assert second.status_code == 204 and second["Retry-After"] == "3"
+        assert _claim(api, wait_seconds=30)["Retry-After"] == "5"  # at most 5 s
+        assert _claim(api, wait_seconds=0).get("Retry-After") is None  # it asked not to wait
+        run_id = api.post(
+            "/api/v1/runs/", {"workflow": "ext.refund", "input": {"order_id": "o-1"}}, format="json"
+        )
+        ready = _claim(api, wait_seconds=3)
+        assert (
+            ready.status_code == 200 and ready.json()["run_id"] == run_id.json()["run_id"]
+        )  # it looked once
+    started = time.monotonic()
+    waited = _claim(api, wait_seconds=1)  # the slot is free again: this one waits
+    assert (
+        waited.status_code == 204 and waited.get("Retry-After") is None and time.monotonic() - started >= 0.9
+    )
+    settings.KEEPER_CLAIM_WAITERS = 0
+    assert _claim(api, wait_seconds=2)["Retry-After"] == "2"
 
 
 def test_the_worker_endpoints_are_in_the_openapi_schema(api):
