@@ -14,6 +14,8 @@ hold must not reach a start unchecked (both found from outside):
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import unquote
@@ -26,6 +28,8 @@ from referencing.exceptions import Unresolvable
 from core.errors import InvalidInput
 
 PATTERN_SECONDS = 0.1  # one pattern against one string; a sane pattern takes microseconds
+INPUT_SECONDS = 1.0  # all the patterns against one input (many keys, each just under the limit)
+_validating = threading.local()  # the deadline of the input being checked in this thread
 
 
 class PatternTooSlow(InvalidInput):
@@ -40,12 +44,17 @@ class _BoundedSearch:
 
     @staticmethod
     def search(pattern: str, string: str, flags: int = 0) -> Any:
+        deadline = getattr(_validating, "deadline", None)
+        budget = PATTERN_SECONDS if deadline is None else min(PATTERN_SECONDS, deadline - time.monotonic())
         try:
-            return regex.search(pattern, string, flags, timeout=PATTERN_SECONDS)
+            if budget <= 0:
+                raise TimeoutError
+            return regex.search(pattern, string, flags, timeout=budget)
         except TimeoutError:
             raise PatternTooSlow(
-                f"the workflow's input_schema pattern {pattern[:200]!r} took over {PATTERN_SECONDS} s "
-                "on this input; the start is refused (register a version whose patterns do not backtrack)"
+                f"the workflow's input_schema pattern {pattern[:200]!r} took over {PATTERN_SECONDS} s on "
+                f"this input, or its patterns over {INPUT_SECONDS} s together; the start is refused "
+                "(register a version whose patterns do not backtrack)"
             ) from None
 
 
@@ -91,6 +100,7 @@ def input_validator(schema: dict[str, Any]) -> Callable[[Any], None]:
     checker = validators.validator_for(schema)(schema)
 
     def validate(data: Any) -> None:
+        _validating.deadline = time.monotonic() + INPUT_SECONDS
         try:
             error = schema_errors.best_match(checker.iter_errors(data))
         except RecursionError:
@@ -103,6 +113,8 @@ def input_validator(schema: dict[str, Any]) -> Callable[[Any], None]:
                 f"the workflow's input_schema has a reference it cannot follow: {exc}",
                 code="invalid_input_schema",
             ) from None
+        finally:
+            _validating.deadline = None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(the input)"
             raise InvalidInput(f"input does not match the workflow's schema at {where}: {error.message}")

@@ -116,3 +116,14 @@ def test_a_start_that_walks_into_a_reference_without_end_is_a_422_not_a_500():
     unresolvable = input_validator({"properties": {"a": {"$ref": "#/definitions/nope"}}})
     with pytest.raises(Exception, match="reference it cannot follow"):
         unresolvable({"a": 1})
+
+
+def test_an_inputs_patterns_share_one_deadline(monkeypatch):
+    # many keys whose searches each stay just under PATTERN_SECONDS end at the input's deadline
+    from runs.external import schemas
+
+    check = input_validator({"patternProperties": {"^k": {"type": "integer"}}})
+    check({f"k{i}": i for i in range(50)})  # a sane pattern, well within the input's deadline
+    monkeypatch.setattr(schemas, "INPUT_SECONDS", 0.0)  # an input whose time is up
+    with pytest.raises(schemas.PatternTooSlow, match="together"):
+        check({"k1": 1})
