@@ -5,7 +5,7 @@ hold must not reach a start unchecked (both found from outside):
 - a `pattern` that backtracks without end (`^(a+)+$` on "aaaa...!") held a web thread until gunicorn
   killed its process, with the other requests it served. jsonschema matches with Python's `re`, which
   cannot be stopped; its keyword modules search through `_BoundedSearch` instead, the `regex`
-  module with a time limit per search, and a pattern past it is the start's 422.
+  module with a time limit per search and one for the whole input; past either, the start's 422.
 - a `$ref` outside the schema (Keeper fetches nothing), to a place it does not have, or to itself
   without end made every start a 500. Registration refuses the first two; a start whose input walks
   into the third is refused with a reason.
