@@ -1,18 +1,25 @@
 """An external workflow's input_schema: checked when it is registered, applied to every start in bounded time.
 
-A tenant writes this schema and Keeper's web threads apply it, so two things a valid JSON Schema may
-hold must not reach a start unchecked (both found from outside):
-- a `pattern` that backtracks without end (`^(a+)+$` on "aaaa...!") held a web thread until gunicorn
-  killed its process, with the other requests it served. jsonschema matches with Python's `re`, which
-  cannot be stopped; its keyword modules search through `_BoundedSearch` instead, the `regex`
-  module with a time limit per search and one for the whole input; past either, the start's 422.
-- a `$ref` outside the schema (Keeper fetches nothing), to a place it does not have, or to itself
-  without end made every start a 500. Registration refuses the first two; a start whose input walks
-  into the third is refused with a reason.
+A tenant writes this schema and Keeper's threads (the web's, and Celery's when a schedule fires) apply
+it, so what a valid JSON Schema may make a validator do must stay bounded (all found from outside):
+- Checking one input has a deadline (INPUT_SECONDS): every keyword jsonschema evaluates looks at it
+  first, so a schema whose work doubles with the input's depth (`anyOf` of two `$ref`s to itself),
+  or a registration whose empty input already takes that long, is a 422, not a thread held for hours.
+- Patterns: jsonschema matches with Python's `re`, which cannot be stopped inside one search (a
+  `pattern` that backtracks without end held a web thread until gunicorn killed its process); its
+  keyword modules search through `_BoundedSearch`, the `regex` module with a time limit per search
+  (PATTERN_SECONDS) and the input's deadline.
+- `uniqueItems` compares items by their JSON identity in a set (jsonschema compares every pair: 20,000
+  objects ran past 5 minutes).
+- `$ref`s must stay within the schema (Keeper fetches nothing) and name a schema it has; one to itself
+  without end is refused at registration or, reached only through an input, at the start.
+- Whatever else a schema registered earlier makes the validator raise is the start's 422 with the
+  reason, never a 500.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 import time
@@ -25,15 +32,36 @@ from jsonschema import _keywords, _legacy_keywords, _utils, validators
 from jsonschema import exceptions as schema_errors
 from referencing.exceptions import Unresolvable
 
-from core.errors import InvalidInput
+from core.errors import ApplicationError, InvalidInput
 
 PATTERN_SECONDS = 0.1  # one pattern against one string; a sane pattern takes microseconds
-INPUT_SECONDS = 1.0  # all the patterns against one input (many keys, each just under the limit)
+INPUT_SECONDS = 1.0  # the whole schema against one input
 _validating = threading.local()  # the deadline of the input being checked in this thread
 
+# Raised by a broken schema (a `$ref` to a list, a repeat count past C's, a multipleOf past floats).
+_SCHEMA_FAULTS = (AttributeError, TypeError, ValueError, OverflowError, KeyError, IndexError, regex.error)
 
-class PatternTooSlow(InvalidInput):
+
+class SchemaTooSlow(InvalidInput):
+    code = "input_schema_too_slow"
+
+
+class PatternTooSlow(SchemaTooSlow):
     code = "input_schema_pattern_too_slow"
+
+
+def _time_left() -> float | None:
+    deadline = getattr(_validating, "deadline", None)
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def _in_time() -> None:
+    left = _time_left()
+    if left is not None and left <= 0:
+        raise SchemaTooSlow(
+            f"the workflow's input_schema took over {INPUT_SECONDS} s to check this input; the start is "
+            "refused (register a version whose checks do not grow with the input's depth or size)"
+        )
 
 
 class _BoundedSearch:
@@ -44,8 +72,8 @@ class _BoundedSearch:
 
     @staticmethod
     def search(pattern: str, string: str, flags: int = 0) -> Any:
-        deadline = getattr(_validating, "deadline", None)
-        budget = PATTERN_SECONDS if deadline is None else min(PATTERN_SECONDS, deadline - time.monotonic())
+        left = _time_left()
+        budget = PATTERN_SECONDS if left is None else min(PATTERN_SECONDS, left)
         try:
             if budget <= 0:
                 raise TimeoutError
@@ -53,7 +81,7 @@ class _BoundedSearch:
         except TimeoutError:
             raise PatternTooSlow(
                 f"the workflow's input_schema pattern {pattern[:200]!r} took over {PATTERN_SECONDS} s on "
-                f"this input, or its patterns over {INPUT_SECONDS} s together; the start is refused "
+                f"this input, or its checks over {INPUT_SECONDS} s together; the start is refused "
                 "(register a version whose patterns do not backtrack)"
             ) from None
 
@@ -62,6 +90,54 @@ class _BoundedSearch:
 # additionalProperties' use of it); tests/runs/external checks that each one is bounded.
 for _module in (_keywords, _legacy_keywords, _utils):
     _module.re = _BoundedSearch()
+
+
+def _timed(keyword: Callable[..., Any]) -> Callable[..., Iterator[Any]]:
+    """The keyword, looking at the input's deadline before it does its work."""
+
+    @functools.wraps(keyword)
+    def bounded(validator: Any, value: Any, instance: Any, schema: Any) -> Iterator[Any]:
+        _in_time()
+        yield from keyword(validator, value, instance, schema) or ()
+
+    return bounded
+
+
+def _identity(value: Any) -> Any:
+    """A hashable form under which two JSON values are equal exactly when JSON Schema says they are
+    (1 and 1.0 alike, true and 1 not, objects whatever their key order)."""
+    if isinstance(value, bool) or value is None:
+        return ("b", value)
+    if isinstance(value, int | float):
+        return ("n", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, list):
+        return ("l", tuple(_identity(item) for item in value))
+    if isinstance(value, dict):
+        return ("o", frozenset((key, _identity(item)) for key, item in value.items()))
+    return ("x", repr(value))
+
+
+def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    _in_time()
+    if unique and validator.is_type(instance, "array"):
+        seen: set[Any] = set()
+        for index, item in enumerate(instance):
+            key = _identity(item)
+            if key in seen:
+                yield schema_errors.ValidationError(f"the array has non-unique elements (item {index})")
+                return
+            seen.add(key)
+
+
+@functools.cache
+def _bounded(base: Any) -> Any:
+    """The draft's validator with every keyword timed and uniqueItems linear."""
+    keywords = {name: _timed(fn) for name, fn in base.VALIDATORS.items()}
+    if "uniqueItems" in keywords:
+        keywords["uniqueItems"] = _unique_items
+    return validators.extend(base, keywords)
 
 
 def schema_checked(value: Any) -> dict[str, Any] | None:
@@ -76,6 +152,11 @@ def schema_checked(value: Any) -> dict[str, Any] | None:
         raise InvalidInput(
             f"input_schema is not a valid JSON Schema: {exc.message}", code="invalid_input_schema"
         ) from None
+    except (*_SCHEMA_FAULTS, re.error, RecursionError) as exc:  # e.g. a pattern's repeat count past C's
+        raise InvalidInput(
+            f"input_schema is not a valid JSON Schema: {type(exc).__name__}: {str(exc)[:300]}",
+            code="invalid_input_schema",
+        ) from None
     for ref in _refs(value):
         if not ref.startswith("#"):
             raise InvalidInput(
@@ -83,26 +164,48 @@ def schema_checked(value: Any) -> dict[str, Any] | None:
                 "followed; Keeper fetches nothing",
                 code="invalid_input_schema",
             )
-        if not _resolves(value, ref):
+        if not isinstance(_target(value, ref), dict | bool):
             raise InvalidInput(
-                f"input_schema refers to {ref[:200]!r}, which it does not have", code="invalid_input_schema"
+                f"input_schema refers to {ref[:200]!r}, which is not a schema it has",
+                code="invalid_input_schema",
             )
-    try:  # a reference to itself without end shows on the first input, whatever it is
-        for _ in validators.validator_for(value)(value).iter_errors({}):
-            pass
+    # The first input, whatever it is, shows a reference to itself without end and a schema whose
+    # checks alone take too long.
+    try:
+        _consume(lambda: list(_bounded(validators.validator_for(value))(value).iter_errors({})))
+    except SchemaTooSlow:
+        raise InvalidInput(
+            f"input_schema takes over {INPUT_SECONDS} s to check even an empty input",
+            code="invalid_input_schema",
+        ) from None
     except RecursionError:
         raise InvalidInput("input_schema refers to itself without end", code="invalid_input_schema") from None
+    except _SCHEMA_FAULTS as exc:
+        raise InvalidInput(
+            f"input_schema cannot be applied: {type(exc).__name__}: {str(exc)[:300]}",
+            code="invalid_input_schema",
+        ) from None
     return value
+
+
+def _consume(check: Callable[[], Any]) -> Any:
+    """Run a check under this thread's input deadline."""
+    _validating.deadline = time.monotonic() + INPUT_SECONDS
+    try:
+        return check()
+    finally:
+        _validating.deadline = None
 
 
 def input_validator(schema: dict[str, Any]) -> Callable[[Any], None]:
     """Checks a start's input against the schema: InvalidInput with where and why."""
-    checker = validators.validator_for(schema)(schema)
+    checker = _bounded(validators.validator_for(schema))(schema)
 
     def validate(data: Any) -> None:
-        _validating.deadline = time.monotonic() + INPUT_SECONDS
         try:
-            error = schema_errors.best_match(checker.iter_errors(data))
+            error = _consume(lambda: schema_errors.best_match(checker.iter_errors(data)))
+        except ApplicationError:
+            raise
         except RecursionError:
             raise InvalidInput(
                 "the workflow's input_schema refers to itself without end for this input",
@@ -113,8 +216,12 @@ def input_validator(schema: dict[str, Any]) -> Callable[[Any], None]:
                 f"the workflow's input_schema has a reference it cannot follow: {exc}",
                 code="invalid_input_schema",
             ) from None
-        finally:
-            _validating.deadline = None
+        except _SCHEMA_FAULTS as exc:  # registered before schemas were checked this closely
+            raise InvalidInput(
+                f"the workflow's input_schema cannot be applied to this input: {type(exc).__name__}: "
+                f"{str(exc)[:300]}",
+                code="invalid_input_schema",
+            ) from None
         if error is not None:
             where = "/".join(str(p) for p in error.absolute_path) or "(the input)"
             raise InvalidInput(f"input does not match the workflow's schema at {where}: {error.message}")
@@ -122,23 +229,30 @@ def input_validator(schema: dict[str, Any]) -> Callable[[Any], None]:
     return validate
 
 
+# Keywords whose values are data, not schemas: a "$ref" key inside them is not a reference.
+_DATA = ("enum", "const", "default", "examples")
+
+
 def _refs(node: Any) -> Iterator[str]:
     if isinstance(node, dict):
         for key, value in node.items():
             if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str):
                 yield value
-            else:
+            elif key not in _DATA:
                 yield from _refs(value)
     elif isinstance(node, list):
         for item in node:
             yield from _refs(item)
 
 
-def _resolves(schema: dict[str, Any], ref: str) -> bool:
-    """Whether a reference within the schema names a place it has: a JSON pointer or an anchor."""
+_MISSING = object()
+
+
+def _target(schema: dict[str, Any], ref: str) -> Any:
+    """What a reference within the schema names (a JSON pointer or an anchor), or _MISSING."""
     fragment = unquote(ref[1:])
-    if not fragment.startswith("/") and fragment:
-        return any(anchor == fragment for anchor in _anchors(schema))
+    if fragment and not fragment.startswith("/"):
+        return next((node for anchor, node in _anchors(schema) if anchor == fragment), _MISSING)
     node: Any = schema
     for part in fragment.split("/")[1:]:
         part = part.replace("~1", "/").replace("~0", "~")
@@ -147,16 +261,16 @@ def _resolves(schema: dict[str, Any], ref: str) -> bool:
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         else:
-            return False
-    return True
+            return _MISSING
+    return node
 
 
-def _anchors(node: Any) -> Iterator[str]:
+def _anchors(node: Any) -> Iterator[tuple[str, Any]]:
     if isinstance(node, dict):
         for key, value in node.items():
             if key in ("$anchor", "$dynamicAnchor") and isinstance(value, str):
-                yield value
-            else:
+                yield value, node
+            elif key not in _DATA:
                 yield from _anchors(value)
     elif isinstance(node, list):
         for item in node:

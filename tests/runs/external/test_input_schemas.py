@@ -79,7 +79,7 @@ def test_every_jsonschema_module_that_searches_is_bounded():
     ("schema", "reason"),
     [
         ({"$ref": "http://example.com/schema"}, "only references within the schema"),
-        ({"properties": {"a": {"$ref": "#/definitions/nope"}}}, "which it does not have"),
+        ({"properties": {"a": {"$ref": "#/definitions/nope"}}}, "not a schema it has"),
         ({"$ref": "#"}, "refers to itself without end"),
         (
             {"$defs": {"x": {"$ref": "#/$defs/y"}, "y": {"$ref": "#/$defs/x"}}, "$ref": "#/$defs/x"},
@@ -118,12 +118,107 @@ def test_a_start_that_walks_into_a_reference_without_end_is_a_422_not_a_500():
         unresolvable({"a": 1})
 
 
-def test_an_inputs_patterns_share_one_deadline(monkeypatch):
+def test_an_input_has_one_deadline_for_all_its_checks(monkeypatch):
     # many keys whose searches each stay just under PATTERN_SECONDS end at the input's deadline
     from runs.external import schemas
 
     check = input_validator({"patternProperties": {"^k": {"type": "integer"}}})
     check({f"k{i}": i for i in range(50)})  # a sane pattern, well within the input's deadline
     monkeypatch.setattr(schemas, "INPUT_SECONDS", 0.0)  # an input whose time is up
-    with pytest.raises(schemas.PatternTooSlow, match="together"):
+    with pytest.raises(schemas.SchemaTooSlow, match="took over"):
         check({"k1": 1})
+
+
+def _nested(depth: int) -> dict:
+    data: dict = {"u": 1}
+    for _ in range(depth):
+        data = {"c": data}
+    return data
+
+
+# Each level asks both branches of the anyOf, each walking the rest: the work doubles with the depth.
+DOUBLING = {
+    "$defs": {
+        "n": {
+            "anyOf": [
+                {"properties": {"c": {"$ref": "#/$defs/n"}}, "required": ["zz"]},
+                {"properties": {"c": {"$ref": "#/$defs/n"}}},
+            ]
+        }
+    },
+    "$ref": "#/$defs/n",
+}
+
+
+def test_a_schema_whose_work_doubles_with_the_inputs_depth_is_refused_at_its_deadline(api):
+    from runs.external.schemas import INPUT_SECONDS
+
+    assert _register(api, "ot.nest", DOUBLING).status_code == 201
+    small = api.post("/api/v1/runs/", {"workflow": "ot.nest", "input": _nested(3)}, format="json")
+    assert small.status_code == 201, small.content
+    started = time.monotonic()
+    deep = api.post("/api/v1/runs/", {"workflow": "ot.nest", "input": _nested(40)}, format="json")
+    assert time.monotonic() - started < INPUT_SECONDS + 5  # about 2**40 steps otherwise
+    assert deep.status_code == 422 and deep.json()["error"]["code"] == "input_schema_too_slow"
+
+
+def test_a_schema_too_slow_for_an_empty_input_is_refused_at_registration(api):
+    chain = {
+        f"d{i}": {"anyOf": [{"$ref": f"#/$defs/d{i + 1}"}, {"$ref": f"#/$defs/d{i + 1}"}]} for i in range(40)
+    }
+    started = time.monotonic()
+    r = _register(api, "ot.chain", {"$defs": {**chain, "d40": False}, "$ref": "#/$defs/d0"})
+    assert time.monotonic() - started < 10
+    assert r.status_code == 422 and "to check even an empty input" in r.json()["error"]["message"]
+
+
+def test_unique_items_compares_json_values_in_linear_time():
+    check = input_validator({"properties": {"a": {"uniqueItems": True}}})
+    started = time.monotonic()
+    check({"a": [{"k": i, "j": [i, str(i)]} for i in range(20_000)]})  # each pair compared: minutes
+    assert time.monotonic() - started < 5
+    for same in ([{"k": 1, "j": 2}, {"j": 2, "k": 1}], [1, 1.0], [[1, {"a": None}], [1.0, {"a": None}]]):
+        with pytest.raises(Exception, match="non-unique"):
+            check({"a": same})
+    for different in (
+        [True, 1],
+        [False, 0],
+        [None, False],
+        ["1", 1],
+        [[1, 2], [2, 1]],
+        [{"a": 1}, {"a": True}],
+    ):
+        check({"a": different})
+
+
+@pytest.mark.parametrize(
+    ("schema", "reason"),
+    [
+        ({"$ref": "#/required", "required": ["a"]}, "not a schema it has"),
+        (
+            {"properties": {"x": {"$ref": "#/properties/y/type"}, "y": {"type": "string"}}},
+            "not a schema it has",
+        ),
+        ({"properties": {"a": {"pattern": "a{4294967296}"}}}, "not a valid JSON Schema"),
+    ],
+)
+def test_a_broken_schema_is_a_422_at_registration_not_a_500(api, schema, reason):
+    r = _register(api, "ot.broken", schema)
+    assert r.status_code == 422, r.content
+    assert r.json()["error"]["code"] == "invalid_input_schema" and reason in r.json()["error"]["message"]
+
+
+def test_numbers_past_floats_and_data_that_looks_like_a_reference_are_not_500s(api):
+    assert _register(api, "ot.num", {"properties": {"n": {"multipleOf": 0.1}}}).status_code == 201
+    huge = api.post(
+        "/api/v1/runs/", {"workflow": "ot.num", "input": {"n": int("1" + "0" * 4000)}}, format="json"
+    )
+    assert huge.status_code in (201, 400, 422) and huge.status_code != 500, huge.content
+    data = {"properties": {"a": {"enum": [{"$ref": "http://x"}], "default": {"$ref": "#/nowhere"}}}}
+    assert _register(api, "ot.data", data).status_code == 201  # data, not references
+    assert (
+        api.post(
+            "/api/v1/runs/", {"workflow": "ot.data", "input": {"a": {"$ref": "http://x"}}}, format="json"
+        ).status_code
+        == 201
+    )
