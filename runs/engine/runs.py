@@ -130,7 +130,8 @@ def run_start(
         differs = [
             what
             for what, same in (
-                ("input", existing.input_digest == input_digest),
+                ("workflow", existing.workflow_name == workflow.name),
+                ("input", existing.input_digest == input_digest or existing.workflow_name != workflow.name),
                 ("subject", existing.subject == subject),
                 (
                     "workflow_version",
@@ -142,7 +143,7 @@ def run_start(
         if differs:
             raise IdempotencyConflict(
                 f"idempotency key {idempotency_key!r} was already used for a different request "
-                f"(run {existing.run_id}; its {' and '.join(differs)} differ)",
+                f"(run {existing.run_id}; its {' and '.join(differs)} differ{'s' if len(differs) == 1 else ''})",
                 details={"run_id": str(existing.run_id), "differs": differs},
             )
         return StartedRun(existing, created=False)

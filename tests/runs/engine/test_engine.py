@@ -97,6 +97,13 @@ def test_a_key_used_again_about_another_subject_or_version_is_a_conflict(tenant)
         with pytest.raises(IdempotencyConflict) as refused:
             start(**kw)
         assert refused.value.details["differs"] == differs and str(first.run_id) in refused.value.message
+    with pytest.raises(IdempotencyConflict) as refused:  # another workflow, whatever its input
+        run_start(
+            tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t", idempotency_key="k"
+        )
+    assert refused.value.details["differs"] == ["workflow", "subject"]
+    with pytest.raises(IdempotencyConflict, match="its subject differs\\)"):
+        start(subject="cust-9")
     assert AgentRun.objects.filter(idempotency_key="k").count() == 1
 
 
