@@ -183,7 +183,11 @@ def external_workflow_find(*, name: str, version: str | None = None) -> External
     registering "1.5" after "2" moved new runs back to 1.5)."""
     rows = ExternalWorkflow.objects.filter(name=name)
     if version is not None:
-        return rows.filter(version=version).order_by("id").first()
+        # The same version spelt otherwise ("2.0" for "2") names it too, as registration says
+        # (found from outside: a start naming "2.0" was an unknown workflow).
+        exact = rows.filter(version=version).order_by("id").first()
+        key = version_key(version)
+        return exact or next((row for row in rows.order_by("id") if version_key(row.version) == key), None)
     return max(rows, key=lambda row: (version_key(row.version), row.id), default=None)
 
 

@@ -602,6 +602,14 @@ def test_a_version_spelt_otherwise_is_the_same_version(api, workflow, tenant):
     assert started.status_code == 201, started.content
     run = AgentRun.objects.get(run_id=started.json()["run_id"])
     assert (run.workflow_version, run.next_step) == (version, REFUND["steps"][0])
+    for spelt in (f"{version}.0", f"v{version}"):  # a start naming it otherwise gets the registered one
+        named = api.post(
+            "/api/v1/runs/",
+            {"workflow": "ext.refund", "workflow_version": spelt, "input": {"order_id": "o-w"}},
+            format="json",
+        )
+        assert named.status_code == 201, named.content
+        assert named.json()["workflow_version"] == version
 
 
 def test_after_its_subject_is_erased_a_worker_cannot_report_an_outcome_into_the_run(api, workflow, tenant):
