@@ -152,12 +152,14 @@ def external_workflow_register(
 def _same_version(tenant: Tenant, name: str, version: str) -> ExternalWorkflow | None:
     """The registered version equal to `version`: the same text, or the same PEP 440 version spelt
     otherwise (found from outside: "1.00" with other steps registered beside "1", and new runs took it)."""
-    exact = ExternalWorkflow.objects.filter(tenant=tenant, name=name, version=version).first()
-    if exact is not None:
-        return exact
+    return _version_of(ExternalWorkflow.objects.filter(tenant=tenant, name=name), version)
+
+
+def _version_of(rows: Any, version: str) -> ExternalWorkflow | None:
+    """Of these registrations, the one of `version`: its text, else the first spelt otherwise."""
+    exact = rows.filter(version=version).order_by("id").first()
     key = version_key(version)
-    rows = ExternalWorkflow.objects.filter(tenant=tenant, name=name).order_by("created_at")
-    return next((row for row in rows if version_key(row.version) == key), None)
+    return exact or next((row for row in rows.order_by("id") if version_key(row.version) == key), None)
 
 
 def _outside_only(ctx: StepContext, state: State) -> StepResult:
@@ -185,9 +187,7 @@ def external_workflow_find(*, name: str, version: str | None = None) -> External
     if version is not None:
         # The same version spelt otherwise ("2.0" for "2") names it too, as registration says
         # (found from outside: a start naming "2.0" was an unknown workflow).
-        exact = rows.filter(version=version).order_by("id").first()
-        key = version_key(version)
-        return exact or next((row for row in rows.order_by("id") if version_key(row.version) == key), None)
+        return _version_of(rows, version)
     return max(rows, key=lambda row: (version_key(row.version), row.id), default=None)
 
 
