@@ -40,8 +40,8 @@ from retrieval.search import (
 )
 from retrieval.services import document_index, principal_set
 
-SEARCH_CANDIDATES = 100  # retrieval_search asks the vector arm for 2 x 50 candidates (beside the text
-# arm there; here each arm is timed alone), its walk's beam sized for the first 60 of them
+SEARCH_CANDIDATES = 50  # retrieval_search asks the vector arm for 50 candidates (beside the text arm
+# there; here each arm is timed alone), its walk's beam sized for the first 30 of them
 # (retrieval.vector_arm.WALKED_SHARE).
 TEXT_CANDIDATES = 50  # and the text arm for 50
 SHARES = [75, 20, 5]  # percent of the chunks per tenant
@@ -149,7 +149,7 @@ def _recall(
     tenant: Tenant, embedder: HashingEmbedder, principal: str, rng: random.Random, n: int
 ) -> dict[str, float]:
     """recall@10 against exact rankings of what the principal may read. The vector arm's top 10,
-    asked as retrieval_search asks it (100 candidates), against a sequential scan: hashed short texts
+    asked as retrieval_search asks it (50 candidates), against a sequential scan: hashed short texts
     tie often, so a returned chunk counts when it is as near as the exact 10th (another chunk at the
     same distance is not a miss). The text arm's top 10 against every readable posting of the words
     ranked (exact=True: the same idf-weighted scores over every match). The fused top 10 (both arms as

@@ -490,7 +490,13 @@ def retrieval_search(
     candidates: int = 50,
 ) -> SearchResult:
     """The k chunks most relevant to the query that this principal may read now, and the snapshot
-    that records them."""
+    that records them. Each arm's best `candidates` (at least k) are fused by reciprocal rank, both
+    arms to the same depth, as memory's search fuses.
+
+    (Until round 2's last session the vector arm went twice as deep, 100 against the text arm's 50:
+    over the benchmark's 150,000-chunk tenant, for a principal reading 40%, 2 x 60 queries each, its
+    walk for 50 made the search 13.5-14.2 ms p50 against 18.0-19.4, with fused recall@10 0.983 /
+    0.983 against 0.988 / 0.973, each against the exact fusion at its own depths.)"""
     if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
         raise InvalidInput(f"query must be 1 to {MAX_QUERY_CHARS} characters", code="invalid_query")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
@@ -512,7 +518,7 @@ def retrieval_search(
                 vector=vector,
                 query=query,
                 cutoff=cutoff,
-                vector_limit=max(candidates, k) * 2,
+                vector_limit=max(candidates, k),
                 text_limit=max(candidates, k),
                 readable=readable,
             )

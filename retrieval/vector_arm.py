@@ -59,6 +59,7 @@ MAX_BEAM = 1000
 # 100 candidates): a beam for all 100 (ef_search 364) walked in 19.0 ms, fused recall@10 0.964 (0.992
 # with the text candidates placed); for 60 (230) in 13.4 ms, 0.985 placed; for 50 (195) in 12.9 ms,
 # 0.961 placed. The arm's own recall@10: 0.991, 0.982, 0.974.
+# retrieval_search asks it for 50 candidates (both arms to the same depth): a beam for the first 30.
 WALKED_SHARE = 0.6
 
 

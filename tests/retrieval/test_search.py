@@ -472,6 +472,36 @@ def test_both_arms_in_one_round_trip_rank_as_each_arm_alone(tenant):
     assert [ids.get((h.document_id, h.chunk_id)) for h in found.hits] == expected
 
 
+@pytest.mark.parametrize("candidates", [4, 7])
+def test_both_arms_are_fused_to_the_same_depth(tenant, candidates):
+    """A search fuses each arm's best `candidates`, the vector arm's no deeper than the text arm's (as
+    memory's search does): its hits are the reciprocal-rank fusion of the two arms asked alone for that
+    many. (A vector arm asked twice as deep adds chunks it finds past the first `candidates`, and one
+    the text arm also found outranks a chunk only one arm ranks first.)"""
+    from retrieval.search import fuse, principal_set_of
+    from retrieval.services import ttl_cutoff
+
+    _six_documents_ann_reads_three(tenant)
+    embedder = HashingEmbedder()
+    query = "refund the parcel by phone"
+    [vector] = embedder.embed([query])
+    with tenant_scope(tenant.tenant_id):
+        acl = principal_set_of(principal="user:ann")
+        by_vector = vector_candidates(
+            tenant=tenant, embedder=embedder, vector=vector, limit=candidates, acl=acl, cutoff=ttl_cutoff()
+        )
+        by_text = text_candidates(tenant=tenant, query=query, limit=candidates, acl=acl, cutoff=ttl_cutoff())
+    scores = fuse(by_vector, by_text)
+    expected = sorted(scores, key=lambda c: (-scores[c], c))[:3]
+    found = retrieval_search(
+        tenant=tenant, query=query, principal="user:ann", k=3, embedder=embedder, candidates=candidates
+    )
+    with tenant_scope(tenant.tenant_id):
+        ids = {(c.document_id_text, c.chunk_id): c.id for c in Chunk.objects.filter(id__in=expected)}
+    assert len(by_vector) == len(by_text) == candidates
+    assert [ids.get((h.document_id, h.chunk_id)) for h in found.hits] == expected
+
+
 def test_a_chunk_whose_acl_changed_after_the_arms_ranked_it_is_not_a_hit(tenant, monkeypatch):
     """The arms and the read of the hits are separate statements: a chunk made unreadable (or stale)
     in between is left out of the hits and the snapshot, not shown because an arm ranked it."""
