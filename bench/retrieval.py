@@ -154,14 +154,17 @@ def _recall(
     same distance is not a miss). The text arm's top 10 against every readable posting of the words
     ranked (exact=True: the same idf-weighted scores over every match). The fused top 10 (both arms as
     retrieval_search asks them, the text candidates the walk missed placed by distance) against the
-    fusion of those two exact rankings."""
+    fusion of those two exact rankings; fused_deep the same top 10 against the fusion with the exact
+    vector ranking twice as deep, as retrieval_search fused until round 2's last session (how much
+    the answer moved with the definition, not a miss of the walk)."""
     with tenant_scope(tenant.tenant_id):
         acl = principal_set_of(principal=principal)
-    found: dict[str, list[float]] = {"vector": [], "text": [], "fused": []}
+    found: dict[str, list[float]] = {"vector": [], "text": [], "fused": [], "fused_deep": []}
     for _ in range(n):
         query = _words(rng, 4)
         [vector] = embedder.embed([query])
-        exact = _distances(tenant, embedder, vector, acl, limit=SEARCH_CANDIDATES)
+        deep = _distances(tenant, embedder, vector, acl, limit=2 * SEARCH_CANDIDATES)
+        exact = deep[:SEARCH_CANDIDATES]
         with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
             by_vector = vector_candidates(
                 tenant=tenant, embedder=embedder, vector=vector, limit=SEARCH_CANDIDATES, acl=acl
@@ -195,6 +198,10 @@ def _recall(
         exact_fused = sorted(exact_scores, key=lambda c: (-exact_scores[c], c))[:10]
         if exact_fused:
             found["fused"].append(len(set(got_fused) & set(exact_fused)) / len(exact_fused))
+        deep_scores = fuse([c for c, _ in deep], exact_text)
+        deep_fused = sorted(deep_scores, key=lambda c: (-deep_scores[c], c))[:10]
+        if deep_fused:
+            found["fused_deep"].append(len(set(got_fused) & set(deep_fused)) / len(deep_fused))
     return {arm: round(statistics.mean(values), 3) for arm, values in found.items() if values}
 
 
