@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -172,8 +173,10 @@ class KeeperClient:
         wait_seconds: float = 20.0,
         worker_id: str = "worker",
         lease_ttl: float | None = None,
+        stop: threading.Event | None = None,
     ) -> Claim | None:
-        """A lease on the next ready step of these workflows, or None when none came within wait_seconds."""
+        """A lease on the next ready step of these workflows, or None when none came within wait_seconds.
+        A wait Keeper asks for (Retry-After) ends early when `stop` is set."""
         body: dict[str, Any] = {"workflows": workflows, "wait_seconds": wait_seconds, "worker_id": worker_id}
         if lease_ttl is not None:
             body["lease_ttl"] = lease_ttl
@@ -183,7 +186,7 @@ class KeeperClient:
             # than this claim would have waited, so the next claim does not come back at once.
             told = response.headers.get("Retry-After", "")
             if told.isdigit():
-                time.sleep(min(float(told), wait_seconds))
+                (stop or threading.Event()).wait(min(float(told), wait_seconds))
             return None
         d = response.json()
         return Claim(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,7 +177,7 @@ class Worker:
                 ran = self.run_once()
             except (KeeperError, httpx.TransportError) as exc:  # retries exhausted: wait, claim again
                 logger.warning("keeper unavailable: %r", exc)
-                time.sleep(1.0)
+                self.stop.wait(1.0)
                 continue
             done += int(ran)
         return done
@@ -189,6 +188,7 @@ class Worker:
             wait_seconds=self.wait_seconds,
             worker_id=self.worker_id,
             lease_ttl=self.lease_ttl,
+            stop=self.stop,
         )
         if claim is None:
             return False

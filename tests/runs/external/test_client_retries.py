@@ -109,3 +109,23 @@ def test_a_claim_told_to_come_back_later_waits_as_told_within_its_own_wait(serve
         assert client.claim(["w"], wait_seconds=wait_seconds) is None
         assert at_least <= time.monotonic() - started < at_most, wait_seconds
     assert _Scripted.seen == ["/api/v1/workers/claim"] * 3
+
+
+def test_a_stopped_worker_does_not_sit_out_a_wait_keeper_asked_for(server):
+    """Found in last round's note: Worker.stop could not interrupt the Retry-After wait (up to 5 s);
+    the wait now ends when the worker's stop is set."""
+    from keeper_client import Worker
+
+    _Scripted.answers = [(204, {}, {"Retry-After": "5"})] * 3
+    worker = Worker(KeeperClient(server, "kp_x", retries=0), {"w": {}}, wait_seconds=20)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not _Scripted.seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # inside the five seconds Keeper asked for
+    stopped = time.monotonic()
+    worker.stop.set()
+    thread.join(timeout=6)
+    assert not thread.is_alive() and time.monotonic() - stopped < 1.0
+    assert _Scripted.seen == ["/api/v1/workers/claim"]
