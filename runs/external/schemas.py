@@ -231,15 +231,19 @@ def input_validator(schema: dict[str, Any]) -> Callable[[Any], None]:
 
 # Keywords whose values are data, not schemas: a "$ref" key inside them is not a reference.
 _DATA = ("enum", "const", "default", "examples")
+# Keywords whose values map names to schemas: a property named "enum" or "$ref" is a name there.
+_NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 
 
-def _refs(node: Any) -> Iterator[str]:
+def _refs(node: Any, *, names: bool = False) -> Iterator[str]:
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str):
+            if names:
+                yield from _refs(value)
+            elif key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str):
                 yield value
             elif key not in _DATA:
-                yield from _refs(value)
+                yield from _refs(value, names=key in _NAMED)
     elif isinstance(node, list):
         for item in node:
             yield from _refs(item)
@@ -265,13 +269,15 @@ def _target(schema: dict[str, Any], ref: str) -> Any:
     return node
 
 
-def _anchors(node: Any) -> Iterator[tuple[str, Any]]:
+def _anchors(node: Any, *, names: bool = False) -> Iterator[tuple[str, Any]]:
     if isinstance(node, dict):
         for key, value in node.items():
-            if key in ("$anchor", "$dynamicAnchor") and isinstance(value, str):
+            if names:
+                yield from _anchors(value)
+            elif key in ("$anchor", "$dynamicAnchor") and isinstance(value, str):
                 yield value, node
             elif key not in _DATA:
-                yield from _anchors(value)
+                yield from _anchors(value, names=key in _NAMED)
     elif isinstance(node, list):
         for item in node:
             yield from _anchors(item)

@@ -85,6 +85,11 @@ def test_every_jsonschema_module_that_searches_is_bounded():
             {"$defs": {"x": {"$ref": "#/$defs/y"}, "y": {"$ref": "#/$defs/x"}}, "$ref": "#/$defs/x"},
             "without end",
         ),
+        # A property named as a data keyword is a schema all the same (last round's note: registration
+        # skipped it, and the start met the remote reference)
+        ({"properties": {"enum": {"$ref": "http://example.com/schema"}}}, "only references within"),
+        ({"properties": {"default": {"$ref": "#/nowhere"}}}, "not a schema it has"),
+        ({"$defs": {"examples": {"$ref": "#/$defs/examples"}}, "$ref": "#/$defs/examples"}, "without end"),
     ],
 )
 def test_a_reference_the_schema_cannot_follow_is_refused_at_registration(api, schema, reason):
