@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from core.digests import canonical_json, json_digest
 from core.errors import Conflict, InvalidInput, NotFound
@@ -29,6 +29,13 @@ class OperationRequestChanged(Conflict):
     """The operation id was prepared before for a different request: sending it would be a guess."""
 
     code = "operation_request_changed"
+
+
+class OperationOfAnotherRun(Conflict):
+    """The operation id was prepared by a run this one was not forked from: its outcome is that run's,
+    and reporting it as this run's would claim an effect this run never caused."""
+
+    code = "operation_of_another_run"
 
 
 class OperationStateConflict(Conflict):
@@ -58,12 +65,34 @@ def operation_prepare_once(
         request_digest=digest,
         actor=actor,
     )
+    if op.run_id != run_id and op.run_id not in run_lineage(run_id):
+        raise OperationOfAnotherRun(
+            f"operation {operation_id} belongs to run {op.run_id}, which this run was not forked from: "
+            "an operation id names one effect of one run (and its forks)",
+            details={"operation_id": operation_id, "run_id": str(op.run_id)},
+        )
     if op.request_digest != digest:
         raise OperationRequestChanged(
             f"operation {operation_id} was prepared for request {op.request_digest}, now asked for {digest}",
             details={"operation_id": operation_id, "prepared_digest": op.request_digest, "digest": digest},
         )
     return op
+
+
+def run_lineage(run_id: UUID) -> set[UUID]:
+    """The run and every run it was forked from (a fork acts on its parents' operations), read in the
+    caller's tenant scope."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """WITH RECURSIVE up(run_id, parent, depth) AS (
+                   SELECT run_id, parent_run_id, 0 FROM agent_runs WHERE run_id = %s
+                   UNION ALL
+                   SELECT r.run_id, r.parent_run_id, up.depth + 1 FROM agent_runs r
+                     JOIN up ON r.run_id = up.parent WHERE up.depth < 10000)
+               SELECT run_id FROM up""",
+            [run_id],
+        )
+        return {row[0] for row in cursor.fetchall()}
 
 
 def _move(

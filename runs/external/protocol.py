@@ -656,11 +656,6 @@ def external_operation_prepare(
                 + (f" (Keeper has {contract.version})" if contract else ""),
                 code="unknown_tool",
             )
-        existing = ToolOperation.objects.filter(operation_id=operation_id).first()
-        if existing is not None and existing.run_id not in (run.run_id, run.parent_run_id):
-            raise Conflict(
-                f"operation id {operation_id} belongs to another run", code="operation_of_another_run"
-            )
         return operation_prepare_once(
             tenant_id=lease.tenant_id,
             run_id=run.run_id,

@@ -95,11 +95,14 @@ def test_an_ambiguous_answer_from_a_tool_without_lookup_is_never_sent_again(tena
     assert len(sandbox.ledger("o-a3")) == 1
 
 
-def test_the_same_operation_id_for_another_request_suspends_instead_of_sending(tenant, sandbox):  # noqa: F811
+def test_an_operation_id_another_run_prepared_suspends_instead_of_sending(tenant, sandbox):  # noqa: F811
+    """Another run's operation is not this run's to send or to report, for the same request or
+    another (the same run asking another request is operation_request_changed: test_protocol)."""
     sandbox.order("o-a4")
     assert _drive(_blind(tenant, "o-a4", amount_minor=500)).status == "completed"
-    other = _drive(_blind(tenant, "o-a4", amount_minor=700))
-    assert (other.status, other.suspend_reason) == ("suspended", "operation_request_changed")
+    for amount in (700, 500):
+        other = _drive(_blind(tenant, "o-a4", amount_minor=amount))
+        assert (other.status, other.suspend_reason) == ("suspended", "operation_of_another_run")
     assert len(sandbox.ledger("o-a4")) == 1
 
 

@@ -33,6 +33,7 @@ from runs.engine.children import (
 from runs.engine.errors import IdempotencyConflict, UnknownWorkflow, WorkflowDefinitionError
 from runs.engine.models import AgentEvent, Approval, ApprovalStatus
 from runs.engine.operations import (
+    OperationOfAnotherRun,
     OperationRequestChanged,
     operation_mark_failed,
     operation_mark_not_applied,
@@ -318,7 +319,7 @@ class Context:
                 request=body,
                 actor=self.actor,
             )
-        except OperationRequestChanged as exc:
+        except (OperationRequestChanged, OperationOfAnotherRun) as exc:
             raise _Suspension(exc.code, exc.message) from None
         if op.status == "succeeded":  # settled earlier: by this step before a crash, or by a person
             return OperationOutcome(operation_id, "succeeded", op.result, op.external_ref)

@@ -3,7 +3,8 @@
 The refund is the one side effect. It runs under the operation protocol with the stable id
 `refund:{order_id}` as idempotency key, so a crash anywhere (KEEPER_CRASH_AT: before_refund_call,
 after_refund_request_sent, after_refund_response, after_checkpoint) resumes at the right step and
-the payments ledger shows at most one refund per order.
+the payments ledger shows at most one refund per order. A second run for an order another run
+refunded fails at decide (order_refunded_by_another_run).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.conf import settings
 from core.digests import json_digest
 from core.errors import InvalidInput
 from runs.engine.authoring import Context, OperationCall, State, StepResult, ToolLookup, tool, workflow
+from runs.engine.operations import run_lineage
 from runs.engine.selectors import operation_find
 from runs.workflows.refund.deciders import decider_from_settings
 from runs.workflows.refund.payments import CONTRACT_VERSION, PaymentsClient
@@ -99,6 +101,16 @@ def decide(ctx: Context, state: State) -> StepResult:
     # from) is ours: replaying decides the same request again instead of refusing it as over the
     # refundable amount (the order now counts it as refunded). The refund step then finds it done.
     own = operation_find(tenant_id=ctx.tenant_id, operation_id=f"refund:{order['order_id']}")
+    if own is not None and own.run_id not in run_lineage(ctx.run_id):
+        # Another run's refund of this order (made, under way, or refused): the operation id is the
+        # order's, so this run could only report that run's outcome as its own. Said before anyone
+        # is asked to approve.
+        return ctx.fail(
+            state,
+            "order_refunded_by_another_run",
+            f"order {order['order_id']} already has a refund ({own.status}) by run {own.run_id}; "
+            f"this workflow refunds an order once (operation refund:{order['order_id']})",
+        )
     done = (own.result or {}).get("amount_minor") if own is not None and own.status == "succeeded" else None
     if done:
         amount = state.get("amount_minor") or int(done)

@@ -99,6 +99,38 @@ def test_refund_waits_for_approval_then_refunds_once_and_verifies(tenant, sandbo
     assert steps == ["lookup_order", "decide", "approve", "refund"]
 
 
+@pytest.mark.parametrize(("first", "second"), [({}, {}), ({"amount_minor": 1000}, {"amount_minor": 1500})])
+def test_a_second_run_for_a_refunded_order_fails_before_anyone_approves_it(tenant, sandbox, first, second):
+    """Found from outside: a second run for an order refunded by another run took that run's refund
+    for its own (the operation id is the order's) and, approved, reported "refunded" with the first
+    run's refund id; a second partial refund sat suspended for good. The second run now fails at
+    decide, naming the run, before a person is asked."""
+    sandbox.order("o-110")
+    a = _drive(_start(tenant, "o-110", **first))
+    approval_approve(approval_id=Approval.objects.get(run=a).approval_id, actor="user:sam")
+    a = _drive(a)
+    assert a.result["outcome"] == "refunded"
+    b = _drive(_start(tenant, "o-110", **second))
+    assert (b.status, b.result["code"]) == ("failed", "order_refunded_by_another_run")
+    assert str(a.run_id) in b.result["detail"] and not Approval.objects.filter(run=b).exists()
+    assert len(sandbox.ledger("o-110")) == 1 and not ToolOperation.objects.filter(run=b).exists()
+
+
+def test_a_run_that_reaches_another_runs_refund_operation_is_suspended_not_credited(tenant, sandbox):
+    """Two runs for one order both past decide (neither had refunded yet): the first refunds; the
+    second, approved, finds the order's operation prepared by a run it was not forked from and is
+    suspended (operation_of_another_run) instead of reporting that run's refund as its own."""
+    sandbox.order("o-111")
+    a, b = _drive(_start(tenant, "o-111")), _drive(_start(tenant, "o-111"))
+    for run in (a, b):
+        approval_approve(approval_id=Approval.objects.get(run=run).approval_id, actor="user:sam")
+    a, b = _drive(a), _drive(b)
+    assert a.result["outcome"] == "refunded"
+    assert (b.status, b.suspend_reason) == ("suspended", "operation_of_another_run")
+    assert str(a.run_id) in b.suspend_detail and len(sandbox.ledger("o-111")) == 1
+    assert list(ToolOperation.objects.values_list("run_id", flat=True)) == [a.run_id]
+
+
 def test_an_expired_approval_is_not_used_after_resume(tenant, sandbox):
     sandbox.order("o-101")
     run = _drive(_start(tenant, "o-101"))
