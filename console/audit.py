@@ -42,6 +42,26 @@ def audit_record(
     )
 
 
+def audit_denied(request: HttpRequest, *, why: str, needs: tuple[str, ...] = ()) -> None:
+    """A refused action: an unsafe request by a signed-in user that a role or the CSRF check turned
+    away, named by its view (not its path or form, which may name a person). Reading a page one may
+    not see is not an action; anonymous requests are not anyone's."""
+    if request.method in ("GET", "HEAD", "OPTIONS") or not request.user.is_authenticated:
+        return
+    match = getattr(request, "resolver_match", None)
+    details: dict[str, Any] = {"method": request.method}
+    if needs:
+        details["needs"] = list(needs)
+    audit_record(
+        request=request,
+        action="denied",
+        target_type="view",
+        target_id=match.view_name if match is not None else "",
+        note=why,
+        details=details,
+    )
+
+
 def audit_target_url(entry: AuditEntry, roles: set[str]) -> str:
     """The page of an entry's target, if the reader's roles open one ("" otherwise)."""
     kind, target = entry.target_type, entry.target_id

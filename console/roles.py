@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 
+from console.audit import audit_denied
 from console.selectors import tenant_get_for_user, tenant_list_for_user
 from core.models import Tenant
 from core.roles import COMPLIANCE, ENGINEER, ROLES, SUPPORT, user_roles  # noqa: F401 - the console names them here too
@@ -35,7 +36,9 @@ def role_required(*roles: str) -> Callable[[Callable[..., HttpResponse]], Callab
         @wraps(view)
         def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if not user_roles(request.user) & set(roles):
-                raise PermissionDenied(f"this needs the {' or '.join(roles)} role")
+                why = f"this needs the {' or '.join(roles)} role"
+                audit_denied(request, why=why, needs=roles)
+                raise PermissionDenied(why)
             # Row-level security: the user's tenants (all of them for staff) for this request.
             tenant_bind_request(request, tenant_ids_for_user(request.user))
             return view(request, *args, **kwargs)

@@ -137,6 +137,7 @@ SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_AGE = env_int("KEEPER_SESSION_AGE", 8 * 3600, minimum=60)
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+CSRF_FAILURE_VIEW = "console.views.errors.csrf_failure"  # Django's 403, and an audit entry
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

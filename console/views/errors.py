@@ -1,5 +1,6 @@
-"""The server-error page with the navigation (Django's default draws it without the request), and
-/favicon.ico for pages that do not link the console's icon (the admin, the API docs)."""
+"""The server-error page with the navigation (Django's default draws it without the request), the
+CSRF refusal (audited), and /favicon.ico for pages that do not link the console's icon (the admin,
+the API docs)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import logging
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.templatetags.static import static
+from django.views.csrf import csrf_failure as django_csrf_failure
+
+from console.audit import audit_denied
 
 logger = logging.getLogger(__name__)
 
@@ -24,3 +28,12 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
 def favicon(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(static("console/favicon.svg"))
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """Django's CSRF refusal (403), with an audit entry when a signed-in user's action was refused."""
+    try:
+        audit_denied(request, why=f"CSRF check failed: {reason}"[:200])
+    except Exception:  # the refusal is answered whatever happens to its record
+        logger.warning("a CSRF refusal was not audited", exc_info=True)
+    return django_csrf_failure(request, reason)

@@ -148,7 +148,14 @@ def test_every_support_view_needs_the_support_role(client, role_users, tenant):
         client.force_login(role_users[role])
         assert client.get(inbox).status_code == 403
         assert client.post(page + "approve/", {"note": "x"}).status_code == 403
-    assert Approval.objects.get(pk=approval.pk).status == "pending" and not _audit()
+    assert Approval.objects.get(pk=approval.pk).status == "pending"
+    # Each refused action is on the record (found from outside: they were only log lines); a page
+    # refused is not an action.
+    assert [(e.actor, e.action, e.target_id, e.details) for e in _audit()] == [
+        (f"user:{role}", "denied", "console:support_approval_approve", {"method": "POST", "needs": ["support"]})
+        for role in ("engineer", "compliance", "nobody")
+    ]
+    assert all(e.note == "this needs the support role" and e.tenant_id is None for e in _audit())
 
 
 def test_actions_are_post_only(support, tenant):
@@ -164,7 +171,9 @@ def test_actions_need_the_csrf_token(client, role_users, tenant):
     client.force_login(role_users["support"])
     url, form = _action_targets(tenant)["cancel"]
     assert client.post(url, form).status_code == 403
-    assert not _audit()
+    [denied] = _audit()
+    assert (denied.actor, denied.action, denied.details) == ("user:support", "denied", {"method": "POST"})
+    assert denied.note.startswith("CSRF check failed") and denied.target_id.startswith("console:")
 
 
 def test_the_inbox_shows_only_the_users_tenants(support, tenant, other_tenant):
