@@ -152,7 +152,12 @@ def test_every_support_view_needs_the_support_role(client, role_users, tenant):
     # Each refused action is on the record (found from outside: they were only log lines); a page
     # refused is not an action.
     assert [(e.actor, e.action, e.target_id, e.details) for e in _audit()] == [
-        (f"user:{role}", "denied", "console:support_approval_approve", {"method": "POST", "needs": ["support"]})
+        (
+            f"user:{role}",
+            "denied",
+            "console:support_approval_approve",
+            {"method": "POST", "needs": ["support"]},
+        )
         for role in ("engineer", "compliance", "nobody")
     ]
     assert all(e.note == "this needs the support role" and e.tenant_id is None for e in _audit())
