@@ -164,11 +164,17 @@ def schema_checked(value: Any) -> dict[str, Any] | None:
                 "followed; Keeper fetches nothing",
                 code="invalid_input_schema",
             )
-        if not isinstance(_target(value, ref), dict | bool):
+        if not isinstance(_target(value, ref), dict | bool) or _into_data(ref):
             raise InvalidInput(
                 f"input_schema refers to {ref[:200]!r}, which is not a schema it has",
                 code="invalid_input_schema",
             )
+    if nested := next(_nested_ids(value), None):
+        raise InvalidInput(
+            f"input_schema has $id {str(nested)[:200]!r} inside it: a schema within the schema with an id of "
+            "its own moves where its references resolve; give the id at the top only",
+            code="invalid_input_schema",
+        )
     # The first input, whatever it is, shows a reference to itself without end and a schema whose
     # checks alone take too long.
     try:
@@ -180,6 +186,11 @@ def schema_checked(value: Any) -> dict[str, Any] | None:
         ) from None
     except RecursionError:
         raise InvalidInput("input_schema refers to itself without end", code="invalid_input_schema") from None
+    except Unresolvable as exc:  # whatever the checks above did not foresee
+        raise InvalidInput(
+            f"input_schema has a reference that cannot be followed: {str(exc)[:300]}",
+            code="invalid_input_schema",
+        ) from None
     except _SCHEMA_FAULTS as exc:
         raise InvalidInput(
             f"input_schema cannot be applied: {type(exc).__name__}: {str(exc)[:300]}",
@@ -247,6 +258,36 @@ def _refs(node: Any, *, names: bool = False) -> Iterator[str]:
     elif isinstance(node, list):
         for item in node:
             yield from _refs(item)
+
+
+def _into_data(ref: str) -> bool:
+    """Whether a JSON pointer passes through a keyword whose value is data (enum, const, default,
+    examples), outside a map of names: what it names is data, not a schema, whatever it looks like."""
+    fragment = unquote(ref[1:])
+    if not fragment.startswith("/"):
+        return False
+    names = False
+    for part in fragment.split("/")[1:]:
+        part = part.replace("~1", "/").replace("~0", "~")
+        if not names and part in _DATA:
+            return True
+        names = not names and part in _NAMED
+    return False
+
+
+def _nested_ids(node: Any, *, top: bool = True, names: bool = False) -> Iterator[Any]:
+    """The values of `$id` below the schema's top (in schemas, not in data or as property names)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if names:
+                yield from _nested_ids(value, top=False)
+            elif key == "$id" and not top:
+                yield value
+            elif key not in _DATA:
+                yield from _nested_ids(value, top=False, names=key in _NAMED)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _nested_ids(item, top=False)
 
 
 _MISSING = object()

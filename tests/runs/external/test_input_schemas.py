@@ -90,6 +90,12 @@ def test_every_jsonschema_module_that_searches_is_bounded():
         ({"properties": {"enum": {"$ref": "http://example.com/schema"}}}, "only references within"),
         ({"properties": {"default": {"$ref": "#/nowhere"}}}, "not a schema it has"),
         ({"$defs": {"examples": {"$ref": "#/$defs/examples"}}, "$ref": "#/$defs/examples"}, "without end"),
+        # Found from outside (500s): a pointer into data, spelt plainly or percent-encoded, and an $id
+        # inside the schema that moves where a reference resolves
+        ({"$ref": "#/enum/0", "enum": [{"$ref": "http://example.com/x"}]}, "not a schema it has"),
+        ({"$ref": "#/default", "default": {"$ref": "#/missing"}}, "not a schema it has"),
+        ({"$ref": "#/%65num/0", "enum": [{"$ref": "http://example.com/x"}]}, "not a schema it has"),
+        ({"allOf": [{"$id": "http://evil.example/b.json", "$ref": "#/x"}], "x": {}}, "$id"),
     ],
 )
 def test_a_reference_the_schema_cannot_follow_is_refused_at_registration(api, schema, reason):
@@ -100,8 +106,14 @@ def test_a_reference_the_schema_cannot_follow_is_refused_at_registration(api, sc
 
 def test_references_within_the_schema_work(api):
     schema = {
+        "$id": "https://example.com/order.json",  # an id at the top is the schema's own
         "$defs": {"amount": {"type": "integer", "minimum": 1}, "node": {"$anchor": "item", "type": "string"}},
-        "properties": {"a": {"$ref": "#/$defs/amount"}, "b": {"$ref": "#item"}},
+        "properties": {
+            "a": {"$ref": "#/$defs/amount"},
+            "b": {"$ref": "#item"},
+            "default": {"type": "string"},  # a property named as a data keyword is a schema
+            "c": {"$ref": "#/properties/default"},
+        },
     }
     assert _register(api, "ot.local", schema).status_code == 201
     ok = api.post("/api/v1/runs/", {"workflow": "ot.local", "input": {"a": 2, "b": "x"}}, format="json")
