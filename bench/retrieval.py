@@ -32,7 +32,7 @@ from retrieval.models import (
 from retrieval.readable import acl_readable
 from retrieval.search import (
     both_arms,
-    fuse,
+    fused,
     principal_set_of,
     retrieval_search,
     text_candidates,
@@ -193,13 +193,13 @@ def _recall(
             got = by_vector[:10]
             near = sum(1 for _, d in _distances(tenant, embedder, vector, acl, ids=got) if d <= tenth + 1e-6)
             found["vector"].append(min(near, len(exact[:10])) / len(exact[:10]))
-        got_scores, exact_scores = fuse(fused_vector, fused_text), fuse([c for c, _ in exact], exact_text)
-        got_fused = sorted(got_scores, key=lambda c: (-got_scores[c], c))[:10]
-        exact_fused = sorted(exact_scores, key=lambda c: (-exact_scores[c], c))[:10]
+        got_fused, exact_fused = (
+            fused(fused_vector, fused_text, 10)[1],
+            fused([c for c, _ in exact], exact_text, 10)[1],
+        )
         if exact_fused:
             found["fused"].append(len(set(got_fused) & set(exact_fused)) / len(exact_fused))
-        deep_scores = fuse([c for c, _ in deep], exact_text)
-        deep_fused = sorted(deep_scores, key=lambda c: (-deep_scores[c], c))[:10]
+        deep_fused = fused([c for c, _ in deep], exact_text, 10)[1]
         if deep_fused:
             found["fused_deep"].append(len(set(got_fused) & set(deep_fused)) / len(deep_fused))
     return {arm: round(statistics.mean(values), 3) for arm, values in found.items() if values}

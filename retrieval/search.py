@@ -479,6 +479,17 @@ def fuse(*rankings: list[Any]) -> dict[Any, float]:
     return scores
 
 
+def fused(by_vector: list[Any], by_text: list[Any], k: int) -> tuple[dict[Any, float], list[Any]]:
+    """The reciprocal-rank scores of both rankings and the k best. Equal scores go to the chunk the
+    text arm ranked higher (it holds the query's words), then to the lower id: a chunk only the text
+    arm found first ties with the vector arm's first, and the one with the words should lead (found
+    from outside: a chunk without the query's one word came first by its id)."""
+    scores = fuse(by_vector, by_text)
+    in_text = {c: rank for rank, c in enumerate(by_text)}
+    top = sorted(scores, key=lambda c: (-scores[c], in_text.get(c, len(by_text)), c))[:k]
+    return scores, top
+
+
 def retrieval_search(
     *,
     tenant: Tenant,
@@ -522,8 +533,7 @@ def retrieval_search(
                 text_limit=max(candidates, k),
                 readable=readable,
             )
-        scores = fuse(by_vector, by_text)
-        top = sorted(scores, key=lambda c: (-scores[c], c))[:k]
+        scores, top = fused(by_vector, by_text, k)
         snapshot = RetrievalSnapshot(
             snapshot_id=f"rs_{uuid.uuid4().hex}",
             tenant=tenant,

@@ -385,6 +385,18 @@ def test_outside_a_transaction_the_text_arm_runs_on_a_connection_of_its_own(tena
     assert len(parallel) == 8 and {h.document_id for h in parallel} <= {"doc1", "doc3", "doc5"}
 
 
+def test_equal_fused_scores_go_to_the_chunk_the_text_arm_ranked_higher():
+    """Found from outside: a query of one word its chunk alone holds, that chunk past the vector arm's
+    candidates, tied (1/61) with the vector arm's first, a chunk without the word, and lost by id."""
+    from retrieval.search import fuse, fused
+
+    by_vector, by_text = [3, 4, 5], [9, 4, 6]
+    scores, top = fused(by_vector, by_text, 5)
+    assert scores == fuse(by_vector, by_text) and scores[3] == scores[9]
+    assert top == [4, 9, 3, 6, 5]  # 4 in both; 9 (text first) before 3 (vector first); 6 before 5
+    assert fused(by_vector, [], 2)[1] == [3, 4] and fused([], by_text, 2)[1] == [9, 4]
+
+
 def test_placed_puts_the_text_candidates_a_walk_missed_where_their_distance_ranks_them():
     from retrieval.search import placed
 
@@ -433,7 +445,7 @@ def test_both_arms_in_one_round_trip_rank_as_each_arm_alone(tenant):
     and the text arm's as each ranks alone (fused by reciprocal rank), and the principal's keys come
     with its groups."""
     from retrieval.readable import principal_readable
-    from retrieval.search import both_arms, fuse, principal_set_of, readable_acl_keys
+    from retrieval.search import both_arms, fused, principal_set_of, readable_acl_keys
     from retrieval.services import ttl_cutoff
 
     _six_documents_ann_reads_three(tenant)
@@ -464,8 +476,7 @@ def test_both_arms_in_one_round_trip_rank_as_each_arm_alone(tenant):
         mine = set(Chunk.objects.filter(acl__overlap=acl).values_list("id", flat=True))
     assert by_vector == alone_vector and by_text == alone_text
     assert set(by_vector) == mine and len(by_text) == 10 and set(by_text) <= mine  # 18 readable
-    scores = fuse(by_vector, by_text)
-    expected = sorted(scores, key=lambda c: (-scores[c], c))[:5]
+    expected = fused(by_vector, by_text, 5)[1]
     found = retrieval_search(tenant=tenant, query=query, principal="user:ann", k=5, embedder=embedder)
     with tenant_scope(tenant.tenant_id):
         ids = {(c.document_id_text, c.chunk_id): c.id for c in Chunk.objects.filter(id__in=expected)}
@@ -478,7 +489,7 @@ def test_both_arms_are_fused_to_the_same_depth(tenant, candidates):
     memory's search does): its hits are the reciprocal-rank fusion of the two arms asked alone for that
     many. (A vector arm asked twice as deep adds chunks it finds past the first `candidates`, and one
     the text arm also found outranks a chunk only one arm ranks first.)"""
-    from retrieval.search import fuse, principal_set_of
+    from retrieval.search import fused, principal_set_of
     from retrieval.services import ttl_cutoff
 
     _six_documents_ann_reads_three(tenant)
@@ -491,8 +502,7 @@ def test_both_arms_are_fused_to_the_same_depth(tenant, candidates):
             tenant=tenant, embedder=embedder, vector=vector, limit=candidates, acl=acl, cutoff=ttl_cutoff()
         )
         by_text = text_candidates(tenant=tenant, query=query, limit=candidates, acl=acl, cutoff=ttl_cutoff())
-    scores = fuse(by_vector, by_text)
-    expected = sorted(scores, key=lambda c: (-scores[c], c))[:3]
+    expected = fused(by_vector, by_text, 3)[1]
     found = retrieval_search(
         tenant=tenant, query=query, principal="user:ann", k=3, embedder=embedder, candidates=candidates
     )
