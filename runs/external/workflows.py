@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -134,10 +135,11 @@ def external_workflow_register(
                     created = ExternalWorkflow.objects.create(
                         tenant=tenant, name=name, version=version, created_by=actor, **definition
                     )
+                created.refresh_from_db()  # answered as stored (1e20 comes back from jsonb as digits)
                 return Registered(created, True)
             except IntegrityError:  # registered concurrently elsewhere: compare with that one
                 existing = ExternalWorkflow.objects.get(tenant=tenant, name=name, version=version)
-    if any(getattr(existing, k) != v for k, v in definition.items()):
+    if any(not _same_json(getattr(existing, k), v) for k, v in definition.items()):
         spelt = (
             "" if existing.version == version else f" (as {existing.version!r}: the same version in PEP 440)"
         )
@@ -147,6 +149,29 @@ def external_workflow_register(
             details={"name": name, "version": existing.version, "steps": existing.steps},
         )
     return Registered(existing, False)
+
+
+def _same_json(stored: Any, given: Any) -> bool:
+    """Whether a stored JSON value is the one given, numbers by value: jsonb keeps a number's value,
+    not its spelling (1e308 comes back as 1 and 308 zeros; found from outside: the same definition
+    registered again was a 409)."""
+    if isinstance(stored, dict) and isinstance(given, dict):
+        return stored.keys() == given.keys() and all(_same_json(stored[k], given[k]) for k in stored)
+    if isinstance(stored, list) and isinstance(given, list):
+        return len(stored) == len(given) and all(_same_json(a, b) for a, b in zip(stored, given, strict=True))
+    numbers = (int, float)
+    if (
+        isinstance(stored, numbers)
+        and isinstance(given, numbers)
+        and not isinstance(stored, bool)
+        and not isinstance(given, bool)
+    ):
+        return _decimal(stored) == _decimal(given)
+    return type(stored) is type(given) and stored == given
+
+
+def _decimal(number: float) -> Decimal:
+    return Decimal(repr(number)) if isinstance(number, float) else Decimal(number)
 
 
 def _same_version(tenant: Tenant, name: str, version: str) -> ExternalWorkflow | None:

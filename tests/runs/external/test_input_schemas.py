@@ -239,3 +239,16 @@ def test_numbers_past_floats_and_data_that_looks_like_a_reference_are_not_500s(a
         ).status_code
         == 201
     )
+
+
+def test_the_same_schema_registered_again_is_the_same_definition_whatever_its_numbers(api):
+    """Found from outside: 1e308 comes back from jsonb as 1 and 308 zeros, so the same definition sent
+    again was a 409; numbers now compare by value, and the first answer is what was stored."""
+    schema = {"properties": {"n": {"maximum": 1e308, "minimum": 1e20, "multipleOf": 0.1, "default": True}}}
+    first, again = _register(api, "ot.numbers", schema), _register(api, "ot.numbers", schema)
+    assert (first.status_code, again.status_code) == (201, 200), again.content
+    assert first.json()["input_schema"] == again.json()["input_schema"]
+    changed = {"properties": {"n": {"maximum": 1e307, "minimum": 1e20, "multipleOf": 0.1, "default": True}}}
+    assert _register(api, "ot.numbers", changed).status_code == 409
+    as_one = {"properties": {"n": {"maximum": 1e308, "minimum": 1e20, "multipleOf": 0.1, "default": 1}}}
+    assert _register(api, "ot.numbers", as_one).status_code == 409  # true is not 1
