@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,9 +17,17 @@ logger = logging.getLogger("keeper_client")
 class KeeperError(Exception):
     """Keeper answered with an error: its status, reason code, message and details."""
 
-    def __init__(self, status: int, code: str, message: str, details: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        details: dict[str, Any] | None = None,
+        retry_after: float | None = None,
+    ):
         super().__init__(f"{status} {code}: {message}")
         self.status, self.code, self.message, self.details = status, code, message, details or {}
+        self.retry_after = retry_after  # seconds Keeper asked to wait (Retry-After), if it said
 
 
 class KeeperConflict(KeeperError):
@@ -86,15 +93,24 @@ class KeeperClient:
         self.close()
 
     def _post(
-        self, path: str, body: Any, *, timeout: float | None = None, headers: dict[str, str] | None = None
+        self,
+        path: str,
+        body: Any,
+        *,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+        stop: threading.Event | None = None,
     ) -> httpx.Response:
-        """POST with retries on 5xx and transport errors (exponential backoff with jitter); 4xx raise at once.
+        """POST with retries on 5xx and transport errors (exponential backoff with jitter, at least what
+        Retry-After asks, up to max_backoff); 4xx raise at once. The wait between tries ends when
+        `stop` is set, and the last error is raised.
 
         Every call of the protocol is safe to repeat: a commit whose answer was lost comes back
         `replayed`, a prepare is idempotent by operation id, and a repeated move answers 409.
         """
         attempt = 0
         while True:
+            told = 0.0
             try:
                 response = self._http.post(
                     path,
@@ -103,19 +119,25 @@ class KeeperClient:
                     headers={**self._trace_headers(), **(headers or {})},
                 )
             except httpx.TransportError as exc:
-                if attempt >= self.retries:
+                if attempt >= self.retries or (stop is not None and stop.is_set()):
                     raise
                 logger.warning("keeper %s: %r; retrying", path, exc)
+                failed: Exception = exc
             else:
                 if response.status_code < 500:
                     if response.status_code >= 400:
                         raise _error(response)
                     return response
-                if attempt >= self.retries:
-                    raise _error(response)
+                failed = _error(response)
+                if attempt >= self.retries or (stop is not None and stop.is_set()):
+                    raise failed
                 logger.warning("keeper %s answered %s; retrying", path, response.status_code)
+                told = _retry_after(response) or 0.0
             delay = min(self.max_backoff, self.backoff * (2**attempt))
-            time.sleep(delay * (0.5 + random.random() / 2))
+            if (stop or threading.Event()).wait(
+                min(self.max_backoff, max(told, delay * (0.5 + random.random() / 2)))
+            ):
+                raise failed
             attempt += 1
 
     # --- workflows and runs ---------------------------------------------------------------------
@@ -180,13 +202,13 @@ class KeeperClient:
         body: dict[str, Any] = {"workflows": workflows, "wait_seconds": wait_seconds, "worker_id": worker_id}
         if lease_ttl is not None:
             body["lease_ttl"] = lease_ttl
-        response = self._post("workers/claim", body, timeout=wait_seconds + self.timeout)
+        response = self._post("workers/claim", body, timeout=wait_seconds + self.timeout, stop=stop)
         if response.status_code == 204:
             # Keeper's waiting claims were all taken, so this one looked once: wait as told, not longer
             # than this claim would have waited, so the next claim does not come back at once.
-            told = response.headers.get("Retry-After", "")
-            if told.isdigit():
-                (stop or threading.Event()).wait(min(float(told), wait_seconds))
+            told = _retry_after(response)
+            if told is not None:
+                (stop or threading.Event()).wait(min(told, wait_seconds))
             return None
         d = response.json()
         return Claim(
@@ -288,6 +310,11 @@ class KeeperClient:
         return dict(self._post(f"workers/runs/{claim.run_id}/operations/{operation_id}/outcome", body).json())
 
 
+def _retry_after(response: httpx.Response) -> float | None:
+    told = response.headers.get("Retry-After", "")
+    return float(told) if told.isdigit() else None
+
+
 def _error(response: httpx.Response) -> KeeperError:
     try:
         err = response.json().get("error", {})
@@ -299,4 +326,5 @@ def _error(response: httpx.Response) -> KeeperError:
         str(err.get("code", "http_error")),
         str(err.get("message", response.text[:200])),
         err.get("details") if isinstance(err.get("details"), dict) else {},
+        _retry_after(response),
     )

@@ -177,7 +177,8 @@ class Worker:
                 ran = self.run_once()
             except (KeeperError, httpx.TransportError) as exc:  # retries exhausted: wait, claim again
                 logger.warning("keeper unavailable: %r", exc)
-                self.stop.wait(1.0)
+                told = exc.retry_after if isinstance(exc, KeeperError) else None
+                self.stop.wait(min(told, 60.0) if told else 1.0)  # a 429 or 503 says how long
                 continue
             done += int(ran)
         return done

@@ -129,3 +129,38 @@ def test_a_stopped_worker_does_not_sit_out_a_wait_keeper_asked_for(server):
     thread.join(timeout=6)
     assert not thread.is_alive() and time.monotonic() - stopped < 1.0
     assert _Scripted.seen == ["/api/v1/workers/claim"]
+
+
+def test_a_retry_waits_what_retry_after_asks_and_a_429_says_how_long(server):
+    """Found from outside: the retries took their own backoff whatever Keeper said, and a 429 gave the
+    worker no way to know how long to wait."""
+    client = KeeperClient(server, "kp_x", retries=1, backoff=0.01, max_backoff=5)
+    _Scripted.answers = [(503, {}, {"Retry-After": "1"}), (204, {})]
+    started = time.monotonic()
+    assert client.claim(["w"], wait_seconds=0) is None
+    assert 0.9 <= time.monotonic() - started < 3
+    _Scripted.answers = [
+        (429, {"error": {"code": "throttled", "message": "slow down"}}, {"Retry-After": "11"})
+    ]
+    with pytest.raises(Exception) as raised:
+        client.claim(["w"], wait_seconds=0)
+    assert (raised.value.status, raised.value.retry_after) == (429, 11.0)
+
+
+def test_a_stopped_worker_does_not_sit_out_the_retries_of_an_unavailable_keeper(server):
+    from keeper_client import Worker
+
+    _Scripted.answers = [(503, {}, {"Retry-After": "5"})] * 10
+    client = KeeperClient(server, "kp_x", retries=5, backoff=1, max_backoff=10)
+    worker = Worker(client, {"w": {}}, wait_seconds=20)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not _Scripted.seen and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # inside the first wait between tries
+    stopped = time.monotonic()
+    worker.stop.set()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and time.monotonic() - stopped < 1.0
+    assert _Scripted.seen == ["/api/v1/workers/claim"]
