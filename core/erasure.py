@@ -112,6 +112,12 @@ class Place:
     erased_by: str
     count: Callable[[Scope], int]
     columns: tuple[tuple[str, str], ...] = ()  # the (table, column) pairs this place covers
+    # The runs whose rows here hold the subject's data (at most LOCATED of them), for a place in a
+    # run's tables: a receipt that is not clean says where to look.
+    locate: Callable[[Scope], list[str]] | None = None
+
+
+LOCATED = 20
 
 
 @dataclass
@@ -353,8 +359,10 @@ def column_place(
     mine_sql: str | None = None,
     owner_sql: str | None = None,
     values: bool = True,
+    run_sql: str | None = None,
 ) -> Place:
-    """A place that is one column, counted with one SQL statement.
+    """A place that is one column, counted with one SQL statement (run_sql: the row's run id, for a
+    run's tables, so the runs still holding data can be named).
 
     kind: "text", "json" or "array" (text[]). tenant_sql: the condition that keeps the tenant's rows
     (on alias t; %(tenant)s, %(runs)s and %(subject)s are available). mine_sql: the row is the
@@ -397,7 +405,7 @@ def column_place(
     # subject there, not the token "cust-1001-x" followed by ".2" (as it could be inside a text).
     owner_column = owner_sql == f"t.{column}"
 
-    def count(scope: Scope) -> int:
+    def matched(scope: Scope) -> dict[str, UUID | str | list[str] | list[UUID]]:
         id_like, id_exact = patterns([scope.subject_id], lambda t: len(t) >= IDENTIFIER_SUBSTRING_CHARS)
         id_regex: list[str] = []
         if owner_column:
@@ -423,9 +431,18 @@ def column_place(
             "value_words": value_words,
             "distinct_like": patterns([v for v in values_ if distinctive(v)], lambda _: True)[0],
         }
+        return params
+
+    def count(scope: Scope) -> int:
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(sql, matched(scope))
             return int(cursor.fetchone()[0])
+
+    def locate(scope: Scope) -> list[str]:
+        runs = sql.replace("SELECT count(*) FROM", f"SELECT DISTINCT ({run_sql})::text FROM", 1)
+        with connection.cursor() as cursor:
+            cursor.execute(f"{runs} ORDER BY 1 LIMIT {LOCATED}", matched(scope))
+            return [row[0] for row in cursor.fetchall()]
 
     return Place(
         name=f"{table}.{column}",
@@ -433,4 +450,5 @@ def column_place(
         erased_by=erased_by,
         count=count,
         columns=((table, column),),
+        locate=locate if run_sql else None,
     )

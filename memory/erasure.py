@@ -20,6 +20,7 @@ from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
     CODE,
     FREE_TEXT_MIN_CHARS,
+    LOCATED,
     MIN_VALUE_CHARS,
     Place,
     Scope,
@@ -171,6 +172,10 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
             )
         raise
     clean = not any(after.values())
+    # Where a run's rows still hold the subject's data (a run without the subject whose input named
+    # them, say), which runs: found from outside, a receipt that said only "agent_runs.state 1" left a
+    # compliance officer nowhere to look.
+    held = _runs_holding(scope, [p for p in scanned if after[p.name]]) if not clean else {}
     receipt = {
         "request_id": str(request.request_id),
         "tenant_id": str(tenant_id),
@@ -187,6 +192,7 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
                 "erased_by": p.erased_by,
                 "before": before[p.name],
                 "after": after[p.name],
+                **({"runs": held[p.name]} if held.get(p.name) else {}),
             }
             for p in scanned
             # A declared-free column is listed only where it held the subject's id.
@@ -201,6 +207,9 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
     with tenant_scope(tenant_id):
         left = {k: v for k, v in after.items() if v and (memory or k not in kept_places)}
         error = "" if clean else f"left behind: {canonical_json(left)}"
+        runs = sorted({run for name in left for run in held.get(name, [])})
+        if runs:
+            error += f"; in runs {', '.join(runs[:LOCATED])}" + (" and more" if len(runs) > LOCATED else "")
         if not clean and not memory:
             error += "; the subject's memory is kept until nothing else holds their data (retry then)"
         ErasureRequest.objects.filter(pk=request.pk).update(
@@ -334,6 +343,12 @@ def subject_places(*, tenant_id: UUID, subject_id: str) -> dict[str, int | None]
             if place in free and found[place.name] == 0:
                 del found[place.name]  # a declared-free column is listed only where it holds them
     return found
+
+
+def _runs_holding(scope: Scope, places: list[Place]) -> dict[str, list[str]]:
+    """The runs whose rows in each of these places still hold the subject's data (read directly)."""
+    with tenant_scope(scope.tenant_id):
+        return {p.name: p.locate(scope) for p in places if p.locate is not None}
 
 
 def _scan(scope: Scope, scanned: list[Place]) -> dict[str, int]:

@@ -601,6 +601,7 @@ def register() -> None:
                     mine_sql=_MINE,
                     owner_sql="t.subject" if table == "agent_runs" else _OWNER,
                     what=f"{table}.{column} (redacted)",
+                    run_sql="t.run_id",
                 )
             )
     for column in ("facts", "open_questions", "decisions", "carry", "text", "unsupported_facts"):
@@ -614,6 +615,7 @@ def register() -> None:
                 mine_sql=_MINE,
                 owner_sql=_OWNER,
                 what=f"summaries.{column} (deleted)",
+                run_sql="t.run_id",
             )
         )
     place_register(
@@ -629,6 +631,7 @@ def register() -> None:
             what="tool_operations.operation_id: the external system's idempotency key; rewritten once the "
             "operation has its outcome, kept while it is in doubt (another key could apply a refund twice): "
             "reconcile it, then erase again",
+            run_sql="t.run_id",
         )
     )
     place_register(
@@ -642,6 +645,7 @@ def register() -> None:
             erased_by="runs",
             what="tool_operations.external_ref: the external system's id (rewritten where it holds the subject's "
             "id or text)",
+            run_sql="t.run_id",
         )
     )
     place_register(

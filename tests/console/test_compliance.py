@@ -339,6 +339,22 @@ def test_a_receipt_left_not_clean_says_what_remains_apart_from_the_memory_kept_o
     assert "left behind in 1 store; the subject's memory (" in page, page
 
 
+def test_a_receipt_left_not_clean_names_the_runs_that_hold_the_subjects_data(as_role, tenant):
+    """Found from outside: a run started without a subject whose input named them kept the erasure
+    from finishing, and neither the receipt nor the page said which run it was."""
+    seed_subject(tenant)
+    stray = run_start(
+        tenant=tenant, workflow_name="demo.countdown", input={"n": 1, "note": f"for {SUBJECT}"}, actor="t"
+    ).run
+    created = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=created.request_id)
+    assert done.receipt["clean"] is False
+    runs = {p["place"]: p.get("runs") for p in done.receipt["places"] if p["after"]}
+    assert runs["agent_runs.state"] == [str(stray.run_id)], runs
+    page = as_role("compliance").get(f"/compliance/acme/erasures/{created.request_id}/").content.decode()
+    assert f'in run <code class="wrap">{stray.run_id}</code>' in page and f"in runs {stray.run_id}" in page
+
+
 def test_a_subject_named_in_an_api_key_label_and_a_webhook_url_is_shown_not_a_500(as_role, tenant):
     """Found from outside: the overview and the erase page answered 500 (KeyError) when the subject's id
     was in a declared-free column (an API key's label, a webhook URL), the subjects spread furthest."""
