@@ -3,16 +3,21 @@ reading it: the target's page, and CSV cells a spreadsheet cannot run as formula
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.urls import NoReverseMatch, reverse
 
 from console.models import AuditEntry
 from core.api_auth import SESSION_MARK, SESSION_TENANT
+from core.digests import sha256_digest
 from core.models import Tenant
+
+logger = logging.getLogger(__name__)
 
 
 def actor_of(request: HttpRequest) -> str:
@@ -49,6 +54,16 @@ def audit_denied(request: HttpRequest, *, why: str, needs: tuple[str, ...] = ())
     if request.method in ("GET", "HEAD", "OPTIONS") or not request.user.is_authenticated:
         return
     match = getattr(request, "resolver_match", None)
+    view = match.view_name if match is not None else ""
+    # The log is append-only: a refusal repeated within a minute (one user's script, a flood) is
+    # written once, not once a request (found from outside: 1,200 rows in 5 s).
+    try:
+        if not cache.add(
+            f"audit-denied:{sha256_digest(f'{request.user.pk}|{view}|{request.method}')}", 1, 60
+        ):
+            return
+    except Exception:  # the cache is down: the refusal is written, as before
+        logger.warning("the repeat check of a refused action failed; writing it", exc_info=True)
     details: dict[str, Any] = {"method": request.method}
     if needs:
         details["needs"] = list(needs)
@@ -56,7 +71,7 @@ def audit_denied(request: HttpRequest, *, why: str, needs: tuple[str, ...] = ())
         request=request,
         action="denied",
         target_type="view",
-        target_id=match.view_name if match is not None else "",
+        target_id=view,
         note=why,
         details=details,
     )

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.middleware import csrf
 from django.template.loader import render_to_string
 from django.templatetags.static import static
 from django.views.csrf import csrf_failure as django_csrf_failure
@@ -30,10 +31,28 @@ def favicon(request: HttpRequest) -> HttpResponse:
     return HttpResponseRedirect(static("console/favicon.svg"))
 
 
+# Django's reasons that hold nothing the browser sent; the origin and referer ones quote the header.
+_FIXED = {
+    csrf.REASON_NO_CSRF_COOKIE,
+    csrf.REASON_CSRF_TOKEN_MISSING,
+    csrf.REASON_INSECURE_REFERER,
+    csrf.REASON_MALFORMED_REFERER,
+    csrf.REASON_NO_REFERER,
+}
+
+
+def _fixed_reason(reason: str) -> str:
+    """The reason without what the browser sent (found from outside: an Origin header reached the
+    append-only log)."""
+    if reason in _FIXED or reason.startswith("CSRF token from"):
+        return reason[:200]
+    return reason.split(" - ")[0][:80] + " (not a trusted origin)"
+
+
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
     """Django's CSRF refusal (403), with an audit entry when a signed-in user's action was refused."""
     try:
-        audit_denied(request, why=f"CSRF check failed: {reason}"[:200])
+        audit_denied(request, why=f"CSRF check failed: {_fixed_reason(reason)}")
     except Exception:  # the refusal is answered whatever happens to its record
         logger.warning("a CSRF refusal was not audited", exc_info=True)
     return django_csrf_failure(request, reason)

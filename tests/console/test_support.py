@@ -4,6 +4,7 @@ hostile content rendered escaped."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -179,6 +180,27 @@ def test_actions_need_the_csrf_token(client, role_users, tenant):
     [denied] = _audit()
     assert (denied.actor, denied.action, denied.details) == ("user:support", "denied", {"method": "POST"})
     assert denied.note.startswith("CSRF check failed") and denied.target_id.startswith("console:")
+
+
+def test_a_refused_origin_is_audited_without_what_the_browser_sent_and_a_flood_is_written_once(
+    client, role_users, tenant
+):
+    """Found from outside: an Origin header reached the append-only log inside Django's reason, and
+    1,200 refused POSTs wrote 1,200 rows. The reason keeps none of the header; a refusal repeated
+    within a minute is written once."""
+    client.handler.enforce_csrf_checks = True
+    client.force_login(role_users["support"])
+    client.get(reverse("console:support_inbox"))  # the CSRF cookie
+    token = client.cookies["csrftoken"].value
+    url, form = _action_targets(tenant)["cancel"]
+    for _ in range(5):
+        answer = client.post(
+            url, {**form, "csrfmiddlewaretoken": token}, HTTP_ORIGIN="http://alice-smith-1980-01-01.example"
+        )
+        assert answer.status_code == 403
+    [denied] = _audit()
+    assert denied.note == "CSRF check failed: Origin checking failed (not a trusted origin)", denied.note
+    assert "alice" not in json.dumps([denied.note, denied.details, denied.target_id])
 
 
 def test_the_inbox_shows_only_the_users_tenants(support, tenant, other_tenant):
