@@ -164,17 +164,21 @@ def schema_checked(value: Any) -> dict[str, Any] | None:
                 "followed; Keeper fetches nothing",
                 code="invalid_input_schema",
             )
-        if not isinstance(_target(value, ref), dict | bool) or _into_data(ref):
+        if not isinstance(_target(value, ref), dict | bool) or _not_a_schema(ref):
             raise InvalidInput(
                 f"input_schema refers to {ref[:200]!r}, which is not a schema it has",
                 code="invalid_input_schema",
             )
-    if nested := next(_nested_ids(value), None):
+    # draft 3 and 4 spell $id "id"
+    legacy = validators.validator_for(value) in (validators.Draft3Validator, validators.Draft4Validator)
+    if nested := next(_nested_ids(value, ids=("$id", "id") if legacy else ("$id",)), None):
         raise InvalidInput(
             f"input_schema has $id {str(nested)[:200]!r} inside it: a schema within the schema with an id of "
             "its own moves where its references resolve; give the id at the top only",
             code="invalid_input_schema",
         )
+    if _applies_itself(value):
+        raise InvalidInput("input_schema refers to itself without end", code="invalid_input_schema")
     # The first input, whatever it is, shows a reference to itself without end and a schema whose
     # checks alone take too long.
     try:
@@ -260,34 +264,110 @@ def _refs(node: Any, *, names: bool = False) -> Iterator[str]:
             yield from _refs(item)
 
 
-def _into_data(ref: str) -> bool:
-    """Whether a JSON pointer passes through a keyword whose value is data (enum, const, default,
-    examples), outside a map of names: what it names is data, not a schema, whatever it looks like."""
+def _pointer(ref: str) -> tuple[str, ...] | None:
+    """A reference's JSON pointer as its parts (None for an anchor)."""
     fragment = unquote(ref[1:])
-    if not fragment.startswith("/"):
-        return False
+    if not fragment.startswith("/") and fragment:
+        return None
+    return tuple(part.replace("~1", "/").replace("~0", "~") for part in fragment.split("/")[1:])
+
+
+def _not_a_schema(ref: str) -> bool:
+    """Whether a JSON pointer passes through a keyword whose value is data (enum, const, default,
+    examples) or ends at a map of names (properties, $defs...), outside a map of names: what it names
+    is not a schema, whatever it looks like."""
+    parts = _pointer(ref) or ()
     names = False
-    for part in fragment.split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
+    for part in parts:
         if not names and part in _DATA:
             return True
         names = not names and part in _NAMED
-    return False
+    return names
 
 
-def _nested_ids(node: Any, *, top: bool = True, names: bool = False) -> Iterator[Any]:
-    """The values of `$id` below the schema's top (in schemas, not in data or as property names)."""
+def _nested_ids(
+    node: Any, *, ids: tuple[str, ...] = ("$id",), top: bool = True, names: bool = False
+) -> Iterator[Any]:
+    """The values of `$id` (or draft 4's `id`) below the schema's top (in schemas, not in data or as
+    property names)."""
     if isinstance(node, dict):
         for key, value in node.items():
             if names:
-                yield from _nested_ids(value, top=False)
-            elif key == "$id" and not top:
+                yield from _nested_ids(value, ids=ids, top=False)
+            elif key in ids and isinstance(value, str) and not top:
                 yield value
             elif key not in _DATA:
-                yield from _nested_ids(value, top=False, names=key in _NAMED)
+                yield from _nested_ids(value, ids=ids, top=False, names=key in _NAMED)
     elif isinstance(node, list):
         for item in node:
-            yield from _nested_ids(item, top=False)
+            yield from _nested_ids(item, ids=ids, top=False)
+
+
+# Keywords whose subschemas apply to the same value as the schema holding them: a chain of them
+# (through references) that comes back to where it started checks one value without end, whatever
+# the input (found from outside: {"properties": {"a": {"$ref": "#/properties/a"}}} was registered,
+# and every input with "a" was refused). A reference through properties or items goes one level
+# down the input, which ends: a tree's schema refers to itself that way.
+_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
+_IN_PLACE = ("not", "if", "then", "else")
+
+
+def _applies_itself(schema: dict[str, Any]) -> bool:
+    """Whether a chain of in-place keywords and references comes back to a schema it left."""
+    nodes: dict[tuple[Any, ...], dict[str, Any]] = {}  # every schema object, by its path
+    anchors: dict[str, tuple[Any, ...]] = {}
+
+    def walk(node: Any, path: tuple[Any, ...], names: bool = False) -> None:
+        if isinstance(node, dict):
+            if not names:
+                nodes[path] = node
+                for key in ("$anchor", "$dynamicAnchor"):
+                    if isinstance(node.get(key), str):
+                        anchors.setdefault(node[key], path)
+            for key, value in node.items():
+                if names or key not in _DATA:
+                    walk(value, (*path, key), names=not names and key in _NAMED)
+        elif isinstance(node, list):
+            for index, item in enumerate(node):
+                walk(item, (*path, str(index)))
+
+    walk(schema, ())
+
+    def edges(path: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
+        node = nodes.get(path)
+        if node is None:
+            return
+        for key in ("$ref", "$dynamicRef", "$recursiveRef"):
+            ref = node.get(key)
+            if isinstance(ref, str) and ref.startswith("#"):
+                pointer = _pointer(ref)
+                found = anchors.get(unquote(ref[1:])) if pointer is None else pointer
+                if found is not None:
+                    yield tuple(found)
+        for key in _IN_PLACE_LISTS:
+            if isinstance(node.get(key), list):
+                yield from ((*path, key, str(i)) for i in range(len(node[key])))
+        yield from ((*path, key) for key in _IN_PLACE if isinstance(node.get(key), dict))
+
+    state: dict[tuple[Any, ...], int] = {}  # 1: on the current chain, 2: done
+
+    def cycles(start: tuple[Any, ...]) -> bool:
+        stack = [(start, edges(start))]
+        state[start] = 1
+        while stack:
+            path, pending = stack[-1]
+            step = next(pending, None)
+            if step is None:
+                state[path] = 2
+                stack.pop()
+            elif state.get(step) == 1:
+                return True
+            elif step not in state:
+                state[step] = 1
+                stack.append((step, edges(step)))
+        return False
+
+    return any(cycles(path) for path in list(nodes) if path not in state)
 
 
 _MISSING = object()

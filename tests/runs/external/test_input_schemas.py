@@ -96,6 +96,26 @@ def test_every_jsonschema_module_that_searches_is_bounded():
         ({"$ref": "#/default", "default": {"$ref": "#/missing"}}, "not a schema it has"),
         ({"$ref": "#/%65num/0", "enum": [{"$ref": "http://example.com/x"}]}, "not a schema it has"),
         ({"allOf": [{"$id": "http://evil.example/b.json", "$ref": "#/x"}], "x": {}}, "$id"),
+        # Found from outside on the re-test: draft 4's "id" below the top, a pointer to a map of names,
+        # and loops of references that only an input holding the property would walk
+        (
+            {
+                "$schema": "http://json-schema.org/draft-04/schema#",
+                "definitions": {"s": {"type": "string"}},
+                "properties": {"a": {"id": "http://y/", "properties": {"b": {"$ref": "#/definitions/s"}}}},
+            },
+            "$id",
+        ),
+        ({"$ref": "#/$defs", "$defs": {"a": {}}}, "not a schema it has"),
+        ({"properties": {"a": {"$ref": "#/properties/a"}}}, "without end"),
+        (
+            {"properties": {"a": {"$ref": "#/properties/b"}, "b": {"allOf": [{"$ref": "#/properties/a"}]}}},
+            "without end",
+        ),
+        (
+            {"$defs": {"n": {"$anchor": "n", "not": {"$ref": "#n"}}}, "properties": {"x": {"$ref": "#n"}}},
+            "without end",
+        ),
     ],
 )
 def test_a_reference_the_schema_cannot_follow_is_refused_at_registration(api, schema, reason):
@@ -113,10 +133,15 @@ def test_references_within_the_schema_work(api):
             "b": {"$ref": "#item"},
             "default": {"type": "string"},  # a property named as a data keyword is a schema
             "c": {"$ref": "#/properties/default"},
+            # a tree: a reference to itself one level down the input ends with the input
+            "tree": {"$anchor": "tree", "properties": {"kids": {"items": {"$ref": "#tree"}}}},
         },
     }
     assert _register(api, "ot.local", schema).status_code == 201
-    ok = api.post("/api/v1/runs/", {"workflow": "ot.local", "input": {"a": 2, "b": "x"}}, format="json")
+    tree = {"kids": [{"kids": [{"kids": []}]}, {}]}
+    ok = api.post(
+        "/api/v1/runs/", {"workflow": "ot.local", "input": {"a": 2, "b": "x", "tree": tree}}, format="json"
+    )
     bad = api.post("/api/v1/runs/", {"workflow": "ot.local", "input": {"a": 0}}, format="json")
     assert ok.status_code == 201, ok.content
     assert (
