@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import email.utils
 import logging
+import math
 import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -311,8 +314,18 @@ class KeeperClient:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    told = response.headers.get("Retry-After", "")
-    return float(told) if told.isdigit() else None
+    """Retry-After in seconds: a number of seconds (Keeper's) or an HTTP date (a proxy's); None if
+    absent or unreadable."""
+    told = response.headers.get("Retry-After", "").strip()
+    try:
+        seconds = float(told)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(told)
+        except (TypeError, ValueError):
+            return None
+        seconds = (when - datetime.now(UTC)).total_seconds() if when.tzinfo else 0.0
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def _error(response: httpx.Response) -> KeeperError:

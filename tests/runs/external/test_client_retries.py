@@ -6,6 +6,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
@@ -164,3 +165,17 @@ def test_a_stopped_worker_does_not_sit_out_the_retries_of_an_unavailable_keeper(
     thread.join(timeout=10)
     assert not thread.is_alive() and time.monotonic() - stopped < 1.0
     assert _Scripted.seen == ["/api/v1/workers/claim"]
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [("2", 2.0), (" 2 ", 2.0), ("1.5", 1.5), ("-3", 0.0), ("soon", None), ("", None), ("inf", None)],
+)
+def test_retry_after_is_read_as_seconds_or_an_http_date(header, seconds):
+    from email.utils import format_datetime
+
+    from keeper_client.client import _retry_after
+
+    assert _retry_after(httpx.Response(503, headers={"Retry-After": header})) == seconds
+    later = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
+    assert 25 <= _retry_after(httpx.Response(503, headers={"Retry-After": later})) <= 31
