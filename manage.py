@@ -6,7 +6,9 @@ import sys
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    os.environ["DJANGO_SETTINGS_MODULE"] = (
+        os.environ.get("DJANGO_SETTINGS_MODULE") or "config.settings.local"
+    )  # empty: the default
     from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 

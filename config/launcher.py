@@ -123,7 +123,9 @@ def _load_demo(host: str, port: str, *, enabled: bool) -> None:
 
 
 def run() -> int:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+    os.environ["DJANGO_SETTINGS_MODULE"] = (
+        os.environ.get("DJANGO_SETTINGS_MODULE") or "config.settings.local"
+    )  # empty: the default
     from config.embedded import ensure_services
 
     options = launch_options()

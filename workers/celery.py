@@ -7,7 +7,9 @@ import os
 from celery import Celery
 from celery.signals import task_failure, task_postrun, task_prerun, worker_ready
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.local")
+os.environ["DJANGO_SETTINGS_MODULE"] = (
+    os.environ.get("DJANGO_SETTINGS_MODULE") or "config.settings.local"
+)  # empty: the default
 
 app = Celery("keeper")
 app.config_from_object("django.conf:settings", namespace="CELERY")

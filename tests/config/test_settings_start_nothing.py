@@ -53,3 +53,16 @@ def test_with_urls_the_settings_import_and_start_nothing(module, tmp_path):
     assert done.stdout.strip() == "imported"
     assert _servers_under(tmp_path) == []
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("entry", ["config.wsgi", "config.asgi", "workers.celery"])
+def test_an_empty_settings_module_means_the_default(entry):
+    """Found from outside: DJANGO_SETTINGS_MODULE set but empty broke every manage.py command ("No
+    Django settings specified"); empty now means the default, as for Keeper's own settings."""
+    code = f"import {entry}; from django.conf import settings; print(settings.SETTINGS_MODULE)"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": ""}
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "config.settings.local"
