@@ -68,7 +68,8 @@ def operation_prepare_once(
     if op.run_id != run_id and op.run_id not in run_lineage(run_id):
         raise OperationOfAnotherRun(
             f"operation {operation_id} belongs to run {op.run_id}, which this run was not forked from: "
-            "an operation id names one effect of one run (and its forks)",
+            "an operation id names one effect of one run (and its forks); this run cannot go on with it "
+            "(cancel it, or start the work under another operation id)",
             details={"operation_id": operation_id, "run_id": str(op.run_id)},
         )
     if op.request_digest != digest:
