@@ -250,18 +250,40 @@ _DATA = ("enum", "const", "default", "examples")
 _NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
 
 
-def _refs(node: Any, *, names: bool = False) -> Iterator[str]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if names:
-                yield from _refs(value)
-            elif key in ("$ref", "$dynamicRef", "$recursiveRef") and isinstance(value, str):
-                yield value
-            elif key not in _DATA:
-                yield from _refs(value, names=key in _NAMED)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _refs(item)
+_REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
+
+
+def _schema_objects(schema: Any) -> dict[tuple[str, ...], dict[str, Any]]:
+    """Every schema object within the schema, by its path: not the values of data keywords, and a
+    map of names (properties...) is not one, though each schema it maps is."""
+    found: dict[tuple[str, ...], dict[str, Any]] = {}
+
+    def walk(node: Any, path: tuple[str, ...], names: bool = False) -> None:
+        if isinstance(node, dict):
+            if not names:
+                found[path] = node
+            for key, value in node.items():
+                if names or key not in _DATA:
+                    walk(value, (*path, key), names=not names and key in _NAMED)
+        elif isinstance(node, list):
+            for index, item in enumerate(node):
+                walk(item, (*path, str(index)))
+
+    walk(schema, ())
+    return found
+
+
+def _refs(schema: Any) -> Iterator[str]:
+    for node in _schema_objects(schema).values():
+        yield from (node[key] for key in _REF_KEYS if isinstance(node.get(key), str))
+
+
+def _anchors(schema: Any) -> Iterator[tuple[str, tuple[str, ...], dict[str, Any]]]:
+    """(anchor, path, schema object) for every $anchor and $dynamicAnchor."""
+    for path, node in _schema_objects(schema).items():
+        for key in ("$anchor", "$dynamicAnchor"):
+            if isinstance(node.get(key), str):
+                yield node[key], path, node
 
 
 def _pointer(ref: str) -> tuple[str, ...] | None:
@@ -285,22 +307,12 @@ def _not_a_schema(ref: str) -> bool:
     return names
 
 
-def _nested_ids(
-    node: Any, *, ids: tuple[str, ...] = ("$id",), top: bool = True, names: bool = False
-) -> Iterator[Any]:
-    """The values of `$id` (or draft 4's `id`) below the schema's top (in schemas, not in data or as
-    property names)."""
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if names:
-                yield from _nested_ids(value, ids=ids, top=False)
-            elif key in ids and isinstance(value, str) and not top:
-                yield value
-            elif key not in _DATA:
-                yield from _nested_ids(value, ids=ids, top=False, names=key in _NAMED)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _nested_ids(item, ids=ids, top=False)
+def _nested_ids(schema: Any, *, ids: tuple[str, ...] = ("$id",)) -> Iterator[str]:
+    """The values of `$id` (or draft 4's `id`) below the schema's top (in schema objects, not in data
+    or as property names)."""
+    for path, node in _schema_objects(schema).items():
+        if path:
+            yield from (node[key] for key in ids if isinstance(node.get(key), str))
 
 
 # Keywords whose subschemas apply to the same value as the schema holding them: a chain of them
@@ -314,30 +326,16 @@ _IN_PLACE = ("not", "if", "then", "else")
 
 def _applies_itself(schema: dict[str, Any]) -> bool:
     """Whether a chain of in-place keywords and references comes back to a schema it left."""
-    nodes: dict[tuple[Any, ...], dict[str, Any]] = {}  # every schema object, by its path
-    anchors: dict[str, tuple[Any, ...]] = {}
-
-    def walk(node: Any, path: tuple[Any, ...], names: bool = False) -> None:
-        if isinstance(node, dict):
-            if not names:
-                nodes[path] = node
-                for key in ("$anchor", "$dynamicAnchor"):
-                    if isinstance(node.get(key), str):
-                        anchors.setdefault(node[key], path)
-            for key, value in node.items():
-                if names or key not in _DATA:
-                    walk(value, (*path, key), names=not names and key in _NAMED)
-        elif isinstance(node, list):
-            for index, item in enumerate(node):
-                walk(item, (*path, str(index)))
-
-    walk(schema, ())
+    nodes = _schema_objects(schema)
+    anchors: dict[str, tuple[str, ...]] = {}
+    for anchor, path, _ in _anchors(schema):
+        anchors.setdefault(anchor, path)
 
     def edges(path: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
         node = nodes.get(path)
         if node is None:
             return
-        for key in ("$ref", "$dynamicRef", "$recursiveRef"):
+        for key in _REF_KEYS:
             ref = node.get(key)
             if isinstance(ref, str) and ref.startswith("#"):
                 pointer = _pointer(ref)
@@ -375,12 +373,12 @@ _MISSING = object()
 
 def _target(schema: dict[str, Any], ref: str) -> Any:
     """What a reference within the schema names (a JSON pointer or an anchor), or _MISSING."""
-    fragment = unquote(ref[1:])
-    if fragment and not fragment.startswith("/"):
-        return next((node for anchor, node in _anchors(schema) if anchor == fragment), _MISSING)
+    pointer = _pointer(ref)
+    if pointer is None:
+        fragment = unquote(ref[1:])
+        return next((node for anchor, _, node in _anchors(schema) if anchor == fragment), _MISSING)
     node: Any = schema
-    for part in fragment.split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
+    for part in pointer:
         if isinstance(node, dict) and part in node:
             node = node[part]
         elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
@@ -388,17 +386,3 @@ def _target(schema: dict[str, Any], ref: str) -> Any:
         else:
             return _MISSING
     return node
-
-
-def _anchors(node: Any, *, names: bool = False) -> Iterator[tuple[str, Any]]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if names:
-                yield from _anchors(value)
-            elif key in ("$anchor", "$dynamicAnchor") and isinstance(value, str):
-                yield value, node
-            elif key not in _DATA:
-                yield from _anchors(value, names=key in _NAMED)
-    elif isinstance(node, list):
-        for item in node:
-            yield from _anchors(item)
