@@ -382,8 +382,8 @@ def column_place(
         if owner_sql
         else "TRUE"
     )
-    sql = f"""
-        SELECT count(*) FROM {table} t
+    rows = f"""
+          FROM {table} t
          WHERE ({tenant_sql}) AND (
                {as_text} ~* ANY(%(id_regex)s) OR {as_text} ILIKE ANY(%(id_like)s)
             OR lower({as_text}) = ANY(%(id_exact)s)
@@ -435,13 +435,14 @@ def column_place(
 
     def count(scope: Scope) -> int:
         with connection.cursor() as cursor:
-            cursor.execute(sql, matched(scope))
+            cursor.execute(f"SELECT count(*) {rows}", matched(scope))
             return int(cursor.fetchone()[0])
 
     def locate(scope: Scope) -> list[str]:
-        runs = sql.replace("SELECT count(*) FROM", f"SELECT DISTINCT ({run_sql})::text FROM", 1)
         with connection.cursor() as cursor:
-            cursor.execute(f"{runs} ORDER BY 1 LIMIT {LOCATED}", matched(scope))
+            cursor.execute(
+                f"SELECT DISTINCT ({run_sql})::text {rows} ORDER BY 1 LIMIT {LOCATED}", matched(scope)
+            )
             return [row[0] for row in cursor.fetchall()]
 
     return Place(
