@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from functools import wraps
 from typing import Any, TypeVar
 from uuid import UUID
@@ -16,6 +17,14 @@ from core.models import Tenant
 
 TENANT_SETTING = "app.tenant_id"
 T = TypeVar("T")
+# The tenant (or, for a console user of several tenants, the comma-separated tenants) the statements
+# of this thread or task carry into their own transactions: '' sees nothing.
+_tenant: ContextVar[str] = ContextVar("keeper_tenant", default="")
+
+
+def tenant_setting() -> str:
+    """What `app.tenant_id` must be in the transaction of the next statement."""
+    return _tenant.get()
 
 
 def tenant_get(*, slug_or_id: str | UUID) -> Tenant:
@@ -72,9 +81,11 @@ def tenant_bind(tenant_id: UUID) -> Iterator[None]:
     previous = _tenant_set(str(tenant_id), local=False)
     outer = getattr(_bound, "current", None)
     _bound.current = (tenant_id, id(connection.connection))
+    token = _tenant.set(str(tenant_id))
     try:
         yield
     finally:
+        _tenant.reset(token)
         _bound.current = outer
         try:
             _tenant_set(previous, local=False)
@@ -121,6 +132,7 @@ def tenant_bind_request(request: Any, tenant_ids: UUID | Sequence[UUID]) -> None
     if not all(isinstance(t, UUID) for t in ids):
         raise TypeError("tenant_bind_request takes tenant UUIDs")
     previous = _tenant_set(",".join(str(t) for t in ids), local=False)
+    _tenant.set(",".join(str(t) for t in ids))
     _bound.current = None  # the python-side shortcut of tenant_bind no longer holds
     holder = getattr(request, "_request", request)  # DRF's Request wraps Django's
     if not hasattr(holder, _REQUEST_PREVIOUS):
@@ -141,9 +153,11 @@ class TenantResetMiddleware:
         except Exception:  # the database is away: the request's own error handling answers
             connection.close()  # a new connection starts without a tenant
         _bound.current = None
+        token = _tenant.set("")
         try:
             return self.get_response(request)
         finally:
+            _tenant.reset(token)
             if hasattr(request, _REQUEST_PREVIOUS):
                 try:
                     _tenant_set(getattr(request, _REQUEST_PREVIOUS), local=False)
@@ -169,7 +183,11 @@ def tenant_scope(tenant_id: UUID) -> Iterator[None]:
                 [TENANT_SETTING, TENANT_SETTING, str(tenant_id)],
             )
             previous = cursor.fetchone()[0] or ""
-        yield
+        token = _tenant.set(str(tenant_id))
+        try:
+            yield
+        finally:
+            _tenant.reset(token)
         if not outermost:
             # Inside an outer transaction SET LOCAL would outlive this block: put the previous value
             # back. (The block's own commit ends it; on an exception the rollback reverts it.)
