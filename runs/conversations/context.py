@@ -27,7 +27,7 @@ from runs.conversations.compaction.services import (
     summary_create,
 )
 from runs.conversations.compaction.tokens import TokenCounter, token_counter
-from runs.engine.models import AgentEvent, AgentRun, Summary
+from runs.kernel.models import AgentEvent, AgentRun, Summary
 
 CONVERSATION_ROLES = {
     "user_message": "user",

@@ -31,10 +31,10 @@ from django.db import connection
 from core.erasure import Place, Scope, column_place, free_register, place_register
 from core.errors import InvalidInput, NotFound
 from core.tenancy import tenant_bind, tenant_scope
-from runs.engine import store
 from runs.engine.artifacts import artifact_get, artifact_put
-from runs.engine.models import AgentRun
+from runs.engine.selectors import subject_run_ids
 from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.kernel.models import AgentRun
 
 logger = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ class WorkspaceEraser:
 
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         with tenant_scope(tenant_id):
-            run_ids = store.subject_run_ids(
+            run_ids = subject_run_ids(
                 tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
             )
             refs = [

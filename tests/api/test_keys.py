@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 
 from core.api_auth import ApiKeyRateThrottle, api_key_create
 from core.models import ApiKey
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 from tests.api.conftest import key_client
 
 pytestmark = pytest.mark.django_db

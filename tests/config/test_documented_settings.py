@@ -101,6 +101,11 @@ CASES: dict[str, tuple[str, str, object]] = {
     "KEEPER_SEARCH_PARALLEL_ARMS": ("false", "settings.KEEPER_SEARCH_PARALLEL_ARMS", False),
     "KEEPER_RETRIEVAL_SWEEP_INTERVAL": ("30", "settings.KEEPER_RETRIEVAL_SWEEP_INTERVAL", 30.0),
     "KEEPER_API_RATE": ("100/min", "settings.REST_FRAMEWORK['DEFAULT_THROTTLE_RATES']['api_key']", "100/min"),
+    "KEEPER_WORKER_RATE": (
+        "50/s",
+        "settings.REST_FRAMEWORK['DEFAULT_THROTTLE_RATES']['worker_protocol']",
+        "50/s",
+    ),
     "KEEPER_LOGIN_MAX_FAILURES": ("3", "settings.KEEPER_LOGIN_MAX_FAILURES", 3),
     "KEEPER_LOGIN_WINDOW": ("600", "settings.KEEPER_LOGIN_WINDOW", 600),
     "KEEPER_EXTRACTOR": ("model", "factories['extractor'][0]", "ModelExtractor"),

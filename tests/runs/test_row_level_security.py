@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from core.tenancy import TENANT_SETTING, run_tenant, tenant_bind, tenant_ensure
 from runs.engine.approvals import approval_check
-from runs.engine.models import Summary
 from runs.engine.operations import operation_prepare_once
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import Summary
 
 TABLES = ("agent_runs", "agent_events", "tool_operations", "approvals", "summaries")
 FUNCTIONS = (

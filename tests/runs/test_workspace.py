@@ -11,7 +11,6 @@ import pytest
 import tests.runs.workspace_flows  # noqa: F401 - registers test.workspace in this process
 from runs.engine import workspace
 from runs.engine.forks import run_fork
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_resume, run_start
 from runs.engine.steps import run_advance
 from runs.engine.workspace import (
@@ -21,6 +20,7 @@ from runs.engine.workspace import (
     workspace_snapshots,
 )
 from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import wait_until
 
 ENV = {"KEEPER_WORKFLOW_MODULES": "tests.runs.workspace_flows", "KEEPER_WORKSPACE_SNAPSHOT_STEPS": "2"}

@@ -19,7 +19,7 @@ from core.digests import canonical_json, json_digest
 from runs.conversations.compaction.compactors import Compactor, compactor_from_settings, summary_render
 from runs.conversations.compaction.tokens import TokenCounter
 from runs.engine.charges import model_calls_charged
-from runs.engine.models import AgentEvent, AgentRun, Summary, SummaryStatus
+from runs.kernel.models import AgentEvent, AgentRun, Summary, SummaryStatus
 
 UNSUPPORTED_FACTS = Counter(
     "keeper_summary_facts_unsupported",

@@ -9,8 +9,8 @@ import time
 import pytest
 from jsonschema import _keywords, _legacy_keywords, _utils
 
-from runs.engine.models import AgentRun
 from runs.external.schemas import PATTERN_SECONDS, input_validator
+from runs.kernel.models import AgentRun
 
 pytestmark = pytest.mark.django_db
 

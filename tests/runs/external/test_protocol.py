@@ -9,9 +9,10 @@ import pytest
 
 from core.api_auth import api_key_create
 from core.tenancy import tenant_bind
-from runs.engine.models import AgentEvent, AgentRun, ToolOperation
 from runs.engine.steps import run_advance
-from runs.external.protocol import claim_wait_slot, lease_token_sign
+from runs.external.protocol import claim_wait_slot
+from runs.external.tokens import lease_token_sign
+from runs.kernel.models import AgentEvent, AgentRun, ToolOperation
 from tests.runs.external.conftest import REFUND, key_client
 
 pytestmark = pytest.mark.django_db
@@ -556,12 +557,18 @@ def test_a_run_past_its_deadline_is_not_given_to_an_outside_worker(api, workflow
 def test_the_redispatch_sweep_leaves_external_runs_to_outside_workers(api, workflow, tenant):
     """Keeper's workers can do nothing with an external run: the sweep must not wake them for one
     (an outside tester saw a re-dispatch every 15 s), while a Keeper run in the same state is woken."""
-    from runs.engine import store
     from runs.engine.runs import run_start
+    from runs.kernel import apply
+    from runs.kernel import moves as m
 
     external = uuid.UUID(_start(api, "o-sweep"))
     own = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run.run_id
-    claimed = store.claim_for_redispatch(grace=0, limit=50)
+    claimed = apply(
+        m.RunsRedispatched(
+            grace=0,
+            limit=50,
+        )
+    )
     assert own in claimed and external not in claimed
 
 
