@@ -135,6 +135,14 @@ class ClosedSerializer(serializers.Serializer[dict[str, Any]]):
         return attrs
 
 
+class QuerySerializer(ClosedSerializer):
+    """A list's query parameters: only its own filters. An unknown one (`?run=…` for `?run_id=…`) is
+    a 400 naming it, never ignored: a client acting on the first result of an unfiltered list would
+    act on the wrong object."""
+
+    read_by_view = ("format",)  # DRF's own ?format=json
+
+
 BIGINT_MAX = 2**63 - 1  # what PostgreSQL's bigint holds: past it a number was a 500 from the database
 
 
