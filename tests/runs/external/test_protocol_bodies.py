@@ -79,9 +79,7 @@ def test_every_worker_protocol_body_refuses_an_unknown_field_and_changes_nothing
         assert r.status_code == 200, (route, r.content)
 
 
-@pytest.mark.parametrize(
-    "token", ["é", "lt1.é.x", "lt1.e30.é", "lt1.☃.☃", "lt1.\u00ff\u00fe.x"]
-)
+@pytest.mark.parametrize("token", ["é", "lt1.é.x", "lt1.e30.é", "lt1.☃.☃", "lt1.\u00ff\u00fe.x"])
 def test_a_lease_token_outside_ascii_is_a_403_on_every_route(api, claimed, tenant, token):
     run_id = claimed["run_id"]
     before = _unchanged(run_id)
