@@ -130,7 +130,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "console:sign_in"
 LOGIN_REDIRECT_URL = "/"
-# Failed sign-ins allowed per user name (four times as many per address) within the window, seconds.
+# Failed sign-ins allowed per client address and user name (four times as many per address, whatever
+# the names) within the window, seconds (console/sign_in.py).
 KEEPER_LOGIN_MAX_FAILURES = env_int("KEEPER_LOGIN_MAX_FAILURES", 5, minimum=1)
 KEEPER_LOGIN_WINDOW = env_int("KEEPER_LOGIN_WINDOW", 15 * 60, minimum=1)
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
