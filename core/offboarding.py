@@ -365,9 +365,10 @@ def tenant_erase(
         if before is not None:
             _save(offboarding, before=before)
         # 1. No key opens the tenant any more.
-        revoked = ApiKey.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True)
-        prefixes = sorted(revoked.values_list("prefix", flat=True))
-        revoked.update(revoked_at=timezone.now())
+        with tenant_scope(tenant_id):
+            revoked = ApiKey.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True)
+            prefixes = sorted(revoked.values_list("prefix", flat=True))
+            revoked.update(revoked_at=timezone.now())
         _save(
             offboarding,
             api_keys_revoked=sorted({*offboarding.progress.get("api_keys_revoked", []), *prefixes}),
