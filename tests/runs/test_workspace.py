@@ -115,7 +115,10 @@ def test_after_sigkill_the_take_over_sees_the_files_of_the_last_snapshot(tenant,
     events = list(
         AgentEvent.objects.filter(run=run).order_by("seq").values_list("seq", "event_type", "step_id")
     )
-    assert blob_bytes(tenant.tenant_id, files["plan.md"]) == b"# plan for refunds\n- revised\n", (history, events)
+    assert blob_bytes(tenant.tenant_id, files["plan.md"]) == b"# plan for refunds\n- revised\n", (
+        history,
+        events,
+    )
     # An interval snapshot (every 2 steps), or a slice's end if the 200 ms slice ran out under load;
     # the last one is the suspension's.
     reasons = [s.reason for s in workspace_snapshots(run_id=run.run_id)]

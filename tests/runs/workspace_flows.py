@@ -79,7 +79,9 @@ def keep(ctx: Context, state: State) -> StepResult:
     from core.artifacts import artifact_put
 
     ctx.workspace.write("plan.md", f"# plan for {state['topic']}\n")
-    report = artifact_put(tenant_id=ctx.tenant_id, data=f"report on {state['topic']}".encode(), kind="run_state")
+    report = artifact_put(
+        tenant_id=ctx.tenant_id, data=f"report on {state['topic']}".encode(), kind="run_state"
+    )
     return ctx.next(read_back, {**state, "report": report})
 
 
