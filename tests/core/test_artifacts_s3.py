@@ -104,9 +104,9 @@ def silent_endpoint() -> Iterator[str]:
 
 def test_a_stuck_endpoint_costs_the_check_its_time_limit_not_the_callers_thread(
     tenant,
-    s3: S3,
+    s3: S3,  # noqa: F811
     settings,
-    silent_endpoint,  # noqa: F811
+    silent_endpoint,
 ):
     ref = artifact_put(tenant_id=tenant.tenant_id, data=b"slow", kind="run_state")
     options = {

@@ -96,9 +96,9 @@ def test_a_resume_where_the_store_is_mounted_elsewhere_finds_its_files_and_blobs
 @pytest.mark.django_db(transaction=True)
 def test_a_run_suspended_on_one_host_resumes_on_another_through_the_bucket(
     tenant,
-    s3: S3,
+    s3: S3,  # noqa: F811
     processes,
-    tmp_path,  # noqa: F811
+    tmp_path,
 ):
     # Host A (this process) runs it to its suspension; every blob goes to the bucket.
     run = run_start(
