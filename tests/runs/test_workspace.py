@@ -227,12 +227,22 @@ def test_erasure_deletes_the_subjects_manifests_and_blobs_and_keeps_shared_ones(
     assert WorkspaceSnapshot.objects.filter(run_id=other.run_id).exists()
 
 
-def test_workspace_bench_prints_the_figures_and_the_interval(db, capsys) -> None:
+def test_workspace_bench_prints_the_figures_and_the_interval_and_leaves_nothing(db, capsys, settings) -> None:
+    from pathlib import Path
+
     from django.core.management import call_command
 
+    from core.models import Tenant
+
+    root = Path(settings.KEEPER_ARTIFACT_ROOT)
+    files_before = sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    tenants = Tenant.objects.count()
     call_command("workspace_bench", "--rounds", "50")
     out = capsys.readouterr().out
     assert "snapshot cost C =" in out and "interval N = sqrt(2C/(p*s)) =" in out
+    # Measured on a temporary store, removed: not a blob in the live one, nor a record.
+    assert (sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []) == files_before
+    assert Tenant.objects.count() == tenants
     print(out)
 
 
