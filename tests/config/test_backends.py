@@ -1,4 +1,4 @@
-"""Pluggable parts: settings.BACKENDS built from the README's variables, and core.backends building them."""
+"""Pluggable parts: settings.BACKENDS built from the documented variables, and core.backends building them."""
 
 from __future__ import annotations
 
