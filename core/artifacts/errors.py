@@ -29,6 +29,12 @@ class ArtifactMismatch(InvalidInput):
     code = "artifact_digest_mismatch"
 
 
+class ArtifactRefInvalid(InvalidInput):
+    """What was given as a reference names no sha256 digest."""
+
+    code = "artifact_ref_invalid"
+
+
 class ArtifactTooLarge(InvalidInput):
     code = "artifact_too_large"
 

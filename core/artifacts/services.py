@@ -25,13 +25,13 @@ from django.db import connection
 from core.artifacts.errors import (
     ArtifactMismatch,
     ArtifactMissing,
+    ArtifactRefInvalid,
     ArtifactStoreUnavailable,
     ArtifactTooLarge,
     ArtifactUnknown,
 )
 from core.artifacts.references import artifact_kind_check
 from core.artifacts.store import MAX_ARTIFACT_BYTES, ArtifactStore, artifact_key, artifact_store, key_check
-from core.errors import InvalidInput
 from core.models import StoredArtifact
 from core.tenancy import tenant_scope
 
@@ -140,7 +140,7 @@ def digest_of(ref: Any) -> str:
     """The digest a reference (or a bare digest) names; InvalidInput if it names none."""
     digest = ref.get("digest") if isinstance(ref, dict) else ref
     if not isinstance(digest, str) or not DIGEST.fullmatch(digest):
-        raise InvalidInput("an artifact reference names a sha256 digest", code="artifact_ref_invalid")
+        raise ArtifactRefInvalid("an artifact reference names a sha256 digest")
     return digest
 
 
