@@ -19,7 +19,11 @@ class CoreConfig(AppConfig):
         # The bytes they name are a subject's data, erased through the rows that refer to them
         # (the runs' "artifacts.stored" place); the records hold digests, store names and keys.
         free_register(
-            "stored_artifacts", "a stored blob's digest, the store holding it and its key", "digest", "store", "key"
+            "stored_artifacts",
+            "a stored blob's digest, the store holding it and its key",
+            "digest",
+            "store",
+            "key",
         )
         free_register(
             "api_keys",

@@ -121,3 +121,33 @@ def test_a_run_suspended_on_one_host_resumes_on_another_through_the_bucket(
     assert run.status == "completed", run.suspend_detail
     assert run.result == {"plan": "# plan for s3\n", "report": "report on s3"}
     assert not (tmp_path / "host-b").exists() or not any((tmp_path / "host-b").rglob("*"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fork_past_the_last_snapshot_of_a_run_mid_slice_waits_for_the_slice(tenant, settings):
+    from core.errors import Conflict
+    from runs.conversations.messages import conversation_append
+    from runs.engine import store
+
+    settings.KEEPER_WORKSPACE_SNAPSHOT_STEPS, settings.KEEPER_SLICE_STEPS = 100, 2
+    run = run_start(tenant=tenant, workflow_name="test.workspace", input={"topic": "busy"}, actor="t").run
+    assert run_advance(run_id=run.run_id, sliced=True).status == "running"  # plan, progress; slice end
+    saved = workspace_snapshots(run_id=run.run_id)[-1].seq
+    conversation_append(  # an event after the last snapshot
+        tenant=tenant,
+        run_id=run.run_id,
+        event_type="user_message",
+        client_message_id="m1",
+        body={"content": "still there?"},
+        actor="t",
+    )
+    head = AgentRun.objects.get(run_id=run.run_id).state_revision
+    assert head > saved
+    # A worker holds the run (in the middle of a slice): its newer writes may not be saved yet.
+    assert store.lease_acquire(run_id=run.run_id, owner="w-busy", ttl=60) is not None
+    with pytest.raises(Conflict) as refused:
+        run_fork(run_id=run.run_id, at_seq=head, actor="t", start=False)
+    assert refused.value.code == "workspace_not_saved" and refused.value.details == {"saved_seq": saved}
+    assert not AgentRun.objects.filter(parent_run_id=run.run_id).exists()  # nothing half-made
+    child = run_fork(run_id=run.run_id, at_seq=saved, actor="t", start=False)  # saved: exact
+    assert sorted(workspace_files_at(run_id=child.run_id)[1]) == ["notes/progress.md", "plan.md"]
