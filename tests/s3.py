@@ -29,7 +29,7 @@ class S3:
             "KEEPER_ARTIFACT_S3_REGION": REGION,
         }
 
-    def client(self):  # type: ignore[no-untyped-def]
+    def client(self):
         import boto3
 
         return boto3.client("s3", endpoint_url=self.endpoint_url, region_name=REGION)
@@ -57,7 +57,7 @@ def s3_server() -> Iterator[str]:
 
 
 @pytest.fixture
-def s3(s3_server: str, settings, monkeypatch) -> S3:  # type: ignore[no-untyped-def]
+def s3(s3_server: str, settings, monkeypatch) -> S3:
     """This test's artifacts in a fresh bucket of the S3 server (settings as KEEPER_ARTIFACT_STORE=s3
     builds them)."""
     for name, value in CREDENTIALS.items():

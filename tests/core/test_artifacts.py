@@ -37,9 +37,15 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _root() -> Path:
+    store = artifact_store()
+    assert isinstance(store, LocalArtifactStore)
+    return store.root
+
+
 def _key_of(tenant, ref) -> Path:
     stored = artifacts_stored(tenant_id=tenant.tenant_id, digests=[ref["digest"]])[ref["digest"]]
-    return Path(artifact_store().root) / stored.key
+    return _root() / stored.key
 
 
 def test_a_reference_is_a_digest_and_reads_back_for_its_tenant_only(tenant, other_tenant):
@@ -141,8 +147,8 @@ def test_reads_are_bounded_by_the_record(tenant):
     with pytest.raises(ArtifactMismatch):
         artifact_get(tenant_id=tenant.tenant_id, ref=ref)
     with pytest.raises(ArtifactTooLarge):
-        LocalArtifactStore(root=str(artifact_store().root)).read(
-            _key_of(tenant, ref).relative_to(artifact_store().root).as_posix(), limit=10
+        LocalArtifactStore(root=str(_root())).read(
+            _key_of(tenant, ref).relative_to(_root()).as_posix(), limit=10
         )
 
 
