@@ -26,12 +26,7 @@ from uuid import UUID
 import redis
 from django.db import OperationalError, connection
 
-from core.artifacts import (
-    ReferencePlace,
-    artifact_digests_in,
-    artifact_references_register,
-    artifacts_referenced,
-)
+from core.artifacts import artifact_digests_in, artifacts_referenced
 from core.artifacts.reclaim import artifacts_erase, artifacts_left
 from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
@@ -543,27 +538,6 @@ def _count_session_windows(scope: Scope) -> int:
     return sum(1 for k in keys if redis_client().exists(k))
 
 
-# The digests tool results keep (a conversation's event and every fork's copy of it).
-TOOL_RESULT_REFERENCES = """
-    SELECT e.payload -> 'content_ref' ->> 'digest' FROM agent_events e
-     WHERE e.tenant_id = %(tenant)s AND e.event_type = 'tool_result' AND e.payload ? 'content_ref'
-       AND NOT (e.run_id = ANY(%(except_runs)s::uuid[]))
-"""
-# The digests of {"digest": "sha256:..."} objects anywhere in a run's state and result, and in the
-# copies of its state events keep (a fork starts from one). Rows that name no digest are skipped by
-# their text first (cheaper than walking every state).
-STATE_REFERENCES = """
-    SELECT d #>> '{}' FROM agent_runs r
-           CROSS JOIN LATERAL jsonb_path_query(jsonb_build_array(r.state, r.result), 'lax $.**.digest') d
-     WHERE r.tenant_id = %(tenant)s AND NOT (r.run_id = ANY(%(except_runs)s::uuid[]))
-       AND (r.state::text LIKE '%%"digest"%%' OR r.result::text LIKE '%%"digest"%%')
-    UNION ALL
-    SELECT d #>> '{}' FROM agent_events e CROSS JOIN LATERAL jsonb_path_query(e.state, 'lax $.**.digest') d
-     WHERE e.tenant_id = %(tenant)s AND e.state IS NOT NULL AND NOT (e.run_id = ANY(%(except_runs)s::uuid[]))
-       AND e.state::text LIKE '%%"digest"%%'
-"""
-
-
 def _count_artifacts(scope: Scope) -> int:
     return artifacts_left(
         tenant_id=scope.tenant_id, digests=scope.artifact_digests, except_runs=scope.run_ids
@@ -665,15 +639,6 @@ def register() -> None:
             "runs refer to",
             erased_by="runs",
             count=_count_artifacts,
-        )
-    )
-    # What refers to stored blobs (core.artifacts: reclaim and erasure ask every kind).
-    artifact_references_register(
-        ReferencePlace(kind="tool_result", what="long tool results (content_ref)", sql=TOOL_RESULT_REFERENCES)
-    )
-    artifact_references_register(
-        ReferencePlace(
-            kind="run_state", what="blobs a run's state, result or event states name", sql=STATE_REFERENCES
         )
     )
     ids = "ids, digests, statuses, codes, step and workflow names"
