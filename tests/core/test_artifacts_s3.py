@@ -123,3 +123,43 @@ def test_a_stuck_endpoint_costs_the_check_its_time_limit_not_the_callers_thread(
         artifacts_check(tenant_id=tenant.tenant_id, value=[ref], timeout=0.5)
     assert getattr(refused.value, "code", None) == "artifact_check_timeout"
     assert time.monotonic() - started < 2  # the store would have waited 30 s per attempt
+
+
+@pytest.mark.django_db(transaction=True)
+def test_erasing_a_subject_deletes_its_objects_and_keeps_another_customers(tenant, s3: S3):  # noqa: F811
+    from core.tenancy import tenant_scope
+    from memory.erasure import erasure_execute, erasure_request_create
+    from runs.conversations.messages import conversation_append
+    from runs.engine.models import AgentEvent
+    from runs.engine.runs import run_start
+
+    refs = {}
+    for subject, text in (
+        ("cust-s3", "only cust-s3's order history. " * 200),
+        ("cust-other", "a shared price list. " * 200),
+    ):
+        run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject=subject).run
+        for n, content in enumerate((text, "a shared price list. " * 200)):
+            conversation_append(
+                tenant=tenant,
+                run_id=run.run_id,
+                event_type="tool_result",
+                client_message_id=f"t{n}",
+                body={"call_id": f"c{n}", "tool": "crm", "content": content},
+                actor="t",
+            )
+        with tenant_scope(tenant.tenant_id):
+            refs[subject] = [
+                e.payload["content_ref"] for e in AgentEvent.objects.filter(run=run, event_type="tool_result")
+            ]
+    assert len(s3.object_keys()) == 2  # cust-s3's own result, and the price list both runs hold
+    request = erasure_request_create(tenant=tenant, subject_id="cust-s3", requested_by="user:compliance")
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
+    places = {p["place"]: p for p in done.receipt["places"]}
+    assert places["artifacts.stored"]["before"] == 1 and places["artifacts.stored"]["after"] == 0
+    digest = refs["cust-s3"][0]["digest"].removeprefix("sha256:")
+    assert f"{tenant.tenant_id}/{digest[:2]}/{digest}" not in s3.object_keys() and len(s3.object_keys()) == 1
+    assert artifact_get(tenant_id=tenant.tenant_id, ref=refs["cust-other"][1]).startswith(
+        b"a shared price list."
+    )
