@@ -119,14 +119,14 @@ def test_a_blob_a_runs_state_names_is_kept_and_one_nothing_names_goes(tenant, se
 
 def test_a_blob_being_written_is_not_deleted_before_its_row_exists(tenant, settings, backend):
     # Stored, its referring row not written yet: the grace period keeps it.
-    settings.KEEPER_ARTIFACT_GRACE = 1.0
+    settings.KEEPER_ARTIFACT_GRACE = 3.0
     ref = artifact_put(tenant_id=tenant.tenant_id, data=b"a snapshot in the making", kind="workspace")
     assert artifacts_reclaim()["checked"] == 0 and blob_stored(tenant.tenant_id, ref)
-    time.sleep(1.1)
+    time.sleep(3.2)
     # The same bytes stored again (another writer dedupes onto them): touched, kept another period.
     artifact_put(tenant_id=tenant.tenant_id, data=b"a snapshot in the making", kind="workspace")
     assert artifacts_reclaim()["checked"] == 0 and blob_stored(tenant.tenant_id, ref)
-    time.sleep(1.1)
+    time.sleep(3.2)
     assert artifacts_reclaim()["deleted"] == 1  # nobody wrote the row: gone after the grace period
     assert not blob_stored(tenant.tenant_id, ref)
     # A put after the sweep stores it again.
