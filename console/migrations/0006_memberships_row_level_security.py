@@ -44,7 +44,7 @@ def _user_key_restores(apps: Any, schema_editor: Any) -> None:
 class Migration(migrations.Migration):
     dependencies = [
         ("console", "0005_audit_tenant_offboarding"),
-        ("core", "0004_api_keys_row_level_security"),
+        ("core", "0005_api_keys_row_level_security"),
     ]
 
     operations = [

@@ -27,7 +27,7 @@ SIGNATURES = ("keeper_api_key_resolve(text, text)", "keeper_api_key_tenant(text)
 
 
 class Migration(migrations.Migration):
-    dependencies = [("core", "0003_tenant_offboardings")]
+    dependencies = [("core", "0004_stored_artifacts")]
 
     operations = [
         migrations.RunSQL(FUNCTIONS, "DROP FUNCTION " + ", ".join(SIGNATURES)),
