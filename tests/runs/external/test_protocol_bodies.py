@@ -4,6 +4,7 @@ HTML page, in production too)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -52,8 +53,8 @@ def _unchanged(run_id: str) -> tuple[Any, ...]:
         run.lease_epoch,
         run.lease_owner,
         run.lease_expires_at,
-        AgentEvent.objects.filter(run_id=run_id).count(),
-        ToolOperation.objects.filter(run_id=run_id).count(),
+        AgentEvent.objects.filter(run_id=uuid.UUID(run_id)).count(),
+        ToolOperation.objects.filter(run_id=uuid.UUID(run_id)).count(),
     )
 
 
