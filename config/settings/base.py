@@ -13,6 +13,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
+    artifact_store_choice,
     backend_choice,
     celery_broker_url,
     database_from_url,
@@ -130,7 +131,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "console:sign_in"
 LOGIN_REDIRECT_URL = "/"
-# Failed sign-ins allowed per user name (four times as many per address) within the window, seconds.
+# Failed sign-ins allowed per client address and user name (four times as many per address, whatever
+# the names) within the window, seconds (console/sign_in.py).
 KEEPER_LOGIN_MAX_FAILURES = env_int("KEEPER_LOGIN_MAX_FAILURES", 5, minimum=1)
 KEEPER_LOGIN_WINDOW = env_int("KEEPER_LOGIN_WINDOW", 15 * 60, minimum=1)
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
@@ -244,6 +246,11 @@ KEEPER_CLAIM_WAITERS = env_int("KEEPER_CLAIM_WAITERS", 2, minimum=0)
 KEEPER_REDISPATCH_INTERVAL = env_number("KEEPER_REDISPATCH_INTERVAL", 5.0, minimum=0.1)
 # How often beat fires due schedules (runs/engine/schedules.py): a slot starts at most this late.
 KEEPER_SCHEDULE_INTERVAL = env_number("KEEPER_SCHEDULE_INTERVAL", 5.0, minimum=0.1)
+# Per tenant: how many schedules it may have (paused ones count), and the shortest interval one may
+# fire at, in seconds (a cron expression fires at most once a minute): 20 one-second schedules
+# started 160 runs in 40 s from 20 API calls.
+KEEPER_SCHEDULES_PER_TENANT = env_int("KEEPER_SCHEDULES_PER_TENANT", 100, minimum=0)
+KEEPER_SCHEDULE_MIN_INTERVAL = env_int("KEEPER_SCHEDULE_MIN_INTERVAL", 60, minimum=1)
 KEEPER_REDISPATCH_GRACE = env_number("KEEPER_REDISPATCH_GRACE", 15.0, minimum=0)
 # Webhooks (runs/webhooks/): plain-HTTP endpoints are refused unless DEBUG or this is set; seconds
 # between beat sweeps of the outbox; seconds a receiver has to answer; the first retry's delay (it
@@ -256,6 +263,9 @@ KEEPER_WEBHOOKS_INTERVAL = env_number("KEEPER_WEBHOOKS_INTERVAL", 5.0, minimum=0
 KEEPER_WEBHOOKS_TIMEOUT = env_number("KEEPER_WEBHOOKS_TIMEOUT", 5.0, minimum=0.1)
 KEEPER_WEBHOOKS_BACKOFF = env_number("KEEPER_WEBHOOKS_BACKOFF", 10.0, minimum=0)
 KEEPER_WEBHOOKS_MAX_ATTEMPTS = env_int("KEEPER_WEBHOOKS_MAX_ATTEMPTS", 10, minimum=1)
+# Per tenant: how many webhook subscriptions it may have at once (deleted ones do not count); each
+# event is sent to every one of them.
+KEEPER_WEBHOOKS_PER_TENANT = env_int("KEEPER_WEBHOOKS_PER_TENANT", 20, minimum=0)
 # Prepare the per-step statements server-side (turn off behind a pooler that cannot keep them).
 KEEPER_PREPARED_STATEMENTS = env_bool("KEEPER_PREPARED_STATEMENTS", True)
 # Seconds a fork that nobody started is kept before it is cancelled.
@@ -267,7 +277,20 @@ KEEPER_FORK_STARTED_TTL = env_number("KEEPER_FORK_STARTED_TTL", 30 * 24 * 3600.0
 KEEPER_WORKSPACE_SNAPSHOT_STEPS = env_int("KEEPER_WORKSPACE_SNAPSHOT_STEPS", 0, minimum=0)
 KEEPER_WORKSPACE_TTL = env_number("KEEPER_WORKSPACE_TTL", 7 * 24 * 3600.0, minimum=1)
 KEEPER_MAX_STATE_BYTES = env_int("KEEPER_MAX_STATE_BYTES", 256 * 1024, minimum=1024)
+# --- Stored artifacts (core/artifacts/): tool results, workspace files, every blob kept by digest.
+# The store: "local" (files under KEEPER_ARTIFACT_ROOT) or "s3" (an S3-compatible bucket; credentials
+# from boto3's own chain: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile or an instance role).
 KEEPER_ARTIFACT_ROOT = Path(env_str("KEEPER_ARTIFACT_ROOT", str(DATA_DIR / "artifacts")))
+KEEPER_ARTIFACT_STORE = env_str("KEEPER_ARTIFACT_STORE", "local")
+KEEPER_ARTIFACT_S3_BUCKET = env_str("KEEPER_ARTIFACT_S3_BUCKET")
+KEEPER_ARTIFACT_S3_ENDPOINT_URL = env_str("KEEPER_ARTIFACT_S3_ENDPOINT_URL")
+KEEPER_ARTIFACT_S3_REGION = env_str("KEEPER_ARTIFACT_S3_REGION")
+# Seconds resume verification may spend reading back a run's artifacts before it refuses the resume
+# (artifact_check_timeout), and an S3 call's connect and read time limits.
+KEEPER_ARTIFACT_TIMEOUT = env_number("KEEPER_ARTIFACT_TIMEOUT", 10.0, minimum=0.1)
+# Seconds a blob nothing refers to is kept after it was last stored, before beat's sweep deletes it:
+# the time a writer has between storing the bytes and committing the row that refers to them.
+KEEPER_ARTIFACT_GRACE = env_number("KEEPER_ARTIFACT_GRACE", 24 * 3600.0, minimum=0)
 KEEPER_CRASH_AT = env_str("KEEPER_CRASH_AT")
 KEEPER_MODEL = env_str("KEEPER_MODEL", "gpt-4o-mini")
 # Per-model prices (USD per 1,000 input and output tokens) that charge model calls to run budgets,
@@ -364,6 +387,14 @@ BACKENDS = {
         model=env_str("KEEPER_EXTRACTOR_MODEL", KEEPER_MODEL),
         api_key=env_str("KEEPER_EXTRACTOR_API_KEY"),
     ),
+    "artifact_store": artifact_store_choice(
+        KEEPER_ARTIFACT_STORE,
+        root=str(KEEPER_ARTIFACT_ROOT),
+        bucket=KEEPER_ARTIFACT_S3_BUCKET,
+        endpoint_url=KEEPER_ARTIFACT_S3_ENDPOINT_URL,
+        region=KEEPER_ARTIFACT_S3_REGION,
+        timeout=KEEPER_ARTIFACT_TIMEOUT,
+    ),
     # No variable chooses these: a deployment's settings module names its own class here (the
     # support_agent's model: runs.workflows.support_model.ModelSupportAgent with base_url and model).
     "responder": {"BACKEND": "runs.workflows.conversation.RuleResponder", "OPTIONS": {}},
@@ -402,6 +433,7 @@ SWEEP_TASKS = (
     "workers.tasks.expire_retrieval_index",
     "workers.tasks.deliver_webhooks",
     "workers.tasks.reclaim_workspaces",
+    "workers.tasks.reclaim_artifacts",
     "workers.tasks.fire_schedules",
 )
 LOGGING: dict[str, Any] = {

@@ -20,12 +20,12 @@ from uuid import UUID
 
 from django.utils import timezone
 
+from core.artifacts import artifacts_check
 from core.errors import ApplicationError, Conflict, InvalidInput
 from core.models import Tenant
 from core.security import visible_text
 from core.tenancy import tenant_scope
 from retrieval.search import snapshot_sources_changed, snapshots_detach
-from runs.engine.artifacts import artifact_get
 from runs.engine.operations import (
     operation_mark_not_applied,
     operation_mark_succeeded,
@@ -68,24 +68,15 @@ def resume_unavailable_detail(*, workflow_name: str, workflow_version: str) -> s
     )
 
 
-def _artifact_refs(value: Any) -> list[dict[str, Any]]:
-    if isinstance(value, dict):
-        if isinstance(value.get("digest"), str) and isinstance(value.get("uri"), str):
-            return [value]
-        return [ref for v in value.values() for ref in _artifact_refs(v)]
-    if isinstance(value, list):
-        return [ref for v in value for ref in _artifact_refs(v)]
-    return []
-
-
-def _artifacts(state: dict[str, Any]) -> tuple[int, tuple[str, str] | None]:
-    refs = _artifact_refs(state)
-    for ref in refs:
-        try:
-            artifact_get(ref=ref)
-        except ApplicationError as exc:
-            return len(refs), (exc.code, exc.message)
-    return len(refs), None
+def _artifacts(grant: LeaseGrant) -> tuple[int, tuple[str, str] | None]:
+    """Only blobs this tenant's records name are read back (within KEEPER_ARTIFACT_TIMEOUT, off this
+    thread); any other {"digest": ...} in the state is the run's data, and a path or URI beside a
+    digest is never opened. (How many were checked, the first failure's code and message.)"""
+    try:
+        checked = artifacts_check(tenant_id=grant.tenant_id, value=grant.state)
+    except ApplicationError as exc:
+        return 0, (exc.code, exc.message)
+    return checked.verified, None
 
 
 def _pending(run_id: UUID, statuses: Sequence[str]) -> list[PendingOperation]:
@@ -158,7 +149,6 @@ def resume_facts(*, grant: LeaseGrant, lookup: Callable[[PendingOperation], Look
         row = _approval(grant)
         if row is not None:
             approval = ApprovalFact(str(row.approval_id), row.status, row.request_digest, row.expires_at)
-    count, error = _artifacts(grant.state)
     return Facts(
         grant=grant,
         now=timezone.now(),
@@ -166,8 +156,7 @@ def resume_facts(*, grant: LeaseGrant, lookup: Callable[[PendingOperation], Look
         rules=rules,
         unavailable_detail=unavailable,
         events=events,
-        artifact_count=count,
-        artifact_error=error,
+        artifacts=partial(_artifacts, grant),
         pending=_pending(grant.run_id, ("prepared", "started", "unknown")),
         in_doubt=_pending(grant.run_id, ("started", "unknown")),
         approval=approval,

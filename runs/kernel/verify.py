@@ -133,12 +133,13 @@ class Facts:
     rules: Rules | None
     unavailable_detail: str  # why `rules` is None, for a person
     events: Sequence[EventFact]
-    artifact_count: int
-    artifact_error: tuple[str, str] | None  # (code, message) of the first artifact that failed
     pending: Sequence[PendingOperation]
     in_doubt: Sequence[PendingOperation]  # started or unknown
     approval: ApprovalFact | None
-    # Asked only when the checks get that far:
+    # Asked only when the checks get that far: the stored artifacts the state refers to (how many were
+    # read back and checked, and the first failure's code and message), changed retrieval sources, and
+    # what a tool's lookup says of an operation.
+    artifacts: Callable[[], tuple[int, tuple[str, str] | None]]
     source_changes: Callable[[], Sequence[SourceChange]]
     lookup: Callable[[PendingOperation], Lookup | None]  # None: nobody can look it up
 
@@ -249,8 +250,9 @@ def _tenant_workflow_schema(facts: Facts, result: Verification) -> Check:
 
 def _artifacts_and_contracts(facts: Facts, result: Verification) -> Check:
     name = "artifacts_and_contracts"
-    if facts.artifact_error is not None:
-        raise _refuse(name, *facts.artifact_error)
+    checked, failure = facts.artifacts()
+    if failure is not None:
+        raise _refuse(name, *failure)
     for op in facts.pending:
         if op.current_contract_version is None or op.current_contract_version != op.contract_version:
             raise _refuse(
@@ -263,7 +265,7 @@ def _artifacts_and_contracts(facts: Facts, result: Verification) -> Check:
     return Check(
         name,
         True,
-        detail=f"{facts.artifact_count} artifact(s), {len(facts.pending)} pending operation(s) checked{sources}",
+        detail=f"{checked} artifact(s), {len(facts.pending)} pending operation(s) checked{sources}",
     )
 
 

@@ -20,11 +20,10 @@ from core.api_auth import api_key_create
 from core.digests import json_digest
 from core.tenancy import tenant_bind
 from runs.engine.approvals import approval_approve, approval_check
-from runs.engine.signals import signal_wait_detail
 from runs.engine.operations import operation_mark_started, operation_prepare_once
 from runs.engine.registry import Step, StepContext, ToolContract, ToolLookup, Workflow, registry
 from runs.engine.runs import run_resume, run_start
-from runs.engine.signals import signal_send
+from runs.engine.signals import signal_send, signal_wait_detail
 from runs.engine.steps import run_advance
 from runs.external.workflows import external_workflow_register
 from runs.kernel import apply

@@ -18,7 +18,7 @@ def _install(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0029_langgraph_put_without_event")]
+    dependencies = [("runs", "0031_adopt_stored_artifacts")]
 
     operations = [
         migrations.RunSQL(DROP, import_module("runs.migrations.0020_child_runs").TRIGGER),
