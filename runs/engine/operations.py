@@ -120,6 +120,7 @@ def _move(
     lease_epoch: int | None = None,
     acting_run_id: UUID | None = None,
     late: bool = False,
+    call_timeout: float = 0.0,
 ) -> OperationRow:
     attributes = {"keeper.tenant_id": tenant_id, "keeper.run_id": acting_run_id, "keeper.outcome": to_status}
     with span("keeper.operation", attributes):
@@ -134,6 +135,7 @@ def _move(
             lease_epoch=lease_epoch,
             acting_run_id=acting_run_id,
             late=late,
+            call_timeout=call_timeout,
         )
     if op is None:
         current = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
@@ -210,7 +212,7 @@ def operation_mark_succeeded(
     note: str = "",
     late: bool = False,
 ) -> OperationRow:
-    """`late`: reported by a worker that may have lost its lease (store.operation_transition)."""
+    """`late`: reported by a worker that may have lost its lease (operation_statements.operation_transition)."""
     if not external_ref:
         raise InvalidInput("a succeeded operation needs the external reference", code="external_ref_required")
     return _move(

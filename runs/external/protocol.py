@@ -434,6 +434,7 @@ def external_commit(
         replay = _replayed(run, lease, expected_revision, digest)
         if replay is not None:
             return replay
+        _fenced(run, lease, expected_revision)  # a commit that would be refused is not decided on
         try:
             workflow = registry.get(run.workflow_name, run.workflow_version)
         except UnknownWorkflow as exc:
@@ -461,17 +462,23 @@ def external_commit(
             replay = _replayed(run, lease, expected_revision, digest)
             if replay is not None:
                 return replay
-            if run.state_revision != expected_revision:
-                raise StaleRevision(
-                    f"run {run.run_id} is at revision {run.state_revision}, not {expected_revision}: nothing was "
-                    "written",
-                    details={"current_revision": run.state_revision, "status": run.status},
-                )
+            _fenced(run, lease, expected_revision)
             raise lost(run, lease)
         event_type = move.event_type if isinstance(move, m.StepCommitted) else _EVENT[type(move)]
         next_step = move.next_step if isinstance(move, m.StepCommitted) else (
             move.resume_at if isinstance(move, m.Suspended) else None)  # fmt: skip
         return Committed(run.run_id, seq, seq, _STATUS[type(move)], next_step, event_type, False)
+
+
+def _fenced(run: AgentRun, lease: Lease, expected_revision: int) -> None:
+    """StaleRevision or LeaseLost if a commit at `expected_revision` under this lease would be refused."""
+    if run.state_revision != expected_revision:
+        raise StaleRevision(
+            f"run {run.run_id} is at revision {run.state_revision}, not {expected_revision}: nothing was written",
+            details={"current_revision": run.state_revision, "status": run.status},
+        )
+    if run.lease_epoch != lease.epoch or run.lease_owner != lease.owner:
+        raise lost(run, lease)
 
 
 def _replayed(run: AgentRun, lease: Lease, expected_revision: int, digest: str) -> Committed | None:
