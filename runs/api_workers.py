@@ -447,6 +447,16 @@ class WorkerLookupsApi(WorkerRunApiView):
         "Keeper's own tools: 200 with the claim to go on with, or 409 `resume_refused` (a person reconciles).",
         request=InputSerializer,
         responses={200: CLAIM, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "example",
+                value={
+                    "lease_token": "lt1.eyJ...signed",
+                    "lookups": [{"operation_id": "refund:o-1", "authoritative": True, "applied": False}],
+                },
+                request_only=True,
+            )
+        ],
     )
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)

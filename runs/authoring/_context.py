@@ -359,7 +359,7 @@ class Context:
             actor=self.actor,
             run_id=self.run_id,
             lease_epoch=self._base.lease.grant.epoch,
-            call_timeout_s=tool.call_timeout_s,
+            call_timeout_s=tool.call_timeout(),
         )
         try:
             result = call(
@@ -369,7 +369,7 @@ class Context:
             operation_mark_failed(**ids, result=exc.result)
             return OperationOutcome(operation_id, "failed", exc.result)
         except Exception as exc:  # a timeout, a dropped connection, a 5xx: it may have been applied
-            operation_mark_unknown(**ids, note=f"{type(exc).__name__}: {exc}"[:500])
+            operation_mark_unknown(**ids, note=f"{type(exc).__name__}: {exc}"[:500], call_ended=True)
             raise OperationOutcomeUnknown(f"operation {operation_id}: {exc}") from None
         crash_point(f"after_{label}_response", key=key)
         ref = tool.external_ref(result)

@@ -49,7 +49,7 @@ def tool(
     lookup: Callable[[str], ToolLookup | None] | None,
     external_ref: Callable[[Any], str] | None = None,
     crash_label: str = "operation",
-    call_timeout_s: float | None = None,
+    call_timeout_s: float | Callable[[], float] | None = None,
 ) -> Tool:
     """Declare (and register, so resume verification can check and reconcile it) an external tool.
 

@@ -88,6 +88,7 @@ UPDATE tool_operations o
        history = o.history || {_history_entry("%(to)s::text")},
        call_deadline_at = CASE WHEN %(to)s::text = 'started'
                                THEN statement_timestamp() + make_interval(secs => %(call_timeout)s::float8)
+                               WHEN %(call_ended)s THEN LEAST(o.call_deadline_at, statement_timestamp())
                                ELSE o.call_deadline_at END,
        updated_at = statement_timestamp()
  WHERE o.tenant_id = %(tenant)s AND o.operation_id = %(op)s
@@ -123,6 +124,7 @@ def operation_transition(
     acting_run_id: UUID | None = None,
     late: bool = False,
     call_timeout: float = 0.0,
+    call_ended: bool = False,
 ) -> OperationRow | None:
     """Move the operation along the protocol; None if it is not in a status that allows this move.
 
@@ -147,6 +149,7 @@ def operation_transition(
             "acting_run": acting_run_id,
             "late": late and to_status in ("succeeded", "failed"),
             "call_timeout": call_timeout,
+            "call_ended": call_ended,
         },
     )
     return _op(rows[0]) if rows else None

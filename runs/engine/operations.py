@@ -121,6 +121,7 @@ def _move(
     acting_run_id: UUID | None = None,
     late: bool = False,
     call_timeout: float = 0.0,
+    call_ended: bool = False,
 ) -> OperationRow:
     attributes = {"keeper.tenant_id": tenant_id, "keeper.run_id": acting_run_id, "keeper.outcome": to_status}
     with span("keeper.operation", attributes):
@@ -136,6 +137,7 @@ def _move(
             acting_run_id=acting_run_id,
             late=late,
             call_timeout=call_timeout,
+            call_ended=call_ended,
         )
     if op is None:
         current = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
@@ -244,8 +246,20 @@ def operation_mark_failed(
 
 
 @tenant_of_call
-def operation_mark_unknown(*, tenant_id: UUID, operation_id: str, actor: str, note: str) -> OperationRow:
-    return _move(tenant_id=tenant_id, operation_id=operation_id, to_status="unknown", actor=actor, note=note)
+def operation_mark_unknown(
+    *, tenant_id: UUID, operation_id: str, actor: str, note: str, call_ended: bool = False
+) -> OperationRow:
+    """Nobody knows whether it was applied. `call_ended`: the worker that sent it saw its call end (an
+    error answer, its timeout): nothing of it is still in flight from this side, so a lookup's "not
+    applied" is trusted from now on. A take-over that finds an operation started knows no such thing."""
+    return _move(
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        to_status="unknown",
+        actor=actor,
+        note=note,
+        call_ended=call_ended,
+    )
 
 
 @tenant_of_call

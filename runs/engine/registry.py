@@ -106,9 +106,13 @@ class ToolContract:
     name: str
     version: str
     lookup: Callable[[str], ToolLookup | None] | None = None  # None back: it cannot tell
-    # The longest a call may take (None: KEEPER_OPERATION_CALL_TIMEOUT). Until that long after a start,
-    # a lookup's "not applied" may describe a request still in flight and is not trusted.
-    call_timeout_s: float | None = None
+    # The longest a call may take, in seconds or as a function of none that says it (read at each
+    # start); None: KEEPER_OPERATION_CALL_TIMEOUT. Until that long after a start, a lookup's "not
+    # applied" may describe a request still in flight and is not trusted.
+    call_timeout_s: float | Callable[[], float] | None = None
+
+    def call_timeout(self) -> float | None:
+        return self.call_timeout_s() if callable(self.call_timeout_s) else self.call_timeout_s
 
 
 SOURCE_CHANGE_POLICIES = ("stop", "refetch")

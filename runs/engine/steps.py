@@ -217,7 +217,7 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
     )
     turn.committed = None
     if isinstance(decision, Wait):  # an operation's first call may still be in flight: look again later
-        apply(m.LeaseReleased(grant.run_id, grant.owner, grant.epoch, decision.retry_in))
+        apply(m.LeaseDeferred(grant.run_id, grant.owner, grant.epoch, decision.retry_in))
         run_enqueue(run_id=grant.run_id, countdown=decision.retry_in)
         return AdvanceResult("deferred")
     seq = 0

@@ -66,11 +66,14 @@ def external_operation_prepare(
 def external_operation_started(
     *, lease: Lease, operation_id: str, call_timeout_s: float | None = None
 ) -> OperationRow:
-    """Only the current lease holder may start a side effect (checked in the same statement)."""
+    """Only the current lease holder may start a side effect (checked in the same statement). The
+    call lasts `call_timeout_s` at most (else what Keeper's own tool says, else the default)."""
     lookups_answered(lease)
     with tenant_bind(lease.tenant_id):
         run = held(lease)
-        _operation_of(run, operation_id)
+        op = _operation_of(run, operation_id)
+        if call_timeout_s is None and (contract := registry.tool(op.tool_name)) is not None:
+            call_timeout_s = contract.call_timeout()
         return operation_mark_started(
             tenant_id=lease.tenant_id,
             operation_id=operation_id,
@@ -109,7 +112,8 @@ def external_operation_outcome(
         if outcome == "failed":
             return operation_mark_failed(**ids, result=result, note=note, late=True)
         if outcome == "unknown":
-            return operation_mark_unknown(**ids, note=note or "the worker could not tell")
+            # The worker saw its call end without an answer it can trust: nothing is in flight from its side.
+            return operation_mark_unknown(**ids, note=note or "the worker could not tell", call_ended=True)
         if outcome == "not_applied":
             if not visible_text(note):
                 raise InvalidInput(

@@ -148,7 +148,7 @@ def _grant_checked(grant: LeaseGrant, lookups: WorkerLookups | None = None) -> C
         now=timezone.now(),
     )
     if isinstance(decision, Wait):  # an operation's first call may still be in flight: look again later
-        apply(m.LeaseReleased(grant.run_id, grant.owner, grant.epoch, decision.retry_in))
+        apply(m.LeaseDeferred(grant.run_id, grant.owner, grant.epoch, decision.retry_in))
         return None
     for move in decision.moves:
         if apply(move) is None:  # a person or a message moved it meanwhile: leave it to the next claim

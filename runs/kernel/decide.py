@@ -77,8 +77,9 @@ class Proceed:
 
 @dataclass(frozen=True)
 class Wait:
-    """Nothing is decided yet (an operation's call may still be in flight): give the lease back, with
-    the try it counted, and look again in `retry_in` seconds. No event."""
+    """Nothing is decided yet (an operation's call may still be in flight): leave the lease expired
+    (a LeaseDeferred move: its try given back) and look again in `retry_in` seconds, through a new
+    take-over and its verification. No event."""
 
     retry_in: float
     moves: tuple[m.WorkerMove, ...] = ()

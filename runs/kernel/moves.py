@@ -119,6 +119,18 @@ class LeaseReleased(Move[bool]):
     attempted: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class LeaseDeferred(Move[bool]):
+    """Nothing could be decided yet (an operation's call may still be in flight): the lease is left
+    expired, with its try given back, and the run is due again in `retry_in` seconds, so whoever takes
+    it next takes it over and verifies it again."""
+
+    run_id: UUID
+    owner: str
+    epoch: int
+    retry_in: float
+
+
 # --- a lease holder's moves (the step commit: one prepared statement) --------------------------------
 
 

@@ -161,6 +161,12 @@ def _lease_released(move: m.LeaseReleased) -> bool:
     return bool(wire.rows(leases.LEASE_RELEASE, params))
 
 
+@_handles(m.LeaseDeferred)
+def _lease_deferred(move: m.LeaseDeferred) -> bool:
+    params = {"run_id": move.run_id, "owner": move.owner, "epoch": move.epoch, "delay": move.retry_in}
+    return bool(wire.rows(leases.LEASE_DEFER, params))
+
+
 @_handles(m.RunsRedispatched)
 def _runs_redispatched(move: m.RunsRedispatched) -> list[UUID]:
     return [row[0] for row in wire.rows(leases.REDISPATCH_CLAIM, {"grace": move.grace, "limit": move.limit})]

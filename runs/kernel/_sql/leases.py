@@ -40,6 +40,13 @@ UPDATE agent_runs SET lease_owner = NULL, lease_expires_at = NULL,
 RETURNING run_id
 """
 
+LEASE_DEFER = """
+UPDATE agent_runs SET lease_expires_at = statement_timestamp(), attempt = greatest(attempt - 1, 0),
+       wake_at = statement_timestamp() + make_interval(secs => %(delay)s)
+ WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+RETURNING run_id
+"""
+
 # Across tenants, through the SECURITY DEFINER function (functions/redispatch.sql), which marks the
 # runs dispatched and returns only their ids and tenants (row-level security hides the rows otherwise).
 REDISPATCH_CLAIM = "SELECT run_id, tenant_id FROM keeper_redispatch_claim(%(grace)s, %(limit)s)"

@@ -74,6 +74,8 @@ PAYMENTS_REFUND = tool(
     lookup=_lookup_refund,
     external_ref=lambda result: str(result["refund_id"]),
     crash_label="refund",
+    # The payments client's own timeout: a refund call never lasts longer (payments.py).
+    call_timeout_s=lambda: float(settings.KEEPER_PAYMENTS_TIMEOUT),
 )
 
 refund_flow = workflow(

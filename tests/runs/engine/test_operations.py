@@ -6,6 +6,7 @@ import pytest
 
 from core.errors import InvalidInput
 from runs.engine.operations import (
+    OperationInFlight,
     OperationRequestChanged,
     OperationStateConflict,
     operation_mark_failed,
@@ -111,6 +112,9 @@ def test_an_authoritative_not_applied_permits_exactly_one_more_start(leased, ten
     _prepare(run, tenant)
     ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
     operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch)
+    with pytest.raises(OperationInFlight):  # the call may still be on its way: not trusted yet
+        operation_mark_not_applied(**ids, note="lookup: not applied")
+    operation_mark_unknown(**ids, note="the call timed out", call_ended=True)  # the worker saw it end
     operation_mark_not_applied(**ids, note="lookup: not applied")
     assert operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch).attempts == 2
 
