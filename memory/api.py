@@ -21,7 +21,7 @@ from core.api import (
     TenantParameterSerializer,
     error_responses,
 )
-from core.api_auth import request_actor, request_tenant
+from core.api_auth import request_actor, request_key, request_tenant
 from core.errors import NotFound
 from core.roles import COMPLIANCE
 from core.tenancy import tenant_scope
@@ -30,6 +30,7 @@ from memory.consent import CONSENT_BASES
 from memory.erasure import erasure_request_create
 from memory.filememory import memory_md_apply, memory_md_render, write_memory
 from memory.models import ErasureRequest, MemoryItem
+from memory.policy import provenance_of_writer
 from memory.projection import memory_search
 from memory.selectors import memory_recall
 from memory.services import memory_invalidate, memory_remember, memory_supersede
@@ -153,6 +154,7 @@ class MemoryItemsApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
+        provenance_of_writer(fields["provenance"], operator=request_key(request) is None)
         item = memory_remember(tenant=request_tenant(request, fields.pop("tenant", None)), **fields)
         return Response(MemoryItemOutputSerializer(item).data, status=201)
 
@@ -200,6 +202,7 @@ class MemoryItemSupersedeApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
+        provenance_of_writer(fields["provenance"], operator=request_key(request) is None)
         item = memory_supersede(
             tenant=request_tenant(request, fields.pop("tenant", None)), memory_id=memory_id, **fields
         )

@@ -23,7 +23,13 @@ MD = "/api/v1/memory/subjects/c-1/memory.md"
 
 def keep(tenant, namespace, key, value, subject="c-1"):
     return memory_remember(
-        tenant=tenant, subject_id=subject, namespace=namespace, key=key, value=value, provenance=said()
+        tenant=tenant,
+        subject_id=subject,
+        namespace=namespace,
+        key=key,
+        value=value,
+        provenance=said(),
+        consent_basis="explicit",
     )
 
 
@@ -215,8 +221,8 @@ def test_memory_md_after_erasure_shows_nothing_of_the_subject(api, tenant, setti
             "tenant": "acme",
             "subject_id": "c-1",
             "namespace": "profile",
-            "key": "mood",
-            "value": "calm",
+            "key": "allergy",
+            "value": "peanuts",
             "source": "agent:x",
             "consent_basis": "inferred",
         },

@@ -85,16 +85,16 @@ def test_a_sensitive_model_inference_is_refused_unless_confirmed(tenant):
             tenant=tenant,
             subject_id="s",
             namespace="profile",
-            key="mood",
-            value="angry",
+            key="diagnosis",
+            value="flu",
             provenance=inference,
         )
     confirmed = memory_remember(
         tenant=tenant,
         subject_id="s",
         namespace="profile",
-        key="mood",
-        value="calm",
+        key="diagnosis",
+        value="flu",
         provenance={**inference, "validation_method": "explicit_user_confirmation"},
     )
     assert confirmed.expires_at is None
