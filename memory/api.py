@@ -407,8 +407,13 @@ class MemoryFileApi(APIView):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        content = StrictCharField(max_length=200_000, allow_blank=True, trim_whitespace=False)
-        consent_basis = serializers.ChoiceField(choices=CONSENT_BASES, default="explicit")
+        # Its size is the service's to refuse, with a 413 naming the limits (memory/filememory.py).
+        content = StrictCharField(allow_blank=True, trim_whitespace=False)
+        # The basis of the lines that name none; none given: such a line in a category or namespace
+        # whose policy needs one waits for the subject's confirmation.
+        consent_basis = serializers.ChoiceField(
+            choices=CONSENT_BASES, required=False, allow_null=True, default=None
+        )
 
     @extend_schema(
         summary="A subject's MEMORY.md (current claims with their provenance, as markdown)",
@@ -430,8 +435,8 @@ class MemoryFileApi(APIView):
                 value={
                     "tenant": "acme",
                     "content": '# MEMORY.md of customer-7\n\n## preference\n- preference/language: "en"'
-                    '  <!-- id=0b6c1f9e-3a52-4f5e-9a43-6f1d2c3b4a59 -->\n- constraint/contact: "email only"\n',
-                    "consent_basis": "explicit",
+                    '  <!-- id=0b6c1f9e-3a52-4f5e-9a43-6f1d2c3b4a59 -->\n- constraint/contact: "email only"'
+                    "  <!-- consent=explicit -->\n",
                 },
                 request_only=True,
             )
@@ -447,7 +452,7 @@ class MemoryFileApi(APIView):
                     "held": serializers.ListField(child=serializers.DictField()),
                 },
             ),
-            **error_responses(422),
+            **error_responses(409, 413, 422),
         },
     )
     def put(self, request: Request, subject: str) -> Response:
@@ -458,6 +463,8 @@ class MemoryFileApi(APIView):
             subject_id=subject,
             text=data.validated_data["content"],
             editor=request_actor(request),
+            # Trust comes from who writes: a person signed in with a role is an operator, a key is not.
+            operator=request_key(request) is None,
             consent_basis=data.validated_data["consent_basis"],
         )
         return Response(edit.as_json())
