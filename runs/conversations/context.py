@@ -62,9 +62,10 @@ class ContextBudget:
     the model's published maximum output). keep_recent: raw events never compacted away.
     memory_k, retrieval_k: how many memories and chunks the search brings. pinned_namespaces: the
     subject's claims in these namespaces always come first (a constraint the user stated holds on
-    every turn, whatever the query). memory_file: on a conversation's first turn (no answer yet) the
-    memory part is the subject's MEMORY.md (memory/filememory.py), pinned namespaces first, line by
-    line, cut by whole lines within `memory` (each line left out is named in the notes)."""
+    every turn, whatever the query). memory_file (on unless a workflow turns it off): on a
+    conversation's first turn (no answer yet) the memory part is the subject's MEMORY.md
+    (memory/filememory.py), pinned namespaces first, line by line, cut by whole lines within `memory`
+    (each line left out is named in the notes); later turns search memory for the message."""
 
     memory: int = 1000
     retrieval: int = 2000
@@ -75,7 +76,8 @@ class ContextBudget:
     memory_k: int = 8
     retrieval_k: int = 5
     pinned_namespaces: tuple[str, ...] = ("constraint",)
-    memory_file: bool = False
+    # A session starts from what the subject's memory file says, as the tutorial loads MEMORY.md.
+    memory_file: bool = True
 
     def __post_init__(self) -> None:
         if type(self.memory_file) is not bool:
@@ -144,7 +146,11 @@ class MemorySource:
     name = "memory"
 
     def __init__(
-        self, *, k: int = DEFAULT_BUDGET.memory_k, pinned: Sequence[str] = ("constraint",), file: bool = False
+        self,
+        *,
+        k: int = DEFAULT_BUDGET.memory_k,
+        pinned: Sequence[str] = ("constraint",),
+        file: bool = DEFAULT_BUDGET.memory_file,
     ):
         self.k, self.pinned, self.file = k, tuple(pinned), file
 

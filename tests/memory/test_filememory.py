@@ -260,7 +260,7 @@ def test_a_conversation_s_first_turn_gets_memory_md_cut_by_whole_lines_within_it
     assert 0 < len(few) < 13 and lean.parts["memory"] <= 150
     assert all(line in lines for line in few)
     assert any("memory_md_line" in note for note in lean.notes)
-    _, searched = memory(ContextBudget(memory=4000, memory_k=3))
+    _, searched = memory(ContextBudget(memory=4000, memory_k=3, memory_file=False))
     assert len(searched) <= 4  # without memory_file: pinned + top k, as before
     conversation_append(
         tenant=tenant,
