@@ -49,6 +49,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": 300.0,
             "options": {"expires": 600},
         },
+        # Claims whose source event was redacted or rewound away, or whose document changed.
+        "follow-memory-sources": {
+            "task": "workers.tasks.follow_memory_sources",
+            "schedule": 300.0,
+            "options": {"expires": 600},
+        },
         "project-all-memory": {
             "task": "workers.tasks.project_all_memory",
             "schedule": 300.0,

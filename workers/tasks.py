@@ -15,6 +15,7 @@ from memory.services import memory_purge_expired
 from retrieval.indexes import chunk_index_ensure, chunk_index_wanted
 from retrieval.services import document_embed, documents_pending, index_expire, index_reembed
 from runs.conversations.learning import run_learn
+from runs.conversations.memory_sources import memory_sources_sweep
 from runs.engine.dispatch import runs_redispatch
 from runs.engine.forks import forks_expire
 from runs.engine.schedules import schedules_fire
@@ -61,6 +62,11 @@ def execute_erasure(request_id: str, tenant_id: str) -> None:
 @shared_task(name="workers.tasks.purge_expired_memory", ignore_result=True)
 def purge_expired_memory() -> int:
     return memory_purge_expired()
+
+
+@shared_task(name="workers.tasks.follow_memory_sources", ignore_result=True)
+def follow_memory_sources() -> int:
+    return memory_sources_sweep()
 
 
 @shared_task(name="workers.tasks.project_memory", ignore_result=True)

@@ -389,6 +389,7 @@ SWEEP_TASKS = (
     "workers.tasks.resume_lost_langgraph_answers",
     "workers.tasks.expire_forks",
     "workers.tasks.purge_expired_memory",
+    "workers.tasks.follow_memory_sources",
     "workers.tasks.project_all_memory",
     "workers.tasks.embed_pending_documents",
     "workers.tasks.expire_retrieval_index",

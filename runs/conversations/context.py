@@ -27,6 +27,7 @@ from runs.conversations.compaction.services import (
     summary_create,
 )
 from runs.conversations.compaction.tokens import TokenCounter, token_counter
+from runs.conversations.memory_sources import claims_follow_sources
 from runs.engine.models import AgentEvent, AgentRun, Summary
 
 CONVERSATION_ROLES = {
@@ -162,6 +163,10 @@ class MemorySource:
             return []
         own_episode = ("episode", f"run:{run.run_id}")
         if self.file and not AgentEvent.objects.filter(run=run, event_type="assistant_message").exists():
+            # A claim whose source changed since it was kept does not reach the model.
+            claims_follow_sources(
+                tenant=run.tenant, claims=memory_recall(tenant=run.tenant, subject_id=run.subject)
+            )
             return self._memory_file(run=run, own_episode=own_episode)
         chosen = (
             memory_recall(tenant=run.tenant, subject_id=run.subject, namespaces=list(self.pinned))
@@ -181,7 +186,10 @@ class MemorySource:
                 found = memory_recall_recent(tenant=run.tenant, subject_id=run.subject, limit=self.k + 1)
             more = [m for m in found if m.memory_id not in seen and (m.namespace, m.key) != own_episode]
             chosen += more[: self.k]
-        return [_memory_item(m) for m in chosen if (m.namespace, m.key) != own_episode]
+        gone = claims_follow_sources(tenant=run.tenant, claims=chosen)
+        return [
+            _memory_item(m) for m in chosen if (m.namespace, m.key) != own_episode and m.memory_id not in gone
+        ]
 
     def _memory_file(self, *, run: AgentRun, own_episode: tuple[str, str]) -> list[dict[str, Any]]:
         """The session's start: the subject's MEMORY.md, one item per claim line (whole lines)."""
