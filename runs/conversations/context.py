@@ -24,7 +24,7 @@ from runs.conversations.compaction.services import (
     range_rewrites,
     run_rewrites,
     summaries_usable,
-    summary_create,
+    summary_compact,
 )
 from runs.conversations.compaction.tokens import TokenCounter, token_counter
 from runs.conversations.memory_sources import claims_follow_sources
@@ -408,7 +408,7 @@ def context_build(
         for start in range(0, len(to_compact), size):
             chunk = to_compact[start : start + size]
             summaries.append(
-                summary_create(
+                summary_compact(
                     run=run,
                     events=chunk,
                     counter=counter,
