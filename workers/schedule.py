@@ -38,6 +38,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": 60.0,
             "options": {"expires": 120},
         },
+        # Forks cancelled or expired a fork TTL ago: their events, copied conversation and summaries.
+        "purge-abandoned-forks": {
+            "task": "workers.tasks.purge_abandoned_forks",
+            "schedule": 3600.0,
+            "options": {"expires": 7200},
+        },
         # Workspace snapshots of runs finished a TTL ago, and the blobs no other snapshot names.
         "reclaim-workspaces": {
             "task": "workers.tasks.reclaim_workspaces",

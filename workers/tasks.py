@@ -21,6 +21,7 @@ from runs.engine.forks import forks_expire
 from runs.engine.schedules import schedules_fire
 from runs.engine.steps import run_advance
 from runs.engine.workspace import workspace_reclaim
+from runs.operator.retention import forks_purge
 from runs.webhooks.delivery import webhooks_deliver_due
 
 
@@ -42,6 +43,11 @@ def fire_schedules() -> int:
 @shared_task(name="workers.tasks.expire_forks", ignore_result=True)
 def expire_forks() -> int:
     return forks_expire()
+
+
+@shared_task(name="workers.tasks.purge_abandoned_forks", ignore_result=True)
+def purge_abandoned_forks() -> int:
+    return forks_purge().runs
 
 
 @shared_task(name="workers.tasks.deliver_webhooks", ignore_result=True)

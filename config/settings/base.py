@@ -388,6 +388,7 @@ SWEEP_TASKS = (
     "workers.tasks.redispatch_runs",
     "workers.tasks.resume_lost_langgraph_answers",
     "workers.tasks.expire_forks",
+    "workers.tasks.purge_abandoned_forks",
     "workers.tasks.purge_expired_memory",
     "workers.tasks.follow_memory_sources",
     "workers.tasks.project_all_memory",
