@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('core', '0003_tenant_offboardings'),
-        ('runs', '0029_langgraph_put_without_event'),
+        ('runs', '0031_adopt_stored_artifacts'),
     ]
 
     operations = [
