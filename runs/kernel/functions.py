@@ -2,7 +2,7 @@
 
 Functions that must stay one round trip (a LangGraph checkpoint, the sweep's claims across tenants)
 and the two triggers on the run tables that write nothing of a run (closing its approvals, counting an
-event's rewrites). Migration 0032 installs them and every `migrate` installs them again afterwards
+event's rewrites). Migration 0033 installs them and every `migrate` installs them again afterwards
 (post_migrate), so the database always runs what these files say, whatever migration last touched them.
 """
 

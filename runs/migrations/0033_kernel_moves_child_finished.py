@@ -18,7 +18,7 @@ def _install(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0031_adopt_stored_artifacts")]
+    dependencies = [("runs", "0032_summaries_held_for_review")]
 
     operations = [
         migrations.RunSQL(DROP, import_module("runs.migrations.0020_child_runs").TRIGGER),

@@ -2,7 +2,7 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0033_code_back_claim")]
+    dependencies = [("runs", "0034_code_back_claim")]
 
     operations = [
         migrations.AddField(

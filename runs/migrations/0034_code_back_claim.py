@@ -12,7 +12,7 @@ def _install(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0032_kernel_moves_child_finished")]
+    dependencies = [("runs", "0033_kernel_moves_child_finished")]
 
     operations = [
         migrations.RunPython(_install, migrations.RunPython.noop),
