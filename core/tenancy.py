@@ -66,6 +66,17 @@ def tenant_bind(tenant_id: UUID) -> Iterator[None]:
         _tenant.reset(token)
 
 
+@contextmanager
+def tenant_unbound() -> Iterator[None]:
+    """No tenant for the block's statements (as a fresh request or task starts): they see no
+    tenant's rows and may write none."""
+    token = _tenant.set("")
+    try:
+        yield
+    finally:
+        _tenant.reset(token)
+
+
 def tenant_is_bound(tenant_id: UUID) -> bool:
     """Whether this tenant is the one the statements of this thread or task carry now."""
     return _tenant.get() == str(tenant_id)

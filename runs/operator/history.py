@@ -279,6 +279,7 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
                     result=o.get("result"),
                     attempts=o.get("attempts") or 0,
                     history=o.get("history") or [],
+                    call_deadline_at=_when(o.get("call_deadline_at")),
                     created_at=_stamp(o["created_at"], "operation created_at"),
                     updated_at=_stamp(o["updated_at"], "operation updated_at"),
                 )

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 from rest_framework.test import APIClient
-from runs.authoring import Context, State, StepResult, workflow
 
 from core.api_auth import api_key_create
 from core.errors import ApplicationError
 from memory.models import MemoryItem
 from memory.poisoning.models import HeldClaim
 from memory.selectors import memory_recall
+from runs.authoring import Context, State, StepResult, workflow
 from runs.kernel.models import AgentRun
 from tests.memory.test_api import api  # noqa: F401 - the fixture
 from tests.memory.test_memory import said
