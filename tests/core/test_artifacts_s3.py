@@ -130,8 +130,8 @@ def test_erasing_a_subject_deletes_its_objects_and_keeps_another_customers(tenan
     from core.tenancy import tenant_scope
     from memory.erasure import erasure_execute, erasure_request_create
     from runs.conversations.messages import conversation_append
-    from runs.engine.models import AgentEvent
     from runs.engine.runs import run_start
+    from runs.kernel.models import AgentEvent
 
     refs = {}
     for subject, text in (
