@@ -7,7 +7,7 @@ class CoreConfig(AppConfig):
 
     def ready(self) -> None:
         from core import offboarding
-        from core.erasure import LabelsEraser, eraser_register, free_register
+        from core.erasure import LabelsEraser, column_place, eraser_register, free_register, place_register
         from core.tracing import tracing_setup
 
         tracing_setup()  # OpenTelemetry, only when OTEL_* asks for it
@@ -16,10 +16,19 @@ class CoreConfig(AppConfig):
         eraser_register(LabelsEraser())
 
         free_register("tenants", "the customer organisation (Keeper's tenant), not a subject", "slug", "name")
+        place_register(
+            column_place(
+                table="api_keys",
+                column="name",
+                kind="text",
+                tenant_sql="t.tenant_id = %(tenant)s",
+                erased_by="labels",
+                what="api_keys.name: a key's label, which staff may name after a customer (keyed)",
+            )
+        )
         free_register(
             "api_keys",
-            "a key's label, prefix, scope and the digest of its secret",
-            "name",
+            "a key's prefix, scope and the digest of its secret",
             "prefix",
             "scope",
             "secret_sha256",

@@ -115,6 +115,18 @@ class Place:
     # The runs whose rows here hold the subject's data (at most LOCATED of them), for a place in a
     # run's tables: a receipt that is not clean says where to look.
     locate: Callable[[Scope], list[str]] | None = None
+    # What a person does when the final scan still finds the subject here, in plain words.
+    remedy: str = ""
+
+    def what_to_do(self) -> str:
+        if self.remedy:
+            return self.remedy
+        if self.erased_by:
+            return (
+                f"the {self.erased_by} eraser did not clear it: retry; if it stays, it is a defect in "
+                "Keeper (report it with this receipt)"
+            )
+        return "nothing erases it: an operator removes it, then retries"
 
 
 LOCATED = 20
@@ -181,6 +193,10 @@ def registered_columns() -> set[tuple[str, str]]:
 
 
 FREE_PREFIX = "declared free: "
+FREE_REMEDY = (
+    "Keeper declares this column free of personal data, yet it holds the subject's id or text: the "
+    "registry is wrong here and nothing erases it; report it to Keeper's maintainers with this receipt"
+)
 _KINDS = {"text": "text", "character varying": "text", "jsonb": "json", "json": "json", "ARRAY": "array"}
 
 
@@ -216,6 +232,7 @@ def free_places() -> list[Place]:
             tenant_sql="t.tenant_id = %(tenant)s",
             erased_by="",
             what=f"{table}.{column}: {FREE_PREFIX}{why}; searched for the subject's id and distinctive texts",
+            remedy=FREE_REMEDY,
         )
         found.append(place)
     return found
@@ -360,6 +377,7 @@ def column_place(
     owner_sql: str | None = None,
     values: bool = True,
     run_sql: str | None = None,
+    remedy: str = "",
 ) -> Place:
     """A place that is one column, counted with one SQL statement (run_sql: the row's run id, for a
     run's tables, so the runs still holding data can be named).
@@ -452,4 +470,5 @@ def column_place(
         count=count,
         columns=((table, column),),
         locate=locate if run_sql else None,
+        remedy=remedy,
     )

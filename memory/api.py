@@ -27,9 +27,9 @@ from core.roles import COMPLIANCE
 from core.tenancy import tenant_scope
 from memory.confirmation import pending_confirm
 from memory.consent import CONSENT_BASES
-from memory.erasure import erasure_request_create
+from memory.erasure import erasure_request_create, erasure_request_retry
 from memory.filememory import memory_md_apply, memory_md_render, write_memory
-from memory.models import ErasureRequest, MemoryItem
+from memory.models import ErasureRequest, ErasureStatus, MemoryItem
 from memory.projection import memory_search
 from memory.selectors import memory_recall
 from memory.services import memory_invalidate, memory_remember, memory_supersede
@@ -346,6 +346,24 @@ class ErasureRequestDetailApi(APIView):
                 f"no erasure request {request_id} for tenant {tenant.slug}", code="erasure_request_not_found"
             )
         return Response(ErasureOutputSerializer(found).data)
+
+
+class ErasureRequestRetryApi(APIView):
+    session_roles = (COMPLIANCE,)  # a staff session's change needs the console's role for it
+
+    @extend_schema(
+        summary="Retry an erasure request that did not finish",
+        description="A failed request is handed to a worker again and picks up where it stopped; a "
+        "pending or running one is sent again; a completed one is returned as it is (200).",
+        request=None,
+        parameters=[TenantParameterSerializer],
+        responses={200: ErasureOutputSerializer, 202: ErasureOutputSerializer, **error_responses(409)},
+    )
+    def post(self, request: Request, request_id: UUID) -> Response:
+        tenant = request_tenant(request, request.query_params.get("tenant", ""))
+        retried = erasure_request_retry(tenant=tenant, request_id=request_id)
+        done = retried.status == ErasureStatus.COMPLETED
+        return Response(ErasureOutputSerializer(retried).data, status=200 if done else 202)
 
 
 class MemoryWriteApi(APIView):

@@ -16,7 +16,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from core.digests import canonical_json, json_digest, keyed_digest
+from core.digests import json_digest, keyed_digest
 from core.erasure import (
     CODE,
     FREE_TEXT_MIN_CHARS,
@@ -33,7 +33,7 @@ from core.erasure import (
     places,
     strings_in,
 )
-from core.errors import InvalidInput, NotFound
+from core.errors import Conflict, InvalidInput, NotFound
 from core.models import Tenant
 from core.tasks import task_send
 from core.tenancy import tenant_scope
@@ -103,6 +103,41 @@ def erasure_request_create(*, tenant: Tenant, subject_id: str, requested_by: str
     return request
 
 
+def erasure_request_retry(*, tenant: Tenant, request_id: UUID) -> ErasureRequest:
+    """Hand a request to a worker again. A failed one picks up where it stopped: what was erased stays
+    erased, its progress and what it searched for are kept, and every eraser skips what is done. A
+    pending or running one is sent again (its broker message or worker may be lost); a completed one
+    stands as it is. Idempotent."""
+    with tenant_scope(tenant.tenant_id):
+        request = ErasureRequest.objects.filter(request_id=request_id).first()
+        if request is None:
+            raise NotFound(f"no erasure request {request_id}", code="erasure_request_not_found")
+        with connection.cursor() as cursor:  # in line with a new request for the same subject
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"erasure:{request.subject_digest}"]
+            )
+        request = ErasureRequest.objects.select_for_update().get(pk=request.pk)
+        if request.status == ErasureStatus.COMPLETED:
+            return request
+        if not request.subject_id:  # a later request for the subject completed and cleared this one
+            raise Conflict(
+                "a later request for the same subject completed; this one keeps nothing to retry with",
+                code="erasure_request_superseded",
+            )
+        if request.status == ErasureStatus.FAILED:
+            request.status, request.error, request.receipt, request.completed_at = (
+                ErasureStatus.PENDING,
+                "",
+                None,
+                None,
+            )
+            request.save(update_fields=["status", "error", "receipt", "completed_at"])
+        transaction.on_commit(
+            lambda: task_send(name=ERASE_TASK, args=[str(request.request_id), str(tenant.tenant_id)])
+        )
+    return request
+
+
 def _progress(request: ErasureRequest, **step: Any) -> None:
     request.progress = {**request.progress, **step}
     ErasureRequest.objects.filter(pk=request.pk).update(
@@ -136,6 +171,7 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         return request  # done: the receipt stands, and the subject's id is no longer kept to redo it
     subject = request.subject_id
     scope: Scope | None = None
+    step = "collect"
     try:
         scope = _collect(tenant_id=tenant_id, subject_id=subject, subject_digest=request.subject_digest)
         # A retry searches again for what every earlier attempt searched for (it erased some of it).
@@ -148,6 +184,7 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         before = _scan(scope, scanned)
         counts: dict[str, int] = {}
         for eraser in erasers():
+            step = eraser.name
             erased = eraser.erase(
                 scope=scope, request_id=request.request_id, subject_digest=request.subject_digest
             )
@@ -158,9 +195,12 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         # keeps the facts it searches the other stores for, so a retry searches for them again
         # (deleting them first made a retry certify clean a copy the first attempt could not erase).
         kept_places = _memory_places()
+        step = "final scan"
         after = _scan(scope, scanned)
         if not any(n for name, n in after.items() if name not in kept_places):
+            step = "memory"
             counts.update(_erase_memory(request=request, tenant_id=tenant_id, subject=subject))
+            step = "final scan"
             after = _scan(scope, scanned)  # else nothing changed since: that scan is the final one
     except Exception as exc:
         # An eraser that raised may have erased texts already: the request keeps what it searched for,
@@ -168,7 +208,9 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         searched = {"searched": list(scope.values)} if scope is not None else {}
         with tenant_scope(tenant_id):
             ErasureRequest.objects.filter(pk=request.pk).update(
-                status=ErasureStatus.FAILED, error=repr(exc)[:2000], **searched
+                status=ErasureStatus.FAILED,
+                error=_failed_in_words(step, exc, request.request_id, subject),
+                **searched,
             )
         raise
     clean = not any(after.values())
@@ -193,6 +235,10 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
                 "before": before[p.name],
                 "after": after[p.name],
                 **({"runs": held[p.name]} if held.get(p.name) else {}),
+                # The registry said this column holds no one's data and the scan found the subject
+                # there: the registry is wrong (a test holds the two in agreement).
+                **({"declared_free": True} if p in free else {}),
+                **({"what_to_do": p.what_to_do()} if after[p.name] else {}),
             }
             for p in scanned
             # A declared-free column is listed only where it held the subject's id.
@@ -206,12 +252,17 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
     memory = "memory_items" in counts
     with tenant_scope(tenant_id):
         left = {k: v for k, v in after.items() if v and (memory or k not in kept_places)}
-        error = "" if clean else f"left behind: {canonical_json(left)}"
-        runs = sorted({run for name in left for run in held.get(name, [])})
-        if runs:
-            error += f"; in runs {', '.join(runs[:LOCATED])}" + (" and more" if len(runs) > LOCATED else "")
-        if not clean and not memory:
-            error += "; the subject's memory is kept until nothing else holds their data (retry then)"
+        error = (
+            ""
+            if clean
+            else _left_in_words(
+                left=left,
+                held=held,
+                places={p.name: p for p in scanned},
+                memory_kept=not memory,
+                request_id=request.request_id,
+            )
+        )
         ErasureRequest.objects.filter(pk=request.pk).update(
             status=ErasureStatus.COMPLETED if clean else ErasureStatus.FAILED,
             receipt=receipt,
@@ -228,6 +279,58 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
                 )
         erasure_finished_notify(tenant_id=tenant_id, request_id=request.request_id, clean=clean)
         return ErasureRequest.objects.get(pk=request.pk)
+
+
+def _retry_in_words(request_id: UUID) -> str:
+    return (
+        f"Then retry this request (Retry on its page in the console, or POST "
+        f"/api/v1/erasure-requests/{request_id}/retry): a retry picks up where this attempt stopped."
+    )
+
+
+def _left_in_words(
+    *,
+    left: dict[str, int],
+    held: dict[str, list[str]],
+    places: dict[str, Place],
+    memory_kept: bool,
+    request_id: UUID,
+) -> str:
+    """What is left and what to do about each, in plain words (the request's error)."""
+    parts = [
+        f"Not finished: the subject's data is still in {len(left)} place{'s' if len(left) != 1 else ''}."
+    ]
+    by_remedy: dict[str, list[str]] = {}  # places with the same remedy are said once
+    runs: dict[str, list[str]] = {}
+    for name, n in sorted(left.items()):
+        place = places.get(name)
+        todo = place.what_to_do() if place is not None else "retry"
+        by_remedy.setdefault(todo, []).append(f"{name} ({n} row{'s' if n != 1 else ''})")
+        runs.setdefault(todo, [])
+        runs[todo] += [r for r in held.get(name, []) if r not in runs[todo]]
+    for todo, names in by_remedy.items():
+        where = runs[todo]
+        more = " and more" if len(where) > LOCATED else ""
+        named = f", in runs {', '.join(where[:LOCATED])}{more}" if where else ""
+        parts.append(f"{' and '.join(names)}{named}: {todo}.")
+    if memory_kept:
+        parts.append(
+            "The subject's memory is kept until nothing else holds their data, so that a retry searches "
+            "for it again."
+        )
+    parts.append(_retry_in_words(request_id))
+    return " ".join(parts)
+
+
+def _failed_in_words(step: str, exc: Exception, request_id: UUID, subject: str) -> str:
+    """An erasure stopped by an error: where, the error, and what to do. A database error can quote
+    a row's values: the subject's id in it is replaced."""
+    said = str(exc)[:1500].replace(subject, "[the subject]") if subject else str(exc)[:1500]
+    return (
+        f"Stopped by an error in the {step} step: {type(exc).__name__}: {said}. What was "
+        f"erased stays erased, and the request keeps what it searched for. Fix the cause (a store that "
+        f"was away, a file that could not be removed). {_retry_in_words(request_id)}"
+    )
 
 
 def _requests_of(tenant_id: UUID, request: ErasureRequest) -> list[ErasureRequest]:

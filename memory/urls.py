@@ -29,4 +29,9 @@ urlpatterns = [
         api.ErasureRequestDetailApi.as_view(),
         name="api-erasure-request",
     ),
+    path(
+        "erasure-requests/<uuid:request_id>/retry",
+        api.ErasureRequestRetryApi.as_view(),
+        name="api-erasure-request-retry",
+    ),
 ]

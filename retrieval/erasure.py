@@ -23,6 +23,7 @@ from core.digests import keyed_digest
 from core.erasure import (
     Scope,
     column_place,
+    erased_id,
     eraser_register,
     free_register,
     place_register,
@@ -70,6 +71,20 @@ class RetrievalEraser:
                     [tombstone_key(tenant_id=tenant, document_id=document_id), row_id],
                 )
             counts["retrieval_tombstones"] = len(tombstones)
+            # Who deleted a document or changed the index, where that names the subject: keyed.
+            counts["retrieval_actors_keyed"] = 0
+            for table in ("retrieval_tombstones", "retrieval_invalidations"):
+                actor, a = subject_condition("actor", subject, values=scope.values)
+                cursor.execute(
+                    f"SELECT id, actor FROM {table} WHERE tenant_id = %s AND {actor}",  # noqa: S608
+                    [tenant, *a],
+                )
+                for row_id, name in cursor.fetchall():
+                    cursor.execute(
+                        f"UPDATE {table} SET actor = %s WHERE id = %s",  # noqa: S608
+                        [erased_id(name), row_id],
+                    )
+                    counts["retrieval_actors_keyed"] += 1
             who, w = subject_condition("principal", subject, values=scope.values)
             details, d = subject_condition("details", subject, json=True, values=scope.values)
             cursor.execute(
@@ -103,71 +118,104 @@ class RetrievalEraser:
 
 KNOWLEDGE_BASE = (
     "{}: the knowledge base (documents the company wrote), searched for the subject's id and their "
-    "distinctive texts (an e-mail address, a long or numbered text); a document that names the subject "
-    "is deleted or corrected through the documents API"
+    "distinctive texts (an e-mail address, a long or numbered text)"
+)
+DOCUMENT_REMEDY = (
+    "a document names the subject (in its text, its id, its source or its ACL): delete it, or index it "
+    "again without them, through the documents API (/api/v1/retrieval/documents/), then retry"
 )
 
 
 def register() -> None:
     eraser_register(RetrievalEraser())
     # The postings hold the words of the chunks' texts, and retrieval_terms each word once with its
-    # count: searched like the texts (a word leaves with the last chunk that holds it).
-    for table, column in (
-        ("retrieval_chunks", "text"),
-        ("retrieval_documents", "title"),
-        ("retrieval_postings", "term"),
-        ("retrieval_terms", "term"),
+    # count: searched like the texts (a word leaves with the last chunk that holds it). A document can
+    # also be named after a customer (ticket-cust-7781) or readable by them by name (user:cust-7781 in
+    # its ACL): its ids and ACL are searched too. Only the company changes its documents.
+    for table, column, kind in (
+        ("retrieval_chunks", "text", "text"),
+        ("retrieval_chunks", "section", "text"),
+        ("retrieval_chunks", "document_key", "text"),
+        ("retrieval_chunks", "source_uri", "text"),
+        ("retrieval_chunks", "chunk_id", "text"),
+        ("retrieval_chunks", "acl", "array"),
+        ("retrieval_documents", "title", "text"),
+        ("retrieval_documents", "document_id", "text"),
+        ("retrieval_documents", "source_uri", "text"),
+        ("retrieval_documents", "acl", "array"),
+        ("retrieval_postings", "term", "text"),
+        ("retrieval_terms", "term", "text"),
     ):
         place_register(
             column_place(
                 table=table,
                 column=column,
-                kind="text",
+                kind=kind,
                 tenant_sql="t.tenant_id = %(tenant)s",
                 erased_by="",
                 what=KNOWLEDGE_BASE.format(f"{table}.{column}"),
+                remedy=DOCUMENT_REMEDY,
             )
         )
-    refs = "document ids, versions, digests, index versions, statuses and ACL groups"
+    # What the eraser deletes or keys: the subject as a principal, the snapshots of their searches and
+    # of searches that returned a document named after them, an unused ACL that names them, and a
+    # deleted document's id and who changed the index, where those name them.
+    for table, column, kind, what, remedy in (
+        ("retrieval_principals", "principal", "text", "the subject as a principal (deleted)", ""),
+        ("retrieval_snapshots", "acl_principal", "text", "who searched (the snapshot is deleted)", ""),
+        ("retrieval_snapshots", "hits", "json", "the documents a search returned (deleted)", ""),
+        (
+            "retrieval_acls",
+            "acl",
+            "array",
+            "an ACL naming the subject (deleted once no chunk uses it)",
+            DOCUMENT_REMEDY,
+        ),
+        ("retrieval_tombstones", "document_key", "text", "a deleted document's id (keyed)", ""),
+        ("retrieval_tombstones", "actor", "text", "who deleted the document (keyed)", ""),
+        ("retrieval_invalidations", "document_key", "text", "the changed document (keyed)", ""),
+        ("retrieval_invalidations", "principal", "text", "the principal that changed (cleared)", ""),
+        ("retrieval_invalidations", "details", "json", "what changed (cleared)", ""),
+        ("retrieval_invalidations", "actor", "text", "who changed the index (keyed)", ""),
+    ):
+        place_register(
+            column_place(
+                table=table,
+                column=column,
+                kind=kind,
+                tenant_sql="t.tenant_id = %(tenant)s",
+                erased_by="retrieval",
+                what=f"{table}.{column}: {what}",
+                remedy=remedy,
+            )
+        )
+    refs = "document versions, digests, index versions, statuses and ACL groups"
     free_register(
         "retrieval_documents",
         refs,
-        "document_id",
-        "source_uri",
         "source_version",
         "source_digest",
         "media_type",
-        "acl",
         "status",
         "index_version",
     )
     free_register(
         "retrieval_chunks",
         refs,
-        "document_key",
-        "source_uri",
         "source_version",
-        "chunk_id",
-        "section",
         "content_digest",
         "index_version",
-        "acl",
         "status",
         "embedder_key",
         "stale_reason",
     )
-    free_register("retrieval_acls", refs, "acl")
     free_register(
         "retrieval_snapshots",
-        "the query's digest (never its text), hits as document references, and "
-        "the staff principal that searched",
+        "the query's digest (never its text) and the index version",
         "snapshot_id",
         "query_digest",
         "index_version",
-        "acl_principal",
-        "hits",
     )
-    staff = "staff principals and groups, document ids, and what changed in the index"
-    free_register("retrieval_principals", staff, "principal", "groups")
-    free_register("retrieval_invalidations", staff, "kind", "document_key", "principal", "details", "actor")
-    free_register("retrieval_tombstones", staff, "document_key", "version_digests", "actor")
+    free_register("retrieval_principals", "the groups a principal belongs to", "groups")
+    free_register("retrieval_invalidations", "what kind of change (a code)", "kind")
+    free_register("retrieval_tombstones", "digests of the deleted versions", "version_digests")

@@ -17,6 +17,7 @@ approvals, summaries, session windows, artifacts) is listed and erased in one fi
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterable, Mapping
@@ -38,10 +39,12 @@ from core.erasure import (
     erased_id,
     free_register,
     free_text_value,
+    holds_subject,
     id_pattern,
     like_pattern,
     matched_inside,
     place_register,
+    subject_condition,
     value_pattern,
 )
 from core.tenancy import tenant_scope
@@ -318,6 +321,7 @@ class RunsEraser:
         _stop(scope, request_id)
         redact = Redactor(scope.subject_id, (*scope.values, *scope.own_values))
         counts = {"runs_redacted": 0, "events_redacted": 0, "approvals_redacted": 0, "operations_redacted": 0}
+        counts["actors_keyed"] = 0
         for run_id in scope.run_ids:
             for key, n in _erase_run(
                 run_id=run_id,
@@ -327,6 +331,8 @@ class RunsEraser:
                 subject=f"erased:{subject_digest}",
             ).items():
                 counts[key] += n
+        for key, n in _names_keyed(scope, redact).items():
+            counts[key] = counts.get(key, 0) + n
         with tenant_scope(scope.tenant_id):
             counts["summaries"], _ = Summary.objects.filter(run_id__in=scope.run_ids).delete()
         existing = [k for k in scope.session_keys if redis_client().exists(k)]
@@ -400,13 +406,17 @@ def _erase_run(
     transaction reads the log nothing is added to it, and a worker's step (a message, a LangGraph put)
     waits, then finds the run erased and is refused. (Read first and fenced at the end, a run that
     steps every millisecond was always ahead: found from outside, the whole erasure failed.)"""
+    actors = 0
     for _ in range(20):  # a deadlock with a writer that locked a side row first: read it again
         try:
             with tenant_scope(scope.tenant_id):
                 run = AgentRun.objects.select_for_update().get(run_id=run_id)
                 changed: list[tuple[int, dict[str, Any]]] = []
                 records: dict[str, dict[str, str]] = {}
+                renamed: list[tuple[int, dict[str, Any]]] = []
                 for event in AgentEvent.objects.filter(run_id=run_id).order_by("seq"):
+                    if redact.hit(event.actor):  # who acted is no digest's input: keyed, no record
+                        renamed.append((event.pk, {"actor": erased_id(event.actor)}))
                     payload = event.payload
                     if event.event_type in LANGGRAPH_ASKED:
                         payload = _langgraph_asked_erased(payload)
@@ -433,6 +443,7 @@ def _erase_run(
                             "before": keyed_digest(old),  # of the subject's own text: keyed
                             "after": redaction_digest(**new),
                         }
+                actors += _events_rewrite(renamed)
                 state = redact(run.state)
                 result = redact(run.result)
                 key = _erased_key(run.idempotency_key, run.run_id, redact)
@@ -467,8 +478,7 @@ def _erase_run(
                 )
                 if seq is None:
                     continue
-                for pk, new in changed:
-                    AgentEvent.objects.filter(pk=pk).update(**new)
+                _events_rewrite(changed)
                 approvals = _redact_rows(
                     Approval.objects.filter(run_id=run_id), redact, ("request", "reasons", "note")
                 )
@@ -476,6 +486,7 @@ def _erase_run(
                 return {
                     "runs_redacted": 1,
                     "events_redacted": len(changed),
+                    "actors_keyed": actors,
                     "approvals_redacted": approvals,
                     "operations_redacted": operations,
                 }
@@ -488,11 +499,85 @@ def _erase_run(
         return {
             "runs_redacted": 0,
             "events_redacted": 0,
+            "actors_keyed": actors,
             "approvals_redacted": _redact_rows(
                 Approval.objects.filter(run_id=run_id), redact, ("request", "reasons", "note")
             ),
             "operations_redacted": _redact_operations(run_id, redact),
         }
+
+
+# Payload keys where Keeper's own events copy who acted or held the run.
+NAME_KEYS = frozenset({"requested_by", "previous_owner", "answered_by", "decided_by"})
+
+
+def _events_rewrite(changes: list[tuple[int, dict[str, Any]]]) -> int:
+    """The one statement path by which erasure changes stored events: a redacted payload, state or
+    client message id (recorded in the run's subject_erased event), or a keyed actor."""
+    for pk, new in changes:
+        AgentEvent.objects.filter(pk=pk).update(**new)
+    return len(changes)
+
+
+def _names_keyed(scope: Scope, redact: Redactor) -> dict[str, int]:
+    """Who acted in a run, decided an approval or holds a lease, where that names the subject: a
+    person's own client that records them as the actor of their messages (user:cust-1003), an outside
+    worker named after a person. The name becomes a keyed pseudonym (the same for every row that held
+    it, so the history still tells one actor from another). In the subject's runs the redactor's rule
+    applies (any text the request covers); in other runs the id or a distinctive text of theirs, as
+    the scan counts it. Their own runs' events were keyed with the runs; their leases were ended."""
+    mine = list(scope.run_ids)
+    subject = scope.subject_id
+    with tenant_scope(scope.tenant_id), connection.cursor() as cursor:
+        actor, a = subject_condition("actor", subject, values=scope.values)
+        cursor.execute(
+            f"SELECT id, actor FROM agent_events WHERE tenant_id = %s AND NOT (run_id = ANY(%s::uuid[]))"  # noqa: S608
+            f" AND {actor}",
+            [scope.tenant_id, mine, *a],
+        )
+        actors = _events_rewrite([(pk, {"actor": erased_id(name)}) for pk, name in cursor.fetchall()])
+        # Keeper's own events copy names into their payload (a resume's requested_by, the lease's
+        # previous_owner): keyed like the column they come from.
+        named = [subject_condition(f"(payload ->> '{k}')", subject, values=scope.values) for k in NAME_KEYS]
+        cursor.execute(
+            f"SELECT id, payload FROM agent_events WHERE tenant_id = %s AND NOT (run_id = ANY(%s::uuid[]))"  # noqa: S608
+            f" AND ({' OR '.join(c for c, _ in named)})",
+            [scope.tenant_id, mine, *(p for _, ps in named for p in ps)],
+        )
+        copies = []
+        for pk, raw in cursor.fetchall():
+            payload = json.loads(raw) if isinstance(raw, str | bytes) else raw
+            keyed = {
+                k: erased_id(v) if k in NAME_KEYS and isinstance(v, str) and holds_subject(v, scope) else v
+                for k, v in payload.items()
+            }
+            if keyed != payload:
+                copies.append((pk, {"payload": keyed}))
+        actors += _events_rewrite(copies)
+        decided, d = subject_condition("decided_by", subject, values=scope.values)
+        cursor.execute(
+            f"SELECT approval_id, run_id, decided_by FROM approvals WHERE tenant_id = %s"  # noqa: S608
+            f" AND (run_id = ANY(%s::uuid[]) OR {decided})",
+            [scope.tenant_id, mine, *d],
+        )
+        deciders = 0
+        for approval_id, run_id, name in cursor.fetchall():
+            if run_id not in scope.run_ids or redact.hit(name):
+                Approval.objects.filter(approval_id=approval_id).update(decided_by=erased_id(name))
+                deciders += 1
+        # A lease held under the subject's name in another run: one that has run out is given back
+        # (the run is dispatched again); a live one is left to its worker, and the receipt says so.
+        owner, o = subject_condition("lease_owner", subject, values=scope.values)
+        cursor.execute(
+            f"SELECT run_id, lease_owner, lease_epoch FROM agent_runs WHERE tenant_id = %s"  # noqa: S608
+            f" AND NOT (run_id = ANY(%s::uuid[])) AND lease_expires_at < statement_timestamp() AND {owner}",
+            [scope.tenant_id, mine, *o],
+        )
+        leases = sum(
+            store.lease_release(run_id=run_id, owner=name, epoch=epoch)
+            for run_id, name, epoch in cursor.fetchall()
+        )
+    return {"actors_keyed": actors, "deciders_keyed": deciders, "leases_released": leases}
 
 
 # An operation with its outcome, or one never sent (prepared; or confirmed not applied, which puts it
@@ -531,6 +616,12 @@ def _redact_rows(queryset: Any, redact: Redactor, fields: tuple[str, ...]) -> in
 
 
 # --- the places the runs app keeps, and the columns that never hold a subject's data -------------
+
+ANOTHER_RUN = (
+    "a run that is not the subject's (named here) holds their id or a text of theirs, because its input "
+    "or a step copied it: an operator removes that copy (or erases the subject that run is about), then "
+    "retries. In the subject's own runs this is a defect in Keeper: report it with this receipt"
+)
 
 _IN_TENANT = "t.tenant_id = %(tenant)s"
 _RUN_IN_TENANT = "t.run_id IN (SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s)"
@@ -602,6 +693,7 @@ def register() -> None:
                     owner_sql="t.subject" if table == "agent_runs" else _OWNER,
                     what=f"{table}.{column} (redacted)",
                     run_sql="t.run_id",
+                    remedy=ANOTHER_RUN,
                 )
             )
     for column in ("facts", "open_questions", "decisions", "carry", "text", "unsupported_facts"):
@@ -629,11 +721,48 @@ def register() -> None:
             values=False,
             erased_by="runs",
             what="tool_operations.operation_id: the external system's idempotency key; rewritten once the "
-            "operation has its outcome, kept while it is in doubt (another key could apply a refund twice): "
-            "reconcile it, then erase again",
+            "operation has its outcome, kept while it is in doubt (another key could apply a refund twice)",
             run_sql="t.run_id",
+            remedy="an operation still in doubt keeps its idempotency key (another key could apply the "
+            "side effect twice): reconcile the operation (support inbox, or POST "
+            "/api/v1/operations/{id}/reconcile), then retry",
         )
     )
+    # Who acted, decided or holds a run: a worker id, a staff user or an API key, and also a person's
+    # own client (user:cust-1003 as the actor of their messages) or an outside worker named after a
+    # person. Searched in every run of the tenant for the subject's id and distinctive texts, and in
+    # the subject's runs for every text the request covers; keyed where they name the subject.
+    for table, column, tenant, remedy in (
+        ("agent_events", "actor", _IN_TENANT, ""),
+        ("approvals", "decided_by", _IN_TENANT, ""),
+        (
+            "agent_runs",
+            "lease_owner",
+            _IN_TENANT,
+            "a worker whose id names the subject holds this run's lease: stop that worker or give it "
+            "another id, then retry once its lease has run out (KEEPER_LEASE_TTL seconds)",
+        ),
+        (
+            "agent_runs",
+            "resume_requested_by",
+            _IN_TENANT,
+            "this run's resume was asked for in the subject's name and has not happened yet: retry "
+            "once the run has taken its next step (or cancel the run)",
+        ),
+    ):
+        place_register(
+            column_place(
+                table=table,
+                column=column,
+                kind="text",
+                tenant_sql=tenant,
+                erased_by="runs",
+                mine_sql=_MINE,
+                what=f"{table}.{column}: who acted, decided or holds the run (keyed where it names the subject)",
+                run_sql="t.run_id",
+                remedy=remedy,
+            )
+        )
     place_register(
         column_place(
             table="tool_operations",
@@ -676,19 +805,11 @@ def register() -> None:
         "suspend_reason",
         "input_digest",
     )
-    free_register(
-        "agent_runs",
-        "who holds or asked: a worker id, a staff user or API key",
-        "lease_owner",
-        "resume_requested_by",
-    )
     free_register("agent_events", ids, "event_type", "step_id", "state_digest", "next_step")
-    free_register("agent_events", "who acted: a worker id, a staff user or API key", "actor")
     free_register(
         "tool_operations", ids, "step_id", "tool_name", "tool_contract_version", "request_digest", "status"
     )
     free_register("approvals", ids, "step_id", "request_digest", "status")
-    free_register("approvals", "who decided: a staff user or API key", "decided_by")
     free_register(
         "summaries",
         ids + "; the compactor's model and prompt version",

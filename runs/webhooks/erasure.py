@@ -1,14 +1,13 @@
-"""The webhook tables hold no subject data: their columns are declared free in the erasure registry.
+"""The webhook tables in the erasure registry: a delivery's data and a subscription's URL.
 
 A delivery's data is built from ids, statuses and reason codes; a code a workflow or an outside
-worker chose can still carry a subject's id (unreachable_cust6662, found from outside), and the scan
-searches declared-free columns for it (core.erasure.free_places): WebhooksEraser replaces each such
-string of the tenant's deliveries, so a delivery still to be sent carries it no more.
+worker chose can still carry a subject's id (unreachable_cust6662): WebhooksEraser replaces each such
+string of the tenant's deliveries, so a delivery still to be sent carries it no more, and keys the URL
+of a deleted subscription that names the subject (a live one is the tenant's to change).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -16,11 +15,13 @@ from django.db import connection
 
 from core.erasure import (
     Scope,
+    column_place,
     erased_id,
     eraser_register,
     erasure_finished_register,
     free_register,
     holds_subject,
+    place_register,
     subject_condition,
 )
 from core.tenancy import tenant_scope
@@ -47,11 +48,10 @@ class WebhooksEraser:
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
         from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 
-        condition, params = subject_condition("data", scope.subject_id, json=True)
-        by_id = replace(scope, values=())  # the outbox holds ids and codes: the subject's id only
+        condition, params = subject_condition("data", scope.subject_id, json=True, values=scope.values)
 
         def holds(text: str) -> bool:
-            return holds_subject(text, by_id)
+            return holds_subject(text, scope)
 
         n = 0
         with tenant_scope(scope.tenant_id):
@@ -83,22 +83,38 @@ def register() -> None:
 
     eraser_register(WebhooksEraser())
     erasure_finished_register(webhook_erasure_finished)
+    tenant = "t.tenant_id = %(tenant)s"
+    place_register(
+        column_place(
+            table="webhook_deliveries",
+            column="data",
+            kind="json",
+            tenant_sql=tenant,
+            erased_by="webhooks",
+            what="webhook_deliveries.data: run ids, statuses, reason codes and revisions; a reason code "
+            "an outside worker chose can name the subject (rewritten)",
+        )
+    )
+    place_register(
+        column_place(
+            table="webhook_subscriptions",
+            column="url",
+            kind="text",
+            tenant_sql=tenant,
+            erased_by="webhooks",
+            what="webhook_subscriptions.url: the tenant's own endpoint (a deleted one's is keyed)",
+            remedy="the tenant's live webhook endpoint names the subject in its URL: delete that "
+            "subscription (and subscribe again under another URL), then retry",
+        )
+    )
     free_register(
         "webhook_subscriptions",
-        "the tenant's own endpoint, its signing secret, event type codes and the staff user or key that made it",
-        "url",
+        "the endpoint's signing secret, event type codes and the staff user or key that made it",
         "secret",
         "event_types",
         "created_by",
     )
-    free_register(
-        "webhook_deliveries",
-        "event type codes, delivery statuses, and data built only from run ids, statuses, reason codes "
-        "and revisions (runs/engine/store.py _WEBHOOK_OUTBOX)",
-        "event_type",
-        "data",
-        "status",
-    )
+    free_register("webhook_deliveries", "event type codes and delivery statuses", "event_type", "status")
     free_register(
         "webhook_deliveries",
         "the receiver's HTTP status codes and Keeper's own error texts (timeouts, refused connections); "

@@ -377,3 +377,41 @@ def test_a_subject_named_in_an_api_key_label_and_a_webhook_url_is_shown_not_a_50
     assert "Nothing about this subject is stored" not in html
     confirm = client.get(f"/compliance/acme/erase/?subject={subject}")
     assert confirm.status_code == 200 and "webhook_subscriptions.url" in confirm.content.decode()
+
+
+def test_a_failed_erasure_says_what_to_do_and_retry_picks_it_up_from_its_page(as_role, tenant):
+    """A failed request's page says in plain words what is left and what to do, and offers Retry:
+    the same request goes back to a worker (audited, compliance only) and then completes."""
+    from retrieval.services import document_delete, document_index
+
+    seed_subject(tenant)
+    document_index(
+        tenant=tenant,
+        document_id=f"ticket-{SUBJECT}",
+        source_uri="crm://tickets/1",
+        source_version="v1",
+        data=b"# Ticket\n\nA parcel arrived broken.",
+        media_type="text/markdown",
+        acl=["group:support"],
+        actor="user:admin",
+        wait=True,
+    )
+    created = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
+    failed = erasure_execute(tenant_id=tenant.tenant_id, request_id=created.request_id)
+    assert failed.status == "failed"
+    page_url = f"/compliance/acme/erasures/{created.request_id}/"
+    page = as_role("compliance").get(page_url).content.decode()
+    assert "through the documents API" in page and ">Retry</button>" in page
+    retry_url = f"/compliance/acme/erasures/{created.request_id}/retry/"
+    assert as_role("support").post(retry_url).status_code == 403
+    document_delete(tenant=tenant, document_id=f"ticket-{SUBJECT}", actor="user:admin")
+    answer = as_role("compliance").post(retry_url)
+    assert answer.status_code == 302 and answer["Location"] == page_url
+    created.refresh_from_db()
+    assert (created.status, created.error, created.receipt) == ("pending", "", None)
+    [entry] = AuditEntry.objects.filter(action="erase_retry")
+    assert (entry.target_id, entry.actor) == (str(created.request_id), "user:compliance")
+    assert SUBJECT not in entry.note + json.dumps(entry.details)
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=created.request_id)  # the worker
+    assert done.status == "completed" and done.receipt["clean"], done.error
+    assert ">Retry</button>" not in as_role("compliance").get(page_url).content.decode()

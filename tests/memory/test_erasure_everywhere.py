@@ -38,6 +38,7 @@ from runs.engine.runs import run_resume, run_start, run_suspend
 from runs.operator.history import history_verify, run_history_document
 from runs.operator.replay import history_export, replay_history
 from tests.console.conftest import make_user
+from tests.erasure.agreement import assert_registry_agrees
 from tests.memory.test_memory import said
 from tests.processes import wait_until
 from tests.runs.workflows.test_refund_workflow import Sandbox, _drive
@@ -190,7 +191,9 @@ def _redis_copies(text: str) -> int:
 
 def _erase(tenant) -> ErasureRequest:
     request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
-    return erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert_registry_agrees(done.receipt)
+    return done
 
 
 def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sandbox, settings):  # noqa: F811
@@ -783,7 +786,8 @@ def test_a_retry_searches_for_what_the_failed_attempt_erased(tenant):
     # "agent_runs.state 1" and nothing led to the run)
     held = {p["place"]: p.get("runs") for p in again.receipt["places"] if p["after"]}
     assert held["agent_runs.state"] == [str(nobodys.run_id)], held
-    assert f"; in runs {nobodys.run_id};" in again.error, again.error
+    assert f", in runs {nobodys.run_id}: " in again.error, again.error
+    assert "an operator removes that copy" in again.error and "/retry" in again.error
     with tenant_scope(tenant.tenant_id):  # the operator deals with the copy (here: the run goes)
         AgentEvent.objects.filter(run=nobodys).delete()
         AgentRun.objects.filter(run_id=nobodys.run_id).delete()

@@ -13,6 +13,7 @@ from runs.engine import store
 from runs.engine.models import ToolOperation
 from runs.engine.operations import operation_mark_started, operation_mark_succeeded, operation_prepare_once
 from runs.engine.runs import run_start
+from tests.erasure.agreement import assert_registry_agrees
 from tests.memory.test_memory import said
 
 pytestmark = pytest.mark.django_db
@@ -61,7 +62,9 @@ def _cancelled_with_a_call_in_doubt(tenant) -> None:
 
 def _erase(tenant):
     request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
-    return erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert_registry_agrees(done.receipt)
+    return done
 
 
 def test_decided_operations_lose_the_subject_and_one_in_doubt_is_named_until_reconciled(tenant) -> None:

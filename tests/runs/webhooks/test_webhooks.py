@@ -20,6 +20,7 @@ from runs.engine.steps import run_advance
 from runs.webhooks.delivery import webhooks_deliver_due
 from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 from runs.webhooks.services import webhook_subscription_create
+from tests.erasure.agreement import assert_registry_agrees
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db
@@ -339,6 +340,7 @@ def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasu
     done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
     left = {place: n for place, n in done.receipt["final_scan"].items() if n}
     assert done.status == "completed" and done.receipt["clean"] is True, left
+    assert_registry_agrees(done.receipt)
     assert sorted(d.data["reason"] for d in WebhookDelivery.objects.all()) == ["[erased]", "unreachable_host"]
     assert all(d.status == "pending" for d in WebhookDelivery.objects.all())  # still sent, without it
 
@@ -453,6 +455,7 @@ def test_labels_and_deleted_endpoints_that_name_the_subject_no_longer_block_thei
     left = {place: n for place, n in done.receipt["final_scan"].items() if n}
     assert done.status == "completed" and left == {}, left
     assert done.receipt["counts"]["labels.api_keys"] == 2
+    assert_registry_agrees(done.receipt)
     # The live key still works under its erased label.
     from tests.api.conftest import key_client
 
