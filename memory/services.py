@@ -29,11 +29,11 @@ from memory.consent import (
     consent_default,
     pending_hold,
 )
-from memory.erasure import tombstoned
 from memory.item_schema import item_schema_current
 from memory.models import PROVENANCE_KEYS, MemoryItem
 from memory.poisoning.hold import ClaimHeld, claim_held_error, claim_hold_if_poisoned
 from memory.sensitive import SENSITIVE_TERMS
+from memory.tombstones import tombstoned
 
 SOURCE_TYPES = ("user_statement", "tool_result", "model_inference", "operator", "import")
 VALIDATION_METHODS = (

@@ -28,9 +28,9 @@ from console.selectors import subject_overview
 from console.subjects import MAX_QUERY_CHARS, subject_search
 from core.errors import ApplicationError
 from core.models import Tenant
-from memory.erasure import erasure_request_create, erasure_request_retry
-from memory.models import ErasureRequest, ErasureStatus
-from memory.selectors import erasure_request_get, erasure_request_list
+from erasure.models import ErasureRequest, ErasureStatus
+from erasure.selectors import erasure_request_get, erasure_request_list
+from erasure.services import erasure_request_create, erasure_request_retry
 
 MAX_SUBJECT_CHARS = 200
 ACTIVE = (ErasureStatus.PENDING, ErasureStatus.RUNNING)

@@ -28,10 +28,8 @@ from uuid import UUID
 from django.conf import settings
 from django.db import connection
 
-from core.erasure import Place, Scope, column_place, free_register, place_register
 from core.errors import InvalidInput, NotFound
 from core.tenancy import tenant_bind, tenant_scope
-from runs.engine import store
 from runs.engine.artifacts import artifact_get, artifact_put
 from runs.engine.models import AgentRun
 from runs.engine.workspace_models import WorkspaceSnapshot
@@ -346,84 +344,45 @@ def _unused(blobs: dict[str, Path], *, except_runs: list[UUID]) -> dict[str, Pat
     return {d: p for d, p in blobs.items() if d not in used}
 
 
-# --- erasure ---
-
-
-class WorkspaceEraser:
-    """A subject's runs' (and their forks') manifests are deleted, and the blobs only they name."""
-
-    name = "workspace"
-
-    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
-        with tenant_scope(tenant_id):
-            run_ids = store.subject_run_ids(
-                tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
-            )
-            refs = [
-                r for s in WorkspaceSnapshot.objects.filter(run_id__in=run_ids) for r in s.manifest.values()
-            ]
-        only_theirs = _unused(_paths_of(refs), except_runs=list(run_ids))
-        return Scope(
-            tenant_id=tenant_id,
-            subject_id=subject_id,
-            run_ids=run_ids,
-            artifact_uris=tuple(sorted(f"file://{p}" for p in only_theirs.values())),
-        )
-
-    def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
-        with tenant_scope(scope.tenant_id):
-            refs = [
-                r
-                for s in WorkspaceSnapshot.objects.filter(run_id__in=scope.run_ids)
-                for r in s.manifest.values()
-            ]
-            manifests, _ = WorkspaceSnapshot.objects.filter(run_id__in=scope.run_ids).delete()
-        blobs = 0
-        for path in _unused(_paths_of(refs), except_runs=list(scope.run_ids)).values():
-            if path.exists():
-                path.unlink()
-                blobs += 1
-        return {"manifests": manifests, "blobs": blobs}
-
-
-def _count_blobs(scope: Scope) -> int:
-    """Workspace blobs of the subject's runs still on disk (the scope's URIs; the runs' own
-    manifests, if any is left, name more)."""
-    with tenant_scope(scope.tenant_id):
-        refs = [
-            r for s in WorkspaceSnapshot.objects.filter(run_id__in=scope.run_ids) for r in s.manifest.values()
-        ]
-    return sum(1 for p in _paths_of(refs).values() if p.exists())
-
-
 def register() -> None:
-    """Called from RunsConfig.ready: the fork copier and the erasure registry's places and eraser."""
-    from core.erasure import eraser_register
+    """Called from RunsConfig.ready: a fork starts with its parent's workspace."""
     from runs.engine.forks import fork_copier_register
 
     fork_copier_register(workspace_fork_copy)
-    eraser_register(WorkspaceEraser())
-    place_register(
-        column_place(
-            table="workspace_snapshots",
-            column="manifest",
-            kind="json",
-            tenant_sql="t.tenant_id = %(tenant)s",
-            erased_by="workspace",
-            mine_sql="t.run_id = ANY(%(runs)s::uuid[])",
-            owner_sql="(SELECT r.subject FROM agent_runs r WHERE r.run_id = t.run_id)",
-            what="workspace_snapshots.manifest: file paths, digests and URIs (deleted)",
-        )
-    )
-    place_register(
-        Place(
-            name="artifacts.workspace_blobs",
-            what="workspace files (blobs by digest) the subject's runs' manifests name",
-            erased_by="workspace",
-            count=_count_blobs,
-        )
-    )
-    free_register("workspace_snapshots", "why the snapshot was taken (a code)", "reason")
+
+
+# --- a subject's runs' workspaces, for erasure (erasure/erasers/workspace.py) ---
+
+
+def _manifest_refs(run_ids: list[UUID]) -> list[dict[str, Any]]:
+    return [r for s in WorkspaceSnapshot.objects.filter(run_id__in=run_ids) for r in s.manifest.values()]
+
+
+def workspace_blobs_only_of(*, tenant_id: UUID, run_ids: list[UUID]) -> list[Path]:
+    """The blobs these runs' manifests name and no other run's does (in any tenant: a digest is shared)."""
+    with tenant_scope(tenant_id):
+        refs = _manifest_refs(run_ids)
+    return list(_unused(_paths_of(refs), except_runs=run_ids).values())
+
+
+def workspace_forget(*, tenant_id: UUID, run_ids: list[UUID]) -> dict[str, int]:
+    """Delete these runs' manifests, and the blobs only they name."""
+    with tenant_scope(tenant_id):
+        refs = _manifest_refs(run_ids)
+        manifests, _ = WorkspaceSnapshot.objects.filter(run_id__in=run_ids).delete()
+    blobs = 0
+    for path in _unused(_paths_of(refs), except_runs=run_ids).values():
+        if path.exists():
+            path.unlink()
+            blobs += 1
+    return {"manifests": manifests, "blobs": blobs}
+
+
+def workspace_blobs_left(*, tenant_id: UUID, run_ids: list[UUID]) -> int:
+    """Blobs these runs' remaining manifests name that are still stored."""
+    with tenant_scope(tenant_id):
+        refs = _manifest_refs(run_ids)
+    return sum(1 for p in _paths_of(refs).values() if p.exists())
 
 
 def bench_snapshot(*, files: int, file_bytes: int, changed: int, rounds: int) -> dict[str, float]:

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from core.erasure import erased_id
+from core.digests import erased_id
 from core.tenancy import tenant_bind, tenant_is_bound
 from runs.engine import store as engine_store
 from runs.engine import wire
@@ -118,7 +118,7 @@ def _json(value: Any) -> Any:
 # --- threads ----------------------------------------------------------------------------------
 
 # A thread's run is found by its key, or by what erasure made of the key when it held the subject's id
-# (core.erasure.erased_id, keyed and the same for the same key): an erased thread stays closed to its
+# (core.digests.erased_id, keyed and the same for the same key): an erased thread stays closed to its
 # graph whatever its id (found from outside: "support-cust-1" was started afresh after the erasure,
 # and a graph running during it wrote the subject's data into the new run).
 _THREAD_RUN = """

@@ -8,7 +8,7 @@ from django.db import connection
 from console.demo import demo_load
 from core.models import Tenant
 from core.tenancy import tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from runs.engine.models import AgentEvent
 from tests.erasure.agreement import assert_registry_agrees
 

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from core.api_auth import api_key_create
 from core.tenancy import tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from runs.conversations.messages import conversation_append
 from runs.engine import store
 from runs.engine.approvals import approval_approve, approval_check

@@ -237,7 +237,7 @@ def test_a_receiver_that_is_down_never_blocks_a_run_and_loses_nothing(tenant, al
 def test_a_finished_erasure_is_announced_with_the_request_id_and_never_the_subject(
     tenant, receiver, allow_http
 ):
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     created = _subscribe(tenant, receiver.url, types=["erasure.finished"])
     run_start(
@@ -324,7 +324,7 @@ def test_a_failed_run_is_announced_with_its_failure_code_as_the_reason(tenant, a
 def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasure(tenant, allow_http):
     """Found from outside: a worker's failure code unreachable_cust6662 stayed in a pending delivery
     after a receipt that said clean (data is declared free: the scan now searches it for the id)."""
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     _subscribe(tenant, "https://acme.example/h")
     theirs = run_start(
@@ -441,7 +441,7 @@ def test_labels_and_deleted_endpoints_that_name_the_subject_no_longer_block_thei
     """Found from outside: a revoked API key called key-for-cust-7781 and a deleted subscription to
     .../hook/cust-7781 kept every erasure of cust-7781 from completing (nothing could rewrite them)."""
     from core.api_auth import api_key_create, api_key_revoke
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
     from runs.webhooks.services import webhook_subscription_delete
 
     live = api_key_create(tenant=tenant, name="bot-for-cust-7781", scope="write")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from core.tenancy import tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from retrieval.models import DocumentTombstone, Invalidation, Principal, RetrievalSnapshot
 from retrieval.search import retrieval_search
 from retrieval.services import DocumentDeleted, document_delete, document_index, principal_set
@@ -98,7 +98,7 @@ def test_a_document_nothing_erases_keeps_the_receipt_from_saying_clean_and_says_
 def test_the_subjects_email_in_a_document_keeps_the_receipt_from_saying_clean(tenant) -> None:
     """Found from outside: documents were searched for the subject's id only, and an e-mail address
     shorter than 24 characters without a digit was never searched outside the subject's own rows."""
-    from core.erasure import distinctive
+    from erasure.matching import distinctive
     from memory.services import memory_remember
     from tests.memory.test_memory import said
 

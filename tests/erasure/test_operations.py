@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from core.tenancy import tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from memory.services import memory_remember
 from runs.engine import store
 from runs.engine.models import ToolOperation

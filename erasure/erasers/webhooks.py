@@ -13,20 +13,14 @@ from uuid import UUID
 
 from django.db import connection
 
-from core.erasure import (
-    Scope,
-    column_place,
-    erased_id,
-    eraser_register,
-    erasure_finished_register,
-    free_register,
-    holds_subject,
-    place_register,
-    subject_condition,
-)
+from core.digests import erased_id
 from core.tenancy import tenant_scope
-
-ERASED = "[erased]"
+from erasure.matching import Scope, holds_subject, subject_condition
+from erasure.places import Place, column_place
+from erasure.registry import Eraser, Free, free
+from runs.conversations.erasure import ERASED
+from runs.webhooks.models import WebhookDelivery, WebhookSubscription
+from runs.webhooks.services import webhook_erasure_finished
 
 
 def _without(value: Any, holds: Any) -> Any:
@@ -39,15 +33,10 @@ def _without(value: Any, holds: Any) -> Any:
     return value
 
 
-class WebhooksEraser:
+class WebhooksEraser(Eraser):
     name = "webhooks"
 
-    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
-        return Scope(tenant_id=tenant_id, subject_id=subject_id)
-
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
-        from runs.webhooks.models import WebhookDelivery, WebhookSubscription
-
         condition, params = subject_condition("data", scope.subject_id, json=True, values=scope.values)
 
         def holds(text: str) -> bool:
@@ -67,7 +56,7 @@ class WebhooksEraser:
                     WebhookDelivery.objects.filter(pk=delivery.pk).update(data=data)
                     n += 1
             # A deleted subscription whose URL names the subject (.../hook/cust-7781): nothing else
-            # rewrites it (found from outside). A live one is the tenant's to change: the receipt names it.
+            # rewrites it. A live one is the tenant's to change: the receipt names it.
             erased_urls = 0
             for subscription in WebhookSubscription.objects.filter(deleted_at__isnull=False):
                 if holds_subject(subscription.url, scope):
@@ -77,48 +66,48 @@ class WebhooksEraser:
                     erased_urls += 1
         return {"webhook_deliveries": n, "deleted_subscription_urls": erased_urls}
 
+    def finished(self, *, tenant_id: UUID, request_id: UUID, clean: bool) -> None:
+        webhook_erasure_finished(tenant_id=tenant_id, request_id=request_id, clean=clean)
 
-def register() -> None:
-    from runs.webhooks.services import webhook_erasure_finished
+    def places(self) -> list[Place]:
+        tenant = "t.tenant_id = %(tenant)s"
+        return [
+            column_place(
+                table="webhook_deliveries",
+                column="data",
+                kind="json",
+                tenant_sql=tenant,
+                erased_by=self.name,
+                what="webhook_deliveries.data: run ids, statuses, reason codes and revisions; a reason code "
+                "an outside worker chose can name the subject (rewritten)",
+            ),
+            column_place(
+                table="webhook_subscriptions",
+                column="url",
+                kind="text",
+                tenant_sql=tenant,
+                erased_by=self.name,
+                what="webhook_subscriptions.url: the tenant's own endpoint (a deleted one's is keyed)",
+                remedy="the tenant's live webhook endpoint names the subject in its URL: delete that "
+                "subscription (and subscribe again under another URL), then retry",
+            ),
+        ]
 
-    eraser_register(WebhooksEraser())
-    erasure_finished_register(webhook_erasure_finished)
-    tenant = "t.tenant_id = %(tenant)s"
-    place_register(
-        column_place(
-            table="webhook_deliveries",
-            column="data",
-            kind="json",
-            tenant_sql=tenant,
-            erased_by="webhooks",
-            what="webhook_deliveries.data: run ids, statuses, reason codes and revisions; a reason code "
-            "an outside worker chose can name the subject (rewritten)",
-        )
-    )
-    place_register(
-        column_place(
-            table="webhook_subscriptions",
-            column="url",
-            kind="text",
-            tenant_sql=tenant,
-            erased_by="webhooks",
-            what="webhook_subscriptions.url: the tenant's own endpoint (a deleted one's is keyed)",
-            remedy="the tenant's live webhook endpoint names the subject in its URL: delete that "
-            "subscription (and subscribe again under another URL), then retry",
-        )
-    )
-    free_register(
-        "webhook_subscriptions",
-        "the endpoint's signing secret, event type codes and the staff user or key that made it",
-        "secret",
-        "event_types",
-        "created_by",
-    )
-    free_register("webhook_deliveries", "event type codes and delivery statuses", "event_type", "status")
-    free_register(
-        "webhook_deliveries",
-        "the receiver's HTTP status codes and Keeper's own error texts (timeouts, refused connections); "
-        "never the receiver's response body",
-        "last_error",
-        "history",
-    )
+    def free(self) -> list[Free]:
+        return [
+            free(
+                "webhook_subscriptions",
+                "the endpoint's signing secret, event type codes and the staff user or key that made it",
+                "secret",
+                "event_types",
+                "created_by",
+            ),
+            free("webhook_deliveries", "event type codes and delivery statuses", "event_type", "status"),
+            free(
+                "webhook_deliveries",
+                "the receiver's HTTP status codes and Keeper's own error texts (timeouts, refused "
+                "connections); never the receiver's response body",
+                "last_error",
+                "history",
+            ),
+        ]
