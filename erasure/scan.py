@@ -21,7 +21,7 @@ def scope_collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> S
     run_ids: set[UUID] = set()
     values: set[str] = set()
     keys: set[bytes] = set()
-    uris: set[str] = set()
+    digests: set[str] = set()
     own: set[str] = set()
     for eraser in erasers():
         found = eraser.collect(tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest)
@@ -29,7 +29,7 @@ def scope_collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> S
         values.update(found.values)
         own.update(found.own_values)
         keys.update(found.session_keys)
-        uris.update(found.artifact_uris)
+        digests.update(found.artifact_digests)
     return Scope(
         tenant_id=tenant_id,
         subject_id=subject_id,
@@ -37,7 +37,7 @@ def scope_collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> S
         values=tuple(sorted(values)),
         own_values=tuple(sorted(own - values)),
         session_keys=tuple(sorted(keys)),
-        artifact_uris=tuple(sorted(uris)),
+        artifact_digests=tuple(sorted(digests)),
     )
 
 

@@ -27,8 +27,9 @@ class RunsConfig(AppConfig):
         from runs.engine.charges import charges_tokenizer_register
 
         charges_tokenizer_register(token_counter)
-        from runs.engine import workspace
+        from runs.engine import artifact_references, workspace
 
+        artifact_references.register()
         workspace.register()
         # Imported only when a worker resumes it (the langgraph extra).
         graph_register(name="support_example", builder="runs.langgraph.example:support_graph")

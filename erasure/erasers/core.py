@@ -71,6 +71,15 @@ class DeclaredFree(Eraser):
         external = "a stand-in for an external order/payment system; its records are that system's to erase"
         return [
             free("tenants", "the customer organisation (Keeper's tenant), not a subject", "slug", "name"),
+            # The bytes they name are a subject's data, erased through the rows that refer to them
+            # (the runs' "artifacts.stored" place); the records hold digests, store names and keys.
+            free(
+                "stored_artifacts",
+                "a stored blob's digest, the store holding it and its key",
+                "digest",
+                "store",
+                "key",
+            ),
             free("auth_user", staff, "username", "password", "email", "first_name", "last_name"),
             free("auth_group", staff, "name"),
             free("auth_permission", staff, "codename", "name"),

@@ -20,6 +20,8 @@ from uuid import UUID
 import redis
 from django.db import connection
 
+from core.artifacts import artifact_digests_in, artifacts_referenced
+from core.artifacts.reclaim import artifacts_erase
 from core.tenancy import tenant_scope
 from erasure.erasers import run_redaction, runs_places
 from erasure.matching import CODE, Scope, free_text_value, like_pattern
@@ -53,21 +55,6 @@ def _free_texts(value: Any, under_key: bool = False, *, codes: bool = True) -> l
             stack.extend((v, under) for v in reversed(item))
         elif isinstance(item, dict):
             stack.extend((v, under or k in FREE_TEXT_KEYS) for k, v in reversed(list(item.items())))
-    return found
-
-
-def _artifact_uris(value: Any) -> set[str]:
-    """The URIs of stored artifacts ({uri, digest}) anywhere in a value, iteratively."""
-    found: set[str] = set()
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if isinstance(item.get("uri"), str) and isinstance(item.get("digest"), str):
-                found.add(item["uri"])
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
     return found
 
 
@@ -126,20 +113,20 @@ class RunsEraser(Eraser):
             )
             texts: set[str] = set()
             addresses: set[str] = set()
-            uris: set[str] = set()
+            digests: set[str] = set()
             keys: set[bytes] = set(subject_session_keys(tenant_id=tenant_id, subject_id=subject_id))
             for run in AgentRun.objects.filter(run_id__in=run_ids):
                 texts.update(_free_texts(run.state))
                 texts.update(_free_texts(run.result))
                 addresses |= _emails(run.state) | _emails(run.result)
-                uris |= _artifact_uris(run.state)
+                digests.update(artifact_digests_in([run.state, run.result]))
                 keys.update(redis_client().scan_iter(match=f"session:{tenant_id}:*:{run.run_id}", count=500))
             for payload, state in AgentEvent.objects.filter(run_id__in=run_ids).values_list(
                 "payload", "state"
             ):
                 texts.update(_free_texts(payload, codes=False) + _free_texts(state))
                 addresses |= _emails(payload) | _emails(state)
-                uris |= _artifact_uris(payload) | _artifact_uris(state)
+                digests.update(artifact_digests_in([payload, state]))
             approvals = Approval.objects.filter(run_id__in=run_ids).values_list(
                 "request", "note", "decided_by"
             )
@@ -158,15 +145,9 @@ class RunsEraser(Eraser):
                 else set()
             )
             texts |= addresses - common
-            # Stored by content digest: a file another run also points to is that run's too, and stays.
-            shared = {
-                u
-                for p, s in AgentEvent.objects.filter(run__tenant_id=tenant_id)
-                .exclude(run_id__in=run_ids)
-                .filter(payload__content_ref__uri__in=list(uris))
-                .values_list("payload", "state")
-                for u in _artifact_uris(p) | _artifact_uris(s)
-            }
+        # Stored by content digest: a blob another run (or anything else of the tenant) also refers to
+        # is theirs too, and stays.
+        shared = artifacts_referenced(tenant_id=tenant_id, digests=digests, except_runs=run_ids)
         return Scope(
             tenant_id=tenant_id,
             subject_id=subject_id,
@@ -174,7 +155,7 @@ class RunsEraser(Eraser):
             values=tuple(sorted(texts)),
             own_values=tuple(sorted(common)),
             session_keys=tuple(sorted(keys)),
-            artifact_uris=tuple(sorted(uris - shared)),
+            artifact_digests=tuple(sorted(digests - shared)),
         )
 
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
@@ -201,11 +182,9 @@ class RunsEraser(Eraser):
         counts["redis_session_windows"] = redis_client().delete(*existing) if existing else 0
         if counts["redis_session_windows"]:
             counts["redis_snapshots_rewritten"] = _redis_snapshots_rewrite()
-        counts["artifacts"] = 0
-        for path in runs_places.artifact_paths(scope.artifact_uris):
-            if path.exists():
-                path.unlink()
-                counts["artifacts"] += 1
+        counts["artifacts"] = artifacts_erase(
+            tenant_id=scope.tenant_id, digests=scope.artifact_digests, except_runs=scope.run_ids
+        )
         return counts
 
 

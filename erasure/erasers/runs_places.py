@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from core.artifacts.reclaim import artifacts_left
 from erasure.matching import Scope
 from erasure.places import Place, column_place
 from erasure.registry import Free, free
@@ -29,12 +28,10 @@ def _count_session_windows(scope: Scope) -> int:
     return sum(1 for k in keys if redis_client().exists(k))
 
 
-def artifact_paths(uris: tuple[str, ...]) -> list[Path]:
-    return [Path(u[len("file://") :]) for u in uris if u.startswith("file://")]
-
-
 def _count_artifacts(scope: Scope) -> int:
-    return sum(1 for path in artifact_paths(scope.artifact_uris) if path.exists())
+    return artifacts_left(
+        tenant_id=scope.tenant_id, digests=scope.artifact_digests, except_runs=scope.run_ids
+    )
 
 
 def places() -> list[Place]:
@@ -165,8 +162,9 @@ def places() -> list[Place]:
     )
     found.append(
         Place(
-            name="artifacts.tool_results",
-            what="stored tool results (files by digest) only the subject's runs point to",
+            name="artifacts.stored",
+            what="stored blobs (tool results, workspace files, a state's attachments) only the subject's "
+            "runs refer to",
             erased_by="runs",
             count=_count_artifacts,
         )

@@ -1,6 +1,6 @@
-"""Every variable in the README's configuration table reaches what uses it, and the code reads no
-KEEPER_* variable the table leaves out (issue 13 item 5: KEEPER_EMBEDDER and KEEPER_EXTRACTOR were
-documented but never read, so production always used the defaults).
+"""Every variable in the settings reference's table (docs/reference/settings.md) reaches what uses
+it, and the code reads no KEEPER_* variable the table leaves out (KEEPER_EMBEDDER and
+KEEPER_EXTRACTOR were once documented but never read, so production always used the defaults).
 
 Settings are process-wide, so the variables are set in a fresh interpreter with production settings
 (importing settings connects to nothing).
@@ -129,6 +129,21 @@ CASES: dict[str, tuple[str, str, object]] = {
         "str(settings.KEEPER_ARTIFACT_ROOT)",
         "/tmp/keeper-doc-artifacts",
     ),
+    # The S3 store chosen, with the bucket, endpoint, region and time limit it is built with.
+    "KEEPER_ARTIFACT_STORE": ("s3", "type(artifact_store()).__name__", "S3ArtifactStore"),
+    "KEEPER_ARTIFACT_S3_BUCKET": ("keeper-doc-bucket", "artifact_store().bucket", "keeper-doc-bucket"),
+    "KEEPER_ARTIFACT_S3_ENDPOINT_URL": (
+        "http://s3.example:9000",
+        "artifact_store().client.meta.endpoint_url",
+        "http://s3.example:9000",
+    ),
+    "KEEPER_ARTIFACT_S3_REGION": ("eu-west-3", "artifact_store().client.meta.region_name", "eu-west-3"),
+    "KEEPER_ARTIFACT_TIMEOUT": (
+        "7",
+        "[settings.KEEPER_ARTIFACT_TIMEOUT, artifact_store().client.meta.config.read_timeout]",
+        [7.0, 7.0],
+    ),
+    "KEEPER_ARTIFACT_GRACE": ("3600", "settings.KEEPER_ARTIFACT_GRACE", 3600.0),
     "KEEPER_PREPARED_STATEMENTS": ("false", "settings.KEEPER_PREPARED_STATEMENTS", False),
     "KEEPER_CRASH_AT": ("after_checkpoint:2", "settings.KEEPER_CRASH_AT", "after_checkpoint:2"),
     "KEEPER_CRASH_ONCE_DIR": (
@@ -195,6 +210,7 @@ import json, runpy, sys, django
 from django.conf import settings
 django.setup()
 from config.launcher import launch_options
+from core.artifacts import artifact_store
 from memory.embedders import embedder_from_settings
 from memory.extraction import extractor_from_settings
 from runs.conversations.compaction.compactors import compactor_from_settings
@@ -241,14 +257,18 @@ ALONE: dict[str, tuple[dict[str, str], str, str, object]] = {
 }
 
 
+SETTINGS_PAGE = ROOT / "docs" / "reference" / "settings.md"
+
+
 def documented_variables() -> list[str]:
-    """The names in the first column of README.md's configuration table."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    """The names in the first column of the settings reference's table of variables."""
+    lines = SETTINGS_PAGE.read_text().splitlines()
+    start = lines.index("| variable | default | meaning |")
     names: list[str] = []
-    for line in section.splitlines():
-        if line.startswith("| `"):
-            names += re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1])
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        names += re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1])
     return names
 
 
@@ -364,7 +384,9 @@ def test_every_keeper_variable_the_code_reads_is_documented():
     undocumented = {
         name: sorted(where) for name, where in reads.items() if name not in documented_variables()
     }
-    assert not undocumented, f"read but not in README's configuration table: {undocumented}"
+    assert not undocumented, (
+        f"read but not in the settings reference (docs/reference/settings.md): {undocumented}"
+    )
 
 
 def test_the_settings_read_every_documented_keeper_variable():

@@ -1,5 +1,6 @@
-"""docs/authoring.md's python blocks are the guide's whole module: these tests run them on the real
-engine (a real worker and beat for the happy path), so the guide cannot drift from the code."""
+"""docs/tutorials/first-workflow.md's python blocks are the guide's whole module: these tests run
+them on the real engine (a real worker and beat for the happy path), so the guide cannot drift from
+the code."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.runs.workflows.test_refund_workflow import Sandbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "authoring.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "tutorials" / "first-workflow.md"
 MODULE = "keeper_guide_goodwill"
 
 

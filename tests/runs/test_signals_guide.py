@@ -1,6 +1,6 @@
-"""docs/authoring.md's signals, queries and child runs section, run as written: the shipment starts
-its delivery as a child, the courier's signal completes it and wakes the shipment (in-process and
-on a real worker), and a delivery that times out fails into the parent's result."""
+"""docs/tutorials/first-workflow.md's signals, queries and child runs section, run as written: the
+shipment starts its delivery as a child, the courier's signal completes it and wakes the shipment
+(in-process and on a real worker), and a delivery that times out fails into the parent's result."""
 
 from __future__ import annotations
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 import time
+from typing import Any
 
 import pytest
 
 from core.digests import canonical_json
+from core.processes import ROOT
 from core.tenancy import tenant_bind
 from runs.engine import store
 from runs.engine.models import AgentRun
@@ -58,6 +61,35 @@ def _verify(secret: str, headers: dict[str, str], body: bytes, *, tolerance: int
     expected = hmac.new(secret.encode("utf-8"), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
     given = [part[3:] for part in headers["Keeper-Signature"].split(",") if part.strip().startswith("v1=")]
     return any(hmac.compare_digest(expected, g.strip()) for g in given)
+
+
+def _documented_verify() -> Any:
+    """The `verify` function of docs/how-to/webhooks.md, run as the page prints it."""
+    page = (ROOT / "docs" / "how-to" / "webhooks.md").read_text()
+    [block] = [b for b in re.findall(r"^```python\n(.*?)^```", page, flags=re.S | re.M) if "def verify(" in b]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "docs/how-to/webhooks.md", "exec"), namespace)
+    return namespace["verify"]
+
+
+def test_the_how_to_pages_verify_accepts_keepers_delivery_and_refuses_a_changed_one(
+    tenant, receiver, allow_http
+):
+    verify = _documented_verify()
+    created = _subscribe(tenant, receiver.url)
+    run = _complete(tenant)
+    _deliver_until(lambda: len(receiver.accepted()) == 1)
+    [got] = receiver.accepted()
+    assert verify(created.secret, got.headers, got.body)["run_id"] == str(run.run_id)
+    for secret, body in (
+        (created.secret + "x", got.body),
+        (created.secret, got.body.replace(b"completed", b"failed")),
+    ):
+        with pytest.raises(ValueError):
+            verify(secret, got.headers, body)
+    stale = {**got.headers, "Keeper-Timestamp": str(int(got.headers["Keeper-Timestamp"]) - 3600)}
+    with pytest.raises(ValueError, match="stale"):
+        verify(created.secret, stale, got.body)
 
 
 def test_a_receiver_failing_three_times_then_succeeding_accepts_each_event_exactly_once(
