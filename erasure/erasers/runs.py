@@ -5,7 +5,7 @@ The subject's runs are the runs whose `subject` is the subject and every fork or
 replaced by "[erased]": run state and result, every event's payload and state copy, approvals and
 operations; conversation text is dropped from the events (a digest stays); client message ids and
 idempotency keys that carry the id become keyed pseudonyms; `subject` becomes `erased:<subject
-digest>`. Summaries, Redis windows and stored tool results only these runs point to are deleted. Who
+digest>`. Summaries, Redis windows and stored blobs only these runs refer to are deleted. Who
 acted, decided or holds a run, where that names the subject, is keyed in every run of the tenant.
 How one run is redacted is erasure/erasers/run_redaction.py; its places, erasure/erasers/runs_places.py.
 """

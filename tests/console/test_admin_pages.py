@@ -28,7 +28,7 @@ NOT_IN_ADMIN = {
     "retrieval.chunkposting",
     "retrieval.chunkterm",
 }
-KEEPER_APPS = {"core", "runs", "memory", "retrieval", "console", "sandbox"}
+KEEPER_APPS = {"core", "runs", "memory", "retrieval", "erasure", "console", "sandbox"}
 
 
 @pytest.fixture
