@@ -98,7 +98,8 @@ def left_in_words(
         where = runs[todo]
         more = " and more" if len(where) > LOCATED else ""
         named = f", in runs {', '.join(where[:LOCATED])}{more}" if where else ""
-        parts.append(f"{' and '.join(names)}{named}: {todo}.")
+        listed = names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+        parts.append(f"{listed}{named}: {todo}.")
     if kept:
         parts.append(
             f"The subject's {' and '.join(kept)} is kept until nothing else holds their data, so that a "

@@ -148,8 +148,8 @@ def erasure_execute(*, tenant_id: UUID, request_id: UUID) -> ErasureRequest:
         scanned = [*places(), *free]
         before = scan(scope, scanned)
         counts: dict[str, int] = {}
-        first = [e for e in erasers() if not e.last]
-        waiting = [e for e in erasers() if e.last]
+        first = [e for e in erasers() if e.erases and not e.last]
+        waiting = [e for e in erasers() if e.erases and e.last]
         waiting_places = {p.name for e in waiting for p in e.places()}
         for eraser in first:
             step = eraser.name
