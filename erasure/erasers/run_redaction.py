@@ -23,6 +23,7 @@ from runs.conversations.erasure import (
     ERASED_DETAIL,
     ERASED_EVENT,
     TEXT_KEYS,
+    EventChange,
     events_rewrite,
     redaction_digest,
 )
@@ -95,15 +96,15 @@ def _langgraph_asked_erased(payload: Any) -> Any:
 
 def _events_redacted(
     run_id: UUID, redact: Redactor
-) -> tuple[list[tuple[int, dict[str, Any]]], dict[str, dict[str, str]], list[tuple[int, dict[str, Any]]]]:
+) -> tuple[list[EventChange], dict[str, dict[str, str]], list[EventChange]]:
     """The run's events as erasure leaves them: (redacted events, their records by seq, keyed actors).
     Who acted is no digest's input: a keyed actor needs no record."""
-    changed: list[tuple[int, dict[str, Any]]] = []
+    changed: list[EventChange] = []
     records: dict[str, dict[str, str]] = {}
-    renamed: list[tuple[int, dict[str, Any]]] = []
+    renamed: list[EventChange] = []
     for event in AgentEvent.objects.filter(run_id=run_id).order_by("seq"):
         if redact.hit(event.actor):
-            renamed.append((event.pk, {"actor": erased_id(event.actor)}))
+            renamed.append((run_id, event.seq, {"actor": erased_id(event.actor)}))
         payload = event.payload
         if event.event_type in LANGGRAPH_ASKED:
             payload = _langgraph_asked_erased(payload)
@@ -121,7 +122,7 @@ def _events_redacted(
         }
         old = {"payload": event.payload, "state": event.state, "client_message_id": event.client_message_id}
         if new != old:
-            changed.append((event.pk, new))
+            changed.append((run_id, event.seq, new))
             records[str(event.seq)] = {
                 "before": keyed_digest(old),  # of the subject's own text: keyed
                 "after": redaction_digest(**new),
@@ -232,26 +233,26 @@ def _actors_key(cursor: Any, scope: Scope) -> int:
     mine, subject = list(scope.run_ids), scope.subject_id
     actor, a = subject_condition("actor", subject, values=scope.values)
     cursor.execute(
-        f"SELECT id, actor FROM agent_events WHERE tenant_id = %s AND NOT (run_id = ANY(%s::uuid[]))"  # noqa: S608
+        f"SELECT run_id, seq, actor FROM agent_events WHERE tenant_id = %s AND NOT (run_id = ANY(%s::uuid[]))"  # noqa: S608
         f" AND {actor}",
         [scope.tenant_id, mine, *a],
     )
-    keyed = events_rewrite([(pk, {"actor": erased_id(name)}) for pk, name in cursor.fetchall()])
+    keyed = events_rewrite([(run, seq, {"actor": erased_id(name)}) for run, seq, name in cursor.fetchall()])
     named = [subject_condition(f"(payload ->> '{k}')", subject, values=scope.values) for k in NAME_KEYS]
     cursor.execute(
-        f"SELECT id, payload FROM agent_events WHERE tenant_id = %s AND NOT (run_id = ANY(%s::uuid[]))"  # noqa: S608
+        f"SELECT run_id, seq, payload FROM agent_events WHERE tenant_id = %s AND NOT (run_id = ANY(%s::uuid[]))"  # noqa: S608
         f" AND ({' OR '.join(c for c, _ in named)})",
         [scope.tenant_id, mine, *(p for _, ps in named for p in ps)],
     )
     copies = []
-    for pk, raw in cursor.fetchall():
+    for run, seq, raw in cursor.fetchall():
         payload = json.loads(raw) if isinstance(raw, str | bytes) else raw
         new = {
             k: erased_id(v) if k in NAME_KEYS and isinstance(v, str) and holds_subject(v, scope) else v
             for k, v in payload.items()
         }
         if new != payload:
-            copies.append((pk, {"payload": new}))
+            copies.append((run, seq, {"payload": new}))
     return keyed + events_rewrite(copies)
 
 

@@ -68,10 +68,13 @@ def event_redacted_as_recorded(event: dict[str, Any], records: dict[int, dict[st
     )
 
 
-def events_rewrite(changes: list[tuple[int, dict[str, Any]]]) -> int:
-    """The one statement path by which erasure changes stored events: a redacted payload, state or
-    client message id (recorded in the run's subject_erased event), or a keyed actor. The caller
-    holds the run's row lock where the change must be recorded with it."""
-    for pk, new in changes:
-        AgentEvent.objects.filter(pk=pk).update(**new)
+EventChange = tuple[UUID, int, dict[str, Any]]  # (run_id, seq, the columns' new values)
+
+
+def events_rewrite(changes: list[EventChange]) -> int:
+    """The one statement path by which erasure changes stored events, each named by (run, seq): a
+    redacted payload, state or client message id (recorded in the run's subject_erased event), or a
+    keyed actor. The caller holds the run's row lock where the change must be recorded with it."""
+    for run_id, seq, new in changes:
+        AgentEvent.objects.filter(run_id=run_id, seq=seq).update(**new)
     return len(changes)
