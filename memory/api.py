@@ -1,4 +1,4 @@
-"""REST API for long-term memory and erasure requests. One view per action; the tenant is explicit."""
+"""REST API for long-term memory. One view per action; the tenant is explicit."""
 
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ from core.api import (
     TenantParameterSerializer,
     error_responses,
 )
-from core.api_auth import request_actor, request_tenant
+from core.api_auth import request_actor, request_key, request_tenant
 from core.roles import COMPLIANCE
 from memory.confirmation import pending_confirm
 from memory.consent import CONSENT_BASES
 from memory.filememory import memory_md_apply, memory_md_render, write_memory
 from memory.models import MemoryItem
+from memory.policy import provenance_of_writer
 from memory.projection import memory_search
 from memory.selectors import memory_recall
 from memory.services import memory_invalidate, memory_remember, memory_supersede
@@ -134,6 +135,7 @@ class MemoryItemsApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
+        provenance_of_writer(fields["provenance"], operator=request_key(request) is None)
         item = memory_remember(tenant=request_tenant(request, fields.pop("tenant", None)), **fields)
         return Response(MemoryItemOutputSerializer(item).data, status=201)
 
@@ -181,6 +183,7 @@ class MemoryItemSupersedeApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
+        provenance_of_writer(fields["provenance"], operator=request_key(request) is None)
         item = memory_supersede(
             tenant=request_tenant(request, fields.pop("tenant", None)), memory_id=memory_id, **fields
         )
@@ -340,8 +343,13 @@ class MemoryFileApi(APIView):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        content = StrictCharField(max_length=200_000, allow_blank=True, trim_whitespace=False)
-        consent_basis = serializers.ChoiceField(choices=CONSENT_BASES, default="explicit")
+        # Its size is the service's to refuse, with a 413 naming the limits (memory/filememory.py).
+        content = StrictCharField(allow_blank=True, trim_whitespace=False)
+        # The basis of the lines that name none; none given: such a line in a category or namespace
+        # whose policy needs one waits for the subject's confirmation.
+        consent_basis = serializers.ChoiceField(
+            choices=CONSENT_BASES, required=False, allow_null=True, default=None
+        )
 
     @extend_schema(
         summary="A subject's MEMORY.md (current claims with their provenance, as markdown)",
@@ -363,8 +371,8 @@ class MemoryFileApi(APIView):
                 value={
                     "tenant": "acme",
                     "content": '# MEMORY.md of customer-7\n\n## preference\n- preference/language: "en"'
-                    '  <!-- id=0b6c1f9e-3a52-4f5e-9a43-6f1d2c3b4a59 -->\n- constraint/contact: "email only"\n',
-                    "consent_basis": "explicit",
+                    '  <!-- id=0b6c1f9e-3a52-4f5e-9a43-6f1d2c3b4a59 -->\n- constraint/contact: "email only"'
+                    "  <!-- consent=explicit -->\n",
                 },
                 request_only=True,
             )
@@ -380,7 +388,7 @@ class MemoryFileApi(APIView):
                     "held": serializers.ListField(child=serializers.DictField()),
                 },
             ),
-            **error_responses(422),
+            **error_responses(409, 413, 422),
         },
     )
     def put(self, request: Request, subject: str) -> Response:
@@ -391,6 +399,8 @@ class MemoryFileApi(APIView):
             subject_id=subject,
             text=data.validated_data["content"],
             editor=request_actor(request),
+            # Trust comes from who writes: a person signed in with a role is an operator, a key is not.
+            operator=request_key(request) is None,
             consent_basis=data.validated_data["consent_basis"],
         )
         return Response(edit.as_json())

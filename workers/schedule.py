@@ -38,6 +38,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": 60.0,
             "options": {"expires": 120},
         },
+        # Forks cancelled or expired a fork TTL ago: their events, copied conversation and summaries.
+        "purge-abandoned-forks": {
+            "task": "workers.tasks.purge_abandoned_forks",
+            "schedule": 3600.0,
+            "options": {"expires": 7200},
+        },
         # Workspace snapshots of runs finished a TTL ago.
         "reclaim-workspaces": {
             "task": "workers.tasks.reclaim_workspaces",
@@ -52,6 +58,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
         },
         "purge-expired-memory": {
             "task": "workers.tasks.purge_expired_memory",
+            "schedule": 300.0,
+            "options": {"expires": 600},
+        },
+        # Claims whose source event was redacted or rewound away, or whose document changed.
+        "follow-memory-sources": {
+            "task": "workers.tasks.follow_memory_sources",
             "schedule": 300.0,
             "options": {"expires": 600},
         },

@@ -329,6 +329,9 @@ class Approval(models.Model):
 class SummaryStatus(models.TextChoices):
     VALID = "valid"
     STALE = "stale"
+    # A fact of it says something else than its events (a flipped negation, a dropped condition or
+    # currency): never used, kept for a person's review (runs/conversations/compaction/services.py).
+    HELD = "held"
 
 
 class Summary(models.Model):

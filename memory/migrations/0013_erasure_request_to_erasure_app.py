@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("erasure", "0001_initial"),
-        ("memory", "0011_cjk_words"),
+        ("memory", "0012_held_claims_keep_their_consent_basis"),
     ]
 
     operations = [
