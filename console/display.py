@@ -17,7 +17,7 @@ from console.models import AuditEntry
 from erasure.models import ErasureRequest
 from erasure.registry import erasers
 from memory.models import PROVENANCE_KEYS, MemoryItem
-from runs.engine.models import AgentEvent, Approval, ToolOperation
+from runs.kernel.models import AgentEvent, Approval, ToolOperation
 
 # ISO 4217 currencies without two minor digits; every other code is shown with two.
 _MINOR_DIGITS = {

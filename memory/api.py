@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 from core.api import (
     ClosedSerializer,
     ErrorSerializer,
+    QuerySerializer,
     StrictCharField,
     StrictFloatField,
     StrictIntegerField,
@@ -105,7 +106,7 @@ class MemoryItemsApi(APIView):
             choices=CONSENT_BASES, required=False, allow_null=True, default=None
         )  # none: from the provenance (memory/consent.py consent_default)
 
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(QuerySerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -221,7 +222,7 @@ class MemoryItemInvalidateApi(APIView):
 
 
 class MemorySearchApi(APIView):
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(QuerySerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -229,7 +230,7 @@ class MemorySearchApi(APIView):
         subject_id = StrictCharField(max_length=200, trim_whitespace=False, required=False)
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
 
-    class InputSerializer(ClosedSerializer, FilterSerializer):
+    class InputSerializer(FilterSerializer):
         """The same fields as a JSON body, each of its JSON type (a number is not a query)."""
 
         tenant = StrictCharField(max_length=64, required=False, allow_blank=True)

@@ -5,8 +5,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from django.db import connection
 
+from core import tenancy
 from core.tenancy import tenant_bind, tenant_ensure
 from tests.chat_server import chat  # noqa: F401 - the fixture, for every test module
 from tests.processes import ProcessGroup, flush_redis
@@ -40,17 +40,13 @@ def tenant(db):
 
 @contextmanager
 def no_tenant() -> Iterator[None]:
-    """No tenant on the test's connection for the block (as a fresh request or task starts)."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT current_setting('app.tenant_id', true), set_config('app.tenant_id', '', false)"
-        )
-        previous = cursor.fetchone()[0] or ""
+    """No tenant for the statements of the block, whatever the test bound (as a fresh request or task
+    starts): each statement carries the context variable's tenant, so that is what is emptied."""
+    token = tenancy._tenant.set("")
     try:
         yield
     finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('app.tenant_id', %s, false)", [previous])
+        tenancy._tenant.reset(token)
 
 
 @pytest.fixture

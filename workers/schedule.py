@@ -15,6 +15,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": settings.KEEPER_REDISPATCH_INTERVAL,
             "options": {"expires": settings.KEEPER_REDISPATCH_INTERVAL * 2},
         },
+        # Runs refused because this deployment lacked their code, asked to resume once it has it.
+        "resume-runs-whose-code-is-back": {
+            "task": "workers.tasks.resume_runs_whose_code_is_back",
+            "schedule": settings.KEEPER_REDISPATCH_INTERVAL,
+            "options": {"expires": settings.KEEPER_REDISPATCH_INTERVAL * 2},
+        },
         # An answered LangGraph thread whose resume task was lost (the same grace as the runs').
         "resume-lost-langgraph-answers": {
             "task": "workers.tasks.resume_lost_langgraph_answers",

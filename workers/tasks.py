@@ -17,7 +17,7 @@ from retrieval.indexes import chunk_index_ensure, chunk_index_wanted
 from retrieval.services import document_embed, documents_pending, index_expire, index_reembed
 from runs.conversations.learning import run_learn
 from runs.conversations.memory_sources import memory_sources_sweep
-from runs.engine.dispatch import runs_redispatch
+from runs.engine.dispatch import runs_code_back, runs_redispatch
 from runs.engine.forks import forks_expire
 from runs.engine.schedules import schedules_fire
 from runs.engine.steps import run_advance
@@ -34,6 +34,11 @@ def advance_run(run_id: str) -> None:
 @shared_task(name="workers.tasks.redispatch_runs", ignore_result=True)
 def redispatch_runs() -> int:
     return runs_redispatch()
+
+
+@shared_task(name="workers.tasks.resume_runs_whose_code_is_back", ignore_result=True)
+def resume_runs_whose_code_is_back() -> int:
+    return runs_code_back()
 
 
 @shared_task(name="workers.tasks.fire_schedules", ignore_result=True)

@@ -19,7 +19,7 @@ from erasure.places import Place, column_place
 from erasure.redactor import Redactor
 from erasure.registry import Eraser, Free, free
 from runs.conversations.erasure import ERASED
-from runs.engine.models import Approval, ToolOperation
+from runs.kernel.models import Approval, ToolOperation
 
 APPEND_ONLY = (
     "the audit log is append-only evidence and is never rewritten: an operator decides whether this "

@@ -1,9 +1,10 @@
 """How one of the subject's runs is redacted, and how names of the subject are keyed in every run.
 
 A run is redacted in one transaction under its row's lock: its new state goes in with the fenced
-`subject_erased` event (runs/engine/store.py), and its changed events through the runs app's one
-path for them (runs.conversations.erasure.events_rewrite). Approvals and operations are the runs'
-side rows: redacted here.
+`subject_erased` event (the kernel's SubjectErased move), and each changed event as an EventRedacted
+move; who acted is keyed the same way, and a lease held under the subject's name is given back with
+LeaseReleased (runs.kernel.apply is the only writer of the run tables). Approvals and operations are
+the runs' side rows: redacted here.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from uuid import UUID
 
 from django.db import OperationalError, connection
 
-from core.digests import canonical_json, erased_id, keyed_digest
+from core.digests import erased_id, keyed_digest
 from core.tenancy import tenant_scope
 from erasure.matching import Scope, holds_subject, subject_condition
 from erasure.redactor import Redactor
@@ -23,14 +24,13 @@ from runs.conversations.erasure import (
     ERASED_DETAIL,
     ERASED_EVENT,
     TEXT_KEYS,
-    EventChange,
-    events_rewrite,
     redaction_digest,
 )
 from runs.conversations.messages import CONVERSATION_EVENTS
-from runs.engine import store
-from runs.engine.models import AgentEvent, AgentRun, Approval, OperationStatus, ToolOperation
-from runs.engine.state import state_encode
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, AgentRun, Approval, OperationStatus, ToolOperation
+from runs.kernel.state import state_encode
 
 DEADLOCK = "40P01"  # deadlock_detected: PostgreSQL rolled this transaction back, the other one goes on
 
@@ -59,16 +59,18 @@ def runs_stop(scope: Scope, request_id: UUID) -> None:
             .values_list("run_id", flat=True)
         )
         for run_id in active:
-            store.transition(
-                run_id=run_id,
-                from_statuses=("running", "suspended"),
-                to_status="suspended",
-                event_type="run_suspended",
-                actor=f"erasure:{request_id}",
-                # Codes and ids only: a note here would be searched as the subject's text next time.
-                payload_json=canonical_json({"reason": ERASED_EVENT, "erasure_request_id": str(request_id)}),
-                suspend_reason=ERASED_EVENT,
-                suspend_detail=ERASED_DETAIL,
+            apply(
+                m.StatusChanged(
+                    run_id=run_id,
+                    from_statuses=("running", "suspended"),
+                    to_status="suspended",
+                    event_type="run_suspended",
+                    actor=f"erasure:{request_id}",
+                    # Codes and ids only: a note here would be searched as the subject's text next time.
+                    payload={"reason": ERASED_EVENT, "erasure_request_id": str(request_id)},
+                    suspend_reason=ERASED_EVENT,
+                    suspend_detail=ERASED_DETAIL,
+                )
             )
 
 
@@ -96,15 +98,15 @@ def _langgraph_asked_erased(payload: Any) -> Any:
 
 def _events_redacted(
     run_id: UUID, redact: Redactor
-) -> tuple[list[EventChange], dict[str, dict[str, str]], list[EventChange]]:
+) -> tuple[list[m.EventRedacted], dict[str, dict[str, str]], list[m.EventRedacted]]:
     """The run's events as erasure leaves them: (redacted events, their records by seq, keyed actors).
     Who acted is no digest's input: a keyed actor needs no record."""
-    changed: list[EventChange] = []
+    changed: list[m.EventRedacted] = []
     records: dict[str, dict[str, str]] = {}
-    renamed: list[EventChange] = []
+    renamed: list[m.EventRedacted] = []
     for event in AgentEvent.objects.filter(run_id=run_id).order_by("seq"):
         if redact.hit(event.actor):
-            renamed.append((run_id, event.seq, {"actor": erased_id(event.actor)}))
+            renamed.append(m.EventRedacted(run_id, event.seq, {"actor": erased_id(event.actor)}))
         payload = event.payload
         if event.event_type in LANGGRAPH_ASKED:
             payload = _langgraph_asked_erased(payload)
@@ -122,12 +124,18 @@ def _events_redacted(
         }
         old = {"payload": event.payload, "state": event.state, "client_message_id": event.client_message_id}
         if new != old:
-            changed.append((run_id, event.seq, new))
+            changed.append(m.EventRedacted(run_id, event.seq, new))
             records[str(event.seq)] = {
                 "before": keyed_digest(old),  # of the subject's own text: keyed
                 "after": redaction_digest(**new),
             }
     return changed, records, renamed
+
+
+def _events_rewrite(changes: list[m.EventRedacted]) -> int:
+    """Each change through the kernel; the caller holds the run's row lock where the change must be
+    recorded with it (the redacted events beside their subject_erased event)."""
+    return sum(apply(change) for change in changes)
 
 
 def run_erase(
@@ -145,7 +153,7 @@ def run_erase(
             with tenant_scope(scope.tenant_id):
                 run = AgentRun.objects.select_for_update().get(run_id=run_id)
                 changed, records, renamed = _events_redacted(run_id, redact)
-                actors += events_rewrite(renamed)
+                actors += _events_rewrite(renamed)
                 state = redact(run.state)
                 result = redact(run.result)
                 key = _erased_key(run.idempotency_key, run.run_id, redact)
@@ -158,29 +166,28 @@ def run_erase(
                 ):
                     break  # nothing left: a second erasure changes nothing
                 encoded = state_encode(state)
-                seq = store.subject_erased(
-                    run_id=run_id,
-                    tenant_id=scope.tenant_id,
-                    expected_revision=run.state_revision,
-                    state_json=encoded.json,
-                    state_digest=encoded.digest,
-                    subject=subject,
-                    result_json=None if result is None else canonical_json(result),
-                    idempotency_key=key,
-                    detail=ERASED_DETAIL,
-                    old_detail=ERASED if redact.hit(run.suspend_detail) else run.suspend_detail,
-                    payload_json=canonical_json(
-                        {
+                seq = apply(
+                    m.SubjectErased(
+                        run_id=run_id,
+                        tenant_id=scope.tenant_id,
+                        expected_revision=run.state_revision,
+                        state=encoded,
+                        subject=subject,
+                        result=result,
+                        idempotency_key=key,
+                        detail=ERASED_DETAIL,
+                        old_detail=ERASED if redact.hit(run.suspend_detail) else run.suspend_detail,
+                        payload={
                             "erasure_request_id": str(request_id),
                             "redactions": records,
                             "state_digest_before": run.state_digest,
-                        }
-                    ),
-                    actor=f"erasure:{request_id}",
+                        },
+                        actor=f"erasure:{request_id}",
+                    )
                 )
                 if seq is None:
                     continue
-                events_rewrite(changed)
+                _events_rewrite(changed)
                 approvals = _redact_rows(
                     Approval.objects.filter(run_id=run_id), redact, ("request", "reasons", "note")
                 )
@@ -237,7 +244,9 @@ def _actors_key(cursor: Any, scope: Scope) -> int:
         f" AND {actor}",
         [scope.tenant_id, mine, *a],
     )
-    keyed = events_rewrite([(run, seq, {"actor": erased_id(name)}) for run, seq, name in cursor.fetchall()])
+    keyed = _events_rewrite(
+        [m.EventRedacted(run, seq, {"actor": erased_id(name)}) for run, seq, name in cursor.fetchall()]
+    )
     named = [subject_condition(f"(payload ->> '{k}')", subject, values=scope.values) for k in NAME_KEYS]
     cursor.execute(
         f"SELECT run_id, seq, payload FROM agent_events WHERE tenant_id = %s AND NOT (run_id = ANY(%s::uuid[]))"  # noqa: S608
@@ -252,8 +261,8 @@ def _actors_key(cursor: Any, scope: Scope) -> int:
             for k, v in payload.items()
         }
         if new != payload:
-            copies.append((run, seq, {"payload": new}))
-    return keyed + events_rewrite(copies)
+            copies.append(m.EventRedacted(run, seq, {"payload": new}))
+    return keyed + _events_rewrite(copies)
 
 
 def _deciders_key(cursor: Any, scope: Scope, redact: Redactor) -> int:
@@ -281,7 +290,9 @@ def _leases_release(cursor: Any, scope: Scope) -> int:
         [scope.tenant_id, list(scope.run_ids), *o],
     )
     rows = cursor.fetchall()
-    return sum(store.lease_release(run_id=run_id, owner=name, epoch=epoch) for run_id, name, epoch in rows)
+    # attempted: the holder that let the lease run out had its try, as when another worker takes it over
+    released = (apply(m.LeaseReleased(run_id, name, epoch, attempted=True)) for run_id, name, epoch in rows)
+    return sum(released)
 
 
 # An operation with its outcome, or one never sent (prepared; or confirmed not applied, which puts it

@@ -30,8 +30,8 @@ from erasure.redactor import Redactor
 from erasure.registry import Eraser, Free
 from runs.conversations.erasure import ERASED, subject_session_keys
 from runs.conversations.sessions import redis_client
-from runs.engine import store
-from runs.engine.models import AgentEvent, AgentRun, Approval, Summary
+from runs.engine.selectors import subject_run_ids
+from runs.kernel.models import AgentEvent, AgentRun, Approval, Summary
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class RunsEraser(Eraser):
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         # Runs an interrupted erasure already marked are the subject's too: a retry finishes them.
         with tenant_scope(tenant_id):
-            run_ids = store.subject_run_ids(
+            run_ids = subject_run_ids(
                 tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
             )
             texts: set[str] = set()

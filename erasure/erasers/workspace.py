@@ -9,7 +9,7 @@ from core.tenancy import tenant_scope
 from erasure.matching import Scope
 from erasure.places import Place, column_place
 from erasure.registry import Eraser, Free, free
-from runs.engine import store
+from runs.engine.selectors import subject_run_ids
 from runs.engine.workspace import workspace_digests_of, workspace_forget
 
 
@@ -20,7 +20,7 @@ class WorkspaceEraser(Eraser):
 
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         with tenant_scope(tenant_id):
-            run_ids = store.subject_run_ids(
+            run_ids = subject_run_ids(
                 tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
             )
         digests = workspace_digests_of(tenant_id=tenant_id, run_ids=list(run_ids))

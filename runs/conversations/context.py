@@ -28,7 +28,7 @@ from runs.conversations.compaction.services import (
 )
 from runs.conversations.compaction.tokens import TokenCounter, token_counter
 from runs.conversations.memory_sources import claims_follow_sources
-from runs.engine.models import AgentEvent, AgentRun, Summary
+from runs.kernel.models import AgentEvent, AgentRun, Summary
 
 CONVERSATION_ROLES = {
     "user_message": "user",

@@ -1,11 +1,11 @@
-"""What the runs app keeps for erasure: the record by which a redacted history still verifies, the
-one path by which erasure rewrites stored events, and the subject's Redis windows.
+"""What the runs app keeps for erasure: the record by which a redacted history still verifies, and
+the subject's Redis windows.
 
-Erasure itself (erasure/erasers/runs.py) decides what changes; an erased run's new state goes in with
-its `subject_erased` event through runs/engine/store.py, and every other change to a stored event
-(a redacted payload, state or client message id, a keyed actor) through events_rewrite below. The
-`subject_erased` event's payload records, per redacted event, the digest of its content before and
-after; history checks accept a changed event only when it matches that record.
+Erasure itself (erasure/erasers/) decides what changes and writes it through the run kernel: an erased
+run's new state with its `subject_erased` event (the SubjectErased move), every other change to a
+stored event (a redacted payload, state or client message id, a keyed actor) as an EventRedacted move.
+The `subject_erased` event's payload records, per redacted event, the digest of its content before
+and after; history checks accept a changed event only when it matches that record.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from uuid import UUID
 
 from core.digests import json_digest
 from runs.conversations.sessions import redis_client
-from runs.engine.models import SUBJECT_ERASED, AgentEvent
+from runs.kernel.models import SUBJECT_ERASED
 
 ERASED = "[erased]"
 ERASED_EVENT = SUBJECT_ERASED
@@ -66,15 +66,3 @@ def event_redacted_as_recorded(event: dict[str, Any], records: dict[int, dict[st
         state=event.get("state"),
         client_message_id=event.get("client_message_id"),
     )
-
-
-EventChange = tuple[UUID, int, dict[str, Any]]  # (run_id, seq, the columns' new values)
-
-
-def events_rewrite(changes: list[EventChange]) -> int:
-    """The one statement path by which erasure changes stored events, each named by (run, seq): a
-    redacted payload, state or client message id (recorded in the run's subject_erased event), or a
-    keyed actor. The caller holds the run's row lock where the change must be recorded with it."""
-    for run_id, seq, new in changes:
-        AgentEvent.objects.filter(run_id=run_id, seq=seq).update(**new)
-    return len(changes)

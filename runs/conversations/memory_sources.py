@@ -35,7 +35,7 @@ from memory.sources import (
     memory_sources_changed,
 )
 from retrieval.models import Document
-from runs.engine.models import AgentEvent, AgentRun, RunStatus
+from runs.kernel.models import AgentEvent, AgentRun, RunStatus
 
 SWEEP_PAGE = 500
 

@@ -45,8 +45,8 @@ from core.artifacts.services import artifacts_touch
 from core.errors import ApplicationError, Conflict, InvalidInput, NotFound
 from core.models import Tenant
 from core.tenancy import tenant_bind, tenant_scope
-from runs.engine.models import AgentRun, RunStatus
 from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.kernel.models import AgentRun, RunStatus
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,9 @@ from core.tenancy import tenant_of_call, tenant_scope
 from retrieval.models import RetrievalSnapshot
 from runs.conversations.sessions import redis_client, session_key_of
 from runs.engine.forks import forks_expire
-from runs.engine.models import (
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import (
     TERMINAL_RUN_STATUSES,
     AgentEvent,
     AgentRun,
@@ -177,10 +179,9 @@ def runs_purge(
                     )
                     if not rows:
                         break
-                    batch = [run_id for run_id, _, _ in rows]
-                    # tool_operations.run_id is PROTECT: they go first, explicitly; the rest cascade.
-                    operations, _ = ToolOperation.objects.filter(run_id__in=batch).delete()
-                    _, per_model = AgentRun.objects.filter(run_id__in=batch, status__in=statuses).delete()
+                    batch = tuple(run_id for run_id, _, _ in rows)
+                    per_model = apply(m.RunsPurged(batch, tuple(statuses)))
+                    operations = per_model.get("runs.ToolOperation", 0)
             except IntegrityError:  # a fork of one of them was created meanwhile (parent_run is PROTECT)
                 raise Conflict(
                     f"a run of batch {report.batches + 1} gained a fork while purging; that batch was rolled back "
@@ -188,8 +189,8 @@ def runs_purge(
                     code="purge_conflict",
                 ) from None
             report.batches += 1
-            # Found from outside: a purged run's window (its last messages, for 7 days) stayed in Redis,
-            # where an erasure of a subject named in it never looks (the run was gone).
+            # A purged run's window (its last messages, for 7 days) would stay in Redis, where an erasure
+            # of a subject named in it never looks (the run is gone).
             report.session_windows += _windows_delete(rows)
             report.operations += operations
             report.runs += per_model.get("runs.AgentRun", 0)

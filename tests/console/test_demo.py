@@ -12,7 +12,7 @@ from core.tenancy import tenant_scope
 from erasure.models import ErasureRequest
 from memory.models import MemoryItem
 from retrieval.models import Document
-from runs.engine.models import AgentRun, Approval, ToolOperation
+from runs.kernel.models import AgentRun, Approval, ToolOperation
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -9,7 +9,7 @@ from console.demo import demo_load
 from core.models import Tenant
 from core.tenancy import tenant_scope
 from erasure.services import erasure_execute, erasure_request_create
-from runs.engine.models import AgentEvent
+from runs.kernel.models import AgentEvent
 from tests.erasure.agreement import assert_registry_agrees
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

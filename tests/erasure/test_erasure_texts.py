@@ -13,8 +13,8 @@ from erasure.models import ErasureRequest
 from erasure.services import erasure_execute, erasure_request_create
 from memory.services import memory_remember
 from runs.conversations.messages import conversation_append
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.memory.test_memory import said
 
 pytestmark = pytest.mark.django_db(transaction=True)

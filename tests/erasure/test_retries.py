@@ -13,8 +13,8 @@ from erasure.matching import Scope
 from erasure.registry import Eraser
 from erasure.services import erasure_execute, erasure_request_create
 from runs.conversations.messages import conversation_append
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.erasure.test_erasure_everywhere import _with
 from tests.erasure.test_erasure_texts import _erase_subject, _subject_with_data
 

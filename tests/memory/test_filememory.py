@@ -12,7 +12,7 @@ from memory.models import MemoryItem
 from memory.poisoning.models import HeldClaim
 from memory.selectors import memory_recall
 from memory.services import memory_remember
-from runs.engine.authoring import Context, State, StepResult, workflow
+from runs.authoring import Context, State, StepResult, workflow
 from tests.memory.test_api import api  # noqa: F401 - the fixture
 from tests.memory.test_memory import said
 

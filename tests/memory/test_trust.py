@@ -13,8 +13,8 @@ from core.errors import ApplicationError
 from memory.models import MemoryItem
 from memory.poisoning.models import HeldClaim
 from memory.selectors import memory_recall
-from runs.engine.authoring import Context, State, StepResult, workflow
-from runs.engine.models import AgentRun
+from runs.authoring import Context, State, StepResult, workflow
+from runs.kernel.models import AgentRun
 from tests.memory.test_api import api  # noqa: F401 - the fixture
 from tests.memory.test_memory import said
 

@@ -29,7 +29,7 @@ from runs.conversations.compaction.compactors import (
 from runs.conversations.compaction.meaning import facts_meaning_check
 from runs.conversations.compaction.tokens import TokenCounter
 from runs.engine.charges import model_calls_charged
-from runs.engine.models import AgentEvent, AgentRun, Summary, SummaryStatus
+from runs.kernel.models import AgentEvent, AgentRun, Summary, SummaryStatus
 
 UNSUPPORTED_FACTS = Counter(
     "keeper_summary_facts_unsupported",

@@ -13,9 +13,9 @@ from memory.services import memory_remember
 from runs.conversations.context import BuiltContext, ContextBudget, context_build
 from runs.conversations.learning import WITHHELD, run_learn
 from runs.conversations.messages import conversation_append
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentRun
 from runs.workflows.conversation import ConversationConfig, conversation_workflow_register
 
 pytestmark = pytest.mark.django_db

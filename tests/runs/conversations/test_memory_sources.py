@@ -18,9 +18,9 @@ from runs.conversations.context import context_build
 from runs.conversations.memory_sources import memory_sources_sweep
 from runs.conversations.messages import conversation_append
 from runs.engine.forks import run_fork, run_rewind
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_cancel, run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentRun
 
 pytestmark = pytest.mark.django_db
 

@@ -12,9 +12,9 @@ from runs.conversations.compaction.services import summary_create
 from runs.conversations.compaction.tokens import token_counter
 from runs.conversations.messages import conversation_append
 from runs.engine.forks import forks_expire, run_fork
-from runs.engine.models import AgentEvent, AgentRun, Summary
 from runs.engine.runs import run_cancel, run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentEvent, AgentRun, Summary
 from workers.schedule import beat_schedule
 from workers.tasks import purge_abandoned_forks
 

@@ -19,7 +19,7 @@ from runs.conversations.compaction.services import (
     summary_held_release,
 )
 from runs.conversations.compaction.tokens import token_counter
-from runs.engine.models import AgentEvent, Summary
+from runs.kernel.models import AgentEvent, Summary
 
 TEXTS = [
     "I do not want a refund, I want to keep the item.",
