@@ -25,7 +25,7 @@ from django.contrib.auth.models import Group
 from console.models import AuditEntry, Membership
 from console.roles import ROLES
 from core.tenancy import tenant_bind, tenant_ensure, tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from memory.services import memory_remember, memory_supersede
 from retrieval.services import document_index, principal_set
 from runs.conversations.messages import conversation_append

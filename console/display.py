@@ -14,8 +14,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.models import AuditEntry
-from core.erasure import erasers
-from memory.models import PROVENANCE_KEYS, ErasureRequest, MemoryItem
+from erasure.models import ErasureRequest
+from erasure.registry import erasers
+from memory.models import PROVENANCE_KEYS, MemoryItem
 from runs.kernel.models import AgentEvent, Approval, ToolOperation
 
 # ISO 4217 currencies without two minor digits; every other code is shown with two.
@@ -364,9 +365,10 @@ def claim_chains(items: list[MemoryItem], *, now: datetime) -> list[ClaimChain]:
 
 
 def erasure_steps(erasure: ErasureRequest) -> list[dict[str, Any]]:
-    """The request's progress as steps (memory, then each registered eraser), each done or waiting."""
+    """The request's progress as steps (each registered eraser, in the order they run), each done or
+    waiting."""
     progress = erasure.progress if isinstance(erasure.progress, dict) else {}
-    names = ["memory", *(e.name for e in erasers())]
+    names = [e.name for e in erasers() if e.erases]
     names += [name for name in progress if name not in names]
     return [
         {
@@ -387,7 +389,8 @@ def receipt_rows(receipt: dict[str, Any] | None) -> dict[str, Any]:
     counts: dict[str, Any] = receipt["counts"] if isinstance(receipt.get("counts"), dict) else {}
     scan: dict[str, Any] = receipt["final_scan"] if isinstance(receipt.get("final_scan"), dict) else {}
     places = [p for p in receipt.get("places") or [] if isinstance(p, dict)]  # receipts before places: none
-    kept = {p.get("place") for p in places if p.get("erased_by") == "memory"}
+    waiting = {e.name for e in erasers() if e.last}
+    kept = {p.get("place") for p in places if p.get("erased_by") in waiting}
     return {
         "counts": sorted(counts.items()),
         "scan": sorted(scan.items()),

@@ -13,15 +13,16 @@ from django.utils import timezone
 
 from console.display import ClaimChain, approval_row, claim_chains, operation_row, refusal_of
 from console.models import AuditEntry
-from core.erasure import free_places, places
+from core.digests import subject_digests
 from core.models import Tenant
 from core.pagination import KeysetPage, keyset_page
 from core.roles import member_tenant_ids
-from memory.erasure import subject_digests, subject_places
-from memory.models import ErasureRequest
+from erasure.models import ErasureRequest
+from erasure.registry import free_places, places
+from erasure.scan import subject_places
+from erasure.selectors import erasure_request_list
 from memory.selectors import (
     VectorCount,
-    erasure_request_list,
     memory_subject_items,
     memory_subject_vector_counts,
     memory_tombstone_count,
@@ -247,7 +248,7 @@ class SubjectOverview:
 
 
 def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
-    """Everything Keeper keeps about one subject of one tenant: the stores memory/erasure.py erases
+    """Everything Keeper keeps about one subject of one tenant: the stores erasure/ erases
     and scans (memory items and vectors; of the subject's runs, conversation events, summaries, Redis
     session windows and stored tool results) and every registered place. Reads only."""
     # Declared-free columns are listed where they hold the subject (a webhook URL, an API key's label):

@@ -14,6 +14,11 @@ urlpatterns = [
         name="compliance_erasure_detail",
     ),
     path(
+        "compliance/<str:tenant>/erasures/<uuid:request_id>/retry/",
+        compliance.erasure_retry,
+        name="compliance_erasure_retry",
+    ),
+    path(
         "compliance/<str:tenant>/erasures/<uuid:request_id>/receipt.json",
         compliance.erasure_receipt,
         name="compliance_erasure_receipt",

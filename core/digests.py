@@ -98,3 +98,41 @@ def json_depth_over(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:
                 return True
             stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
     return False
+
+
+def strings_in(value: Any, *, keys: bool = False) -> list[str]:
+    """Every string inside a JSON value (object keys too when `keys`), iteratively: a hostile value
+    may be nested deeper than Python recurses."""
+    found: list[str] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, dict):
+            stack.extend([*item.keys(), *item.values()] if keys else item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return found
+
+
+# --- what stands in for an erased subject ------------------------------------------------------
+# Receipts, tombstones, erased runs and the audit log name a subject by these. Keyed
+# (KEEPER_DIGEST_KEY): an unkeyed hash of a guessable id could be recomputed by anyone who reads the
+# database. Records made before the key kept unkeyed sha256 digests; lookups try both.
+
+
+def subject_digest(*, tenant_id: Any, subject_id: str) -> str:
+    return keyed_digest({"tenant": str(tenant_id), "subject": subject_id})
+
+
+def subject_digests(*, tenant_id: Any, subject_id: str) -> list[str]:
+    """The subject's digest, then the unkeyed one older records carry."""
+    value = {"tenant": str(tenant_id), "subject": subject_id}
+    return [keyed_digest(value), json_digest(value)]
+
+
+def erased_id(text: str) -> str:
+    """What an id or a name that carried the subject becomes: still unique (the same text, the same
+    pseudonym), no longer readable, and keyed, so a guessed id cannot be tested against it."""
+    return "erased:" + keyed_digest(text).removeprefix("hmac-sha256:")[:32]

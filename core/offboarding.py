@@ -27,7 +27,6 @@ from django.utils import timezone
 from core.artifacts.reclaim import artifacts_erase_tenant, artifacts_tenant_left
 from core.artifacts.services import Stored, stored_read
 from core.db_router import OWNER_ALIAS
-from core.erasure import free_columns, free_register, registered_columns
 from core.errors import ApplicationError, Conflict, InvalidInput, NotFound
 from core.index_builds import index_builds_of
 from core.models import ApiKey, OffboardingStatus, StoredArtifact, Tenant, TenantOffboarding
@@ -250,19 +249,18 @@ def _save(offboarding: TenantOffboarding, **step: Any) -> None:
 
 
 def tenant_scan(*, tenant_id: UUID) -> dict[str, int]:
-    """What is left of a tenant, read from every place itself: every registry table and every table
-    with a tenant_id (rows of this tenant), its per-tenant indexes, its Redis windows, its API keys
-    and its tenant row. An erased tenant counts 0 everywhere."""
+    """What is left of a tenant, read from every place itself: every table with a tenant_id (rows of
+    this tenant), its per-tenant indexes, its Redis windows, its API keys and its tenant row. An
+    erased tenant counts 0 everywhere."""
     with connection.cursor() as cursor:
         cursor.execute(
             """SELECT table_name FROM information_schema.columns
                 WHERE table_schema = current_schema() AND column_name = 'tenant_id'"""
         )
         with_tenant = {row[0] for row in cursor.fetchall()} - {"tenant_offboardings"}
-    registry = {table for table, _ in registered_columns() | set(free_columns())}
     found: dict[str, int] = {}
     with tenant_scope(tenant_id), connection.cursor() as cursor:
-        for table in sorted(with_tenant | (registry & with_tenant)):
+        for table in sorted(with_tenant):
             cursor.execute(f'SELECT count(*) FROM "{table}" WHERE tenant_id = %s', [tenant_id])  # noqa: S608
             found[f"table.{table}"] = cursor.fetchone()[0]
     found["indexes.per_tenant"] = len(tenant_indexes(tenant_id=tenant_id))
@@ -271,15 +269,20 @@ def tenant_scan(*, tenant_id: UUID) -> dict[str, int]:
 
 
 def registry_tables_without_tenant() -> list[str]:
-    """Registry tables that carry no tenant_id (staff tables, Django's own): not a tenant's data."""
+    """The erasure registry's tables that carry no tenant_id (staff tables, Django's own): not a
+    tenant's data. The registry names every table with a text, JSON or bytes column (a test holds
+    it so), so they are read from the schema itself; core knows no app's registry."""
     with connection.cursor() as cursor:
         cursor.execute(
-            """SELECT DISTINCT table_name FROM information_schema.columns
-                WHERE table_schema = current_schema() AND column_name = 'tenant_id'"""
+            """SELECT c.table_name FROM information_schema.columns c
+                 JOIN information_schema.tables t USING (table_schema, table_name)
+                WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+                GROUP BY c.table_name
+               HAVING bool_or(c.data_type IN ('text', 'character varying', 'character', 'json', 'jsonb', 'bytea')
+                              OR (c.data_type = 'ARRAY' AND c.udt_name IN ('_text', '_varchar', '_json', '_jsonb')))
+                  AND NOT bool_or(c.column_name = 'tenant_id')"""
         )
-        with_tenant = {row[0] for row in cursor.fetchall()}
-    registry = {table for table, _ in registered_columns() | set(free_columns())}
-    return sorted(registry - with_tenant)
+        return sorted(row[0] for row in cursor.fetchall())
 
 
 def tenant_erase(
@@ -449,19 +452,3 @@ def tenant_erase(
     )
     progress("clean" if clean else f"NOT clean: {left}")
     return TenantOffboarding.objects.get(pk=offboarding.pk)
-
-
-def register() -> None:
-    """Called from CoreConfig.ready: the receipts hold no subject's data."""
-    free_register(
-        "tenant_offboardings",
-        "a tenant's offboarding receipt: ids, the tenant's slug, statuses, counts, index names, "
-        "key prefixes, digests and who asked (a staff user or an operator)",
-        "tenant_slug",
-        "status",
-        "requested_by",
-        "export_digest",
-        "progress",
-        "receipt",
-        "error",
-    )

@@ -1,12 +1,12 @@
-"""Django admin for memory: items, vectors, erasure requests and tombstones, all shown read-only
-(memory changes through its services; erasure receipts and tombstones are evidence)."""
+"""Django admin for memory: items, vectors and tombstones, all shown read-only (memory changes
+through its services; tombstones are evidence)."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
 from core.admin import OneTenantAdmin
-from memory.models import ErasureRequest, MemoryItem, MemoryVector, Tombstone
+from memory.models import MemoryItem, MemoryVector, Tombstone
 from memory.poisoning.models import HeldClaim
 
 
@@ -24,23 +24,6 @@ class MemoryVectorAdmin(OneTenantAdmin):
     list_display = ["id", "tenant", "memory_id", "embedder_key", "dimensions", "created_at"]
     list_filter = ["embedder_key"]
     exclude = ["embedding"]  # hundreds of floats: nothing a person reads
-
-
-@admin.register(ErasureRequest)
-class ErasureRequestAdmin(OneTenantAdmin):
-    """Erasure starts from the compliance console (it confirms and audits); the receipt is evidence."""
-
-    list_display = [
-        "request_id",
-        "tenant",
-        "subject_digest",
-        "requested_by",
-        "status",
-        "created_at",
-        "completed_at",
-    ]
-    list_filter = ["status", "tenant"]
-    search_fields = ["request_id", "subject_digest"]
 
 
 @admin.register(Tombstone)

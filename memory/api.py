@@ -1,4 +1,4 @@
-"""REST API for long-term memory and erasure requests. One view per action; the tenant is explicit."""
+"""REST API for long-term memory. One view per action; the tenant is explicit."""
 
 from __future__ import annotations
 
@@ -23,14 +23,11 @@ from core.api import (
     error_responses,
 )
 from core.api_auth import request_actor, request_key, request_tenant
-from core.errors import NotFound
 from core.roles import COMPLIANCE
-from core.tenancy import tenant_scope
 from memory.confirmation import pending_confirm
 from memory.consent import CONSENT_BASES
-from memory.erasure import erasure_request_create
 from memory.filememory import memory_md_apply, memory_md_render, write_memory
-from memory.models import ErasureRequest, MemoryItem
+from memory.models import MemoryItem
 from memory.policy import provenance_of_writer
 from memory.projection import memory_search
 from memory.selectors import memory_recall
@@ -63,22 +60,6 @@ class MemoryItemOutputSerializer(serializers.ModelSerializer):
             "supersedes",
             "consent_basis",
             "created_at",
-        ]
-
-
-class ErasureOutputSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = ErasureRequest
-        fields = [
-            "request_id",
-            "subject_digest",
-            "requested_by",
-            "status",
-            "progress",
-            "receipt",
-            "error",
-            "created_at",
-            "completed_at",
         ]
 
 
@@ -305,51 +286,6 @@ class MemorySearchApi(APIView):
                 ]
             }
         )
-
-
-class ErasureRequestsApi(APIView):
-    session_roles = (COMPLIANCE,)  # a staff session's change needs the console's role for it
-
-    class InputSerializer(ClosedSerializer):
-        tenant = StrictCharField(
-            max_length=64, required=False, allow_blank=True
-        )  # with an API key: the key's
-        subject_id = StrictCharField(max_length=200, trim_whitespace=False)
-
-    @extend_schema(
-        summary="Erase everything about a subject (asynchronous)",
-        request=InputSerializer,
-        responses={202: ErasureOutputSerializer, **error_responses(409, 422)},
-        examples=[
-            OpenApiExample("erase", value={"tenant": "acme", "subject_id": "customer-7"}, request_only=True)
-        ],
-    )
-    def post(self, request: Request) -> Response:
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        created = erasure_request_create(
-            tenant=request_tenant(request, data.validated_data.get("tenant")),
-            subject_id=data.validated_data["subject_id"],
-            requested_by=request_actor(request),
-        )
-        return Response(ErasureOutputSerializer(created).data, status=202)
-
-
-class ErasureRequestDetailApi(APIView):
-    @extend_schema(
-        summary="An erasure request's status and receipt",
-        parameters=[TenantParameterSerializer],
-        responses={200: ErasureOutputSerializer, **error_responses()},
-    )
-    def get(self, request: Request, request_id: UUID) -> Response:
-        tenant = request_tenant(request, request.query_params.get("tenant", ""))
-        with tenant_scope(tenant.tenant_id):
-            found = ErasureRequest.objects.filter(request_id=request_id).first()
-        if found is None:
-            raise NotFound(
-                f"no erasure request {request_id} for tenant {tenant.slug}", code="erasure_request_not_found"
-            )
-        return Response(ErasureOutputSerializer(found).data)
 
 
 class MemoryWriteApi(APIView):

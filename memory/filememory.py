@@ -31,7 +31,6 @@ from core.errors import ApplicationError, InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_scope
 from memory.consent import CONSENT_BASES
-from memory.erasure import tombstoned_among
 from memory.models import MemoryItem
 from memory.poisoning.models import HeldClaim
 from memory.policy import Admission, claim_admit
@@ -45,6 +44,7 @@ from memory.services import (
     subject_check,
     waiting_error,
 )
+from memory.tombstones import tombstoned_among
 
 _LINE = re.compile(
     r"^- (?P<namespace>[^/\s]+)/(?P<key>[^:\s]+): (?P<value>.+?)(?:  <!-- (?P<meta>[^<>]*?) -->)?$"

@@ -14,7 +14,7 @@ from django.utils import timezone
 from core.models import Tenant
 from core.tenancy import tenant_scope
 from memory.item_schema import item_schema_current, item_value_migrate
-from memory.models import ErasureRequest, MemoryItem, MemoryVector, Tombstone
+from memory.models import MemoryItem, MemoryVector, Tombstone
 
 
 def memory_recall(
@@ -180,23 +180,6 @@ def memory_tombstone_count(*, tenant: Tenant, subject_digests: list[str]) -> int
     """Tombstones laid for the subject (its keyed digest, or the unkeyed one of older erasures)."""
     with tenant_scope(tenant.tenant_id):
         return Tombstone.objects.filter(subject_digest__in=subject_digests).count()
-
-
-def erasure_request_list(
-    *, tenant: Tenant, subject_digests: list[str] | None = None, limit: int = 200
-) -> list[ErasureRequest]:
-    """The tenant's erasure requests, newest first; one subject's when its digest is given."""
-    with tenant_scope(tenant.tenant_id):
-        requests = ErasureRequest.objects.filter(tenant=tenant)
-        if subject_digests is not None:
-            requests = requests.filter(subject_digest__in=subject_digests)
-        return list(requests.order_by("-created_at")[:limit])
-
-
-def erasure_request_get(*, tenant: Tenant, request_id: UUID) -> ErasureRequest | None:
-    """The request if it belongs to this tenant (row-level security hides any other)."""
-    with tenant_scope(tenant.tenant_id):
-        return ErasureRequest.objects.filter(tenant=tenant, request_id=request_id).first()
 
 
 # A claim derived from a retrieval document names it so: source_id "document:<document id>" and

@@ -13,7 +13,7 @@ import unicodedata
 from functools import lru_cache
 from typing import Any
 
-from core.erasure import strings_in
+from core.digests import strings_in
 
 STATE_OF_MIND = "state_of_mind"
 

@@ -31,7 +31,6 @@ from memory.consent import (
     consent_basis_of_statement,
     pending_error,
 )
-from memory.erasure import tombstoned_among
 from memory.models import MemoryItem
 from memory.poisoning.hold import ClaimHeld, claim_held_error, held_claim_build
 from memory.poisoning.models import HeldClaim
@@ -43,6 +42,7 @@ from memory.policy import (
     StateOfMindNotKept,
     claim_admit,
 )
+from memory.tombstones import tombstoned_among
 
 __all__ = [
     "SOURCE_TYPES",

@@ -23,10 +23,4 @@ urlpatterns = [
         api.MemoryPendingConfirmApi.as_view(),
         name="api-memory-pending-confirm",
     ),
-    path("erasure-requests/", api.ErasureRequestsApi.as_view(), name="api-erasure-requests"),
-    path(
-        "erasure-requests/<uuid:request_id>/",
-        api.ErasureRequestDetailApi.as_view(),
-        name="api-erasure-request",
-    ),
 ]

@@ -23,14 +23,13 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core.crash import crash_point
-from core.digests import sha256_digest
+from core.digests import keyed_digest, sha256_digest
 from core.errors import Conflict, InvalidInput, NotFound
 from core.models import Tenant
 from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
 from retrieval.chunking import CHUNKER_VERSION, chunk_sections
-from retrieval.erasure import tombstone_key
 from retrieval.indexes import chunk_index_wanted
 from retrieval.models import (
     Chunk,
@@ -44,6 +43,13 @@ from retrieval.models import (
 )
 from retrieval.readable import UnknownPrincipal
 from retrieval.sources import source_sections
+
+
+def tombstone_key(*, tenant_id: Any, document_id: str) -> str:
+    """What stands in for a document id that named an erased subject, in its tombstone: the deleted
+    versions stay refused without the id being readable."""
+    return keyed_digest(["retrieval-document", str(tenant_id), document_id])
+
 
 logger = logging.getLogger(__name__)
 PRINCIPAL = re.compile(r"^(user|group):[\w.@+\-]{1,200}$")

@@ -19,19 +19,14 @@ class RunsConfig(AppConfig):
         import_module("runs.workflows.refund.workflow")
         import_module("runs.workflows.conversation")
         import_module("runs.workflows.support_agent")
-        from core.erasure import eraser_register
         from core.metrics import status_labels_register
-        from runs.conversations.erasure import RunsEraser, register
         from runs.conversations.messages import conversation_copy
         from runs.engine.forks import fork_copier_register
         from runs.engine.registry import registry
         from runs.kernel.models import OperationStatus, RunStatus
-        from runs.langgraph import erasure as langgraph_erasure
         from runs.langgraph.graphs import graph_register
         from runs.langgraph.store import WORKFLOW as LANGGRAPH
 
-        eraser_register(RunsEraser())
-        register()
         fork_copier_register(conversation_copy)
         from runs.conversations.compaction.tokens import token_counter
         from runs.engine.charges import charges_tokenizer_register
@@ -41,8 +36,6 @@ class RunsConfig(AppConfig):
 
         artifact_references.register()
         workspace.register()
-        eraser_register(langgraph_erasure.LangGraphEraser())
-        langgraph_erasure.register()
         # Imported only when a worker resumes it (the langgraph extra).
         graph_register(name="support_example", builder="runs.langgraph.example:support_graph")
         registry.register_outside(
@@ -54,11 +47,5 @@ class RunsConfig(AppConfig):
         from runs.external.workflows import external_workflows_ready
 
         external_workflows_ready()
-        from runs.webhooks.erasure import register as webhooks_erasure_register
-
-        webhooks_erasure_register()
-        from runs.engine.schedules import schedules_ready
-
-        schedules_ready()
         for module in settings.KEEPER_WORKFLOW_MODULES:
             import_module(module)

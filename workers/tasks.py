@@ -10,7 +10,7 @@ from django.conf import settings
 from core.artifacts.reclaim import artifacts_reclaim
 from core.models import Tenant
 from core.tenancy import tenant_get
-from memory.erasure import erasure_execute
+from erasure.services import erasure_execute
 from memory.projection import memory_project, memory_vector_index_ensure
 from memory.services import memory_purge_expired
 from retrieval.indexes import chunk_index_ensure, chunk_index_wanted

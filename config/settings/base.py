@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "runs",
     "memory",
     "retrieval",
+    "erasure",
     "workers",
     "bench",
     "console",
@@ -298,6 +299,27 @@ KEEPER_MODEL = env_str("KEEPER_MODEL", "gpt-4o-mini")
 KEEPER_MODEL_PRICES = env_model_prices("KEEPER_MODEL_PRICES")
 # Modules that register workflows (besides the built-in ones) in every process.
 KEEPER_WORKFLOW_MODULES = [m for m in env_str("KEEPER_WORKFLOW_MODULES").split(",") if m]
+
+# --- Erasure of a data subject.
+# Every part of Keeper that keeps a subject's data, by its eraser, in the order they run: each names
+# the places it erases (or only scans, saying what a person does) and the columns of its tables that
+# hold nobody's data. The subject's memory goes last, once nothing else holds their data. A
+# deployment whose own workflows keep a subject's data in tables of their own adds an eraser here
+# (a subclass of erasure.registry.Eraser).
+ERASERS = [
+    "erasure.erasers.core.LabelsEraser",  # API key labels that name the subject
+    "erasure.erasers.runs.RunsEraser",  # runs, events, approvals, operations, summaries, windows
+    "erasure.erasers.workspace.WorkspaceEraser",  # the runs' workspace manifests and blobs
+    "erasure.erasers.langgraph.LangGraphEraser",  # LangGraph checkpoints, blobs and writes
+    "erasure.erasers.webhooks.WebhooksEraser",  # the webhook outbox and endpoints
+    "erasure.erasers.schedules.SchedulesEraser",  # schedules about the subject
+    "erasure.erasers.held_claims.HeldClaimsEraser",  # memory claims held for review
+    "erasure.erasers.retrieval.RetrievalEraser",  # principals, searches, document records
+    "erasure.erasers.audit.AuditNotesEraser",  # staff notes in the console's audit log
+    "erasure.erasers.requests.ErasureRequests",  # erasure's own requests
+    "erasure.erasers.core.DeclaredFree",  # tables that hold nobody's data
+    "erasure.erasers.memory.MemoryEraser",  # the subject's memory, last
+]
 
 # --- Conversations, sessions, context.
 # Tool results longer than this go to the artifact store; the event keeps this much as a preview.

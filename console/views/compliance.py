@@ -16,7 +16,7 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import patch_vary_headers
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console.audit import actor_of, audit_record
 from console.display import erasure_steps, receipt_rows
@@ -28,9 +28,9 @@ from console.selectors import subject_overview
 from console.subjects import MAX_QUERY_CHARS, subject_search
 from core.errors import ApplicationError
 from core.models import Tenant
-from memory.erasure import erasure_request_create
-from memory.models import ErasureRequest, ErasureStatus
-from memory.selectors import erasure_request_get, erasure_request_list
+from erasure.models import ErasureRequest, ErasureStatus
+from erasure.selectors import erasure_request_get, erasure_request_list
+from erasure.services import erasure_request_create, erasure_request_retry
 
 MAX_SUBJECT_CHARS = 200
 ACTIVE = (ErasureStatus.PENDING, ErasureStatus.RUNNING)
@@ -207,6 +207,31 @@ def erasure_detail(request: HtmxHttpRequest, tenant: str, request_id: UUID) -> H
     response = render(request, f"console/compliance/erasure_detail.html{partial}", context)
     patch_vary_headers(response, ("HX-Request",))  # the page and its fragment share a URL
     return response
+
+
+@role_required(COMPLIANCE)
+@require_POST
+def erasure_retry(request: HtmxHttpRequest, tenant: str, request_id: UUID) -> HttpResponse:
+    """Retry a request that did not finish: it picks up where it stopped (audited)."""
+    scope = tenant_for_user(request.user, tenant)
+    erasure = _request_for(scope, request_id)
+    try:
+        with transaction.atomic():  # the retry and its audit entry exist together or not at all
+            retried = erasure_request_retry(tenant=scope, request_id=erasure.request_id)
+            audit_record(
+                request=request,
+                action="erase_retry",
+                tenant=scope,
+                target_type="erasure_request",
+                target_id=retried.request_id,
+                details={"subject_digest": retried.subject_digest, "status_before": erasure.status},
+            )
+    except ApplicationError as exc:
+        messages.error(request, str(exc))
+    else:
+        if retried.status != ErasureStatus.COMPLETED:
+            messages.success(request, "Retry requested; a worker is running it.")
+    return redirect("console:compliance_erasure_detail", tenant=scope.slug, request_id=erasure.request_id)
 
 
 @role_required(COMPLIANCE)

@@ -20,12 +20,12 @@ from console.forms import NoteField
 from console.htmx import HtmxHttpRequest
 from console.roles import COMPLIANCE, role_required, tenant_for_user
 from console.views.compliance import SubjectInvalid, _subject
+from core.digests import subject_digest
 from core.errors import ApplicationError
 from core.models import Tenant
 from core.tenancy import tenant_scope
 from memory.confirmation import pending_confirm
 from memory.consent import CONSENT_BASES
-from memory.erasure import subject_digest
 from memory.filememory import MEMORY_MD_MAX_BYTES, memory_md_apply, memory_md_render
 from memory.poisoning.models import UNCONFIRMED, HeldClaim, HeldStatus
 

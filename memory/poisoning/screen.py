@@ -12,7 +12,7 @@ import re
 import unicodedata
 from typing import Any
 
-from core.erasure import strings_in
+from core.digests import strings_in
 
 # Characters a reader does not see: zero-width, bidirectional controls, the Unicode tag block,
 # soft hyphen, word joiner, invisible operators and the BOM.

@@ -18,16 +18,6 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from core.erasure import (
-    IDENTIFIER_SUBSTRING_CHARS,
-    Scope,
-    column_place,
-    distinctive,
-    eraser_register,
-    free_register,
-    id_pattern,
-    place_register,
-)
 from core.errors import ApplicationError, InvalidInput, NotFound
 from core.models import Tenant
 from core.tenancy import tenant_bind, tenant_of_call
@@ -342,69 +332,3 @@ def schedule_visible(*, schedule_id: UUID) -> WorkflowSchedule:
     if schedule is None:
         raise NotFound(f"no schedule {schedule_id}", code="schedule_not_found")
     return schedule
-
-
-# --- erasure: a schedule about a subject is deleted with the subject's data ------------------------
-
-
-class SchedulesEraser:
-    """A schedule whose subject is the erased one, or whose input or last error names them or holds
-    one of the request's distinctive texts, is deleted: it would start new runs about them."""
-
-    name = "schedules"
-
-    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
-        return Scope(tenant_id=tenant_id, subject_id=subject_id)
-
-    def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
-        token = id_pattern(scope.subject_id) if len(scope.subject_id) >= IDENTIFIER_SUBSTRING_CHARS else None
-        needles = [v.lower() for v in scope.values if distinctive(v)]
-        doomed: list[UUID] = []
-        with tenant_bind(scope.tenant_id):
-            for schedule in WorkflowSchedule.objects.filter(tenant_id=scope.tenant_id):
-                strings = [schedule.subject, schedule.last_error, *_strings(schedule.input)]
-                text = " ".join(strings).lower()
-                if (
-                    schedule.subject == scope.subject_id
-                    or (token is not None and token.search(text))
-                    or any(s.lower() == scope.subject_id.lower() for s in strings)
-                    or any(n in text for n in needles)
-                ):
-                    doomed.append(schedule.schedule_id)
-            deleted, _ = WorkflowSchedule.objects.filter(schedule_id__in=doomed).delete()
-        return {"schedules_deleted": deleted}
-
-
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for k, v in value.items() for s in [str(k), *_strings(v)]]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return [str(value)] if value is not None else []
-
-
-def schedules_ready() -> None:
-    """Called once per process (RunsConfig.ready): the places of a subject in schedules, and who erases them."""
-    eraser_register(SchedulesEraser())
-    for column, kind in (("input", "json"), ("subject", "text"), ("last_error", "text")):
-        place_register(
-            column_place(
-                table="workflow_schedules",
-                column=column,
-                kind=kind,
-                tenant_sql="t.tenant_id = %(tenant)s",
-                erased_by="schedules",
-                owner_sql="t.subject",
-                what=f"a schedule's {column.replace('_', ' ')} (the runs it will start are about the subject)",
-            )
-        )
-    free_register(
-        "workflow_schedules",
-        "a schedule's workflow, timing, policy and who created it: never about a data subject",
-        "workflow_name",
-        "cron",
-        "overlap",
-        "created_by",
-    )

@@ -38,16 +38,13 @@ from core.artifacts import (
     artifact_get,
     artifact_put_many,
     artifact_references_register,
-    artifacts_referenced,
 )
 from core.artifacts.local import LocalArtifactStore
 from core.artifacts.reclaim import artifacts_erase
 from core.artifacts.services import artifacts_touch
-from core.erasure import Scope, column_place, free_register, place_register
 from core.errors import ApplicationError, Conflict, InvalidInput, NotFound
 from core.models import Tenant
 from core.tenancy import tenant_bind, tenant_scope
-from runs.engine.selectors import subject_run_ids
 from runs.engine.workspace_models import WorkspaceSnapshot
 from runs.kernel.models import AgentRun, RunStatus
 
@@ -387,7 +384,7 @@ def workspace_reclaim(*, limit: int = 1000) -> dict[str, int]:
     return {"snapshots": deleted}
 
 
-# --- what refers to stored blobs, and erasure ---
+# --- what refers to stored blobs, and what erasure asks of the workspace ---
 
 # Every digest a tenant's snapshots name, in their manifests and in their steps (a fork replays those).
 REFERENCES_SQL = """
@@ -414,63 +411,29 @@ def _snapshot_digests(run_ids: list[UUID]) -> list[str]:
     ]
 
 
-class WorkspaceEraser:
-    """A subject's runs' (and their forks') snapshots are deleted, and the blobs only they name."""
+def workspace_digests_of(*, tenant_id: UUID, run_ids: list[UUID]) -> set[str]:
+    """Every blob digest these runs' snapshots name (for erasure: erasure/erasers/workspace.py)."""
+    with tenant_scope(tenant_id):
+        return set(_snapshot_digests(run_ids))
 
-    name = "workspace"
 
-    def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
-        with tenant_scope(tenant_id):
-            run_ids = subject_run_ids(
-                tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
-            )
-            digests = set(_snapshot_digests(list(run_ids)))
-        shared = artifacts_referenced(tenant_id=tenant_id, digests=digests, except_runs=run_ids)
-        return Scope(
-            tenant_id=tenant_id,
-            subject_id=subject_id,
-            run_ids=run_ids,
-            artifact_digests=tuple(sorted(digests - shared)),
-        )
-
-    def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
-        with tenant_scope(scope.tenant_id):
-            digests = set(_snapshot_digests(list(scope.run_ids))) | set(scope.artifact_digests)
-            manifests, _ = WorkspaceSnapshot.objects.filter(
-                tenant_id=scope.tenant_id, run_id__in=scope.run_ids
-            ).delete()
-        blobs = artifacts_erase(tenant_id=scope.tenant_id, digests=digests, except_runs=scope.run_ids)
-        return {"manifests": manifests, "blobs": blobs}
+def workspace_forget(*, tenant_id: UUID, run_ids: list[UUID], digests: set[str]) -> dict[str, int]:
+    """Delete these runs' snapshots, then the blobs of `digests` (and theirs) nothing else refers to."""
+    with tenant_scope(tenant_id):
+        digests = digests | set(_snapshot_digests(run_ids))
+        manifests, _ = WorkspaceSnapshot.objects.filter(tenant_id=tenant_id, run_id__in=run_ids).delete()
+    blobs = artifacts_erase(tenant_id=tenant_id, digests=tuple(sorted(digests)), except_runs=tuple(run_ids))
+    return {"manifests": manifests, "blobs": blobs}
 
 
 def register() -> None:
-    """Called from RunsConfig.ready: the fork copier, what refers to stored blobs, and the erasure
-    registry's places and eraser."""
-    from core.erasure import eraser_register
+    """Called from RunsConfig.ready: the fork copier, and what refers to stored blobs."""
     from runs.engine.forks import fork_copier_register
 
     fork_copier_register(workspace_fork_copy)
     artifact_references_register(
         ReferencePlace(kind="workspace", what="workspace snapshots' manifests and steps", sql=REFERENCES_SQL)
     )
-    eraser_register(WorkspaceEraser())
-    for column, what in (
-        ("manifest", "file paths, digests and sizes"),
-        ("changes", "each step's changed file paths, digests and sizes"),
-    ):
-        place_register(
-            column_place(
-                table="workspace_snapshots",
-                column=column,
-                kind="json",
-                tenant_sql="t.tenant_id = %(tenant)s",
-                erased_by="workspace",
-                mine_sql="t.run_id = ANY(%(runs)s::uuid[])",
-                owner_sql="(SELECT r.subject FROM agent_runs r WHERE r.run_id = t.run_id)",
-                what=f"workspace_snapshots.{column}: {what} (deleted)",
-            )
-        )
-    free_register("workspace_snapshots", "why the snapshot was taken (a code)", "reason")
 
 
 def bench_snapshot(*, files: int, file_bytes: int, changed: int, rounds: int) -> dict[str, float]:

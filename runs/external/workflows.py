@@ -239,21 +239,5 @@ class ExternalSource:
 
 
 def external_workflows_ready() -> None:
-    """Called once per process (RunsConfig.ready): the registry source and the erasure declaration."""
-    from core.erasure import free_register
-
+    """Called once per process (RunsConfig.ready): the registry source."""
     registry.add_source(ExternalSource())
-    free_register(
-        "external_workflows",
-        "a workflow definition the tenant's developers registered (names, steps, tools, a JSON Schema, "
-        "who registered it): never about a data subject",
-        "name",
-        "version",
-        "steps",
-        "tools",
-        "input_schema",
-        "approval_guarded_steps",
-        "signals",
-        "description",
-        "created_by",
-    )

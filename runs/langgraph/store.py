@@ -19,7 +19,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from core.db import wire
-from core.erasure import erased_id
+from core.digests import erased_id
 from core.tenancy import tenant_bind
 from runs.kernel import apply
 from runs.kernel import moves as m
@@ -99,7 +99,7 @@ def _json(value: Any) -> Any:
 # --- threads ----------------------------------------------------------------------------------
 
 # A thread's run is found by its key, or by what erasure made of the key when it held the subject's id
-# (core.erasure.erased_id, keyed and the same for the same key): an erased thread stays closed to its
+# (core.digests.erased_id, keyed and the same for the same key): an erased thread stays closed to its
 # graph whatever its id (found from outside: "support-cust-1" was started afresh after the erasure,
 # and a graph running during it wrote the subject's data into the new run).
 _THREAD_RUN = """

@@ -10,8 +10,8 @@ from rest_framework.test import APIClient
 from core.api_auth import api_key_create
 from core.models import Tenant
 from core.tenancy import tenant_bind
+from erasure.services import erasure_request_create
 from memory.consent import ClaimPending
-from memory.erasure import erasure_request_create
 from memory.services import memory_remember
 from retrieval.search import retrieval_search
 from retrieval.services import document_index, principal_set

@@ -11,7 +11,8 @@ from django.urls import reverse
 
 from bench.runs import conversation_run_bulk
 from core.api_auth import api_key_create
-from memory.models import ErasureRequest, MemoryItem
+from erasure.models import ErasureRequest
+from memory.models import MemoryItem
 from memory.services import memory_remember
 from retrieval.models import RetrievalSnapshot
 from runs.kernel.models import AgentEvent, Summary
@@ -27,7 +28,7 @@ NOT_IN_ADMIN = {
     "retrieval.chunkposting",
     "retrieval.chunkterm",
 }
-KEEPER_APPS = {"core", "runs", "memory", "retrieval", "console", "sandbox"}
+KEEPER_APPS = {"core", "runs", "memory", "retrieval", "erasure", "console", "sandbox"}
 
 
 @pytest.fixture

@@ -10,7 +10,8 @@ import pytest
 from celery import current_app
 
 from core.tenancy import tenant_scope
-from memory.models import ErasureRequest, MemoryItem
+from erasure.models import ErasureRequest
+from memory.models import MemoryItem
 from memory.services import memory_remember
 from tests.console.conftest import dialogs_dismissed, screenshot
 from tests.console.test_compliance import HOSTILE, SUBJECT, seed_subject

@@ -9,7 +9,8 @@ from console.demo import demo_load
 from console.models import AuditEntry
 from core.models import Tenant
 from core.tenancy import tenant_scope
-from memory.models import ErasureRequest, MemoryItem
+from erasure.models import ErasureRequest
+from memory.models import MemoryItem
 from retrieval.models import Document
 from runs.kernel.models import AgentRun, Approval, ToolOperation
 

@@ -128,7 +128,7 @@ def test_a_stuck_endpoint_costs_the_check_its_time_limit_not_the_callers_thread(
 @pytest.mark.django_db(transaction=True)
 def test_erasing_a_subject_deletes_its_objects_and_keeps_another_customers(tenant, s3: S3):  # noqa: F811
     from core.tenancy import tenant_scope
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
     from runs.conversations.messages import conversation_append
     from runs.engine.runs import run_start
     from runs.kernel.models import AgentEvent

@@ -17,7 +17,7 @@ import pytest
 
 from core.api_auth import api_key_create
 from core.processes import stop_groups, web_args
-from memory.erasure import erasure_execute
+from erasure.services import erasure_execute
 from tests.processes import web_serve
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from memory.erasure import erasure_execute
+from erasure.services import erasure_execute
 from tests.memory.test_memory import said
 
 pytestmark = pytest.mark.django_db

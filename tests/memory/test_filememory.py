@@ -6,7 +6,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from core.api_auth import api_key_create
-from memory.erasure import erasure_execute
+from erasure.services import erasure_execute
 from memory.filememory import memory_md_parse, memory_md_render
 from memory.models import MemoryItem
 from memory.poisoning.models import HeldClaim

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from console.models import AuditEntry
+from core.digests import subject_digest
 from memory.consent import ClaimPending
-from memory.erasure import subject_digest
 from memory.filememory import memory_md_render
 from memory.poisoning.models import HeldClaim, HeldStatus
 from memory.selectors import memory_recall

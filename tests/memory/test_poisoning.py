@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from core.tenancy import tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from memory.models import MemoryItem
 from memory.poisoning.hold import ClaimHeld
 from memory.poisoning.models import HeldClaim, HeldStatus

@@ -11,7 +11,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from core.tenancy import tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from memory.models import MemoryItem, MemoryPosting
 from memory.projection import text_candidates
 from memory.services import memory_invalidate, memory_remember

@@ -10,13 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connections, transaction
 
-from core.erasure import Scope
 from core.errors import InvalidInput
 from core.tenancy import tenant_bind
+from erasure.erasers.schedules import SchedulesEraser
+from erasure.matching import Scope
 from runs.engine.cron import cron_parse
 from runs.engine.schedule_models import WorkflowSchedule
 from runs.engine.schedules import (
-    SchedulesEraser,
     schedule_create,
     schedule_slot_key,
     schedule_update,
@@ -305,7 +305,7 @@ def test_a_schedule_another_beat_is_firing_is_skipped_not_fired_twice(tenant):
 
 
 def test_an_erasure_deletes_the_subjects_schedules_and_its_receipt_finds_none_left(tenant):
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     about = schedule_create(
         tenant=tenant,

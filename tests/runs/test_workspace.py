@@ -192,7 +192,7 @@ def test_ttl_reclaims_snapshots_and_the_sweep_only_blobs_no_live_run_names(tenan
 
 @pytest.mark.django_db(transaction=True)
 def test_erasure_deletes_the_subjects_manifests_and_blobs_and_keeps_shared_ones(tenant):
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     mine = run_start(
         tenant=tenant,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from core.tenancy import tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from memory.models import MemoryItem
 from memory.selectors import memory_recall
 from memory.services import memory_remember

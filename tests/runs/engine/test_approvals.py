@@ -138,7 +138,7 @@ def test_reject_needs_a_note_and_a_decision_happens_once(run):
 
 @pytest.mark.django_db(transaction=True)
 def test_an_erased_subjects_pending_approval_is_closed_by_the_erasure(tenant):
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     run = run_start(
         tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test", subject="cust-erase-me"

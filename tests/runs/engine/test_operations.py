@@ -205,7 +205,7 @@ def test_reconciling_a_running_run_is_refused_and_changes_nothing(leased, tenant
 def test_an_operation_in_doubt_is_still_settled_after_its_subject_was_erased(tenant):
     """Money first: erasure leaves the run stopped, but a refund whose outcome is unknown must still be
     reconciled (recorded on the operation and in the log) without asking the erased run to continue."""
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     run = run_start(
         tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test", subject="cust-op-77"

@@ -628,7 +628,7 @@ def test_after_its_subject_is_erased_a_worker_cannot_report_an_outcome_into_the_
     """Found from outside: with its old lease token a worker reported a succeeded outcome carrying the
     subject's address after a clean receipt. It is refused (409 subject_erased, nothing written), and
     the operation waits for a person in the support inbox."""
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
     from runs.engine.selectors import operation_in_doubt_list
 
     response = api.post(

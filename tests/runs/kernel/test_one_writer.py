@@ -14,7 +14,7 @@ from runs.kernel.functions import function_sources
 
 ROOT = Path(__file__).resolve().parents[3]
 # The application's code; tests and benchmarks write fixtures and baselines of their own.
-PACKAGES = ("config", "core", "console", "memory", "retrieval", "runs", "sandbox", "workers")
+PACKAGES = ("config", "core", "console", "erasure", "memory", "retrieval", "runs", "sandbox", "workers")
 KERNEL = ROOT / "runs" / "kernel"
 RUN_TABLES = re.compile(
     r"\b(UPDATE|INSERT\s+INTO|DELETE\s+FROM)\s+(public\.)?(agent_runs|agent_events)\b", re.I

@@ -259,7 +259,7 @@ def test_resume_fork_and_rewind_of_a_thread_are_refused_and_it_keeps_working(as_
 
 def _erased_thread(tenant, thread_id: str, subject_id: str) -> AgentRun:
     """A thread of the subject's, run once, then the subject erased: its run."""
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     config: RunnableConfig = {"configurable": {"thread_id": thread_id, "subject_id": subject_id}}

@@ -229,7 +229,7 @@ def test_two_answers_at_once_record_one(tenant) -> None:
 
 
 def test_erasing_the_subject_erases_the_question_and_the_answer(tenant) -> None:
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
     from tests.runs.langgraph.test_threads import _copies
 
     subject, words = "cust-erase-9", "Ada Quince of 17 Quince Lane"
@@ -332,7 +332,7 @@ def _waiting_for_a_lock() -> bool:
 def test_erasure_erases_every_value_the_graph_asked_even_a_short_name(tenant) -> None:
     """The order the example graph looked up names its customer "Ada": three letters, shorter than any
     text erasure finds elsewhere. What the graph asked is the subject's whole, so none of it is left."""
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     run = _start(tenant, "t-ada", subject_id="cust-ada-7")
     asked = AgentEvent.objects.get(run=run, event_type="langgraph_interrupt").payload
@@ -408,7 +408,7 @@ def test_erasure_leaves_the_codes_the_graph_showed_and_a_retry_is_clean(tenant) 
     """What the graph showed beside its question (the order's status "delivered", its id) is the
     graph's data, not the subject's text: another run of the subject keeps it, including a key named
     after it ("delivered_at"), the receipt is clean, and erasing again is clean too."""
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     run = _start(tenant, "t-codes", subject_id="cust-codes-9")
     asked = AgentEvent.objects.get(run=run, event_type="langgraph_interrupt").payload["interrupts"][0]

@@ -21,7 +21,7 @@ from langgraph.store.base import (
 )
 
 from core.tenancy import tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from memory.models import MemoryItem
 from memory.projection import memory_project
 from memory.selectors import memory_subject_items

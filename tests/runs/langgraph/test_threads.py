@@ -14,9 +14,9 @@ from django.utils import timezone
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import CheckpointTuple
 
-from core.erasure import registered_columns
 from core.tenancy import tenant_bind, tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.registry import registered_columns
+from erasure.services import erasure_execute, erasure_request_create
 from runs.engine.runs import run_cancel
 from runs.kernel.models import AgentEvent, AgentRun
 from runs.langgraph.models import LangGraphCheckpoint
@@ -327,8 +327,8 @@ def test_a_subject_whose_id_is_inside_another_subjects_id_or_text_can_be_erased(
     subject's memory forever."""
     import ormsgpack
 
+    from erasure.erasers.langgraph import holds_id
     from memory.services import memory_remember
-    from runs.langgraph.erasure import holds_id
     from tests.memory.test_memory import said
 
     assert holds_id(ormsgpack.packb({"t": "call cust-10 back"}), "cust-10")

@@ -23,6 +23,7 @@ from runs.kernel.state import state_encode
 from runs.webhooks.delivery import webhooks_deliver_due
 from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 from runs.webhooks.services import webhook_subscription_create
+from tests.erasure.agreement import assert_registry_agrees
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db
@@ -265,7 +266,7 @@ def test_a_receiver_that_is_down_never_blocks_a_run_and_loses_nothing(tenant, al
 def test_a_finished_erasure_is_announced_with_the_request_id_and_never_the_subject(
     tenant, receiver, allow_http
 ):
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     created = _subscribe(tenant, receiver.url, types=["erasure.finished"])
     run_start(
@@ -345,7 +346,7 @@ def test_a_failed_run_is_announced_with_its_failure_code_as_the_reason(tenant, a
 def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasure(tenant, allow_http):
     """Found from outside: a worker's failure code unreachable_cust6662 stayed in a pending delivery
     after a receipt that said clean (data is declared free: the scan now searches it for the id)."""
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     _subscribe(tenant, "https://acme.example/h")
     theirs = run_start(
@@ -361,6 +362,7 @@ def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasu
     done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
     left = {place: n for place, n in done.receipt["final_scan"].items() if n}
     assert done.status == "completed" and done.receipt["clean"] is True, left
+    assert_registry_agrees(done.receipt)
     assert sorted(d.data["reason"] for d in WebhookDelivery.objects.all()) == ["[erased]", "unreachable_host"]
     assert all(d.status == "pending" for d in WebhookDelivery.objects.all())  # still sent, without it
 
@@ -461,7 +463,7 @@ def test_labels_and_deleted_endpoints_that_name_the_subject_no_longer_block_thei
     """Found from outside: a revoked API key called key-for-cust-7781 and a deleted subscription to
     .../hook/cust-7781 kept every erasure of cust-7781 from completing (nothing could rewrite them)."""
     from core.api_auth import api_key_create, api_key_revoke
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
     from runs.webhooks.services import webhook_subscription_delete
 
     live = api_key_create(tenant=tenant, name="bot-for-cust-7781", scope="write")
@@ -475,6 +477,7 @@ def test_labels_and_deleted_endpoints_that_name_the_subject_no_longer_block_thei
     left = {place: n for place, n in done.receipt["final_scan"].items() if n}
     assert done.status == "completed" and left == {}, left
     assert done.receipt["counts"]["labels.api_keys"] == 2
+    assert_registry_agrees(done.receipt)
     # The live key still works under its erased label.
     from tests.api.conftest import key_client
 

@@ -8,8 +8,9 @@ import pytest
 from django.utils import timezone
 
 from core.tenancy import tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
-from memory.models import ErasureRequest, MemoryItem, Tombstone
+from erasure.models import ErasureRequest
+from erasure.services import erasure_execute, erasure_request_create
+from memory.models import MemoryItem, Tombstone
 from memory.services import ClaimErased, memory_purge_expired, memory_remember
 from runs.conversations.context import context_build
 from runs.conversations.messages import conversation_append
@@ -252,8 +253,7 @@ def test_what_stands_in_for_an_erased_subject_cannot_be_recomputed_without_the_k
 ):
     """Receipts, tombstones and erased runs name the subject by keyed digests (KEEPER_DIGEST_KEY): one
     who reads the database and guesses the id cannot confirm the guess with a plain hash."""
-    from core.digests import json_digest
-    from memory.erasure import subject_digest
+    from core.digests import json_digest, subject_digest
     from runs.kernel.models import AgentRun
 
     run = subject_with_everything
@@ -305,8 +305,8 @@ def test_asking_to_erase_a_subject_again_while_a_request_is_open_answers_that_re
 
     from django.db import connection
 
-    from memory.erasure import erasure_request_create
-    from memory.models import ErasureRequest
+    from erasure.models import ErasureRequest
+    from erasure.services import erasure_request_create
 
     barrier = threading.Barrier(6)
     made: list[str] = []
@@ -372,9 +372,8 @@ def test_keepers_own_approval_notes_are_not_searched_as_the_subjects_texts(tenan
     """Found from outside: the request's searched texts held Keeper's own note ("closed: the subject
     of the run was erased") and a policy's, the same sentences in every tenant's runs. A person's
     note on the subject's approval is still theirs to search."""
-    from core.digests import json_digest
-    from memory.erasure import subject_digest
-    from runs.conversations.erasure import RunsEraser
+    from core.digests import json_digest, subject_digest
+    from erasure.erasers.runs import RunsEraser
     from runs.kernel.models import Approval
 
     run = run_start(

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from runs.engine.runs import run_start
 from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import wait_until

@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 from core.tenancy import tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from retrieval.models import DocumentTombstone, Invalidation, Principal, RetrievalSnapshot
 from retrieval.search import retrieval_search
 from retrieval.services import DocumentDeleted, document_delete, document_index, principal_set
+from tests.erasure.agreement import assert_registry_agrees
 
 pytestmark = pytest.mark.django_db
 
@@ -35,6 +36,7 @@ def _erase(tenant) -> dict:
     request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
     receipt = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).receipt
     assert receipt is not None
+    assert_registry_agrees(receipt)
     return receipt
 
 
@@ -70,8 +72,8 @@ def test_the_subject_as_a_principal_and_in_a_document_id_is_found_then_erased(te
         _ticket(tenant, ["group:support"])
 
 
-def test_a_declared_free_column_no_eraser_clears_keeps_the_receipt_from_saying_clean(tenant) -> None:
-    """The scan does not trust a declaration: a document the subject may read by name, kept."""
+def test_a_document_nothing_erases_keeps_the_receipt_from_saying_clean_and_says_what_to_do(tenant) -> None:
+    """A document the subject may read by name is the company's to change: kept, and named."""
     principal_set(tenant=tenant, principal="user:ann", groups=["group:support"], actor="user:admin")
     document_index(
         tenant=tenant,
@@ -88,15 +90,15 @@ def test_a_declared_free_column_no_eraser_clears_keeps_the_receipt_from_saying_c
     assert receipt["clean"] is False
     places = {p["place"]: p for p in receipt["places"]}
     assert places["retrieval_documents.acl"]["after"] == 1
-    assert "declared free" in places["retrieval_documents.acl"]["what"]
-    # A declared-free column that holds nothing of the subject is not listed on the receipt.
+    assert "through the documents API" in places["retrieval_documents.acl"]["what_to_do"]
+    # A declared-free column is listed only where the scan found the subject (never, here).
     assert "retrieval_documents.media_type" not in places
 
 
 def test_the_subjects_email_in_a_document_keeps_the_receipt_from_saying_clean(tenant) -> None:
     """Found from outside: documents were searched for the subject's id only, and an e-mail address
     shorter than 24 characters without a digit was never searched outside the subject's own rows."""
-    from core.erasure import distinctive
+    from erasure.matching import distinctive
     from memory.services import memory_remember
     from tests.memory.test_memory import said
 

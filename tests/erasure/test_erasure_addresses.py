@@ -19,7 +19,7 @@ def test_an_address_under_any_key_of_the_subject_s_run_is_erased_and_a_shared_on
     subject's own runs is erased; one that another customer's run holds too (a workflow's sender, a
     cc of the subject) stays there, theirs, and does not keep the receipt unclean (found from outside,
     second round: a single cc kept the address in the subject's own run)."""
-    from memory.erasure import erasure_execute, erasure_request_create
+    from erasure.services import erasure_execute, erasure_request_create
 
     own = run_start(
         tenant=tenant,

@@ -12,18 +12,11 @@ from uuid import UUID
 
 from django.db import connection
 
-from core.erasure import (
-    CODE,
-    IDENTIFIER_SUBSTRING_CHARS,
-    Place,
-    Scope,
-    column_place,
-    free_register,
-    free_text_value,
-    place_register,
-    strings_in,
-)
+from core.digests import strings_in
 from core.tenancy import tenant_scope
+from erasure.matching import CODE, IDENTIFIER_SUBSTRING_CHARS, Scope, free_text_value
+from erasure.places import Place, column_place
+from erasure.registry import Eraser, Free, free
 from runs.conversations.erasure import ERASED
 
 TABLES = ("langgraph_checkpoints", "langgraph_blobs", "langgraph_writes")
@@ -66,7 +59,7 @@ def _asked(interrupts: Any) -> list[str]:
     return [t for t in _texts(interrupts) if " " in t.strip() or not t.isascii()]
 
 
-class LangGraphEraser:
+class LangGraphEraser(Eraser):
     name = "langgraph"
 
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
@@ -99,13 +92,55 @@ class LangGraphEraser:
                 counts[table] = cursor.rowcount
         return counts
 
+    def places(self) -> list[Place]:
+        return [
+            *(
+                column_place(
+                    table=table,
+                    column=column,
+                    kind=kind,
+                    tenant_sql=_IN_TENANT,
+                    erased_by=self.name,
+                    mine_sql=_MINE,
+                    owner_sql=_OWNER,
+                    what=f"{table}.{column} (deleted)",
+                )
+                for table, column, kind in (
+                    ("langgraph_checkpoints", "checkpoint", "json"),
+                    ("langgraph_checkpoints", "metadata", "json"),
+                    ("langgraph_checkpoints", "thread_id", "text"),
+                    ("langgraph_blobs", "thread_id", "text"),
+                    ("langgraph_writes", "thread_id", "text"),
+                )
+            ),
+            _blob_place("langgraph_blobs"),
+            _blob_place("langgraph_writes"),
+        ]
+
+    def free(self) -> list[Free]:
+        ids = "LangGraph's ids, namespaces, channel names, versions and serializer types"
+        return [
+            free("langgraph_checkpoints", ids, "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id"),
+            free("langgraph_blobs", ids, "checkpoint_ns", "channel", "version", "type"),
+            free(
+                "langgraph_writes",
+                ids,
+                "checkpoint_ns",
+                "checkpoint_id",
+                "task_id",
+                "task_path",
+                "channel",
+                "type",
+            ),
+        ]
+
 
 def holds_id(blob: bytes, subject_id: str) -> bool:
     """Whether serialized bytes hold the subject's id as the scan counts it in text: from
     IDENTIFIER_SUBSTRING_CHARS characters as a whole token (no ASCII letter or digit on either side:
     "cust-10" is not in "cust-1001"), a shorter one only as a whole string value (msgpack's header of
-    exactly its length, or quotes, before it). Found from outside: a byte substring made "cust-10" and
-    "42" ("42.00 EUR") match other subjects' threads, and their erasures could never complete."""
+    exactly its length, or quotes, before it): a byte substring would make "cust-10" and "42"
+    ("42.00 EUR") match other subjects' threads, and their erasures could never complete."""
     needle = subject_id.encode()
     n = len(needle)
     start = blob.find(needle)
@@ -158,35 +193,4 @@ def _blob_place(table: str) -> Place:
         erased_by="langgraph",
         count=count,
         columns=((table, "blob"),),
-    )
-
-
-def register() -> None:
-    """Called from RunsConfig.ready."""
-    for table, column, kind in (
-        ("langgraph_checkpoints", "checkpoint", "json"),
-        ("langgraph_checkpoints", "metadata", "json"),
-        ("langgraph_checkpoints", "thread_id", "text"),
-        ("langgraph_blobs", "thread_id", "text"),
-        ("langgraph_writes", "thread_id", "text"),
-    ):
-        place_register(
-            column_place(
-                table=table,
-                column=column,
-                kind=kind,
-                tenant_sql=_IN_TENANT,
-                erased_by="langgraph",
-                mine_sql=_MINE,
-                owner_sql=_OWNER,
-                what=f"{table}.{column} (deleted)",
-            )
-        )
-    place_register(_blob_place("langgraph_blobs"))
-    place_register(_blob_place("langgraph_writes"))
-    ids = "LangGraph's ids, namespaces, channel names, versions and serializer types"
-    free_register("langgraph_checkpoints", ids, "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id")
-    free_register("langgraph_blobs", ids, "checkpoint_ns", "channel", "version", "type")
-    free_register(
-        "langgraph_writes", ids, "checkpoint_ns", "checkpoint_id", "task_id", "task_path", "channel", "type"
     )

@@ -1,15 +1,17 @@
-"""Held claims are a subject's data too: registered as places of erasure, deleted with the subject."""
+"""Claims the poisoning screen held for review: the subject's, deleted with them."""
 
 from __future__ import annotations
 
 from uuid import UUID
 
-from core.erasure import MIN_VALUE_CHARS, Scope, column_place, eraser_register, free_register, place_register
 from core.tenancy import tenant_scope
+from erasure.matching import MIN_VALUE_CHARS, Scope
+from erasure.places import Place, column_place
+from erasure.registry import Eraser, Free, free
 from memory.poisoning.models import HeldClaim
 
 
-class HeldClaimsEraser:
+class HeldClaimsEraser(Eraser):
     name = "memory_held"
 
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
@@ -27,38 +29,39 @@ class HeldClaimsEraser:
             deleted, _ = HeldClaim.objects.filter(subject_id=scope.subject_id).delete()
         return {"held_claims": deleted}
 
-
-def register() -> None:
-    """Called from MemoryConfig.ready."""
-    eraser_register(HeldClaimsEraser())
-    for column, kind in (
-        ("subject_id", "text"),
-        ("namespace", "text"),
-        ("key", "text"),
-        ("value", "json"),
-        ("provenance", "json"),
-        ("source", "text"),
-        ("decision_note", "text"),
-    ):
-        place_register(
+    def places(self) -> list[Place]:
+        return [
             column_place(
                 table="memory_held_claims",
                 column=column,
                 kind=kind,
                 tenant_sql="t.tenant_id = %(tenant)s",
-                erased_by="memory_held",
+                erased_by=self.name,
                 mine_sql="t.subject_id = %(subject)s",
                 owner_sql="t.subject_id",
                 what=f"memory_held_claims.{column} (deleted)",
             )
-        )
-    free_register(
-        "memory_held_claims",
-        "the screen's verdict: trust level, status, signal kinds, the consent basis named and the "
-        "staff user who decided",
-        "trust",
-        "consent_basis",
-        "status",
-        "signals",
-        "decided_by",
-    )
+            for column, kind in (
+                ("subject_id", "text"),
+                ("namespace", "text"),
+                ("key", "text"),
+                ("value", "json"),
+                ("provenance", "json"),
+                ("source", "text"),
+                ("decision_note", "text"),
+            )
+        ]
+
+    def free(self) -> list[Free]:
+        return [
+            free(
+                "memory_held_claims",
+                "the screen's verdict: trust level, status, signal kinds, the consent basis named and the "
+                "staff user who decided",
+                "trust",
+                "consent_basis",
+                "status",
+                "signals",
+                "decided_by",
+            )
+        ]

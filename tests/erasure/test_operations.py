@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 
 from core.tenancy import tenant_scope
-from memory.erasure import erasure_execute, erasure_request_create
+from erasure.services import erasure_execute, erasure_request_create
 from memory.services import memory_remember
 from runs.engine.operations import operation_mark_started, operation_mark_succeeded, operation_prepare_once
 from runs.engine.runs import run_start
 from runs.kernel import apply
 from runs.kernel import moves as m
 from runs.kernel.models import ToolOperation
+from tests.erasure.agreement import assert_registry_agrees
 from tests.memory.test_memory import said
 
 pytestmark = pytest.mark.django_db
@@ -74,7 +75,9 @@ def _cancelled_with_a_call_in_doubt(tenant) -> None:
 
 def _erase(tenant):
     request = erasure_request_create(tenant=tenant, subject_id=SUBJECT, requested_by="user:compliance")
-    return erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
+    assert_registry_agrees(done.receipt)
+    return done
 
 
 def test_decided_operations_lose_the_subject_and_one_in_doubt_is_named_until_reconciled(tenant) -> None:
