@@ -11,8 +11,10 @@ from uuid import UUID
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from console.approvals import approval_reading
 from console.display import ClaimChain, approval_row, claim_chains, operation_row, refusal_of
 from console.models import AuditEntry
+from console.refusals import refusal_in_words
 from core.erasure import free_places, places
 from core.models import Tenant
 from core.pagination import KeysetPage, keyset_page
@@ -159,15 +161,17 @@ def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
     """What waits for a person in the user's tenants, by kind; a run appears once."""
     inbox = Inbox()
     inbox.approvals = [
-        approval_row(a, now) for a in approval_pending_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
+        {**approval_row(a, now), "reading": approval_reading(a)}
+        for a in approval_pending_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     ]
     inbox.operations = [
         operation_row(op, operation_last_lookup(op=op))
         for op in operation_in_doubt_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     ]
     inbox.refused = [
-        {"run": run, **refusal_of(event)}
+        {"run": run, **refused, "words": refusal_in_words(refused)}
         for run, event in run_refused_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
+        if (refused := refusal_of(event))
     ]
     inbox.questions = thread_interrupted_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     inbox.other = run_suspended_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT, reasons_excluded=_NOT_SUPPORTS)

@@ -14,6 +14,7 @@ class RunsConfig(AppConfig):
         import_module("runs.workflows.refund.workflow")
         import_module("runs.workflows.conversation")
         import_module("runs.workflows.support_agent")
+        import_module("runs.workflows.credit")
         from core.erasure import eraser_register
         from core.metrics import status_labels_register
         from runs.conversations.erasure import RunsEraser, register

@@ -22,6 +22,7 @@ from core.errors import InvalidInput
 from core.tasks import task_send
 from runs.engine.errors import InvalidState, RunNotFound, SubjectErased
 from runs.langgraph.graphs import graph_registered
+from runs.langgraph.inbox import inbox_summary
 from runs.langgraph.store import (
     ANSWERED_EVENT,
     ANSWERED_REASON,
@@ -422,6 +423,8 @@ def _question(value: Any) -> str:
     """A question's line for the inbox: its text, the "question" of a dict, or its JSON."""
     if isinstance(value, dict) and isinstance(value.get("question"), str):
         return value["question"]
+    if (line := inbox_summary(value)) is not None:
+        return line
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 

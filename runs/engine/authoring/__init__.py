@@ -1,6 +1,7 @@
 """The public authoring API: declare a workflow and its steps as plain functions, with side effects
-(`ctx.operation`), human approvals (`ctx.approval`), durable timers (`ctx.sleep`), signals
-(`ctx.wait_signal`) and child runs (`ctx.start_child`, `ctx.wait_child`) in one call each.
+(`ctx.operation`), human approvals (`ctx.approval`; how they read to the person deciding:
+`wf.approval_display`), durable timers (`ctx.sleep`), signals (`ctx.wait_signal`) and child runs
+(`ctx.start_child`, `ctx.wait_child`) in one call each.
 
 A step is a deterministic function of (context, state) that returns where the run goes next:
 `ctx.next(other_step, state)`, `ctx.suspend(...)`, `ctx.complete(...)` or `ctx.fail(...)`. The
@@ -30,6 +31,7 @@ from runs.engine.authoring.context import (
     Signal,
 )
 from runs.engine.authoring.definition import Definition, StepFunction, workflow
+from runs.engine.authoring.display import ApprovalDisplay
 from runs.engine.authoring.tools import (
     OperationCall,
     OperationOutcome,
@@ -46,6 +48,7 @@ __all__ = [
     "SIGNAL",
     "TIMER",
     "AnyStep",
+    "ApprovalDisplay",
     "ApprovalDecision",
     "ChildOutcome",
     "ChildRun",

@@ -13,8 +13,10 @@ from runs.engine.selectors.history import (
     event_marked_list,
     event_page,
     event_recent_list,
+    event_states,
     revision_parse,
     run_events,
+    run_input,
     run_state_at,
 )
 from runs.engine.selectors.queue import QueueHealth, run_queue_health
@@ -73,6 +75,7 @@ __all__ = [
     "event_marked_list",
     "event_page",
     "event_recent_list",
+    "event_states",
     "fork_list",
     "operation_find",
     "operation_get",
@@ -87,6 +90,7 @@ __all__ = [
     "run_filtered_page",
     "run_get",
     "run_get_for_tenants",
+    "run_input",
     "run_list",
     "run_operations",
     "run_operations_in_doubt",

@@ -25,7 +25,9 @@ def _subjects(who: Person) -> list[str]:
     who.visit("/compliance/")
     who.page.fill("#subject-search input[name=q]", "cust-")
     who.click(who.page.locator("#subject-search").get_by_role("button", name="Find"))
-    return [s.strip() for s in who.page.locator("#subject-matches tbody tr td:nth-child(2)").all_inner_texts()]
+    return [
+        s.strip() for s in who.page.locator("#subject-matches tbody tr td:nth-child(2)").all_inner_texts()
+    ]
 
 
 def _erase(who: Person, subject: str) -> None:
@@ -65,13 +67,17 @@ def test_compliance_finds_and_erases_every_demo_subject(person, demo):
     expect(who.page.locator("main")).not_to_contain_text("failed")
 
 
-@pytest.mark.xfail(strict=False, reason="the chat customer's own messages keep their actor (erasure of actors)")
+@pytest.mark.xfail(
+    strict=False, reason="the chat customer's own messages keep their actor (erasure of actors)"
+)
 def test_compliance_erases_the_chat_customer(person, demo):
     who = person(COMPLIANCE)
     _erase(who, "cust-1003")
 
 
-@pytest.mark.xfail(strict=True, reason="compliance: held claims in the menu; a provenance link leads to the run and event")
+@pytest.mark.xfail(
+    strict=True, reason="compliance: held claims in the menu; a provenance link leads to the run and event"
+)
 def test_compliance_reviews_held_claims_and_follows_a_claim_to_its_source(person, demo):
     who = person(COMPLIANCE)
     page = who.page
@@ -97,7 +103,10 @@ def test_compliance_exports_the_audit_log_for_a_day(person, demo):
     assert rows[0][:3] == ["id", "at_utc", "actor"] and len(rows) > 3
 
 
-@pytest.mark.xfail(strict=True, reason="compliance: offboarding receipts in the menu; an offboarded tenant's user told at sign-in")
+@pytest.mark.xfail(
+    strict=True,
+    reason="compliance: offboarding receipts in the menu; an offboarded tenant's user told at sign-in",
+)
 def test_compliance_offboards_a_tenant_whose_users_are_told_at_sign_in(person, demo):
     who = person("operator")  # a member of both demo tenants, with every role
     page = who.page

@@ -29,7 +29,10 @@ def _menu(who, name: str):
     return who.click(menu.get_by_role("link", name=name, exact=True))
 
 
-@pytest.mark.xfail(strict=True, reason="engineers: input, result and each step's output; start and duration columns, sortable")
+@pytest.mark.xfail(
+    strict=True,
+    reason="engineers: input, result and each step's output; start and duration columns, sortable",
+)
 def test_engineer_follows_a_run_from_the_list_to_its_timeline_and_a_diff(person, demo):
     who = person(ENGINEER)
     page = who.page
@@ -97,7 +100,9 @@ def test_engineer_sees_a_refused_resume_honestly_then_accepts_the_changed_state(
     message = page.locator("ul.messages")
     expect(message).not_to_contain_text("done")
     expect(message).to_contain_text("a worker verifies")
-    eventually(lambda: _run(demo, run_id).status != "suspended", demo, "the accepted run to go on", timeout=90)
+    eventually(
+        lambda: _run(demo, run_id).status != "suspended", demo, "the accepted run to go on", timeout=90
+    )
 
 
 @pytest.mark.xfail(strict=True, reason="engineers: send a signal and run a query from the run page")
@@ -153,7 +158,9 @@ def test_engineer_creates_edits_pauses_and_deletes_a_schedule(person, demo):
     expect(page.locator("#schedules tr", has_text="every 7200 s")).to_have_count(0)
 
 
-@pytest.mark.xfail(strict=True, reason="engineers: the navigation reaches every page, a memory view, a task list per worker")
+@pytest.mark.xfail(
+    strict=True, reason="engineers: the navigation reaches every page, a memory view, a task list per worker"
+)
 def test_engineer_reaches_every_page_from_the_menu(person, demo):
     who = person(ENGINEER)
     page = who.page
