@@ -115,17 +115,19 @@ def conversation_of(run: AgentRun) -> Conversation:
             calls[str(payload.get("call_id", ""))] = use
             said.append(Said("tool", "", event.seq, event.created_at, event.actor, [use]))
         elif event.event_type == "tool_result":
-            use = calls.get(str(payload.get("call_id", "")))
+            called = calls.get(str(payload.get("call_id", "")))
             preview = ERASED if payload.get("redacted") else str(payload.get("preview", ""))
-            if use is not None:
-                use.result = clip(preview, 300)
+            if called is not None:
+                called.result = clip(preview, 300)
             else:
                 said.append(
                     Said("tool", "", event.seq, event.created_at, event.actor, [ToolUse("?", "", preview)])
                 )
     # The turn in progress keeps its tool calls in the state until the agent answers (support_agent).
     state = run.state if isinstance(run.state, dict) else {}
-    turn = state.get("turn") if isinstance(state.get("turn"), dict) else {}
+    turn = state.get("turn")
+    if not isinstance(turn, dict):
+        turn = {}
     return Conversation(
         said=said,
         tools_this_turn=_uses(turn.get("calls")),

@@ -4,7 +4,7 @@ once (the support inbox, a subject's overview), composed from each app's selecto
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -36,8 +36,9 @@ from runs.conversations.selectors import (
     subject_unredacted_event_count,
     summary_lists_by_run,
 )
-from runs.engine.models import SUBJECT_ERASED, AgentRun, Summary, ToolOperation
+from runs.engine.models import SUBJECT_ERASED, AgentRun, Approval, Summary, ToolOperation
 from runs.engine.selectors import (
+    approval_closed_by_erasure_list,
     approval_pending_count,
     approval_pending_list,
     operation_in_doubt_count,
@@ -134,11 +135,13 @@ def operation_last_lookup(*, op: ToolOperation) -> AuditEntry | None:
 # --- the support inbox -----------------------------------------------------------------------------
 
 INBOX_LIMIT = 100  # rows per section; the oldest first, so nothing waits unseen behind newer work
+CLOSED_SHOWN_FOR = timedelta(days=7)  # how long an approval an erasure closed stays noted in the inbox
 
 
 @dataclass
 class Inbox:
     approvals: list[dict[str, Any]] = field(default_factory=list)
+    closed: list[Approval] = field(default_factory=list)  # approvals an erasure closed lately
     operations: list[dict[str, Any]] = field(default_factory=list)
     refused: list[dict[str, Any]] = field(default_factory=list)
     questions: list[AgentRun] = field(default_factory=list)  # LangGraph threads at an interrupt()
@@ -164,6 +167,10 @@ def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
         {**approval_row(a, now), "reading": approval_reading(a)}
         for a in approval_pending_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     ]
+    # Approvals an erasure of their run's subject closed lately: said, not dropped without a word.
+    inbox.closed = approval_closed_by_erasure_list(
+        tenant_ids=tenant_ids, since=now - CLOSED_SHOWN_FOR, limit=INBOX_LIMIT
+    )
     inbox.operations = [
         operation_row(op, operation_last_lookup(op=op))
         for op in operation_in_doubt_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)

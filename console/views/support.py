@@ -30,7 +30,7 @@ from console.steps import run_steps
 from console.views.support_common import NoteForm, run_context, support_act, support_render, tenants_of
 from core.errors import ApplicationError
 from runs.engine.approvals import approval_approve, approval_reject
-from runs.engine.models import AgentRun, Approval, ApprovalStatus, RunStatus
+from runs.engine.models import SUBJECT_ERASED, AgentRun, Approval, ApprovalStatus, RunStatus
 from runs.engine.runs import run_cancel, run_resume
 from runs.engine.selectors import (
     approval_get_for_tenants,
@@ -71,6 +71,7 @@ def _approval_page(
     reading = approval_reading(approval)
     pending = approval.status == ApprovalStatus.PENDING
     context = {
+        "closed_by_erasure": run.suspend_reason == SUBJECT_ERASED and approval.decided_by == "keeper",
         "row": approval_row(approval, timezone.now()),
         "reading": reading,
         "approval": approval,

@@ -101,7 +101,9 @@ def apply(ctx: Context, state: State) -> StepResult:
 @credit.query
 def progress(state: State) -> dict[str, object]:
     """Where the increase stands, in words."""
-    approval = state.get("approval") if isinstance(state.get("approval"), dict) else {}
+    approval = state.get("approval")
+    if not isinstance(approval, dict):
+        approval = {}
     if "documents" in state:
         stage = "documents received"
     elif approval.get("status") == "approved":

@@ -35,6 +35,7 @@ from runs.engine.selectors.runs import (
 )
 from runs.engine.selectors.side_effects import (
     RECONCILIATION_REQUIRED,
+    approval_closed_by_erasure_list,
     approval_get_for_tenants,
     approval_list,
     approval_page,
@@ -64,6 +65,7 @@ __all__ = [
     "MarkedEvent",
     "RevisionState",
     "RunCursor",
+    "approval_closed_by_erasure_list",
     "approval_get_for_tenants",
     "approval_run_list",
     "approval_list",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from runs.engine.models import AgentRun, Approval, ToolOperation
+from runs.engine.models import AgentRun, ToolOperation
 from tests.console.journeys.conftest import eventually
 
 pytestmark = [pytest.mark.journeys, pytest.mark.slow]
@@ -19,11 +19,6 @@ POLLED = 15_000  # ms: the pages poll every 3 s; a worker moves the run meanwhil
 def _run(demo, name: str) -> AgentRun:
     with demo.db(demo.tenant_id("acme")):
         return AgentRun.objects.get(run_id=demo.runs[name])
-
-
-def _approval(demo, name: str) -> Approval:
-    with demo.db(demo.tenant_id("acme")):
-        return Approval.objects.filter(run_id=demo.runs[name]).order_by("-asked_at").first()
 
 
 def test_support_reads_the_conversation_and_rejects_the_agents_proposal(person, demo):
