@@ -118,6 +118,16 @@ def audit_entry_page(
     return keyset_page(entries, keys=AUDIT_KEYS, cursor=None if cursor is None else (cursor,), limit=limit)
 
 
+def offboardings_of_member(*, user_id: int) -> list[AuditEntry]:
+    """The erasures of whole tenants the user was a member of (the console records each tenant's
+    members on the entry, as the memberships go with the tenant), newest first."""
+    return list(
+        AuditEntry.objects.filter(action="tenant_erased", details__members__contains=[user_id]).order_by(
+            "-id"
+        )[:5]
+    )
+
+
 def operation_last_lookup(*, op: ToolOperation) -> AuditEntry | None:
     """The newest lookup a person asked for from the console (recorded in the audit log)."""
     return (

@@ -91,6 +91,11 @@ def approval_closed_by_erasure_list(*, tenant_ids: list[UUID], since: datetime, 
     )
 
 
+def approval_pending_for_runs(*, tenant_id: UUID, run_ids: list[UUID]) -> list[Approval]:
+    """The pending approvals of these runs of one tenant, the soonest to expire first."""
+    return list(_pending([tenant_id]).filter(run_id__in=run_ids).order_by("expires_at"))
+
+
 def approval_pending_count(*, tenant_ids: list[UUID]) -> int:
     return _pending(tenant_ids).count()
 

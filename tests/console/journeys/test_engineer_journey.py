@@ -21,12 +21,8 @@ def _run(demo, run_id: str) -> AgentRun:
 
 
 def _menu(who, name: str):
-    """A page of the top menu (on a phone the menu is folded behind its button)."""
-    menu = who.page.locator("header.top")
-    toggle = menu.locator("summary.menu")
-    if toggle.is_visible():
-        toggle.click()
-    return who.click(menu.get_by_role("link", name=name, exact=True))
+    """A page of the top menu."""
+    return who.click(who.page.locator("header.top nav.menu").get_by_role("link", name=name, exact=True))
 
 
 @pytest.mark.xfail(

@@ -19,7 +19,7 @@ def test_a_display_is_checked_where_the_workflow_is_declared():
     with pytest.raises(WorkflowDefinitionError, match="not a format string"):
         wf.approval_display(title="Pay {order")
     with pytest.raises(WorkflowDefinitionError, match="minor units key, currency key"):
-        wf.approval_display(title="Pay", amount=tuple(["amount_minor"]))  # type: ignore[arg-type]
+        wf.approval_display(title="Pay", amount=tuple(["amount_minor"]))
     with pytest.raises(WorkflowDefinitionError, match="request key, label"):
         wf.approval_display(title="Pay", fields=[("order_id", "")])
 
