@@ -143,3 +143,12 @@ def test_a_failed_erasure_says_what_is_left_in_words_and_offers_a_retry(as_role,
     other = reverse("console:compliance_erasure_retry", args=["acme", again.request_id])
     compliance.post(other)
     assert ErasureRequest.objects.count() == 2
+
+
+def test_the_menu_leads_to_the_held_claims_of_the_users_tenant(as_role, tenant):
+    compliance = as_role("compliance")
+    page = compliance.get(reverse("console:compliance_home")).content.decode()
+    assert 'href="/review/held/"' in page and 'href="/compliance/offboardings/"' in page
+    response = compliance.get("/review/held/")
+    assert response.status_code == 302 and response["Location"] == reverse("console:held_claims", args=["acme"])
+    assert as_role("engineer").get("/review/held/").status_code == 403
