@@ -11,6 +11,7 @@ from console.views import (
     engineer_live,
     engineer_queue,
     engineer_schedules,
+    engineer_signals,
     engineer_webhooks,
     engineer_workspace,
 )
@@ -36,6 +37,8 @@ urlpatterns = [
         name="run_redispatch",
     ),
     path("runs/<uuid:run_id>/accept-state/", engineer_bulk.run_accept_state_view, name="run_accept_state"),
+    path("runs/<uuid:run_id>/signal/", engineer_signals.run_signal, name="run_signal"),
+    path("runs/<uuid:run_id>/query/", engineer_signals.run_query, name="run_query"),
     path("runs/<uuid:run_id>/fork/", engineer_bulk.run_fork_view, name="run_fork"),
     path("runs/<uuid:run_id>/rewind/", engineer_bulk.run_fork_view, {"rewind": True}, name="run_rewind"),
     path("runs/<uuid:run_id>/langgraph/", engineer_langgraph.run_langgraph, name="run_langgraph"),

@@ -150,5 +150,7 @@ def test_the_menu_leads_to_the_held_claims_of_the_users_tenant(as_role, tenant):
     page = compliance.get(reverse("console:compliance_home")).content.decode()
     assert 'href="/review/held/"' in page and 'href="/compliance/offboardings/"' in page
     response = compliance.get("/review/held/")
-    assert response.status_code == 302 and response["Location"] == reverse("console:held_claims", args=["acme"])
+    assert response.status_code == 302 and response["Location"] == reverse(
+        "console:held_claims", args=["acme"]
+    )
     assert as_role("engineer").get("/review/held/").status_code == 403

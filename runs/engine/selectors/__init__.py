@@ -23,6 +23,7 @@ from runs.engine.selectors.queue import QueueHealth, run_queue_health
 from runs.engine.selectors.runs import (
     LIST_FIELDS,
     RUN_KEYS,
+    RUN_ORDERS,
     RunCursor,
     fork_list,
     run_count_capped,
@@ -61,6 +62,7 @@ __all__ = [
     "LIST_FIELDS",
     "RECONCILIATION_REQUIRED",
     "RUN_KEYS",
+    "RUN_ORDERS",
     "EventBucket",
     "QueueHealth",
     "MarkedEvent",
