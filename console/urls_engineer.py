@@ -63,6 +63,8 @@ urlpatterns += [
 # schedules and workflow versions (issue 16, items 7 and 8)
 urlpatterns += [
     path("schedules/", engineer_schedules.schedule_list, name="schedule_list"),
+    path("schedules/new/", engineer_schedules.schedule_new, name="schedule_new"),
+    path("schedules/<uuid:schedule_id>/edit/", engineer_schedules.schedule_edit, name="schedule_edit"),
     *(
         path(
             f"schedules/<uuid:schedule_id>/{action}/",
