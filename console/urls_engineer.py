@@ -9,6 +9,7 @@ from console.views import (
     engineer_history,
     engineer_langgraph,
     engineer_live,
+    engineer_memory,
     engineer_queue,
     engineer_schedules,
     engineer_signals,
@@ -46,6 +47,9 @@ urlpatterns = [
         "runs/<uuid:run_id>/langgraph/fork/", engineer_langgraph.run_langgraph_fork, name="run_langgraph_fork"
     ),
     path("queue/", engineer_queue.queue_health, name="queue_health"),
+    path("workers/", engineer_queue.worker_list, name="worker_list"),
+    path("memory/", engineer_memory.memory_view, name="memory_view"),
+    path("workers/<str:name>/", engineer_queue.worker_detail, name="worker_detail"),
     # console2 (issue 18, part B)
     path("charts/", charts.charts, name="charts"),
     path(

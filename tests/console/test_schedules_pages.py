@@ -154,18 +154,27 @@ def test_an_engineer_creates_and_changes_a_schedule_with_a_note_each_audited(as_
     ):
         refused = client.post("/schedules/new/", {**form, **bad})
         assert refused.status_code in (400, 422) and says in refused.content.decode(), bad
-    assert not WorkflowSchedule.objects.exists() and not AuditEntry.objects.filter(action__startswith="schedule")
+    assert not WorkflowSchedule.objects.exists() and not AuditEntry.objects.filter(
+        action__startswith="schedule"
+    )
     assert client.post("/schedules/new/", form).status_code == 302
     made = WorkflowSchedule.objects.get()
     assert (made.interval_seconds, made.input, made.enabled) == (3600, {"n": 2}, True)
     edit = f"/schedules/{made.schedule_id}/edit/"
     page = client.get(edit).content.decode()
     assert 'value="3600"' in page and 'name="tenant"' not in page
-    changed = client.post(edit, {**form, "interval_seconds": "", "cron": "0 4 * * *", "note": "nightly instead"})
+    changed = client.post(
+        edit, {**form, "interval_seconds": "", "cron": "0 4 * * *", "note": "nightly instead"}
+    )
     assert changed.status_code == 302
     made.refresh_from_db()
     assert (made.cron, made.interval_seconds) == ("0 4 * * *", None)
-    created, edited = AuditEntry.objects.filter(action__in=["schedule_create", "schedule_edit"]).order_by("id")
+    created, edited = AuditEntry.objects.filter(action__in=["schedule_create", "schedule_edit"]).order_by(
+        "id"
+    )
     assert (created.note, edited.note) == ("an hourly heartbeat", "nightly instead")
-    assert edited.details["before"]["interval_seconds"] == 3600 and edited.details["after"]["cron"] == "0 4 * * *"
+    assert (
+        edited.details["before"]["interval_seconds"] == 3600
+        and edited.details["after"]["cron"] == "0 4 * * *"
+    )
     assert as_role("support").get("/schedules/new/").status_code == 403

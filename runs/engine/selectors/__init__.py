@@ -19,7 +19,7 @@ from runs.engine.selectors.history import (
     run_input,
     run_state_at,
 )
-from runs.engine.selectors.queue import QueueHealth, run_queue_health
+from runs.engine.selectors.queue import QueueHealth, run_queue_health, worker_recent_steps
 from runs.engine.selectors.runs import (
     LIST_FIELDS,
     RUN_KEYS,
@@ -102,6 +102,7 @@ __all__ = [
     "run_operations_in_doubt",
     "run_page",
     "run_queue_health",
+    "worker_recent_steps",
     "run_refused_list",
     "run_refused_count",
     "run_state_at",
