@@ -97,5 +97,7 @@ def test_a_workers_task_list_shows_the_steps_its_processes_ran(as_role, tenant, 
     engineer_queue.pinger.at = 0.0
     page = client.get(f"/workers/{name}/").content.decode()
     tasks = page[page.index('id="worker-tasks"') :]
-    assert f"/runs/{run.run_id}/?focus=" in tasks and "<code>tick</code>" in tasks and "run_completed" in tasks
+    assert (
+        f"/runs/{run.run_id}/?focus=" in tasks and "<code>tick</code>" in tasks and "run_completed" in tasks
+    )
     assert client.get("/workers/nobody@nowhere/").status_code == 404

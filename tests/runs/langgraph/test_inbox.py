@@ -84,3 +84,12 @@ def test_an_edit_in_the_console_is_recorded_with_the_types_the_graph_proposed(as
     page = support.get(f"/support/runs/{run.run_id}/").content.decode()
     said = page[page.index('id="langgraph-answered"') :]
     assert "user:support</span> edited it (" in said and "amount_minor = 2000" in said
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_workflows_page_says_a_threads_run_goes_on_outside_keepers_workers(as_role, tenant) -> None:  # noqa: F811
+    _interrupted(tenant)
+    page = as_role("engineer").get("/workflows/").content.decode()
+    section = page[page.index('data-workflow="langgraph"') :].split("</section>")[0]
+    assert "go on outside Keeper&#x27;s workers" in section and "cannot continue" not in section
+    assert "driven outside" in section
