@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast journeys bench chaos lint migrate shell clean-data local-model
+.PHONY: run test test-fast journeys bench chaos lint migrate shell docs docs-build clean-data local-model
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,15 @@ migrate: $(STAMP)
 
 shell: $(STAMP)
 	$(PY) manage.py shell
+
+## The documentation site (mkdocs.yml, pages under docs/), served with live reload at http://127.0.0.1:8001/.
+DOCS_ADDR ?= 127.0.0.1:8001
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs serve --strict --dev-addr $(DOCS_ADDR)
+
+## The site built once into site/, strictly: a broken link, a missing anchor or a page outside the nav fails.
+docs-build: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 ## Stop nothing, delete the embedded database and Redis data under .data/ (asks no questions).
 clean-data:

@@ -15,7 +15,7 @@ from bench.retrieval import bench_retrieval_search
 from bench.runs import bench_commit_step, bench_context_build, bench_run_e2e
 from core.models import Tenant
 from core.tenancy import tenant_bind
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 
 
 def _console_pages(*, quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:

@@ -80,7 +80,10 @@ def database_from_url(url: str) -> dict[str, Any]:
         raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from None
     options = {k: v for k, v in params.items() if k not in {"dbname", "user", "password", "host", "port"}}
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        # Django's PostgreSQL backend with the bound tenant carried inside every statement's own
+        # transaction (core/db/backend), so no session state outlives a transaction: correct behind
+        # a transaction pooler (PgBouncer) as straight on PostgreSQL.
+        "ENGINE": "core.db.backend",
         "NAME": params.get("dbname", ""),
         "USER": params.get("user", ""),
         "PASSWORD": params.get("password", ""),
@@ -89,6 +92,9 @@ def database_from_url(url: str) -> dict[str, Any]:
         "OPTIONS": options,
         "CONN_MAX_AGE": 60,
         "CONN_HEALTH_CHECKS": True,
+        # A pooler cannot keep a server-side cursor between transactions, and every statement here
+        # travels with its tenant's set_config in front of it, which DECLARE ... CURSOR cannot take.
+        "DISABLE_SERVER_SIDE_CURSORS": True,
     }
 
 
@@ -156,3 +162,26 @@ def _required(variable: str, value: str, kind: str) -> str:
     if not value:
         raise ImproperlyConfigured(f"KEEPER_EMBEDDER={kind} needs {variable}")
     return value
+
+
+ARTIFACT_STORES = {
+    "local": "core.artifacts.local.LocalArtifactStore",
+    "s3": "core.artifacts.s3.S3ArtifactStore",
+}
+
+
+def artifact_store_choice(
+    kind: str, *, root: str, bucket: str, endpoint_url: str, region: str, timeout: float
+) -> dict[str, Any]:
+    """settings.BACKENDS' entry for the artifact store chosen by KEEPER_ARTIFACT_STORE: a local folder
+    (KEEPER_ARTIFACT_ROOT) or an S3-compatible bucket (KEEPER_ARTIFACT_S3_BUCKET is required)."""
+    if kind not in ARTIFACT_STORES:
+        raise ImproperlyConfigured(
+            f"unknown KEEPER_ARTIFACT_STORE {kind!r} (use {' or '.join(ARTIFACT_STORES)})"
+        )
+    if kind == "local":
+        return {"BACKEND": ARTIFACT_STORES[kind], "OPTIONS": {"root": root}}
+    if not bucket:
+        raise ImproperlyConfigured("KEEPER_ARTIFACT_STORE=s3 needs KEEPER_ARTIFACT_S3_BUCKET")
+    options = {"bucket": bucket, "endpoint_url": endpoint_url, "region": region, "timeout": timeout}
+    return {"BACKEND": ARTIFACT_STORES[kind], "OPTIONS": options}

@@ -1,5 +1,5 @@
 """How an approval reads to the person deciding it: the title, facts and buttons its workflow declared
-(runs/engine/authoring/display.py), or, for a workflow that declared none, its request shown plainly,
+(runs/authoring/display.py), or, for a workflow that declared none, its request shown plainly,
 field by field, with nothing assumed (no order, no amount)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from console.display import clip, money_major, plain_value
-from runs.engine.authoring.definition import authored
-from runs.engine.authoring.display import AMOUNT, ApprovalDisplay
-from runs.engine.models import Approval
+from runs.authoring import authored
+from runs.authoring.display import AMOUNT, ApprovalDisplay
+from runs.kernel.models import Approval
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 from console.display import bounded, clip, money_major
 from runs.conversations.selectors import conversation_transcript
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 
 ERASED = "[erased]"
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from runs.engine.authoring.definition import authored
-from runs.engine.errors import UnknownWorkflow
-from runs.engine.models import AgentRun
+from runs.authoring import authored
 from runs.engine.registry import registry
+from runs.kernel.errors import UnknownWorkflow
+from runs.kernel.models import AgentRun
 
 
 def run_signals_and_queries(run: AgentRun) -> tuple[list[str], list[str]]:

@@ -12,7 +12,7 @@ from typing import Any
 from django import forms
 
 from console.forms import NoteField
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 from runs.langgraph.inbox import CHOICES, InboxRequest, inbox_answer, inbox_request
 from runs.langgraph.interrupts import ANSWER_MAX_BYTES, answer_pending_get, thread_interrupt_get
 from runs.langgraph.store import ANSWERED_REASON, INTERRUPT_REASON, THREAD_REASON

@@ -18,6 +18,7 @@ from console.refusals import refusal_in_words
 from core.erasure import free_places, places
 from core.models import Tenant
 from core.pagination import KeysetPage, keyset_page
+from core.roles import member_tenant_ids
 from memory.erasure import subject_digests, subject_places
 from memory.models import ErasureRequest
 from memory.selectors import (
@@ -36,7 +37,6 @@ from runs.conversations.selectors import (
     subject_unredacted_event_count,
     summary_lists_by_run,
 )
-from runs.engine.models import SUBJECT_ERASED, AgentRun, Approval, Summary, ToolOperation
 from runs.engine.selectors import (
     approval_closed_by_erasure_list,
     approval_pending_count,
@@ -48,6 +48,7 @@ from runs.engine.selectors import (
     run_suspended_count,
     run_suspended_list,
 )
+from runs.kernel.models import SUBJECT_ERASED, AgentRun, Approval, Summary, ToolOperation
 from runs.langgraph.selectors import thread_interrupted_count, thread_interrupted_list
 
 AUDIT_KEYS = ("id",)
@@ -57,7 +58,7 @@ def tenant_list_for_user(*, user: Any) -> QuerySet[Tenant]:
     """The tenants the user is a member of (every tenant for a superuser), by slug."""
     if user.is_superuser:
         return Tenant.objects.order_by("slug")
-    return Tenant.objects.filter(membership__user=user).order_by("slug").distinct()
+    return Tenant.objects.filter(tenant_id__in=member_tenant_ids(user_id=user.pk)).order_by("slug")
 
 
 def tenant_get_for_user(*, user: Any, tenant: str | UUID) -> Tenant | None:

@@ -14,8 +14,8 @@ from django.utils import timezone
 
 from console.display import json_diff
 from console.timeline import StepBar, Wait, duration_text
-from runs.engine.models import AgentEvent, AgentRun, RunStatus, ToolOperation
 from runs.engine.selectors import event_states
+from runs.kernel.models import AgentEvent, AgentRun, RunStatus, ToolOperation
 
 # The events a step's execution commits (its outcome); a suspension without a step is a person's.
 STEP_EVENT_TYPES = (

@@ -12,8 +12,8 @@ from uuid import UUID
 from console.approvals import ApprovalReading, approval_reading
 from console.display import clip
 from console.selectors import SubjectOverview
-from runs.engine.models import SUBJECT_ERASED, Approval, RunStatus
 from runs.engine.selectors import approval_pending_for_runs
+from runs.kernel.models import SUBJECT_ERASED, Approval, RunStatus
 
 LIVE = (RunStatus.RUNNING, RunStatus.SUSPENDED)
 

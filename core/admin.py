@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.db.models import Model
 from django.http import HttpRequest, QueryDict
 
-from core.models import ApiKey, Tenant, TenantOffboarding
+from core.models import ApiKey, StoredArtifact, Tenant, TenantOffboarding
 from core.tenancy import tenant_bind_request
 
 if TYPE_CHECKING:  # ModelAdmin is generic in the stubs only: Django gives it no __class_getitem__
@@ -32,13 +32,18 @@ class ReadOnlyAdmin(_ModelAdmin):
         return False
 
 
+def admin_tenants_bind(request: HttpRequest) -> None:
+    """Row-level security for an admin request: every tenant for a superuser, none for anyone else."""
+    tenants = Tenant.objects.values_list("tenant_id", flat=True) if request.user.is_superuser else []
+    tenant_bind_request(request, list(tenants))
+
+
 class TenantBoundAdmin(ReadOnlyAdmin):
     """Row-level security: the admin (superusers) sees every tenant's rows for the request; anyone
     else (staff without superuser) sees none of a tenant-bound table."""
 
     def get_queryset(self, request: HttpRequest) -> Any:
-        tenants = Tenant.objects.values_list("tenant_id", flat=True) if request.user.is_superuser else []
-        tenant_bind_request(request, list(tenants))
+        admin_tenants_bind(request)
         return super().get_queryset(request)
 
 
@@ -91,7 +96,7 @@ class TenantAdmin(_TenantModelAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(ReadOnlyAdmin):
+class ApiKeyAdmin(TenantBoundAdmin):
     """Keys are made and revoked with `manage.py api_key`; the admin shows which exist. The secret is
     never stored, and its SHA-256 is left out here too (only the public prefix is shown)."""
 
@@ -108,3 +113,13 @@ class TenantOffboardingAdmin(ReadOnlyAdmin):
     list_display = ["offboarding_id", "tenant_slug", "status", "requested_by", "created_at", "completed_at"]
     list_filter = ["status"]
     search_fields = ["tenant_slug", "tenant_id", "offboarding_id"]
+
+
+@admin.register(StoredArtifact)
+class StoredArtifactAdmin(TenantBoundAdmin):
+    """The blobs Keeper stored, one row per tenant and digest: where each is and when the reclaim
+    sweep last found it referenced. Reclaim and erasure remove them; the admin only shows them."""
+
+    list_display = ["digest", "tenant", "store", "size", "created_at", "touched_at", "checked_at"]
+    list_filter = ["store", "tenant"]
+    search_fields = ["digest", "key"]

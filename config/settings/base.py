@@ -13,6 +13,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
+    artifact_store_choice,
     backend_choice,
     celery_broker_url,
     database_from_url,
@@ -130,7 +131,8 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 LOGIN_URL = "console:sign_in"
 LOGIN_REDIRECT_URL = "/"
-# Failed sign-ins allowed per user name (four times as many per address) within the window, seconds.
+# Failed sign-ins allowed per client address and user name (four times as many per address, whatever
+# the names) within the window, seconds (console/sign_in.py).
 KEEPER_LOGIN_MAX_FAILURES = env_int("KEEPER_LOGIN_MAX_FAILURES", 5, minimum=1)
 KEEPER_LOGIN_WINDOW = env_int("KEEPER_LOGIN_WINDOW", 15 * 60, minimum=1)
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
@@ -156,7 +158,11 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["core.api_auth.IsStaffOrScopedKey"],
     "DEFAULT_THROTTLE_CLASSES": ["core.api_auth.ApiKeyRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"api_key": env_str("KEEPER_API_RATE", "600/min")},  # per key
+    # per key: the REST API, and the worker protocol apart from it
+    "DEFAULT_THROTTLE_RATES": {
+        "api_key": env_str("KEEPER_API_RATE", "600/min"),
+        "worker_protocol": env_str("KEEPER_WORKER_RATE", "6000/min"),
+    },
     "DEFAULT_SCHEMA_CLASS": "core.api.KeeperAutoSchema",
     "SCHEMA_COERCE_PATH_PK": False,  # the schema names path parameters as the URL map does
     "EXCEPTION_HANDLER": "core.api.exception_handler",
@@ -176,7 +182,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # One name per choice set that several serializers share.
-    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.engine.models.RunStatus"},
+    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.kernel.models.RunStatus"},
     # The Bearer scheme of API keys is declared by core.api.ApiKeyAuthenticationScheme.
 }
 
@@ -222,6 +228,9 @@ CELERY_WORKER_CONCURRENCY = env_int(
 # --- The durable engine.
 # Seconds a worker owns a run before another may take it over; heartbeats renew it.
 KEEPER_LEASE_TTL = env_number("KEEPER_LEASE_TTL", 30.0, minimum=0.5)
+# How long a side effect's call may take at most (a tool's own `call_timeout_s` overrides it): until
+# that long after its start, a lookup's "not applied" is not trusted (the request may be in flight).
+KEEPER_OPERATION_CALL_TIMEOUT = env_number("KEEPER_OPERATION_CALL_TIMEOUT", 60.0, minimum=0)
 # Attempts at one step (crashes and errors both count) before the run is suspended.
 KEEPER_MAX_ATTEMPTS = env_int("KEEPER_MAX_ATTEMPTS", 5, minimum=1)
 # Seconds before retrying a step that raised; doubles with each attempt (at most 300 s).
@@ -237,6 +246,11 @@ KEEPER_CLAIM_WAITERS = env_int("KEEPER_CLAIM_WAITERS", 2, minimum=0)
 KEEPER_REDISPATCH_INTERVAL = env_number("KEEPER_REDISPATCH_INTERVAL", 5.0, minimum=0.1)
 # How often beat fires due schedules (runs/engine/schedules.py): a slot starts at most this late.
 KEEPER_SCHEDULE_INTERVAL = env_number("KEEPER_SCHEDULE_INTERVAL", 5.0, minimum=0.1)
+# Per tenant: how many schedules it may have (paused ones count), and the shortest interval one may
+# fire at, in seconds (a cron expression fires at most once a minute): 20 one-second schedules
+# started 160 runs in 40 s from 20 API calls.
+KEEPER_SCHEDULES_PER_TENANT = env_int("KEEPER_SCHEDULES_PER_TENANT", 100, minimum=0)
+KEEPER_SCHEDULE_MIN_INTERVAL = env_int("KEEPER_SCHEDULE_MIN_INTERVAL", 60, minimum=1)
 KEEPER_REDISPATCH_GRACE = env_number("KEEPER_REDISPATCH_GRACE", 15.0, minimum=0)
 # Webhooks (runs/webhooks/): plain-HTTP endpoints are refused unless DEBUG or this is set; seconds
 # between beat sweeps of the outbox; seconds a receiver has to answer; the first retry's delay (it
@@ -249,6 +263,9 @@ KEEPER_WEBHOOKS_INTERVAL = env_number("KEEPER_WEBHOOKS_INTERVAL", 5.0, minimum=0
 KEEPER_WEBHOOKS_TIMEOUT = env_number("KEEPER_WEBHOOKS_TIMEOUT", 5.0, minimum=0.1)
 KEEPER_WEBHOOKS_BACKOFF = env_number("KEEPER_WEBHOOKS_BACKOFF", 10.0, minimum=0)
 KEEPER_WEBHOOKS_MAX_ATTEMPTS = env_int("KEEPER_WEBHOOKS_MAX_ATTEMPTS", 10, minimum=1)
+# Per tenant: how many webhook subscriptions it may have at once (deleted ones do not count); each
+# event is sent to every one of them.
+KEEPER_WEBHOOKS_PER_TENANT = env_int("KEEPER_WEBHOOKS_PER_TENANT", 20, minimum=0)
 # Prepare the per-step statements server-side (turn off behind a pooler that cannot keep them).
 KEEPER_PREPARED_STATEMENTS = env_bool("KEEPER_PREPARED_STATEMENTS", True)
 # Seconds a fork that nobody started is kept before it is cancelled.
@@ -260,7 +277,20 @@ KEEPER_FORK_STARTED_TTL = env_number("KEEPER_FORK_STARTED_TTL", 30 * 24 * 3600.0
 KEEPER_WORKSPACE_SNAPSHOT_STEPS = env_int("KEEPER_WORKSPACE_SNAPSHOT_STEPS", 0, minimum=0)
 KEEPER_WORKSPACE_TTL = env_number("KEEPER_WORKSPACE_TTL", 7 * 24 * 3600.0, minimum=1)
 KEEPER_MAX_STATE_BYTES = env_int("KEEPER_MAX_STATE_BYTES", 256 * 1024, minimum=1024)
+# --- Stored artifacts (core/artifacts/): tool results, workspace files, every blob kept by digest.
+# The store: "local" (files under KEEPER_ARTIFACT_ROOT) or "s3" (an S3-compatible bucket; credentials
+# from boto3's own chain: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile or an instance role).
 KEEPER_ARTIFACT_ROOT = Path(env_str("KEEPER_ARTIFACT_ROOT", str(DATA_DIR / "artifacts")))
+KEEPER_ARTIFACT_STORE = env_str("KEEPER_ARTIFACT_STORE", "local")
+KEEPER_ARTIFACT_S3_BUCKET = env_str("KEEPER_ARTIFACT_S3_BUCKET")
+KEEPER_ARTIFACT_S3_ENDPOINT_URL = env_str("KEEPER_ARTIFACT_S3_ENDPOINT_URL")
+KEEPER_ARTIFACT_S3_REGION = env_str("KEEPER_ARTIFACT_S3_REGION")
+# Seconds resume verification may spend reading back a run's artifacts before it refuses the resume
+# (artifact_check_timeout), and an S3 call's connect and read time limits.
+KEEPER_ARTIFACT_TIMEOUT = env_number("KEEPER_ARTIFACT_TIMEOUT", 10.0, minimum=0.1)
+# Seconds a blob nothing refers to is kept after it was last stored, before beat's sweep deletes it:
+# the time a writer has between storing the bytes and committing the row that refers to them.
+KEEPER_ARTIFACT_GRACE = env_number("KEEPER_ARTIFACT_GRACE", 24 * 3600.0, minimum=0)
 KEEPER_CRASH_AT = env_str("KEEPER_CRASH_AT")
 KEEPER_MODEL = env_str("KEEPER_MODEL", "gpt-4o-mini")
 # Per-model prices (USD per 1,000 input and output tokens) that charge model calls to run budgets,
@@ -357,6 +387,14 @@ BACKENDS = {
         model=env_str("KEEPER_EXTRACTOR_MODEL", KEEPER_MODEL),
         api_key=env_str("KEEPER_EXTRACTOR_API_KEY"),
     ),
+    "artifact_store": artifact_store_choice(
+        KEEPER_ARTIFACT_STORE,
+        root=str(KEEPER_ARTIFACT_ROOT),
+        bucket=KEEPER_ARTIFACT_S3_BUCKET,
+        endpoint_url=KEEPER_ARTIFACT_S3_ENDPOINT_URL,
+        region=KEEPER_ARTIFACT_S3_REGION,
+        timeout=KEEPER_ARTIFACT_TIMEOUT,
+    ),
     # No variable chooses these: a deployment's settings module names its own class here (the
     # support_agent's model: runs.workflows.support_model.ModelSupportAgent with base_url and model).
     "responder": {"BACKEND": "runs.workflows.conversation.RuleResponder", "OPTIONS": {}},
@@ -386,14 +424,18 @@ if KEEPER_LOG_FORMAT not in ("json", "plain"):
 # The beat's periodic sweeps (workers/schedule.py): their routine lines are DEBUG (core.logging.QuietSweepFilter).
 SWEEP_TASKS = (
     "workers.tasks.redispatch_runs",
+    "workers.tasks.resume_runs_whose_code_is_back",
     "workers.tasks.resume_lost_langgraph_answers",
     "workers.tasks.expire_forks",
+    "workers.tasks.purge_abandoned_forks",
     "workers.tasks.purge_expired_memory",
+    "workers.tasks.follow_memory_sources",
     "workers.tasks.project_all_memory",
     "workers.tasks.embed_pending_documents",
     "workers.tasks.expire_retrieval_index",
     "workers.tasks.deliver_webhooks",
     "workers.tasks.reclaim_workspaces",
+    "workers.tasks.reclaim_artifacts",
     "workers.tasks.fire_schedules",
 )
 LOGGING: dict[str, Any] = {

@@ -14,6 +14,7 @@ for _name, _value in {
     "KEEPER_WEBHOOKS_INTERVAL": "0.5",
     "KEEPER_WEBHOOKS_BACKOFF": "0.2",
     "KEEPER_WEBHOOKS_TIMEOUT": "2",
+    "KEEPER_SCHEDULE_MIN_INTERVAL": "1",  # schedules that fire within a test
 }.items():
     os.environ.setdefault(_name, _value)  # worker processes started by tests inherit these
 
@@ -30,6 +31,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 KEEPER_ARTIFACT_ROOT = Path(
     os.environ.get("KEEPER_ARTIFACT_ROOT") or Path(tempfile.gettempdir()) / "keeper-test-artifacts"
 )
+if BACKENDS["artifact_store"]["BACKEND"].endswith(".LocalArtifactStore"):  # noqa: F405
+    BACKENDS["artifact_store"]["OPTIONS"]["root"] = str(KEEPER_ARTIFACT_ROOT)  # noqa: F405
 # Serve static files from the apps' folders (no collectstatic in tests, so no staticfiles/ folder).
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True

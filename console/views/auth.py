@@ -75,7 +75,7 @@ def sign_in(request: HtmxHttpRequest) -> HttpResponse:
 def _told_of_offboarding(request: HtmxHttpRequest) -> None:
     """A user left with no tenant because theirs was offboarded is told so, not shown empty pages."""
     user = request.user
-    if user.is_superuser or user_tenants(user).exists():
+    if user.pk is None or user.is_superuser or user_tenants(user).exists():
         return
     for entry in offboardings_of_member(user_id=user.pk):
         name = entry.details.get("name") or entry.details.get("slug", "")

@@ -38,7 +38,6 @@ from console.timeline import (
 from core.errors import ApplicationError
 from retrieval.selectors import retrieval_snapshot_list
 from runs.conversations import selectors as conversations
-from runs.engine.models import TERMINAL_RUN_STATUSES, AgentRun, RunStatus
 from runs.engine.registry import registry
 from runs.engine.resume import ACCEPTABLE_REFUSALS, run_state_change
 from runs.engine.selectors import (
@@ -55,6 +54,7 @@ from runs.engine.selectors import (
     run_input,
     run_state_at,
 )
+from runs.kernel.models import TERMINAL_RUN_STATUSES, AgentRun, RunStatus
 
 BULK_ACTIONS = (("resume", "Resume"), ("cancel", "Cancel"), ("redispatch", "Re-dispatch"))
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 200

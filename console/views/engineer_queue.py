@@ -26,8 +26,8 @@ from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import ENGINEER, role_required, tenant_ids_for_user
 from console.timeline import duration_text
 from core.metrics import queue_depth, worker_failures
-from runs.engine.models import RunStatus
 from runs.engine.selectors import run_queue_health, worker_recent_steps
+from runs.kernel.models import RunStatus
 
 logger = logging.getLogger(__name__)
 

@@ -144,8 +144,8 @@ class ScheduleForm(forms.Form):
     def __init__(self, *args: Any, tenants: list[Tenant], editing: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tenants = {t.slug: t for t in tenants}
-        self.fields["tenant"].choices = [(t.slug, f"{t.name} ({t.slug})") for t in tenants]
-        self.fields["workflow_name"].choices = [(n, n) for n in registry.names()]
+        self.fields["tenant"].choices = [(t.slug, f"{t.name} ({t.slug})") for t in tenants]  # type: ignore[attr-defined]
+        self.fields["workflow_name"].choices = [(n, n) for n in registry.names()]  # type: ignore[attr-defined]
         if editing:  # a schedule stays in its tenant and on its workflow
             del self.fields["tenant"], self.fields["workflow_name"]
 

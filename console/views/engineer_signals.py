@@ -51,7 +51,9 @@ def run_signal(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
     run = run_for_user(request.user, run_id)
     form = SignalForm(request.POST)
     if not form.is_valid():
-        problems = "; ".join(f"{name}: {', '.join(errors)}" for name, errors in form.errors.items())
+        problems = "; ".join(
+            f"{name}: {', '.join(str(e) for e in errors)}" for name, errors in form.errors.items()
+        )
         messages.error(request, f"Signal not sent: {problems}")
         return redirect("console:run_detail", run_id=run.run_id)
     data = form.cleaned_data

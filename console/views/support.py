@@ -30,7 +30,6 @@ from console.steps import run_steps
 from console.views.support_common import NoteForm, run_context, support_act, support_render, tenants_of
 from core.errors import ApplicationError
 from runs.engine.approvals import approval_approve, approval_reject
-from runs.engine.models import SUBJECT_ERASED, AgentRun, Approval, ApprovalStatus, RunStatus
 from runs.engine.runs import run_cancel, run_resume
 from runs.engine.selectors import (
     approval_get_for_tenants,
@@ -38,6 +37,7 @@ from runs.engine.selectors import (
     run_input,
     run_operations_in_doubt,
 )
+from runs.kernel.models import SUBJECT_ERASED, AgentRun, Approval, ApprovalStatus, RunStatus
 from runs.langgraph.inbox import inbox_request
 from runs.langgraph.interrupts import interrupt_answer, thread_interrupt_get
 from runs.langgraph.store import WORKFLOW as LANGGRAPH

@@ -20,8 +20,8 @@ from console.refusals import refusal_in_words
 from console.roles import tenant_ids_for_user
 from core.errors import ApplicationError
 from core.models import Tenant
-from runs.engine.models import AgentRun, RunStatus
 from runs.engine.selectors import event_latest_refusal, event_recent_list
+from runs.kernel.models import AgentRun, RunStatus
 
 NOTE_MAX = 2000  # as the REST API
 

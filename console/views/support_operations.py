@@ -22,10 +22,10 @@ from console.roles import SUPPORT, role_required
 from console.selectors import operation_last_lookup
 from console.views.support_common import NoteForm, run_context, support_act, support_render, tenants_of
 from core.errors import ApplicationError
-from runs.engine.models import TERMINAL_RUN_STATUSES, OperationStatus, ToolOperation
 from runs.engine.operations import RECONCILE_OUTCOMES, operation_reconcile
-from runs.engine.registry import registry
+from runs.engine.registry import ToolLookup, registry
 from runs.engine.selectors import RECONCILIATION_REQUIRED, operation_get_for_tenants
+from runs.kernel.models import TERMINAL_RUN_STATUSES, OperationStatus, ToolOperation
 
 OUTCOME_LABELS = {
     "applied": "applied: it happened (give the external reference you found)",
@@ -207,7 +207,7 @@ def support_operation_lookup(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         why = f"{op.tool_name} has no lookup here; check the external system by hand and reconcile"
         return _operation_page(request, pk, lookup_error=why, status=409, fragment=inline)
     try:
-        found = contract.lookup(op.operation_id)
+        found = contract.lookup(op.operation_id) or ToolLookup(authoritative=False, applied=None)
     except ApplicationError as exc:
         return _operation_page(request, pk, lookup_error=exc.message, status=exc.http_status, fragment=inline)
     # Not the answer's body: the audit log is append-only and an external system's answer can hold

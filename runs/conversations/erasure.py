@@ -8,7 +8,7 @@ idempotency keys that carry the id become digests; `subject` becomes `erased:<su
 Summaries, Redis windows and stored tool results only these runs point to are deleted.
 
 History stays verifiable: each run gets one `subject_erased` event, written with the redacted state
-in one fenced statement (runs/engine/store.py), whose payload records per redacted event the digest of its
+in one fenced statement (the kernel's SubjectErased move), whose payload records per redacted event the digest of its
 content before and after; history checks accept a changed event only when it matches that record.
 
 Over 400 lines on purpose: every place the runs app keeps a subject's data (runs, events,
@@ -20,14 +20,15 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import redis
 from django.db import OperationalError, connection
 
-from core.digests import canonical_json, json_digest, keyed_digest
+from core.artifacts import artifact_digests_in, artifacts_referenced
+from core.artifacts.reclaim import artifacts_erase, artifacts_left
+from core.digests import json_digest, keyed_digest
 from core.erasure import (
     CODE,
     IDENTIFIER_SUBSTRING_CHARS,
@@ -47,9 +48,11 @@ from core.erasure import (
 from core.tenancy import tenant_scope
 from runs.conversations.messages import CONVERSATION_EVENTS
 from runs.conversations.sessions import redis_client
-from runs.engine import store
-from runs.engine.models import AgentEvent, AgentRun, Approval, OperationStatus, Summary, ToolOperation
-from runs.engine.state import state_encode
+from runs.engine.selectors import subject_run_ids
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, AgentRun, Approval, OperationStatus, Summary, ToolOperation
+from runs.kernel.state import state_encode
 
 logger = logging.getLogger(__name__)
 
@@ -196,21 +199,6 @@ def _free_texts(value: Any, under_key: bool = False, *, codes: bool = True) -> l
     return found
 
 
-def _artifact_uris(value: Any) -> set[str]:
-    """The URIs of stored artifacts ({uri, digest}) anywhere in a value, iteratively."""
-    found: set[str] = set()
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if isinstance(item.get("uri"), str) and isinstance(item.get("digest"), str):
-                found.add(item["uri"])
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return found
-
-
 # An e-mail address anywhere in a string (the scan's core.erasure.EMAIL is the whole-value test).
 _EMAIL_IN = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 
@@ -256,25 +244,25 @@ class RunsEraser:
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         # Runs an interrupted erasure already marked are the subject's too: a retry finishes them.
         with tenant_scope(tenant_id):
-            run_ids = store.subject_run_ids(
+            run_ids = subject_run_ids(
                 tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
             )
             texts: set[str] = set()
             addresses: set[str] = set()
-            uris: set[str] = set()
+            digests: set[str] = set()
             keys: set[bytes] = set(subject_session_keys(tenant_id=tenant_id, subject_id=subject_id))
             for run in AgentRun.objects.filter(run_id__in=run_ids):
                 texts.update(_free_texts(run.state))
                 texts.update(_free_texts(run.result))
                 addresses |= _emails(run.state) | _emails(run.result)
-                uris |= _artifact_uris(run.state)
+                digests.update(artifact_digests_in([run.state, run.result]))
                 keys.update(redis_client().scan_iter(match=f"session:{tenant_id}:*:{run.run_id}", count=500))
             for payload, state in AgentEvent.objects.filter(run_id__in=run_ids).values_list(
                 "payload", "state"
             ):
                 texts.update(_free_texts(payload, codes=False) + _free_texts(state))
                 addresses |= _emails(payload) | _emails(state)
-                uris |= _artifact_uris(payload) | _artifact_uris(state)
+                digests.update(artifact_digests_in([payload, state]))
             approvals = Approval.objects.filter(run_id__in=run_ids).values_list(
                 "request", "note", "decided_by"
             )
@@ -295,15 +283,9 @@ class RunsEraser:
                 else set()
             )
             texts |= addresses - common
-            # Stored by content digest: a file another run also points to is that run's too, and stays.
-            shared = {
-                u
-                for p, s in AgentEvent.objects.filter(run__tenant_id=tenant_id)
-                .exclude(run_id__in=run_ids)
-                .filter(payload__content_ref__uri__in=list(uris))
-                .values_list("payload", "state")
-                for u in _artifact_uris(p) | _artifact_uris(s)
-            }
+        # Stored by content digest: a blob another run (or anything else of the tenant) also refers to
+        # is theirs too, and stays.
+        shared = artifacts_referenced(tenant_id=tenant_id, digests=digests, except_runs=run_ids)
         return Scope(
             tenant_id=tenant_id,
             subject_id=subject_id,
@@ -311,7 +293,7 @@ class RunsEraser:
             values=tuple(sorted(texts)),
             own_values=tuple(sorted(common)),
             session_keys=tuple(sorted(keys)),
-            artifact_uris=tuple(sorted(uris - shared)),
+            artifact_digests=tuple(sorted(digests - shared)),
         )
 
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
@@ -333,11 +315,9 @@ class RunsEraser:
         counts["redis_session_windows"] = redis_client().delete(*existing) if existing else 0
         if counts["redis_session_windows"]:
             counts["redis_snapshots_rewritten"] = _redis_snapshots_rewrite()
-        counts["artifacts"] = 0
-        for path in _paths(scope.artifact_uris):
-            if path.exists():
-                path.unlink()
-                counts["artifacts"] += 1
+        counts["artifacts"] = artifacts_erase(
+            tenant_id=scope.tenant_id, digests=scope.artifact_digests, except_runs=scope.run_ids
+        )
         return counts
 
 
@@ -352,16 +332,17 @@ def _stop(scope: Scope, request_id: UUID) -> None:
             .values_list("run_id", flat=True)
         )
         for run_id in active:
-            store.transition(
-                run_id=run_id,
-                from_statuses=("running", "suspended"),
-                to_status="suspended",
-                event_type="run_suspended",
-                actor=f"erasure:{request_id}",
-                # Codes and ids only: a note here would be searched as the subject's text next time.
-                payload_json=canonical_json({"reason": ERASED_EVENT, "erasure_request_id": str(request_id)}),
-                suspend_reason=ERASED_EVENT,
-                suspend_detail=ERASED_DETAIL,
+            apply(
+                m.StatusChanged(
+                    run_id=run_id,
+                    from_statuses=("running", "suspended"),
+                    to_status="suspended",
+                    event_type="run_suspended",
+                    actor=f"erasure:{request_id}",
+                    payload={"reason": ERASED_EVENT, "erasure_request_id": str(request_id)},
+                    suspend_reason=ERASED_EVENT,
+                    suspend_detail=ERASED_DETAIL,
+                )
             )
 
 
@@ -385,10 +366,6 @@ def _langgraph_asked_erased(payload: Any) -> Any:
         if payload.get(key) not in (None, ""):
             erased[key] = ERASED
     return erased
-
-
-def _paths(uris: tuple[str, ...]) -> list[Path]:
-    return [Path(u[len("file://") :]) for u in uris if u.startswith("file://")]
 
 
 def _erase_run(
@@ -428,7 +405,7 @@ def _erase_run(
                         "client_message_id": event.client_message_id,
                     }
                     if new != old:
-                        changed.append((event.pk, new))
+                        changed.append((event.seq, new))
                         records[str(event.seq)] = {
                             "before": keyed_digest(old),  # of the subject's own text: keyed
                             "after": redaction_digest(**new),
@@ -445,30 +422,29 @@ def _erase_run(
                 ):
                     break  # nothing left: a second erasure changes nothing
                 encoded = state_encode(state)
-                seq = store.subject_erased(
-                    run_id=run_id,
-                    tenant_id=scope.tenant_id,
-                    expected_revision=run.state_revision,
-                    state_json=encoded.json,
-                    state_digest=encoded.digest,
-                    subject=subject,
-                    result_json=None if result is None else canonical_json(result),
-                    idempotency_key=key,
-                    detail=ERASED_DETAIL,
-                    old_detail=ERASED if redact.hit(run.suspend_detail) else run.suspend_detail,
-                    payload_json=canonical_json(
-                        {
+                seq = apply(
+                    m.SubjectErased(
+                        run_id=run_id,
+                        tenant_id=scope.tenant_id,
+                        expected_revision=run.state_revision,
+                        state=encoded,
+                        subject=subject,
+                        result=result,
+                        idempotency_key=key,
+                        detail=ERASED_DETAIL,
+                        old_detail=ERASED if redact.hit(run.suspend_detail) else run.suspend_detail,
+                        payload={
                             "erasure_request_id": str(request_id),
                             "redactions": records,
                             "state_digest_before": run.state_digest,
-                        }
-                    ),
-                    actor=f"erasure:{request_id}",
+                        },
+                        actor=f"erasure:{request_id}",
+                    )
                 )
                 if seq is None:
                     continue
-                for pk, new in changed:
-                    AgentEvent.objects.filter(pk=pk).update(**new)
+                for event_seq, new in changed:
+                    apply(m.EventRedacted(run_id, event_seq, new))
                 approvals = _redact_rows(
                     Approval.objects.filter(run_id=run_id), redact, ("request", "reasons", "note")
                 )
@@ -565,7 +541,9 @@ def _count_session_windows(scope: Scope) -> int:
 
 
 def _count_artifacts(scope: Scope) -> int:
-    return sum(1 for path in _paths(scope.artifact_uris) if path.exists())
+    return artifacts_left(
+        tenant_id=scope.tenant_id, digests=scope.artifact_digests, except_runs=scope.run_ids
+    )
 
 
 def register() -> None:
@@ -658,8 +636,9 @@ def register() -> None:
     )
     place_register(
         Place(
-            name="artifacts.tool_results",
-            what="stored tool results (files by digest) only the subject's runs point to",
+            name="artifacts.stored",
+            what="stored blobs (tool results, workspace files, a state's attachments) only the subject's "
+            "runs refer to",
             erased_by="runs",
             count=_count_artifacts,
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from core.errors import InvalidInput
-from runs.engine.authoring import Context, State, StepResult, workflow
+from runs.authoring import Context, State, StepResult, workflow
 
 AUTO_APPROVE_INCREASE_MINOR = 50_000  # an increase up to 500.00 is approved by policy
 DOCUMENTS = "documents_received"

@@ -10,9 +10,9 @@ import pytest
 
 from console.models import AuditEntry
 from runs.engine.forks import run_rewind
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_start, run_suspend
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.console.test_engineer import detail, finish, start
 from tests.console.test_support import _refused_run
 

@@ -12,9 +12,9 @@ from console.models import AuditEntry
 from memory.erasure import erasure_execute, erasure_request_create
 from runs.conversations.messages import conversation_append
 from runs.engine.approvals import approval_check
-from runs.engine.models import AgentRun, Approval, ToolOperation
 from runs.engine.runs import run_start, run_suspend
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentRun, Approval, ToolOperation
 from tests.runs.workflows.test_refund_workflow import _drive, _start, sandbox  # noqa: F401 - a fixture
 
 pytestmark = pytest.mark.django_db

@@ -1,5 +1,6 @@
-"""docs/authoring.md's python blocks are the guide's whole module: these tests run them on the real
-engine (a real worker and beat for the happy path), so the guide cannot drift from the code."""
+"""docs/tutorials/first-workflow.md's python blocks are the guide's whole module: these tests run
+them on the real engine (a real worker and beat for the happy path), so the guide cannot drift from
+the code."""
 
 from __future__ import annotations
 
@@ -11,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from runs.engine.approvals import approval_approve, approval_reject
-from runs.engine.models import AgentEvent, AgentRun, Approval, ToolOperation
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentEvent, AgentRun, Approval, ToolOperation
 from tests.processes import wait_until
 from tests.runs.workflows.test_refund_workflow import Sandbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-GUIDE = Path(__file__).resolve().parents[2] / "docs" / "authoring.md"
+GUIDE = Path(__file__).resolve().parents[2] / "docs" / "tutorials" / "first-workflow.md"
 MODULE = "keeper_guide_goodwill"
 
 

@@ -1,6 +1,6 @@
-"""docs/authoring.md's signals, queries and child runs section, run as written: the shipment starts
-its delivery as a child, the courier's signal completes it and wakes the shipment (in-process and
-on a real worker), and a delivery that times out fails into the parent's result."""
+"""docs/tutorials/first-workflow.md's signals, queries and child runs section, run as written: the
+shipment starts its delivery as a child, the courier's signal completes it and wakes the shipment
+(in-process and on a real worker), and a delivery that times out fails into the parent's result."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentRun
 from tests.processes import wait_until
 from tests.runs.test_authoring_guide import MODULE, guide  # noqa: F401 - the fixture
 

@@ -33,6 +33,7 @@ from runs.engine.selectors.runs import (
     run_get_for_tenants,
     run_list,
     run_page,
+    subject_run_ids,
 )
 from runs.engine.selectors.side_effects import (
     RECONCILIATION_REQUIRED,
@@ -101,6 +102,7 @@ __all__ = [
     "run_operations",
     "run_operations_in_doubt",
     "run_page",
+    "subject_run_ids",
     "run_queue_health",
     "worker_recent_steps",
     "run_refused_list",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 from tests.console.journeys.conftest import eventually
 
 pytestmark = [pytest.mark.journeys, pytest.mark.slow]

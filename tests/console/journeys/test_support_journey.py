@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from runs.engine.models import AgentRun, ToolOperation
+from runs.kernel.models import AgentRun, ToolOperation
 from tests.console.journeys.conftest import eventually
 
 pytestmark = [pytest.mark.journeys, pytest.mark.slow]

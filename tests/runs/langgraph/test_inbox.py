@@ -8,7 +8,7 @@ import pytest
 
 from console.models import AuditEntry
 from core.errors import InvalidInput
-from runs.engine.models import AgentEvent
+from runs.kernel.models import AgentEvent
 from runs.langgraph.inbox import inbox_answer, inbox_request, inbox_summary
 from runs.langgraph.interrupts import thread_interrupt_get
 from tests.console.conftest import as_role, role_users  # noqa: F401 - the fixtures
