@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast bench chaos lint migrate shell docs docs-build clean-data local-model
+.PHONY: run test test-fast journeys bench chaos lint migrate shell docs docs-build clean-data local-model
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ test: $(STAMP)
 ## The fast part only (no slow crash / many-run suites).
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) $(PYTEST_ARGS)
+
+## The journeys alone: each role's whole job on the demo in a real browser (Debian's chromium), at
+## laptop and phone width (make test runs them too).
+journeys: $(STAMP)
+	$(PY) -m pytest -m journeys -n $(TEST_WORKERS) $(PYTEST_ARGS)
 
 ## commit_step through the engine against the raw single-statement baseline.
 bench: $(STAMP)

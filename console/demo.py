@@ -1,8 +1,8 @@
 """Demo content for a new user's first `make run`: every console screen has something to show.
 
 Everything is made through the same services the product uses, and the refund runs talk to the
-payments sandbox over HTTP as they would in production: the runs awaiting approval (a refund, and a
-support_agent conversation) and the one with an unknown operation got there by running. Two states a demo cannot reach by running are set the way
+payments sandbox over HTTP as they would in production: the runs awaiting approval (a refund, a
+support_agent conversation, a credit limit) and the one with an unknown operation got there by running. Two states a demo cannot reach by running are set the way
 they arise in real life: a state edited outside the engine (a refused resume) and a checkpoint from a
 newer schema after a rollback (unsupported checkpoint). Loaded once; development only.
 """
@@ -32,6 +32,7 @@ from runs.conversations.messages import conversation_append
 from runs.engine.approvals import approval_approve
 from runs.engine.forks import run_fork
 from runs.engine.runs import run_resume, run_start, run_suspend
+from runs.engine.schedules import schedule_create
 from runs.engine.steps import run_advance
 from runs.kernel import apply
 from runs.kernel import moves as m
@@ -120,19 +121,51 @@ def _said(run_id: str, seq: int) -> dict[str, Any]:
     }
 
 
-def _langgraph_thread(tenant: Any) -> str | None:
-    """The example graph's thread waiting for a person's approval (None without the langgraph extra)."""
+# The example graph's threads: customers asking about their orders (the first one is a known subject).
+LANGGRAPH_THREADS = (
+    ("demo-support-1", "Hello, order A-1001 arrived broken. Can I get my money back?", "cust-1001"),
+    ("demo-support-2", "Order A-1003 came in the wrong size, I would like a refund.", ""),
+    ("demo-support-3", "My order A-1004 is two weeks late, please refund it.", ""),
+    ("demo-support-4", "Order A-1005 never arrived. Refund please.", ""),
+)
+
+
+def _langgraph_threads(tenant: Any) -> str | None:
+    """The example graph's threads, each waiting for a person's approval (Agent Inbox's question);
+    the first one's run id (None without the langgraph extra)."""
     try:
         from runs.langgraph.example import support_thread_start
     except ImportError:
         return None
-    support_thread_start(
-        tenant_id=tenant.tenant_id,
-        thread_id="demo-support-1",
-        message="Hello, order A-1001 arrived broken. Can I get my money back?",
-        subject_id="cust-1001",
-    )
+    for thread_id, message, subject in LANGGRAPH_THREADS:
+        support_thread_start(
+            tenant_id=tenant.tenant_id, thread_id=thread_id, message=message, subject_id=subject
+        )
     return str(AgentRun.objects.get(tenant=tenant, idempotency_key="langgraph:demo-support-1").run_id)
+
+
+def _credit_runs(tenant: Any) -> dict[str, str]:
+    """A credit-limit increase waiting for a person's approval (the workflow declares how it reads) and
+    a small one, approved by policy, waiting for the customer's documents (a signal)."""
+    runs = {}
+    for name, subject, current, requested in (
+        ("credit_awaiting_approval", "cust-1001", 100_000, 250_000),
+        ("credit_waiting_for_documents", "cust-1004", 100_000, 140_000),
+    ):
+        started = run_start(
+            tenant=tenant,
+            workflow_name="demo.credit",
+            subject=subject,
+            actor="demo",
+            input={
+                "customer_id": subject,
+                "current_limit_minor": current,
+                "requested_limit_minor": requested,
+                "currency": "EUR",
+            },
+        ).run
+        runs[name] = str(_drive(started).run_id)
+    return runs
 
 
 def _audited(
@@ -297,10 +330,20 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             )
         result.runs["unsupported_checkpoint"] = str(_drive(rolled, limit=1).run_id)
         run_start(tenant=globex, workflow_name="demo.countdown", input={"n": 2}, actor="demo")
-        # A LangGraph thread (the example support graph) stopped at its approval interrupt().
-        thread = _langgraph_thread(acme)
+        # LangGraph threads (the example support graph) stopped at their approval interrupt().
+        thread = _langgraph_threads(acme)
         if thread is not None:
             result.runs["langgraph_interrupt"] = thread
+        result.runs.update(_credit_runs(acme))
+        # A schedule, paused: the schedules page has one to show, and it starts nothing by itself.
+        schedule_create(
+            tenant=acme,
+            workflow_name="demo.countdown",
+            input={"n": 3},
+            actor="user:acme-engineer",
+            interval_seconds=86_400,
+            enabled=False,
+        )
 
         # Memory with provenance (one claim superseded), documents with ACLs, and one finished erasure.
         run_id = result.runs["awaiting_approval"]

@@ -404,3 +404,12 @@ def receipt_rows(receipt: dict[str, Any] | None) -> dict[str, Any]:
         "completed_at": receipt.get("completed_at", ""),
         "text": readable_json(receipt, limit=200_000),
     }
+
+
+def plain_value(value: Any, limit: int = 300) -> str:
+    """A value as a person reads it: text as it is, numbers and booleans as written, the rest short JSON."""
+    if value is None:
+        return "—"
+    if isinstance(value, str):
+        return clip(value, limit)
+    return clip(json.dumps(bounded(value, 3, 20), ensure_ascii=False, sort_keys=True), limit)

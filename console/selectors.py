@@ -4,15 +4,17 @@ once (the support inbox, a subject's overview), composed from each app's selecto
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from console.approvals import approval_reading
 from console.display import ClaimChain, approval_row, claim_chains, operation_row, refusal_of
 from console.models import AuditEntry
+from console.refusals import refusal_in_words
 from core.digests import subject_digests
 from core.models import Tenant
 from core.pagination import KeysetPage, keyset_page
@@ -37,6 +39,7 @@ from runs.conversations.selectors import (
     summary_lists_by_run,
 )
 from runs.engine.selectors import (
+    approval_closed_by_erasure_list,
     approval_pending_count,
     approval_pending_list,
     operation_in_doubt_count,
@@ -46,7 +49,7 @@ from runs.engine.selectors import (
     run_suspended_count,
     run_suspended_list,
 )
-from runs.kernel.models import SUBJECT_ERASED, AgentRun, Summary, ToolOperation
+from runs.kernel.models import SUBJECT_ERASED, AgentRun, Approval, Summary, ToolOperation
 from runs.langgraph.selectors import thread_interrupted_count, thread_interrupted_list
 
 AUDIT_KEYS = ("id",)
@@ -117,6 +120,16 @@ def audit_entry_page(
     return keyset_page(entries, keys=AUDIT_KEYS, cursor=None if cursor is None else (cursor,), limit=limit)
 
 
+def offboardings_of_member(*, user_id: int) -> list[AuditEntry]:
+    """The erasures of whole tenants the user was a member of (the console records each tenant's
+    members on the entry, as the memberships go with the tenant), newest first."""
+    return list(
+        AuditEntry.objects.filter(action="tenant_erased", details__members__contains=[user_id]).order_by(
+            "-id"
+        )[:5]
+    )
+
+
 def operation_last_lookup(*, op: ToolOperation) -> AuditEntry | None:
     """The newest lookup a person asked for from the console (recorded in the audit log)."""
     return (
@@ -134,11 +147,13 @@ def operation_last_lookup(*, op: ToolOperation) -> AuditEntry | None:
 # --- the support inbox -----------------------------------------------------------------------------
 
 INBOX_LIMIT = 100  # rows per section; the oldest first, so nothing waits unseen behind newer work
+CLOSED_SHOWN_FOR = timedelta(days=7)  # how long an approval an erasure closed stays noted in the inbox
 
 
 @dataclass
 class Inbox:
     approvals: list[dict[str, Any]] = field(default_factory=list)
+    closed: list[Approval] = field(default_factory=list)  # approvals an erasure closed lately
     operations: list[dict[str, Any]] = field(default_factory=list)
     refused: list[dict[str, Any]] = field(default_factory=list)
     questions: list[AgentRun] = field(default_factory=list)  # LangGraph threads at an interrupt()
@@ -161,15 +176,21 @@ def support_inbox(*, tenant_ids: list[UUID], now: datetime) -> Inbox:
     """What waits for a person in the user's tenants, by kind; a run appears once."""
     inbox = Inbox()
     inbox.approvals = [
-        approval_row(a, now) for a in approval_pending_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
+        {**approval_row(a, now), "reading": approval_reading(a)}
+        for a in approval_pending_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     ]
+    # Approvals an erasure of their run's subject closed lately: said, not dropped without a word.
+    inbox.closed = approval_closed_by_erasure_list(
+        tenant_ids=tenant_ids, since=now - CLOSED_SHOWN_FOR, limit=INBOX_LIMIT
+    )
     inbox.operations = [
         operation_row(op, operation_last_lookup(op=op))
         for op in operation_in_doubt_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     ]
     inbox.refused = [
-        {"run": run, **refusal_of(event)}
+        {"run": run, **refused, "words": refusal_in_words(refused)}
         for run, event in run_refused_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
+        if (refused := refusal_of(event))
     ]
     inbox.questions = thread_interrupted_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT)
     inbox.other = run_suspended_list(tenant_ids=tenant_ids, limit=INBOX_LIMIT, reasons_excluded=_NOT_SUPPORTS)

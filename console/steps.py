@@ -12,7 +12,9 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from console.display import json_diff
 from console.timeline import StepBar, Wait, duration_text
+from runs.engine.selectors import event_states
 from runs.kernel.models import AgentEvent, AgentRun, RunStatus, ToolOperation
 
 # The events a step's execution commits (its outcome); a suspension without a step is a person's.
@@ -201,3 +203,29 @@ def run_steps(*, run: AgentRun, limit: int, now: datetime | None = None) -> RunS
         if row.bar.retry_until is not None:
             row.bar = replace(row.bar, retry_until=steps[index + 1].bar.start)
     return RunSteps(rows=steps, waits=waits, more=more)
+
+
+MAX_CHANGES_SHOWN = 6  # changed paths listed under one step's output
+
+
+def step_changes(*, run: AgentRun, rows: list[StepRow]) -> dict[int, list[str]]:
+    """What each step changed in the state (its real output): "$.remaining: 3 → 2" per changed path,
+    from the states stored at the step's event and the one before it (a step whose states are not
+    both stored shows none)."""
+    seqs = {row.bar.seq for row in rows} | {row.bar.seq - 1 for row in rows}
+    states = event_states(run=run, seqs=sorted(seqs))
+    changes: dict[int, list[str]] = {}
+    for row in rows:
+        before, after = states.get(row.bar.seq - 1), states.get(row.bar.seq)
+        if before is None or after is None:
+            continue
+        entries, cut = json_diff(before, after, limit=MAX_CHANGES_SHOWN)
+        shown = [
+            f"{e.path}: {e.old} → {e.new}"
+            if e.change == "changed"
+            else f"{e.path} {e.change}: {e.new or e.old}"
+            for e in entries
+            if not e.path.startswith(("$.budgets", "$.signals_seen"))
+        ]
+        changes[row.bar.seq] = [*shown, "…"] if cut else shown
+    return changes

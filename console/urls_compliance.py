@@ -23,6 +23,7 @@ urlpatterns = [
         compliance.erasure_receipt,
         name="compliance_erasure_receipt",
     ),
+    path("compliance/<str:tenant>/sources/<uuid:run_id>/", compliance.claim_source, name="compliance_source"),
 ]
 
 urlpatterns += [
@@ -37,6 +38,7 @@ urlpatterns += [
         offboarding.offboarding_erase,
         name="compliance_offboarding_erase",
     ),
+    path("compliance/offboardings/", offboarding.offboarding_list, name="compliance_offboarding_list"),
     path(
         "compliance/offboardings/<uuid:offboarding_id>/",
         offboarding.offboarding_receipt,

@@ -9,8 +9,10 @@ from console.views import (
     engineer_history,
     engineer_langgraph,
     engineer_live,
+    engineer_memory,
     engineer_queue,
     engineer_schedules,
+    engineer_signals,
     engineer_webhooks,
     engineer_workspace,
 )
@@ -36,6 +38,8 @@ urlpatterns = [
         name="run_redispatch",
     ),
     path("runs/<uuid:run_id>/accept-state/", engineer_bulk.run_accept_state_view, name="run_accept_state"),
+    path("runs/<uuid:run_id>/signal/", engineer_signals.run_signal, name="run_signal"),
+    path("runs/<uuid:run_id>/query/", engineer_signals.run_query, name="run_query"),
     path("runs/<uuid:run_id>/fork/", engineer_bulk.run_fork_view, name="run_fork"),
     path("runs/<uuid:run_id>/rewind/", engineer_bulk.run_fork_view, {"rewind": True}, name="run_rewind"),
     path("runs/<uuid:run_id>/langgraph/", engineer_langgraph.run_langgraph, name="run_langgraph"),
@@ -43,6 +47,9 @@ urlpatterns = [
         "runs/<uuid:run_id>/langgraph/fork/", engineer_langgraph.run_langgraph_fork, name="run_langgraph_fork"
     ),
     path("queue/", engineer_queue.queue_health, name="queue_health"),
+    path("workers/", engineer_queue.worker_list, name="worker_list"),
+    path("memory/", engineer_memory.memory_view, name="memory_view"),
+    path("workers/<str:name>/", engineer_queue.worker_detail, name="worker_detail"),
     # console2 (issue 18, part B)
     path("charts/", charts.charts, name="charts"),
     path(
@@ -60,6 +67,8 @@ urlpatterns += [
 # schedules and workflow versions (issue 16, items 7 and 8)
 urlpatterns += [
     path("schedules/", engineer_schedules.schedule_list, name="schedule_list"),
+    path("schedules/new/", engineer_schedules.schedule_new, name="schedule_new"),
+    path("schedules/<uuid:schedule_id>/edit/", engineer_schedules.schedule_edit, name="schedule_edit"),
     *(
         path(
             f"schedules/<uuid:schedule_id>/{action}/",

@@ -5,6 +5,7 @@ from django.urls import path
 from console.views import held_claims
 
 urlpatterns = [
+    path("review/held/", held_claims.held_claim_home, name="held_claims_home"),
     path("review/<str:tenant>/held/", held_claims.held_claim_list, name="held_claims"),
     path(
         "review/<str:tenant>/held/<uuid:held_id>/decide/",

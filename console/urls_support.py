@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console.views import support
+from console.views import support, support_operations
 
 urlpatterns = [
     path("support/", support.support_inbox, name="support_inbox"),
@@ -17,15 +17,15 @@ urlpatterns = [
         support.support_approval_reject,
         name="support_approval_reject",
     ),
-    path("support/operations/<int:pk>/", support.support_operation, name="support_operation"),
+    path("support/operations/<int:pk>/", support_operations.support_operation, name="support_operation"),
     path(
         "support/operations/<int:pk>/lookup/",
-        support.support_operation_lookup,
+        support_operations.support_operation_lookup,
         name="support_operation_lookup",
     ),
     path(
         "support/operations/<int:pk>/reconcile/",
-        support.support_operation_reconcile,
+        support_operations.support_operation_reconcile,
         name="support_operation_reconcile",
     ),
     path("support/runs/<uuid:run_id>/", support.support_run, name="support_run"),

@@ -157,6 +157,16 @@ def memory_subject_items(*, tenant: Tenant, subject_id: str) -> list[MemoryItem]
         )
 
 
+def memory_item_recent_list(*, tenant: Tenant, limit: int) -> list[MemoryItem]:
+    """The tenant's newest claims, about anyone: current, superseded, invalidated and expired."""
+    with tenant_scope(tenant.tenant_id):
+        return list(
+            MemoryItem.objects.filter(tenant_id=tenant.tenant_id)
+            .annotate(vector_count=Count("vectors"))
+            .order_by("-created_at", "-valid_from")[:limit]
+        )
+
+
 class VectorCount(TypedDict):
     """Vector rows of one embedder key (and its dimensions)."""
 

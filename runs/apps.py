@@ -19,6 +19,7 @@ class RunsConfig(AppConfig):
         import_module("runs.workflows.refund.workflow")
         import_module("runs.workflows.conversation")
         import_module("runs.workflows.support_agent")
+        import_module("runs.workflows.credit")
         from core.metrics import status_labels_register
         from runs.conversations.messages import conversation_copy
         from runs.engine.forks import fork_copier_register

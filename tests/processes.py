@@ -90,11 +90,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def web_serve(log_path: Path, args: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
+def web_serve(
+    log_path: Path,
+    args: list[str] | None = None,
+    *,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], str]:
     """The web server (`args` with PORT in the last one; gunicorn as `make run` starts it by default)
-    on a free port against the test database, its output in `log_path`; (process, base URL) once it
-    answers /healthz. Stop it with stop_groups([process], grace=5)."""
-    port = free_port()
+    on `port` (a free one by default) against the test database, its output in `log_path`, `env` added
+    to its environment; (process, base URL) once it answers /healthz. Stop it with
+    stop_groups([process], grace=5)."""
+    port = port or free_port()
     args = args or web_args("127.0.0.1", "PORT")
     env = {
         **os.environ,
@@ -103,6 +110,7 @@ def web_serve(log_path: Path, args: list[str] | None = None) -> tuple[subprocess
         "WEB_CONCURRENCY": "1",
         "PYTHONUNBUFFERED": "1",
         "KEEPER_LOG_LEVEL": "INFO",
+        **(env or {}),
     }
     env.pop("DATABASE_OWNER_URL", None)
     with open(log_path, "wb") as log:

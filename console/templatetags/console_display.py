@@ -52,3 +52,15 @@ def readable_json(value: Any) -> str:
 @register.filter
 def payload_preview(value: Any) -> str:
     return display.payload_preview(value)
+
+
+@register.filter
+def plain_value(value: Any) -> str:
+    """A value as a person reads it: text as it is, numbers and booleans as written, the rest short JSON."""
+    return display.plain_value(value)
+
+
+@register.filter
+def get_item(mapping: Any, key: Any) -> Any:
+    """`{{ mapping|get_item:key }}`: a dict's value for a key the template computed (None if absent)."""
+    return mapping.get(key) if isinstance(mapping, dict) else None

@@ -11,6 +11,7 @@ from uuid import UUID
 
 from django import forms
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth import login, logout
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm
@@ -31,7 +32,7 @@ from console.roles import (
     user_roles,
     user_tenants,
 )
-from console.selectors import AuditFilters, audit_entries, audit_entry_page
+from console.selectors import AuditFilters, audit_entries, audit_entry_page, offboardings_of_member
 from console.sign_in import sign_in_failure_record, sign_in_throttled
 
 AUDIT_PAGE = 50
@@ -53,6 +54,7 @@ def sign_in(request: HtmxHttpRequest) -> HttpResponse:
         elif form.is_valid():
             login(request, form.get_user())
             audit_record(request=request, action="sign_in", target_type="user", target_id=username)
+            _told_of_offboarding(request)
             return redirect(next_url)
         else:
             sign_in_failure_record(request=request, username=username)
@@ -68,6 +70,22 @@ def sign_in(request: HtmxHttpRequest) -> HttpResponse:
         },
         status=status,
     )
+
+
+def _told_of_offboarding(request: HtmxHttpRequest) -> None:
+    """A user left with no tenant because theirs was offboarded is told so, not shown empty pages."""
+    user = request.user
+    if user.pk is None or user.is_superuser or user_tenants(user).exists():
+        return
+    for entry in offboardings_of_member(user_id=user.pk):
+        name = entry.details.get("name") or entry.details.get("slug", "")
+        messages.warning(
+            request,
+            f"Your tenant {name} ({entry.details.get('slug', '')}) was offboarded on {entry.at:%Y-%m-%d}: "
+            "its data is erased, and you are a member of no other tenant. Ask an administrator if you "
+            "need access to another one.",
+            extra_tags="offboarded",
+        )
 
 
 @require_POST
@@ -127,14 +145,14 @@ class AuditFilterForm(TenantFilterForm):
     since = forms.DateField(
         required=False,
         input_formats=[DATE_FORMAT],
-        label="From (YYYY-MM-DD, UTC)",
+        label="From (a day, UTC)",
         widget=forms.DateInput(attrs={"type": "date", "placeholder": "YYYY-MM-DD"}, format=DATE_FORMAT),
         error_messages={"invalid": "Enter a date as YYYY-MM-DD, e.g. 2026-03-01."},
     )
     until = forms.DateField(
         required=False,
         input_formats=[DATE_FORMAT],
-        label="To (YYYY-MM-DD, UTC, inclusive)",
+        label="To (a day, UTC, inclusive)",
         widget=forms.DateInput(attrs={"type": "date", "placeholder": "YYYY-MM-DD"}, format=DATE_FORMAT),
         error_messages={"invalid": "Enter a date as YYYY-MM-DD, e.g. 2026-03-31."},
     )

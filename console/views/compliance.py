@@ -25,12 +25,14 @@ from console.htmx import HtmxHttpRequest
 from console.models import AuditEntry
 from console.roles import COMPLIANCE, role_required, tenant_for_user, user_tenants
 from console.selectors import subject_overview
+from console.subject_words import subject_in_words
 from console.subjects import MAX_QUERY_CHARS, subject_search
 from core.errors import ApplicationError
 from core.models import Tenant
 from erasure.models import ErasureRequest, ErasureStatus
 from erasure.selectors import erasure_request_get, erasure_request_list
 from erasure.services import erasure_request_create, erasure_request_retry
+from runs.engine.selectors import run_events, run_get_for_tenants
 
 MAX_SUBJECT_CHARS = 200
 ACTIVE = (ErasureStatus.PENDING, ErasureStatus.RUNNING)
@@ -111,7 +113,7 @@ def compliance_home(request: HtmxHttpRequest) -> HttpResponse:
         try:
             overview = subject_overview(tenant=tenant, subject_id=_subject(raw_subject))
             context["overview"] = overview
-            context["shown_run_ids"] = {str(r.run.run_id) for r in overview.runs}
+            context["words"] = subject_in_words(overview)
         except SubjectInvalid as exc:
             context["subject_error"], status = str(exc), 422
     return render(request, "console/compliance/home.html", context, status=status)
@@ -168,7 +170,7 @@ def erasure_confirm(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
     return render(
         request,
         "console/compliance/confirm.html",
-        {"tenant": scope, "overview": overview, "form": form},
+        {"tenant": scope, "overview": overview, "words": subject_in_words(overview), "form": form},
         status=status,
     )
 
@@ -195,12 +197,17 @@ def erasure_detail(request: HtmxHttpRequest, tenant: str, request_id: UUID) -> H
     status fragment until the request is no longer pending or running."""
     scope = tenant_for_user(request.user, tenant)
     erasure = _request_for(scope, request_id)
+    receipt = receipt_rows(erasure.receipt)
     context = {
         "tenant": scope,
         "erasure": erasure,
         "active": erasure.status in ACTIVE,
         "steps": erasure_steps(erasure),
-        "receipt": receipt_rows(erasure.receipt),
+        "receipt": receipt,
+        # What a failed request left, in words: each place still holding their data (not their memory,
+        # which is kept on purpose until nothing else holds them), and whether it can be tried again.
+        "left": [p for p in receipt.get("places", []) if p.get("after") and p.get("erased_by") != "memory"],
+        "can_retry": erasure.status == ErasureStatus.FAILED and bool(erasure.subject_id),
         "status_url": reverse("console:compliance_erasure_detail", args=[scope.slug, erasure.request_id]),
     }
     partial = "#status" if request.htmx else ""
@@ -245,3 +252,30 @@ def erasure_receipt(request: HtmxHttpRequest, tenant: str, request_id: UUID) -> 
     response = JsonResponse(erasure.receipt, json_dumps_params={"indent": 2, "sort_keys": True})
     response["Content-Disposition"] = f'attachment; filename="erasure-receipt-{erasure.request_id}.json"'
     return response
+
+
+@role_required(COMPLIANCE)
+@require_GET
+def claim_source(request: HtmxHttpRequest, tenant: str, run_id: UUID) -> HttpResponse:
+    """Where a remembered fact came from: the run its provenance names and the event (?seq=), with the
+    events around it, as a compliance officer reads them."""
+    scope = tenant_for_user(request.user, tenant)
+    run = run_get_for_tenants(tenant_ids=[scope.tenant_id], run_id=run_id)
+    if run is None:
+        raise Http404("no such run")
+    try:
+        seq = int(request.GET.get("seq", "")) if request.GET.get("seq") else None
+    except ValueError:
+        seq = None
+    events = run_events(run_id=run.run_id, after_seq=max(0, (seq or 1) - 3), limit=5) if seq else []
+    return render(
+        request,
+        "console/compliance/source.html",
+        {
+            "tenant": scope,
+            "run": run,
+            "seq": seq,
+            "events": events,
+            "focus": next((e for e in events if e.seq == seq), None),
+        },
+    )

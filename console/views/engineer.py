@@ -9,6 +9,7 @@ partials of the page's template (`page.html#name`), rendered by the same view wi
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -19,19 +20,28 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
+from console.declarations import run_signals_and_queries
 from console.display import MAX_DIFF_ENTRIES, events_formatted, json_diff
 from console.forms import TenantFilterForm
 from console.htmx import HtmxHttpRequest, htmx_target
 from console.live import POLL_SECONDS, rows_live_key
 from console.roles import ENGINEER, role_required, run_for_user, user_tenants
-from console.steps import run_steps
-from console.timeline import DEFAULT_BUCKETS, MARKED_EVENT_TYPES, Bucket, TimelineEvent, timeline_svg
+from console.steps import run_steps, step_changes
+from console.timeline import (
+    DEFAULT_BUCKETS,
+    MARKED_EVENT_TYPES,
+    Bucket,
+    TimelineEvent,
+    duration_text,
+    timeline_svg,
+)
 from core.errors import ApplicationError
 from retrieval.selectors import retrieval_snapshot_list
 from runs.conversations import selectors as conversations
 from runs.engine.registry import registry
 from runs.engine.resume import ACCEPTABLE_REFUSALS, run_state_change
 from runs.engine.selectors import (
+    RUN_ORDERS,
     RevisionState,
     approval_run_list,
     event_buckets,
@@ -41,9 +51,10 @@ from runs.engine.selectors import (
     operation_run_list,
     revision_parse,
     run_filtered_page,
+    run_input,
     run_state_at,
 )
-from runs.kernel.models import AgentRun, RunStatus
+from runs.kernel.models import TERMINAL_RUN_STATUSES, AgentRun, RunStatus
 
 BULK_ACTIONS = (("resume", "Resume"), ("cancel", "Cancel"), ("redispatch", "Re-dispatch"))
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 200
@@ -52,7 +63,20 @@ MAX_MARKS = 400  # marked events drawn on one timeline (the newest)
 MAX_STEPS = 400  # step executions drawn on one timeline (the newest)
 STEPS_SHOWN = 50  # of them, rows in the run page's steps table (the newest)
 LOCAL_INPUT_FORMAT = "%Y-%m-%dT%H:%M"  # what the browser's datetime-local input sends and shows
-FILTER_FIELDS = ("q", "status", "workflow", "version", "tenant", "subject", "reason", "since", "until")
+FILTER_FIELDS = (
+    "q",
+    "status",
+    "workflow",
+    "version",
+    "tenant",
+    "subject",
+    "reason",
+    "since",
+    "until",
+    "sort",
+)
+# The run list's sortable columns: the order a click on the header asks for, given the order now.
+SORTS = {"started": ("started", "started_asc"), "updated": ("updated", "updated_asc")}
 
 
 class RunFilterForm(TenantFilterForm):
@@ -78,6 +102,7 @@ class RunFilterForm(TenantFilterForm):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format=LOCAL_INPUT_FORMAT),
         error_messages={"invalid": "Enter a time as YYYY-MM-DD HH:MM (or a date, YYYY-MM-DD)."},
     )
+    sort = forms.ChoiceField(required=False, choices=[(o, o) for o in RUN_ORDERS], widget=forms.HiddenInput)
     limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE)
     before_at = forms.DateTimeField(required=False, widget=forms.HiddenInput)
     before_id = forms.UUIDField(required=False, widget=forms.HiddenInput)
@@ -125,16 +150,15 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     data = form.cleaned_data
     limit = data.get("limit") or PAGE_SIZE
     before = (data["before_at"], data["before_id"]) if data.get("before_at") else None
+    order = data.get("sort") or "updated"
     page = run_filtered_page(
-        tenant_ids=[t.tenant_id for t in tenants], filters=data, cursor=before, limit=limit
+        tenant_ids=[t.tenant_id for t in tenants], filters=data, cursor=before, limit=limit, order=order
     )
     slugs = {t.tenant_id: t.slug for t in tenants}
     older = None
-    if page.more:  # the cursor is the last row's (updated_at, run_id)
-        last = page.rows[-1]
-        older = filter_query(
-            request.GET, limit=data.get("limit"), before_at=last.updated_at.isoformat(), before_id=last.run_id
-        )
+    if page.more and page.next_cursor is not None:  # the last row's (time of the order, run_id)
+        at, run_id = page.next_cursor
+        older = filter_query(request.GET, limit=data.get("limit"), before_at=at.isoformat(), before_id=run_id)  # type: ignore[attr-defined]
     live_key = rows_live_key(page.rows)
     if htmx_target(request) == "run-table" and request.GET.get("live") == live_key:
         return HttpResponse(status=204)  # the live poll: nothing changed, nothing is redrawn
@@ -144,9 +168,16 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         before_at=request.GET.get("before_at"),
         before_id=request.GET.get("before_id"),
     )
+    now = timezone.now()
     context.update(
         page=page,
-        rows=[(run, slugs.get(run.tenant_id, "")) for run in page.rows],
+        order=order,
+        # Each sortable header's link: its own order, or the other direction when it is the order now.
+        sort_links={
+            column: filter_query(request.GET, sort=again if order == first else first)
+            for column, (first, again) in SORTS.items()
+        },
+        rows=[(run, slugs.get(run.tenant_id, ""), run_duration(run, now)) for run in page.rows],
         older=older,
         first=before is not None,
         filter_query=filter_query(request.GET, limit=data.get("limit")),
@@ -157,14 +188,28 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, f"console/engineer/run_list.html{partial}", context)
 
 
+def run_duration(run: AgentRun, now: datetime) -> str:
+    """How long the run has taken: from its start to its last commit once it ended, to now while it
+    runs or waits."""
+    ended = run.status in TERMINAL_RUN_STATUSES
+    return duration_text(((run.updated_at if ended else now) - run.created_at).total_seconds()) + (
+        "" if ended else " so far"
+    )
+
+
 def _events_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
     limit = _int_param(request, "limit", EVENTS_PAGE, 1, MAX_EVENTS_PAGE)
-    after = _int_param(request, "after_seq", 0, 0, max(run.state_revision, 0))
+    # ?focus=N: the page of events that holds event N, the event marked (a link from a claim's
+    # provenance or the timeline names one event).
+    focus = _int_param(request, "focus", 0, 0, max(run.state_revision, 0)) or None
+    default_after = max(0, focus - 1 - limit // 2) if focus else 0
+    after = _int_param(request, "after_seq", default_after, 0, max(run.state_revision, 0))
     page = event_page(run=run, after_seq=after, limit=limit)
     events = events_formatted(page.rows)
     last = events[-1].seq if events else after
     return {
         "events": events,
+        "focus": focus,
         "after_seq": after,
         "limit": limit,
         "events_next": last if page.more else None,
@@ -198,11 +243,20 @@ def run_page_context(request: HtmxHttpRequest, run: AgentRun) -> dict[str, Any]:
     )
     fork_seq = _int_param(request, "fork_seq", run.state_revision, 1, max(run.state_revision, 1))
     lease_expired = run.lease_expires_at is not None and run.lease_expires_at < timezone.now()
+    shown = steps.rows[-STEPS_SHOWN:]
+    signals, queries = run_signals_and_queries(run)
     return {
         "run": run,
+        "run_input": run_input(run=run),
         "timeline": timeline,
-        "steps": steps.rows[-STEPS_SHOWN:],
+        "steps": shown,
+        "step_changes": step_changes(run=run, rows=shown),
         "steps_more": steps.more or len(steps.rows) > STEPS_SHOWN,
+        "signals": signals,
+        "queries": queries,
+        # A resume refused for a changed state is refused again until the state is accepted: the
+        # page offers the acceptance, not a Resume that could only fail.
+        "resume_blocked": run.status == RunStatus.SUSPENDED and run.suspend_reason in ACCEPTABLE_REFUSALS,
         "events_limit": limit,
         "lease_expired": lease_expired,
         "fork_seq": fork_seq,

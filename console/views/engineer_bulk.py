@@ -31,7 +31,7 @@ from console.views.engineer import FILTER_FIELDS, RunFilterForm, filter_query, r
 from core.errors import ApplicationError
 from runs.engine.dispatch import run_enqueue
 from runs.engine.forks import run_fork_once, run_rewind
-from runs.engine.resume import run_state_accept
+from runs.engine.resume import ACCEPTABLE_REFUSALS, run_state_accept
 from runs.engine.runs import run_cancel, run_resume
 from runs.engine.selectors import LIST_FIELDS, run_count_capped, run_filtered
 from runs.kernel.errors import InvalidTransition
@@ -127,6 +127,14 @@ ACTIONS = {
         "running, or suspended with a resume request (not an imported history copy)",
         "each run gets a new wake-up message; PostgreSQL still decides whether it runs",
     ),
+}
+
+# What each action has really done when the page comes back: a resume is only asked for (a worker
+# verifies the run first, and may refuse it), a cancel is done, a re-dispatch is a wake-up sent.
+DONE = {
+    "resume": "Resume asked: a worker verifies the run before it continues; the status above shows what it finds.",
+    "cancel": "Cancelled: the run stops for good.",
+    "redispatch": "Wake-up sent: a worker picks the run up if PostgreSQL says it may run.",
 }
 
 # Actions that cannot be undone go through a confirmation page and need a note.
@@ -238,11 +246,20 @@ def run_action(request: HtmxHttpRequest, run_id: UUID, action: str) -> HttpRespo
         if not form.is_valid():
             return _refused(request, run.run_id, "the note is too long", 422)
     note, actor = form.cleaned_data["note"], actor_of(request)
+    if action == "resume" and run.status == RunStatus.SUSPENDED and run.suspend_reason in ACCEPTABLE_REFUSALS:
+        # The worker would refuse it again, for the same reason: say so now, and change nothing.
+        return _refused(
+            request,
+            run.run_id,
+            f"Resume not asked: the last resume was refused ({run.suspend_reason}) and would be refused "
+            "again; accept the changed state first (below), then resume.",
+            409,
+        )
     try:
         _apply(request, run, action, note, lambda: chosen.apply(run_id=run.run_id, actor=actor, note=note))
     except ApplicationError as exc:
         return _refused(request, run.run_id, f"{chosen.label} refused: {exc.message}", exc.http_status)
-    messages.success(request, f"{chosen.label}: done for run {run.run_id}")
+    messages.success(request, DONE[action])
     return redirect("console:run_detail", run_id=run.run_id)
 
 

@@ -13,18 +13,20 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_safe
 
 from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import ENGINEER, role_required, tenant_ids_for_user
+from console.timeline import duration_text
 from core.metrics import queue_depth, worker_failures
-from runs.engine.selectors import run_queue_health
+from runs.engine.selectors import run_queue_health, worker_recent_steps
 from runs.kernel.models import RunStatus
 
 logger = logging.getLogger(__name__)
@@ -58,6 +60,13 @@ class WorkerSeen:
     failed: int | None = None  # tasks that raised (None: Redis did not say)
     by_task: dict[str, int] = field(default_factory=dict)
     active: list[dict[str, Any]] = field(default_factory=list)
+    pids: list[int] = field(default_factory=list)  # its pool processes (a step's event names host:pid)
+
+    @property
+    def actors(self) -> list[str]:
+        """The event actors of its processes: host:pid, as a worker process names itself."""
+        host = self.name.split("@", 1)[-1]
+        return [f"{host}:{pid}" for pid in self.pids]
 
     def age(self, now: float) -> float:
         return max(0.0, now - self.seen_at)
@@ -108,6 +117,8 @@ class _Pinger:
                     processed=sum(int(v) for v in totals.values() if isinstance(v, int)),
                     by_task={str(k): int(v) for k, v in totals.items() if isinstance(v, int)},
                     active=[_active_row(t, now) for t in (active.get(name) or [])][:50],
+                    pids=[int(p) for p in pool.get("processes") or [] if isinstance(p, int)]
+                    or ([int(said["pid"])] if isinstance(said.get("pid"), int) else []),
                 )
             try:
                 failed = worker_failures(workers=[str(n) for n in stats])
@@ -192,3 +203,58 @@ def queue_health(request: HtmxHttpRequest) -> HttpResponse:
     context = queue_health_data(tenant_ids=tenant_ids_for_user(request.user))
     partial = "#queue-panel" if htmx_target(request) == "queue-panel" else ""
     return render(request, f"console/engineer/queue.html{partial}", context)
+
+
+RECENT_STEPS = 100
+RECENT_WINDOW = timedelta(hours=24)
+
+
+@role_required(ENGINEER)
+@require_safe
+def worker_list(request: HtmxHttpRequest) -> HttpResponse:
+    """Every worker that answered lately: live or stale, its pool, what it runs now."""
+    pinger.workers()  # ask again if the answer is old
+    return render(
+        request,
+        "console/engineer/workers.html",
+        {"workers_seen": pinger.workers_seen(), "stale_after": STALE_AFTER},
+    )
+
+
+@role_required(ENGINEER)
+@require_safe
+def worker_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    """One worker's task list, as Flower's: what it runs now, what it ran by kind, and the steps of runs
+    (of the user's tenants) its processes committed lately, each with its run and how long it took."""
+    pinger.workers()
+    seen = pinger.seen.get(name)
+    if seen is None:
+        raise Http404("no worker of that name answered this console lately")
+    steps = worker_recent_steps(
+        tenant_ids=tenant_ids_for_user(request.user),
+        actors=seen.actors,
+        since=timezone.now() - RECENT_WINDOW,
+        limit=RECENT_STEPS,
+    )
+    rows = [
+        {
+            "event": e,
+            "wall_s": duration_text(float(e.payload["spent"]["wall_s"]))
+            if isinstance(e.payload, dict)
+            and isinstance(e.payload.get("spent"), dict)
+            and isinstance(e.payload["spent"].get("wall_s"), int | float)
+            else "",
+        }
+        for e in steps
+    ]
+    return render(
+        request,
+        "console/engineer/worker.html",
+        {
+            "w": seen,
+            "age": round(seen.age(time.time()), 1),
+            "stale": seen.age(time.time()) > STALE_AFTER,
+            "rows": rows,
+            "window": RECENT_WINDOW,
+        },
+    )

@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 from console.audit import actor_of, audit_record
 from console.forms import NoteField
 from console.htmx import HtmxHttpRequest
-from console.roles import COMPLIANCE, SUPPORT, role_required, tenant_for_user
+from console.roles import COMPLIANCE, SUPPORT, role_required, tenant_for_user, user_tenants
 from core.errors import ApplicationError
 from core.models import Tenant
 from core.tenancy import tenant_scope
@@ -53,6 +53,16 @@ def _page(request: HtmxHttpRequest, scope: Tenant, status: int = 200, **extra: A
         **extra,
     }
     return render(request, "console/held_claims.html", context, status=status)
+
+
+@role_required(SUPPORT, COMPLIANCE)
+@require_GET
+def held_claim_home(request: HtmxHttpRequest) -> HttpResponse:
+    """The menu's way in: the held claims of the user's tenant, or a choice of their tenants."""
+    tenants = list(user_tenants(request.user))
+    if len(tenants) == 1:
+        return redirect("console:held_claims", tenant=tenants[0].slug)
+    return render(request, "console/held_claims_home.html", {"tenants": tenants})
 
 
 @role_required(SUPPORT, COMPLIANCE)

@@ -24,6 +24,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from console.audit import actor_of, audit_record
 from console.forms import NoteField
 from console.htmx import HtmxHttpRequest
+from console.models import Membership
 from console.roles import COMPLIANCE, role_required, tenant_for_user
 from core.errors import ApplicationError
 from core.models import OffboardingStatus, Tenant, TenantOffboarding
@@ -122,7 +123,10 @@ def offboarding_erase(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
     if not form.is_valid():
         return _page(request, scope, form, status=400)
     actor = actor_of(request)
-    details = {"tenant_id": str(scope.tenant_id), "slug": scope.slug}
+    details = {"tenant_id": str(scope.tenant_id), "slug": scope.slug, "name": scope.name}
+    # The tenant's staff (by user id: accounts, not subjects), so each is told at sign-in that their
+    # tenant is gone; the memberships go with the tenant.
+    members = sorted(Membership.objects.filter(tenant=scope).values_list("user_id", flat=True))
     # Not the tenant's entry (those go with it): this one and the outcome's stay.
     audit_record(
         request=request,
@@ -149,7 +153,12 @@ def offboarding_erase(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
         action="tenant_erased",
         target_type="tenant_offboarding",
         target_id=done.offboarding_id,
-        details={**details, "clean": bool(done.receipt.get("clean")), "status": done.status},
+        details={
+            **details,
+            "clean": bool(done.receipt.get("clean")),
+            "status": done.status,
+            "members": members,
+        },
     )
     messages.success(request, f"Tenant {scope.slug} erased.")
     return redirect("console:compliance_offboarding_receipt", offboarding_id=done.offboarding_id)
@@ -183,3 +192,14 @@ def offboarding_receipt_json(request: HtmxHttpRequest, offboarding_id: UUID) -> 
     response = JsonResponse(done.receipt, json_dumps_params={"indent": 2, "sort_keys": True})
     response["Content-Disposition"] = f'attachment; filename="offboarding-receipt-{done.offboarding_id}.json"'
     return response
+
+
+@role_required(COMPLIANCE)
+@require_GET
+def offboarding_list(request: HtmxHttpRequest) -> HttpResponse:
+    """The offboardings (exports and erasures of whole tenants) the user asked for; all for a superuser.
+    A receipt outlives its tenant, so this list is not by tenant."""
+    done = TenantOffboarding.objects.order_by("-created_at")
+    if not request.user.is_superuser:
+        done = done.filter(requested_by=actor_of(request))
+    return render(request, "console/compliance/offboarding_list.html", {"offboardings": done[:200]})

@@ -1,8 +1,9 @@
 """Keeper's authoring API: everything a workflow module imports, from this one package.
 
 Declare a workflow and its steps as plain functions, with side effects (`ctx.operation`), human
-approvals (`ctx.approval`), durable timers (`ctx.sleep`), signals (`ctx.wait_signal`) and child runs
-(`ctx.start_child`, `ctx.wait_child`) in one call each:
+approvals (`ctx.approval`; how they read to the person deciding: `wf.approval_display`), durable
+timers (`ctx.sleep`), signals (`ctx.wait_signal`) and child runs (`ctx.start_child`,
+`ctx.wait_child`) in one call each:
 
     from runs.authoring import Context, State, StepResult, tool, workflow
 
@@ -23,12 +24,13 @@ crash or a wait. Every step is one committed, fenced move of the run kernel (run
 
 Names starting with an underscore (runs.authoring._context...) are internal and may change; Keeper's
 own workflows (runs/workflows/) import only this package, and an import contract holds them to it.
+The console reads what a workflow declared through `authored` and runs.authoring.display.
 """
 
 from __future__ import annotations
 
 from runs.authoring._context import SIGNAL, TIMER, AnyStep, ApprovalDecision, Context, Signal
-from runs.authoring._definition import Definition, StepFunction, workflow
+from runs.authoring._definition import Definition, StepFunction, authored, workflow
 from runs.authoring._tools import (
     OperationCall,
     OperationOutcome,
@@ -37,6 +39,7 @@ from runs.authoring._tools import (
     Tool,
     tool,
 )
+from runs.authoring.display import ApprovalDisplay
 from runs.conversations.context import DEFAULT_BUDGET, BuiltContext, ContextBudget, context_build
 from runs.conversations.messages import AWAITING_INPUT, conversation_next_unanswered
 from runs.engine.children import CHILD_RUN, ChildOutcome, ChildRun
@@ -72,6 +75,7 @@ __all__ = [
     "run_lineage",
     # waiting: people, timers, signals, child runs
     "ApprovalDecision",
+    "ApprovalDisplay",
     "SIGNAL",
     "TIMER",
     "Signal",
@@ -88,4 +92,6 @@ __all__ = [
     # the run itself, and background work
     "AgentRun",
     "task_enqueue",
+    # what a registered workflow version declared (its signals, queries, approval displays)
+    "authored",
 ]

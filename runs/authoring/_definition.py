@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 
 from core.errors import InvalidInput
 from runs.authoring._context import SIGNALS_KEY, AnyStep, Context, _Rewind, _Suspension
+from runs.authoring.display import ApprovalDisplay, approval_display_make
 from runs.engine.registry import (
     Next,
     State,
@@ -69,6 +70,7 @@ class Definition(Generic[S]):
         self._names: dict[Callable[..., Any], str] = {}
         self._guarded: dict[str, AnyStep | str] = {}
         self._registered: Workflow | None = None
+        self._displays: dict[str | None, ApprovalDisplay] = {}
         for signal in signals:
             self.signal(signal)
 
@@ -130,6 +132,30 @@ class Definition(Generic[S]):
     def query_run(self, name: str, state: State) -> Any:
         """The query's answer on a stored state (KeyError: no such query)."""
         return self._queries[name](self.load(state))
+
+    def approval_display(
+        self,
+        *,
+        title: str,
+        fields: list[tuple[str, str]] | tuple[tuple[str, str], ...] = (),
+        amount: tuple[str, str] | None = None,
+        approve_label: str = "Approve",
+        reject_label: str = "Reject",
+        step: AnyStep | str | None = None,
+    ) -> ApprovalDisplay:
+        """Declare how this workflow's approvals read in the support console (see
+        runs/authoring/display.py): a title formatted with the request's fields, the fields
+        that matter with their labels, the amount's (minor units, currency) keys, the buttons' words;
+        `step` for the approvals of one step only. An undeclared approval is shown generically."""
+        shown = approval_display_make(
+            title=title, fields=fields, amount=amount, approve_label=approve_label, reject_label=reject_label
+        )
+        self._displays[None if step is None else self.name_of(step)] = shown
+        return shown
+
+    def approval_display_for(self, step: str) -> ApprovalDisplay | None:
+        """How the approvals `step` asks for read (None: not declared, shown generically)."""
+        return self._displays.get(step) or self._displays.get(None)
 
     def register(self) -> Workflow:
         """Build the engine's Workflow and register it (once; the first declared step starts)."""

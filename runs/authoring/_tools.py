@@ -40,6 +40,11 @@ class Tool(ToolContract):
 
     external_ref: Callable[[Any], str] = dataclasses.field(default=lambda result: str(result["id"]))
     crash_label: str = "operation"
+    # For a person reconciling an operation by hand (the support console): the external system's
+    # records that may be this operation's (each shaped like a successful answer, so `external_ref`
+    # reads its reference), and the address of its own page for them. Neither settles anything.
+    records: Callable[[str], list[dict[str, Any]]] | None = None
+    record_url: Callable[[str], str] | None = None
 
 
 def tool(
@@ -50,10 +55,14 @@ def tool(
     external_ref: Callable[[Any], str] | None = None,
     crash_label: str = "operation",
     call_timeout_s: float | Callable[[], float] | None = None,
+    records: Callable[[str], list[dict[str, Any]]] | None = None,
+    record_url: Callable[[str], str] | None = None,
 ) -> Tool:
     """Declare (and register, so resume verification can check and reconcile it) an external tool.
 
-    A lookup that raises (the tool is down) counts as not authoritative: it proves nothing."""
+    A lookup that raises (the tool is down) counts as not authoritative: it proves nothing, and says
+    why in `unavailable`. `records` and `record_url` (given an operation id) show a person reconciling
+    by hand what the external system holds and where to see it."""
     declared = Tool(
         name=name,
         version=version,
@@ -61,6 +70,8 @@ def tool(
         external_ref=external_ref or (lambda result: str(result["id"])),
         crash_label=crash_label,
         call_timeout_s=call_timeout_s,
+        records=records,
+        record_url=record_url,
     )
     registry.register_tool(declared)
     return declared
@@ -70,8 +81,10 @@ def _never_raising(lookup: Callable[[str], ToolLookup | None]) -> Callable[[str]
     def ask(operation_id: str) -> ToolLookup | None:
         try:
             return lookup(operation_id)
-        except Exception:  # an unreachable tool says nothing about whether the effect happened
-            return ToolLookup(authoritative=False, applied=None)
+        except Exception as exc:  # an unreachable tool says nothing about whether the effect happened
+            return ToolLookup(
+                authoritative=False, applied=None, unavailable=f"{type(exc).__name__}: {exc}"[:300]
+            )
 
     return ask
 

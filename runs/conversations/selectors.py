@@ -147,3 +147,35 @@ def subject_session_windows(
         logger.warning("session windows unavailable for the compliance overview: %s", exc)
         return None
     return SessionWindows(sizes, keys)
+
+
+# --- a conversation as people read it (the support console) ----------------------------------------
+
+TRANSCRIPT_LIMIT = 300  # the newest messages shown; older ones are behind their summaries
+
+
+@dataclass(frozen=True)
+class Transcript:
+    events: list[AgentEvent]  # the conversation's events in order (the newest TRANSCRIPT_LIMIT)
+    summaries: list[Summary]  # the valid summaries of older parts, in order, with their texts
+    more: bool  # older messages than these exist
+
+
+def conversation_transcript(*, run: AgentRun, limit: int = TRANSCRIPT_LIMIT) -> Transcript:
+    """The run's conversation events (who said what, tool calls and results) and its summaries."""
+    events = list(
+        AgentEvent.objects.filter(
+            tenant_id=run.tenant_id, run_id=run.run_id, event_type__in=CONVERSATION_EVENTS
+        )
+        .only("seq", "event_type", "payload", "actor", "created_at", "step_id")
+        .order_by("-seq")[: limit + 1]
+    )
+    more = len(events) > limit
+    events = events[:limit]
+    events.reverse()
+    summaries = list(
+        Summary.objects.filter(tenant_id=run.tenant_id, run_id=run.run_id, status="valid")
+        .only("summary_id", "covers_from_seq", "covers_to_seq", "text", "created_at")
+        .order_by("covers_from_seq")
+    )
+    return Transcript(events=events, summaries=summaries, more=more)

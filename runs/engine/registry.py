@@ -94,6 +94,9 @@ class ToolLookup:
     applied: bool | None
     external_ref: str | None = None
     result: Any = None
+    # Why the external system gave no answer at all (down, a 503, a timeout): a lookup that failed,
+    # which a person reads apart from an answer that was not authoritative. "" when it answered.
+    unavailable: str = ""
 
 
 @dataclass(frozen=True)

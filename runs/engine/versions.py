@@ -22,6 +22,7 @@ class VersionRow:
     newest: bool  # new runs start on it
     runs: dict[str, int]  # status -> count
     holding_run_ids: tuple[str, ...] = ()  # some of its running or suspended runs
+    outside: str = ""  # how its runs go on when their own process drives them (registry.outside)
 
     @property
     def active(self) -> int:
@@ -41,6 +42,8 @@ class VersionRow:
         held = ", ".join(
             f"{self.runs[s]} {s}" for s in (RunStatus.RUNNING, RunStatus.SUSPENDED) if self.runs.get(s)
         )
+        if self.outside:
+            return f"held by {held} run(s), which go on outside Keeper's workers: {self.outside}"
         missing = "" if self.registered else " (its code is not registered here: they cannot continue)"
         return f"held by {held} run(s){missing}"
 
@@ -70,7 +73,12 @@ def workflow_versions(*, tenant: Tenant | None = None) -> list[WorkflowRow]:
         in_code = registry.versions(name)
         newest = in_code[0] if in_code else None
         versions = sorted({*in_code, *(v for n, v in counts if n == name)}, key=version_key, reverse=True)
-        description = registry.get(name).description if in_code else ""
+        outside = registry.outside(name) or ""
+        description = (
+            registry.get(name).description
+            if in_code
+            else outside and f"Driven outside Keeper's workers: {outside}."
+        )
         rows.append(
             WorkflowRow(
                 name=name,
@@ -82,6 +90,7 @@ def workflow_versions(*, tenant: Tenant | None = None) -> list[WorkflowRow]:
                         newest=v == newest,
                         runs=dict(sorted(counts.get((name, v), {}).items())),
                         holding_run_ids=tuple(holding.get((name, v), ())),
+                        outside=outside,
                     )
                     for v in versions
                 ],

@@ -372,6 +372,7 @@ class Summary(models.Model):
 
     class Meta:
         db_table = "summaries"
+        verbose_name_plural = "summaries"
         ordering = ["run_id", "covers_from_seq"]
         constraints = [
             models.CheckConstraint(

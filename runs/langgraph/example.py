@@ -35,6 +35,27 @@ ORDERS: dict[str, dict[str, Any]] = {
         "currency": "EUR",
         "state": "in transit",
     },
+    "A-1003": {
+        "order_id": "A-1003",
+        "customer": "Cleo",
+        "amount_minor": 3900,
+        "currency": "EUR",
+        "state": "delivered",
+    },
+    "A-1004": {
+        "order_id": "A-1004",
+        "customer": "Dan",
+        "amount_minor": 2500,
+        "currency": "EUR",
+        "state": "delivered",
+    },
+    "A-1005": {
+        "order_id": "A-1005",
+        "customer": "Eve",
+        "amount_minor": 6400,
+        "currency": "EUR",
+        "state": "delivered",
+    },
 }
 _ORDER_ID = re.compile(r"\b[A-Z]-\d{3,}\b")
 
@@ -45,6 +66,8 @@ class Ticket(TypedDict, total=False):
     tool_call: dict[str, Any] | None
     order: dict[str, Any] | None
     approved: bool
+    refund: dict[str, Any] | None  # what a person allowed (the proposal, or their edit of it)
+    response: str | None  # a person's own words for the customer, instead of a decision
     reply: str
 
 
@@ -69,28 +92,55 @@ def lookup_order(state: Ticket) -> dict[str, Any]:
 
 
 def approval(state: Ticket) -> dict[str, Any]:
-    """A person decides (the support inbox): "yes"/"no", true/false, or {"approved": ...}."""
+    """A person decides (the support inbox), as LangGraph's Agent Inbox asks: accept the refund,
+    edit it (another amount), respond to the customer in their own words, or ignore it. Plain answers
+    are taken too: "yes"/"no", true/false, or {"approved": ...}."""
     order = state.get("order") or {}
-    answer = interrupt(
-        {
-            "question": f"Refund order {order.get('order_id')} of {order.get('amount_minor', 0) / 100:.2f} "
-            f"{order.get('currency', '')} to {order.get('customer')}?",
-            "order": order,
-            "customer_said": state.get("message", ""),
-        }
-    )
+    refund = {
+        "order_id": order.get("order_id"),
+        "amount_minor": order.get("amount_minor", 0),
+        "currency": order.get("currency", ""),
+    }
+    request = {
+        "action_request": {"action": "refund", "args": refund},
+        "config": {"allow_accept": True, "allow_edit": True, "allow_respond": True, "allow_ignore": True},
+        "description": f"Refund order {order.get('order_id')} of {order.get('amount_minor', 0) / 100:.2f} "
+        f"{order.get('currency', '')} to {order.get('customer')}?",
+        "order": order,
+        "customer_said": state.get("message", ""),
+    }
+    answer = interrupt([request])
+    return _decided(answer[0] if isinstance(answer, list) and answer else answer, refund)
+
+
+def _decided(answer: Any, proposed: dict[str, Any]) -> dict[str, Any]:
+    if isinstance(answer, dict) and answer.get("type") in ("accept", "edit", "response", "ignore"):
+        kind, args = answer["type"], answer.get("args")
+        if kind == "accept":
+            return {"approved": True, "refund": proposed, "response": None}
+        if kind == "edit" and isinstance(args, dict) and isinstance(args.get("args"), dict):
+            return {"approved": True, "refund": {**proposed, **args["args"]}, "response": None}
+        if kind == "response":
+            return {"approved": False, "refund": None, "response": str(args or "")}
+        return {"approved": False, "refund": None, "response": None}
     if isinstance(answer, dict):
         answer = answer.get("approved")
     approved = answer is True or (
         isinstance(answer, str) and answer.strip().lower() in {"yes", "y", "approve"}
     )
-    return {"approved": approved}
+    return {"approved": approved, "refund": proposed if approved else None, "response": None}
 
 
 def reply(state: Ticket, runtime: Runtime[None]) -> dict[str, Any]:
     order = state.get("order")
+    refund = state.get("refund") or {}
     if order is None:
         text = "I could not find that order."
+    elif state.get("response"):
+        text = str(state["response"])  # a person's own words to the customer
+    elif state.get("approved") and refund.get("amount_minor") not in (None, order.get("amount_minor")):
+        amount = f"{int(refund['amount_minor']) / 100:.2f} {refund.get('currency', '')}"
+        text = f"Your refund of {amount} for order {order['order_id']} is approved."
     elif state.get("approved"):
         text = f"Your refund for order {order['order_id']} is approved."
     else:

@@ -25,6 +25,7 @@ from runs.kernel import apply
 from runs.kernel import moves as m
 from runs.kernel.errors import InvalidState, RunNotFound, SubjectErased
 from runs.langgraph.graphs import graph_registered
+from runs.langgraph.inbox import inbox_summary
 from runs.langgraph.store import (
     ANSWERED_EVENT,
     ANSWERED_REASON,
@@ -408,6 +409,8 @@ def _question(value: Any) -> str:
     """A question's line for the inbox: its text, the "question" of a dict, or its JSON."""
     if isinstance(value, dict) and isinstance(value.get("question"), str):
         return value["question"]
+    if (line := inbox_summary(value)) is not None:
+        return line
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 

@@ -40,6 +40,7 @@ from runs.kernel import moves as m
 from runs.kernel.errors import InvalidState
 from runs.kernel.state import EncodedState, state_encode
 from runs.langgraph import store
+from runs.langgraph.inbox import inbox_summary
 from runs.langgraph.interrupts import Answer, answer_pending_get
 from runs.langgraph.store import (
     CHECKPOINT_EVENT,
@@ -86,7 +87,9 @@ def _interrupt_event(checkpoint_id: str, task_id: str, value: Any, actor: str) -
     asked = [{"id": str(getattr(i, "id", "")), "value": getattr(i, "value", i)} for i in items]
     first = asked[0]["value"] if asked else ""
     if isinstance(first, dict) and isinstance(first.get("question"), str):
-        first = first["question"]  # the convention of Keeper's example: {"question": ..., ...}
+        first = first["question"]  # a plain convention: {"question": ..., ...}
+    elif (line := inbox_summary(first)) is not None:
+        first = line  # Agent Inbox's HumanInterrupt: its description
     detail = first if isinstance(first, str) else _metadata_json(first)
     payload = _metadata_json({"checkpoint_id": checkpoint_id, "task_id": task_id, "interrupts": asked})
     return detail[:300], payload, actor

@@ -108,3 +108,14 @@ def thread_checkpoint_fork(
     finally:
         saver.close()
     return fork["id"], True
+
+
+def thread_latest_values(*, tenant_id: UUID, thread_id: str) -> tuple[CheckpointRow, dict[str, Any]] | None:
+    """The thread's newest root checkpoint and its channel values (None: the thread has none)."""
+    rows = thread_checkpoint_list(tenant_id=tenant_id, thread_id=thread_id, limit=1)
+    if not rows:
+        return None
+    values = thread_checkpoint_state(
+        tenant_id=tenant_id, thread_id=thread_id, checkpoint_id=rows[0].checkpoint_id
+    )
+    return (rows[0], values) if values is not None else None

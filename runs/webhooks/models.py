@@ -84,6 +84,7 @@ class WebhookDelivery(models.Model):
 
     class Meta:
         db_table = "webhook_deliveries"
+        verbose_name_plural = "webhook deliveries"
         constraints = [
             models.UniqueConstraint(fields=["subscription", "event_id"], name="webhook_deliveries_once"),
         ]

@@ -58,6 +58,12 @@ support = workflow(
     validate_input=_validate_input,
     description="A support agent: a model with tools (order lookup, refund behind an approval, memory).",
 )
+support.approval_display(
+    title="Refund {amount} for order {order_id} (proposed by the agent)",
+    fields=[("order_id", "Order"), ("amount", "Amount")],
+    amount=("amount_minor", "currency"),
+    approve_label="Approve refund",
+)
 
 
 def _exchange(call: dict[str, Any]) -> list[dict[str, str]]:

@@ -8,9 +8,10 @@
       var t = times[i], d = new Date(t.getAttribute("datetime"));
       if (isNaN(d.getTime())) { continue; }
       var offset = -d.getTimezoneOffset(), sign = offset >= 0 ? "+" : "-", abs = Math.abs(offset);
+      // One format everywhere: the day, the time to the second, and the reader's offset from UTC.
+      var zone = offset === 0 ? "UTC" : "UTC" + sign + Math.floor(abs / 60) + (abs % 60 ? ":" + two(abs % 60) : "");
       t.textContent = d.getFullYear() + "-" + two(d.getMonth() + 1) + "-" + two(d.getDate()) + " " +
-        two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds()) +
-        " (UTC" + sign + two(Math.floor(abs / 60)) + ":" + two(abs % 60) + ")";
+        two(d.getHours()) + ":" + two(d.getMinutes()) + ":" + two(d.getSeconds()) + " " + zone;
       t.setAttribute("data-localized", "");
     }
   }

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.apps import apps
 from django.contrib import admin
@@ -136,3 +138,14 @@ def test_a_run_of_800_events_has_a_small_admin_page_that_links_its_events(superu
     assert events.status_code == 200
     assert len(events.context["cl"].result_list) == 100  # the first page of the run's 801 events
     assert events.context["cl"].result_list[0].run_id == run.run_id
+
+
+def test_the_admin_names_every_model_in_english_plurals(superuser_client):
+    page = superuser_client.get(reverse("admin:index")).content.decode()
+    assert "Summaries" in page and "Webhook deliveries" in page
+    assert "Summarys" not in page and "deliverys" not in page
+    plurals = [
+        str(m._meta.verbose_name_plural) for m in apps.get_models() if m._meta.app_label in KEEPER_APPS
+    ]
+    # "summarys", "deliverys", "classs", "batchs": a consonant's y, or a plural Django made with an s too many
+    assert not [p for p in plurals if re.search(r"([^aeiou]ys|sss|chs|shs)$", p)], plurals

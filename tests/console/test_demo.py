@@ -12,6 +12,7 @@ from core.tenancy import tenant_scope
 from erasure.models import ErasureRequest
 from memory.models import MemoryItem
 from retrieval.models import Document
+from runs.engine.schedule_models import WorkflowSchedule
 from runs.kernel.models import AgentRun, Approval, ToolOperation
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -47,7 +48,23 @@ def test_the_demo_has_every_state_and_loads_once(live_server, settings, tmp_path
     assert runs["unsupported_checkpoint"].suspend_reason == "unsupported_checkpoint"
     assert runs["langgraph_interrupt"].suspend_reason == "langgraph_interrupt"  # in the support inbox
     assert "Refund order A-1001" in runs["langgraph_interrupt"].suspend_detail
+    # A credit limit waits for a person (its workflow declares how the approval reads), a small one
+    # (approved by policy) for the customer's documents, a signal an engineer can send.
+    assert runs["credit_awaiting_approval"].suspend_reason == "approval_required"
+    assert (
+        runs["credit_waiting_for_documents"].suspend_reason,
+        runs["credit_waiting_for_documents"].next_step,
+    ) == (
+        "signal",
+        "wait_for_documents",
+    )
     with tenant_scope(acme.tenant_id):
+        # Four customers' graphs ask support, as Agent Inbox asks, and a paused schedule is there to edit.
+        asked = AgentRun.objects.filter(workflow_name="langgraph", suspend_reason="langgraph_interrupt")
+        assert asked.count() == 4
+        assert list(WorkflowSchedule.objects.values_list("workflow_name", "enabled")) == [
+            ("demo.countdown", False)
+        ]
         assert MemoryItem.objects.filter(subject_id="cust-1001").count() == 3  # one superseded
         assert Document.objects.filter(status="indexed").count() == 2
         erasure = ErasureRequest.objects.get()

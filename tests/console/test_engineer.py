@@ -145,7 +145,7 @@ def test_keyset_pages_walk_every_run_once_newest_first_without_counting(
             response = client.get(url)
         assert response.status_code == 200
         assert not any("COUNT(" in q["sql"].upper() for q in queries.captured_queries)
-        seen += [str(run.run_id) for run, _ in response.context["rows"]]
+        seen += [str(run.run_id) for run, _, _ in response.context["rows"]]
         older = re.search(r'class="older" href="([^"]+)"', response.content.decode())
         if older is None:
             break
@@ -179,8 +179,8 @@ def test_another_tenants_run_is_404_on_every_url_and_nothing_is_recorded(as_role
     run = finish(start(other_tenant))
     client = as_role("engineer")
     run_urls = [p for p in urls_engineer.urlpatterns if "run_id" in str(p.pattern)]
-    # with LangGraph's page and its fork, history.json, the live poll and the workspace
-    assert len(run_urls) == 15
+    # with LangGraph's page and its fork, history.json, the live poll, the workspace, a signal and a query
+    assert len(run_urls) == 17
     for pattern in run_urls:
         kwargs = {
             "run_id": run.run_id,

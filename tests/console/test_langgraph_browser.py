@@ -31,12 +31,11 @@ def test_an_answer_in_the_console_resumes_the_graph(page_as, tenant, processes) 
     screenshot(page, "support-langgraph-inbox")
     row.get_by_role("link", name="Answer").click()
     page.wait_for_url(f"**/support/runs/{run.run_id}/")
-    expect(page.locator("#langgraph-question")).to_contain_text("arrived broken")
-    page.fill("#id_answer", '{"approved": true}')
-    page.check("input[name=kind][value=json]")
-    page.fill("#id_note", "photos checked")
+    question = page.locator("#langgraph-question")
+    expect(question).to_contain_text("arrived broken")
+    expect(question.locator(".action-request")).to_contain_text("amount_minor")  # Agent Inbox's request
     screenshot(page, "support-langgraph-answer")
-    page.get_by_role("button", name="Answer").click()
+    question.get_by_role("button", name="Accept").click()
     expect(page.locator("ul.messages")).to_contain_text("a worker resumes the graph")
 
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
@@ -49,5 +48,7 @@ def test_an_answer_in_the_console_resumes_the_graph(page_as, tenant, processes) 
     assert run.suspend_reason == "langgraph_thread"
     state = support_graph(saver).get_state({"configurable": {"thread_id": "web-1"}})
     assert state.values["reply"] == "Your refund for order A-1001 is approved."
+    page.goto(f"/support/runs/{run.run_id}/")  # the page says the graph went on, and what it replied
+    expect(page.locator("#langgraph-reply")).to_contain_text("Your refund for order A-1001 is approved.")
     page.goto("/support/")
     expect(page.locator(f'tr[data-run="{run.run_id}"]')).to_have_count(0)

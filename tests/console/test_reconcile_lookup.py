@@ -16,7 +16,8 @@ HTMX = {"HTTP_HX_REQUEST": "true", "HTTP_HX_TARGET": "lookup-card"}
 def test_the_page_shows_the_workflows_own_lookup_before_anyone_looks(as_role, tenant):
     op = _unknown_operation(tenant, note="resume: lookup not authoritative")
     html = as_role("support").get(reverse("console:support_operation", args=[op.pk])).content.decode()
-    assert "The workflow's own lookup" in html and "resume: lookup not authoritative" in html
+    assert "The worker looked it up when it stopped the run" in html
+    assert "resume: lookup not authoritative" in html and "Not looked up yet" not in html
     assert 'hx-post="{}"'.format(reverse("console:support_operation_lookup", args=[op.pk])) in html
 
 
@@ -28,7 +29,7 @@ def test_looking_up_again_answers_in_place_and_is_audited(as_role, tenant):
     html = response.content.decode()
     # only the card: no page around it, the answer of the lookup just made
     assert html.lstrip().startswith('<div class="card" id="lookup-card">') and "<html" not in html
-    assert "Looked up just now by" in html and "not authoritative" in html
+    assert "Looked up just now by" in html and "the lookup failed" in html
     assert 'name="outcome"' in html  # the reconcile form comes back with the card
     [entry] = AuditEntry.objects.filter(action="lookup", target_id=str(op.pk))
     assert (entry.actor, entry.tenant_id, entry.details["authoritative"]) == (
@@ -40,7 +41,7 @@ def test_looking_up_again_answers_in_place_and_is_audited(as_role, tenant):
 
 def test_an_inline_lookup_of_a_tool_without_lookup_says_why_in_the_card(as_role, tenant, monkeypatch):
     op = _unknown_operation(tenant)
-    monkeypatch.setattr("console.views.support.registry.tool", lambda name: None)
+    monkeypatch.setattr("console.views.support_operations.registry.tool", lambda name: None)
     response = as_role("support").post(reverse("console:support_operation_lookup", args=[op.pk]), **HTMX)
     assert response.status_code == 200  # htmx swaps only 2xx: the reason is shown in the card
     assert "has no lookup here" in response.content.decode()

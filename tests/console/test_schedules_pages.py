@@ -130,3 +130,51 @@ def test_the_workflows_page_counts_runs_per_version_and_says_what_holds_a_versio
     AgentRun.objects.filter(run_id=held.run_id).update(status="cancelled")
     html = as_role("engineer").get("/workflows/").content.decode()
     assert "safe to remove" in html
+
+
+def test_an_engineer_creates_and_changes_a_schedule_with_a_note_each_audited(as_role, tenant):
+    client = as_role("engineer")
+    assert 'href="/schedules/new/"' in client.get("/schedules/").content.decode()
+    form = {
+        "tenant": "acme",
+        "workflow_name": "demo.countdown",
+        "interval_seconds": "3600",
+        "cron": "",
+        "input": '{"n": 2}',
+        "overlap": "skip",
+        "note": "an hourly heartbeat",
+    }
+    for bad, says in (
+        ({"input": "{n: 2}"}, "the input is not JSON"),
+        ({"cron": "0 4 * * *"}, "not both"),
+        ({"interval_seconds": ""}, "Give either a cron expression"),
+        ({"input": '{"n": -1}'}, "&#x27;n&#x27; must be a whole number"),  # the workflow's own check
+        ({"tenant": "globex"}, "Select a valid choice"),  # not one of the user's tenants
+        ({"note": " "}, "This field is required"),
+    ):
+        refused = client.post("/schedules/new/", {**form, **bad})
+        assert refused.status_code in (400, 422) and says in refused.content.decode(), bad
+    assert not WorkflowSchedule.objects.exists() and not AuditEntry.objects.filter(
+        action__startswith="schedule"
+    )
+    assert client.post("/schedules/new/", form).status_code == 302
+    made = WorkflowSchedule.objects.get()
+    assert (made.interval_seconds, made.input, made.enabled) == (3600, {"n": 2}, True)
+    edit = f"/schedules/{made.schedule_id}/edit/"
+    page = client.get(edit).content.decode()
+    assert 'value="3600"' in page and 'name="tenant"' not in page
+    changed = client.post(
+        edit, {**form, "interval_seconds": "", "cron": "0 4 * * *", "note": "nightly instead"}
+    )
+    assert changed.status_code == 302
+    made.refresh_from_db()
+    assert (made.cron, made.interval_seconds) == ("0 4 * * *", None)
+    created, edited = AuditEntry.objects.filter(action__in=["schedule_create", "schedule_edit"]).order_by(
+        "id"
+    )
+    assert (created.note, edited.note) == ("an hourly heartbeat", "nightly instead")
+    assert (
+        edited.details["before"]["interval_seconds"] == 3600
+        and edited.details["after"]["cron"] == "0 4 * * *"
+    )
+    assert as_role("support").get("/schedules/new/").status_code == 403

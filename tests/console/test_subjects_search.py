@@ -118,7 +118,8 @@ def test_provenance_run_ids_are_links_and_null_reads_none(as_role, tenant, other
         .get(reverse("console:compliance_home"), {"tenant": "acme", "subject": "cust-501"})
         .content.decode()
     )
-    run_url = reverse("console:run_detail", args=[run.run_id])
-    assert f'<a class="wrap" href="{run_url}">{run.run_id}</a>' in html
+    # The run a claim came from opens where a compliance officer can read it: the run and its event.
+    source = reverse("console:compliance_source", args=["acme", run.run_id])
+    assert f'<a class="wrap provenance" href="{source}?seq=' in html and f'">{run.run_id}</a>' in html
     assert '<dt>source_version</dt><dd dir="auto"><span class="muted">none</span></dd>' in html
     assert "null" not in html.split('id="claims"')[1].split('id="vectors"')[0]

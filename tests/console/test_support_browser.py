@@ -44,7 +44,7 @@ def test_support_approves_a_refund_and_the_run_completes(page_as, sandbox, tenan
     page.wait_for_url(f"**/support/approvals/{approval.approval_id}/")
     expect(page.locator("h1")).to_contain_text("o-700")
     screenshot(page, "support-approval")
-    page.fill("#approve-note", "customer sent photos of the damage")
+    page.fill("#decision-note", "customer sent photos of the damage")
     page.get_by_role("button", name="Approve refund").click()
     expect(_messages(page)).to_contain_text("Approved")
     expect(page.locator("[data-approval-status]")).to_have_text("approved")
@@ -85,8 +85,11 @@ def test_support_reconciles_an_unknown_operation_and_the_run_continues(page_as, 
     expect(row).to_contain_text("lookup is not authoritative")
     row.get_by_role("link", name="Reconcile").click()
     page.wait_for_url(f"**/support/operations/{op.pk}/")
+    expect(page.locator("[data-lookup]")).to_contain_text("The worker looked it up")  # before anyone asks
     page.get_by_role("button", name="Look up again").click()
+    expect(page.locator("[data-lookup]")).to_contain_text("Looked up just now")
     expect(page.locator("[data-lookup]")).to_contain_text("not authoritative")
+    expect(page.locator("#provider-records [data-external-ref]")).to_have_text(refund["refund_id"])
     assert AuditEntry.objects.filter(action="lookup", target_id=str(op.pk)).count() == 1
     screenshot(page, "support-reconcile")
 
@@ -149,12 +152,12 @@ def test_hostile_content_renders_escaped_and_the_page_stays_usable(page_as, tena
         expect(page.locator("main")).to_contain_text(RTL)
         assert page.evaluate("window.__pwned") is None
         assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1"), url
-    page.locator("details", has_text="The exact request").locator("summary").click()
+    page.locator("details", has_text="Technical details").locator("summary").click()
     screenshot(page, "support-hostile")
 
     reject = page.get_by_role("button", name="Reject")
     expect(reject).to_be_visible()
-    page.fill("#reject-note", HOSTILE + RTL)
+    page.fill("#decision-note", HOSTILE + RTL)
     reject.click()
     expect(_messages(page)).to_contain_text("Rejected")
     expect(page.locator("main")).to_contain_text(HOSTILE + RTL)

@@ -111,7 +111,7 @@ def test_support_approves_a_refund_from_the_inbox_at_phone_width(page_at, tenant
     row.get_by_role("link", name="Review").click()
     page.wait_for_url(f"**/support/approvals/{approval.approval_id}/")
     assert page.evaluate(LAYOUT_PROBLEMS) == []
-    page.fill("#approve-note", "photos checked on my phone")
+    page.fill("#decision-note", "photos checked on my phone")
     button = page.get_by_role("button", name="Approve refund")
     box = button.bounding_box()
     assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= WIDTHS["phone"]

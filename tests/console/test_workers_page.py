@@ -74,3 +74,30 @@ def test_a_task_that_raises_in_a_worker_counts_as_failed_on_its_row(as_role, ten
         interval=1.0,
         message="the failure is counted on the worker's row",
     )
+
+
+def test_a_workers_task_list_shows_the_steps_its_processes_ran(as_role, tenant, processes, monkeypatch):
+    """Flower's task list, in Keeper's words: the steps of runs this worker's processes committed,
+    each with its run, its outcome and how long it took; another tenant's runs are not listed."""
+    from runs.engine.runs import run_start
+
+    monkeypatch.setattr(engineer_queue.pinger, "seen", {})
+    client = as_role("engineer")
+    processes.worker(concurrency=1)
+    wait_until(lambda: 'data-stale="false"' in _row(_panel(client)), timeout=60, interval=1.0, message="live")
+    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 2}, actor="t").run
+
+    def done() -> bool:
+        run.refresh_from_db()
+        return run.status == "completed"
+
+    wait_until(done, timeout=60, message="the worker runs the countdown")
+    listing = client.get("/workers/").content.decode()
+    name = re.search(r'<tr data-worker="(test0@[^"]+)"', listing).group(1)
+    engineer_queue.pinger.at = 0.0
+    page = client.get(f"/workers/{name}/").content.decode()
+    tasks = page[page.index('id="worker-tasks"') :]
+    assert (
+        f"/runs/{run.run_id}/?focus=" in tasks and "<code>tick</code>" in tasks and "run_completed" in tasks
+    )
+    assert client.get("/workers/nobody@nowhere/").status_code == 404

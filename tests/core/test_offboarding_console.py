@@ -98,3 +98,26 @@ def test_the_audit_log_still_refuses_a_delete_outside_an_offboarding(setup):
 
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         AuditEntry.objects.filter(tenant_id=acme.tenant_id).delete()
+
+
+def test_the_offboarded_tenants_staff_are_told_at_sign_in_and_the_receipt_is_in_the_menu(client, setup):
+    acme, globex = setup
+    clerk = make_user("clerk", "support", tenants=(globex,))
+    both = make_user("both", "support", tenants=(acme, globex))
+    officer = make_user("globex-officer", "compliance", tenants=(globex,))
+    client.force_login(officer)
+    done = client.post("/compliance/globex/offboarding/erase/", {"slug_confirm": "globex", "note": "ended"})
+    assert done.status_code == 302
+    listing = client.get("/compliance/offboardings/").content.decode()
+    assert 'id="offboardings"' in listing and "globex" in listing and done["Location"] in listing
+    assert 'href="/compliance/offboardings/"' in listing  # the menu leads there
+    entry = AuditEntry.objects.get(action="tenant_erased")
+    assert sorted(entry.details["members"]) == sorted([clerk.pk, both.pk, officer.pk])
+    client.logout()
+    told = client.post("/sign-in/", {"username": "clerk", "password": "pw-for-console-tests-1"}, follow=True)
+    page = told.content.decode()
+    assert "Your tenant Globex (globex) was offboarded on" in page and 'class="offboarded warning"' in page
+    client.logout()
+    # A member of another tenant still works there and is not told at every sign-in.
+    other = client.post("/sign-in/", {"username": "both", "password": "pw-for-console-tests-1"}, follow=True)
+    assert "was offboarded" not in other.content.decode()

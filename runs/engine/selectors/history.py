@@ -171,3 +171,28 @@ def run_state_at(*, run: AgentRun, revision: int) -> RevisionState:
         event["state_digest"],
         None if source is None else json_digest(state) == event["state_digest"],
     )
+
+
+# Keys the engine keeps in every state: not the run's input as its caller gave it.
+_ENGINE_STATE_KEYS = ("budgets", "signals_seen")
+
+
+def run_input(*, run: AgentRun) -> dict[str, object] | None:
+    """What the run was started with: the state its first event stored, without the engine's own keys
+    (None when that state is not stored, e.g. a history copy)."""
+    first = (
+        AgentEvent.objects.filter(tenant_id=run.tenant_id, run_id=run.run_id, seq=1, state__isnull=False)
+        .values_list("state", flat=True)
+        .first()
+    )
+    if not isinstance(first, dict):
+        return None
+    return {k: v for k, v in first.items() if k not in _ENGINE_STATE_KEYS}
+
+
+def event_states(*, run: AgentRun, seqs: Sequence[int]) -> dict[int, object]:
+    """The states stored at these events (an event that stored none is missing from the answer)."""
+    rows = AgentEvent.objects.filter(
+        tenant_id=run.tenant_id, run_id=run.run_id, seq__in=list(seqs), state__isnull=False
+    ).values_list("seq", "state")
+    return {seq: state for seq, state in rows}

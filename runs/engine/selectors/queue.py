@@ -10,7 +10,7 @@ from uuid import UUID
 from django.db.models import Count, Max, Q
 
 from runs.engine.selectors.runs import run_count_capped
-from runs.kernel.models import AgentRun, RunStatus
+from runs.kernel.models import AgentEvent, AgentRun, RunStatus
 
 # Only what the queue panel shows of a run.
 QUEUE_FIELDS = (
@@ -61,4 +61,37 @@ def run_queue_health(*, tenant_ids: list[UUID], now: datetime, cap: int) -> Queu
         expired=list(expired.only(*QUEUE_FIELDS).order_by("lease_expires_at")[:20]),
         expired_count=run_count_capped(runs=expired, cap=cap),
         holders=[dict(row) for row in holders],
+    )
+
+
+# A step's outcome events: what a worker did when it ran a step of a run.
+WORKER_EVENT_TYPES = (
+    "step_completed",
+    "step_error",
+    "run_suspended",
+    "run_completed",
+    "run_failed",
+    "assistant_message",
+    "resume_verified",
+    "resume_refused",
+)
+
+
+def worker_recent_steps(
+    *, tenant_ids: list[UUID], actors: list[str], since: datetime, limit: int
+) -> list[AgentEvent]:
+    """What these worker processes (by their event actor, host:pid) committed since `since` in the
+    user's tenants, newest first, with each event's run."""
+    if not actors:
+        return []
+    return list(
+        AgentEvent.objects.select_related("run")
+        .filter(
+            tenant_id__in=tenant_ids,
+            actor__in=actors,
+            created_at__gte=since,
+            event_type__in=WORKER_EVENT_TYPES,
+        )
+        .defer("state", "run__state", "run__result")
+        .order_by("-created_at")[:limit]
     )

@@ -40,6 +40,8 @@ LIST_FIELDS = (
     "subject",
     "created_at",
     "updated_at",
+    "superseded_by",
+    "parent_run",
 )
 
 RunCursor = tuple[datetime, UUID]
@@ -128,26 +130,44 @@ def run_filtered(*, tenant_ids: list[UUID], filters: Mapping[str, object]) -> Qu
     return runs
 
 
+# The console's run list orders: by last activity or by start, newest or oldest first.
+RUN_ORDERS: dict[str, tuple[tuple[str, str], bool]] = {
+    "updated": (RUN_KEYS, True),
+    "updated_asc": (RUN_KEYS, False),
+    "started": (RUN_CREATED_KEYS, True),
+    "started_asc": (RUN_CREATED_KEYS, False),
+}
+
+
 def run_filtered_page(
-    *, tenant_ids: list[UUID], filters: Mapping[str, object], cursor: RunCursor | None, limit: int
+    *,
+    tenant_ids: list[UUID],
+    filters: Mapping[str, object],
+    cursor: RunCursor | None,
+    limit: int,
+    order: str = "updated",
 ) -> KeysetPage[AgentRun]:
-    """One keyset page of the filtered runs, newest first by (updated_at, run_id).
+    """One keyset page of the filtered runs in `order` (RUN_ORDERS; newest activity first by default).
 
     For several tenants it is one UNION ALL of a page per tenant (each an ordered range scan of an
     index led by tenant_id), merged and cut again: `tenant_id IN (...)` cannot be read in order."""
+    keys, descending = RUN_ORDERS.get(order, RUN_ORDERS["updated"])
     tenant_id = filters.get("tenant_id")
     tenants = [tenant_id] if isinstance(tenant_id, UUID) else tenant_ids
     if 1 < len(tenants) <= MAX_MERGED_TENANTS:
         parts = [
             keyset_after(
-                run_filtered(tenant_ids=[t], filters=filters).only(*LIST_FIELDS), keys=RUN_KEYS, cursor=cursor
+                run_filtered(tenant_ids=[t], filters=filters).only(*LIST_FIELDS),
+                keys=keys,
+                cursor=cursor,
+                descending=descending,
             )[: limit + 1]
             for t in tenants
         ]
-        merged = parts[0].union(*parts[1:], all=True).order_by("-updated_at", "-run_id")
-        return keyset_cut(list(merged[: limit + 1]), keys=RUN_KEYS, limit=limit)
+        merged = parts[0].union(*parts[1:], all=True).order_by(*(f"-{k}" if descending else k for k in keys))
+        return keyset_cut(list(merged[: limit + 1]), keys=keys, limit=limit)
     runs = run_filtered(tenant_ids=tenants, filters=filters).only(*LIST_FIELDS)
-    return keyset_page(runs, keys=RUN_KEYS, cursor=cursor, limit=limit)
+    return keyset_page(runs, keys=keys, cursor=cursor, limit=limit, descending=descending)
 
 
 def run_count_capped(*, runs: QuerySet[AgentRun], cap: int) -> int:

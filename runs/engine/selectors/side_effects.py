@@ -76,6 +76,28 @@ def approval_pending_list(
     return list(approvals.order_by("expires_at")[:limit])
 
 
+def approval_closed_by_erasure_list(*, tenant_ids: list[UUID], since: datetime, limit: int) -> list[Approval]:
+    """Approvals that were waiting when their run's subject was erased (Keeper closed them, as
+    expired), closed since `since`, newest first."""
+    return list(
+        Approval.objects.select_related("run", "tenant")
+        .filter(
+            tenant_id__in=tenant_ids,
+            status=ApprovalStatus.EXPIRED,
+            decided_by="keeper",
+            decided_at__gte=since,
+            run__tenant_id__in=tenant_ids,
+            run__suspend_reason=SUBJECT_ERASED,
+        )
+        .order_by("-decided_at")[:limit]
+    )
+
+
+def approval_pending_for_runs(*, tenant_id: UUID, run_ids: list[UUID]) -> list[Approval]:
+    """The pending approvals of these runs of one tenant, the soonest to expire first."""
+    return list(_pending([tenant_id]).filter(run_id__in=run_ids).order_by("expires_at"))
+
+
 def approval_pending_count(*, tenant_ids: list[UUID]) -> int:
     return _pending(tenant_ids).count()
 

@@ -50,6 +50,7 @@ class Lookup:
     authoritative: bool
     applied: bool | None
     refund: dict[str, Any] | None
+    unavailable: str = ""  # why the payments API gave no answer ("" when it answered)
 
 
 class PaymentsClient:
@@ -135,10 +136,11 @@ class PaymentsClient:
         """The authoritative lookup. Unavailable counts as not authoritative: it proves nothing."""
         try:
             status, data = self._send("GET", "/refunds?" + urlencode({"idempotency_key": key}))
-        except (TimeoutError, OSError, http.client.HTTPException):
-            return Lookup(authoritative=False, applied=None, refund=None)
+        except (TimeoutError, OSError, http.client.HTTPException) as exc:
+            return Lookup(authoritative=False, applied=None, refund=None, unavailable=f"no answer: {exc!r}")
         if status != 200 or not isinstance(data, dict):
-            return Lookup(authoritative=False, applied=None, refund=None)
+            why = f"the payments API answered {status}: {_error(data)}"
+            return Lookup(authoritative=False, applied=None, refund=None, unavailable=why)
         authoritative = data.get("authoritative") is True
         applied = data.get("applied")
         return Lookup(

@@ -10,6 +10,7 @@ refunded fails at decide (order_refunded_by_another_run).
 from __future__ import annotations
 
 import re
+from urllib.parse import urlencode
 
 from django.conf import settings
 
@@ -64,8 +65,26 @@ def _lookup_refund(operation_id: str) -> ToolLookup:
     remote = PaymentsClient().lookup_by_idempotency_key(operation_id)
     ref = remote.refund.get("refund_id") if remote.refund else None
     return ToolLookup(
-        authoritative=remote.authoritative, applied=remote.applied, external_ref=ref, result=remote.refund
+        authoritative=remote.authoritative,
+        applied=remote.applied,
+        external_ref=ref,
+        result=remote.refund,
+        unavailable=remote.unavailable,
     )
+
+
+def _order_of(operation_id: str) -> str:
+    """The order an operation refunds: its id is refund:{order_id} (support-refund:{order_id} too)."""
+    return operation_id.split(":", 1)[-1]
+
+
+def _refund_records(operation_id: str) -> list[dict[str, object]]:
+    """The payments ledger of the operation's order: the refunds the provider holds for it."""
+    return PaymentsClient().refunds_for_order(_order_of(operation_id))
+
+
+def _refund_record_url(operation_id: str) -> str:
+    return f"{settings.KEEPER_SANDBOX_URL}/refunds?{urlencode({'order_id': _order_of(operation_id)})}"
 
 
 PAYMENTS_REFUND = tool(
@@ -76,6 +95,8 @@ PAYMENTS_REFUND = tool(
     crash_label="refund",
     # The payments client's own timeout: a refund call never lasts longer (payments.py).
     call_timeout_s=lambda: float(settings.KEEPER_PAYMENTS_TIMEOUT),
+    records=_refund_records,
+    record_url=_refund_record_url,
 )
 
 refund_flow = workflow(
@@ -84,6 +105,12 @@ refund_flow = workflow(
     validate_input=validate_input,
     description="Practicum 33.1: look up an order, decide, get approval, refund once, verify the ledger.",
     schemas=REFUND_SCHEMAS,
+)
+refund_flow.approval_display(
+    title="Refund {amount} for order {order_id}",
+    fields=[("order_id", "Order"), ("amount", "Amount")],
+    amount=("amount_minor", "currency"),
+    approve_label="Approve refund",
 )
 
 

@@ -63,7 +63,7 @@ def test_an_interrupt_makes_the_thread_wait_for_a_person(tenant) -> None:
     latest = LangGraphCheckpoint.objects.filter(run=run, checkpoint_ns="").order_by("-checkpoint_id").first()
     assert latest is not None
     assert thread.checkpoint_id == latest.checkpoint_id == event.payload["checkpoint_id"]
-    assert thread.asked[0].value["order"]["order_id"] == "A-1001"
+    assert thread.asked[0].value[0]["order"]["order_id"] == "A-1001"  # Agent Inbox's [HumanInterrupt]
 
 
 def test_a_thread_without_an_interrupt_waits_for_nobody(tenant) -> None:
@@ -412,7 +412,7 @@ def test_erasure_leaves_the_codes_the_graph_showed_and_a_retry_is_clean(tenant) 
 
     run = _start(tenant, "t-codes", subject_id="cust-codes-9")
     asked = AgentEvent.objects.get(run=run, event_type="langgraph_interrupt").payload["interrupts"][0]
-    assert asked["value"]["order"]["state"] == "delivered"  # shown beside the question
+    assert asked["value"][0]["order"]["state"] == "delivered"  # shown beside the question
     order = {"order_id": "A-1001", "state": "delivered", "delivered_at": "2026-11-02", "currency": "EUR"}
     other = run_start(
         tenant=tenant, workflow_name="conversation", input={"order": order}, actor="t", subject="cust-codes-9"
