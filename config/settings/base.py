@@ -120,6 +120,19 @@ DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
 if os.environ.get("DATABASE_OWNER_URL"):
     DATABASES["owner"] = database_from_url(os.environ["DATABASE_OWNER_URL"])
 DATABASE_ROUTERS = ["core.db_router.OwnerMigratesRouter"]
+# What DATABASE_URL reaches: PostgreSQL itself or a pooler in session mode ("none"), or a pooler in
+# transaction mode ("transaction": PgBouncer's pool_mode=transaction, where each transaction may run
+# on another server connection). Then nothing may outlive a transaction on the server: Django's
+# cursors WITH HOLD (QuerySet.iterator() outside a transaction) are turned off, and the per-step
+# statements are not prepared unless KEEPER_PREPARED_STATEMENTS says so (PgBouncer >= 1.21 with
+# max_prepared_statements keeps them).
+KEEPER_DB_POOLER = env_str("KEEPER_DB_POOLER", "none")
+if KEEPER_DB_POOLER not in {"none", "session", "transaction"}:
+    raise ImproperlyConfigured(
+        f"unknown KEEPER_DB_POOLER {KEEPER_DB_POOLER!r} (use none, session or transaction)"
+    )
+if KEEPER_DB_POOLER == "transaction":
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -249,8 +262,8 @@ KEEPER_WEBHOOKS_INTERVAL = env_number("KEEPER_WEBHOOKS_INTERVAL", 5.0, minimum=0
 KEEPER_WEBHOOKS_TIMEOUT = env_number("KEEPER_WEBHOOKS_TIMEOUT", 5.0, minimum=0.1)
 KEEPER_WEBHOOKS_BACKOFF = env_number("KEEPER_WEBHOOKS_BACKOFF", 10.0, minimum=0)
 KEEPER_WEBHOOKS_MAX_ATTEMPTS = env_int("KEEPER_WEBHOOKS_MAX_ATTEMPTS", 10, minimum=1)
-# Prepare the per-step statements server-side (turn off behind a pooler that cannot keep them).
-KEEPER_PREPARED_STATEMENTS = env_bool("KEEPER_PREPARED_STATEMENTS", True)
+# Prepare the per-step statements server-side (off by default behind a transaction pooler).
+KEEPER_PREPARED_STATEMENTS = env_bool("KEEPER_PREPARED_STATEMENTS", KEEPER_DB_POOLER != "transaction")
 # Seconds a fork that nobody started is kept before it is cancelled.
 KEEPER_FORK_TTL = env_number("KEEPER_FORK_TTL", 7 * 24 * 3600.0, minimum=1)
 # Seconds a fork that was started may stay suspended, untouched, before it is cancelled as abandoned.

@@ -130,6 +130,11 @@ CASES: dict[str, tuple[str, str, object]] = {
         "/tmp/keeper-doc-artifacts",
     ),
     "KEEPER_PREPARED_STATEMENTS": ("false", "settings.KEEPER_PREPARED_STATEMENTS", False),
+    "KEEPER_DB_POOLER": (
+        "transaction",
+        "[settings.DATABASES['default'].get('DISABLE_SERVER_SIDE_CURSORS'), settings.KEEPER_DB_POOLER]",
+        [True, "transaction"],
+    ),
     "KEEPER_CRASH_AT": ("after_checkpoint:2", "settings.KEEPER_CRASH_AT", "after_checkpoint:2"),
     "KEEPER_CRASH_ONCE_DIR": (
         "/tmp/keeper-doc-crash",
@@ -396,6 +401,21 @@ def test_the_worker_pool_sets_the_default_concurrency_and_refuses_an_unknown_poo
     refused = _probe_run({**base, "KEEPER_WORKER_POOL": "gevent"}, expr)
     assert refused.returncode != 0
     assert "unknown KEEPER_WORKER_POOL 'gevent' (use threads or prefork)" in refused.stderr
+
+
+def test_a_transaction_pooler_turns_off_what_outlives_a_transaction_unless_told_otherwise():
+    base = {**PRODUCTION, **{n: v for n, (v, _, _) in CASES.items() if n != "KEEPER_PREPARED_STATEMENTS"}}
+    expr = {
+        "held_cursors_off": "settings.DATABASES['default'].get('DISABLE_SERVER_SIDE_CURSORS', False)",
+        "prepared": "settings.KEEPER_PREPARED_STATEMENTS",
+    }
+    assert _probe({**base, "KEEPER_DB_POOLER": "none"}, expr) == {"held_cursors_off": False, "prepared": True}
+    assert _probe(base, expr) == {"held_cursors_off": True, "prepared": False}  # CASES: transaction
+    # PgBouncer 1.21+ with max_prepared_statements keeps prepared statements: the variable says so.
+    assert _probe({**base, "KEEPER_PREPARED_STATEMENTS": "true"}, expr)["prepared"] is True
+    refused = _probe_run({**base, "KEEPER_DB_POOLER": "pgbouncer"}, expr)
+    assert refused.returncode != 0
+    assert "unknown KEEPER_DB_POOLER 'pgbouncer' (use none, session or transaction)" in refused.stderr
 
 
 def test_a_bad_setting_stops_manage_py_with_its_message_and_no_traceback():
