@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import re
 import secrets
 import shutil
 import signal
@@ -73,6 +74,18 @@ class PgBouncer:
         if len(pids) != self.pool_size:
             raise RuntimeError(f"PgBouncer gave {len(pids)} server connections for {self.pool_size} clients")
 
+    def renew(self, database_url: str) -> None:
+        """Close every connection to `database_url`'s database (clients and servers) and open a new
+        pool: nothing one test left on a server connection reaches the next."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        name = str(conninfo_to_dict(database_url).get("dbname"))
+        if not re.fullmatch(r"\w+", name):  # the admin console takes a bare name
+            raise ValueError(f"cannot name the database {name!r} to PgBouncer's admin console")
+        self.admin(f"KILL {name}")
+        self.admin(f"RESUME {name}")
+        self.fill(database_url)
+
     def admin(self, command: str) -> list[dict[str, Any]]:
         """A command of PgBouncer's admin console (SHOW POOLS, SHOW SERVERS, ...), as rows of dicts."""
         import psycopg
@@ -88,7 +101,8 @@ class PgBouncer:
             cursor_factory=psycopg.ClientCursor,  # the admin console speaks the simple protocol only
             row_factory=dict_row,
         ) as conn:
-            return conn.execute(command).fetchall()
+            cursor = conn.execute(command)
+            return cursor.fetchall() if cursor.description is not None else []
 
     def log(self) -> str:
         path = self.directory / "pgbouncer.log"

@@ -92,6 +92,7 @@ def pooled_connection(pooler: PgBouncer) -> Iterator[None]:
         yield
     finally:
         db.close()
+        pooler.renew(pooler.url(current_database_url()))  # what this test left on a server stays here
         for key, value in saved.items():
             if value is None:
                 db.settings_dict.pop(key, None)

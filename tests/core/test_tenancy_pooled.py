@@ -1,0 +1,47 @@
+"""The tenant behind PgBouncer in transaction mode (tests.pooling: a pool of three, round robin):
+each statement of a task bound to its tenant sees that tenant's rows and writes them, and no server
+connection keeps a tenant for the next client."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from core.processes import current_database_url
+from core.tenancy import tenant_bind
+from runs.engine.models import AgentRun
+from runs.engine.runs import run_start
+from tests.pooling import POOL_SIZE, pooled_connection
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _fresh_client_counts(url: str, table: str) -> list[int]:
+    """What a client that never set a tenant sees, statement after statement (each on the next server
+    connection of the pool)."""
+    with psycopg.connect(url, autocommit=True, prepare_threshold=None) as fresh:
+        return [fresh.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for _ in range(2 * POOL_SIZE)]
+
+
+def test_a_client_that_never_set_a_tenant_sees_nothing_after_a_task_bound_one(tenant, pgbouncer):
+    for _ in range(3):  # written straight to PostgreSQL: only the reading goes through the pooler
+        run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test")
+    direct = current_database_url()
+    with pooled_connection(pgbouncer):
+        with tenant_bind(tenant.tenant_id):  # as a worker's task binds its run's tenant
+            AgentRun.objects.filter(tenant=tenant).count()
+        assert _fresh_client_counts(pgbouncer.url(direct), "agent_runs") == [0] * (2 * POOL_SIZE)
+
+
+def test_every_statement_of_a_bound_task_reads_and_writes_its_tenants_rows(tenant, other_tenant, pgbouncer):
+    with tenant_bind(other_tenant.tenant_id):
+        run_start(tenant=other_tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test")
+    with pooled_connection(pgbouncer), tenant_bind(tenant.tenant_id):
+        started = [
+            run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run.run_id
+            for _ in range(POOL_SIZE)
+        ]
+        counts = [AgentRun.objects.count() for _ in range(2 * POOL_SIZE)]
+        found = [AgentRun.objects.filter(run_id=run_id).exists() for run_id in started * 2]
+    assert counts == [POOL_SIZE] * (2 * POOL_SIZE)  # its own runs, in every statement, and no other's
+    assert all(found)
