@@ -9,7 +9,7 @@ from django.db import connection
 
 from core.tenancy import tenant_bind, tenant_ensure
 from tests.chat_server import chat  # noqa: F401 - the fixture, for every test module
-from tests.pooling import pgbouncer, through_pgbouncer  # noqa: F401 - the fixtures, likewise
+from tests.pooling import database_path, pgbouncer, through_pgbouncer  # noqa: F401 - likewise
 from tests.processes import ProcessGroup, flush_redis
 
 

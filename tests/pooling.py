@@ -113,3 +113,12 @@ def through_pgbouncer(transactional_db, pgbouncer) -> Iterator[PgBouncer]:
     around everything would pin one server connection and prove nothing."""
     with pooled_connection(pgbouncer):
         yield pgbouncer
+
+
+@pytest.fixture(params=["direct", pytest.param("pgbouncer", marks=pytest.mark.django_db(transaction=True))])
+def database_path(request) -> str:
+    """Runs a test twice: straight on PostgreSQL, then through PgBouncer (through_pgbouncer, on
+    committed data). Name it before the fixtures that write (`usefixtures` or first argument)."""
+    if request.param == "pgbouncer":
+        request.getfixturevalue("through_pgbouncer")
+    return str(request.param)
