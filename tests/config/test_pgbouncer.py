@@ -21,7 +21,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _backend_pids(url: str, statements: int) -> list[int]:
     with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
-        return [conn.execute("SELECT pg_backend_pid()").fetchone()[0] for _ in range(statements)]
+        return [conn.execute("SELECT pg_backend_pid()").fetchone()[0] for _ in range(statements)]  # type: ignore[index]
 
 
 def test_the_pooler_pools_transactions_three_server_connections_of_the_application_role(pgbouncer):

@@ -20,7 +20,7 @@ def _fresh_client_counts(url: str, table: str) -> list[int]:
     """What a client that never set a tenant sees, statement after statement (each on the next server
     connection of the pool)."""
     with psycopg.connect(url, autocommit=True, prepare_threshold=None) as fresh:
-        return [fresh.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for _ in range(2 * POOL_SIZE)]
+        return [fresh.execute(f"SELECT count(*) FROM {table}").fetchone()[0] for _ in range(2 * POOL_SIZE)]  # type: ignore[index]
 
 
 def test_a_client_that_never_set_a_tenant_sees_nothing_after_a_task_bound_one(tenant, pgbouncer):
