@@ -28,8 +28,12 @@ def test_a_client_that_never_set_a_tenant_sees_nothing_after_a_task_bound_one(te
         run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test")
     direct = current_database_url()
     with pooled_connection(pgbouncer):
-        with tenant_bind(tenant.tenant_id):  # as a worker's task binds its run's tenant
-            AgentRun.objects.filter(tenant=tenant).count()
+        # Tasks of 1, 2 and 3 statements, bound to their run's tenant as a worker's task is: whatever
+        # the pool's rotation, a binding that lives on a server connection is left on one of them.
+        for statements in range(1, POOL_SIZE + 1):
+            with tenant_bind(tenant.tenant_id):
+                for _ in range(statements):
+                    AgentRun.objects.filter(tenant=tenant).count()
         assert _fresh_client_counts(pgbouncer.url(direct), "agent_runs") == [0] * (2 * POOL_SIZE)
 
 
