@@ -156,3 +156,26 @@ def _required(variable: str, value: str, kind: str) -> str:
     if not value:
         raise ImproperlyConfigured(f"KEEPER_EMBEDDER={kind} needs {variable}")
     return value
+
+
+ARTIFACT_STORES = {
+    "local": "core.artifacts.local.LocalArtifactStore",
+    "s3": "core.artifacts.s3.S3ArtifactStore",
+}
+
+
+def artifact_store_choice(
+    kind: str, *, root: str, bucket: str, endpoint_url: str, region: str, timeout: float
+) -> dict[str, Any]:
+    """settings.BACKENDS' entry for the artifact store chosen by KEEPER_ARTIFACT_STORE: a local folder
+    (KEEPER_ARTIFACT_ROOT) or an S3-compatible bucket (KEEPER_ARTIFACT_S3_BUCKET is required)."""
+    if kind not in ARTIFACT_STORES:
+        raise ImproperlyConfigured(
+            f"unknown KEEPER_ARTIFACT_STORE {kind!r} (use {' or '.join(ARTIFACT_STORES)})"
+        )
+    if kind == "local":
+        return {"BACKEND": ARTIFACT_STORES[kind], "OPTIONS": {"root": root}}
+    if not bucket:
+        raise ImproperlyConfigured("KEEPER_ARTIFACT_STORE=s3 needs KEEPER_ARTIFACT_S3_BUCKET")
+    options = {"bucket": bucket, "endpoint_url": endpoint_url, "region": region, "timeout": timeout}
+    return {"BACKEND": ARTIFACT_STORES[kind], "OPTIONS": options}

@@ -16,6 +16,15 @@ class CoreConfig(AppConfig):
         eraser_register(LabelsEraser())
 
         free_register("tenants", "the customer organisation (Keeper's tenant), not a subject", "slug", "name")
+        # The bytes they name are a subject's data, erased through the rows that refer to them
+        # (the runs' "artifacts.stored" place); the records hold digests, store names and keys.
+        free_register(
+            "stored_artifacts",
+            "a stored blob's digest, the store holding it and its key",
+            "digest",
+            "store",
+            "key",
+        )
         free_register(
             "api_keys",
             "a key's label, prefix, scope and the digest of its secret",

@@ -83,7 +83,7 @@ class Scope:
     # in their run that another customer's run holds too (a cc, a workflow's noreply sender).
     own_values: tuple[str, ...] = ()
     session_keys: tuple[bytes, ...] = ()  # the Redis windows of those runs
-    artifact_uris: tuple[str, ...] = ()  # stored tool results only these runs point to
+    artifact_digests: tuple[str, ...] = ()  # stored blobs only these runs refer to (core.artifacts)
 
 
 class Eraser(Protocol):

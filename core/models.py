@@ -86,3 +86,46 @@ class TenantOffboarding(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_slug} {self.status}"
+
+
+class StoredArtifact(models.Model):
+    """One blob Keeper stored for a tenant (core/artifacts/): the only way to reach stored bytes.
+
+    A reference kept elsewhere (a workspace manifest, a tool result, a run's state) names the digest;
+    reading resolves it through this tenant's row, never through a path or URI taken from the data.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, db_column="tenant_id")
+    digest = models.CharField(max_length=71)  # "sha256:" + 64 hex digits
+    store = models.CharField(max_length=16)  # the backend that holds it: local or s3
+    key = models.CharField(max_length=200)  # where in that store: <tenant>/<hh>/<hex>
+    size = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    # Every put of the same bytes touches it: reclaim waits a grace period after the last one, so a
+    # blob whose referencing row is still being written is never taken.
+    touched_at = models.DateTimeField(auto_now_add=True)
+    checked_at = models.DateTimeField(null=True, blank=True)  # the sweep last found it referenced
+
+    class Meta:
+        db_table = "stored_artifacts"
+        constraints = [
+            models.UniqueConstraint(fields=("tenant", "digest"), name="stored_artifacts_tenant_digest"),
+            models.CheckConstraint(
+                condition=models.Q(digest__regex=r"^sha256:[0-9a-f]{64}$"), name="stored_artifacts_digest"
+            ),
+            models.CheckConstraint(condition=models.Q(size__gte=0), name="stored_artifacts_size"),
+        ]
+        indexes = [
+            # The sweep's order: never checked first, then those checked longest ago.
+            models.Index(
+                models.F("checked_at").asc(nulls_first=True),
+                models.F("id"),
+                name="stored_artifacts_sweep_idx",
+            ),
+            # Whether another row names the same object (blobs stored before keys carried the tenant).
+            models.Index(fields=("store", "key"), name="stored_artifacts_key_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.digest} of {self.tenant_id}"

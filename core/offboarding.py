@@ -7,6 +7,7 @@ predicate names the tenant's id is its own HNSW index; Redis windows are `sessio
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import json
@@ -23,14 +24,17 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from core.artifacts.reclaim import artifacts_erase_tenant, artifacts_tenant_left
+from core.artifacts.services import Stored, stored_read
 from core.db_router import OWNER_ALIAS
 from core.erasure import free_columns, free_register, registered_columns
-from core.errors import Conflict, InvalidInput, NotFound
+from core.errors import ApplicationError, Conflict, InvalidInput, NotFound
 from core.index_builds import index_builds_of
-from core.models import ApiKey, OffboardingStatus, Tenant, TenantOffboarding
+from core.models import ApiKey, OffboardingStatus, StoredArtifact, Tenant, TenantOffboarding
 from core.tenancy import tenant_scope
 
-EXPORT_FORMAT = "keeper.tenant_export/1"
+# /2: the tenant's stored blobs follow its rows, one {"artifact": ...} line each (base64).
+EXPORT_FORMAT = "keeper.tenant_export/2"
 # Columns left out of the export: embeddings (derived, re-computable, large) and search vectors.
 OMITTED_TYPES = ("vector", "tsvector")
 # Tables with a tenant_id that are not the tenant's data: the receipts themselves, and the tenant row
@@ -132,12 +136,31 @@ def _rows(table: TenantTable, tenant_id: UUID) -> Iterator[dict[str, Any]]:
             yield dict(zip(table.columns, row, strict=True))
 
 
+def _artifacts(tenant_id: UUID) -> Iterator[dict[str, Any]]:
+    """The tenant's stored blobs, read back through the store and checked against their digests (one
+    that cannot be read says why instead of its bytes)."""
+    with tenant_scope(tenant_id):
+        records = list(
+            StoredArtifact.objects.filter(tenant_id=tenant_id)
+            .order_by("digest")
+            .values_list("digest", "store", "key", "size")
+        )
+    for digest, store, key, size in records:
+        item: dict[str, Any] = {"digest": digest, "size": size}
+        try:
+            item["base64"] = base64.b64encode(stored_read(Stored(digest, store, key, size))).decode()
+        except ApplicationError as exc:
+            item["error"] = exc.code
+        yield item
+
+
 def tenant_export(
     *, tenant: Tenant, out: Path, requested_by: str, progress: Progress = _quiet
 ) -> TenantOffboarding:
     """Write every row of the tenant (runs and their events, operations, approvals, summaries,
-    LangGraph threads, memory, documents and chunk metadata, audit entries, API key records) to a
-    gzipped JSONL file; record the file's SHA-256 and the counts per table in a kept receipt."""
+    LangGraph threads, memory, documents and chunk metadata, audit entries, API key records), then its
+    stored blobs (tool results, workspace files), to a gzipped JSONL file; record the file's SHA-256
+    and the counts per table in a kept receipt."""
     tables = list(reversed(tenant_tables()))  # parents first: an import can follow the file's order
     counts: dict[str, int] = {}
     connection.ensure_connection()
@@ -165,6 +188,12 @@ def tenant_export(
                     n += 1
                 counts[table.name] = n
                 progress(f"exported {table.name}: {n} rows")
+        n = 0
+        for item in _artifacts(tenant.tenant_id):
+            write({"artifact": item})
+            n += 1
+        counts["artifacts"] = n
+        progress(f"exported {n} stored artifact(s)")
         write({"end": True, "counts": counts})
     digest = hashlib.sha256(out.read_bytes()).hexdigest()
     receipt = {
@@ -235,58 +264,6 @@ def registry_tables_without_tenant() -> list[str]:
         with_tenant = {row[0] for row in cursor.fetchall()}
     registry = {table for table, _ in registered_columns() | set(free_columns())}
     return sorted(registry - with_tenant)
-
-
-# --- stored artifacts (content-addressed files another tenant may share) -----------------------
-
-_URI = r'"uri": "(file://[^"]+)"'  # how jsonb's text form spells an artifact reference
-
-
-def _json_columns() -> list[tuple[str, str]]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            """SELECT c.table_name, c.column_name FROM information_schema.columns c
-                WHERE c.table_schema = current_schema() AND c.data_type IN ('json', 'jsonb')
-                  AND c.table_name IN (SELECT table_name FROM information_schema.columns
-                                        WHERE table_schema = current_schema() AND column_name = 'tenant_id')
-                  AND c.table_name <> ALL(%s)
-                ORDER BY 1, 2""",
-            [list(NOT_TENANT_DATA)],
-        )
-        return [(t, c) for t, c in cursor.fetchall()]
-
-
-def tenant_artifact_uris(*, tenant_id: UUID) -> list[str]:
-    """The stored artifacts (file:// URIs under KEEPER_ARTIFACT_ROOT) the tenant's rows refer to."""
-    root = str(Path(settings.KEEPER_ARTIFACT_ROOT).resolve())
-    found: set[str] = set()
-    with tenant_scope(tenant_id), connection.cursor() as cursor:
-        for table, column in _json_columns():
-            cursor.execute(
-                f'SELECT DISTINCT m[1] FROM "{table}" t, regexp_matches(t."{column}"::text, %s, %s) AS m '  # noqa: S608
-                "WHERE t.tenant_id = %s",
-                [_URI, "g", tenant_id],
-            )
-            found.update(row[0] for row in cursor.fetchall())
-    return sorted(u for u in found if str(Path(u[len("file://") :]).resolve()).startswith(root + "/"))
-
-
-def _referenced_by_anyone(uri: str) -> bool:
-    """Whether any row left (of any tenant: the erased one's are gone) refers to the file. Read as
-    the owner, whose maintenance policy sees every tenant's runs; without it, assume it is shared."""
-    if OWNER_ALIAS not in connections.databases:
-        return True
-    like = "%" + uri.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    with connections[OWNER_ALIAS].cursor() as cursor:
-        for table, column in _json_columns():
-            cursor.execute(f'SELECT EXISTS (SELECT 1 FROM "{table}" WHERE "{column}"::text LIKE %s)', [like])  # noqa: S608
-            if cursor.fetchone()[0]:
-                return True
-    return False
-
-
-def _unshared_artifacts_left(uris: list[str]) -> int:
-    return sum(1 for u in uris if Path(u[len("file://") :]).exists() and not _referenced_by_anyone(u))
 
 
 def tenant_erase(
@@ -383,9 +360,18 @@ def tenant_erase(
             client.delete(*keys)
         _save(offboarding, redis_keys_deleted=offboarding.progress.get("redis_keys_deleted", 0) + len(keys))
         progress(f"deleted {len(keys)} Redis session window(s)")
-        # 4. The stored artifacts it refers to, listed before its rows go (a resumed run keeps the list).
-        if "artifacts" not in offboarding.progress:
-            _save(offboarding, artifacts=tenant_artifact_uris(tenant_id=tenant_id))
+        # 4. Its stored blobs, through its records (which go with them), and anything else under its
+        # prefix in the store; one another tenant's record also names (stored before keys carried the
+        # tenant) is kept for that tenant.
+        blobs = artifacts_erase_tenant(tenant_id=tenant_id)
+        _save(
+            offboarding,
+            artifacts_deleted=offboarding.progress.get("artifacts_deleted", 0) + blobs["deleted"],
+            artifacts_kept_shared=offboarding.progress.get("artifacts_kept_shared", 0) + blobs["kept_shared"],
+        )
+        progress(
+            f"deleted {blobs['deleted']} stored artifact(s); {blobs['kept_shared']} shared with another tenant kept"
+        )
         # 5. Every table, children first, one transaction each (a crash keeps what is done).
         for table in tenant_tables():
             with tenant_scope(tenant_id), connection.cursor() as cursor:
@@ -404,24 +390,8 @@ def tenant_erase(
             deleted["tenants"] = deleted.get("tenants", 0) + tenants
             _save(offboarding, deleted=deleted)
         progress("deleted the tenant row")
-        # 7. Its artifact files, unless another tenant's rows refer to the same content.
-        uris = list(offboarding.progress.get("artifacts", []))
-        gone = kept = 0
-        for uri in uris:
-            path = Path(uri[len("file://") :])
-            if _referenced_by_anyone(uri):
-                kept += 1
-            elif path.exists():
-                path.unlink()
-                gone += 1
-        _save(
-            offboarding,
-            artifacts_deleted=offboarding.progress.get("artifacts_deleted", 0) + gone,
-            artifacts_kept_shared=kept,
-        )
-        progress(f"deleted {gone} artifact file(s); {kept} shared with another tenant kept")
         after = tenant_scan(tenant_id=tenant_id)
-        after["artifacts.unshared"] = _unshared_artifacts_left(uris)
+        after["artifacts.objects"] = artifacts_tenant_left(tenant_id=tenant_id)
     except Exception as exc:
         TenantOffboarding.objects.filter(pk=offboarding.pk).update(
             status=OffboardingStatus.FAILED, error=repr(exc)[:2000]

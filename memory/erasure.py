@@ -304,7 +304,7 @@ def _collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         values = {v for item in MemoryItem.objects.filter(subject_id=subject_id) for v in _texts(item.value)}
     run_ids: set[UUID] = set()
     keys: set[bytes] = set()
-    uris: set[str] = set()
+    digests: set[str] = set()
     own: set[str] = set()
     for eraser in erasers():
         found = eraser.collect(tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest)
@@ -312,7 +312,7 @@ def _collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         values.update(found.values)
         own.update(found.own_values)
         keys.update(found.session_keys)
-        uris.update(found.artifact_uris)
+        digests.update(found.artifact_digests)
     return Scope(
         tenant_id=tenant_id,
         subject_id=subject_id,
@@ -320,7 +320,7 @@ def _collect(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         values=tuple(sorted(values)),
         own_values=tuple(sorted(own - values)),
         session_keys=tuple(sorted(keys)),
-        artifact_uris=tuple(sorted(uris)),
+        artifact_digests=tuple(sorted(digests)),
     )
 
 

@@ -32,8 +32,9 @@ class RunsConfig(AppConfig):
         from runs.engine.charges import charges_tokenizer_register
 
         charges_tokenizer_register(token_counter)
-        from runs.engine import workspace
+        from runs.engine import artifact_references, workspace
 
+        artifact_references.register()
         workspace.register()
         eraser_register(langgraph_erasure.LangGraphEraser())
         langgraph_erasure.register()

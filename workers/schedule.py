@@ -38,9 +38,15 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": 60.0,
             "options": {"expires": 120},
         },
-        # Workspace snapshots of runs finished a TTL ago, and the blobs no other snapshot names.
+        # Workspace snapshots of runs finished a TTL ago.
         "reclaim-workspaces": {
             "task": "workers.tasks.reclaim_workspaces",
+            "schedule": 3600.0,
+            "options": {"expires": 7200},
+        },
+        # Stored blobs no row of any kind names, untouched for KEEPER_ARTIFACT_GRACE.
+        "reclaim-artifacts": {
+            "task": "workers.tasks.reclaim_artifacts",
             "schedule": 3600.0,
             "options": {"expires": 7200},
         },

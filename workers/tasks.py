@@ -7,6 +7,7 @@ from uuid import UUID
 from celery import shared_task
 from django.conf import settings
 
+from core.artifacts.reclaim import artifacts_reclaim
 from core.models import Tenant
 from core.tenancy import tenant_get
 from memory.erasure import erasure_execute
@@ -51,6 +52,11 @@ def deliver_webhooks() -> int:
 @shared_task(name="workers.tasks.reclaim_workspaces", ignore_result=True)
 def reclaim_workspaces() -> int:
     return sum(workspace_reclaim().values())  # a count, so an idle sweep logs at DEBUG
+
+
+@shared_task(name="workers.tasks.reclaim_artifacts", ignore_result=True)
+def reclaim_artifacts() -> int:
+    return artifacts_reclaim()["deleted"]  # a count, so an idle sweep logs at DEBUG
 
 
 @shared_task(name="workers.tasks.execute_erasure", ignore_result=True)

@@ -13,6 +13,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
+    artifact_store_choice,
     backend_choice,
     celery_broker_url,
     database_from_url,
@@ -273,7 +274,20 @@ KEEPER_FORK_STARTED_TTL = env_number("KEEPER_FORK_STARTED_TTL", 30 * 24 * 3600.0
 KEEPER_WORKSPACE_SNAPSHOT_STEPS = env_int("KEEPER_WORKSPACE_SNAPSHOT_STEPS", 0, minimum=0)
 KEEPER_WORKSPACE_TTL = env_number("KEEPER_WORKSPACE_TTL", 7 * 24 * 3600.0, minimum=1)
 KEEPER_MAX_STATE_BYTES = env_int("KEEPER_MAX_STATE_BYTES", 256 * 1024, minimum=1024)
+# --- Stored artifacts (core/artifacts/): tool results, workspace files, every blob kept by digest.
+# The store: "local" (files under KEEPER_ARTIFACT_ROOT) or "s3" (an S3-compatible bucket; credentials
+# from boto3's own chain: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, a profile or an instance role).
 KEEPER_ARTIFACT_ROOT = Path(env_str("KEEPER_ARTIFACT_ROOT", str(DATA_DIR / "artifacts")))
+KEEPER_ARTIFACT_STORE = env_str("KEEPER_ARTIFACT_STORE", "local")
+KEEPER_ARTIFACT_S3_BUCKET = env_str("KEEPER_ARTIFACT_S3_BUCKET")
+KEEPER_ARTIFACT_S3_ENDPOINT_URL = env_str("KEEPER_ARTIFACT_S3_ENDPOINT_URL")
+KEEPER_ARTIFACT_S3_REGION = env_str("KEEPER_ARTIFACT_S3_REGION")
+# Seconds resume verification may spend reading back a run's artifacts before it refuses the resume
+# (artifact_check_timeout), and an S3 call's connect and read time limits.
+KEEPER_ARTIFACT_TIMEOUT = env_number("KEEPER_ARTIFACT_TIMEOUT", 10.0, minimum=0.1)
+# Seconds a blob nothing refers to is kept after it was last stored, before beat's sweep deletes it:
+# the time a writer has between storing the bytes and committing the row that refers to them.
+KEEPER_ARTIFACT_GRACE = env_number("KEEPER_ARTIFACT_GRACE", 24 * 3600.0, minimum=0)
 KEEPER_CRASH_AT = env_str("KEEPER_CRASH_AT")
 KEEPER_MODEL = env_str("KEEPER_MODEL", "gpt-4o-mini")
 # Per-model prices (USD per 1,000 input and output tokens) that charge model calls to run budgets,
@@ -370,6 +384,14 @@ BACKENDS = {
         model=env_str("KEEPER_EXTRACTOR_MODEL", KEEPER_MODEL),
         api_key=env_str("KEEPER_EXTRACTOR_API_KEY"),
     ),
+    "artifact_store": artifact_store_choice(
+        KEEPER_ARTIFACT_STORE,
+        root=str(KEEPER_ARTIFACT_ROOT),
+        bucket=KEEPER_ARTIFACT_S3_BUCKET,
+        endpoint_url=KEEPER_ARTIFACT_S3_ENDPOINT_URL,
+        region=KEEPER_ARTIFACT_S3_REGION,
+        timeout=KEEPER_ARTIFACT_TIMEOUT,
+    ),
     # No variable chooses these: a deployment's settings module names its own class here (the
     # support_agent's model: runs.workflows.support_model.ModelSupportAgent with base_url and model).
     "responder": {"BACKEND": "runs.workflows.conversation.RuleResponder", "OPTIONS": {}},
@@ -407,6 +429,7 @@ SWEEP_TASKS = (
     "workers.tasks.expire_retrieval_index",
     "workers.tasks.deliver_webhooks",
     "workers.tasks.reclaim_workspaces",
+    "workers.tasks.reclaim_artifacts",
     "workers.tasks.fire_schedules",
 )
 LOGGING: dict[str, Any] = {

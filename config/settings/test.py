@@ -30,6 +30,8 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 KEEPER_ARTIFACT_ROOT = Path(
     os.environ.get("KEEPER_ARTIFACT_ROOT") or Path(tempfile.gettempdir()) / "keeper-test-artifacts"
 )
+if BACKENDS["artifact_store"]["BACKEND"].endswith(".LocalArtifactStore"):  # noqa: F405
+    BACKENDS["artifact_store"]["OPTIONS"]["root"] = str(KEEPER_ARTIFACT_ROOT)  # noqa: F405
 # Serve static files from the apps' folders (no collectstatic in tests, so no staticfiles/ folder).
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = True

@@ -29,7 +29,8 @@ def _seq(raw: str | None) -> int | None:
 @role_required(ENGINEER)
 @require_safe
 def run_workspace(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
-    """GET ?at=<seq> shows the files of the last snapshot at or before it; &diff=<seq> diffs against another."""
+    """GET ?at=<seq> shows the files as event <seq> left them (as far as snapshots saved them); &diff=<seq>
+    diffs against another."""
     run = run_for_user(request.user, run_id)  # another tenant's run: 404
     try:
         at, against = _seq(request.GET.get("at")), _seq(request.GET.get("diff"))
@@ -48,14 +49,14 @@ def run_workspace(request: HtmxHttpRequest, run_id: UUID) -> HttpResponse:
             a, b = old.get(path), files.get(path)
             if a is not None and b is not None and a.get("digest") == b.get("digest"):
                 continue
-            before = workspace_file_text(ref=a).splitlines() if a else []
-            after = workspace_file_text(ref=b).splitlines() if b else []
+            before = workspace_file_text(tenant_id=run.tenant_id, ref=a).splitlines() if a else []
+            after = workspace_file_text(tenant_id=run.tenant_id, ref=b).splitlines() if b else []
             lines = list(
                 difflib.unified_diff(before, after, f"{path}@{diff_seq}", f"{path}@{seq}", lineterm="")
             )
             diffs.append({"path": path, "lines": lines})
     shown = [
-        {"path": path, "text": workspace_file_text(ref=ref, limit=20_000)}
+        {"path": path, "text": workspace_file_text(tenant_id=run.tenant_id, ref=ref, limit=20_000)}
         for path, ref in sorted(files.items())[:50]
     ]
     context = {

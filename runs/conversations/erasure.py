@@ -20,13 +20,14 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import redis
 from django.db import OperationalError, connection
 
+from core.artifacts import artifact_digests_in, artifacts_referenced
+from core.artifacts.reclaim import artifacts_erase, artifacts_left
 from core.digests import canonical_json, json_digest, keyed_digest
 from core.erasure import (
     CODE,
@@ -196,21 +197,6 @@ def _free_texts(value: Any, under_key: bool = False, *, codes: bool = True) -> l
     return found
 
 
-def _artifact_uris(value: Any) -> set[str]:
-    """The URIs of stored artifacts ({uri, digest}) anywhere in a value, iteratively."""
-    found: set[str] = set()
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, dict):
-            if isinstance(item.get("uri"), str) and isinstance(item.get("digest"), str):
-                found.add(item["uri"])
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return found
-
-
 # An e-mail address anywhere in a string (the scan's core.erasure.EMAIL is the whole-value test).
 _EMAIL_IN = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}")
 
@@ -261,20 +247,20 @@ class RunsEraser:
             )
             texts: set[str] = set()
             addresses: set[str] = set()
-            uris: set[str] = set()
+            digests: set[str] = set()
             keys: set[bytes] = set(subject_session_keys(tenant_id=tenant_id, subject_id=subject_id))
             for run in AgentRun.objects.filter(run_id__in=run_ids):
                 texts.update(_free_texts(run.state))
                 texts.update(_free_texts(run.result))
                 addresses |= _emails(run.state) | _emails(run.result)
-                uris |= _artifact_uris(run.state)
+                digests.update(artifact_digests_in([run.state, run.result]))
                 keys.update(redis_client().scan_iter(match=f"session:{tenant_id}:*:{run.run_id}", count=500))
             for payload, state in AgentEvent.objects.filter(run_id__in=run_ids).values_list(
                 "payload", "state"
             ):
                 texts.update(_free_texts(payload, codes=False) + _free_texts(state))
                 addresses |= _emails(payload) | _emails(state)
-                uris |= _artifact_uris(payload) | _artifact_uris(state)
+                digests.update(artifact_digests_in([payload, state]))
             approvals = Approval.objects.filter(run_id__in=run_ids).values_list(
                 "request", "note", "decided_by"
             )
@@ -295,15 +281,9 @@ class RunsEraser:
                 else set()
             )
             texts |= addresses - common
-            # Stored by content digest: a file another run also points to is that run's too, and stays.
-            shared = {
-                u
-                for p, s in AgentEvent.objects.filter(run__tenant_id=tenant_id)
-                .exclude(run_id__in=run_ids)
-                .filter(payload__content_ref__uri__in=list(uris))
-                .values_list("payload", "state")
-                for u in _artifact_uris(p) | _artifact_uris(s)
-            }
+        # Stored by content digest: a blob another run (or anything else of the tenant) also refers to
+        # is theirs too, and stays.
+        shared = artifacts_referenced(tenant_id=tenant_id, digests=digests, except_runs=run_ids)
         return Scope(
             tenant_id=tenant_id,
             subject_id=subject_id,
@@ -311,7 +291,7 @@ class RunsEraser:
             values=tuple(sorted(texts)),
             own_values=tuple(sorted(common)),
             session_keys=tuple(sorted(keys)),
-            artifact_uris=tuple(sorted(uris - shared)),
+            artifact_digests=tuple(sorted(digests - shared)),
         )
 
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
@@ -333,11 +313,9 @@ class RunsEraser:
         counts["redis_session_windows"] = redis_client().delete(*existing) if existing else 0
         if counts["redis_session_windows"]:
             counts["redis_snapshots_rewritten"] = _redis_snapshots_rewrite()
-        counts["artifacts"] = 0
-        for path in _paths(scope.artifact_uris):
-            if path.exists():
-                path.unlink()
-                counts["artifacts"] += 1
+        counts["artifacts"] = artifacts_erase(
+            tenant_id=scope.tenant_id, digests=scope.artifact_digests, except_runs=scope.run_ids
+        )
         return counts
 
 
@@ -385,10 +363,6 @@ def _langgraph_asked_erased(payload: Any) -> Any:
         if payload.get(key) not in (None, ""):
             erased[key] = ERASED
     return erased
-
-
-def _paths(uris: tuple[str, ...]) -> list[Path]:
-    return [Path(u[len("file://") :]) for u in uris if u.startswith("file://")]
 
 
 def _erase_run(
@@ -565,7 +539,9 @@ def _count_session_windows(scope: Scope) -> int:
 
 
 def _count_artifacts(scope: Scope) -> int:
-    return sum(1 for path in _paths(scope.artifact_uris) if path.exists())
+    return artifacts_left(
+        tenant_id=scope.tenant_id, digests=scope.artifact_digests, except_runs=scope.run_ids
+    )
 
 
 def register() -> None:
@@ -658,8 +634,9 @@ def register() -> None:
     )
     place_register(
         Place(
-            name="artifacts.tool_results",
-            what="stored tool results (files by digest) only the subject's runs point to",
+            name="artifacts.stored",
+            what="stored blobs (tool results, workspace files, a state's attachments) only the subject's "
+            "runs refer to",
             erased_by="runs",
             count=_count_artifacts,
         )

@@ -1,7 +1,7 @@
 """Conversation events on a run: user and assistant messages, tool calls and tool results.
 
 Each is an agent_events row, appended idempotently by the client's message id. A large tool result
-goes to the artifact store (digest + URI) and the event keeps a preview: nothing is dropped
+goes to the artifact store (the event keeps its digest and size, and a preview): nothing is dropped
 silently. A message to a run waiting for input asks it to resume.
 """
 
@@ -15,13 +15,13 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.artifacts import artifact_put
 from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_of_call
 from runs.conversations.sessions import session_append
 from runs.engine import store
-from runs.engine.artifacts import artifact_put
 from runs.engine.dispatch import run_enqueue_on_commit
 from runs.engine.errors import InvalidTransition, RunNotFound, SubjectErased
 from runs.engine.models import SUBJECT_ERASED, AgentEvent, AgentRun, RunStatus
@@ -39,7 +39,9 @@ class Appended:
     created: bool
 
 
-def _payload(event_type: str, client_message_id: str, body: dict[str, Any]) -> dict[str, Any]:
+def _payload(
+    tenant_id: UUID, event_type: str, client_message_id: str, body: dict[str, Any]
+) -> dict[str, Any]:
     if event_type not in CONVERSATION_EVENTS:
         raise InvalidInput(
             f"event type must be one of {', '.join(CONVERSATION_EVENTS)}", code="invalid_event_type"
@@ -68,8 +70,8 @@ def _payload(event_type: str, client_message_id: str, body: dict[str, Any]) -> d
     text = content if isinstance(content, str) else canonical_json(content)
     limit = settings.KEEPER_TOOL_RESULT_PREVIEW_CHARS
     truncated = len(text) > limit
-    # The whole result is kept by digest + URI; the event carries a preview the context can afford.
-    ref = artifact_put(data=text.encode()) if truncated else None
+    # The whole result is kept by digest; the event carries a preview the context can afford.
+    ref = artifact_put(tenant_id=tenant_id, data=text.encode(), kind="tool_result") if truncated else None
     return {
         **payload,
         "preview": text[:limit],
@@ -84,7 +86,7 @@ def conversation_append(
     *, tenant: Tenant, run_id: UUID, event_type: str, client_message_id: str, body: dict[str, Any], actor: str
 ) -> Appended:
     """Append one conversation event (or return the one already stored under that message id)."""
-    payload = _payload(event_type, client_message_id, body)
+    payload = _payload(tenant.tenant_id, event_type, client_message_id, body)
     # A run its own process drives (a LangGraph thread) never reads the messages appended to it:
     # refused like a resume or a fork, not stored for nobody.
     workflow = (
@@ -133,7 +135,14 @@ def _the_same_again(existing: AgentEvent, event_type: str, payload: dict[str, An
     mistake the client must hear about (409), never a silent drop of what it sent."""
     if existing.payload.get("redacted"):  # erased since: nothing left to compare, and nothing to add
         return Appended(existing, created=False)
-    if existing.event_type != event_type or any(existing.payload.get(k) != v for k, v in payload.items()):
+
+    def same(key: str, value: Any) -> bool:
+        held = existing.payload.get(key)
+        if key == "content_ref" and isinstance(held, dict) and isinstance(value, dict):
+            return held.get("digest") == value.get("digest")  # older references also held a path
+        return bool(held == value)
+
+    if existing.event_type != event_type or not all(same(k, v) for k, v in payload.items()):
         raise Conflict(
             f"client_message_id {payload['client_message_id']!r} was already used for another message "
             f"(event {existing.seq}); send a new id for a new message",

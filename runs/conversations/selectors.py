@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from pathlib import Path
 from uuid import UUID
 
 import redis
 from django.db.models import Count, Q, QuerySet
 
+from core.artifacts import artifacts_stored
 from core.errors import ApplicationError
 from core.models import Tenant
 from runs.conversations.compaction.compactors import compactor_from_settings
@@ -118,10 +118,12 @@ def subject_summary_count(*, tenant: Tenant, subject_id: str) -> int:
 
 
 def subject_stored_tool_result_count(*, tenant: Tenant, subject_id: str) -> int:
-    """Tool results of the subject's conversations still stored as files."""
+    """Tool results of the subject's conversations still in the artifact store."""
     refs = _subject_conversation_events(tenant, subject_id).filter(payload__content_ref__isnull=False)
-    uris = [str((p.get("content_ref") or {}).get("uri", "")) for p in refs.values_list("payload", flat=True)]
-    return sum(1 for u in uris if u.startswith("file://") and Path(u[len("file://") :]).exists())
+    digests = [
+        str((p.get("content_ref") or {}).get("digest", "")) for p in refs.values_list("payload", flat=True)
+    ]
+    return len(artifacts_stored(tenant_id=tenant.tenant_id, digests=digests))
 
 
 @dataclass(frozen=True)

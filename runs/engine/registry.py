@@ -3,7 +3,7 @@
 A step function takes the step context and the run's state (a plain JSON dict) and returns one of
 Next / Suspend / Complete / Fail. It must not keep anything that matters outside that state: the
 state is what survives a crash. Clients, coroutines, exceptions and secrets never go into it; big
-payloads go into the artifact store and the state keeps their digest and URI.
+payloads go into the artifact store and the state keeps their digest.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from uuid import UUID
 from django.db.models import Q
 from django.utils import timezone
 
+from core.artifacts import artifacts_check
 from core.digests import canonical_json
 from core.errors import ApplicationError, Conflict, InvalidInput
 from core.models import Tenant
@@ -24,7 +25,6 @@ from core.security import visible_text
 from core.tenancy import tenant_scope
 from retrieval.search import snapshot_sources_changed, snapshots_detach
 from runs.engine import store
-from runs.engine.artifacts import artifact_get
 from runs.engine.budgets import budgets_deadline_passed, budgets_exhausted, budgets_recompute
 from runs.engine.errors import InvalidTransition, UnknownWorkflow
 from runs.engine.models import AgentEvent, AgentRun, Approval, ApprovalStatus, RunStatus, ToolOperation
@@ -179,24 +179,15 @@ def _tenant_workflow_schema(grant: LeaseGrant, result: Verification, events: lis
     return Check(name, True, detail=detail)
 
 
-def _artifact_refs(value: Any) -> list[dict[str, Any]]:
-    if isinstance(value, dict):
-        if isinstance(value.get("digest"), str) and isinstance(value.get("uri"), str):
-            return [value]
-        return [ref for v in value.values() for ref in _artifact_refs(v)]
-    if isinstance(value, list):
-        return [ref for v in value for ref in _artifact_refs(v)]
-    return []
-
-
 def _artifacts_and_contracts(grant: LeaseGrant, result: Verification, events: list[Any]) -> Check:
     name = "artifacts_and_contracts"
-    refs = _artifact_refs(grant.state)
-    for ref in refs:
-        try:
-            artifact_get(ref=ref)
-        except ApplicationError as exc:
-            raise _refuse(name, exc.code, exc.message) from None
+    # Only blobs this tenant's records name are read back (within KEEPER_ARTIFACT_TIMEOUT, off this
+    # thread); any other {"digest": ...} in the state is the run's data, and a path or URI beside a
+    # digest is never opened.
+    try:
+        artifacts = artifacts_check(tenant_id=grant.tenant_id, value=grant.state)
+    except ApplicationError as exc:
+        raise _refuse(name, exc.code, exc.message) from None
     pending = ToolOperation.objects.filter(run_id=grant.run_id, status__in=["prepared", "started", "unknown"])
     for op in pending:
         contract = registry.tool(op.tool_name)
@@ -210,7 +201,9 @@ def _artifacts_and_contracts(grant: LeaseGrant, result: Verification, events: li
             )
     sources = _sources(grant, result)
     return Check(
-        name, True, detail=f"{len(refs)} artifact(s), {len(pending)} pending operation(s) checked{sources}"
+        name,
+        True,
+        detail=f"{artifacts.verified} artifact(s), {len(pending)} pending operation(s) checked{sources}",
     )
 
 

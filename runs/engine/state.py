@@ -34,14 +34,14 @@ def state_encode(state: Any) -> EncodedState:
     except NotJSONSerializable as exc:
         raise InvalidState(
             f"state is not JSON-serializable ({exc.message}); keep clients, exceptions and other "
-            "objects out of it, and store big payloads as artifacts (digest + URI)",
+            "objects out of it, and store big payloads as artifacts (by digest)",
             code="state_not_serializable",
         ) from None
     size = len(text.encode())
     if size > settings.KEEPER_MAX_STATE_BYTES:
         raise InvalidState(
             f"state is {size} bytes, over KEEPER_MAX_STATE_BYTES={settings.KEEPER_MAX_STATE_BYTES}; "
-            "store big payloads as artifacts and keep their digest and URI",
+            "store big payloads as artifacts and keep their digest",
             code="state_too_large",
         )
     match = _SECRET_KEY.search(text)

@@ -1,14 +1,17 @@
 """A run's workspace: files a step reads and writes through ctx.workspace, stored content-addressed and
 snapshotted by policy (every N steps, on suspend, before a side effect), restored on resume and take-over.
 
-A step's writes are pending until its step commits; committed writes are kept in the worker's memory
-until the next snapshot, which stores each file's bytes with artifact_put (digest + URI, one file per
-content, shared across runs) and a manifest (path -> digest, URI, size) in workspace_snapshots at the
-seq of the last committed event. A crash loses what was written after the last snapshot, as chapter 39
+A step's writes are pending until its step commits; committed writes are kept in the worker's memory,
+step by step, until the next snapshot, which stores each version's bytes in the artifact store
+(core.artifacts: by digest, once per content and tenant) and writes a row in workspace_snapshots at the
+seq of the last committed event: the manifest (path -> digest, size) and what each step since the
+previous snapshot changed. A crash loses what was written after the last snapshot, as chapter 39
 accepts; N is chosen by weighing a snapshot's cost against the work a crash makes redo
-(workspace_snapshot_interval). A fork's first snapshot is its parent's manifest at the fork point (no
-byte is copied); a TTL sweep reclaims the snapshots of finished runs and the blobs no other snapshot
-names; erasure deletes a subject's runs' manifests and the blobs only they name.
+(workspace_snapshot_interval). The files at any seq a snapshot covers are exact: the snapshot at or
+before it plus the next snapshot's steps up to it. A fork's first snapshot is those files at the fork
+point (no byte is copied); a TTL sweep deletes the snapshots of finished runs (the blobs go with
+core.artifacts' sweep once nothing refers to them); erasure deletes a subject's runs' snapshots and
+the blobs only they name.
 """
 
 from __future__ import annotations
@@ -18,22 +21,34 @@ import logging
 import math
 import os
 import posixpath
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
+from django.utils import timezone
 
-from core.erasure import Place, Scope, column_place, free_register, place_register
-from core.errors import InvalidInput, NotFound
+from core.artifacts import (
+    ReferencePlace,
+    artifact_digests_in,
+    artifact_get,
+    artifact_put_many,
+    artifact_references_register,
+    artifacts_referenced,
+)
+from core.artifacts.local import LocalArtifactStore
+from core.artifacts.reclaim import artifacts_erase
+from core.artifacts.services import artifacts_touch
+from core.erasure import Scope, column_place, free_register, place_register
+from core.errors import ApplicationError, Conflict, InvalidInput, NotFound
+from core.models import Tenant
 from core.tenancy import tenant_bind, tenant_scope
 from runs.engine import store
-from runs.engine.artifacts import artifact_get, artifact_put
-from runs.engine.models import AgentRun
+from runs.engine.models import AgentRun, RunStatus
 from runs.engine.workspace_models import WorkspaceSnapshot
 
 logger = logging.getLogger(__name__)
@@ -105,6 +120,9 @@ class Workspace:
     base: dict[str, dict[str, Any]] = field(default_factory=dict)
     base_seq: int | None = None
     committed: dict[str, bytes | None] = field(default_factory=dict)
+    # The same changes, step by step (seq, files): a snapshot keeps them, so the files at any seq it
+    # covers can be rebuilt exactly.
+    steps: list[tuple[int, dict[str, bytes | None]]] = field(default_factory=list)
     pending: dict[str, bytes | None] = field(default_factory=dict)
     last_seq: int | None = None
     steps_since: int = 0
@@ -122,7 +140,7 @@ class Workspace:
             raise NotFound(
                 f"no file {path!r} in the workspace of run {self.run_id}", code="workspace_file_missing"
             )
-        return found if isinstance(found, bytes) else artifact_get(ref=found)
+        return found if isinstance(found, bytes) else artifact_get(tenant_id=self.tenant_id, ref=found)
 
     def read_text(self, path: str) -> str:
         return self.read(path).decode("utf-8")
@@ -149,7 +167,7 @@ class Workspace:
 
     @property
     def dirty(self) -> bool:
-        return bool(self.committed)
+        return bool(self.steps)
 
 
 _open: dict[UUID, Workspace] = {}
@@ -175,23 +193,42 @@ def workspace_of(*, run_id: UUID, tenant_id: UUID) -> Workspace:
     return ws
 
 
+def _replay(
+    files: dict[str, Any], changes: list[dict[str, Any]], *, after: int | None, upto: int
+) -> int | None:
+    """Apply the steps of `changes` in (after, upto] to `files`; the last seq applied, if any."""
+    applied = None
+    for change in changes:
+        seq = int(change["seq"])
+        if (after is None or seq > after) and seq <= upto:
+            for path, ref in change["files"].items():
+                if ref is None:
+                    files.pop(path, None)
+                else:
+                    files[path] = ref
+            applied = seq
+    return applied
+
+
 def _snapshot(ws: Workspace, reason: str) -> WorkspaceSnapshot | None:
-    """Store the committed changes' bytes and write the manifest at the last committed seq."""
+    """Store each committed version's bytes and write the manifest and the steps at the last committed seq."""
     if not ws.dirty or ws.last_seq is None:
         return None
+    bodies = [body for _, files in ws.steps for body in files.values() if body is not None]
+    refs = iter(artifact_put_many(tenant_id=ws.tenant_id, blobs=bodies, kind="workspace"))
+    changes = [
+        {"seq": seq, "files": {path: None if body is None else next(refs) for path, body in files.items()}}
+        for seq, files in ws.steps
+    ]
     manifest = dict(ws.base)
-    for path, body in ws.committed.items():
-        if body is None:
-            manifest.pop(path, None)
-        else:
-            manifest[path] = artifact_put(data=body)
+    _replay(manifest, changes, after=None, upto=ws.last_seq)
     with tenant_scope(ws.tenant_id):
         snap, _ = WorkspaceSnapshot.objects.update_or_create(
             run_id=ws.run_id,
             seq=ws.last_seq,
-            defaults={"tenant_id": ws.tenant_id, "reason": reason, "manifest": manifest},
+            defaults={"tenant_id": ws.tenant_id, "reason": reason, "manifest": manifest, "changes": changes},
         )
-    ws.base, ws.base_seq, ws.committed, ws.steps_since = manifest, ws.last_seq, {}, 0
+    ws.base, ws.base_seq, ws.committed, ws.steps, ws.steps_since = manifest, ws.last_seq, {}, [], 0
     return snap
 
 
@@ -225,6 +262,8 @@ def workspace_step_end(*, run_id: UUID, result: Any) -> None:
     ):
         ws.pending.clear()  # a step error's retry, a fence: this attempt's writes do not count
         return
+    if ws.pending:
+        ws.steps.append((seq, dict(ws.pending)))
     ws.committed.update(ws.pending)
     ws.pending.clear()
     ws.last_seq, ws.steps_since = seq, ws.steps_since + 1
@@ -267,16 +306,28 @@ def workspace_snapshots(*, run_id: UUID) -> list[WorkspaceSnapshot]:
 def workspace_files_at(
     *, run_id: UUID, seq: int | None = None
 ) -> tuple[int | None, dict[str, dict[str, Any]]]:
-    """(the snapshot's seq, its manifest) of the last snapshot at or before `seq` (None: the last)."""
+    """(the seq the files are of, the files) right after event `seq` (None: the last snapshot).
+
+    The last snapshot at or before `seq`, plus what the next snapshot's steps up to `seq` changed: the
+    files exactly as that event left them. Past the last snapshot nothing more is saved (a running
+    run's newer writes, or a crashed worker's lost ones): the last snapshot's files, and its seq.
+    """
     snap = _latest(run_id, seq)
-    return (None, {}) if snap is None else (snap.seq, dict(snap.manifest))
+    files = {} if snap is None else dict(snap.manifest)
+    at = None if snap is None else snap.seq
+    if seq is not None:
+        later = WorkspaceSnapshot.objects.filter(run_id=run_id, seq__gt=seq).order_by("seq").first()
+        if later is not None:
+            _replay(files, list(later.changes), after=at, upto=seq)
+            at = seq
+    return at, files
 
 
-def workspace_file_text(*, ref: dict[str, Any], limit: int = 200_000) -> str:
+def workspace_file_text(*, tenant_id: UUID, ref: dict[str, Any], limit: int = 200_000) -> str:
     """A stored file as text for display (bytes that are not UTF-8 are shown replaced)."""
     try:
-        data = artifact_get(ref=ref)
-    except (NotFound, InvalidInput) as exc:
+        data = artifact_get(tenant_id=tenant_id, ref=ref)
+    except ApplicationError as exc:
         return f"[{exc.message}]"
     return data[:limit].decode("utf-8", errors="replace")
 
@@ -284,14 +335,33 @@ def workspace_file_text(*, ref: dict[str, Any], limit: int = 200_000) -> str:
 # --- forks ---
 
 
+class WorkspaceNotSaved(Conflict):
+    code = "workspace_not_saved"
+
+
 def workspace_fork_copy(
     *, parent: AgentRun, child_id: uuid.UUID, at_seq: int, next_step: str, state_digest: str
 ) -> int:
-    """A fork's first snapshot is the parent's manifest at the fork point: copy on write, no bytes copied."""
-    snap = _latest(parent.run_id, at_seq)
-    if snap is not None:
+    """A fork's first snapshot is the parent's files exactly at the fork point: no bytes copied.
+
+    A worker in the middle of a slice of the parent may hold writes of steps after the last snapshot
+    that are saved only at the next one (every N steps, at the latest when the slice ends): a fork
+    there is refused for a moment rather than given older files than its state. Once no worker holds
+    the parent, every committed write was saved (or lost with a crashed worker, as the take-over's).
+    """
+    seq, files = workspace_files_at(run_id=parent.run_id, seq=at_seq)
+    leased = parent.lease_expires_at is not None and parent.lease_expires_at > timezone.now()
+    if seq is not None and seq < at_seq and parent.status == RunStatus.RUNNING and leased:
+        raise WorkspaceNotSaved(
+            f"run {parent.run_id} is in the middle of a slice and its workspace is saved up to event {seq}: "
+            f"fork at {seq} or earlier, or at {at_seq} again once the slice ends",
+            details={"saved_seq": seq},
+        )
+    if seq is not None:
+        # Touched in the fork's transaction: the sweep leaves these blobs alone while the copy commits.
+        artifacts_touch(tenant_id=parent.tenant_id, digests=artifact_digests_in(files))
         WorkspaceSnapshot.objects.create(
-            tenant_id=parent.tenant_id, run_id=child_id, seq=1, reason="fork", manifest=dict(snap.manifest)
+            tenant_id=parent.tenant_id, run_id=child_id, seq=1, reason="fork", manifest=files, changes=[]
         )
     return 0
 
@@ -299,17 +369,10 @@ def workspace_fork_copy(
 # --- the TTL sweep ---
 
 
-def _paths_of(refs: list[dict[str, Any]]) -> dict[str, Path]:
-    return {
-        str(r["digest"]): Path(str(r["uri"])[len("file://") :])
-        for r in refs
-        if str(r.get("uri", "")).startswith("file://")
-    }
-
-
 def workspace_reclaim(*, limit: int = 1000) -> dict[str, int]:
-    """Delete the snapshots of runs finished more than KEEPER_WORKSPACE_TTL seconds ago, then every
-    blob of theirs no remaining snapshot (of a live run, a fork, a younger finished run) names."""
+    """Delete the snapshots of runs finished more than KEEPER_WORKSPACE_TTL seconds ago. Their blobs
+    stay until core.artifacts' sweep finds that nothing (another snapshot, a tool result, a state)
+    refers to them any more."""
     ttl = float(settings.KEEPER_WORKSPACE_TTL)
     with connection.cursor() as cursor:
         cursor.execute("SELECT id, tenant_id FROM keeper_workspace_reclaimable(%s, %s)", [ttl, limit])
@@ -317,40 +380,42 @@ def workspace_reclaim(*, limit: int = 1000) -> dict[str, int]:
     by_tenant: dict[UUID, list[int]] = {}
     for snap_id, tenant_id in rows:
         by_tenant.setdefault(tenant_id, []).append(snap_id)
-    refs: list[dict[str, Any]] = []
     deleted = 0
     for tenant_id, ids in by_tenant.items():
         with tenant_bind(tenant_id), tenant_scope(tenant_id):
-            snaps = WorkspaceSnapshot.objects.filter(id__in=ids)
-            refs.extend(r for s in snaps for r in s.manifest.values())
-            deleted += snaps.delete()[0]
-    blobs = _paths_of(refs)
-    removed = 0
-    for path in _unused(blobs, except_runs=[]).values():
-        if path.exists():
-            path.unlink()
-            removed += 1
-    return {"snapshots": deleted, "blobs": removed}
+            deleted += WorkspaceSnapshot.objects.filter(tenant_id=tenant_id, id__in=ids).delete()[0]
+    return {"snapshots": deleted}
 
 
-def _unused(blobs: dict[str, Path], *, except_runs: list[UUID]) -> dict[str, Path]:
-    """The blobs no snapshot outside `except_runs` names, in any tenant (a digest is shared)."""
-    if not blobs:
-        return {}
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT digest FROM keeper_workspace_digests_in_use(%s::text[], %s::uuid[])",
-            [list(blobs), except_runs],
+# --- what refers to stored blobs, and erasure ---
+
+# Every digest a tenant's snapshots name, in their manifests and in their steps (a fork replays those).
+REFERENCES_SQL = """
+    SELECT f.value ->> 'digest' FROM workspace_snapshots s CROSS JOIN LATERAL jsonb_each(s.manifest) f
+     WHERE s.tenant_id = %(tenant)s AND NOT (s.run_id = ANY(%(except_runs)s::uuid[]))
+       AND jsonb_typeof(f.value) = 'object'
+    UNION ALL
+    SELECT f.value ->> 'digest' FROM workspace_snapshots s
+           CROSS JOIN LATERAL jsonb_array_elements(s.changes) c
+           CROSS JOIN LATERAL jsonb_each(c.value -> 'files') f
+     WHERE s.tenant_id = %(tenant)s AND NOT (s.run_id = ANY(%(except_runs)s::uuid[]))
+       AND jsonb_typeof(s.changes) = 'array' AND jsonb_typeof(c.value -> 'files') = 'object'
+       AND jsonb_typeof(f.value) = 'object'
+"""
+
+
+def _snapshot_digests(run_ids: list[UUID]) -> list[str]:
+    return [
+        d
+        for manifest, changes in WorkspaceSnapshot.objects.filter(run_id__in=run_ids).values_list(
+            "manifest", "changes"
         )
-        used = {row[0] for row in cursor.fetchall()}
-    return {d: p for d, p in blobs.items() if d not in used}
-
-
-# --- erasure ---
+        for d in artifact_digests_in([manifest, changes])
+    ]
 
 
 class WorkspaceEraser:
-    """A subject's runs' (and their forks') manifests are deleted, and the blobs only they name."""
+    """A subject's runs' (and their forks') snapshots are deleted, and the blobs only they name."""
 
     name = "workspace"
 
@@ -359,97 +424,92 @@ class WorkspaceEraser:
             run_ids = store.subject_run_ids(
                 tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
             )
-            refs = [
-                r for s in WorkspaceSnapshot.objects.filter(run_id__in=run_ids) for r in s.manifest.values()
-            ]
-        only_theirs = _unused(_paths_of(refs), except_runs=list(run_ids))
+            digests = set(_snapshot_digests(list(run_ids)))
+        shared = artifacts_referenced(tenant_id=tenant_id, digests=digests, except_runs=run_ids)
         return Scope(
             tenant_id=tenant_id,
             subject_id=subject_id,
             run_ids=run_ids,
-            artifact_uris=tuple(sorted(f"file://{p}" for p in only_theirs.values())),
+            artifact_digests=tuple(sorted(digests - shared)),
         )
 
     def erase(self, *, scope: Scope, request_id: UUID, subject_digest: str) -> dict[str, int]:
         with tenant_scope(scope.tenant_id):
-            refs = [
-                r
-                for s in WorkspaceSnapshot.objects.filter(run_id__in=scope.run_ids)
-                for r in s.manifest.values()
-            ]
-            manifests, _ = WorkspaceSnapshot.objects.filter(run_id__in=scope.run_ids).delete()
-        blobs = 0
-        for path in _unused(_paths_of(refs), except_runs=list(scope.run_ids)).values():
-            if path.exists():
-                path.unlink()
-                blobs += 1
+            digests = set(_snapshot_digests(list(scope.run_ids))) | set(scope.artifact_digests)
+            manifests, _ = WorkspaceSnapshot.objects.filter(
+                tenant_id=scope.tenant_id, run_id__in=scope.run_ids
+            ).delete()
+        blobs = artifacts_erase(tenant_id=scope.tenant_id, digests=digests, except_runs=scope.run_ids)
         return {"manifests": manifests, "blobs": blobs}
 
 
-def _count_blobs(scope: Scope) -> int:
-    """Workspace blobs of the subject's runs still on disk (the scope's URIs; the runs' own
-    manifests, if any is left, name more)."""
-    with tenant_scope(scope.tenant_id):
-        refs = [
-            r for s in WorkspaceSnapshot.objects.filter(run_id__in=scope.run_ids) for r in s.manifest.values()
-        ]
-    return sum(1 for p in _paths_of(refs).values() if p.exists())
-
-
 def register() -> None:
-    """Called from RunsConfig.ready: the fork copier and the erasure registry's places and eraser."""
+    """Called from RunsConfig.ready: the fork copier, what refers to stored blobs, and the erasure
+    registry's places and eraser."""
     from core.erasure import eraser_register
     from runs.engine.forks import fork_copier_register
 
     fork_copier_register(workspace_fork_copy)
+    artifact_references_register(
+        ReferencePlace(kind="workspace", what="workspace snapshots' manifests and steps", sql=REFERENCES_SQL)
+    )
     eraser_register(WorkspaceEraser())
-    place_register(
-        column_place(
-            table="workspace_snapshots",
-            column="manifest",
-            kind="json",
-            tenant_sql="t.tenant_id = %(tenant)s",
-            erased_by="workspace",
-            mine_sql="t.run_id = ANY(%(runs)s::uuid[])",
-            owner_sql="(SELECT r.subject FROM agent_runs r WHERE r.run_id = t.run_id)",
-            what="workspace_snapshots.manifest: file paths, digests and URIs (deleted)",
+    for column, what in (
+        ("manifest", "file paths, digests and sizes"),
+        ("changes", "each step's changed file paths, digests and sizes"),
+    ):
+        place_register(
+            column_place(
+                table="workspace_snapshots",
+                column=column,
+                kind="json",
+                tenant_sql="t.tenant_id = %(tenant)s",
+                erased_by="workspace",
+                mine_sql="t.run_id = ANY(%(runs)s::uuid[])",
+                owner_sql="(SELECT r.subject FROM agent_runs r WHERE r.run_id = t.run_id)",
+                what=f"workspace_snapshots.{column}: {what} (deleted)",
+            )
         )
-    )
-    place_register(
-        Place(
-            name="artifacts.workspace_blobs",
-            what="workspace files (blobs by digest) the subject's runs' manifests name",
-            erased_by="workspace",
-            count=_count_blobs,
-        )
-    )
     free_register("workspace_snapshots", "why the snapshot was taken (a code)", "reason")
 
 
 def bench_snapshot(*, files: int, file_bytes: int, changed: int, rounds: int) -> dict[str, float]:
-    """Time a snapshot's two parts, mean seconds each: artifact_put of the changed files plus the
-    manifest (put_s), and writing the manifest row (db_s, into a temporary table shaped like
-    workspace_snapshots, so no run is needed)."""
-    manifest: dict[str, dict[str, Any]] = {}
-    for i in range(files):
-        manifest[f"notes/f{i}.md"] = artifact_put(data=os.urandom(file_bytes))
-    started = time.perf_counter()
-    for _ in range(rounds):
-        for i in range(changed):
-            manifest[f"notes/f{i}.md"] = artifact_put(data=os.urandom(file_bytes))
-        body = json.dumps(manifest)
-    put_s = (time.perf_counter() - started) / rounds
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "CREATE TEMPORARY TABLE IF NOT EXISTS workspace_bench "
-            "(id bigserial PRIMARY KEY, seq bigint, reason text, manifest jsonb, created_at timestamptz)"
+    """Time a snapshot's two parts, mean seconds each: storing the changed files (their records and
+    bytes) plus the manifest (put_s), and writing the manifest row (db_s, into a temporary table shaped
+    like workspace_snapshots, so no run is needed).
+
+    Nothing is left behind: the bytes go to a temporary local store that is removed, and the records
+    belong to a tenant made for the measurement inside a transaction that is rolled back.
+    """
+    with tempfile.TemporaryDirectory(prefix="keeper-workspace-bench-") as root, transaction.atomic():
+        scratch = LocalArtifactStore(root=root)
+        tenant = Tenant.objects.create(
+            slug=f"workspace-bench-{uuid.uuid4().hex[:12]}", name="workspace bench"
         )
+
+        def put(count: int) -> list[dict[str, Any]]:
+            blobs = [os.urandom(file_bytes) for _ in range(count)]
+            return artifact_put_many(tenant_id=tenant.tenant_id, blobs=blobs, kind="workspace", store=scratch)
+
+        manifest = {f"notes/f{i}.md": ref for i, ref in enumerate(put(files))}
         started = time.perf_counter()
-        for seq in range(rounds):
+        for _ in range(rounds):
+            for i, ref in enumerate(put(changed)):
+                manifest[f"notes/f{i}.md"] = ref
+            body = json.dumps(manifest)
+        put_s = (time.perf_counter() - started) / rounds
+        with connection.cursor() as cursor:
             cursor.execute(
-                "INSERT INTO workspace_bench (seq, reason, manifest, created_at) VALUES (%s, 'bench', %s, now())",
-                [seq, body],
+                "CREATE TEMPORARY TABLE IF NOT EXISTS workspace_bench "
+                "(id bigserial PRIMARY KEY, seq bigint, reason text, manifest jsonb, created_at timestamptz)"
             )
-        db_s = (time.perf_counter() - started) / rounds
-        cursor.execute("DROP TABLE workspace_bench")
+            started = time.perf_counter()
+            for seq in range(rounds):
+                cursor.execute(
+                    "INSERT INTO workspace_bench (seq, reason, manifest, created_at) VALUES (%s, 'bench', %s, now())",
+                    [seq, body],
+                )
+            db_s = (time.perf_counter() - started) / rounds
+            cursor.execute("DROP TABLE workspace_bench")
+        transaction.set_rollback(True)
     return {"put_s": put_s, "db_s": db_s}

@@ -1,4 +1,4 @@
-"""A run's workspace snapshots: one manifest (path -> digest, URI, size) per snapshot, bytes in the artifact store."""
+"""A run's workspace snapshots: one manifest (path -> digest, size) per snapshot, bytes in the artifact store."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ class WorkspaceSnapshot(models.Model):
     run = models.ForeignKey("runs.AgentRun", on_delete=models.CASCADE, db_column="run_id")
     seq = models.BigIntegerField()
     reason = models.TextField()  # interval, suspend, side_effect, slice_end, finished, fork
-    manifest = models.JSONField(default=dict)  # {path: {"digest", "uri", "size"}}
+    manifest = models.JSONField(default=dict)  # {path: {"digest", "size"}} (older ones: "uri" too)
+    # What each step since the previous snapshot changed, oldest first: [{"seq", "files": {path: ref or
+    # null (deleted)}}]. A fork or a look at a seq between two snapshots replays it onto the earlier one.
+    changes = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -46,7 +46,32 @@ def test_the_defaults_are_the_deterministic_parts(settings):
         "extractor": "RuleExtractor",
         "responder": "RuleResponder",
         "support_model": "RuleSupportAgent",
+        "artifact_store": "LocalArtifactStore",
     }
+
+
+def test_the_artifact_store_is_chosen_by_one_setting_and_s3_needs_a_bucket():
+    from config.env import artifact_store_choice
+
+    def choice(kind: str, bucket: str = "") -> dict:
+        return artifact_store_choice(kind, root="/r", bucket=bucket, endpoint_url="", region="", timeout=3.0)
+
+    assert choice("local") == {
+        "BACKEND": "core.artifacts.local.LocalArtifactStore",
+        "OPTIONS": {"root": "/r"},
+    }
+    assert choice("s3", bucket="b")["OPTIONS"] == {
+        "bucket": "b",
+        "endpoint_url": "",
+        "region": "",
+        "timeout": 3.0,
+    }
+    with pytest.raises(
+        ImproperlyConfigured, match="KEEPER_ARTIFACT_STORE=s3 needs KEEPER_ARTIFACT_S3_BUCKET"
+    ):
+        choice("s3")
+    with pytest.raises(ImproperlyConfigured, match="unknown KEEPER_ARTIFACT_STORE 'gcs'"):
+        choice("gcs")
 
 
 def test_a_part_is_built_from_its_dotted_path_and_options(settings):

@@ -41,7 +41,17 @@ def compose() -> dict:
 
 def test_compose_has_every_service_with_its_health_check(compose):
     services = compose["services"]
-    assert set(services) >= {"postgres", "pgbouncer", "redis", "migrate", "web", "worker", "beat"}
+    assert set(services) >= {
+        "postgres",
+        "pgbouncer",
+        "redis",
+        "minio",
+        "minio-bucket",
+        "migrate",
+        "web",
+        "worker",
+        "beat",
+    }
     assert services["postgres"]["image"] == "pgvector/pgvector:pg17"
     assert services["redis"]["image"] == "redis:7"
     assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
@@ -97,6 +107,27 @@ def test_the_application_reaches_postgresql_through_pgbouncer_in_transaction_mod
     assert migrate["KEEPER_DB_POOLER"] == "none"
 
 
+def test_app_services_keep_their_artifacts_in_the_s3_service(compose):
+    services = compose["services"]
+    assert services["minio"]["image"].startswith("minio/minio")
+    assert "mc ready local" in " ".join(services["minio"]["healthcheck"]["test"])
+    bucket_job = " ".join(services["minio-bucket"]["entrypoint"])
+    assert "mc mb --ignore-existing" in bucket_job and services["minio-bucket"]["restart"] == "no"
+    assert services["minio-bucket"]["depends_on"]["minio"]["condition"] == "service_healthy"
+    for name in (*APP_SERVICES, "migrate"):
+        env = services[name]["environment"]
+        assert env["KEEPER_ARTIFACT_STORE"] == "s3", name
+        assert env["KEEPER_ARTIFACT_S3_ENDPOINT_URL"] == "http://minio:9000", name
+        assert (
+            env["KEEPER_ARTIFACT_S3_BUCKET"]
+            == services["minio-bucket"]["environment"]["KEEPER_ARTIFACT_S3_BUCKET"]
+        )
+        assert env["AWS_ACCESS_KEY_ID"] == services["minio"]["environment"]["MINIO_ROOT_USER"], name
+        assert env["AWS_SECRET_ACCESS_KEY"] == services["minio"]["environment"]["MINIO_ROOT_PASSWORD"], name
+        assert services[name]["depends_on"]["minio-bucket"]["condition"] == "service_completed_successfully"
+    assert "minio-data" in compose["volumes"]
+
+
 def test_named_volumes_and_the_role_script(compose):
     assert set(compose["volumes"]) >= {"postgres-data", "redis-data", "artifacts"}
     mounts = " ".join(str(v) for v in compose["services"]["postgres"]["volumes"])
@@ -119,6 +150,7 @@ def test_env_example_holds_no_real_secret():
         "POSTGRES_PASSWORD",
         "KEEPER_OWNER_PASSWORD",
         "KEEPER_APP_PASSWORD",
+        "MINIO_ROOT_PASSWORD",
     ):
         assert "CHANGE-ME" in values[name], name
     assert ".env" in (ROOT / ".dockerignore").read_text().split()

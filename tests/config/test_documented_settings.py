@@ -129,6 +129,21 @@ CASES: dict[str, tuple[str, str, object]] = {
         "str(settings.KEEPER_ARTIFACT_ROOT)",
         "/tmp/keeper-doc-artifacts",
     ),
+    # The S3 store chosen, with the bucket, endpoint, region and time limit it is built with.
+    "KEEPER_ARTIFACT_STORE": ("s3", "type(artifact_store()).__name__", "S3ArtifactStore"),
+    "KEEPER_ARTIFACT_S3_BUCKET": ("keeper-doc-bucket", "artifact_store().bucket", "keeper-doc-bucket"),
+    "KEEPER_ARTIFACT_S3_ENDPOINT_URL": (
+        "http://s3.example:9000",
+        "artifact_store().client.meta.endpoint_url",
+        "http://s3.example:9000",
+    ),
+    "KEEPER_ARTIFACT_S3_REGION": ("eu-west-3", "artifact_store().client.meta.region_name", "eu-west-3"),
+    "KEEPER_ARTIFACT_TIMEOUT": (
+        "7",
+        "[settings.KEEPER_ARTIFACT_TIMEOUT, artifact_store().client.meta.config.read_timeout]",
+        [7.0, 7.0],
+    ),
+    "KEEPER_ARTIFACT_GRACE": ("3600", "settings.KEEPER_ARTIFACT_GRACE", 3600.0),
     "KEEPER_PREPARED_STATEMENTS": ("false", "settings.KEEPER_PREPARED_STATEMENTS", False),
     "KEEPER_DB_POOLER": (
         "transaction",
@@ -200,6 +215,7 @@ import json, runpy, sys, django
 from django.conf import settings
 django.setup()
 from config.launcher import launch_options
+from core.artifacts import artifact_store
 from memory.embedders import embedder_from_settings
 from memory.extraction import extractor_from_settings
 from runs.conversations.compaction.compactors import compactor_from_settings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
 import hashlib
 import io
@@ -22,8 +23,10 @@ from psycopg.conninfo import make_conninfo
 
 from console.models import AuditEntry
 from core.api_auth import api_key_create
-from core.models import ApiKey, OffboardingStatus, Tenant, TenantOffboarding
-from core.offboarding import tenant_artifact_uris, tenant_erase, tenant_indexes, tenant_scan, tenant_tables
+from core.artifacts import artifact_put
+from core.artifacts.store import artifact_store
+from core.models import ApiKey, OffboardingStatus, StoredArtifact, Tenant, TenantOffboarding
+from core.offboarding import tenant_erase, tenant_indexes, tenant_scan, tenant_tables
 from core.processes import current_database_url
 from core.tenancy import tenant_ensure, tenant_scope
 from memory.projection import memory_vector_index_ensure
@@ -122,7 +125,9 @@ def test_export_writes_every_table_of_the_tenant_and_its_digest(two_tenants, tmp
     out = tmp_path / "acme.jsonl.gz"
     call_command("tenant_export", "acme", "--out", str(out), stdout=io.StringIO())
     lines = [json.loads(line) for line in gzip.decompress(out.read_bytes()).splitlines()]
-    header, end, rows = lines[0], lines[-1], lines[1:-1]
+    header, end = lines[0], lines[-1]
+    rows = [line for line in lines[1:-1] if "table" in line]
+    blobs = [line["artifact"] for line in lines[1:-1] if "artifact" in line]
     assert header["tenant"]["slug"] == "acme"
     for table in (
         "agent_runs",
@@ -141,6 +146,13 @@ def test_export_writes_every_table_of_the_tenant_and_its_digest(two_tenants, tmp
     assert all(r["row"]["tenant_id"] == str(acme.tenant_id) for r in rows)  # nothing of globex
     assert end["counts"]["agent_events"] == sum(1 for r in rows if r["table"] == "agent_events") > 3
     assert any("Lisbon" in json.dumps(r["row"]) for r in rows if r["table"] == "memory_items")
+    # Its stored blobs follow, read back and checked: the two long tool results, nothing of globex's.
+    assert header["format"] == "keeper.tenant_export/2" and end["counts"]["artifacts"] == len(blobs) == 2
+    texts = sorted(base64.b64decode(b["base64"]).decode() for b in blobs)
+    assert texts[0].startswith("only cust-a saw this.") and texts[1].startswith("the same public price")
+    assert {r["row"]["digest"] for r in rows if r["table"] == "stored_artifacts"} == {
+        b["digest"] for b in blobs
+    }
     receipt = TenantOffboarding.objects.get(tenant_id=acme.tenant_id, status=OffboardingStatus.EXPORTED)
     assert receipt.export_digest == hashlib.sha256(out.read_bytes()).hexdigest()
 
@@ -156,18 +168,29 @@ def test_erase_removes_everything_of_one_tenant_and_nothing_of_another(two_tenan
     assert globex_before["table.agent_events"] > 0 and globex_before["indexes.per_tenant"] == 2
     assert counts(acme)["redis.session_windows"] == 1
 
-    acme_files = [Path(u[len("file://") :]) for u in tenant_artifact_uris(tenant_id=acme_id)]
-    globex_files = [Path(u[len("file://") :]) for u in tenant_artifact_uris(tenant_id=globex.tenant_id)]
-    assert len(acme_files) == len(globex_files) == 2 and all(f.exists() for f in acme_files + globex_files)
-    shared = set(acme_files) & set(globex_files)
-    assert len(shared) == 1
+    store = artifact_store()
+    assert len(store.keys_under(f"{acme_id}/")) == len(store.keys_under(f"{globex.tenant_id}/")) == 2
+    # A blob stored before keys carried the tenant, which both tenants' records name: it stays for globex.
+    legacy = artifact_put(tenant_id=acme_id, data=b"stored before the records", kind="tool_result")
+    hexdigest = legacy["digest"].removeprefix("sha256:")
+    old_key = f"{hexdigest[:2]}/{hexdigest}"
+    store.write(old_key, b"stored before the records")
+    for owner in (acme_id, globex.tenant_id):
+        with tenant_scope(owner):
+            StoredArtifact.objects.update_or_create(
+                tenant_id=owner,
+                digest=legacy["digest"],
+                defaults={"store": store.name, "key": old_key, "size": 25},
+            )
+    store.delete(f"{acme_id}/{old_key}")
+    globex_before = counts(globex)
 
     done = tenant_erase(slug="acme", confirm="acme", requested_by="user:boss")
 
     receipt = done.receipt
-    assert receipt["artifacts_deleted"] == 1 and receipt["artifacts_kept_shared"] == 1
-    assert [f.exists() for f in acme_files if f not in shared] == [False]
-    assert all(f.exists() for f in globex_files)  # globex's own file and the shared one
+    assert receipt["artifacts_deleted"] == 2 and receipt["artifacts_kept_shared"] == 1
+    assert store.keys_under(f"{acme_id}/") == [] and receipt["final_scan"]["artifacts.objects"] == 0
+    assert len(store.keys_under(f"{globex.tenant_id}/")) == 2 and store.exists(old_key)
     assert done.status == OffboardingStatus.COMPLETED and receipt["clean"]
     assert sorted(receipt["indexes_dropped"]) == sorted(acme_indexes)
     assert receipt["export_sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()

@@ -63,7 +63,7 @@ def test_bench_prints_one_json_object_with_baseline_and_ratio():
     assert low - 0.005 <= context["ratio"] <= high + 0.005
     conversation = json.loads(out.getvalue())["context"]
     assert (conversation["small_events"], conversation["large_events"]) == (300, 3000)
-    assert 0 < conversation["small_build_ms"] and 0 < conversation["large_build_ms"]
+    assert conversation["small_build_ms"] > 0 and conversation["large_build_ms"] > 0
     memory = json.loads(out.getvalue())["memory_search"]
     assert memory["items"] >= 3000 and memory["tenants"] == 10 and memory["rls_p50_ms"] > 0
     assert memory["recall_at_10_smallest_tenant"] >= 0.95

@@ -44,15 +44,21 @@ REASON_PATTERNS = (
 # codes the state's encoder and the artifact store raise with.
 REASON_ERROR_CLASSES = (
     r"class (?:InvalidState|UnsupportedCheckpoint|StateSchemaInvalid|BudgetExhausted|DeadlinePassed"
-    rf"|OperationRequestChanged|OperationOfAnotherRun)\b[^\n]*\n(?:[^\n]*\n){{0,3}}?\s*code = {NAME}"
+    r"|OperationRequestChanged|OperationOfAnotherRun"
+    r"|ArtifactMissing|ArtifactRefused|ArtifactMismatch|ArtifactStoreUnavailable)"
+    rf"\b[^\n]*\n(?:[^\n]*\n){{0,3}}?\s*code = {NAME}"
 )
-STATE_ERROR_RAISES = rf"raise (?:InvalidState|InvalidInput|NotFound)\((?:(?!raise ).){{0,400}}?code={NAME}"
-STATE_ERROR_MODULES = {"runs/engine/state.py", "runs/engine/artifacts.py"}
+STATE_ERROR_RAISES = (
+    rf"raise (?:InvalidState|InvalidInput|NotFound|Artifact\w+)\((?:(?!raise ).){{0,400}}?code={NAME}"
+)
+# The state's encoder, and the artifact store's reads that resume verification's check 3 makes.
+STATE_ERROR_MODULES = {"runs/engine/state.py", "core/artifacts/services.py"}
 # SQL comparisons of suspend_reason with one literal or a list of them.
 REASON_SQL = r"suspend_reason\s*(?:=|<>|IS (?:NOT )?DISTINCT FROM|IN)\s*(\('[^)]*\)|'[a-z_]+')"
 RESERVED = r"RESERVED_REASONS = frozenset\(\s*\{(.*?)\}\s*\)"
 # The error classes whose codes are reasons live in these modules.
 REASON_ERROR_MODULES = {
+    "core/artifacts/errors.py",
     "runs/engine/state_migrations.py",
     "runs/engine/budgets.py",
     "runs/engine/charges.py",

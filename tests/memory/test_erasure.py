@@ -210,9 +210,9 @@ def test_a_stored_result_another_subject_also_points_to_is_kept(tenant, subject_
     request = erasure_request_create(tenant=tenant, subject_id="cust-erase", requested_by="user:c")
     done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
     assert done.status == "completed" and done.receipt["counts"]["runs.artifacts"] == 0
-    from runs.engine.artifacts import artifact_get
+    from core.artifacts import artifact_get
 
-    assert artifact_get(ref=ref).decode().startswith("Baker Street")  # the other subject's result is intact
+    assert artifact_get(tenant_id=tenant.tenant_id, ref=ref).decode().startswith("Baker Street")  # intact
 
 
 def test_a_claim_without_a_run_leaves_no_tombstone_that_refuses_every_later_one(tenant):

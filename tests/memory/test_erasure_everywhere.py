@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -37,6 +36,7 @@ from runs.engine.operations import operation_reconcile
 from runs.engine.runs import run_resume, run_start, run_suspend
 from runs.operator.history import history_verify, run_history_document
 from runs.operator.replay import history_export, replay_history
+from tests.artifacts import blob_stored
 from tests.console.conftest import make_user
 from tests.memory.test_memory import said
 from tests.processes import wait_until
@@ -197,10 +197,8 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
     refund, chat = _refund(tenant, sandbox, settings), _conversation(tenant)
     bystander = _bystander(tenant)
     [fork] = AgentRun.objects.filter(parent_run=chat)
-    artifact = Path(
-        AgentEvent.objects.get(run=chat, event_type="tool_result").payload["content_ref"]["uri"][7:]
-    )
-    assert artifact.exists() and _redis_copies(MESSAGE) == 1
+    artifact = AgentEvent.objects.get(run=chat, event_type="tool_result").payload["content_ref"]
+    assert blob_stored(tenant.tenant_id, artifact) and _redis_copies(MESSAGE) == 1
     for text in TEXTS:  # the scenario really put every text somewhere
         assert _copies(text, tenant), text
     before = _copies(SUBJECT, tenant)
@@ -232,7 +230,7 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
         "summaries.text",
         "memory_items.value",
         "redis.session_windows",
-        "artifacts.tool_results",
+        "artifacts.stored",
     ):
         assert places[name]["before"] > 0 and places[name]["after"] == 0, places[name]
     assert all(p["after"] == 0 for p in places.values())
@@ -240,7 +238,7 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
     for text in TEXTS:  # raw SQL over every registered column, Redis and the file store
         assert _copies(text, tenant) == {}, text
         assert _redis_copies(text) == 0, text
-    assert not artifact.exists()
+    assert not blob_stored(tenant.tenant_id, artifact)
     assert _copies(BYSTANDER, tenant) == {"agent_events.payload": 1}  # another customer's words stay
     assert AgentRun.objects.get(run_id=bystander.run_id).subject == "someone-else"
 

@@ -4,7 +4,6 @@ fork, deduplicated across runs, reclaimed by the TTL sweep, erased with the subj
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
@@ -21,13 +20,10 @@ from runs.engine.workspace import (
     workspace_snapshots,
 )
 from runs.engine.workspace_models import WorkspaceSnapshot
+from tests.artifacts import blob_bytes, blob_stored, tenant_keys
 from tests.processes import wait_until
 
 ENV = {"KEEPER_WORKFLOW_MODULES": "tests.runs.workspace_flows", "KEEPER_WORKSPACE_SNAPSHOT_STEPS": "2"}
-
-
-def _blob_path(ref: dict) -> Path:
-    return Path(str(ref["uri"])[len("file://") :])
 
 
 def _drive(run_id, *, sliced: bool = False) -> None:
@@ -119,7 +115,10 @@ def test_after_sigkill_the_take_over_sees_the_files_of_the_last_snapshot(tenant,
     events = list(
         AgentEvent.objects.filter(run=run).order_by("seq").values_list("seq", "event_type", "step_id")
     )
-    assert _blob_path(files["plan.md"]).read_bytes() == b"# plan for refunds\n- revised\n", (history, events)
+    assert blob_bytes(tenant.tenant_id, files["plan.md"]) == b"# plan for refunds\n- revised\n", (
+        history,
+        events,
+    )
     # An interval snapshot (every 2 steps), or a slice's end if the 200 ms slice ran out under load;
     # the last one is the suspension's.
     reasons = [s.reason for s in workspace_snapshots(run_id=run.run_id)]
@@ -136,14 +135,13 @@ def test_a_fork_shares_blobs_and_runs_dedupe(tenant):
     _drive(second.run_id)
     _, a = workspace_files_at(run_id=first.run_id)
     _, b = workspace_files_at(run_id=second.run_id)
-    assert a == b and a["plan.md"]["uri"] == b["plan.md"]["uri"]  # one file for one content
+    assert a == b and set(a["plan.md"]) == {"digest", "size"}  # one blob for one content, by digest
     last = AgentRun.objects.get(run_id=first.run_id).state_revision
-    root = _blob_path(a["plan.md"]).parent.parent
-    before = sorted(p.name for p in root.rglob("*") if p.is_file())
+    before = tenant_keys(tenant.tenant_id)
     child = run_fork(run_id=first.run_id, at_seq=last, actor="t", start=False)
     _, c = workspace_files_at(run_id=child.run_id)
     assert c == a  # the parent's manifest at the fork point
-    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == before  # no byte copied
+    assert tenant_keys(tenant.tenant_id) == before  # no byte copied
     snap = WorkspaceSnapshot.objects.get(run_id=child.run_id)
     assert (snap.seq, snap.reason) == (1, "fork")
 
@@ -161,7 +159,9 @@ def test_a_resumed_run_continues_with_its_files_and_a_snapshot_per_suspend(tenan
 
 
 @pytest.mark.django_db(transaction=True)
-def test_ttl_reclaims_only_blobs_no_live_run_names(tenant, settings):
+def test_ttl_reclaims_snapshots_and_the_sweep_only_blobs_no_live_run_names(tenant, settings):
+    from core.artifacts.reclaim import artifacts_reclaim
+
     done = run_start(
         tenant=tenant, workflow_name="test.workspace", input={"topic": "old-only"}, actor="t"
     ).run
@@ -181,9 +181,12 @@ def test_ttl_reclaims_only_blobs_no_live_run_names(tenant, settings):
     counts = workspace_reclaim()
     assert counts["snapshots"] >= 1
     assert not WorkspaceSnapshot.objects.filter(run_id=done.run_id).exists()
-    assert not _blob_path(old["plan.md"]).exists()  # only the finished run named it
-    assert _blob_path(kept["notes/progress.md"]).exists()  # the live run still names it
-    assert _blob_path(kept["plan.md"]).exists()
+    assert blob_stored(tenant.tenant_id, old["plan.md"])  # the blobs wait for the artifact sweep
+    settings.KEEPER_ARTIFACT_GRACE = 0.0
+    artifacts_reclaim()
+    assert not blob_stored(tenant.tenant_id, old["plan.md"])  # only the finished run named it
+    assert blob_stored(tenant.tenant_id, kept["notes/progress.md"])  # the live run still names it
+    assert blob_stored(tenant.tenant_id, kept["plan.md"])
     assert WorkspaceSnapshot.objects.filter(run_id=live.run_id).exists()
 
 
@@ -211,28 +214,35 @@ def test_erasure_deletes_the_subjects_manifests_and_blobs_and_keeps_shared_ones(
     _drive(other.run_id)
     _, files = workspace_files_at(run_id=mine.run_id)
     _, shared = workspace_files_at(run_id=other.run_id)
-    secret, common = _blob_path(files["plan.md"]), _blob_path(shared["notes/progress.md"])
-    assert secret.exists() and files["notes/progress.md"] == shared["notes/progress.md"]
+    secret, common = files["plan.md"], shared["notes/progress.md"]
+    assert blob_stored(tenant.tenant_id, secret) and files["notes/progress.md"] == shared["notes/progress.md"]
     request = erasure_request_create(tenant=tenant, subject_id="cust-4711", requested_by="user:compliance")
     done = erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id)
     assert done.status == "completed" and done.receipt["clean"] is True, done.receipt["final_scan"]
     places = {p["place"]: p for p in done.receipt["places"]}
-    assert (
-        places["artifacts.workspace_blobs"]["before"] >= 1
-        and places["artifacts.workspace_blobs"]["after"] == 0
-    )
+    assert places["artifacts.stored"]["before"] >= 1 and places["artifacts.stored"]["after"] == 0
     assert not WorkspaceSnapshot.objects.filter(run_id__in=[mine.run_id, child.run_id]).exists()
-    assert not secret.exists()  # the subject's bytes are gone from disk
-    assert common.exists()  # another subject's run names the same content: kept
+    assert not blob_stored(tenant.tenant_id, secret)  # the subject's bytes are gone from the store
+    assert blob_stored(tenant.tenant_id, common)  # another subject's run names the same content: kept
     assert WorkspaceSnapshot.objects.filter(run_id=other.run_id).exists()
 
 
-def test_workspace_bench_prints_the_figures_and_the_interval(db, capsys) -> None:
+def test_workspace_bench_prints_the_figures_and_the_interval_and_leaves_nothing(db, capsys, settings) -> None:
+    from pathlib import Path
+
     from django.core.management import call_command
 
+    from core.models import Tenant
+
+    root = Path(settings.KEEPER_ARTIFACT_ROOT)
+    files_before = sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    tenants = Tenant.objects.count()
     call_command("workspace_bench", "--rounds", "50")
     out = capsys.readouterr().out
     assert "snapshot cost C =" in out and "interval N = sqrt(2C/(p*s)) =" in out
+    # Measured on a temporary store, removed: not a blob in the live one, nor a record.
+    assert (sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []) == files_before
+    assert Tenant.objects.count() == tenants
     print(out)
 
 

@@ -68,3 +68,31 @@ def send(ctx: Context, state: State) -> StepResult:
 
 
 effect.register()
+
+# --- files and a stored blob named in the state, read again after a resume (possibly elsewhere) ---
+
+reread = workflow("test.workspace_reread", version="1", description="Stores, suspends, reads back.")
+
+
+@reread.step
+def keep(ctx: Context, state: State) -> StepResult:
+    from core.artifacts import artifact_put
+
+    ctx.workspace.write("plan.md", f"# plan for {state['topic']}\n")
+    report = artifact_put(
+        tenant_id=ctx.tenant_id, data=f"report on {state['topic']}".encode(), kind="run_state"
+    )
+    return ctx.next(read_back, {**state, "report": report})
+
+
+@reread.step
+def read_back(ctx: Context, state: State) -> StepResult:
+    from core.artifacts import artifact_get
+
+    if not state.get("go"):
+        return ctx.suspend({**state, "go": True}, "waiting_for_review")
+    report = artifact_get(tenant_id=ctx.tenant_id, ref=state["report"]).decode()
+    return ctx.complete(state, {"plan": ctx.workspace.read_text("plan.md"), "report": report})
+
+
+reread.register()

@@ -18,6 +18,7 @@ def test_the_periodic_duties_are_all_scheduled():
         "workers.tasks.redispatch_runs",
         "workers.tasks.expire_forks",
         "workers.tasks.reclaim_workspaces",
+        "workers.tasks.reclaim_artifacts",
         "workers.tasks.purge_expired_memory",
         "workers.tasks.project_all_memory",
         "workers.tasks.embed_pending_documents",

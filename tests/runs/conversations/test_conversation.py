@@ -9,9 +9,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
+from core.artifacts import artifact_get
 from runs.conversations.messages import conversation_append
 from runs.conversations.sessions import session_key, session_window
-from runs.engine.artifacts import artifact_get
 from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_cancel, run_start
 from runs.engine.steps import run_advance
@@ -80,7 +80,10 @@ def test_a_large_tool_result_is_kept_by_digest_with_a_preview(tenant, chat_run, 
         actor="agent",
     ).event
     assert event.payload["truncated"] is True and len(event.payload["preview"]) == 100
-    assert artifact_get(ref=event.payload["content_ref"]).decode() == big  # nothing dropped
+    assert set(event.payload["content_ref"]) == {"digest", "size"}  # a reference, no path
+    assert (
+        artifact_get(tenant_id=tenant.tenant_id, ref=event.payload["content_ref"]).decode() == big
+    )  # nothing dropped
 
 
 def test_messages_go_only_to_active_runs_of_the_same_tenant(tenant, other_tenant, chat_run):
