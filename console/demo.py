@@ -25,7 +25,7 @@ from django.db import connection
 
 from console.models import AuditEntry, Membership
 from console.roles import ROLES
-from core.tenancy import tenant_bind, tenant_ensure
+from core.tenancy import tenant_bind, tenant_ensure, tenant_scope
 from memory.erasure import erasure_execute, erasure_request_create
 from memory.services import memory_remember, memory_supersede
 from retrieval.services import document_index, principal_set
@@ -103,7 +103,8 @@ def _user(
     for role in roles:
         user.groups.add(Group.objects.get_or_create(name=role)[0])
     for tenant in tenants:
-        Membership.objects.create(user=user, tenant=tenant)
+        with tenant_scope(tenant.tenant_id):  # row-level security: written as that tenant
+            Membership.objects.create(user=user, tenant=tenant)
     credentials[username] = password
 
 

@@ -16,6 +16,7 @@ from console.models import AuditEntry
 from core.erasure import free_places, places
 from core.models import Tenant
 from core.pagination import KeysetPage, keyset_page
+from core.roles import member_tenant_ids
 from memory.erasure import subject_digests, subject_places
 from memory.models import ErasureRequest
 from memory.selectors import (
@@ -54,7 +55,7 @@ def tenant_list_for_user(*, user: Any) -> QuerySet[Tenant]:
     """The tenants the user is a member of (every tenant for a superuser), by slug."""
     if user.is_superuser:
         return Tenant.objects.order_by("slug")
-    return Tenant.objects.filter(membership__user=user).order_by("slug").distinct()
+    return Tenant.objects.filter(tenant_id__in=member_tenant_ids(user_id=user.pk)).order_by("slug")
 
 
 def tenant_get_for_user(*, user: Any, tenant: str | UUID) -> Tenant | None:

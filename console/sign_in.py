@@ -1,5 +1,13 @@
 """Sign-in throttling shared by the console's sign-in and the admin's: the same counters (failed
-sign-ins in the audit log, per user name and per address) and the same limits."""
+sign-ins in the audit log) and the same limits.
+
+A client (its address) is refused a user name after KEEPER_LOGIN_MAX_FAILURES failures with it within
+KEEPER_LOGIN_WINDOW seconds, and every name after four times as many failures. The count is per
+client and name, never per name alone: anyone who knows a user name (`admin`) could otherwise lock
+its owner out by failing on purpose, and the owner signing in from another address still can. What
+this does not slow is guessing one name's password from many addresses at once: strong passwords
+(Django's validators) answer that.
+"""
 
 from __future__ import annotations
 
@@ -20,13 +28,15 @@ FAILED = "sign_in_failed"
 
 
 def sign_in_throttled(*, username: str, remote_addr: str) -> bool:
-    """Whether this user name (or this address, at four times the limit) failed too often lately."""
+    """Whether this client failed with this user name too often lately (or with any, at four times
+    the limit)."""
     since = timezone.now() - timedelta(seconds=settings.KEEPER_LOGIN_WINDOW)
-    failures = AuditEntry.objects.filter(action=FAILED, at__gte=since)
+    # the address as the audit entry keeps it (console.audit)
+    failures = AuditEntry.objects.filter(action=FAILED, at__gte=since, remote_addr=remote_addr[:64])
     return (
         failures.filter(details__username=username.lower()[:150]).count()
         >= settings.KEEPER_LOGIN_MAX_FAILURES
-        or failures.filter(remote_addr=remote_addr).count() >= settings.KEEPER_LOGIN_MAX_FAILURES * 4
+        or failures.count() >= settings.KEEPER_LOGIN_MAX_FAILURES * 4
     )
 
 

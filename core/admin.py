@@ -32,13 +32,18 @@ class ReadOnlyAdmin(_ModelAdmin):
         return False
 
 
+def admin_tenants_bind(request: HttpRequest) -> None:
+    """Row-level security for an admin request: every tenant for a superuser, none for anyone else."""
+    tenants = Tenant.objects.values_list("tenant_id", flat=True) if request.user.is_superuser else []
+    tenant_bind_request(request, list(tenants))
+
+
 class TenantBoundAdmin(ReadOnlyAdmin):
     """Row-level security: the admin (superusers) sees every tenant's rows for the request; anyone
     else (staff without superuser) sees none of a tenant-bound table."""
 
     def get_queryset(self, request: HttpRequest) -> Any:
-        tenants = Tenant.objects.values_list("tenant_id", flat=True) if request.user.is_superuser else []
-        tenant_bind_request(request, list(tenants))
+        admin_tenants_bind(request)
         return super().get_queryset(request)
 
 
@@ -91,7 +96,7 @@ class TenantAdmin(_TenantModelAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(ReadOnlyAdmin):
+class ApiKeyAdmin(TenantBoundAdmin):
     """Keys are made and revoked with `manage.py api_key`; the admin shows which exist. The secret is
     never stored, and its SHA-256 is left out here too (only the public prefix is shown)."""
 

@@ -125,14 +125,16 @@ class ClosedSerializer(serializers.Serializer[dict[str, Any]]):
     # Names the view reads itself (a multipart upload's `file`), not through the serializer.
     read_by_view: tuple[str, ...] = ()
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        given = self.initial_data if isinstance(self.initial_data, dict) else {}
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        # Here rather than in validate(), which a subclass overrides to check its own rules: the
+        # worker's commit body did, and took {"bogus_field": 1} without a word.
+        given = data if isinstance(data, dict) else {}
         unknown = sorted(str(name) for name in set(given) - set(self.fields) - set(self.read_by_view))
         if unknown:
             raise serializers.ValidationError(
                 {name: "unknown field; this takes " + ", ".join(self.fields) for name in unknown}
             )
-        return attrs
+        return dict(super().to_internal_value(data))
 
 
 BIGINT_MAX = 2**63 - 1  # what PostgreSQL's bigint holds: past it a number was a 500 from the database

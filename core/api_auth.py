@@ -10,7 +10,6 @@ console; a view may name the roles its changes need (`session_roles`).
 from __future__ import annotations
 
 import hashlib
-import hmac
 import logging
 import re
 import secrets
@@ -20,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 from uuid import UUID, uuid4
 
 import redis
-from django.db import transaction
+from django.db import connection
 from django.utils import timezone
 from rest_framework import authentication, exceptions, permissions, throttling
 
 from core.errors import InvalidInput, NotFound
 from core.logging import log_request_tenant
 from core.models import ApiKey, ApiKeyScope, Tenant
-from core.roles import user_roles
-from core.tenancy import run_tenant, tenant_bind_request, tenant_get
+from core.roles import member_tenant_ids, user_roles
+from core.tenancy import run_tenant, tenant_bind_request, tenant_get, tenant_of_call, tenant_scope
 
 if TYPE_CHECKING:  # rest_framework.views imports this module through the settings
     from rest_framework.request import Request
@@ -49,6 +48,7 @@ class CreatedKey:
     plaintext: str  # shown once, never stored
 
 
+@tenant_of_call
 def api_key_create(*, tenant: Tenant, name: str, scope: str) -> CreatedKey:
     if scope not in ApiKeyScope.values:
         raise InvalidInput(f"scope must be one of {', '.join(ApiKeyScope.values)}", code="invalid_scope")
@@ -62,11 +62,20 @@ def api_key_create(*, tenant: Tenant, name: str, scope: str) -> CreatedKey:
 
 
 def api_key_revoke(*, prefix: str) -> ApiKey:
+    """Revoke a key named by its prefix (an operator's command: the tenant is learnt from the prefix
+    through the narrow function, then the key is changed as that tenant)."""
     prefix = prefix.removeprefix("kp_").split("_")[0]
-    with transaction.atomic():
-        key = ApiKey.objects.select_for_update().filter(prefix=prefix).first()
-        if key is None:
-            raise NotFound(f"no API key kp_{prefix}", code="api_key_not_found")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT keeper_api_key_tenant(%s)", [prefix])
+        tenant_id = cursor.fetchone()[0]
+    if tenant_id is None:
+        raise NotFound(f"no API key kp_{prefix}", code="api_key_not_found")
+    with tenant_scope(tenant_id):
+        key = (
+            ApiKey.objects.select_for_update(of=("self",))
+            .select_related("tenant")
+            .get(tenant_id=tenant_id, prefix=prefix)
+        )
         if key.revoked_at is None:
             key.revoked_at = timezone.now()
             key.save(update_fields=["revoked_at"])
@@ -74,18 +83,30 @@ def api_key_revoke(*, prefix: str) -> ApiKey:
 
 
 def api_key_authenticate(*, plaintext: str) -> ApiKey | None:
-    """The active key this plaintext names, or None (unknown, revoked, malformed or a wrong secret)."""
+    """The active key this plaintext names, or None (unknown, revoked, malformed or a wrong secret).
+
+    Asked before the request's tenant is known, so through keeper_api_key_resolve (the key's id and
+    tenant when the prefix and the secret's digest match an active key; the digest never comes back),
+    then read as that tenant."""
     match = KEY_PATTERN.fullmatch(plaintext)
     if match is None:
         return None
-    key = (
-        ApiKey.objects.select_related("tenant")
-        .filter(prefix=match["prefix"], revoked_at__isnull=True)
-        .first()
-    )
-    if key is None or not hmac.compare_digest(key.secret_sha256, _digest(match["secret"])):
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT key_id, tenant_id FROM keeper_api_key_resolve(%s, %s)",
+            [match["prefix"], _digest(match["secret"])],
+        )
+        found = cursor.fetchone()
+    if found is None:
         return None
-    return key
+    key_id, tenant_id = found
+    with tenant_scope(tenant_id):
+        return (
+            ApiKey.objects.select_related("tenant")
+            .defer("secret_sha256")
+            .filter(key_id=key_id, tenant_id=tenant_id, revoked_at__isnull=True)
+            .first()
+        )
 
 
 @dataclass(frozen=True)
@@ -186,10 +207,10 @@ def _session_tenant_note(request: Request, tenant_id: UUID) -> None:
 
 
 def session_tenant_ids(user: Any) -> list[UUID]:
-    """The tenants a staff session acts for: every tenant for a superuser, else the user's memberships
-    (the console's Membership rows, through their relation: core imports no app)."""
-    tenants = Tenant.objects.all() if user.is_superuser else Tenant.objects.filter(membership__user=user)
-    return list(tenants.values_list("tenant_id", flat=True).distinct())
+    """The tenants a staff session acts for: every tenant for a superuser, else the user's memberships."""
+    if user.is_superuser:
+        return list(Tenant.objects.values_list("tenant_id", flat=True))
+    return member_tenant_ids(user_id=user.pk)
 
 
 # A sliding window of request times per key, as one Redis script: drop the times older than the

@@ -37,6 +37,15 @@ from core.tenancy import tenant_scope
 EXPORT_FORMAT = "keeper.tenant_export/2"
 # Columns left out of the export: embeddings (derived, re-computable, large) and search vectors.
 OMITTED_TYPES = ("vector", "tsvector")
+# Credentials are never exported, though their rows are (a signing secret is shown once, when its
+# subscription is made; a key's hash would let whoever holds the file test guesses offline). The rows
+# keep their ids, names, prefixes, scopes, URLs and created/revoked dates; a new home makes new keys
+# and subscriptions. tests/core/test_offboarding.py fails on a column named like a credential that is
+# not listed here.
+WITHHELD_COLUMNS = {
+    "api_keys": ("secret_sha256",),
+    "webhook_subscriptions": ("secret",),
+}
 # Tables with a tenant_id that are not the tenant's data: the receipts themselves, and the tenant row
 # (deleted last, after everything that refers to it).
 NOT_TENANT_DATA = ("tenant_offboardings", "tenants")
@@ -52,7 +61,7 @@ def _quiet(_: str) -> None:
 class TenantTable:
     name: str
     columns: tuple[str, ...]  # exported columns, in table order
-    omitted: tuple[str, ...]  # vector and tsvector columns
+    omitted: tuple[str, ...]  # vector and tsvector columns, and credentials (WITHHELD_COLUMNS)
 
 
 def tenant_tables() -> list[TenantTable]:
@@ -78,7 +87,8 @@ def tenant_tables() -> list[TenantTable]:
     for table, column, udt in rows:
         if table in NOT_TENANT_DATA:
             continue
-        (omitted if udt in OMITTED_TYPES else columns).setdefault(table, []).append(column)
+        left_out = udt in OMITTED_TYPES or column in WITHHELD_COLUMNS.get(table, ())
+        (omitted if left_out else columns).setdefault(table, []).append(column)
         columns.setdefault(table, [])
     # A referenced table is deleted after every table that refers to it.
     graph: dict[str, set[str]] = {table: set() for table in columns}
@@ -158,9 +168,9 @@ def tenant_export(
     *, tenant: Tenant, out: Path, requested_by: str, progress: Progress = _quiet
 ) -> TenantOffboarding:
     """Write every row of the tenant (runs and their events, operations, approvals, summaries,
-    LangGraph threads, memory, documents and chunk metadata, audit entries, API key records), then its
-    stored blobs (tool results, workspace files), to a gzipped JSONL file; record the file's SHA-256
-    and the counts per table in a kept receipt."""
+    LangGraph threads, memory, documents and chunk metadata, audit entries, API key and webhook
+    records without their credentials), then its stored blobs (tool results, workspace files), to a
+    gzipped JSONL file; record the file's SHA-256 and the counts per table in a kept receipt."""
     tables = list(reversed(tenant_tables()))  # parents first: an import can follow the file's order
     counts: dict[str, int] = {}
     connection.ensure_connection()
@@ -178,6 +188,12 @@ def tenant_export(
                 "tenant": {"tenant_id": str(tenant.tenant_id), "slug": tenant.slug, "name": tenant.name},
                 "tables": [t.name for t in tables],
                 "omitted_columns": {t.name: list(t.omitted) for t in tables if t.omitted},
+                "withheld_credentials": {
+                    "columns": {t: list(c) for t, c in sorted(WITHHELD_COLUMNS.items())},
+                    "why": "API key hashes and webhook signing secrets never leave Keeper; the rows keep "
+                    "ids, names, prefixes, scopes, URLs and created/revoked dates. Make new keys and "
+                    "webhook subscriptions where the data is imported.",
+                },
             }
         )
         with tenant_scope(tenant.tenant_id):
@@ -325,9 +341,10 @@ def tenant_erase(
         if before is not None:
             _save(offboarding, before=before)
         # 1. No key opens the tenant any more.
-        revoked = ApiKey.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True)
-        prefixes = sorted(revoked.values_list("prefix", flat=True))
-        revoked.update(revoked_at=timezone.now())
+        with tenant_scope(tenant_id):
+            revoked = ApiKey.objects.filter(tenant_id=tenant_id, revoked_at__isnull=True)
+            prefixes = sorted(revoked.values_list("prefix", flat=True))
+            revoked.update(revoked_at=timezone.now())
         _save(
             offboarding,
             api_keys_revoked=sorted({*offboarding.progress.get("api_keys_revoked", []), *prefixes}),

@@ -21,15 +21,24 @@ from core.api import (
     error_responses,
 )
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
+from core.errors import ApplicationError
 from core.roles import ENGINEER
 from runs.engine.store import OperationRow
 from runs.external import protocol
 from runs.external.models import ExternalWorkflow
+from runs.external.schema_index import MAX_SCHEMA_BYTES
 from runs.external.workflows import external_workflow_register
 
 MAX_STEP_TOKENS = 10**12
+# Room for an input_schema at its limit sent escaped (\uXXXX) or indented, and the rest of the body.
+MAX_REGISTRATION_BYTES = 4 * MAX_SCHEMA_BYTES
 MAX_STEP_COST_USD = 1e9
 MAX_STEP_WALL_S = 1e7  # about 116 days
+
+
+class RegistrationTooLarge(ApplicationError):
+    code = "request_too_large"
+    http_status = 413
 
 
 def _key_tenant(request: Request) -> UUID:
@@ -98,7 +107,7 @@ class ExternalWorkflowApi(APIView):
         responses={
             201: ExternalWorkflowSerializer,
             200: ExternalWorkflowSerializer,
-            **error_responses(409, 422),
+            **error_responses(409, 413, 422),
         },
         examples=[
             OpenApiExample(
@@ -115,6 +124,14 @@ class ExternalWorkflowApi(APIView):
         ],
     )
     def post(self, request: Request) -> Response:
+        # Refused before it is parsed: parsing and walking a body of megabytes (the server takes up to
+        # DATA_UPLOAD_MAX_MEMORY_SIZE) held a web thread for a schema the limits refuse anyway.
+        if len(request._request.body) > MAX_REGISTRATION_BYTES:
+            raise RegistrationTooLarge(
+                f"a registration's body is at most {MAX_REGISTRATION_BYTES:,} bytes (its input_schema at "
+                f"most {MAX_SCHEMA_BYTES:,} bytes of compact JSON)",
+                details={"limit": "bytes of the body", "maximum": MAX_REGISTRATION_BYTES},
+            )
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         _key_tenant(request)

@@ -14,6 +14,7 @@ for _name, _value in {
     "KEEPER_WEBHOOKS_INTERVAL": "0.5",
     "KEEPER_WEBHOOKS_BACKOFF": "0.2",
     "KEEPER_WEBHOOKS_TIMEOUT": "2",
+    "KEEPER_SCHEDULE_MIN_INTERVAL": "1",  # schedules that fire within a test
 }.items():
     os.environ.setdefault(_name, _value)  # worker processes started by tests inherit these
 

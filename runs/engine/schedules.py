@@ -14,7 +14,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
+from django.conf import settings
+from django.db import connection, transaction
 from django.utils import timezone
 
 from core.erasure import (
@@ -48,6 +49,10 @@ class Timing:
     interval_seconds: int | None
 
 
+class ScheduleQuotaExceeded(InvalidInput):
+    code = "schedule_quota_exceeded"
+
+
 def _timing(*, cron: str | None, interval_seconds: Any) -> Timing:
     cron = (cron or "").strip()
     if cron and interval_seconds is not None:
@@ -62,10 +67,13 @@ def _timing(*, cron: str | None, interval_seconds: Any) -> Timing:
         )
     if isinstance(interval_seconds, bool) or not isinstance(interval_seconds, int):
         raise InvalidInput("interval_seconds must be a whole number of seconds", code="invalid_interval")
-    if not 0 < interval_seconds <= MAX_INTERVAL_SECONDS:
+    shortest = settings.KEEPER_SCHEDULE_MIN_INTERVAL
+    if not shortest <= interval_seconds <= MAX_INTERVAL_SECONDS:
         raise InvalidInput(
-            f"interval_seconds must be between 1 and {MAX_INTERVAL_SECONDS}, not {interval_seconds}",
+            f"interval_seconds must be between {shortest} (KEEPER_SCHEDULE_MIN_INTERVAL) and "
+            f"{MAX_INTERVAL_SECONDS}, not {interval_seconds}",
             code="invalid_interval",
+            details={"minimum": shortest, "maximum": MAX_INTERVAL_SECONDS},
         )
     return Timing(cron="", interval_seconds=interval_seconds)
 
@@ -117,18 +125,36 @@ def schedule_create(
     """Store a schedule whose first slot is the first one after now; bad input stores nothing."""
     timing = _timing(cron=cron, interval_seconds=interval_seconds)
     _check_run_request(workflow_name=workflow_name, input=input)
-    return WorkflowSchedule.objects.create(
-        tenant=tenant,
-        workflow_name=workflow_name,
-        cron=timing.cron,
-        interval_seconds=timing.interval_seconds,
-        input=input,
-        subject=subject,
-        overlap=_overlap(overlap),
-        enabled=enabled,
-        next_fire_at=_first_slot(timing, now or timezone.now()),
-        created_by=actor,
-    )
+    with transaction.atomic():
+        _quota_check(tenant)
+        return WorkflowSchedule.objects.create(
+            tenant=tenant,
+            workflow_name=workflow_name,
+            cron=timing.cron,
+            interval_seconds=timing.interval_seconds,
+            input=input,
+            subject=subject,
+            overlap=_overlap(overlap),
+            enabled=enabled,
+            next_fire_at=_first_slot(timing, now or timezone.now()),
+            created_by=actor,
+        )
+
+
+def _quota_check(tenant: Tenant) -> None:
+    """ScheduleQuotaExceeded if the tenant has KEEPER_SCHEDULES_PER_TENANT schedules already. The
+    tenant's creations wait for one another here, so two at once cannot both take the last place."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"schedules:{tenant.tenant_id}"]
+        )
+    quota = settings.KEEPER_SCHEDULES_PER_TENANT
+    if WorkflowSchedule.objects.filter(tenant_id=tenant.tenant_id).count() >= quota:
+        raise ScheduleQuotaExceeded(
+            f"tenant {tenant.slug} has {quota} schedules, its most (KEEPER_SCHEDULES_PER_TENANT); "
+            "delete one first",
+            details={"quota": quota},
+        )
 
 
 @tenant_of_call

@@ -155,7 +155,9 @@ def lease_token_sign(
 
 def lease_token_verify(*, token: str, tenant_id: UUID, run_id: UUID) -> Lease:
     """The lease a token names, if Keeper signed it for this tenant and run and it is not too old."""
-    parts = token.split(".") if isinstance(token, str) else []
+    # A token Keeper signed is ASCII; anything else is refused before its MAC is computed (which
+    # encodes it as ASCII) or compared (compare_digest takes ASCII strings only).
+    parts = token.split(".") if isinstance(token, str) and token.isascii() else []
     if len(parts) != 3 or parts[0] != "lt1" or not hmac.compare_digest(parts[2], _mac(parts[1])):
         raise LeaseTokenInvalid("the lease token is not one Keeper signed (forged or damaged)")
     claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))

@@ -1,7 +1,9 @@
 """An external workflow's input_schema: checked when it is registered, applied to every start in bounded time.
 
 A tenant writes this schema and Keeper's threads (the web's, and Celery's when a schedule fires) apply
-it, so what a valid JSON Schema may make a validator do must stay bounded (all found from outside):
+it, so what a valid JSON Schema may make a validator do must stay bounded:
+- Registering it costs time in proportion to it, within the limits of schema_index (bytes, nesting,
+  schemas within it, references): one walk indexes it, and every reference is then a lookup.
 - Checking one input has a deadline (INPUT_SECONDS): every keyword jsonschema evaluates looks at it
   first, so a schema whose work doubles with the input's depth (`anyOf` of two `$ref`s to itself),
   or a registration whose empty input already takes that long, is a 422, not a thread held for hours.
@@ -10,7 +12,7 @@ it, so what a valid JSON Schema may make a validator do must stay bounded (all f
   keyword modules search through `_BoundedSearch`, the `regex` module with a time limit per search
   (PATTERN_SECONDS) and the input's deadline.
 - `uniqueItems` compares items by their JSON identity in a set (jsonschema compares every pair: 20,000
-  objects ran past 5 minutes).
+  objects ran past 5 minutes), in the inputs' checks and in the metaschema's check of the schema.
 - `$ref`s must stay within the schema (Keeper fetches nothing) and name a schema it has; one to itself
   without end is refused at registration or, reached only through an input, at the start.
 - Whatever else a schema registered earlier makes the validator raise is the start's 422 with the
@@ -25,7 +27,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import unquote
 
 import regex
 from jsonschema import _keywords, _legacy_keywords, _utils, validators
@@ -33,6 +34,7 @@ from jsonschema import exceptions as schema_errors
 from referencing.exceptions import Unresolvable
 
 from core.errors import ApplicationError, InvalidInput
+from runs.external.schema_index import applies_itself, not_a_schema, schema_index
 
 PATTERN_SECONDS = 0.1  # one pattern against one string; a sane pattern takes microseconds
 INPUT_SECONDS = 1.0  # the whole schema against one input
@@ -72,6 +74,10 @@ class _BoundedSearch:
 
     @staticmethod
     def search(pattern: str, string: str, flags: int = 0) -> Any:
+        if getattr(_validating, "metaschema", False):
+            # The metaschema's own patterns (an anchor's spelling...): fixed and sane, and a time limit
+            # would refuse a sane schema on a busy machine.
+            return re.search(pattern, string, flags)
         left = _time_left()
         budget = PATTERN_SECONDS if left is None else min(PATTERN_SECONDS, left)
         try:
@@ -141,13 +147,19 @@ def _bounded(base: Any) -> Any:
 
 
 def schema_checked(value: Any) -> dict[str, Any] | None:
-    """The input_schema as registered, or InvalidInput with the reason."""
+    """The input_schema as registered, or InvalidInput with the reason. Every check is bounded: the
+    limits of schema_index first (they bound the metaschema's check), then one index its reference
+    checks look up, and an empty input's check under the input deadline."""
     if value is None:
         return None
     if not isinstance(value, dict):
         raise InvalidInput("input_schema must be a JSON Schema object", code="invalid_input_schema")
+    # draft 3 and 4 spell $id "id"
+    draft = validators.validator_for(value)
+    legacy = draft in (validators.Draft3Validator, validators.Draft4Validator)
+    index = schema_index(value, ids=("$id", "id") if legacy else ("$id",))
     try:
-        validators.validator_for(value).check_schema(value)
+        _metaschema_check(draft, value)
     except schema_errors.SchemaError as exc:
         raise InvalidInput(
             f"input_schema is not a valid JSON Schema: {exc.message}", code="invalid_input_schema"
@@ -157,32 +169,30 @@ def schema_checked(value: Any) -> dict[str, Any] | None:
             f"input_schema is not a valid JSON Schema: {type(exc).__name__}: {str(exc)[:300]}",
             code="invalid_input_schema",
         ) from None
-    for ref in _refs(value):
+    for _, ref in index.refs:
         if not ref.startswith("#"):
             raise InvalidInput(
                 f"input_schema refers to {ref[:200]!r}: only references within the schema (#...) are "
                 "followed; Keeper fetches nothing",
                 code="invalid_input_schema",
             )
-        if not isinstance(_target(value, ref), dict | bool) or _not_a_schema(ref):
+        if not isinstance(index.target(value, ref), dict | bool) or not_a_schema(ref):
             raise InvalidInput(
                 f"input_schema refers to {ref[:200]!r}, which is not a schema it has",
                 code="invalid_input_schema",
             )
-    # draft 3 and 4 spell $id "id"
-    legacy = validators.validator_for(value) in (validators.Draft3Validator, validators.Draft4Validator)
-    if nested := next(_nested_ids(value, ids=("$id", "id") if legacy else ("$id",)), None):
+    if index.nested_ids:
         raise InvalidInput(
-            f"input_schema has $id {str(nested)[:200]!r} inside it: a schema within the schema with an id of "
-            "its own moves where its references resolve; give the id at the top only",
+            f"input_schema has $id {str(index.nested_ids[0])[:200]!r} inside it: a schema within the schema "
+            "with an id of its own moves where its references resolve; give the id at the top only",
             code="invalid_input_schema",
         )
-    if _applies_itself(value):
+    if applies_itself(index):
         raise InvalidInput("input_schema refers to itself without end", code="invalid_input_schema")
     # The first input, whatever it is, shows a reference to itself without end and a schema whose
     # checks alone take too long.
     try:
-        _consume(lambda: list(_bounded(validators.validator_for(value))(value).iter_errors({})))
+        _consume(lambda: list(_bounded(draft)(value).iter_errors({})))
     except SchemaTooSlow:
         raise InvalidInput(
             f"input_schema takes over {INPUT_SECONDS} s to check even an empty input",
@@ -201,6 +211,20 @@ def schema_checked(value: Any) -> dict[str, Any] | None:
             code="invalid_input_schema",
         ) from None
     return value
+
+
+def _metaschema_check(draft: Any, schema: dict[str, Any]) -> None:
+    """jsonschema's check_schema with uniqueItems linear: its own compares every pair (draft 4's
+    metaschema asks it of enum: 6,000 objects took 59 s). No deadline: the limits bound it, and a
+    busy machine must not refuse a schema it would take when idle."""
+    meta = _bounded(validators.validator_for(draft.META_SCHEMA, default=draft))
+    checker = meta(schema=draft.META_SCHEMA, format_checker=meta.FORMAT_CHECKER)
+    _validating.metaschema = True
+    try:
+        for error in checker.iter_errors(schema):
+            raise schema_errors.SchemaError.create_from(error)
+    finally:
+        _validating.metaschema = False
 
 
 def _consume(check: Callable[[], Any]) -> Any:
@@ -242,147 +266,3 @@ def input_validator(schema: dict[str, Any]) -> Callable[[Any], None]:
             raise InvalidInput(f"input does not match the workflow's schema at {where}: {error.message}")
 
     return validate
-
-
-# Keywords whose values are data, not schemas: a "$ref" key inside them is not a reference.
-_DATA = ("enum", "const", "default", "examples")
-# Keywords whose values map names to schemas: a property named "enum" or "$ref" is a name there.
-_NAMED = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies")
-
-
-_REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
-
-
-def _schema_objects(schema: Any) -> dict[tuple[str, ...], dict[str, Any]]:
-    """Every schema object within the schema, by its path: not the values of data keywords, and a
-    map of names (properties...) is not one, though each schema it maps is."""
-    found: dict[tuple[str, ...], dict[str, Any]] = {}
-
-    def walk(node: Any, path: tuple[str, ...], names: bool = False) -> None:
-        if isinstance(node, dict):
-            if not names:
-                found[path] = node
-            for key, value in node.items():
-                if names or key not in _DATA:
-                    walk(value, (*path, key), names=not names and key in _NAMED)
-        elif isinstance(node, list):
-            for index, item in enumerate(node):
-                walk(item, (*path, str(index)))
-
-    walk(schema, ())
-    return found
-
-
-def _refs(schema: Any) -> Iterator[str]:
-    for node in _schema_objects(schema).values():
-        yield from (node[key] for key in _REF_KEYS if isinstance(node.get(key), str))
-
-
-def _anchors(schema: Any) -> Iterator[tuple[str, tuple[str, ...], dict[str, Any]]]:
-    """(anchor, path, schema object) for every $anchor and $dynamicAnchor."""
-    for path, node in _schema_objects(schema).items():
-        for key in ("$anchor", "$dynamicAnchor"):
-            if isinstance(node.get(key), str):
-                yield node[key], path, node
-
-
-def _pointer(ref: str) -> tuple[str, ...] | None:
-    """A reference's JSON pointer as its parts (None for an anchor)."""
-    fragment = unquote(ref[1:])
-    if not fragment.startswith("/") and fragment:
-        return None
-    return tuple(part.replace("~1", "/").replace("~0", "~") for part in fragment.split("/")[1:])
-
-
-def _not_a_schema(ref: str) -> bool:
-    """Whether a JSON pointer passes through a keyword whose value is data (enum, const, default,
-    examples) or ends at a map of names (properties, $defs...), outside a map of names: what it names
-    is not a schema, whatever it looks like."""
-    parts = _pointer(ref) or ()
-    names = False
-    for part in parts:
-        if not names and part in _DATA:
-            return True
-        names = not names and part in _NAMED
-    return names
-
-
-def _nested_ids(schema: Any, *, ids: tuple[str, ...] = ("$id",)) -> Iterator[str]:
-    """The values of `$id` (or draft 4's `id`) below the schema's top (in schema objects, not in data
-    or as property names)."""
-    for path, node in _schema_objects(schema).items():
-        if path:
-            yield from (node[key] for key in ids if isinstance(node.get(key), str))
-
-
-# Keywords whose subschemas apply to the same value as the schema holding them: a chain of them
-# (through references) that comes back to where it started checks one value without end, whatever
-# the input (found from outside: {"properties": {"a": {"$ref": "#/properties/a"}}} was registered,
-# and every input with "a" was refused). A reference through properties or items goes one level
-# down the input, which ends: a tree's schema refers to itself that way.
-_IN_PLACE_LISTS = ("allOf", "anyOf", "oneOf")
-_IN_PLACE = ("not", "if", "then", "else")
-
-
-def _applies_itself(schema: dict[str, Any]) -> bool:
-    """Whether a chain of in-place keywords and references comes back to a schema it left."""
-    nodes = _schema_objects(schema)
-    anchors: dict[str, tuple[str, ...]] = {}
-    for anchor, path, _ in _anchors(schema):
-        anchors.setdefault(anchor, path)
-
-    def edges(path: tuple[Any, ...]) -> Iterator[tuple[Any, ...]]:
-        node = nodes.get(path)
-        if node is None:
-            return
-        for key in _REF_KEYS:
-            ref = node.get(key)
-            if isinstance(ref, str) and ref.startswith("#"):
-                pointer = _pointer(ref)
-                found = anchors.get(unquote(ref[1:])) if pointer is None else pointer
-                if found is not None:
-                    yield tuple(found)
-        for key in _IN_PLACE_LISTS:
-            if isinstance(node.get(key), list):
-                yield from ((*path, key, str(i)) for i in range(len(node[key])))
-        yield from ((*path, key) for key in _IN_PLACE if isinstance(node.get(key), dict))
-
-    state: dict[tuple[Any, ...], int] = {}  # 1: on the current chain, 2: done
-
-    def cycles(start: tuple[Any, ...]) -> bool:
-        stack = [(start, edges(start))]
-        state[start] = 1
-        while stack:
-            path, pending = stack[-1]
-            step = next(pending, None)
-            if step is None:
-                state[path] = 2
-                stack.pop()
-            elif state.get(step) == 1:
-                return True
-            elif step not in state:
-                state[step] = 1
-                stack.append((step, edges(step)))
-        return False
-
-    return any(cycles(path) for path in list(nodes) if path not in state)
-
-
-_MISSING = object()
-
-
-def _target(schema: dict[str, Any], ref: str) -> Any:
-    """What a reference within the schema names (a JSON pointer or an anchor), or _MISSING."""
-    pointer = _pointer(ref)
-    if pointer is None:
-        fragment = unquote(ref[1:])
-        return next((node for anchor, _, node in _anchors(schema) if anchor == fragment), _MISSING)
-    node: Any = schema
-    for part in pointer:
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return _MISSING
-    return node

@@ -177,7 +177,8 @@ def _post(claimed: Claimed) -> tuple[int | None, str]:
             return None, f"URLError: {host} does not resolve"
         inward = webhook_host_inward(host, addresses)
         if inward:
-            return None, f"refused: {host} resolves to {inward}, on the deployment's own network"
+            # the rule, not the address: the tenant reads this error
+            return None, f"refused: {host} resolves to an address on the deployment's own network"
         opener = urllib.request.build_opener(_NoRedirect, _Pinned(addresses[0]), _PinnedTLS(addresses[0]))
     try:
         with opener.open(request, timeout=settings.KEEPER_WEBHOOKS_TIMEOUT) as response:

@@ -63,11 +63,13 @@ def webhook_url_check(*, url: str) -> str:
         ) from None
     normalized = _normalized(parts)
     host = urlsplit(normalized).hostname or ""
-    inward = webhook_host_inward(host)  # as it will be sent (found from outside: "localhost." passed)
-    if inward:
+    # As it will be sent ("localhost." is localhost). The refusal names the rule, never the address a
+    # name resolved to: that would tell a tenant what the deployment's internal names point at.
+    if webhook_host_inward(host):
         raise InvalidInput(
-            f"{host} is on the deployment's own network ({inward}); webhooks go to public "
-            "endpoints (a local receiver only in development: DEBUG or KEEPER_WEBHOOKS_ALLOW_PRIVATE)",
+            f"{host} is on the deployment's own network: an endpoint must resolve only to public "
+            "addresses (not loopback, private, link-local or reserved ones); a local receiver only in "
+            "development: DEBUG or KEEPER_WEBHOOKS_ALLOW_PRIVATE",
             code="webhook_url_private",
         )
     return normalized
@@ -191,6 +193,27 @@ class WebhookUrlSubscribed(Conflict):
     code = "webhook_url_subscribed"
 
 
+class WebhookQuotaExceeded(InvalidInput):
+    code = "webhook_quota_exceeded"
+
+
+def _quota_check(tenant: Tenant) -> None:
+    """WebhookQuotaExceeded if the tenant has KEEPER_WEBHOOKS_PER_TENANT live subscriptions. The
+    tenant's subscriptions wait for one another here, so two at once cannot both take the last place."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"webhooks:{tenant.tenant_id}"]
+        )
+    quota = settings.KEEPER_WEBHOOKS_PER_TENANT
+    live = WebhookSubscription.objects.filter(tenant_id=tenant.tenant_id, deleted_at__isnull=True)
+    if live.count() >= quota:
+        raise WebhookQuotaExceeded(
+            f"tenant {tenant.slug} has {quota} webhook subscriptions, its most "
+            "(KEEPER_WEBHOOKS_PER_TENANT); delete one first",
+            details={"quota": quota},
+        )
+
+
 def webhook_subscription_create(*, tenant: Tenant, url: str, event_types: list[str], actor: str) -> Created:
     """Subscribe an endpoint to some event types; the signing secret is in the result, once."""
     checked_url = webhook_url_check(url=url)
@@ -198,6 +221,7 @@ def webhook_subscription_create(*, tenant: Tenant, url: str, event_types: list[s
     secret = "whsec_" + secrets.token_urlsafe(32)
     try:
         with transaction.atomic():
+            _quota_check(tenant)
             subscription = WebhookSubscription.objects.create(
                 tenant=tenant,
                 url=checked_url,

@@ -15,6 +15,7 @@ from django.contrib.auth.models import Group
 
 from console.models import Membership
 from console.roles import ROLES
+from core.tenancy import tenant_scope
 
 if TYPE_CHECKING:
     from playwright.sync_api import Dialog
@@ -28,7 +29,8 @@ def make_user(username: str, *roles: str, tenants: tuple[Any, ...] = ()) -> Any:
     for role in roles:
         user.groups.add(Group.objects.get_or_create(name=role)[0])
     for tenant in tenants:
-        Membership.objects.create(user=user, tenant=tenant)
+        with tenant_scope(tenant.tenant_id):  # memberships are under row-level security
+            Membership.objects.create(user=user, tenant=tenant)
     return user
 
 

@@ -8,8 +8,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.api_auth import api_key_create, api_key_revoke
 from core.errors import ApplicationError
-from core.models import ApiKey, ApiKeyScope
-from core.tenancy import tenant_get
+from core.models import ApiKey, ApiKeyScope, Tenant
+from core.tenancy import tenant_get, tenant_scope
 
 
 class Command(BaseCommand):
@@ -43,15 +43,20 @@ class Command(BaseCommand):
         self.stdout.write(created.plaintext)
 
     def _list(self, options: dict[str, Any]) -> None:
-        keys = ApiKey.objects.select_related("tenant").order_by("tenant__slug", "created_at")
-        if options.get("tenant"):
-            keys = keys.filter(tenant=tenant_get(slug_or_id=options["tenant"]))
-        for key in keys:
-            state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"
-            self.stdout.write(
-                f"kp_{key.prefix}_…  {key.tenant.slug}  {key.scope:<5}  {key.name}  "
-                f"created {key.created_at:%Y-%m-%d %H:%M}  {state}"
-            )
+        tenants = (
+            [tenant_get(slug_or_id=options["tenant"])]
+            if options.get("tenant")
+            else Tenant.objects.order_by("slug")
+        )
+        for tenant in tenants:
+            with tenant_scope(tenant.tenant_id):  # row-level security: each tenant's keys as that tenant
+                keys = list(ApiKey.objects.filter(tenant=tenant).order_by("created_at"))
+            for key in keys:
+                state = f"revoked {key.revoked_at:%Y-%m-%d %H:%M}" if key.revoked_at else "active"
+                self.stdout.write(
+                    f"kp_{key.prefix}_…  {tenant.slug}  {key.scope:<5}  {key.name}  "
+                    f"created {key.created_at:%Y-%m-%d %H:%M}  {state}"
+                )
 
     def _revoke(self, options: dict[str, Any]) -> None:
         key = api_key_revoke(prefix=options["prefix"])
