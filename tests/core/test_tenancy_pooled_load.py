@@ -55,7 +55,8 @@ def _side(slug: str) -> TenantSide:
         seeded = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="load").run
     engineer = get_user_model().objects.create_user(f"{slug}-load-engineer", password="pw-load-engineer-1")
     engineer.groups.add(Group.objects.get_or_create(name="engineer")[0])
-    Membership.objects.create(user=engineer, tenant=tenant)
+    with tenant_bind(tenant.tenant_id):  # memberships are under row-level security
+        Membership.objects.create(user=engineer, tenant=tenant)
     browser = Client()
     browser.force_login(engineer)
     side = TenantSide(
