@@ -170,6 +170,10 @@ def pgbouncer_start(
         "reserve_pool_size": "0",
         "max_client_conn": str(max_client_conn),
         "server_round_robin": "1" if round_robin else "0",
+        # A server connection released longer ago than this is "used": PgBouncer hands out the idle
+        # ones first, so after its default 30 s one client kept getting the same one and the round
+        # robin stopped.
+        "server_check_delay": "3600" if round_robin else "30",
         "query_wait_timeout": str(query_wait_timeout),
         "logfile": str(directory / "pgbouncer.log"),
         "pidfile": str(directory / "pgbouncer.pid"),

@@ -29,6 +29,9 @@ def test_the_pooler_pools_transactions_three_server_connections_of_the_applicati
     assert pool["pool_mode"] == "transaction" and pool["user"] == connection.settings_dict["USER"]
     config = {row["key"]: row["value"] for row in pgbouncer.admin("SHOW CONFIG")}
     assert config["default_pool_size"] == str(POOL_SIZE) and config["server_round_robin"] == "1"
+    # Server connections stay idle (not "used", handed out last) for an hour: with PgBouncer's 30 s,
+    # a suite's later tests got one server connection again and again and proved nothing.
+    assert config["server_check_delay"] == "3600"
     servers = [
         s for s in pgbouncer.admin("SHOW SERVERS") if s["database"] == connection.settings_dict["NAME"]
     ]
