@@ -123,6 +123,40 @@ class PgBouncer:
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+PREFIX = "keeper-pgbouncer-"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_orphans() -> list[int]:
+    """Stop the PgBouncers whose starting process died without stopping them (a test process killed
+    by a timeout or SIGKILL): each folder names its starter; the pid in its pidfile is stopped only if
+    that process runs this folder's configuration. Returns the pids stopped."""
+    stopped = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{PREFIX}*"):
+        try:
+            starter = int((folder / "starter.pid").read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(starter):
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            pid = int((folder / "pgbouncer.pid").read_text())
+            if str(folder / "pgbouncer.ini") in Path(f"/proc/{pid}/cmdline").read_text():
+                os.kill(pid, signal.SIGTERM)
+                stopped.append(pid)
+        shutil.rmtree(folder, ignore_errors=True)
+    return stopped
+
+
 def _run_as() -> pwd.struct_passwd | None:
     if os.geteuid() != 0:
         return None
@@ -155,8 +189,10 @@ def pgbouncer_start(
     upstream = conninfo_to_dict(database_url)
     passwords = {role: password or secrets.token_urlsafe(18) for role, password in roles.items()}
     passwords[ADMIN_USER] = secrets.token_urlsafe(18)
-    directory = Path(tempfile.mkdtemp(prefix="keeper-pgbouncer-"))
+    reap_orphans()
+    directory = Path(tempfile.mkdtemp(prefix=PREFIX))
     directory.chmod(0o755)  # clients of any user reach the socket; the files inside stay private
+    (directory / "starter.pid").write_text(str(os.getpid()))
     port = 6432
     settings = {
         "listen_port": str(port),

@@ -71,7 +71,8 @@ def pooled_connection(pooler: PgBouncer) -> Iterator[None]:
     from psycopg.conninfo import conninfo_to_dict
 
     db = connections["default"]
-    target = conninfo_to_dict(pooler.url(current_database_url()))
+    pooled = pooler.url(current_database_url())
+    target = conninfo_to_dict(pooled)
     keys = ("HOST", "PORT", "PASSWORD", "DISABLE_SERVER_SIDE_CURSORS")
     saved = {key: db.settings_dict.get(key) for key in keys}
     saved_settings = {
@@ -92,7 +93,6 @@ def pooled_connection(pooler: PgBouncer) -> Iterator[None]:
         yield
     finally:
         db.close()
-        pooler.renew(pooler.url(current_database_url()))  # what this test left on a server stays here
         for key, value in saved.items():
             if value is None:
                 db.settings_dict.pop(key, None)
@@ -105,6 +105,7 @@ def pooled_connection(pooler: PgBouncer) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+        pooler.renew(pooled)  # what this test left on a server connection stays with this test
 
 
 @pytest.fixture

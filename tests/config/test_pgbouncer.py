@@ -5,14 +5,18 @@ different server connections; and what KEEPER_DB_POOLER=transaction changes for 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import psycopg
 import pytest
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 
-from config.pgbouncer import pgbouncer_start
-from core.processes import current_database_url
+from config.pgbouncer import pgbouncer_start, reap_orphans
+from core.processes import ROOT, current_database_url
 from tests import pooling
 from tests.pooling import POOL_SIZE, pgbouncer_binary, pooled_connection
 
@@ -98,6 +102,36 @@ def test_a_stopped_pooler_leaves_no_process_and_no_folder(pgbouncer):
     assert pooler.process.poll() is not None and not folder.exists()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_pooler_whose_starter_was_killed_is_stopped_by_the_next_start(pgbouncer):
+    """PgBouncer runs in a session of its own and outlives a test process killed by a timeout or
+    SIGKILL; the next start stops it (and only it: the pid must run that folder's configuration)."""
+    starter = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from config.pgbouncer import pgbouncer_start;"
+            "p = pgbouncer_start(binary=sys.argv[1], database_url=sys.argv[2], roles={'keeper': ''}, pool_size=1);"
+            "print(p.directory, p.process.pid, flush=True); time.sleep(120)",
+            pgbouncer_binary(),
+            current_database_url(),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    folder, pid = starter.stdout.readline().split()  # type: ignore[union-attr]
+    starter.kill()
+    starter.wait(timeout=10)
+    os.kill(int(pid), 0)  # still running: an orphan
+    assert int(pid) in reap_orphans()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists() and not Path(folder).exists()
+    assert pgbouncer.process.poll() is None  # the live test process's own pooler is left alone
+    assert pgbouncer.admin("SHOW VERSION")
 
 
 def test_without_pgbouncer_the_pooled_tests_skip_with_what_to_install(monkeypatch):
