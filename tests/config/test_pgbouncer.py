@@ -121,7 +121,7 @@ def test_a_pooler_whose_starter_was_killed_is_stopped_by_the_next_start(pgbounce
         stdout=subprocess.PIPE,
         text=True,
     )
-    folder, pid = starter.stdout.readline().split()  # type: ignore[union-attr]
+    folder, pid = starter.stdout.readline().split()
     starter.kill()
     starter.wait(timeout=10)
     os.kill(int(pid), 0)  # still running: an orphan
