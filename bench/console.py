@@ -18,7 +18,7 @@ from django.utils import timezone
 from bench.runs import conversation_run_bulk
 from core.digests import sha256_digest
 from core.tenancy import tenant_bind, tenant_ensure
-from runs.engine.models import AgentEvent, AgentRun
+from runs.kernel.models import AgentEvent, AgentRun
 
 STATUSES = ["completed"] * 6 + ["running", "suspended", "failed", "cancelled"]
 

@@ -17,7 +17,7 @@ from typing import Any
 from bench.runs import conversation_run_bulk
 from core.models import Tenant
 from core.tenancy import tenant_bind
-from runs.engine.models import AgentEvent
+from runs.kernel.models import AgentEvent
 
 
 def _texts(events: int) -> list[str]:

@@ -41,10 +41,11 @@ from core.processes import (
     stop_groups,
 )
 from core.tenancy import tenant_bind, tenant_ensure
-from runs.engine import store
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_start
-from runs.engine.state import state_encode
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, AgentRun
+from runs.kernel.state import state_encode
 
 _RAW_COMMIT = """
 WITH u AS (
@@ -81,7 +82,7 @@ def _bench_state(i: int) -> dict[str, Any]:
 def _new_run(tenant: Tenant) -> tuple[UUID, int, int]:
     start_input = {k: v for k, v in _bench_state(0).items() if k != "budgets"}  # the engine sets its own
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input=start_input, actor="bench").run
-    grant = store.lease_acquire(run_id=run.run_id, owner="bench", ttl=3600)
+    grant = apply(m.LeaseTaken(run.run_id, "bench", 3600))
     if grant is None:
         raise RuntimeError("a fresh benchmark run could not be leased")
     return run.run_id, grant.revision, grant.epoch
@@ -99,21 +100,8 @@ def _engine_commits(tenant: Tenant, ops: int) -> list[float]:
     for i in range(ops):
         t0 = time.perf_counter()
         encoded = state_encode(_bench_state(i))
-        seq = store.commit_step(
-            run_id=run_id,
-            expected_revision=revision,
-            epoch=epoch,
-            owner="bench",
-            state_json=encoded.json,
-            state_digest=encoded.digest,
-            next_step="tick",
-            status="running",
-            event_type="step_completed",
-            step_id="tick",
-            attempt=1,
-            payload_json=canonical_json({"next_step": "tick"}),
-            release=False,
-        )
+        held = m.Held(run_id, "bench", epoch, revision, 1)
+        seq = apply(m.StepCommitted(held, encoded, "tick", "tick", {"next_step": "tick"}, keep_lease=True))
         latencies.append(time.perf_counter() - t0)
         if seq != revision + 1:
             raise RuntimeError(f"the engine's commit was refused at revision {revision}")

@@ -16,7 +16,7 @@ from bench.runs import bench_commit_step, bench_context_build, bench_run_e2e
 from bench.scaling import bench_pooled_steps, bench_scaling
 from core.models import Tenant
 from core.tenancy import tenant_bind
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 
 
 def _console_pages(*, quick: bool, progress: Callable[[str], None]) -> dict[str, Any]:

@@ -80,7 +80,10 @@ def database_from_url(url: str) -> dict[str, Any]:
         raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from None
     options = {k: v for k, v in params.items() if k not in {"dbname", "user", "password", "host", "port"}}
     return {
-        "ENGINE": "django.db.backends.postgresql",
+        # Django's PostgreSQL backend with the bound tenant carried inside every statement's own
+        # transaction (core/db/backend), so no session state outlives a transaction: correct behind
+        # a transaction pooler (PgBouncer) as straight on PostgreSQL.
+        "ENGINE": "core.db.backend",
         "NAME": params.get("dbname", ""),
         "USER": params.get("user", ""),
         "PASSWORD": params.get("password", ""),
@@ -89,6 +92,9 @@ def database_from_url(url: str) -> dict[str, Any]:
         "OPTIONS": options,
         "CONN_MAX_AGE": 60,
         "CONN_HEALTH_CHECKS": True,
+        # A pooler cannot keep a server-side cursor between transactions, and every statement here
+        # travels with its tenant's set_config in front of it, which DECLARE ... CURSOR cannot take.
+        "DISABLE_SERVER_SIDE_CURSORS": True,
     }
 
 

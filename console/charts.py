@@ -16,7 +16,7 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
 from console.timeline import duration_text, ticks
-from runs.engine.models import Approval, ApprovalStatus
+from runs.kernel.models import Approval, ApprovalStatus
 
 WINDOWS = {"hour": (timedelta(hours=1), 60), "day": (timedelta(days=1), 15 * 60)}  # span, slice seconds
 SERIES = (
@@ -38,7 +38,7 @@ STEP_TYPES = (
 
 # Events of runs touched in the window only (agent_runs' (tenant, updated_at) index). A run's
 # updated_at lags its newest event by under a second (a step commit in the same status moves it at
-# most once a second: runs.engine.store), so the runs are those updated from a second before the window.
+# most once a second: runs.kernel), so the runs are those updated from a second before the window.
 _COUNTS_SQL = """
 SELECT floor(extract(epoch FROM e.created_at - %(start)s) / %(slice)s)::int AS b,
        CASE WHEN e.event_type = 'step_error' THEN 'run_suspended' ELSE e.event_type END, count(*)

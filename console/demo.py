@@ -21,7 +21,6 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db import connection
 
 from console.models import AuditEntry, Membership
 from console.roles import ROLES
@@ -32,9 +31,11 @@ from retrieval.services import document_index, principal_set
 from runs.conversations.messages import conversation_append
 from runs.engine.approvals import approval_approve
 from runs.engine.forks import run_fork
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_resume, run_start, run_suspend
 from runs.engine.steps import run_advance
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentRun
 
 MARKER = "demo-loaded.txt"
 
@@ -240,7 +241,7 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             ).run
         )
         if unknown.suspend_reason == "approval_required":
-            from runs.engine.models import Approval
+            from runs.kernel.models import Approval
 
             approval = Approval.objects.get(run=unknown, status="pending")
             approval_approve(
@@ -264,11 +265,8 @@ def demo_load(*, data_dir: Path) -> DemoResult:
         run_suspend(
             run_id=edited.run_id, actor="user:acme-engineer", reason="operator_pause", detail="looking at it"
         )
-        with connection.cursor() as cursor:  # someone "fixed" the state by hand, outside the engine
-            cursor.execute(
-                "UPDATE agent_runs SET state = jsonb_set(state, '{remaining}', '99') WHERE run_id = %s",
-                [edited.run_id],
-            )
+        edited.refresh_from_db()  # someone "fixed" the state by hand, outside the engine
+        apply(m.StateAlteredOutside(edited.run_id, state={**edited.state, "remaining": 99}))
         run_resume(run_id=edited.run_id, actor="user:acme-support", note="should be fine now")
         for actor, action, note in (
             ("user:acme-engineer", "suspend", "looking at it"),
@@ -287,10 +285,8 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             reason="operator_pause",
             detail="deploy rollback",
         )
-        with connection.cursor() as cursor:  # a checkpoint written by a newer release, then rolled back
-            cursor.execute(
-                "UPDATE agent_runs SET state_schema_version = 99 WHERE run_id = %s", [rolled.run_id]
-            )
+        # a checkpoint written by a newer release, then rolled back
+        apply(m.StateAlteredOutside(rolled.run_id, state_schema_version=99))
         run_resume(run_id=rolled.run_id, actor="user:acme-support", note="after the rollback")
         for actor, action, note in (
             ("user:acme-engineer", "suspend", "deploy rollback"),

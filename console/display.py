@@ -16,7 +16,7 @@ from django.utils import timezone
 from console.models import AuditEntry
 from core.erasure import erasers
 from memory.models import PROVENANCE_KEYS, ErasureRequest, MemoryItem
-from runs.engine.models import AgentEvent, Approval, ToolOperation
+from runs.kernel.models import AgentEvent, Approval, ToolOperation
 
 # ISO 4217 currencies without two minor digits; every other code is shown with two.
 _MINOR_DIGITS = {

@@ -13,7 +13,7 @@ from console.models import AuditEntry
 from core.erasure import Scope, distinctive
 from core.tenancy import tenant_scope
 from runs.conversations.erasure import ERASED, Redactor
-from runs.engine.models import Approval, ToolOperation
+from runs.kernel.models import Approval, ToolOperation
 
 
 class AuditNotesEraser:

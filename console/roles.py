@@ -22,8 +22,8 @@ from console.selectors import tenant_get_for_user, tenant_list_for_user
 from core.models import Tenant
 from core.roles import COMPLIANCE, ENGINEER, ROLES, SUPPORT, user_roles  # noqa: F401 - the console names them here too
 from core.tenancy import tenant_bind_request
-from runs.engine.models import AgentRun
 from runs.engine.selectors import run_get_for_tenants
+from runs.kernel.models import AgentRun
 
 
 def role_required(*roles: str) -> Callable[[Callable[..., HttpResponse]], Callable[..., HttpResponse]]:

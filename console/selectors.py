@@ -35,7 +35,6 @@ from runs.conversations.selectors import (
     subject_unredacted_event_count,
     summary_lists_by_run,
 )
-from runs.engine.models import SUBJECT_ERASED, AgentRun, Summary, ToolOperation
 from runs.engine.selectors import (
     approval_pending_count,
     approval_pending_list,
@@ -46,6 +45,7 @@ from runs.engine.selectors import (
     run_suspended_count,
     run_suspended_list,
 )
+from runs.kernel.models import SUBJECT_ERASED, AgentRun, Summary, ToolOperation
 from runs.langgraph.selectors import thread_interrupted_count, thread_interrupted_list
 
 AUDIT_KEYS = ("id",)

@@ -13,7 +13,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from console.timeline import StepBar, Wait, duration_text
-from runs.engine.models import AgentEvent, AgentRun, RunStatus, ToolOperation
+from runs.kernel.models import AgentEvent, AgentRun, RunStatus, ToolOperation
 
 # The events a step's execution commits (its outcome); a suspension without a step is a person's.
 STEP_EVENT_TYPES = (

@@ -11,7 +11,7 @@ from django.db.models import Count, Q
 from core.models import Tenant
 from core.tenancy import tenant_scope
 from memory.models import MemoryItem
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 
 MAX_QUERY_CHARS = 200
 MAX_SUBJECTS = 50

@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.db.models import Model
 from django.http import HttpRequest, QueryDict
 
-from core.models import ApiKey, Tenant, TenantOffboarding
+from core.models import ApiKey, StoredArtifact, Tenant, TenantOffboarding
 from core.tenancy import tenant_bind_request
 
 if TYPE_CHECKING:  # ModelAdmin is generic in the stubs only: Django gives it no __class_getitem__
@@ -113,3 +113,13 @@ class TenantOffboardingAdmin(ReadOnlyAdmin):
     list_display = ["offboarding_id", "tenant_slug", "status", "requested_by", "created_at", "completed_at"]
     list_filter = ["status"]
     search_fields = ["tenant_slug", "tenant_id", "offboarding_id"]
+
+
+@admin.register(StoredArtifact)
+class StoredArtifactAdmin(TenantBoundAdmin):
+    """The blobs Keeper stored, one row per tenant and digest: where each is and when the reclaim
+    sweep last found it referenced. Reclaim and erasure remove them; the admin only shows them."""
+
+    list_display = ["digest", "tenant", "store", "size", "created_at", "touched_at", "checked_at"]
+    list_filter = ["store", "tenant"]
+    search_fields = ["digest", "key"]

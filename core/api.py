@@ -137,6 +137,15 @@ class ClosedSerializer(serializers.Serializer[dict[str, Any]]):
         return dict(super().to_internal_value(data))
 
 
+class QuerySerializer(ClosedSerializer):
+    """A list's query parameters: only its own filters. An unknown one (`?run=…` for `?run_id=…`) is
+    a 400 naming it, never ignored: a client acting on the first result of an unfiltered list would
+    act on the wrong object."""
+
+    # DRF's own ?format=json, and the tenant every endpoint takes (a key's own, or 404: request_tenant)
+    read_by_view = ("format", "tenant")
+
+
 BIGINT_MAX = 2**63 - 1  # what PostgreSQL's bigint holds: past it a number was a 500 from the database
 
 

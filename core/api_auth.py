@@ -289,6 +289,14 @@ class ApiKeyRateThrottle(throttling.SimpleRateThrottle):
         return self._wait if rate_cache_is_redis() else super().wait()
 
 
+class WorkerProtocolThrottle(ApiKeyRateThrottle):
+    """The worker protocol's calls (claims, heartbeats, commits, releases, operations) in a bucket of
+    their own per key (`KEEPER_WORKER_RATE`): a fleet of workers on one key must not lose a lease to
+    the API's limit, and the API's clients are not starved by the workers' heartbeats."""
+
+    scope = "worker_protocol"
+
+
 def request_actor(request: Request) -> str:
     key = request_key(request)
     if key is not None:

@@ -15,13 +15,14 @@ from rest_framework.views import APIView
 from core.api import (
     ClosedSerializer,
     ErrorSerializer,
+    QuerySerializer,
     StrictCharField,
     StrictFloatField,
     StrictIntegerField,
     TenantParameterSerializer,
     error_responses,
 )
-from core.api_auth import request_actor, request_tenant
+from core.api_auth import request_actor, request_key, request_tenant
 from core.errors import NotFound
 from core.roles import COMPLIANCE
 from core.tenancy import tenant_scope
@@ -30,6 +31,7 @@ from memory.consent import CONSENT_BASES
 from memory.erasure import erasure_request_create
 from memory.filememory import memory_md_apply, memory_md_render, write_memory
 from memory.models import ErasureRequest, MemoryItem
+from memory.policy import provenance_of_writer
 from memory.projection import memory_search
 from memory.selectors import memory_recall
 from memory.services import memory_invalidate, memory_remember, memory_supersede
@@ -123,7 +125,7 @@ class MemoryItemsApi(APIView):
             choices=CONSENT_BASES, required=False, allow_null=True, default=None
         )  # none: from the provenance (memory/consent.py consent_default)
 
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(QuerySerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -153,6 +155,7 @@ class MemoryItemsApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
+        provenance_of_writer(fields["provenance"], operator=request_key(request) is None)
         item = memory_remember(tenant=request_tenant(request, fields.pop("tenant", None)), **fields)
         return Response(MemoryItemOutputSerializer(item).data, status=201)
 
@@ -200,6 +203,7 @@ class MemoryItemSupersedeApi(APIView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
+        provenance_of_writer(fields["provenance"], operator=request_key(request) is None)
         item = memory_supersede(
             tenant=request_tenant(request, fields.pop("tenant", None)), memory_id=memory_id, **fields
         )
@@ -237,7 +241,7 @@ class MemoryItemInvalidateApi(APIView):
 
 
 class MemorySearchApi(APIView):
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(QuerySerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -245,7 +249,7 @@ class MemorySearchApi(APIView):
         subject_id = StrictCharField(max_length=200, trim_whitespace=False, required=False)
         k = serializers.IntegerField(min_value=1, max_value=100, default=10)
 
-    class InputSerializer(ClosedSerializer, FilterSerializer):
+    class InputSerializer(FilterSerializer):
         """The same fields as a JSON body, each of its JSON type (a number is not a query)."""
 
         tenant = StrictCharField(max_length=64, required=False, allow_blank=True)
@@ -404,8 +408,13 @@ class MemoryFileApi(APIView):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
-        content = StrictCharField(max_length=200_000, allow_blank=True, trim_whitespace=False)
-        consent_basis = serializers.ChoiceField(choices=CONSENT_BASES, default="explicit")
+        # Its size is the service's to refuse, with a 413 naming the limits (memory/filememory.py).
+        content = StrictCharField(allow_blank=True, trim_whitespace=False)
+        # The basis of the lines that name none; none given: such a line in a category or namespace
+        # whose policy needs one waits for the subject's confirmation.
+        consent_basis = serializers.ChoiceField(
+            choices=CONSENT_BASES, required=False, allow_null=True, default=None
+        )
 
     @extend_schema(
         summary="A subject's MEMORY.md (current claims with their provenance, as markdown)",
@@ -427,8 +436,8 @@ class MemoryFileApi(APIView):
                 value={
                     "tenant": "acme",
                     "content": '# MEMORY.md of customer-7\n\n## preference\n- preference/language: "en"'
-                    '  <!-- id=0b6c1f9e-3a52-4f5e-9a43-6f1d2c3b4a59 -->\n- constraint/contact: "email only"\n',
-                    "consent_basis": "explicit",
+                    '  <!-- id=0b6c1f9e-3a52-4f5e-9a43-6f1d2c3b4a59 -->\n- constraint/contact: "email only"'
+                    "  <!-- consent=explicit -->\n",
                 },
                 request_only=True,
             )
@@ -444,7 +453,7 @@ class MemoryFileApi(APIView):
                     "held": serializers.ListField(child=serializers.DictField()),
                 },
             ),
-            **error_responses(422),
+            **error_responses(409, 413, 422),
         },
     )
     def put(self, request: Request, subject: str) -> Response:
@@ -455,6 +464,8 @@ class MemoryFileApi(APIView):
             subject_id=subject,
             text=data.validated_data["content"],
             editor=request_actor(request),
+            # Trust comes from who writes: a person signed in with a role is an operator, a key is not.
+            operator=request_key(request) is None,
             consent_basis=data.validated_data["consent_basis"],
         )
         return Response(edit.as_json())

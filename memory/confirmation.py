@@ -11,8 +11,8 @@ from django.utils import timezone
 from core.errors import Conflict, NotFound
 from core.models import Tenant
 from core.tenancy import tenant_scope
-from memory.consent import UNCONFIRMED, pending_expiry_cutoff
-from memory.poisoning.models import HeldClaim, HeldStatus
+from memory.consent import pending_expiry_cutoff
+from memory.poisoning.models import UNCONFIRMED, HeldClaim, HeldStatus
 from memory.services import memory_remember
 
 
@@ -21,7 +21,8 @@ def pending_confirm(*, tenant: Tenant, pending_id: UUID, actor: str, subject_id:
     explicit basis and explicit_user_confirmation as its validation. Returns the memory item."""
     with tenant_scope(tenant.tenant_id):
         held = HeldClaim.objects.select_for_update().filter(held_id=pending_id).first()
-        if held is None or UNCONFIRMED not in held.signals or (subject_id and held.subject_id != subject_id):
+        # Only a claim that waits for consent alone: one the screen held is a person's to review.
+        if held is None or held.signals != [UNCONFIRMED] or (subject_id and held.subject_id != subject_id):
             raise NotFound(f"no claim {pending_id} waiting for confirmation", code="pending_claim_not_found")
         if held.status != HeldStatus.HELD:
             raise Conflict(f"this claim was already {held.status}", code="pending_claim_decided")

@@ -15,12 +15,14 @@ from django.utils import timezone
 from core.errors import Conflict, InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_scope
+from memory.poisoning.models import UNCONFIRMED
+from memory.sensitive import CATEGORIES, namespace_path
 
 CONSENT_BASES = ("explicit", "contract", "legitimate_interest", "inferred")
-# A held claim with this signal waits for confirmation, not for a poisoning review.
-UNCONFIRMED = "unconfirmed"
 # Words by which a user asks to be remembered: what they then say is kept on an explicit basis.
 REMEMBER_CUES = ("remember", "запомни", "запомните", "记住", "記住")
+# What a sensitive category needs when no policy entry names it: the person's explicit consent.
+SENSITIVE_DEFAULT = ("explicit",)
 
 
 class ConsentRequired(InvalidInput):
@@ -64,26 +66,41 @@ def _policy(raw: str) -> dict[str, dict[str, tuple[str, ...]]]:
     return consent_policy_parse(raw)  # parsed once per setting's text, not on every write
 
 
-def consent_required(*, tenant: Tenant, namespace: str) -> tuple[str, ...] | None:
-    """The bases a claim in `namespace` of this tenant may have; None: any."""
+def consent_required(
+    *, tenant: Tenant, namespace: str, categories: frozenset[str] = frozenset()
+) -> tuple[str, ...] | None:
+    """The bases a claim of this tenant in `namespace`, touching these sensitive `categories`, may
+    have; None: any. A policy entry names a sensitive category (memory/sensitive.py) or a namespace,
+    which covers its children however spelled ("health" covers "Health", "health.conditions",
+    "health/x"); a category no entry names needs `explicit`. The tenant's entry for a name overrides
+    the "*" one; where several entries apply, a basis must satisfy each."""
     policy = _policy(settings.KEEPER_CONSENT_POLICY)
-    for scope in (tenant.slug, "*"):
-        if namespace in policy.get(scope, {}):
-            return policy[scope][namespace]
-    return None
+    rules = {**policy.get("*", {}), **policy.get(tenant.slug, {})}
+    path = namespace_path(namespace)
+    needed: list[tuple[str, ...]] = []
+    for name, bases in rules.items():
+        if name in CATEGORIES:
+            if name in categories:
+                needed.append(bases)
+            continue
+        named = namespace_path(name)
+        if named and path[: len(named)] == named:
+            needed.append(bases)
+    needed += [SENSITIVE_DEFAULT for category in categories if category not in rules]
+    if not needed:
+        return None
+    return tuple(b for b in CONSENT_BASES if all(b in bases for bases in needed))
 
 
-def consent_default(provenance: dict[str, Any]) -> str:
-    """The basis of a write that named none: a model's inference is inferred, a user's own statement
-    explicit, an operator's entry, a tool's result or an import the tenant's legitimate interest."""
+def consent_default(provenance: dict[str, Any]) -> str | None:
+    """The basis of a write that named none. Only what the writer did say: a claim the person
+    confirmed is explicit, a model's inference is inferred (no consent, a guess); anything else has
+    no basis (None, shown as "unknown"), which no rule of the policy accepts."""
     if provenance.get("validation_method") == "explicit_user_confirmation":
         return "explicit"
-    source_type = provenance.get("source_type")
-    if source_type == "model_inference":
+    if provenance.get("source_type") == "model_inference":
         return "inferred"
-    if source_type == "user_statement":
-        return "explicit"
-    return "legitimate_interest"
+    return None
 
 
 def consent_basis_of_statement(text: str, *, explicit: bool) -> str:
@@ -92,43 +109,40 @@ def consent_basis_of_statement(text: str, *, explicit: bool) -> str:
     return "explicit" if explicit and any(cue in lowered for cue in REMEMBER_CUES) else "inferred"
 
 
-def consent_check(*, tenant: Tenant, namespace: str, consent_basis: str) -> bool:
-    """True if the claim may be kept now; False if it must wait for confirmation (an inferred claim
-    where the policy needs another basis). Any other basis the policy does not accept is refused."""
-    if consent_basis not in CONSENT_BASES:
+def consent_check(
+    *,
+    tenant: Tenant,
+    namespace: str,
+    consent_basis: str | None,
+    categories: frozenset[str] = frozenset(),
+) -> bool:
+    """True if the claim may be kept now; False if it must wait for the subject's confirmation (an
+    inferred claim, or one without a basis, where the policy needs a basis). Any other basis the
+    policy does not accept is refused (ConsentRequired)."""
+    if consent_basis is not None and consent_basis not in CONSENT_BASES:
         raise InvalidInput(
             f"consent_basis must be one of {', '.join(CONSENT_BASES)}", code="invalid_consent_basis"
         )
-    needed = consent_required(tenant=tenant, namespace=namespace)
+    needed = consent_required(tenant=tenant, namespace=namespace, categories=categories)
     if needed is None or consent_basis in needed:
         return True
-    if consent_basis == "inferred":
+    if consent_basis in (None, "inferred"):
         return False
+    what = f"claims in {namespace}" + (f" ({', '.join(sorted(categories))})" if categories else "")
     raise ConsentRequired(
-        f"claims in {namespace} need consent basis {' or '.join(needed)}, not {consent_basis}",
-        details={"required": list(needed)},
+        f"{what} need consent basis {' or '.join(needed) or '(none: the policy rules disagree)'}, "
+        f"not {consent_basis}",
+        details={"required": list(needed), "categories": sorted(categories)},
     )
 
 
-def pending_hold(
-    *, tenant: Tenant, subject_id: str, namespace: str, key: str, value: Any, provenance: dict[str, Any]
-) -> ClaimPending:
-    """Queue an inferred claim for confirmation (inside the tenant's scope); the error to raise."""
-    from memory.poisoning.hold import held_claim_create
-
-    held = held_claim_create(
-        tenant=tenant,
-        subject_id=subject_id,
-        namespace=namespace,
-        key=key,
-        value=value,
-        provenance=provenance,
-        signals=[UNCONFIRMED],
-    )
+def pending_error(held: Any) -> ClaimPending:
+    """The answer to a write whose claim now waits for the subject's confirmation (held with the
+    `unconfirmed` signal by the caller, inside the tenant's scope)."""
     expires = held.created_at + timedelta(hours=settings.KEEPER_CONSENT_PENDING_TTL_HOURS)
     return ClaimPending(
-        f"{namespace}/{key} is an inference this tenant keeps only once the subject confirms it: "
-        "waiting for confirmation, not kept",
+        f"{held.namespace}/{held.key} needs the subject's consent before it is kept: waiting for "
+        "their confirmation, not kept",
         details={"pending_id": str(held.held_id), "expires_at": expires.isoformat()},
     )
 
@@ -147,7 +161,9 @@ def pending_purge_expired() -> int:
             purged += (
                 HeldClaim.objects.filter(
                     status=HeldStatus.HELD,
-                    signals__contains=[UNCONFIRMED],
+                    # Only what waits for consent alone: a claim the screen also held waits for a
+                    # person's review, and stays the evidence a rollback by source needs.
+                    signals=[UNCONFIRMED],
                     created_at__lt=pending_expiry_cutoff(),
                 )
                 .delete()[1]

@@ -8,6 +8,7 @@ twice is safe. The receipt names the subject by digest, never in clear.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 from uuid import UUID
@@ -357,14 +358,9 @@ def _scan(scope: Scope, scanned: list[Place]) -> dict[str, int]:
         return {place.name: place.count(scope) for place in scanned}
 
 
-def tombstoned(
-    *, tenant_id: UUID, subject_id: str, namespace: str, key: str, value: Any, provenance: dict[str, Any]
-) -> bool:
-    """Whether this claim, or the event it comes from, was erased (must run inside the tenant scope).
-
-    A claim with no run (an operator's entry, a store used outside a graph) has no source event: its
-    source digest would be the same for every such claim about the subject, so only the claim counts
-    (an older erasure may have left that digest; it refuses nothing)."""
+def _claim_digests(
+    *, subject_id: str, namespace: str, key: str, value: Any, provenance: dict[str, Any]
+) -> list[str]:
     values = [_claim_value(subject_id=subject_id, namespace=namespace, key=key, value=value)]
     if provenance.get("run_id") is not None:
         values.append(
@@ -373,8 +369,40 @@ def tombstoned(
             )
         )
     # Keyed digests, and the unkeyed ones of tombstones laid before the key (they must keep refusing).
-    digests = [*(keyed_digest(v) for v in values), *(json_digest(v) for v in values)]
-    return Tombstone.objects.filter(tenant_id=tenant_id, digest__in=digests).exists()
+    return [*(keyed_digest(v) for v in values), *(json_digest(v) for v in values)]
+
+
+def tombstoned(
+    *, tenant_id: UUID, subject_id: str, namespace: str, key: str, value: Any, provenance: dict[str, Any]
+) -> bool:
+    """Whether this claim, or the event it comes from, was erased (must run inside the tenant scope).
+
+    A claim with no run (an operator's entry, a store used outside a graph) has no source event: its
+    source digest would be the same for every such claim about the subject, so only the claim counts
+    (an older erasure may have left that digest; it refuses nothing)."""
+    return bool(
+        tombstoned_among(
+            tenant_id=tenant_id, subject_id=subject_id, claims=[(namespace, key, value, provenance)]
+        )
+    )
+
+
+def tombstoned_among(
+    *, tenant_id: UUID, subject_id: str, claims: Sequence[tuple[str, str, Any, dict[str, Any]]]
+) -> list[int]:
+    """The positions of the (namespace, key, value, provenance) claims `tombstoned` refuses, found
+    with one query (inside the tenant scope)."""
+    digests = [
+        _claim_digests(subject_id=subject_id, namespace=n, key=k, value=v, provenance=p)
+        for n, k, v, p in claims
+    ]
+    wanted = {d for ds in digests for d in ds}
+    if not wanted:
+        return []
+    found = set(
+        Tombstone.objects.filter(tenant_id=tenant_id, digest__in=wanted).values_list("digest", flat=True)
+    )
+    return [i for i, ds in enumerate(digests) if found.intersection(ds)]
 
 
 def _count_completed_requests(scope: Scope) -> int:

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from core.backends import backend_build
 from core.chat import ModelUnavailable, chat_json
 from core.errors import ApplicationError, InvalidInput
-from memory.sensitive import SENSITIVE_TERMS
+from memory.sensitive import claim_categories
 
 CATEGORIES = ("preference", "profile", "constraint")
 RULE_CONFIDENCE = 0.9  # the user said it in so many words; a pattern can still misread a sentence
@@ -394,18 +394,6 @@ class ModelExtractor:
 
 
 _KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
-# memory_remember refuses these in a model inference's namespace or key; a few more words of the same kind.
-_SENSITIVE_SLOT = (
-    *SENSITIVE_TERMS,
-    "allerg",
-    "illness",
-    "sick",
-    "disease",
-    "feeling",
-    "sentiment",
-    "faith",
-    "orientation",
-)
 
 
 def _contract(content: Any, messages: dict[int, str]) -> list[CandidateFact]:
@@ -422,10 +410,8 @@ def _contract(content: Any, messages: dict[int, str]) -> list[CandidateFact]:
 
 def _model_fact(item: Any, messages: dict[int, str]) -> CandidateFact | None:
     category, key, value, seq, text = (item[k] for k in ("category", "key", "value", "source_seq", "text"))
-    if isinstance(category, str) and isinstance(key, str):
-        slot = f"{category} {key}".lower()
-        if any(term in slot for term in _SENSITIVE_SLOT):
-            return None  # dropped before any other check: nothing of a sensitive guess is kept
+    if isinstance(category, str) and isinstance(key, str) and claim_categories(namespace=category, key=key):
+        return None  # dropped before any other check: nothing of a sensitive guess is kept
     if category not in CATEGORIES:
         raise ValueError(f"category {category!r} is not one of {', '.join(CATEGORIES)}")
     if not isinstance(key, str) or not _KEY.fullmatch(key):

@@ -14,9 +14,8 @@ from django.utils import timezone
 from core.errors import Conflict, InvalidInput, NotFound
 from core.models import Tenant
 from core.tenancy import tenant_scope
-from memory.consent import UNCONFIRMED
 from memory.models import MemoryItem
-from memory.poisoning.models import HeldClaim, HeldStatus
+from memory.poisoning.models import UNCONFIRMED, HeldClaim, HeldStatus
 from memory.services import memory_remember
 
 
@@ -46,7 +45,7 @@ def held_claim_approve(*, tenant: Tenant, held_id: UUID, actor: str, note: str) 
                 if confirmed
                 else held.provenance
             ),
-            consent_basis="explicit" if confirmed else None,
+            consent_basis="explicit" if confirmed else held.consent_basis,
             reviewed=True,
         )
         HeldClaim.objects.filter(pk=held.pk).update(

@@ -197,3 +197,37 @@ def erasure_request_get(*, tenant: Tenant, request_id: UUID) -> ErasureRequest |
     """The request if it belongs to this tenant (row-level security hides any other)."""
     with tenant_scope(tenant.tenant_id):
         return ErasureRequest.objects.filter(tenant=tenant, request_id=request_id).first()
+
+
+# A claim derived from a retrieval document names it so: source_id "document:<document id>" and
+# source_version its source version (what memory's source check compares with the index).
+DOCUMENT_SOURCE = "document:"
+
+
+def memory_claims_with_sources(
+    *, tenant: Tenant, after: UUID | None = None, limit: int = 500
+) -> list[MemoryItem]:
+    """Current claims that cite a run's event or a retrieval document (the sources whose change
+    invalidates them), in memory_id order after `after`: one page of a sweep."""
+    with tenant_scope(tenant.tenant_id):
+        items = MemoryItem.objects.filter(tenant_id=tenant.tenant_id, invalidated_at__isnull=True).filter(
+            ~Q(provenance__run_id=None) | Q(provenance__source_id__startswith=DOCUMENT_SOURCE)
+        )
+        if after is not None:
+            items = items.filter(memory_id__gt=after)
+        return list(items.order_by("memory_id")[:limit])
+
+
+def memory_superseded_by(*, tenant: Tenant, memory_ids: list[UUID]) -> dict[UUID, MemoryItem]:
+    """{claim: the claim it superseded} for these claims, where that one was invalidated only for
+    being superseded (what a claim whose source changed gives back its place to)."""
+    with tenant_scope(tenant.tenant_id):
+        newer = dict(
+            MemoryItem.objects.filter(
+                tenant_id=tenant.tenant_id, memory_id__in=memory_ids, supersedes__isnull=False
+            ).values_list("memory_id", "supersedes_id")
+        )
+        older = MemoryItem.objects.filter(
+            tenant_id=tenant.tenant_id, memory_id__in=list(newer.values()), invalidation_reason="superseded"
+        ).in_bulk()
+    return {claim: older[previous] for claim, previous in newer.items() if previous in older}

@@ -1,14 +1,16 @@
 """Writing long-term memory: remember, supersede, invalidate. Every write runs in its tenant's scope.
 
-A claim keeps where it came from (provenance). A model's inference about a sensitive trait (mood,
-health...) is refused unless the person confirmed it; an explicit user statement may live long;
-an unconfirmed inference expires. Memory written from user text is a quoted claim, never an
-instruction: nothing here turns a value into behaviour.
+A claim keeps where it came from (provenance). What may be kept, and what waits for a person or for
+the subject's consent, is memory/policy.py's to say; this module writes what it admits. A new value
+supersedes the current one; an unconfirmed inference expires. Memory written from user text is a
+quoted claim, never an instruction: nothing here turns a value into behaviour.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -23,33 +25,43 @@ from core.models import Tenant
 from core.tasks import task_send
 from core.tenancy import tenant_scope
 from memory.consent import (
+    UNCONFIRMED,
     ClaimPending,
+    ConsentRequired,
     consent_basis_of_statement,
-    consent_check,
-    consent_default,
-    pending_hold,
+    pending_error,
 )
-from memory.erasure import tombstoned
-from memory.item_schema import item_schema_current
-from memory.models import PROVENANCE_KEYS, MemoryItem
-from memory.poisoning.hold import ClaimHeld, claim_held_error, claim_hold_if_poisoned
-from memory.sensitive import SENSITIVE_TERMS
-
-SOURCE_TYPES = ("user_statement", "tool_result", "model_inference", "operator", "import")
-VALIDATION_METHODS = (
-    "explicit_user_confirmation",
-    "user_statement",
-    "tool_verified",
-    "operator_entered",
-    "unvalidated",
+from memory.erasure import tombstoned_among
+from memory.models import MemoryItem
+from memory.poisoning.hold import ClaimHeld, claim_held_error, held_claim_build
+from memory.poisoning.models import HeldClaim
+from memory.policy import (
+    SOURCE_TYPES,
+    VALIDATION_METHODS,
+    Admission,
+    SensitiveInference,
+    StateOfMindNotKept,
+    claim_admit,
 )
 
+__all__ = [
+    "SOURCE_TYPES",
+    "VALIDATION_METHODS",
+    "Claim",
+    "ClaimErased",
+    "ClaimHeld",
+    "MemoryConflict",
+    "SensitiveInference",
+    "StateOfMindNotKept",
+    "memory_invalidate",
+    "memory_learn_from_events",
+    "memory_purge_expired",
+    "memory_remember",
+    "memory_supersede",
+    "memory_write_admitted",
+]
 
 logger = logging.getLogger(__name__)
-
-
-class SensitiveInference(InvalidInput):
-    code = "sensitive_inference_refused"
 
 
 class MemoryConflict(Conflict):
@@ -60,53 +72,23 @@ class ClaimErased(Conflict):
     code = "claim_erased"
 
 
-def _validate(
-    *, namespace: str, key: str, value: Any, provenance: dict[str, Any], confidence: float | None
-) -> None:
-    for name, text in (("namespace", namespace), ("key", key)):
-        if not isinstance(text, str) or not 0 < len(text) <= 200:
-            raise InvalidInput(f"{name} must be 1 to 200 characters", code="invalid_memory_scope")
-    canonical_json(value)  # plain JSON, storable
-    if not isinstance(provenance, dict) or sorted(set(PROVENANCE_KEYS) - set(provenance)):
-        missing = sorted(set(PROVENANCE_KEYS) - set(provenance or {}))
-        raise InvalidInput(
-            f"provenance needs {', '.join(PROVENANCE_KEYS)} (missing {', '.join(missing)})",
-            code="invalid_provenance",
-        )
-    if provenance["source_type"] not in SOURCE_TYPES:
-        raise InvalidInput(
-            f"provenance.source_type must be one of {', '.join(SOURCE_TYPES)}", code="invalid_provenance"
-        )
-    if provenance["validation_method"] not in VALIDATION_METHODS:
-        raise InvalidInput(
-            f"provenance.validation_method must be one of {', '.join(VALIDATION_METHODS)}",
-            code="invalid_provenance",
-        )
-    if not isinstance(provenance["source_id"], str) or not provenance["source_id"]:
-        raise InvalidInput("provenance.source_id must name the source", code="invalid_provenance")
-    seq = provenance["event_seq"]
-    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**63):
-        raise InvalidInput(
-            "provenance.event_seq must be a whole number from 0 (an event's seq) or null",
-            code="invalid_provenance",
-        )
-    for name in ("source_version", "run_id"):
-        given = provenance[name]
-        if given is not None and (not isinstance(given, str) or len(given) > 200):
-            raise InvalidInput(
-                f"provenance.{name} must be text of at most 200 characters or null", code="invalid_provenance"
-            )
-    if confidence is not None and not 0 <= confidence <= 1:
-        raise InvalidInput("confidence must be between 0 and 1", code="invalid_confidence")
-    about = f"{namespace} {key}".lower()
-    if (
-        provenance["source_type"] == "model_inference"
-        and any(t in about for t in SENSITIVE_TERMS)
-        and provenance["validation_method"] != "explicit_user_confirmation"
-    ):
-        raise SensitiveInference(
-            f"a model's inference about {namespace}/{key} is not kept without the person's explicit confirmation"
-        )
+@dataclass(frozen=True)
+class Claim:
+    """One claim about a subject, as memory_remember takes it (for writing many at once)."""
+
+    namespace: str
+    key: str
+    value: Any
+    provenance: dict[str, Any]
+    confidence: float | None = None
+    expires_at: Any = None
+    consent_basis: str | None = None
+    schema_version: int | None = None
+
+
+def subject_check(subject_id: Any) -> None:
+    if not isinstance(subject_id, str) or not 0 < len(subject_id) <= 200:
+        raise InvalidInput("subject_id must be 1 to 200 characters", code="invalid_memory_scope")
 
 
 def _expiry(provenance: dict[str, Any], expires_at: Any) -> Any:
@@ -119,6 +101,33 @@ def _expiry(provenance: dict[str, Any], expires_at: Any) -> Any:
         # An unconfirmed inference is a guess about a person: it fades on its own.
         return timezone.now() + timedelta(days=settings.KEEPER_INFERENCE_TTL_DAYS)
     return None
+
+
+def claim_waiting(*, tenant: Tenant, subject_id: str, claim: Claim, admission: Admission) -> HeldClaim:
+    """The held claim (not saved) of a claim the policy makes wait: for a person's review (the
+    screen's signals), for the subject's confirmation (`unconfirmed`), or both."""
+    return held_claim_build(
+        tenant=tenant,
+        subject_id=subject_id,
+        namespace=claim.namespace,
+        key=claim.key,
+        value=claim.value,
+        provenance=claim.provenance,
+        signals=[*admission.poison, *([UNCONFIRMED] if admission.unconfirmed else [])],
+        consent_basis=admission.consent_basis,
+    )
+
+
+def waiting_error(held: HeldClaim) -> ClaimHeld | ClaimPending:
+    """What a write answers for a claim that now waits (202 either way)."""
+    return pending_error(held) if held.signals == [UNCONFIRMED] else claim_held_error(held)
+
+
+def _erased(claim: Claim, position: int) -> ClaimErased:
+    return ClaimErased(
+        f"{claim.namespace}/{claim.key} of this subject was erased at their request; it is not kept again",
+        details={"position": position},
+    )
 
 
 def memory_remember(
@@ -137,67 +146,111 @@ def memory_remember(
 ) -> MemoryItem:
     """Keep a new claim. If a current one exists for the same key, the new one supersedes it.
 
-    A claim that looks like poisoning (an instruction, a permission change, a policy override,
-    hidden text) from a source that is not an operator is held for review instead (ClaimHeld);
-    `reviewed`: a person approved it from the review queue.
+    memory/policy.py decides first: a refused claim raises (SensitiveInference, StateOfMindNotKept,
+    ConsentRequired, InvalidInput); one that looks like poisoning from a writer that is not an
+    operator is held for review (ClaimHeld), one that needs the subject's consent waits for it
+    (ClaimPending). `reviewed`: a person approved it from the review queue.
     """
-    if not isinstance(subject_id, str) or not 0 < len(subject_id) <= 200:
-        raise InvalidInput("subject_id must be 1 to 200 characters", code="invalid_memory_scope")
-    _validate(namespace=namespace, key=key, value=value, provenance=provenance, confidence=confidence)
-    consent_basis = consent_basis or consent_default(provenance)
-    # A new value is written in its namespace's current schema version (memory/item_schema.py).
-    schema_version = schema_version or item_schema_current(namespace)
-    if not reviewed:
+    subject_check(subject_id)
+    claim = Claim(namespace, key, value, provenance, confidence, expires_at, consent_basis, schema_version)
+    admission = claim_admit(
+        tenant=tenant,
+        namespace=namespace,
+        key=key,
+        value=value,
+        provenance=provenance,
+        confidence=confidence,
+        consent_basis=consent_basis,
+        schema_version=schema_version,
+        reviewed=reviewed,
+    )
+    if admission.waits:
         with tenant_scope(tenant.tenant_id):
-            held = claim_hold_if_poisoned(
-                tenant=tenant,
+            if tombstoned_among(
+                tenant_id=tenant.tenant_id,
                 subject_id=subject_id,
-                namespace=namespace,
-                key=key,
-                value=value,
-                provenance=provenance,
-            )
-        if held is not None:
-            raise claim_held_error(held)
-        if not consent_check(tenant=tenant, namespace=namespace, consent_basis=consent_basis):
-            with tenant_scope(tenant.tenant_id):
-                pending = pending_hold(
-                    tenant=tenant,
-                    subject_id=subject_id,
-                    namespace=namespace,
-                    key=key,
-                    value=value,
-                    provenance=provenance,
-                )
-            raise pending
+                claims=[(namespace, key, value, provenance)],
+            ):  # not even held: what the person had erased stays erased
+                raise _erased(claim, 0)
+            held = claim_waiting(tenant=tenant, subject_id=subject_id, claim=claim, admission=admission)
+            held.save()
+        raise waiting_error(held)
+    [(item, _)] = memory_write_admitted(tenant=tenant, subject_id=subject_id, claims=[(claim, admission)])
+    return item
+
+
+def memory_write_admitted(
+    *,
+    tenant: Tenant,
+    subject_id: str,
+    claims: Sequence[tuple[Claim, Admission]],
+    tombstones_checked: bool = False,
+) -> list[tuple[MemoryItem, bool]]:
+    """Write claims the policy admitted (claim_admit said they need not wait), in one transaction
+    and a fixed number of queries however many: (the item, whether it is new) for each, the current
+    item when the same claim (value and provenance) is written again. A claim erased at the subject's
+    request refuses the whole write (ClaimErased, details.position naming it); `tombstones_checked`:
+    the caller asked tombstoned_among in this transaction already."""
+    if len({(c.namespace, c.key) for c, _ in claims}) != len(claims):
+        raise InvalidInput("a namespace/key is written twice in one write", code="invalid_memory_write")
+    if not claims:
+        return []
     with tenant_scope(tenant.tenant_id):
-        if tombstoned(
-            tenant_id=tenant.tenant_id,
-            subject_id=subject_id,
-            namespace=namespace,
-            key=key,
-            value=value,
-            provenance=provenance,
-        ):
-            raise ClaimErased(
-                f"{namespace}/{key} of this subject was erased at their request; it is not kept again"
+        erased = (
+            []
+            if tombstones_checked
+            else tombstoned_among(
+                tenant_id=tenant.tenant_id,
+                subject_id=subject_id,
+                claims=[(c.namespace, c.key, c.value, c.provenance) for c, _ in claims],
             )
-        current = (
-            MemoryItem.objects.select_for_update()
-            .filter(
+        )
+        if erased:
+            raise _erased(claims[erased[0]][0], erased[0])
+        current = {
+            (m.namespace, m.key): m
+            for m in MemoryItem.objects.select_for_update().filter(
                 tenant=tenant,
                 subject_id=subject_id,
-                namespace=namespace,
-                key=key,
+                namespace__in={c.namespace for c, _ in claims},
+                key__in={c.key for c, _ in claims},
                 invalidated_at__isnull=True,
             )
-            .first()
-        )
+        }
         now = timezone.now()
-        if current is not None:
-            if canonical_json(current.value) == canonical_json(value) and current.provenance == provenance:
-                return current  # the same claim again: nothing new to keep
-            MemoryItem.objects.filter(pk=current.pk).update(
+        written: list[tuple[MemoryItem, bool]] = []
+        superseded: list[UUID] = []
+        for claim, admission in claims:
+            old = current.get((claim.namespace, claim.key))
+            if (
+                old is not None
+                and canonical_json(old.value) == canonical_json(claim.value)
+                and old.provenance == claim.provenance
+            ):
+                written.append((old, False))  # the same claim again: nothing new to keep
+                continue
+            if old is not None:
+                superseded.append(old.pk)
+            item = MemoryItem(
+                tenant=tenant,
+                subject_id=subject_id,
+                namespace=claim.namespace,
+                key=claim.key,
+                value=claim.value,
+                schema_version=admission.schema_version,
+                provenance=claim.provenance,
+                confidence=claim.confidence,
+                valid_from=now,
+                expires_at=_expiry(claim.provenance, claim.expires_at),
+                supersedes=old,
+                consent_basis=admission.consent_basis,
+            )
+            written.append((item, True))
+        new = [item for item, fresh in written if fresh]
+        if not new:
+            return written
+        if superseded:
+            MemoryItem.objects.filter(pk__in=superseded).update(
                 invalidated_at=now, invalidation_reason="superseded"
             )
         # If the broker is away, the next write or beat's projection sweep catches up.
@@ -205,24 +258,10 @@ def memory_remember(
             lambda: task_send(name="workers.tasks.project_memory", args=[str(tenant.tenant_id)])
         )
         try:
-            return MemoryItem.objects.create(
-                tenant=tenant,
-                subject_id=subject_id,
-                namespace=namespace,
-                key=key,
-                value=value,
-                schema_version=schema_version,
-                provenance=provenance,
-                confidence=confidence,
-                valid_from=now,
-                expires_at=_expiry(provenance, expires_at),
-                supersedes=current,
-                consent_basis=consent_basis,
-            )
+            MemoryItem.objects.bulk_create(new)
         except IntegrityError:
-            raise MemoryConflict(
-                f"{namespace}/{key} of {subject_id} changed at the same moment; try again"
-            ) from None
+            raise MemoryConflict(f"a claim of {subject_id} changed at the same moment; try again") from None
+        return written
 
 
 def memory_supersede(
@@ -318,7 +357,7 @@ def memory_learn_from_events(
         except ClaimErased:
             counts["erased"] += 1
             continue
-        except SensitiveInference:
+        except (SensitiveInference, ConsentRequired):
             counts["refused"] += 1
             continue
         except ClaimHeld:

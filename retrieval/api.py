@@ -24,6 +24,7 @@ from rest_framework.views import APIView
 
 from core.api import (
     ClosedSerializer,
+    QuerySerializer,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
@@ -166,7 +167,7 @@ class DocumentsApi(APIView):
         # A multipart upload's fields are all text ("true"); a JSON body's flag is true or false.
         wait = StrictBooleanField(required=False, default=False, form_text=True)
 
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(QuerySerializer):
         tenant = StrictCharField(
             max_length=64, required=False, allow_blank=True
         )  # with an API key: the key's
@@ -437,7 +438,7 @@ class SnapshotReplayApi(APIView):
 
 
 class InvalidationsApi(APIView):
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(QuerySerializer):
         tenant = StrictCharField(max_length=64, required=False, allow_blank=True)
         before_id = serializers.IntegerField(min_value=1, max_value=2**63 - 1, required=False)
         limit = serializers.IntegerField(min_value=1, max_value=500, default=200)

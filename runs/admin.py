@@ -7,10 +7,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from core.admin import TenantBoundAdmin
-from runs.engine.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
 from runs.engine.schedule_models import WorkflowSchedule
 from runs.engine.workspace_models import WorkspaceSnapshot
 from runs.external.models import ExternalWorkflow
+from runs.kernel.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
 from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 
 

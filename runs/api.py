@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 
 from core.api import (
     ClosedSerializer,
+    QuerySerializer,
     StrictBooleanField,
     StrictCharField,
     StrictIntegerField,
@@ -21,10 +22,10 @@ from core.api import (
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
 from core.roles import ENGINEER, SUPPORT, user_roles
 from runs.engine.forks import run_fork_once, run_rewind
-from runs.engine.models import AgentEvent, AgentRun, RunStatus
 from runs.engine.resume import run_state_accept
 from runs.engine.runs import client_idempotency_key, run_cancel, run_resume, run_start
 from runs.engine.selectors import run_events, run_get, run_page
+from runs.kernel.models import AgentEvent, AgentRun, RunStatus
 
 
 class RunOutputSerializer(serializers.ModelSerializer):
@@ -116,7 +117,7 @@ RUNS_PAGE = inline_serializer(
 class RunStartApi(APIView):
     session_roles = (SUPPORT, ENGINEER)  # a staff session's change needs the console's role for it
 
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(QuerySerializer):
         tenant = StrictCharField(max_length=64, required=False, allow_blank=True)
         status = serializers.ChoiceField(choices=RunStatus.choices, required=False)
         workflow = StrictCharField(max_length=200, required=False)
@@ -238,7 +239,7 @@ class RunDetailApi(APIView):
 
 
 class RunEventsApi(APIView):
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(QuerySerializer):
         after_seq = serializers.IntegerField(min_value=0, default=0)
         limit = serializers.IntegerField(min_value=1, max_value=1000, default=100)
 

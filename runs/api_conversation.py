@@ -10,14 +10,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import ClosedSerializer, StrictBooleanField, StrictCharField, error_responses
+from core.api import ClosedSerializer, QuerySerializer, StrictBooleanField, StrictCharField, error_responses
 from core.api_auth import request_actor
 from core.roles import ENGINEER, SUPPORT
 from runs.api import EVENTS_PAGE, EventOutputSerializer, run_for_request
 from runs.conversations.context import context_build
 from runs.conversations.messages import CONVERSATION_EVENTS, conversation_append
 from runs.conversations.sessions import session_window
-from runs.engine.models import AgentEvent
+from runs.kernel.models import AgentEvent
 
 
 class RunMessagesApi(APIView):
@@ -32,7 +32,7 @@ class RunMessagesApi(APIView):
         arguments = serializers.JSONField(required=False)
         is_error = StrictBooleanField(required=False, default=False)
 
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(QuerySerializer):
         after_seq = serializers.IntegerField(min_value=0, default=0)
         limit = serializers.IntegerField(min_value=1, max_value=500, default=100)
 
@@ -100,7 +100,7 @@ class RunSessionApi(APIView):
 
 
 class RunContextApi(APIView):
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(QuerySerializer):
         model = StrictCharField(max_length=100, required=False)
         query = StrictCharField(max_length=2000, required=False, default="")
         # Searches the retrieval index as this user (its ACL); the hits come with a snapshot id.

@@ -15,7 +15,7 @@ from core.api import ClosedSerializer, StrictCharField, error_responses
 from core.api_auth import request_actor
 from core.roles import ENGINEER, SUPPORT
 from runs.api import run_for_request
-from runs.engine.errors import RunNotFound
+from runs.kernel.errors import RunNotFound
 from runs.langgraph.interrupts import interrupt_answer, thread_interrupt_get
 
 

@@ -11,15 +11,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import ClosedSerializer, StrictBooleanField, StrictCharField, error_responses
+from core.api import ClosedSerializer, QuerySerializer, StrictBooleanField, StrictCharField, error_responses
 from core.api_auth import request_actor, request_key, request_may_see, request_tenant
 from core.errors import NotFound
 from core.roles import SUPPORT
 from runs.api import run_for_request
 from runs.engine.approvals import approval_approve, approval_reject
-from runs.engine.models import Approval, ApprovalStatus, ToolOperation
 from runs.engine.operations import RECONCILE_OUTCOMES, operation_reconcile
 from runs.engine.selectors import approval_list, approval_page, operation_get, run_operations
+from runs.kernel.models import Approval, ApprovalStatus, ToolOperation
 
 
 def _approval_check(request: Request, approval_id: UUID) -> None:
@@ -75,8 +75,9 @@ class OperationOutputSerializer(serializers.ModelSerializer):
 
 
 class ApprovalListApi(APIView):
-    class FilterSerializer(serializers.Serializer):
+    class FilterSerializer(QuerySerializer):
         status = serializers.ChoiceField(choices=ApprovalStatus.choices, required=False)
+        run_id = serializers.UUIDField(required=False)
         tenant = StrictCharField(max_length=64, required=False, allow_blank=True)
         before_created_at = serializers.DateTimeField(required=False)
         before_approval_id = serializers.UUIDField(required=False)
@@ -114,7 +115,7 @@ class ApprovalListApi(APIView):
         filters = self.FilterSerializer(data=request.query_params.dict())
         filters.is_valid(raise_exception=True)
         data = filters.validated_data
-        approvals = approval_list(status=data.get("status"))
+        approvals = approval_list(status=data.get("status"), run_id=data.get("run_id"))
         if request_key(request) is not None or data.get("tenant"):
             approvals = approvals.filter(tenant=request_tenant(request, data.get("tenant")))
         given = data.get("before_created_at")

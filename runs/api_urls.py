@@ -26,6 +26,7 @@ urlpatterns = [
     path(_W + "commit", api_workers.WorkerCommitApi.as_view(), name="api-worker-commit"),
     path(_W + "heartbeat", api_workers.WorkerHeartbeatApi.as_view(), name="api-worker-heartbeat"),
     path(_W + "release", api_workers.WorkerReleaseApi.as_view(), name="api-worker-release"),
+    path(_W + "lookups", api_workers.WorkerLookupsApi.as_view(), name="api-worker-lookups"),
     path(_W + "approval", api_workers.WorkerApprovalApi.as_view(), name="api-worker-approval"),
     path(
         _W + "operations/prepare",

@@ -20,14 +20,21 @@ from core.api import (
     StrictRegexField,
     error_responses,
 )
-from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
+from core.api_auth import (
+    WorkerProtocolThrottle,
+    request_actor,
+    request_key,
+    request_run_tenant,
+    request_tenant,
+)
 from core.errors import ApplicationError
 from core.roles import ENGINEER
-from runs.engine.store import OperationRow
-from runs.external import protocol
+from runs.external import operations, protocol, tokens
 from runs.external.models import ExternalWorkflow
 from runs.external.schema_index import MAX_SCHEMA_BYTES
 from runs.external.workflows import external_workflow_register
+from runs.kernel.records import OperationRow
+from runs.kernel.verify import Lookup
 
 MAX_STEP_TOKENS = 10**12
 # Room for an input_schema at its limit sent escaped (\uXXXX) or indented, and the rest of the body.
@@ -50,13 +57,15 @@ def _key_tenant(request: Request) -> UUID:
     return request_tenant(request).tenant_id
 
 
-def _lease(request: Request, run_id: UUID, token: str) -> protocol.Lease:
-    return protocol.lease_token_verify(token=token, tenant_id=_key_tenant(request), run_id=run_id)
+def _lease(request: Request, run_id: UUID, token: str) -> tokens.Lease:
+    return tokens.lease_token_verify(token=token, tenant_id=_key_tenant(request), run_id=run_id)
 
 
 class WorkerRunApiView(APIView):
     """A worker call about one run: another tenant's run does not exist for the key (404
     run_not_found), whatever the body says, before the body or the lease token is read."""
+
+    throttle_classes = [WorkerProtocolThrottle]
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
@@ -179,6 +188,10 @@ CLAIM = inline_serializer(
         "lease_expires_at": serializers.DateTimeField(),
         "lease_token": StrictCharField(),
         "verified": StrictCharField(allow_null=True),
+        "lookups_needed": serializers.BooleanField(
+            help_text="true: a take-over with operations in doubt that only your lookups can settle: answer "
+            "POST .../lookups with what each finds before anything else; its answer is the claim to use"
+        ),
         "operations_in_doubt": serializers.ListField(child=serializers.DictField()),
         "signals": serializers.ListField(child=serializers.DictField()),
     },
@@ -187,6 +200,7 @@ CLAIM = inline_serializer(
 
 class WorkerClaimApi(APIView):
     session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
+    throttle_classes = [WorkerProtocolThrottle]
 
     class InputSerializer(ClosedSerializer):
         workflows = serializers.ListField(child=StrictCharField(max_length=200), min_length=1, max_length=50)
@@ -238,24 +252,27 @@ class WorkerClaimApi(APIView):
             # is told when to come back instead of coming back at once.
             headers = {} if may_wait else {"Retry-After": str(protocol.retry_after(v["wait_seconds"]))}
             return Response(status=204, headers=headers)
-        g = claim.grant
-        return Response(
-            {
-                "run_id": g.run_id,
-                "workflow": g.workflow_name,
-                "workflow_version": g.workflow_version,
-                "step": g.next_step,
-                "state": claim.state,
-                "revision": claim.revision,
-                "attempt": g.attempt,
-                "lease_epoch": g.epoch,
-                "lease_expires_at": g.expires_at,
-                "lease_token": claim.token,
-                "verified": claim.verified,
-                "operations_in_doubt": claim.operations_in_doubt,
-                "signals": claim.signals,
-            }
-        )
+        return Response(_claimed(claim))
+
+
+def _claimed(claim: protocol.Claim) -> dict[str, Any]:
+    g = claim.grant
+    return {
+        "run_id": g.run_id,
+        "workflow": g.workflow_name,
+        "workflow_version": g.workflow_version,
+        "step": g.next_step,
+        "state": claim.state,
+        "revision": claim.revision,
+        "attempt": g.attempt,
+        "lease_epoch": g.epoch,
+        "lease_expires_at": g.expires_at,
+        "lease_token": claim.token,
+        "verified": claim.verified,
+        "lookups_needed": claim.lookups_needed,
+        "operations_in_doubt": claim.operations_in_doubt,
+        "signals": claim.signals,
+    }
 
 
 # --- under a lease --------------------------------------------------------------------------------
@@ -411,9 +428,59 @@ class WorkerHeartbeatApi(WorkerRunApiView):
         return Response({"lease_expires_at": expires})
 
 
+class WorkerLookupsApi(WorkerRunApiView):
+    class LookupSerializer(ClosedSerializer):
+        operation_id = StrictCharField(max_length=200)
+        authoritative = StrictBooleanField()
+        applied = StrictBooleanField(allow_null=True)
+        external_ref = StrictCharField(max_length=500, required=False, allow_null=True, default=None)
+        result = serializers.JSONField(required=False, allow_null=True, default=None)
+
+    class InputSerializer(LeaseInputSerializer):
+        lookups = serializers.ListField(child=serializers.DictField(), max_length=100)
+
+    @extend_schema(
+        summary="Report what your lookups find for the operations in doubt of a run you took over",
+        description="After a claim with `lookups_needed`: one entry per operation in doubt (`applied` true, "
+        "false or null; `authoritative` only if your lookup by the idempotency key is the outside system's "
+        "answer, including for requests still in progress). Resume verification then decides as it does for "
+        "Keeper's own tools: 200 with the claim to go on with, or 409 `resume_refused` (a person reconciles).",
+        request=InputSerializer,
+        responses={200: CLAIM, **error_responses(409, 422)},
+        examples=[
+            OpenApiExample(
+                "example",
+                value={
+                    "lease_token": "lt1.eyJ...signed",
+                    "lookups": [{"operation_id": "refund:o-1", "authoritative": True, "applied": False}],
+                },
+                request_only=True,
+            )
+        ],
+    )
+    def post(self, request: Request, run_id: UUID) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        lease = _lease(request, run_id, data.validated_data["lease_token"])
+        answers: dict[str, Lookup] = {}
+        for raw in data.validated_data["lookups"]:
+            item = self.LookupSerializer(data=raw)
+            item.is_valid(raise_exception=True)
+            v = item.validated_data
+            answers[v["operation_id"]] = Lookup(
+                v["authoritative"], v["applied"], v["external_ref"], v["result"]
+            )
+        return Response(_claimed(protocol.external_lookups(lease=lease, lookups=answers)))
+
+
 class WorkerReleaseApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
         retry_in = StrictFloatField(min_value=0, max_value=86400, default=0)
+        attempted = StrictBooleanField(
+            default=False,
+            help_text="true: the step ran and failed (the try counts toward KEEPER_MAX_ATTEMPTS); a release "
+            "without trying gives the claim's try back",
+        )
 
     @extend_schema(
         summary="Give the run back without committing (another worker may claim it after retry_in seconds)",
@@ -432,7 +499,8 @@ class WorkerReleaseApi(WorkerRunApiView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         lease = _lease(request, run_id, data.validated_data["lease_token"])
-        protocol.external_release(lease=lease, retry_in=data.validated_data["retry_in"])
+        v = data.validated_data
+        protocol.external_release(lease=lease, retry_in=v["retry_in"], attempted=v["attempted"])
         return Response({"released": True})
 
 
@@ -484,28 +552,38 @@ class WorkerOperationPrepareApi(WorkerRunApiView):
         data.is_valid(raise_exception=True)
         v = dict(data.validated_data)
         lease = _lease(request, run_id, v.pop("lease_token"))
-        return Response(_operation(protocol.external_operation_prepare(lease=lease, **v)))
+        return Response(_operation(operations.external_operation_prepare(lease=lease, **v)))
 
 
 class WorkerOperationStartedApi(WorkerRunApiView):
+    class InputSerializer(LeaseInputSerializer):
+        call_timeout_s = StrictFloatField(
+            min_value=0,
+            max_value=86400,
+            required=False,
+            help_text="the longest your call may take (default KEEPER_OPERATION_CALL_TIMEOUT): until that "
+            "long after this start, a lookup's not_applied is refused (409 operation_in_flight)",
+        )
+
     @extend_schema(
         summary="Mark a prepared operation started, just before sending it (only the lease holder)",
-        request=LeaseInputSerializer,
+        request=InputSerializer,
         responses={200: OPERATION, **error_responses(409)},
         examples=[OpenApiExample("example", value={"lease_token": "lt1.eyJ...signed"}, request_only=True)],
     )
     def post(self, request: Request, run_id: UUID, operation_id: str) -> Response:
-        data = LeaseInputSerializer(data=request.data)
+        data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         lease = _lease(request, run_id, data.validated_data["lease_token"])
-        return Response(
-            _operation(protocol.external_operation_started(lease=lease, operation_id=operation_id))
+        started = operations.external_operation_started(
+            lease=lease, operation_id=operation_id, call_timeout_s=data.validated_data.get("call_timeout_s")
         )
+        return Response(_operation(started))
 
 
 class WorkerOperationOutcomeApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
-        outcome = serializers.ChoiceField(choices=protocol.OUTCOMES)
+        outcome = serializers.ChoiceField(choices=operations.OUTCOMES)
         external_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
         result = serializers.JSONField(required=False, allow_null=True)
         note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
@@ -529,7 +607,7 @@ class WorkerOperationOutcomeApi(WorkerRunApiView):
         data.is_valid(raise_exception=True)
         v = data.validated_data
         lease = _lease(request, run_id, v["lease_token"])
-        op = protocol.external_operation_outcome(
+        op = operations.external_operation_outcome(
             lease=lease,
             operation_id=operation_id,
             outcome=v["outcome"],
@@ -582,7 +660,7 @@ class WorkerApprovalApi(WorkerRunApiView):
         data.is_valid(raise_exception=True)
         v = data.validated_data
         lease = _lease(request, run_id, v["lease_token"])
-        verdict, approval, reason, detail = protocol.external_approval_check(
+        verdict, approval, reason, detail = operations.external_approval_check(
             lease=lease, request=v["request"], reasons=v["reasons"]
         )
         return Response(

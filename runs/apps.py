@@ -9,6 +9,11 @@ class RunsConfig(AppConfig):
     verbose_name = "Runs"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
+        from runs.kernel.functions import functions_install_after_migrate
+
+        post_migrate.connect(functions_install_after_migrate, sender=self)
         # Every process (web, worker, beat, tests) registers the same workflows.
         import_module("runs.workflows.demo")
         import_module("runs.workflows.refund.workflow")
@@ -19,8 +24,8 @@ class RunsConfig(AppConfig):
         from runs.conversations.erasure import RunsEraser, register
         from runs.conversations.messages import conversation_copy
         from runs.engine.forks import fork_copier_register
-        from runs.engine.models import OperationStatus, RunStatus
         from runs.engine.registry import registry
+        from runs.kernel.models import OperationStatus, RunStatus
         from runs.langgraph import erasure as langgraph_erasure
         from runs.langgraph.graphs import graph_register
         from runs.langgraph.store import WORKFLOW as LANGGRAPH

@@ -1,8 +1,11 @@
-"""The module Django loads for the runs app: its models live in the engine (runs/engine/models.py)."""
+"""The module Django loads for the runs app: the run tables live in the kernel (runs/kernel/models.py), the rest beside their code."""
 
 from __future__ import annotations
 
-from runs.engine.models import (
+from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
+from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.external.models import ExternalWorkflow
+from runs.kernel.models import (
     AgentEvent,
     AgentRun,
     Approval,
@@ -13,9 +16,6 @@ from runs.engine.models import (
     SummaryStatus,
     ToolOperation,
 )
-from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
-from runs.engine.workspace_models import WorkspaceSnapshot
-from runs.external.models import ExternalWorkflow
 from runs.langgraph.models import LangGraphBlob, LangGraphCheckpoint, LangGraphWrite
 from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 

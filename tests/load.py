@@ -23,7 +23,7 @@ import requests
 
 from core.processes import web_args
 from core.tenancy import tenant_bind
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 from tests.processes import ProcessGroup, free_port, wait_until
 
 RUN_ID = re.compile(r"/runs/([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})/")

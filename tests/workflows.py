@@ -77,17 +77,20 @@ bad_jump = registry.register(Workflow(name="test.bad_jump", version="1", steps=(
 
 def _interrupted(ctx: StepContext, state: State) -> StepResult:
     # The first attempt is overtaken by a message stored while it runs (a new revision, same lease).
-    from runs.engine import store
-    from runs.engine.models import AgentEvent
+    from runs.kernel import apply
+    from runs.kernel import moves as m
+    from runs.kernel.models import AgentEvent
 
     if not AgentEvent.objects.filter(run_id=ctx.run_id, event_type="user_message").exists():
-        store.append_event(
-            run_id=ctx.run_id,
-            tenant_id=ctx.tenant_id,
-            event_type="user_message",
-            payload_json='{"content": "arrived mid-step"}',
-            actor="user:x",
-            client_message_id="mid-step",
+        apply(
+            m.MessageAppended(
+                run_id=ctx.run_id,
+                tenant_id=ctx.tenant_id,
+                event_type="user_message",
+                payload={"content": "arrived mid-step"},
+                actor="user:x",
+                client_message_id="mid-step",
+            )
         )
     return Complete(state, {"attempt": ctx.attempt})
 

@@ -15,6 +15,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": settings.KEEPER_REDISPATCH_INTERVAL,
             "options": {"expires": settings.KEEPER_REDISPATCH_INTERVAL * 2},
         },
+        # Runs refused because this deployment lacked their code, asked to resume once it has it.
+        "resume-runs-whose-code-is-back": {
+            "task": "workers.tasks.resume_runs_whose_code_is_back",
+            "schedule": settings.KEEPER_REDISPATCH_INTERVAL,
+            "options": {"expires": settings.KEEPER_REDISPATCH_INTERVAL * 2},
+        },
         # An answered LangGraph thread whose resume task was lost (the same grace as the runs').
         "resume-lost-langgraph-answers": {
             "task": "workers.tasks.resume_lost_langgraph_answers",
@@ -38,6 +44,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": 60.0,
             "options": {"expires": 120},
         },
+        # Forks cancelled or expired a fork TTL ago: their events, copied conversation and summaries.
+        "purge-abandoned-forks": {
+            "task": "workers.tasks.purge_abandoned_forks",
+            "schedule": 3600.0,
+            "options": {"expires": 7200},
+        },
         # Workspace snapshots of runs finished a TTL ago.
         "reclaim-workspaces": {
             "task": "workers.tasks.reclaim_workspaces",
@@ -52,6 +64,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
         },
         "purge-expired-memory": {
             "task": "workers.tasks.purge_expired_memory",
+            "schedule": 300.0,
+            "options": {"expires": 600},
+        },
+        # Claims whose source event was redacted or rewound away, or whose document changed.
+        "follow-memory-sources": {
+            "task": "workers.tasks.follow_memory_sources",
             "schedule": 300.0,
             "options": {"expires": 600},
         },

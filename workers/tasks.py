@@ -16,11 +16,13 @@ from memory.services import memory_purge_expired
 from retrieval.indexes import chunk_index_ensure, chunk_index_wanted
 from retrieval.services import document_embed, documents_pending, index_expire, index_reembed
 from runs.conversations.learning import run_learn
-from runs.engine.dispatch import runs_redispatch
+from runs.conversations.memory_sources import memory_sources_sweep
+from runs.engine.dispatch import runs_code_back, runs_redispatch
 from runs.engine.forks import forks_expire
 from runs.engine.schedules import schedules_fire
 from runs.engine.steps import run_advance
 from runs.engine.workspace import workspace_reclaim
+from runs.operator.retention import forks_purge
 from runs.webhooks.delivery import webhooks_deliver_due
 
 
@@ -34,6 +36,11 @@ def redispatch_runs() -> int:
     return runs_redispatch()
 
 
+@shared_task(name="workers.tasks.resume_runs_whose_code_is_back", ignore_result=True)
+def resume_runs_whose_code_is_back() -> int:
+    return runs_code_back()
+
+
 @shared_task(name="workers.tasks.fire_schedules", ignore_result=True)
 def fire_schedules() -> int:
     return schedules_fire()
@@ -42,6 +49,11 @@ def fire_schedules() -> int:
 @shared_task(name="workers.tasks.expire_forks", ignore_result=True)
 def expire_forks() -> int:
     return forks_expire()
+
+
+@shared_task(name="workers.tasks.purge_abandoned_forks", ignore_result=True)
+def purge_abandoned_forks() -> int:
+    return forks_purge().runs
 
 
 @shared_task(name="workers.tasks.deliver_webhooks", ignore_result=True)
@@ -67,6 +79,11 @@ def execute_erasure(request_id: str, tenant_id: str) -> None:
 @shared_task(name="workers.tasks.purge_expired_memory", ignore_result=True)
 def purge_expired_memory() -> int:
     return memory_purge_expired()
+
+
+@shared_task(name="workers.tasks.follow_memory_sources", ignore_result=True)
+def follow_memory_sources() -> int:
+    return memory_sources_sweep()
 
 
 @shared_task(name="workers.tasks.project_memory", ignore_result=True)

@@ -171,7 +171,11 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["core.api_auth.IsStaffOrScopedKey"],
     "DEFAULT_THROTTLE_CLASSES": ["core.api_auth.ApiKeyRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"api_key": env_str("KEEPER_API_RATE", "600/min")},  # per key
+    # per key: the REST API, and the worker protocol apart from it
+    "DEFAULT_THROTTLE_RATES": {
+        "api_key": env_str("KEEPER_API_RATE", "600/min"),
+        "worker_protocol": env_str("KEEPER_WORKER_RATE", "6000/min"),
+    },
     "DEFAULT_SCHEMA_CLASS": "core.api.KeeperAutoSchema",
     "SCHEMA_COERCE_PATH_PK": False,  # the schema names path parameters as the URL map does
     "EXCEPTION_HANDLER": "core.api.exception_handler",
@@ -191,7 +195,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # One name per choice set that several serializers share.
-    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.engine.models.RunStatus"},
+    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.kernel.models.RunStatus"},
     # The Bearer scheme of API keys is declared by core.api.ApiKeyAuthenticationScheme.
 }
 
@@ -237,6 +241,9 @@ CELERY_WORKER_CONCURRENCY = env_int(
 # --- The durable engine.
 # Seconds a worker owns a run before another may take it over; heartbeats renew it.
 KEEPER_LEASE_TTL = env_number("KEEPER_LEASE_TTL", 30.0, minimum=0.5)
+# How long a side effect's call may take at most (a tool's own `call_timeout_s` overrides it): until
+# that long after its start, a lookup's "not applied" is not trusted (the request may be in flight).
+KEEPER_OPERATION_CALL_TIMEOUT = env_number("KEEPER_OPERATION_CALL_TIMEOUT", 60.0, minimum=0)
 # Attempts at one step (crashes and errors both count) before the run is suspended.
 KEEPER_MAX_ATTEMPTS = env_int("KEEPER_MAX_ATTEMPTS", 5, minimum=1)
 # Seconds before retrying a step that raised; doubles with each attempt (at most 300 s).
@@ -430,9 +437,12 @@ if KEEPER_LOG_FORMAT not in ("json", "plain"):
 # The beat's periodic sweeps (workers/schedule.py): their routine lines are DEBUG (core.logging.QuietSweepFilter).
 SWEEP_TASKS = (
     "workers.tasks.redispatch_runs",
+    "workers.tasks.resume_runs_whose_code_is_back",
     "workers.tasks.resume_lost_langgraph_answers",
     "workers.tasks.expire_forks",
+    "workers.tasks.purge_abandoned_forks",
     "workers.tasks.purge_expired_memory",
+    "workers.tasks.follow_memory_sources",
     "workers.tasks.project_all_memory",
     "workers.tasks.embed_pending_documents",
     "workers.tasks.expire_retrieval_index",

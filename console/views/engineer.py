@@ -29,7 +29,6 @@ from console.timeline import DEFAULT_BUCKETS, MARKED_EVENT_TYPES, Bucket, Timeli
 from core.errors import ApplicationError
 from retrieval.selectors import retrieval_snapshot_list
 from runs.conversations import selectors as conversations
-from runs.engine.models import AgentRun, RunStatus
 from runs.engine.registry import registry
 from runs.engine.resume import ACCEPTABLE_REFUSALS, run_state_change
 from runs.engine.selectors import (
@@ -44,6 +43,7 @@ from runs.engine.selectors import (
     run_filtered_page,
     run_state_at,
 )
+from runs.kernel.models import AgentRun, RunStatus
 
 BULK_ACTIONS = (("resume", "Resume"), ("cancel", "Cancel"), ("redispatch", "Re-dispatch"))
 PAGE_SIZE, MAX_PAGE_SIZE = 50, 200

@@ -30,12 +30,12 @@ from console.roles import ENGINEER, role_required, run_for_user, user_tenants
 from console.views.engineer import FILTER_FIELDS, RunFilterForm, filter_query, request_token, run_page_context
 from core.errors import ApplicationError
 from runs.engine.dispatch import run_enqueue
-from runs.engine.errors import InvalidTransition
 from runs.engine.forks import run_fork_once, run_rewind
-from runs.engine.models import SUBJECT_ERASED, AgentRun, RunStatus
 from runs.engine.resume import run_state_accept
 from runs.engine.runs import run_cancel, run_resume
 from runs.engine.selectors import LIST_FIELDS, run_count_capped, run_filtered
+from runs.kernel.errors import InvalidTransition
+from runs.kernel.models import SUBJECT_ERASED, AgentRun, RunStatus
 from runs.langgraph.store import WORKFLOW as LANGGRAPH
 
 NOTE_MAX = 2000

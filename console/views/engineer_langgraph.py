@@ -21,7 +21,7 @@ from console.htmx import HtmxHttpRequest
 from console.roles import ENGINEER, role_required, run_for_user
 from console.views.engineer import request_token
 from core.errors import ApplicationError
-from runs.engine.models import AgentRun, RunStatus
+from runs.kernel.models import AgentRun, RunStatus
 from runs.langgraph.store import WORKFLOW as LANGGRAPH
 
 NOTE_MAX = 2000

@@ -24,8 +24,8 @@ from django.views.decorators.http import require_safe
 from console.htmx import HtmxHttpRequest, htmx_target
 from console.roles import ENGINEER, role_required, tenant_ids_for_user
 from core.metrics import queue_depth, worker_failures
-from runs.engine.models import RunStatus
 from runs.engine.selectors import run_queue_health
+from runs.kernel.models import RunStatus
 
 logger = logging.getLogger(__name__)
 

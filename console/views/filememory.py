@@ -24,21 +24,29 @@ from core.errors import ApplicationError
 from core.models import Tenant
 from core.tenancy import tenant_scope
 from memory.confirmation import pending_confirm
-from memory.consent import UNCONFIRMED
+from memory.consent import CONSENT_BASES
 from memory.erasure import subject_digest
-from memory.filememory import memory_md_apply, memory_md_render
-from memory.poisoning.models import HeldClaim, HeldStatus
+from memory.filememory import MEMORY_MD_MAX_BYTES, memory_md_apply, memory_md_render
+from memory.poisoning.models import UNCONFIRMED, HeldClaim, HeldStatus
 
 
 class MemoryFileForm(forms.Form):
     content = forms.CharField(
         label="MEMORY.md",
-        max_length=200_000,
+        max_length=MEMORY_MD_MAX_BYTES,
         required=False,
         strip=False,
         widget=forms.Textarea(attrs={"rows": 20, "dir": "auto", "spellcheck": "false", "class": "mono"}),
         help_text="One claim a line: - namespace/key: JSON value. Keep a line's <!-- id=... --> to change "
-        "its claim; delete a line to invalidate it; a line without an id is a new claim.",
+        "its claim; delete a line to invalidate it; a line without an id is a new claim. A line's "
+        "consent=... is the basis its claim is kept with.",
+    )
+    consent_basis = forms.ChoiceField(
+        label="Consent basis of the lines that name none",
+        choices=[("", "none stated"), *((b, b) for b in CONSENT_BASES)],
+        required=False,
+        help_text="Only a basis the subject gave. With none, a line about health, religion, politics or "
+        "another sensitive category waits below for the subject's confirmation instead of being kept.",
     )
     note = NoteField(
         label="Note for the audit log (the reason, a ticket number)",
@@ -57,8 +65,9 @@ class MemoryFileForm(forms.Form):
 def _pending(tenant: Tenant, subject: str) -> list[HeldClaim]:
     with tenant_scope(tenant.tenant_id):
         return list(
+            # Waiting for consent alone: a claim the screen held too is the review queue's.
             HeldClaim.objects.filter(
-                subject_id=subject, status=HeldStatus.HELD, signals__contains=[UNCONFIRMED]
+                tenant_id=tenant.tenant_id, subject_id=subject, status=HeldStatus.HELD, signals=[UNCONFIRMED]
             )
         )
 
@@ -89,6 +98,7 @@ def memory_md_page(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
                     text=form.cleaned_data["content"],
                     editor=actor_of(request),
                     operator=True,
+                    consent_basis=form.cleaned_data["consent_basis"] or None,
                 )
                 audit_record(
                     request=request,
@@ -103,10 +113,13 @@ def memory_md_page(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
             form.add_error(None, str(exc))
             line_errors = exc.details.get("lines", [])
         else:
+            waiting = (
+                f" {len(edit.held)} wait for the subject's confirmation or a review." if edit.held else ""
+            )
             messages.success(
                 request,
                 f"MEMORY.md saved: {edit.added} added, {edit.superseded} changed, "
-                f"{edit.invalidated} removed, {edit.unchanged} unchanged.",
+                f"{edit.invalidated} removed, {edit.unchanged} unchanged.{waiting}",
             )
             return redirect(_page(scope, subject))
     status = 422 if request.method == "POST" else 200

@@ -28,17 +28,8 @@ from console.selectors import support_inbox as inbox_read
 from core.errors import ApplicationError
 from core.models import Tenant
 from runs.engine.approvals import approval_approve, approval_reject
-from runs.engine.models import (
-    TERMINAL_RUN_STATUSES,
-    AgentRun,
-    Approval,
-    ApprovalStatus,
-    OperationStatus,
-    RunStatus,
-    ToolOperation,
-)
 from runs.engine.operations import RECONCILE_OUTCOMES, operation_reconcile
-from runs.engine.registry import registry
+from runs.engine.registry import ToolLookup, registry
 from runs.engine.runs import run_cancel, run_resume
 from runs.engine.selectors import (
     approval_get_for_tenants,
@@ -47,6 +38,15 @@ from runs.engine.selectors import (
     event_recent_list,
     operation_get_for_tenants,
     run_operations_in_doubt,
+)
+from runs.kernel.models import (
+    TERMINAL_RUN_STATUSES,
+    AgentRun,
+    Approval,
+    ApprovalStatus,
+    OperationStatus,
+    RunStatus,
+    ToolOperation,
 )
 from runs.langgraph.interrupts import (
     ANSWER_MAX_BYTES,
@@ -336,7 +336,7 @@ def support_operation_lookup(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         why = f"{op.tool_name} has no lookup here; check the external system by hand and reconcile"
         return _operation_page(request, pk, lookup_error=why, status=409, fragment=inline)
     try:
-        found = contract.lookup(op.operation_id)
+        found = contract.lookup(op.operation_id) or ToolLookup(authoritative=False, applied=None)
     except ApplicationError as exc:
         return _operation_page(request, pk, lookup_error=exc.message, status=exc.http_status, fragment=inline)
     # Not the answer's body: the audit log is append-only and an external system's answer can hold

@@ -54,8 +54,10 @@ def register() -> None:
         )
     free_register(
         "memory_held_claims",
-        "the screen's verdict: trust level, status, signal kinds and the staff user who decided",
+        "the screen's verdict: trust level, status, signal kinds, the consent basis named and the "
+        "staff user who decided",
         "trust",
+        "consent_basis",
         "status",
         "signals",
         "decided_by",

@@ -1,4 +1,4 @@
-"""The write side of the review queue: a memory write's trust level, and holding a screened claim."""
+"""The write side of the review queue: a memory write's trust level, and holding a claim that waits."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from typing import Any
 
 from core.errors import Conflict
 from core.models import Tenant
-from memory.poisoning.models import HeldClaim, Trust
-from memory.poisoning.screen import screen_claim
+from memory.poisoning.models import UNCONFIRMED, HeldClaim, Trust
 
 
 class ClaimHeld(Conflict):
@@ -28,30 +27,7 @@ def trust_of(provenance: dict[str, Any]) -> str:
     return Trust.LOW
 
 
-def claim_hold_if_poisoned(
-    *, tenant: Tenant, subject_id: str, namespace: str, key: str, value: Any, provenance: dict[str, Any]
-) -> HeldClaim | None:
-    """Hold the claim for review if it looks like poisoning and its source is not an operator; None
-    if it may be kept. Must run inside the tenant's scope, in a transaction that commits (the caller
-    raises ClaimHeld after it, outside)."""
-    trust = trust_of(provenance)
-    if trust == Trust.HIGH:
-        return None
-    signals = screen_claim(namespace=namespace, key=key, value=value)
-    if not signals:
-        return None
-    return held_claim_create(
-        tenant=tenant,
-        subject_id=subject_id,
-        namespace=namespace,
-        key=key,
-        value=value,
-        provenance=provenance,
-        signals=signals,
-    )
-
-
-def held_claim_create(
+def held_claim_build(
     *,
     tenant: Tenant,
     subject_id: str,
@@ -60,10 +36,11 @@ def held_claim_create(
     value: Any,
     provenance: dict[str, Any],
     signals: list[str],
+    consent_basis: str | None = None,
 ) -> HeldClaim:
     """A claim kept out of memory, waiting for a person (poisoning signals) or for the subject's
-    confirmation (`unconfirmed`); its source and trust come from its provenance."""
-    return HeldClaim.objects.create(
+    confirmation (`unconfirmed`); its source and trust come from its provenance. Not saved yet."""
+    return HeldClaim(
         tenant=tenant,
         subject_id=subject_id,
         namespace=namespace,
@@ -73,12 +50,14 @@ def held_claim_create(
         source=str(provenance.get("source_id") or ""),
         trust=trust_of(provenance),
         signals=signals,
+        consent_basis=consent_basis,
     )
 
 
 def claim_held_error(held: HeldClaim) -> ClaimHeld:
-    kinds = " and ".join(s.replace("_", " ") for s in held.signals)
+    kinds = " and ".join(s.replace("_", " ") for s in held.signals if s != UNCONFIRMED)
+    also = " (it also needs the subject's consent)" if UNCONFIRMED in held.signals else ""
     return ClaimHeld(
-        f"{held.namespace}/{held.key} looks like {kinds}: held for review, not kept",
+        f"{held.namespace}/{held.key} looks like {kinds}: held for review, not kept{also}",
         details={"held_id": str(held.held_id), "signals": held.signals, "trust": held.trust},
     )

@@ -7,6 +7,10 @@ import uuid
 
 from django.db import models
 
+# The signal of a held claim that waits for the subject's consent (memory/consent.py), beside the
+# screen's: instruction, permission_change, policy_override, hidden_text.
+UNCONFIRMED = "unconfirmed"
+
 
 class HeldStatus(models.TextChoices):
     HELD = "held", "held"
@@ -30,7 +34,10 @@ class HeldClaim(models.Model):
     provenance = models.JSONField()
     source = models.TextField()  # provenance.source_id: what a rollback names
     trust = models.CharField(max_length=6, choices=Trust.choices)
-    signals = models.JSONField(default=list)  # instruction, permission_change, policy_override, hidden_text
+    # instruction, permission_change, policy_override, hidden_text; unconfirmed: waits for consent
+    signals = models.JSONField(default=list)
+    # The basis its writer stated (or none): what the claim is kept with once a person approves it.
+    consent_basis = models.TextField(null=True, blank=True)
     status = models.CharField(max_length=8, choices=HeldStatus.choices, default=HeldStatus.HELD)
     decided_by = models.TextField(blank=True, default="")
     decided_at = models.DateTimeField(null=True, blank=True)

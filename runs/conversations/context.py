@@ -24,10 +24,11 @@ from runs.conversations.compaction.services import (
     range_rewrites,
     run_rewrites,
     summaries_usable,
-    summary_create,
+    summary_compact,
 )
 from runs.conversations.compaction.tokens import TokenCounter, token_counter
-from runs.engine.models import AgentEvent, AgentRun, Summary
+from runs.conversations.memory_sources import claims_follow_sources
+from runs.kernel.models import AgentEvent, AgentRun, Summary
 
 CONVERSATION_ROLES = {
     "user_message": "user",
@@ -62,9 +63,10 @@ class ContextBudget:
     the model's published maximum output). keep_recent: raw events never compacted away.
     memory_k, retrieval_k: how many memories and chunks the search brings. pinned_namespaces: the
     subject's claims in these namespaces always come first (a constraint the user stated holds on
-    every turn, whatever the query). memory_file: on a conversation's first turn (no answer yet) the
-    memory part is the subject's MEMORY.md (memory/filememory.py), pinned namespaces first, line by
-    line, cut by whole lines within `memory` (each line left out is named in the notes)."""
+    every turn, whatever the query). memory_file (on unless a workflow turns it off): on a
+    conversation's first turn (no answer yet) the memory part is the subject's MEMORY.md
+    (memory/filememory.py), pinned namespaces first, line by line, cut by whole lines within `memory`
+    (each line left out is named in the notes); later turns search memory for the message."""
 
     memory: int = 1000
     retrieval: int = 2000
@@ -75,7 +77,8 @@ class ContextBudget:
     memory_k: int = 8
     retrieval_k: int = 5
     pinned_namespaces: tuple[str, ...] = ("constraint",)
-    memory_file: bool = False
+    # A session starts from what the subject's memory file says, as the tutorial loads MEMORY.md.
+    memory_file: bool = True
 
     def __post_init__(self) -> None:
         if type(self.memory_file) is not bool:
@@ -144,7 +147,11 @@ class MemorySource:
     name = "memory"
 
     def __init__(
-        self, *, k: int = DEFAULT_BUDGET.memory_k, pinned: Sequence[str] = ("constraint",), file: bool = False
+        self,
+        *,
+        k: int = DEFAULT_BUDGET.memory_k,
+        pinned: Sequence[str] = ("constraint",),
+        file: bool = DEFAULT_BUDGET.memory_file,
     ):
         self.k, self.pinned, self.file = k, tuple(pinned), file
 
@@ -156,6 +163,10 @@ class MemorySource:
             return []
         own_episode = ("episode", f"run:{run.run_id}")
         if self.file and not AgentEvent.objects.filter(run=run, event_type="assistant_message").exists():
+            # A claim whose source changed since it was kept does not reach the model.
+            claims_follow_sources(
+                tenant=run.tenant, claims=memory_recall(tenant=run.tenant, subject_id=run.subject)
+            )
             return self._memory_file(run=run, own_episode=own_episode)
         chosen = (
             memory_recall(tenant=run.tenant, subject_id=run.subject, namespaces=list(self.pinned))
@@ -175,7 +186,10 @@ class MemorySource:
                 found = memory_recall_recent(tenant=run.tenant, subject_id=run.subject, limit=self.k + 1)
             more = [m for m in found if m.memory_id not in seen and (m.namespace, m.key) != own_episode]
             chosen += more[: self.k]
-        return [_memory_item(m) for m in chosen if (m.namespace, m.key) != own_episode]
+        gone = claims_follow_sources(tenant=run.tenant, claims=chosen)
+        return [
+            _memory_item(m) for m in chosen if (m.namespace, m.key) != own_episode and m.memory_id not in gone
+        ]
 
     def _memory_file(self, *, run: AgentRun, own_episode: tuple[str, str]) -> list[dict[str, Any]]:
         """The session's start: the subject's MEMORY.md, one item per claim line (whole lines)."""
@@ -394,7 +408,7 @@ def context_build(
         for start in range(0, len(to_compact), size):
             chunk = to_compact[start : start + size]
             summaries.append(
-                summary_create(
+                summary_compact(
                     run=run,
                     events=chunk,
                     counter=counter,

@@ -8,7 +8,7 @@ idempotency keys that carry the id become digests; `subject` becomes `erased:<su
 Summaries, Redis windows and stored tool results only these runs point to are deleted.
 
 History stays verifiable: each run gets one `subject_erased` event, written with the redacted state
-in one fenced statement (runs/engine/store.py), whose payload records per redacted event the digest of its
+in one fenced statement (the kernel's SubjectErased move), whose payload records per redacted event the digest of its
 content before and after; history checks accept a changed event only when it matches that record.
 
 Over 400 lines on purpose: every place the runs app keeps a subject's data (runs, events,
@@ -28,7 +28,7 @@ from django.db import OperationalError, connection
 
 from core.artifacts import artifact_digests_in, artifacts_referenced
 from core.artifacts.reclaim import artifacts_erase, artifacts_left
-from core.digests import canonical_json, json_digest, keyed_digest
+from core.digests import json_digest, keyed_digest
 from core.erasure import (
     CODE,
     IDENTIFIER_SUBSTRING_CHARS,
@@ -48,9 +48,11 @@ from core.erasure import (
 from core.tenancy import tenant_scope
 from runs.conversations.messages import CONVERSATION_EVENTS
 from runs.conversations.sessions import redis_client
-from runs.engine import store
-from runs.engine.models import AgentEvent, AgentRun, Approval, OperationStatus, Summary, ToolOperation
-from runs.engine.state import state_encode
+from runs.engine.selectors import subject_run_ids
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, AgentRun, Approval, OperationStatus, Summary, ToolOperation
+from runs.kernel.state import state_encode
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +244,7 @@ class RunsEraser:
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         # Runs an interrupted erasure already marked are the subject's too: a retry finishes them.
         with tenant_scope(tenant_id):
-            run_ids = store.subject_run_ids(
+            run_ids = subject_run_ids(
                 tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
             )
             texts: set[str] = set()
@@ -330,16 +332,17 @@ def _stop(scope: Scope, request_id: UUID) -> None:
             .values_list("run_id", flat=True)
         )
         for run_id in active:
-            store.transition(
-                run_id=run_id,
-                from_statuses=("running", "suspended"),
-                to_status="suspended",
-                event_type="run_suspended",
-                actor=f"erasure:{request_id}",
-                # Codes and ids only: a note here would be searched as the subject's text next time.
-                payload_json=canonical_json({"reason": ERASED_EVENT, "erasure_request_id": str(request_id)}),
-                suspend_reason=ERASED_EVENT,
-                suspend_detail=ERASED_DETAIL,
+            apply(
+                m.StatusChanged(
+                    run_id=run_id,
+                    from_statuses=("running", "suspended"),
+                    to_status="suspended",
+                    event_type="run_suspended",
+                    actor=f"erasure:{request_id}",
+                    payload={"reason": ERASED_EVENT, "erasure_request_id": str(request_id)},
+                    suspend_reason=ERASED_EVENT,
+                    suspend_detail=ERASED_DETAIL,
+                )
             )
 
 
@@ -402,7 +405,7 @@ def _erase_run(
                         "client_message_id": event.client_message_id,
                     }
                     if new != old:
-                        changed.append((event.pk, new))
+                        changed.append((event.seq, new))
                         records[str(event.seq)] = {
                             "before": keyed_digest(old),  # of the subject's own text: keyed
                             "after": redaction_digest(**new),
@@ -419,30 +422,29 @@ def _erase_run(
                 ):
                     break  # nothing left: a second erasure changes nothing
                 encoded = state_encode(state)
-                seq = store.subject_erased(
-                    run_id=run_id,
-                    tenant_id=scope.tenant_id,
-                    expected_revision=run.state_revision,
-                    state_json=encoded.json,
-                    state_digest=encoded.digest,
-                    subject=subject,
-                    result_json=None if result is None else canonical_json(result),
-                    idempotency_key=key,
-                    detail=ERASED_DETAIL,
-                    old_detail=ERASED if redact.hit(run.suspend_detail) else run.suspend_detail,
-                    payload_json=canonical_json(
-                        {
+                seq = apply(
+                    m.SubjectErased(
+                        run_id=run_id,
+                        tenant_id=scope.tenant_id,
+                        expected_revision=run.state_revision,
+                        state=encoded,
+                        subject=subject,
+                        result=result,
+                        idempotency_key=key,
+                        detail=ERASED_DETAIL,
+                        old_detail=ERASED if redact.hit(run.suspend_detail) else run.suspend_detail,
+                        payload={
                             "erasure_request_id": str(request_id),
                             "redactions": records,
                             "state_digest_before": run.state_digest,
-                        }
-                    ),
-                    actor=f"erasure:{request_id}",
+                        },
+                        actor=f"erasure:{request_id}",
+                    )
                 )
                 if seq is None:
                     continue
-                for pk, new in changed:
-                    AgentEvent.objects.filter(pk=pk).update(**new)
+                for event_seq, new in changed:
+                    apply(m.EventRedacted(run_id, event_seq, new))
                 approvals = _redact_rows(
                     Approval.objects.filter(run_id=run_id), redact, ("request", "reasons", "note")
                 )

@@ -12,11 +12,11 @@ from django.utils import timezone
 from core.tenancy import run_tenant, tenant_bind
 from memory.extraction import _GUARDS  # the guards fact extraction applies (no public name yet)
 from memory.services import ClaimErased, memory_learn_from_events, memory_remember
-from runs.engine.budgets import BudgetExhausted
 from runs.engine.charges import model_calls_charged
-from runs.engine.errors import RunNotFound
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.selectors import run_get
+from runs.kernel.budgets import BudgetExhausted
+from runs.kernel.errors import RunNotFound
+from runs.kernel.models import AgentEvent, AgentRun
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,6 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from core.artifacts import artifact_put
 from core.digests import canonical_json
@@ -21,11 +20,12 @@ from core.errors import Conflict, InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_of_call
 from runs.conversations.sessions import session_append
-from runs.engine import store
 from runs.engine.dispatch import run_enqueue_on_commit
-from runs.engine.errors import InvalidTransition, RunNotFound, SubjectErased
-from runs.engine.models import SUBJECT_ERASED, AgentEvent, AgentRun, RunStatus
 from runs.engine.registry import registry
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import InvalidTransition, RunNotFound, SubjectErased
+from runs.kernel.models import SUBJECT_ERASED, AgentEvent, AgentRun, RunStatus
 
 CONVERSATION_EVENTS = ("user_message", "assistant_message", "tool_call", "tool_result")
 AWAITING_INPUT = "awaiting_input"
@@ -99,13 +99,8 @@ def conversation_append(
         return _the_same_again(existing, event_type, payload)
     try:
         with transaction.atomic():
-            seq = store.append_event(
-                run_id=run_id,
-                tenant_id=tenant.tenant_id,
-                event_type=event_type,
-                payload_json=canonical_json(payload),
-                actor=actor,
-                client_message_id=client_message_id,
+            seq = apply(
+                m.MessageAppended(run_id, tenant.tenant_id, event_type, payload, actor, client_message_id)
             )
             if seq is None:
                 run = AgentRun.objects.filter(run_id=run_id, tenant=tenant).first()
@@ -162,45 +157,15 @@ def conversation_copy(
     the parent spent stays with the parent's events (the fork's first event carries the total).
     Returns how many events were copied.
     """
-    source = list(
-        AgentEvent.objects.filter(run=parent, seq__lte=at_seq, event_type__in=CONVERSATION_EVENTS).order_by(
-            "seq"
+    return apply(
+        m.EventsCopied(
+            run_id=child_id,
+            tenant_id=parent.tenant_id,
+            source_run_id=parent.run_id,
+            up_to_seq=at_seq,
+            event_types=tuple(CONVERSATION_EVENTS),
         )
     )
-    if not source:
-        return 0
-    renumbered = {event.seq: 2 + i for i, event in enumerate(source)}
-    copies = []
-    for event in source:
-        payload = {k: v for k, v in (event.payload or {}).items() if k != "spent"}
-        origin: dict[str, Any] = {"run_id": str(parent.run_id), "seq": event.seq}
-        if "in_reply_to" in payload:
-            origin["in_reply_to"] = payload["in_reply_to"]
-            payload["in_reply_to"] = renumbered.get(payload["in_reply_to"])
-        payload["forked_from"] = origin
-        seq = renumbered[event.seq]
-        copies.append(
-            AgentEvent(
-                run_id=child_id,
-                tenant_id=parent.tenant_id,
-                seq=seq,
-                event_type=event.event_type,
-                step_id=event.step_id,
-                attempt=event.attempt,
-                payload=payload,
-                actor=event.actor,
-                state_revision=seq,
-                state_digest=state_digest,
-                state=None,
-                next_step=next_step,
-                client_message_id=event.client_message_id,
-                created_at=timezone.now(),
-            )
-        )
-    with transaction.atomic():
-        AgentEvent.objects.bulk_create(copies)
-        AgentRun.objects.filter(run_id=child_id, state_revision=1).update(state_revision=1 + len(copies))
-    return len(copies)
 
 
 def conversation_next_unanswered(*, run_id: UUID) -> AgentEvent | None:
@@ -231,15 +196,17 @@ def conversation_next_unanswered(*, run_id: UUID) -> AgentEvent | None:
 
 
 def _wake_if_waiting(*, run_id: UUID, actor: str) -> None:
-    seq = store.transition(
-        run_id=run_id,
-        from_statuses=(RunStatus.SUSPENDED,),
-        to_status=RunStatus.SUSPENDED,
-        event_type="resume_requested",
-        actor=actor,
-        payload_json=canonical_json({"trigger": "user_message"}),  # a code, not a person's note
-        request_resume=True,
-        only_if_reason=AWAITING_INPUT,
+    seq = apply(
+        m.StatusChanged(
+            run_id=run_id,
+            from_statuses=(RunStatus.SUSPENDED,),
+            to_status=RunStatus.SUSPENDED,
+            event_type="resume_requested",
+            actor=actor,
+            payload={"trigger": "user_message"},
+            request_resume=True,
+            only_if_reason=AWAITING_INPUT,
+        )
     )
     if seq is not None:
         run_enqueue_on_commit(run_id=run_id)

@@ -18,7 +18,7 @@ from runs.conversations.compaction.services import summary_problem
 from runs.conversations.erasure import ERASED_EVENT, redactions_of, subject_session_keys
 from runs.conversations.messages import CONVERSATION_EVENTS
 from runs.conversations.sessions import redis_client, session_key
-from runs.engine.models import AgentEvent, AgentRun, Summary
+from runs.kernel.models import AgentEvent, AgentRun, Summary
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from typing import Any
 import redis
 from django.conf import settings
 
-from runs.engine.models import AgentEvent, AgentRun
+from runs.kernel.models import AgentEvent, AgentRun
 
 logger = logging.getLogger(__name__)
 SESSION_EVENTS = ("user_message", "assistant_message", "tool_call", "tool_result")

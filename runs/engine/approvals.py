@@ -11,14 +11,14 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput, NotFound
 from core.security import visible_text
 from core.tenancy import tenant_of_call
-from runs.engine import store
 from runs.engine.dispatch import run_enqueue_on_commit
-from runs.engine.errors import InvalidTransition, SubjectErased
-from runs.engine.models import SUBJECT_ERASED, AgentRun, Approval, ApprovalStatus, RunStatus
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import InvalidTransition, SubjectErased
+from runs.kernel.models import SUBJECT_ERASED, AgentRun, Approval, ApprovalStatus, RunStatus
 
 
 class ApprovalNotPending(Conflict):
@@ -136,15 +136,17 @@ def _ask_again(approval: Approval, actor: str) -> None:
     if run is None or run.status != RunStatus.SUSPENDED or run.suspend_reason not in _WAITING:
         return  # waiting for something else (a person's reconciliation, a signal), or erased
     payload = {"approval_id": str(approval.approval_id), "request_digest": approval.request_digest}
-    seq = store.transition(
-        run_id=run.run_id,
-        from_statuses=(RunStatus.SUSPENDED,),
-        to_status=RunStatus.SUSPENDED,
-        event_type="approval_expired",
-        actor=actor,
-        payload_json=canonical_json(payload),
-        expected_revision=run.state_revision,
-        request_resume=True,
+    seq = apply(
+        m.StatusChanged(
+            run_id=run.run_id,
+            from_statuses=(RunStatus.SUSPENDED,),
+            to_status=RunStatus.SUSPENDED,
+            event_type="approval_expired",
+            actor=actor,
+            payload=payload,
+            expected_revision=run.state_revision,
+            request_resume=True,
+        )
     )
     if seq is not None:
         run_enqueue_on_commit(run_id=run.run_id)
@@ -173,24 +175,17 @@ def _decide(*, approval_id: UUID, actor: str, note: str, status: str) -> Approva
         if approval.status != ApprovalStatus.PENDING:
             raise _not_pending(approval)
         _close(approval, status, actor, note, timezone.now())
-        run = AgentRun.objects.get(run_id=approval.run_id)
         payload = {
             "approval_id": str(approval_id),
             "decision": status,
             "note": note,
             "request_digest": approval.request_digest,
         }
-        # The run stays suspended with a resume request: a worker verifies the approval (unexpired,
-        # same digest) among the other resume checks before the run continues.
-        seq = store.transition(
-            run_id=run.run_id,
-            from_statuses=(RunStatus.SUSPENDED,),
-            to_status=RunStatus.SUSPENDED,
-            event_type=f"approval_{status}",
-            actor=actor,
-            payload_json=canonical_json(payload),
-            request_resume=True,
-        )
+        for _ in range(3):  # the run moved between the read and the statement: read it again
+            run = AgentRun.objects.get(run_id=approval.run_id)
+            seq = apply(_decision_recorded(run, actor, status, payload))
+            if seq is not None or run.status not in (RunStatus.RUNNING, RunStatus.SUSPENDED):
+                break
         if seq is None and run.suspend_reason == SUBJECT_ERASED:
             raise SubjectErased(
                 f"run {run.run_id} will not continue: its subject was erased; nothing to approve"
@@ -199,6 +194,26 @@ def _decide(*, approval_id: UUID, actor: str, note: str, status: str) -> Approva
             raise InvalidTransition(f"run {run.run_id} is {run.status}, not waiting for this approval")
         run_enqueue_on_commit(run_id=run.run_id)
     return approval
+
+
+def _decision_recorded(run: AgentRun, actor: str, status: str, payload: dict[str, Any]) -> m.StatusChanged:
+    """A person's decision on the run's approval, as the run's event.
+
+    A suspended run stays suspended with a resume request: a worker verifies the approval (unexpired,
+    same digest) among the other resume checks before the run continues. A run still running (its step
+    asked for the approval and has not suspended yet) is taken from its worker: the step runs again
+    and finds the decision, so a decision made early is kept and used, never refused."""
+    waiting = run.status == RunStatus.SUSPENDED
+    return m.StatusChanged(
+        run_id=run.run_id,
+        from_statuses=(RunStatus.SUSPENDED,) if waiting else (RunStatus.RUNNING,),
+        to_status=RunStatus.SUSPENDED if waiting else RunStatus.RUNNING,
+        event_type=f"approval_{status}",
+        actor=actor,
+        payload=payload,
+        expected_revision=None if waiting else run.state_revision,
+        request_resume=waiting,
+    )
 
 
 def approval_approve(*, approval_id: UUID, actor: str, note: str = "") -> Approval:

@@ -19,10 +19,12 @@ from django.conf import settings
 from django.db import connection
 
 from core.chat import ChatUsage, chat_meter_current, chat_metered
-from core.digests import canonical_json
 from core.errors import ApplicationError
 from core.tenancy import run_tenant, tenant_bind
-from runs.engine.budgets import (
+from runs.engine.registry import StepContext
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.budgets import (
     BudgetExhausted,
     Budgets,
     budgets_deadline_passed,
@@ -31,7 +33,6 @@ from runs.engine.budgets import (
     budgets_recompute,
     budgets_spend,
 )
-from runs.engine.registry import StepContext
 
 # USD per 1,000 tokens, for the models of the token table (runs/conversations/compaction/tokens.py);
 # KEEPER_MODEL_PRICES (JSON) adds models or overrides these. A model in neither costs nothing.
@@ -106,22 +107,6 @@ def usage_tokens(usage: ChatUsage) -> tuple[int, int, bool]:
     return prompt, completion, True
 
 
-# Like store.append_event, but on a run in any state but imported or erased: a run that completed is
-# still charged for the extraction that follows it. It takes the next revision like every event.
-_APPEND_USAGE = """
-WITH u AS (
-  UPDATE agent_runs SET state_revision = state_revision + 1, updated_at = statement_timestamp()
-   WHERE run_id = %(run_id)s AND NOT imported AND suspend_reason IS DISTINCT FROM 'subject_erased'
-  RETURNING run_id, tenant_id, state_revision, next_step, state_digest)
-INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor, state_revision,
-                          state_digest, next_step, created_at)
-SELECT u.run_id, u.tenant_id, u.state_revision, 'model_usage', NULL, NULL, %(payload)s::jsonb, %(actor)s,
-       u.state_revision, u.state_digest, u.next_step, statement_timestamp()
-  FROM u
-RETURNING seq
-"""
-
-
 def model_call_charge(
     *,
     usage: ChatUsage,
@@ -148,8 +133,8 @@ def model_call_charge(
     tenant_id = run_tenant(run_id)
     if tenant_id is None:
         return spent
-    with tenant_bind(tenant_id), connection.cursor() as cursor:
-        cursor.execute(_APPEND_USAGE, {"run_id": run_id, "payload": canonical_json(payload), "actor": actor})
+    with tenant_bind(tenant_id):  # a run that completed is still charged for the extraction after it
+        apply(m.UsageCharged(run_id, payload, actor))
     return spent
 
 

@@ -9,12 +9,14 @@ from uuid import UUID
 
 from django.db import transaction
 
+from core.db import wire
 from core.errors import InvalidInput
 from core.tenancy import tenant_of_call
-from runs.engine import store
-from runs.engine.errors import ConcurrentResume
-from runs.engine.models import TERMINAL_RUN_STATUSES, AgentRun, RunStatus
 from runs.engine.runs import MAX_IDEMPOTENCY_KEY_LENGTH, run_start
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import ConcurrentResume
+from runs.kernel.models import TERMINAL_RUN_STATUSES, AgentRun, RunStatus
 
 # The suspend reason of a run waiting for a child (ctx.wait_child); the detail names the child run.
 CHILD_RUN = "child_run"
@@ -73,7 +75,7 @@ def child_start(
     if not isinstance(child_id, str) or not 0 < len(child_id.strip()) <= MAX_CHILD_KEY_LENGTH:
         raise InvalidInput(f"a child_id is 1 to {MAX_CHILD_KEY_LENGTH} characters", code="invalid_child_id")
     with transaction.atomic():
-        subject = store.child_parent_held(run_id=parent_run_id, owner=owner, epoch=epoch)
+        subject = _parent_held(tenant_id=tenant_id, run_id=parent_run_id, owner=owner, epoch=epoch)
         if subject is None:
             raise ConcurrentResume(
                 f"run {parent_run_id} is no longer running under this lease; no child was started",
@@ -88,8 +90,24 @@ def child_start(
             idempotency_key=_idempotency_key(parent_run_id, child_id),
             subject=subject,
         )
-        store.child_link(child_run_id=started.run.run_id, parent_run_id=parent_run_id)
+        apply(m.ChildLinked(started.run.run_id, parent_run_id, tenant_id))
     return ChildRun(started.run.run_id, child_id, started.run.workflow_name)
+
+
+# The parent still running under this very lease, locked until the caller's transaction ends: a cancel
+# of the parent waits for it (and then sees the new child), or came first and refuses it.
+_PARENT_HELD = """
+SELECT subject FROM agent_runs
+ WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'running' AND lease_owner = %(owner)s
+   AND lease_epoch = %(epoch)s
+   FOR NO KEY UPDATE
+"""
+
+
+def _parent_held(*, tenant_id: UUID, run_id: UUID, owner: str, epoch: int) -> str | None:
+    """Lock the parent run if `owner` still holds it at `epoch`; its subject, or None if it does not."""
+    rows = wire.rows(_PARENT_HELD, {"tenant_id": tenant_id, "run_id": run_id, "owner": owner, "epoch": epoch})
+    return rows[0][0] if rows else None
 
 
 def child_outcome(*, child_run_id: UUID) -> ChildOutcome | None:

@@ -15,8 +15,13 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
+from core.db import wire
 from core.tasks import task_send
-from runs.engine import store
+from core.tenancy import tenant_bind
+from runs.engine.registry import registry
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import UnknownWorkflow
 
 logger = logging.getLogger(__name__)
 
@@ -46,10 +51,49 @@ def runs_enqueue_many(*, run_ids: Iterable[UUID]) -> int:
 
 def runs_redispatch(*, limit: int = 500) -> int:
     """Resend wake-ups for running runs nobody holds (lease expired or none) and nobody woke lately."""
-    run_ids = store.claim_for_redispatch(grace=settings.KEEPER_REDISPATCH_GRACE, limit=limit)
+    run_ids = apply(m.RunsRedispatched(settings.KEEPER_REDISPATCH_GRACE, limit))
     if run_ids:
         logger.info("sweep: re-dispatching %d run(s)", len(run_ids))
     return runs_enqueue_many(run_ids=run_ids)
+
+
+CODE_MISSING = ("workflow_version_unavailable", "unknown_step")
+
+
+def runs_code_back(*, limit: int = 200) -> int:
+    """Runs suspended because this deployment lacked their workflow version or step ask to resume by
+    themselves once a deployment has the code again (resume verification checks it all). Returns how
+    many were asked."""
+    asked = 0
+    for run_id, tenant_id, name, version, step, reason in wire.rows(
+        "SELECT * FROM keeper_code_back_claim(%s)", [limit]
+    ):
+        with tenant_bind(tenant_id):  # an external workflow is the tenant's own
+            try:
+                workflow = registry.get(name, version)
+            except UnknownWorkflow:
+                continue
+            if workflow.step(step) is None:
+                continue
+            seq = apply(
+                m.StatusChanged(
+                    run_id=run_id,
+                    from_statuses=("suspended",),
+                    to_status="suspended",
+                    event_type="resume_requested",
+                    actor="system:deploy",
+                    payload={"trigger": "code_back", "workflow_version": version, "step": step},
+                    request_resume=True,
+                    only_if_reason=reason,
+                    unless_resume_pending=True,
+                )
+            )
+        if seq is not None:
+            asked += 1
+            run_enqueue(run_id=run_id)
+    if asked:
+        logger.info("sweep: %d run(s) whose code is back asked to resume", asked)
+    return asked
 
 
 def task_enqueue(*, name: str, args: list[str]) -> bool:

@@ -15,17 +15,17 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput
 from core.tenancy import tenant_bind, tenant_of_call, tenant_scope
-from runs.engine import store
 from runs.engine.dispatch import run_enqueue_on_commit
-from runs.engine.errors import IdempotencyConflict, InvalidTransition, RunImported, SubjectErased
-from runs.engine.models import AgentEvent, AgentRun, RunStatus
 from runs.engine.registry import registry
 from runs.engine.runs import MAX_IDEMPOTENCY_KEY_LENGTH, StartedRun
 from runs.engine.selectors import run_get
-from runs.engine.state import state_encode
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import IdempotencyConflict, InvalidTransition, RunImported, SubjectErased
+from runs.kernel.models import AgentEvent, AgentRun, RunStatus
+from runs.kernel.state import state_encode
 
 
 class ForkStateMismatch(Conflict):
@@ -187,25 +187,26 @@ def run_fork_once(
         "spent": _carried(state),
     }
     with tenant_scope(parent.tenant_id):
-        created = store.insert_run(
-            run_id=child_id,
-            tenant_id=parent.tenant_id,
-            workflow_name=parent.workflow_name,
-            workflow_version=parent.workflow_version,
-            state_schema_version=schema_version,
-            next_step=next_step,
-            state_json=encoded.json,
-            state_digest=encoded.digest,
-            idempotency_key=key,
-            input_digest=parent.input_digest,
-            actor=actor,
-            parent_run_id=parent.run_id,
-            fork_seq=at_seq,
-            fork_expires_at=expires,
-            event_type="run_forked",
-            suspend_reason=None if start else "fork_not_started",
-            payload_json=canonical_json(payload),
-            subject=parent.subject,
+        created = apply(
+            m.RunStarted(
+                run_id=child_id,
+                tenant_id=parent.tenant_id,
+                workflow_name=parent.workflow_name,
+                workflow_version=parent.workflow_version,
+                state_schema_version=schema_version,
+                next_step=next_step,
+                state=encoded,
+                idempotency_key=key,
+                input_digest=parent.input_digest,
+                payload=payload,
+                actor=actor,
+                parent_run_id=parent.run_id,
+                fork_seq=at_seq,
+                fork_expires_at=expires,
+                event_type="run_forked",
+                suspend_reason=None if start else "fork_not_started",
+                subject=parent.subject,
+            )
         )
         if not created:  # the same key, sent at the same moment: the other request's fork
             assert key is not None  # only a key can collide
@@ -255,16 +256,16 @@ def run_rewind(
             run_id=run_id, at_seq=to_seq, actor=actor, note=note, idempotency_key=idempotency_key
         )
         active = parent.status in (RunStatus.RUNNING, RunStatus.SUSPENDED)
-        seq = store.transition(
-            run_id=parent.run_id,
-            from_statuses=(parent.status,),
-            to_status=RunStatus.CANCELLED if active else parent.status,
-            event_type="run_superseded",
-            actor=actor,
-            payload_json=canonical_json(
-                {"superseded_by": str(child.run_id), "rewound_to_seq": to_seq, "note": note}
-            ),
-            superseded_by=child.run_id,
+        seq = apply(
+            m.StatusChanged(
+                run_id=parent.run_id,
+                from_statuses=(parent.status,),
+                to_status=RunStatus.CANCELLED if active else parent.status,
+                event_type="run_superseded",
+                actor=actor,
+                payload={"superseded_by": str(child.run_id), "rewound_to_seq": to_seq, "note": note},
+                superseded_by=child.run_id,
+            )
         )
         if seq is None:
             raise InvalidTransition(f"run {run_id} changed while rewinding; nothing was written")
@@ -288,15 +289,17 @@ def forks_expire() -> int:
     cancelled = 0
     for run_id, tenant_id in expired:
         with tenant_bind(tenant_id):
-            seq = store.transition(
-                run_id=run_id,
-                from_statuses=(RunStatus.SUSPENDED,),
-                to_status=RunStatus.CANCELLED,
-                event_type="fork_expired",
-                actor="system:fork-ttl",
-                payload_json=canonical_json({"reason": "fork TTL"}),
-                only_if_reason="fork_not_started",
-                only_if_fork_expired=True,
+            seq = apply(
+                m.StatusChanged(
+                    run_id=run_id,
+                    from_statuses=(RunStatus.SUSPENDED,),
+                    to_status=RunStatus.CANCELLED,
+                    event_type="fork_expired",
+                    actor="system:fork-ttl",
+                    payload={"reason": "fork TTL"},
+                    only_if_reason="fork_not_started",
+                    only_if_fork_expired=True,
+                )
             )
         cancelled += seq is not None
     for run_id, tenant_id, revision in abandoned:
@@ -310,14 +313,16 @@ def forks_expire() -> int:
                 "suspended_since": run["updated_at"].isoformat(),
                 "ttl_s": float(settings.KEEPER_FORK_STARTED_TTL),
             }
-            seq = store.transition(
-                run_id=run_id,
-                from_statuses=(RunStatus.SUSPENDED,),
-                to_status=RunStatus.CANCELLED,
-                event_type="fork_abandoned",
-                actor="system:fork-ttl",
-                payload_json=canonical_json(payload),
-                expected_revision=revision,
+            seq = apply(
+                m.StatusChanged(
+                    run_id=run_id,
+                    from_statuses=(RunStatus.SUSPENDED,),
+                    to_status=RunStatus.CANCELLED,
+                    event_type="fork_abandoned",
+                    actor="system:fork-ttl",
+                    payload=payload,
+                    expected_revision=revision,
+                )
             )
         cancelled += seq is not None
     return cancelled

@@ -18,8 +18,9 @@ from django.conf import settings
 from django.db import connection
 
 from core.tenancy import tenant_bind
-from runs.engine import store
-from runs.engine.store import LeaseGrant
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.records import LeaseGrant
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +54,7 @@ class HeldLease:
                 settings.CELERY_TASK_TIME_LIMIT,
             )
             return False
-        expires = store.lease_renew(
-            run_id=self.grant.run_id, owner=self.grant.owner, epoch=self.grant.epoch, ttl=self.ttl
-        )
+        expires = apply(m.LeaseRenewed(self.grant.run_id, self.grant.owner, self.grant.epoch, self.ttl))
         if expires is None:
             self.lost = True
             logger.warning("lease on run %s (epoch %s) was lost", self.grant.run_id, self.grant.epoch)

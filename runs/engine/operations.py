@@ -8,21 +8,26 @@ authoritative "not applied" returns them to `prepared`. Anything less suspends t
 
 from __future__ import annotations
 
+import math
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 
 from core.digests import canonical_json, json_digest
 from core.errors import Conflict, InvalidInput, NotFound
 from core.security import visible_text
 from core.tenancy import tenant_of_call
 from core.tracing import span
-from runs.engine import store
+from runs.engine import operation_statements as statements
 from runs.engine.dispatch import run_enqueue_on_commit
-from runs.engine.errors import InvalidTransition
-from runs.engine.models import SUBJECT_ERASED, AgentRun, RunStatus, ToolOperation
-from runs.engine.store import OperationRow
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import InvalidTransition
+from runs.kernel.models import SUBJECT_ERASED, AgentRun, RunStatus, ToolOperation
+from runs.kernel.records import OperationRow
 
 
 class OperationRequestChanged(Conflict):
@@ -42,6 +47,13 @@ class OperationStateConflict(Conflict):
     code = "operation_state_conflict"
 
 
+class OperationInFlight(Conflict):
+    """A lookup says "not applied" before the operation's call could have ended: the request may still
+    be on its way, so sending it again could apply it twice. Ask again after `retry_after` seconds."""
+
+    code = "operation_in_flight"
+
+
 @tenant_of_call
 def operation_prepare_once(
     *,
@@ -55,7 +67,7 @@ def operation_prepare_once(
     actor: str,
 ) -> OperationRow:
     digest = json_digest(request)
-    op = store.operation_prepare_once(
+    op = statements.operation_prepare_once(
         tenant_id=tenant_id,
         operation_id=operation_id,
         run_id=run_id,
@@ -108,10 +120,12 @@ def _move(
     lease_epoch: int | None = None,
     acting_run_id: UUID | None = None,
     late: bool = False,
+    call_timeout: float = 0.0,
+    call_ended: bool = False,
 ) -> OperationRow:
     attributes = {"keeper.tenant_id": tenant_id, "keeper.run_id": acting_run_id, "keeper.outcome": to_status}
     with span("keeper.operation", attributes):
-        op = store.operation_transition(
+        op = statements.operation_transition(
             tenant_id=tenant_id,
             operation_id=operation_id,
             to_status=to_status,
@@ -122,6 +136,8 @@ def _move(
             lease_epoch=lease_epoch,
             acting_run_id=acting_run_id,
             late=late,
+            call_timeout=call_timeout,
+            call_ended=call_ended,
         )
     if op is None:
         current = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
@@ -164,10 +180,18 @@ def _same_outcome(current: ToolOperation, to_status: str, external_ref: str | No
 
 @tenant_of_call
 def operation_mark_started(
-    *, tenant_id: UUID, operation_id: str, actor: str, run_id: UUID, lease_epoch: int
+    *,
+    tenant_id: UUID,
+    operation_id: str,
+    actor: str,
+    run_id: UUID,
+    lease_epoch: int,
+    call_timeout_s: float | None = None,
 ) -> OperationRow:
     """Only the current lease holder of the acting run (a fork acts on its parent's operation) may
-    start a side effect."""
+    start a side effect. `call_timeout_s` (default KEEPER_OPERATION_CALL_TIMEOUT): the longest the call
+    may take; until then a lookup's "not applied" is not trusted."""
+    timeout = settings.KEEPER_OPERATION_CALL_TIMEOUT if call_timeout_s is None else call_timeout_s
     return _move(
         tenant_id=tenant_id,
         operation_id=operation_id,
@@ -175,6 +199,7 @@ def operation_mark_started(
         actor=actor,
         lease_epoch=lease_epoch,
         acting_run_id=run_id,
+        call_timeout=float(timeout),
     )
 
 
@@ -189,7 +214,7 @@ def operation_mark_succeeded(
     note: str = "",
     late: bool = False,
 ) -> OperationRow:
-    """`late`: reported by a worker that may have lost its lease (store.operation_transition)."""
+    """`late`: reported by a worker that may have lost its lease (operation_statements.operation_transition)."""
     if not external_ref:
         raise InvalidInput("a succeeded operation needs the external reference", code="external_ref_required")
     return _move(
@@ -221,14 +246,49 @@ def operation_mark_failed(
 
 
 @tenant_of_call
-def operation_mark_unknown(*, tenant_id: UUID, operation_id: str, actor: str, note: str) -> OperationRow:
-    return _move(tenant_id=tenant_id, operation_id=operation_id, to_status="unknown", actor=actor, note=note)
+def operation_mark_unknown(
+    *, tenant_id: UUID, operation_id: str, actor: str, note: str, call_ended: bool = False
+) -> OperationRow:
+    """Nobody knows whether it was applied. `call_ended`: the worker that sent it saw its call end (an
+    error answer, its timeout): nothing of it is still in flight from this side, so a lookup's "not
+    applied" is trusted from now on. A take-over that finds an operation started knows no such thing."""
+    return _move(
+        tenant_id=tenant_id,
+        operation_id=operation_id,
+        to_status="unknown",
+        actor=actor,
+        note=note,
+        call_ended=call_ended,
+    )
 
 
 @tenant_of_call
-def operation_mark_not_applied(*, tenant_id: UUID, operation_id: str, actor: str, note: str) -> OperationRow:
-    """An authoritative answer says it never happened: the request may be sent once more."""
+def operation_mark_not_applied(
+    *, tenant_id: UUID, operation_id: str, actor: str, note: str, by_person: bool = False
+) -> OperationRow:
+    """An authoritative answer says it never happened: the request may be sent once more. A lookup's
+    answer is trusted only once the last start's call could have ended (OperationInFlight before);
+    a person's reconciliation (`by_person`) is their own check of the outside system."""
+    if not by_person:
+        operation_in_flight_check(tenant_id=tenant_id, operation_id=operation_id)
     return _move(tenant_id=tenant_id, operation_id=operation_id, to_status="prepared", actor=actor, note=note)
+
+
+def operation_in_flight_check(*, tenant_id: UUID, operation_id: str) -> None:
+    """OperationInFlight while the operation's last call may still be on its way."""
+    deadline = (
+        ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id)
+        .values_list("call_deadline_at", flat=True)
+        .first()
+    )
+    now = timezone.now()
+    if deadline is not None and deadline > now:
+        wait = (deadline - now).total_seconds()
+        raise OperationInFlight(
+            f"operation {operation_id} was started less than its call's timeout ago: a lookup's 'not applied' "
+            f"may describe a request still in flight; ask again in {math.ceil(wait)} s",
+            details={"retry_after": math.ceil(wait), "call_deadline_at": deadline.isoformat()},
+        )
 
 
 RECONCILE_OUTCOMES = ("applied", "not_applied")
@@ -261,7 +321,7 @@ def operation_reconcile(
     op = ToolOperation.objects.filter(tenant_id=tenant_id, operation_id=operation_id).first()
     if op is None:
         raise NotFound(f"no operation {operation_id}", code="operation_not_found")
-    if op.status not in store.OPERATION_TRANSITIONS["succeeded"]:  # in doubt: started or unknown
+    if op.status not in statements.OPERATION_TRANSITIONS["succeeded"]:  # in doubt: started or unknown
         raise OperationStateConflict(
             f"operation {operation_id} is {op.status}: only an operation in doubt is reconciled",
             details={"status": op.status},
@@ -289,22 +349,26 @@ def operation_reconcile(
                 result={"reconciled_by": actor},
             )
         else:
-            operation_mark_not_applied(tenant_id=tenant_id, operation_id=operation_id, actor=actor, note=note)
+            operation_mark_not_applied(
+                tenant_id=tenant_id, operation_id=operation_id, actor=actor, note=note, by_person=True
+            )
         payload = {
             "operation_id": operation_id,
             "outcome": outcome,
             "external_ref": external_ref,
             "note": note,
         }
-        seq = store.transition(
-            run_id=run.run_id,
-            from_statuses=(run.status,),
-            to_status=run.status,
-            event_type="operation_reconciled",
-            actor=actor,
-            payload_json=canonical_json(payload),
-            expected_revision=run.state_revision,
-            request_resume=resume,
+        seq = apply(
+            m.StatusChanged(
+                run_id=run.run_id,
+                from_statuses=(run.status,),
+                to_status=run.status,
+                event_type="operation_reconciled",
+                actor=actor,
+                payload=payload,
+                expected_revision=run.state_revision,
+                request_resume=resume,
+            )
         )
         if seq is None:
             raise InvalidTransition(

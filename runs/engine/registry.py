@@ -9,61 +9,27 @@ payloads go into the artifact store and the state keeps their digest.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
 from packaging.version import InvalidVersion, Version
 
-from runs.engine.errors import DrivenOutside, UnknownWorkflow, WorkflowDefinitionError
 from runs.engine.state_migrations import SchemaSet
+from runs.kernel.errors import DrivenOutside, UnknownWorkflow, WorkflowDefinitionError
+from runs.kernel.outcomes import Complete as Complete
+from runs.kernel.outcomes import Fail as Fail
+from runs.kernel.outcomes import Next as Next
+from runs.kernel.outcomes import Outcome
+from runs.kernel.outcomes import State as State
+from runs.kernel.outcomes import Suspend as Suspend
 
 if TYPE_CHECKING:
     from runs.engine.leases import HeldLease
 
-State = dict[str, Any]
 
-
-@dataclass(frozen=True)
-class Next:
-    state: State
-    step: str
-    # What this step said, when it is a conversation event (e.g. "assistant_message" with its
-    # content): committed as that event instead of a plain step_completed.
-    say: tuple[str, dict[str, Any]] | None = None
-
-
-@dataclass(frozen=True)
-class Suspend:
-    """Wait for a human or an outside event; resume continues at `step` (default: the same step).
-
-    With `wake_at` (a durable timer) the run asks to be resumed at that time by itself: the sweep
-    wakes it, through resume verification like any resume, even after every worker restarted.
-    """
-
-    state: State
-    reason: str
-    detail: str = ""
-    step: str | None = None
-    wake_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Complete:
-    state: State
-    result: Any = None
-
-
-@dataclass(frozen=True)
-class Fail:
-    state: State
-    code: str
-    detail: str = ""
-
-
-StepResult = Next | Suspend | Complete | Fail
+StepResult = Outcome
 
 
 class StepFailed(Exception):
@@ -139,7 +105,14 @@ class ToolContract:
 
     name: str
     version: str
-    lookup: Callable[[str], ToolLookup] | None = None
+    lookup: Callable[[str], ToolLookup | None] | None = None  # None back: it cannot tell
+    # The longest a call may take, in seconds or as a function of none that says it (read at each
+    # start); None: KEEPER_OPERATION_CALL_TIMEOUT. Until that long after a start, a lookup's "not
+    # applied" may describe a request still in flight and is not trusted.
+    call_timeout_s: float | Callable[[], float] | None = None
+
+    def call_timeout(self) -> float | None:
+        return self.call_timeout_s() if callable(self.call_timeout_s) else self.call_timeout_s
 
 
 SOURCE_CHANGE_POLICIES = ("stop", "refetch")
@@ -171,6 +144,9 @@ class Workflow:
     # Signals a run accepts (POST /api/v1/runs/{id}/signals/{name}) when they are not declared through
     # the authoring API: an external workflow's registration lists them.
     signals: frozenset[str] = frozenset()
+    # Read-only views of a run's state by name (GET /api/v1/runs/{id}/queries/{name}): the authoring
+    # API's @wf.query functions, each taking the stored state.
+    queries: Mapping[str, Callable[[State], Any]] = field(default_factory=dict)
     _by_name: dict[str, Step] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

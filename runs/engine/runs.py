@@ -11,14 +11,17 @@ from uuid import UUID
 from django.db import connection, transaction
 from django.db.models import JSONField
 
-from core.digests import MAX_JSON_DEPTH, canonical_json, json_depth_over, json_digest
+from core.digests import MAX_JSON_DEPTH, json_depth_over, json_digest
 from core.errors import InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_of_call
-from runs.engine import store
-from runs.engine.budgets import Budgets, budgets_initial
 from runs.engine.dispatch import run_enqueue_on_commit
-from runs.engine.errors import (
+from runs.engine.registry import Workflow, registry
+from runs.engine.selectors import run_get
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.budgets import Budgets, budgets_initial
+from runs.kernel.errors import (
     IdempotencyConflict,
     InvalidState,
     InvalidTransition,
@@ -26,10 +29,8 @@ from runs.engine.errors import (
     RunNotFound,
     SubjectErased,
 )
-from runs.engine.models import SUBJECT_ERASED, AgentRun, RunStatus
-from runs.engine.registry import Workflow, registry
-from runs.engine.selectors import run_get
-from runs.engine.state import state_encode
+from runs.kernel.models import SUBJECT_ERASED, AgentRun, RunStatus
+from runs.kernel.state import state_encode
 
 MAX_IDEMPOTENCY_KEY_LENGTH = 200
 # The keys Keeper gives the runs it starts itself: a LangGraph thread's run (runs.langgraph), a child
@@ -98,29 +99,31 @@ def run_start(
     input_digest = json_digest({"workflow": workflow.name, "input": input})
 
     run_id = uuid.uuid4()
-    row = store.insert_run(
-        run_id=run_id,
-        tenant_id=tenant.tenant_id,
-        workflow_name=workflow.name,
-        workflow_version=workflow.version,
-        state_schema_version=workflow.state_schema_version,
-        next_step=workflow.first_step,
-        state_json=encoded.json,
-        state_digest=encoded.digest,
-        idempotency_key=idempotency_key,
-        input_digest=input_digest,
-        payload_json=canonical_json(
-            {
+    row = apply(
+        m.RunStarted(
+            run_id=run_id,
+            tenant_id=tenant.tenant_id,
+            workflow_name=workflow.name,
+            workflow_version=workflow.version,
+            state_schema_version=workflow.state_schema_version,
+            next_step=workflow.first_step,
+            state=encoded,
+            idempotency_key=idempotency_key,
+            input_digest=input_digest,
+            payload={
                 "workflow": workflow.name,
                 "workflow_version": workflow.version,
                 "input_digest": input_digest,
                 "state_schema_version": workflow.state_schema_version,
                 "idempotency_key": idempotency_key,
-            }
-        ),
-        actor=actor,
-        subject=subject,
-        columns=[str(field.column) for field in AgentRun._meta.concrete_fields],
+                # What the definition accepts, kept with the run: signals are stored for it even
+                # while a deployment lacks its version.
+                "signals": sorted(workflow.signals),
+            },
+            actor=actor,
+            subject=subject,
+            columns=RUN_COLUMNS,
+        )
     )
     if row is None:
         existing = AgentRun.objects.get(tenant=tenant, idempotency_key=idempotency_key)
@@ -149,6 +152,9 @@ def run_start(
         return StartedRun(existing, created=False)
     run_enqueue_on_commit(run_id=run_id)
     return StartedRun(_run_from_row(row), created=True)
+
+
+RUN_COLUMNS = tuple(str(field.column) for field in AgentRun._meta.concrete_fields)
 
 
 def _run_from_row(row: tuple[Any, ...]) -> AgentRun:
@@ -182,16 +188,16 @@ def _transition(
     note: str,
     **kwargs: Any,
 ) -> AgentRun:
-    seq = store.transition(
-        run_id=run_id,
-        from_statuses=from_statuses,
-        to_status=to_status,
-        event_type=event_type,
-        actor=actor,
-        payload_json=canonical_json(
-            {"note": note, **{k: v for k, v in kwargs.items() if k.startswith("suspend_")}}
-        ),
-        **kwargs,
+    seq = apply(
+        m.StatusChanged(
+            run_id=run_id,
+            from_statuses=from_statuses,
+            to_status=to_status,
+            event_type=event_type,
+            actor=actor,
+            payload={"note": note, **{k: v for k, v in kwargs.items() if k.startswith("suspend_")}},
+            **kwargs,
+        )
     )
     run = AgentRun.objects.filter(run_id=run_id).first()
     if run is None:
@@ -352,7 +358,7 @@ def run_fail(*, run_id: UUID, actor: str, code: str, detail: str = "") -> AgentR
         event_type="run_failed",
         actor=actor,
         note=detail,
-        result_json=canonical_json({"code": code, "detail": detail}),
+        result={"code": code, "detail": detail},
     )
     _parent_wake_on_commit(run)
     return run

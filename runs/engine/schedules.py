@@ -32,10 +32,10 @@ from core.errors import ApplicationError, InvalidInput, NotFound
 from core.models import Tenant
 from core.tenancy import tenant_bind, tenant_of_call
 from runs.engine.cron import cron_parse
-from runs.engine.models import ACTIVE_RUN_STATUSES, AgentRun
 from runs.engine.registry import registry
 from runs.engine.runs import run_input_check, run_start
 from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
+from runs.kernel.models import ACTIVE_RUN_STATUSES, AgentRun
 
 logger = logging.getLogger(__name__)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn
 from uuid import UUID
@@ -12,13 +13,12 @@ from django.db import IntegrityError, transaction
 from core.digests import NotJSONSerializable, canonical_json
 from core.errors import Conflict, InvalidInput, NotFound
 from core.tenancy import tenant_of_call
-from runs.engine import store
-from runs.engine.authoring.context import signal_wait_detail
-from runs.engine.authoring.definition import Definition, authored
 from runs.engine.dispatch import run_enqueue_on_commit
-from runs.engine.errors import InvalidTransition, RunNotFound, SubjectErased, UnknownWorkflow
-from runs.engine.models import SUBJECT_ERASED, AgentEvent, AgentRun, RunStatus
 from runs.engine.registry import registry
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import InvalidTransition, RunNotFound, SubjectErased, UnknownWorkflow
+from runs.kernel.models import SUBJECT_ERASED, AgentEvent, AgentRun, RunStatus
 
 MAX_SIGNAL_KEY_LENGTH = 200
 MAX_SIGNAL_PAYLOAD_CHARS = 100_000
@@ -37,6 +37,10 @@ class QueryFailed(Conflict):
     code = "query_failed"
 
 
+class CodeUnavailable(Conflict):
+    code = "workflow_version_unavailable"
+
+
 class RunFinished(Conflict):
     code = "run_finished"
 
@@ -48,17 +52,49 @@ class SignalSent:
     woke: bool
 
 
-def _definition(run: AgentRun) -> Definition[Any] | None:
-    return authored(run.workflow_name, run.workflow_version)
+def signal_wait_detail(name: str) -> str:
+    """The suspend detail of a run waiting for signal `name` (the signal API matches it exactly)."""
+    return f"waiting for signal {name}"
 
 
 def _declared(run: AgentRun) -> frozenset[str]:
-    """The signals a workflow not written with the authoring API declares (an external workflow's
-    registration lists them): none when its version is not known here."""
+    """The signals the run's workflow version accepts (declared with the authoring API, or listed by
+    an external workflow's registration). When this deployment lacks that version, what the run's
+    definition declared when it started (its first event keeps it): a signal is kept for the run
+    until its code is back, never dropped."""
     try:
         return registry.get(run.workflow_name, run.workflow_version).signals
     except UnknownWorkflow:
-        return frozenset()
+        return _recorded_signals(run)
+
+
+def _recorded_signals(run: AgentRun) -> frozenset[str]:
+    root = run
+    for _ in range(10_000):  # a fork's definition is its first ancestor's
+        if root.parent_run_id is None:
+            break
+        parent = AgentRun.objects.filter(run_id=root.parent_run_id, tenant_id=run.tenant_id).first()
+        if parent is None:
+            break
+        root = parent
+    first = (
+        AgentEvent.objects.filter(run_id=root.run_id, tenant_id=run.tenant_id, seq=1)
+        .values_list("payload", flat=True)
+        .first()
+    )
+    signals = (first or {}).get("signals") if isinstance(first, dict) else None
+    return frozenset(s for s in signals or () if isinstance(s, str))
+
+
+def _queries(run: AgentRun) -> Mapping[str, Callable[[Any], Any]]:
+    try:
+        return registry.get(run.workflow_name, run.workflow_version).queries
+    except UnknownWorkflow:
+        raise CodeUnavailable(
+            f"workflow {run.workflow_name} {run.workflow_version} is not deployed here: its queries run its "
+            "code; ask again once a deployment has it",
+            details={"workflow": run.workflow_name, "workflow_version": run.workflow_version},
+        ) from None
 
 
 def _current_state(run: AgentRun) -> Any:
@@ -86,8 +122,7 @@ def signal_send(*, run_id: UUID, name: str, payload: Any, idempotency_key: str, 
     run = AgentRun.objects.filter(run_id=run_id).first()
     if run is None:
         raise RunNotFound(f"no run {run_id}")
-    definition = _definition(run)
-    accepted = definition.signal_names if definition is not None else _declared(run)
+    accepted = _declared(run)
     if name not in accepted:
         raise UnknownSignal(
             f"workflow {run.workflow_name} {run.workflow_version} accepts no signal {name!r}"
@@ -109,13 +144,8 @@ def signal_send(*, run_id: UUID, name: str, payload: Any, idempotency_key: str, 
         return _the_same_again(existing, body)
     try:
         with transaction.atomic():
-            delivered = store.signal_deliver(
-                run_id=run_id,
-                tenant_id=run.tenant_id,
-                waiting_detail=signal_wait_detail(name),
-                payload_json=payload_json,
-                actor=actor,
-                idempotency_key=key,
+            delivered = apply(
+                m.SignalDelivered(run_id, run.tenant_id, signal_wait_detail(name), body, actor, key)
             )
             if delivered is None:
                 _refuse(run_id)
@@ -159,14 +189,14 @@ def query_read(*, run_id: UUID, name: str) -> Any:
     run = AgentRun.objects.filter(run_id=run_id).first()
     if run is None:
         raise RunNotFound(f"no run {run_id}")
-    definition = _definition(run)
-    if definition is None or name not in definition.query_names():
+    queries = _queries(run)
+    if name not in queries:
         raise UnknownQuery(
             f"workflow {run.workflow_name} {run.workflow_version} declares no query {name!r}",
-            details={"queries": sorted(definition.query_names()) if definition is not None else []},
+            details={"queries": sorted(queries)},
         )
     try:
-        answer = definition.query_run(name, _current_state(run))
+        answer = queries[name](_current_state(run))
         canonical_json(answer)
     except Exception as exc:  # the author's query broke on this state (e.g. a redacted one): say so
         raise QueryFailed(

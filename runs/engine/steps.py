@@ -1,14 +1,12 @@
-"""Advancing a run: acquire the lease, run its steps back to back for one slice, commit each, wake the next.
+"""Keeper's own driver of the kernel: take a run's lease, run its steps back to back for one slice.
 
-This is the per-step hot path: one statement to take the lease, then per step the step itself and
-one statement to commit it (fenced by revision and epoch, keeping the lease while the slice lasts).
-A slice ends when the run suspends, completes or fails, or after KEEPER_SLICE_STEPS steps or
-KEEPER_SLICE_MS milliseconds; then the lease is released and the run re-enqueued, so one long run
-cannot starve the others. Everything that goes wrong is written down as an event (take-overs, step
-errors, suspensions) and the run never continues on a guess.
-
-Over 400 lines on purpose: the step executor is one path (lease, run, commit, wake) whose
-failure branches must be read together.
+Per step: the kernel decides what the lease grant becomes (resume verification, the attempts limit,
+the workflow and step, state migrations, budgets: runs.kernel.decide.decide_claim), the step function
+runs here, and the kernel decides what its outcome becomes (decide_outcome); each decision is applied
+as a move, fenced by revision and lease epoch. A slice ends when the run suspends, completes or fails,
+or after KEEPER_SLICE_STEPS steps or KEEPER_SLICE_MS milliseconds; then the lease is released and the
+run re-enqueued, so one long run cannot starve the others. The HTTP worker protocol
+(runs.external.protocol) is the other driver of the same decisions.
 """
 
 from __future__ import annotations
@@ -17,49 +15,52 @@ import dataclasses
 import json
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.utils import timezone
 
 from core.crash import crash_point
-from core.digests import NotJSONSerializable, canonical_json
-from core.errors import ApplicationError
 from core.identity import worker_identity
 from core.logging import log_context
 from core.metrics import observe_step
 from core.tenancy import run_tenant, tenant_bind
 from core.tracing import span
-from runs.engine import store, workspace
-from runs.engine.budgets import BudgetExhausted, budgets_refusal, budgets_spend
+from runs.engine import workspace
 from runs.engine.charges import step_charging
 from runs.engine.dispatch import run_enqueue
-from runs.engine.errors import ConcurrentResume, InvalidState, UnknownWorkflow
 from runs.engine.leases import HeldLease, lease_held
-from runs.engine.models import RunStatus
-from runs.engine.registry import (
-    Complete,
-    Fail,
-    Next,
-    StepContext,
-    StepFailed,
-    Suspend,
-    Workflow,
-    registry,
-)
-from runs.engine.resume import resume_event_payload, resume_verify
+from runs.engine.registry import StepContext, StepFailed, Workflow, registry
+from runs.engine.resume import resume_verify
 from runs.engine.runs import run_parent_wake
-from runs.engine.state import EncodedState, state_encode
-from runs.engine.store import LeaseGrant
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.budgets import BudgetExhausted, budgets_spend
+from runs.kernel.decide import (
+    Invalid,
+    Proceed,
+    Situation,
+    Wait,
+    decide_claim,
+    decide_invalid,
+    decide_outcome,
+    decide_step_error,
+)
+from runs.kernel.errors import ConcurrentResume, UnknownWorkflow
+from runs.kernel.models import RunStatus, ToolOperation
+from runs.kernel.outcomes import Fail, Suspend
+from runs.kernel.records import LeaseGrant
+from runs.kernel.state import EncodedState, state_encode
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class AdvanceResult:
-    """What one call did: `not_acquired`, `committed` or `fenced` (another revision or epoch won).
+    """What one call did: `not_acquired`, `committed`, `fenced` (another revision or epoch won) or
+    `deferred` (nothing decided yet: the run is looked at again later, without an event).
 
     `status`, `seq` and `event_type` are those of the slice's last commit; `steps` counts the steps
     the slice ran. `carry` is internal: the lease kept for the next step of the same slice.
@@ -81,8 +82,8 @@ class _Slice:
         self.steps = 0
         self.max_steps = settings.KEEPER_SLICE_STEPS if sliced else 1
         self.deadline = time.monotonic() + settings.KEEPER_SLICE_MS / 1000.0
-        # The state the slice's last step committed, as it was encoded for the commit: the next
-        # step starts from it without encoding it again (a fresh grant's state is encoded afresh).
+        # The state the slice's last step committed, as it was encoded for the commit: the next step
+        # starts from it without encoding it again (a fresh grant's state is encoded afresh).
         self.committed: EncodedState | None = None
 
     def continues(self) -> bool:
@@ -90,64 +91,32 @@ class _Slice:
         return self.steps + 1 < self.max_steps and time.monotonic() < self.deadline and not self.lease.lost
 
 
-class _Committer:
-    """Commits under one lease, tracking the revision it expects next."""
-
-    def __init__(self, grant: LeaseGrant):
-        self.grant = grant
-        self.expected = grant.revision
-
-    def commit(
-        self,
-        *,
-        state: EncodedState,
-        next_step: str | None,
-        status: str,
-        event_type: str,
-        payload: dict[str, Any],
-        step_id: str | None = None,
-        suspend_reason: str | None = None,
-        suspend_detail: str = "",
-        result: Any = None,
-        release: bool = True,
-        reset_attempt: bool = True,
-        retry_in: float = 0.0,
-        state_schema_version: int | None = None,
-        state_digest: str | None = None,
-        event_state: bool = True,
-        resume_at_wake: bool = False,
-    ) -> int:
-        seq = store.commit_step(
-            run_id=self.grant.run_id,
-            expected_revision=self.expected,
-            epoch=self.grant.epoch,
-            owner=self.grant.owner,
-            state_json=state.json,
-            state_digest=state_digest or state.digest,
-            event_state=event_state,
-            next_step=next_step,
-            status=status,
-            event_type=event_type,
-            step_id=step_id,
-            attempt=self.grant.attempt,
-            payload_json=canonical_json(payload),
-            suspend_reason=suspend_reason,
-            suspend_detail=suspend_detail,
-            result_json=None if result is None else canonical_json(result),
-            release=release,
-            reset_attempt=reset_attempt,
-            retry_in=retry_in,
-            state_schema_version=state_schema_version,
-            resume_at_wake=resume_at_wake,
+def _commit(move: m.WorkerMove) -> int:
+    """Apply a lease holder's move; ConcurrentResume if its fence no longer holds (nothing written)."""
+    seq = apply(move)
+    if seq is None:
+        raise ConcurrentResume(
+            f"run {move.held.run_id} is no longer at revision {move.held.revision} under lease epoch "
+            f"{move.held.epoch}; nothing was written",
+            details={"run_id": str(move.held.run_id), "expected_revision": move.held.revision},
         )
-        if seq is None:
-            raise ConcurrentResume(
-                f"run {self.grant.run_id} is no longer at revision {self.expected} under lease epoch "
-                f"{self.grant.epoch}; nothing was written",
-                details={"run_id": str(self.grant.run_id), "expected_revision": self.expected},
-            )
-        self.expected = seq
-        return seq
+    return seq
+
+
+def _result(move: m.WorkerMove, seq: int) -> AdvanceResult:
+    """What a slice reports of the move it ended (or went on) with."""
+    if isinstance(move, m.StepCommitted):
+        return AdvanceResult("committed", RunStatus.RUNNING, seq, move.event_type)
+    if isinstance(move, m.StepErrored):
+        return AdvanceResult("committed", "retrying" if move.retry_in is not None else RunStatus.SUSPENDED, seq,
+                             "step_error")  # fmt: skip
+    if isinstance(move, m.Completed):
+        return AdvanceResult("committed", RunStatus.COMPLETED, seq, "run_completed")
+    if isinstance(move, m.Failed):
+        return AdvanceResult("committed", RunStatus.FAILED, seq, "run_failed")
+    if isinstance(move, m.ResumeRefused):
+        return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "resume_refused")
+    return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "run_suspended")
 
 
 def _span_attributes(grant: LeaseGrant) -> dict[str, Any]:
@@ -172,7 +141,7 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None, sliced: bool = Fa
     if tenant_id is None:
         return AdvanceResult("not_acquired")
     with tenant_bind(tenant_id):
-        grant = store.lease_acquire(run_id=run_id, owner=owner, ttl=settings.KEEPER_LEASE_TTL)
+        grant = apply(m.LeaseTaken(run_id, owner, settings.KEEPER_LEASE_TTL))
         if grant is None:
             return AdvanceResult("not_acquired")
         with lease_held(grant) as lease, log_context(run_id=run_id, tenant_id=grant.tenant_id):
@@ -184,9 +153,10 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None, sliced: bool = Fa
             else:
                 fenced = False
         if fenced:
-            # Lost to a newer revision (a message, a person) rather than a newer epoch: the lease
-            # is still ours, so give it back now and wake the run, instead of holding it a whole TTL.
-            if store.lease_release(run_id=run_id, owner=owner, epoch=grant.epoch):
+            # Lost to a newer revision (a message, a person) rather than a newer epoch: the lease is
+            # still ours, so give it back now and wake the run, instead of holding it a whole TTL. The
+            # step did run: its try counts.
+            if apply(m.LeaseReleased(run_id, owner, grant.epoch, attempted=True)):
                 run_enqueue(run_id=run_id)
             return AdvanceResult("fenced")
     if result.status == RunStatus.RUNNING:
@@ -225,346 +195,137 @@ def _retry_delay(attempt: int) -> float:
     return min(float(settings.KEEPER_RETRY_BACKOFF) * (2.0 ** max(0, attempt - 1)), 300.0)
 
 
-class _Suspend(Protocol):
-    """Suspends the run being advanced, with a reason and a detail (`_advance_leased`'s `suspend`)."""
-
-    def __call__(self, reason: str, detail: str, **extra: Any) -> AdvanceResult: ...
+def _workflow(grant: LeaseGrant) -> tuple[Workflow | None, str]:
+    """The run's workflow version in this deployment, or why it is missing."""
+    try:
+        return registry.get(grant.workflow_name, grant.workflow_version), ""
+    except UnknownWorkflow as exc:
+        return None, exc.message
 
 
 def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> AdvanceResult:
-    committer = _Committer(grant)
-    state = dict(grant.state)
-    current, turn.committed = turn.committed or state_encode(state), None
-    base = {"workflow_version": grant.workflow_version, "step": grant.next_step}
-
-    def suspend(reason: str, detail: str, **extra: Any) -> AdvanceResult:
-        seq = committer.commit(
-            state=current,
-            next_step=grant.next_step,
-            status=RunStatus.SUSPENDED,
-            event_type="run_suspended",
-            step_id=None,
-            payload={**base, "reason": reason, "detail": detail, **extra},
-            suspend_reason=reason,
-            suspend_detail=detail,
-            reset_attempt=False,
-        )
-        return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "run_suspended")
-
-    if grant.status == RunStatus.SUSPENDED or grant.previous_owner is not None:
-        # A person asked this run to continue, or its previous holder's lease expired mid-step
-        # (crash, pause, partition): verify before anything runs, and write down every check.
-        verification = resume_verify(grant=grant)
-        payload = resume_event_payload(grant=grant, verification=verification)
-        refusal = verification.refusal
-        if refusal is not None:
-            # The refusal carries the last committed digest forward, never the stored state's: a
-            # state changed outside the engine stays refused until a person accepts it.
-            trusted = verification.committed_digest or current.digest
-            seq = committer.commit(
-                state=current,
-                next_step=grant.next_step,
-                status=RunStatus.SUSPENDED,
-                event_type="resume_refused",
-                step_id=None,
-                payload=payload,
-                suspend_reason=refusal.code,
-                suspend_detail=refusal.detail,
-                reset_attempt=False,
-                state_digest=trusted,
-                event_state=trusted == current.digest,
-            )
-            return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "resume_refused")
-        state = verification.state
-        current = state_encode(state)
-        committer.commit(
-            state=current,
-            next_step=grant.next_step,
-            status=RunStatus.RUNNING,
-            event_type="resume_verified",
-            step_id=None,
-            payload=payload,
-            release=False,
-            reset_attempt=False,
-        )
-
-    if grant.attempt > settings.KEEPER_MAX_ATTEMPTS:
-        return suspend(
-            "too_many_attempts",
-            f"step {grant.next_step!r} was attempted {grant.attempt - 1} times without committing "
-            f"(KEEPER_MAX_ATTEMPTS={settings.KEEPER_MAX_ATTEMPTS})",
-        )
-    try:
-        workflow = registry.get(grant.workflow_name, grant.workflow_version)
-    except UnknownWorkflow as exc:
-        return suspend("workflow_version_unavailable", exc.message)
+    workflow, unavailable = _workflow(grant)
+    verification = resume_verify(grant=grant) if grant.takes_over else None
+    decision = decide_claim(
+        grant,
+        verification=verification,
+        rules=workflow,
+        unavailable_detail=unavailable,
+        max_attempts=settings.KEEPER_MAX_ATTEMPTS,
+        now=timezone.now(),
+        encoded=turn.committed,
+    )
+    turn.committed = None
+    if isinstance(decision, Wait):  # an operation's first call may still be in flight: look again later
+        apply(m.LeaseDeferred(grant.run_id, grant.owner, grant.epoch, decision.retry_in))
+        run_enqueue(run_id=grant.run_id, countdown=decision.retry_in)
+        return AdvanceResult("deferred")
+    seq = 0
+    for move in decision.moves:
+        seq = _commit(move)
+    if not isinstance(decision, Proceed):
+        return _result(decision.moves[-1], seq)
+    assert workflow is not None
     step = workflow.step(grant.next_step)
-    if step is None:
-        return suspend(
-            "unknown_step", f"workflow {workflow.name} {workflow.version} has no step {grant.next_step!r}"
-        )
-    if workflow.schemas is not None and grant.state_schema_version != workflow.state_schema_version:
-        try:
-            migrated = workflow.schemas.migrate(state, grant.state_schema_version)
-        except ApplicationError as exc:  # no path, or a checkpoint its schema does not accept
-            return suspend(exc.code, exc.message)
-        for hop in migrated.steps:
-            current = state_encode(hop.state)
-            committer.commit(
-                state=current,
-                next_step=grant.next_step,
-                status=RunStatus.RUNNING,
-                event_type="state_migrated",
-                step_id=None,
-                release=False,
-                reset_attempt=False,
-                state_schema_version=hop.to_version,
-                payload={
-                    **base,
-                    "from_version": hop.from_version,
-                    "to_version": hop.to_version,
-                    "digest_before": hop.digest_before,
-                    "digest_after": hop.digest_after,
-                },
-            )
-        state = migrated.state
-    if over := budgets_refusal(state.get("budgets")):
-        return suspend(*over)
-
+    assert step is not None
+    held = m.Held(grant.run_id, grant.owner, grant.epoch, decision.revision, grant.attempt)
     ctx = StepContext(
         run_id=grant.run_id,
         tenant_id=grant.tenant_id,
         workflow=workflow,
         step=step.name,
         attempt=grant.attempt,
-        revision=committer.expected,
+        revision=held.revision,
         lease=lease,
     )
+    situation = Situation(held, step.name, decision.encoded, grant.workflow_version, {})
+    state = decision.state
     started = time.monotonic()
     workspace.workspace_step_begin(run_id=grant.run_id)
     try:
-        with step_charging(
-            ctx, state.get("budgets")
-        ):  # model calls charge this step (runs/engine/charges.py)
+        with step_charging(ctx, state.get("budgets")):  # model calls charge this step (charges.py)
             outcome = step.fn(ctx, dict(state))
     except BudgetExhausted as exc:  # a model call refused: suspend with what the step spent until then
         spent = ctx.spent(wall_s=time.monotonic() - started)
-        current = _spend(state, spent)
-        return suspend(exc.code, exc.message, spent=spent)
+        return _suspend_spent(situation, spent, exc.code, exc.message)
     except StepFailed as exc:  # on purpose: fail with the state as it was before the step
-        outcome = Fail(json.loads(current.json), exc.code, exc.detail)
+        outcome = Fail(json.loads(decision.encoded.json), exc.code, exc.detail)
     except Exception as exc:
         spent = ctx.spent(wall_s=time.monotonic() - started)
-        return _step_error(
-            committer, grant, _spend(state, spent), base, spent, exc, lease_lost=ctx.lease_lost
-        )
+        return _step_error(dataclasses.replace(situation, spent=spent), grant, exc, lease_lost=ctx.lease_lost)
     finally:
         observe_step(workflow=workflow.name, step=step.name, seconds=time.monotonic() - started)
-    spent = ctx.spent(wall_s=time.monotonic() - started)
-    result = _commit_outcome(
-        committer, grant, workflow, current, {**base, "spent": spent}, outcome, suspend, spent, turn
+    wake_in = None
+    if isinstance(outcome, Suspend) and outcome.wake_at is not None:
+        wake_in = max((outcome.wake_at - timezone.now()).total_seconds(), 0.001)
+    situation = dataclasses.replace(
+        situation,
+        spent=ctx.spent(wall_s=time.monotonic() - started),
+        wake_in=wake_in,
+        keep_lease=turn.continues(),
     )
+    decided = decide_outcome(workflow, outcome, situation)
+    move = decide_invalid(situation, decided) if isinstance(decided, Invalid) else decided
+    seq = _commit(move)
+    crash_point("after_checkpoint", key=str(grant.run_id), step=step.name)
+    if wake_in is not None and isinstance(move, m.Suspended):  # the sweep wakes it all the same if lost
+        run_enqueue(run_id=grant.run_id, countdown=wake_in)
+    result = _result(move, seq)
+    if isinstance(move, m.StepCommitted) and move.keep_lease:
+        turn.committed = move.state
+        result = dataclasses.replace(result, carry=_carry(grant, workflow, seq, move.next_step, move.state))
     workspace.workspace_step_end(run_id=grant.run_id, result=result)
     return result
 
 
-def _spend(state: dict[str, Any], spent: dict[str, float]) -> EncodedState:
-    """The state with what the step spent added to its budgets (the step cannot change budgets)."""
-    budgets = state.get("budgets")
-    return state_encode(
-        {**state, "budgets": budgets_spend(budgets, spent)} if isinstance(budgets, dict) else state
+def _in_doubt(grant: LeaseGrant) -> list[str]:
+    return list(
+        ToolOperation.objects.filter(
+            run_id=grant.run_id, tenant_id=grant.tenant_id, status__in=("started", "unknown")
+        ).values_list("operation_id", flat=True)
     )
 
 
+def _suspend_spent(situation: Situation, spent: dict[str, float], reason: str, detail: str) -> AdvanceResult:
+    """A model call refused for a spent budget: the run suspends with what the step spent until then."""
+    state = json.loads(situation.state.json)
+    if isinstance(state.get("budgets"), dict):
+        state["budgets"] = budgets_spend(state["budgets"], spent)
+    payload = {"workflow_version": situation.workflow_version, "step": situation.step_id, "reason": reason,
+               "detail": detail, "spent": spent}  # fmt: skip
+    move = m.Suspended(situation.held, state_encode(state), situation.step_id, reason, detail, payload)
+    return _result(move, _commit(move))
+
+
 def _step_error(
-    committer: _Committer,
-    grant: LeaseGrant,
-    current: EncodedState,
-    base: dict[str, Any],
-    spent: dict[str, float],
-    exc: Exception,
-    *,
-    lease_lost: bool = False,
+    situation: Situation, grant: LeaseGrant, exc: Exception, *, lease_lost: bool
 ) -> AdvanceResult:
     error = {"error_type": type(exc).__name__, "message": str(exc)[:2000]}
-    base = {**base, "spent": spent}
     if lease_lost:  # another worker may hold the run now (its reconcile may be what this step tripped
         # on); the commit below is refused if so: not a step's failure to warn about
-        logger.info(
-            "run %s step %s raised %s after its lease was lost",
-            grant.run_id,
-            grant.next_step,
-            error["error_type"],
-        )
+        logger.info("run %s step %s raised %s after its lease was lost", grant.run_id, grant.next_step,
+                    error["error_type"])  # fmt: skip
     else:
         logger.warning(
             "run %s step %s attempt %s raised %s", grant.run_id, grant.next_step, grant.attempt, error
         )
-    if grant.attempt >= settings.KEEPER_MAX_ATTEMPTS:
-        detail = f"step {grant.next_step!r} raised {error['error_type']} on all {grant.attempt} attempts"
-        seq = committer.commit(
-            state=current,
-            next_step=grant.next_step,
-            status=RunStatus.SUSPENDED,
-            event_type="step_error",
-            step_id=grant.next_step,
-            payload={**base, **error, "reason": "step_error", "detail": detail},
-            suspend_reason="step_error",
-            suspend_detail=f"{detail}: {error['message']}",
-            reset_attempt=False,
-        )
-        return AdvanceResult("committed", RunStatus.SUSPENDED, seq, "step_error")
+    state = json.loads(situation.state.json)
+    if isinstance(state.get("budgets"), dict):
+        state["budgets"] = budgets_spend(state["budgets"], situation.spent)
     delay = _retry_delay(grant.attempt)
-    seq = committer.commit(
-        state=current,
-        next_step=grant.next_step,
-        status=RunStatus.RUNNING,
-        event_type="step_error",
-        step_id=grant.next_step,
-        payload={**base, **error, "retry_in_s": delay},
-        reset_attempt=False,
-        retry_in=delay,
-    )
-    run_enqueue(run_id=grant.run_id, countdown=delay)
-    return AdvanceResult("committed", "retrying", seq, "step_error")
-
-
-@dataclass(frozen=True)
-class _Timer:
-    wake_in: float | None = None
-    payload: dict[str, Any] = field(default_factory=dict)
-    commit: dict[str, Any] = field(default_factory=dict)
-
-
-def _timer(outcome: Suspend) -> _Timer:
-    """A suspension with a wake time: what its commit sets (the resume request, the wake time)."""
-    if outcome.wake_at is None:
-        return _Timer()
-    wake_in = max((outcome.wake_at - timezone.now()).total_seconds(), 0.001)
-    return _Timer(
-        wake_in=wake_in,
-        payload={"wake_at": outcome.wake_at.isoformat()},
-        commit={"retry_in": wake_in, "resume_at_wake": True},
-    )
-
-
-def _commit_outcome(
-    committer: _Committer,
-    grant: LeaseGrant,
-    workflow: Workflow,
-    current: EncodedState,
-    base: dict[str, Any],
-    outcome: object,
-    suspend: _Suspend,
-    spent: dict[str, float],
-    turn: _Slice,
-) -> AdvanceResult:
-    if not isinstance(outcome, Next | Suspend | Complete | Fail):
-        return suspend(
-            "invalid_step_result",
-            f"step {grant.next_step!r} returned {type(outcome).__name__}, not Next/Suspend/Complete/Fail",
-        )
-    try:
-        if not isinstance(outcome.state, dict):
-            raise InvalidState(f"state must be a JSON object, not {type(outcome.state).__name__}")
-        budgets = json.loads(current.json).get("budgets")
-        new_state = _spend(
-            {**outcome.state, "budgets": budgets} if budgets is not None else outcome.state, spent
-        )
-        if isinstance(outcome, Complete):
-            canonical_json(outcome.result)
-    except InvalidState as exc:
-        return suspend(
-            exc.code, f"step {grant.next_step!r} produced a state that cannot be stored: {exc.message}"
-        )
-    except NotJSONSerializable as exc:
-        return suspend(
-            "invalid_step_result", f"step {grant.next_step!r} returned a result that is not JSON: {exc}"
-        )
-
-    step_id = grant.next_step
-    if isinstance(outcome, Next):
-        if workflow.step(outcome.step) is None:
-            return suspend(
-                "unknown_step", f"step {step_id!r} moved to {outcome.step!r}, which does not exist"
-            )
-        event_type, said = outcome.say if outcome.say is not None else ("step_completed", {})
-        if event_type not in ("step_completed", "assistant_message", "tool_call"):
-            return suspend("invalid_step_result", f"step {step_id!r} cannot commit a {event_type!r} event")
-        keep = turn.continues()
-        seq = committer.commit(
-            state=new_state,
-            next_step=outcome.step,
-            status=RunStatus.RUNNING,
-            event_type=event_type,
-            step_id=step_id,
-            payload={**said, **base, "next_step": outcome.step},
-            release=not keep,
-        )
-        crash_point("after_checkpoint", key=str(grant.run_id), step=step_id)
-        carry = None
-        if keep:
-            carry, turn.committed = _carry(grant, workflow, seq, outcome.step, new_state), new_state
-        return AdvanceResult("committed", RunStatus.RUNNING, seq, event_type, carry=carry)
-    if isinstance(outcome, Suspend):
-        resume_at = outcome.step or step_id
-        if workflow.step(resume_at) is None:
-            return suspend(
-                "unknown_step", f"step {step_id!r} asked to resume at {resume_at!r}, which does not exist"
-            )
-        timer = _timer(outcome)
-        seq = committer.commit(
-            state=new_state,
-            next_step=resume_at,
-            status=RunStatus.SUSPENDED,
-            event_type="run_suspended",
-            step_id=step_id,
-            suspend_reason=outcome.reason,
-            suspend_detail=outcome.detail,
-            payload={
-                **base,
-                "reason": outcome.reason,
-                "detail": outcome.detail,
-                "resume_at": resume_at,
-                **timer.payload,
-            },
-            **timer.commit,
-        )
-        status, event_type = RunStatus.SUSPENDED, "run_suspended"
-        if timer.wake_in is not None:  # the sweep wakes it all the same if this message is lost
-            run_enqueue(run_id=grant.run_id, countdown=timer.wake_in)
-    elif isinstance(outcome, Complete):
-        seq = committer.commit(
-            state=new_state,
-            next_step=None,
-            status=RunStatus.COMPLETED,
-            event_type="run_completed",
-            step_id=step_id,
-            payload=base,
-            result=outcome.result,
-        )
-        status, event_type = RunStatus.COMPLETED, "run_completed"
-    else:
-        failure = {"code": outcome.code, "detail": outcome.detail}
-        seq = committer.commit(
-            state=new_state,
-            next_step=None,
-            status=RunStatus.FAILED,
-            event_type="run_failed",
-            step_id=step_id,
-            payload={**base, **failure},
-            result=failure,
-        )
-        status, event_type = RunStatus.FAILED, "run_failed"
-    crash_point("after_checkpoint", key=str(grant.run_id), step=step_id)
-    return AdvanceResult("committed", status, seq, event_type)
+    move = decide_step_error(situation, state=state_encode(state), error=error, attempt=grant.attempt,
+                             max_attempts=settings.KEEPER_MAX_ATTEMPTS, retry_in=delay)  # fmt: skip
+    seq = _commit(move)
+    if move.retry_in is not None:
+        run_enqueue(run_id=grant.run_id, countdown=delay)
+    return _result(move, seq)
 
 
 def _carry(
     grant: LeaseGrant, workflow: Workflow, seq: int, next_step: str, state: EncodedState
 ) -> LeaseGrant:
-    """The lease as the next step of the slice sees it: what was just committed, as a fresh grant
-    would read it back (the stored JSON, the step's first attempt, no take-over to verify)."""
+    """The lease as the next step of the slice sees it: what was just committed, as a fresh grant would
+    read it back (the stored JSON, the step's first attempt, no take-over to verify)."""
     schema = workflow.state_schema_version if workflow.schemas is not None else grant.state_schema_version
     return dataclasses.replace(
         grant,

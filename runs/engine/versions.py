@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from django.db.models import Count
 
 from core.models import Tenant
-from runs.engine.models import ACTIVE_RUN_STATUSES, AgentRun, RunStatus
 from runs.engine.registry import registry, version_key
+from runs.kernel.models import ACTIVE_RUN_STATUSES, AgentRun, RunStatus
 
 HOLDING_SHOWN = 5  # run ids listed for a version that is still held
 

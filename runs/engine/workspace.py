@@ -47,9 +47,9 @@ from core.erasure import Scope, column_place, free_register, place_register
 from core.errors import ApplicationError, Conflict, InvalidInput, NotFound
 from core.models import Tenant
 from core.tenancy import tenant_bind, tenant_scope
-from runs.engine import store
-from runs.engine.models import AgentRun, RunStatus
+from runs.engine.selectors import subject_run_ids
 from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.kernel.models import AgentRun, RunStatus
 
 logger = logging.getLogger(__name__)
 
@@ -421,7 +421,7 @@ class WorkspaceEraser:
 
     def collect(self, *, tenant_id: UUID, subject_id: str, subject_digest: str) -> Scope:
         with tenant_scope(tenant_id):
-            run_ids = store.subject_run_ids(
+            run_ids = subject_run_ids(
                 tenant_id=tenant_id, subject_id=subject_id, subject_digest=subject_digest
             )
             digests = set(_snapshot_digests(list(run_ids)))

@@ -20,7 +20,10 @@ from django.db import connection
 from core.digests import MAX_JSON_DEPTH, NotJSONSerializable, canonical_json, json_depth_over
 from core.errors import InvalidInput
 from core.tasks import task_send
-from runs.engine.errors import InvalidState, RunNotFound, SubjectErased
+from core.tenancy import tenant_bind
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import InvalidState, RunNotFound, SubjectErased
 from runs.langgraph.graphs import graph_registered
 from runs.langgraph.store import (
     ANSWERED_EVENT,
@@ -234,26 +237,6 @@ def _answered(thread: ThreadInterrupt, checkpoint_id: str, interrupt_id: str) ->
     return None
 
 
-# Compare-and-set on the run row: still interrupted, at the revision read with the interrupt (a
-# second click, or an answer racing this one, changes neither and so records nothing). The last
-# answer of the superstep moves the run to langgraph_answered; an earlier one keeps it waiting.
-_ANSWER = """
-WITH u AS (
-  UPDATE agent_runs
-     SET state_revision = state_revision + 1, updated_at = statement_timestamp(),
-         suspend_reason = %(reason)s, suspend_detail = %(detail)s
-   WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
-     AND suspend_reason = 'langgraph_interrupt' AND state_revision = %(revision)s AND NOT imported
-  RETURNING run_id, tenant_id, state_revision, state_digest, next_step)
-INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
-                          state_revision, state_digest, state, next_step, created_at)
-SELECT u.run_id, u.tenant_id, u.state_revision, 'langgraph_interrupt_answered', NULL, NULL,
-       %(payload)s::jsonb, %(actor)s, u.state_revision, u.state_digest, NULL, u.next_step, statement_timestamp()
-  FROM u
-RETURNING seq
-"""
-
-
 def interrupt_answer(
     *,
     tenant_id: UUID,
@@ -391,24 +374,27 @@ def _answer_record(
         )
     else:
         detail = f"answered by {actor}; the answer waits for the graph to resume"
-    rows = _rows(
-        _ANSWER,
-        {
-            "tenant": thread.tenant_id,
-            "run": thread.run_id,
-            "revision": thread.revision,
-            "reason": INTERRUPT_REASON if waiting else ANSWERED_REASON,
-            "detail": detail[:300],
-            "payload": payload,
-            "actor": actor,
-        },
-    )
-    if not rows:
+    # Compare-and-set on the run row: still interrupted, at the revision read with the interrupt (a
+    # second click, or an answer racing this one, records nothing). The last answer of the superstep
+    # moves the run to langgraph_answered; an earlier one keeps it waiting.
+    with tenant_bind(thread.tenant_id):
+        seq = apply(
+            m.InterruptAnswered(
+                run_id=thread.run_id,
+                tenant_id=thread.tenant_id,
+                expected_revision=thread.revision,
+                reason=INTERRUPT_REASON if waiting else ANSWERED_REASON,
+                detail=detail[:300],
+                payload=json.loads(payload),
+                actor=actor,
+            )
+        )
+    if seq is None:
         return None
     return Answer(
         run_id=thread.run_id,
         thread_id=thread.thread_id,
-        seq=rows[0][0],
+        seq=seq,
         checkpoint_id=checkpoint_id,
         interrupt_id=interrupt_id,
         value=answer,

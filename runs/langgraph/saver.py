@@ -33,12 +33,12 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from core.digests import canonical_json
 from core.errors import InvalidInput, NotFound
 from core.tenancy import tenant_bind
-from runs.engine import store as engine_store
-from runs.engine.errors import InvalidState
-from runs.engine.state import state_encode
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import InvalidState
+from runs.kernel.state import EncodedState, state_encode
 from runs.langgraph import store
 from runs.langgraph.interrupts import Answer, answer_pending_get
 from runs.langgraph.store import (
@@ -206,22 +206,23 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         state_json: str,
         state_digest: str,
     ) -> None:
-        engine_store.insert_run(
-            run_id=run_id,
-            tenant_id=self.tenant_id,
-            workflow_name=WORKFLOW,
-            workflow_version="1",
-            state_schema_version=1,
-            next_step=WORKFLOW,
-            state_json=state_json,
-            state_digest=state_digest,
-            idempotency_key=thread_key(thread_id),
-            input_digest=state_digest,
-            payload_json=canonical_json(payload),
-            actor=self.actor,
-            event_type=event_type,
-            suspend_reason=THREAD_REASON,
-            subject=subject,
+        apply(
+            m.RunStarted(
+                run_id=run_id,
+                tenant_id=self.tenant_id,
+                workflow_name=WORKFLOW,
+                workflow_version="1",
+                state_schema_version=1,
+                next_step=WORKFLOW,
+                state=EncodedState(state_json, state_digest),
+                idempotency_key=thread_key(thread_id),
+                input_digest=state_digest,
+                payload=payload,
+                actor=self.actor,
+                event_type=event_type,
+                suspend_reason=THREAD_REASON,
+                subject=subject,
+            )
         )
 
     # --- sync API -----------------------------------------------------------------------------

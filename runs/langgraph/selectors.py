@@ -6,7 +6,7 @@ from uuid import UUID
 
 from django.db.models import QuerySet
 
-from runs.engine.models import AgentRun, RunStatus
+from runs.kernel.models import AgentRun, RunStatus
 from runs.langgraph.store import INTERRUPT_REASON, WORKFLOW
 
 

@@ -1,9 +1,9 @@
 """Every SQL statement of LangGraph threads: a checkpoint is one call that locks its run and stores it.
 
-Like runs/engine/store.py, each write is one statement through Django's connection (the caller's
-transaction, the tenant row-level security sees), and every statement also names the tenant, so a
-connection left bound to another tenant finds nothing instead of another tenant's thread. No
-LangGraph import here: the saver (runs/langgraph/saver.py) serializes, this module stores bytes.
+Each statement is one round trip that carries its tenant (core.db.wire) and also names the tenant in
+its own predicate. What moves the thread's run (a checkpoint, an interrupt asked, the thread deleted)
+is the kernel's move. No LangGraph import here: the saver (runs/langgraph/saver.py) serializes, this
+module stores bytes.
 """
 
 from __future__ import annotations
@@ -15,15 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-import psycopg
-from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from core.db import wire
 from core.erasure import erased_id
-from core.tenancy import tenant_bind, tenant_is_bound
-from runs.engine import store as engine_store
-from runs.engine import wire
+from core.tenancy import tenant_bind
+from runs.kernel import apply
+from runs.kernel import moves as m
 
 WORKFLOW = "langgraph"
 # The suspend reason of a thread's run: LangGraph drives it from the graph's process; Keeper's
@@ -87,28 +86,10 @@ def thread_key(thread_id: str) -> str:
 
 
 def _rows(sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """The statement as params["tenant"]. Outside a transaction it goes in one round trip with the
-    tenant set for its own transaction only (BEGIN, set_config local, the statement, COMMIT, pipelined),
-    so LangGraph's threads never leave a tenant on a connection and pay no extra round trips for it.
-    Inside the caller's transaction, or a block that bound this tenant, it joins them."""
-    tenant_id = params["tenant"]
-    connection.ensure_connection()
-    if connection.in_atomic_block or tenant_is_bound(tenant_id):
-        with tenant_bind(tenant_id):
-            return engine_store._rows(sql, params)
-    raw = connection.connection
-    prepare = settings.KEEPER_PREPARED_STATEMENTS
-    if raw.prepare_threshold is None and prepare:
-        raw.prepare_threshold = 2**31  # as runs.engine.store: only these statements are prepared
-    with connection.wrap_database_errors:
-        with raw.pipeline():
-            # Both before one Sync: one implicit transaction, so the local setting ends with it.
-            psycopg.Cursor(raw).execute(_SET_TENANT, [str(tenant_id)], prepare=prepare)
-            cursor = psycopg.Cursor(raw).execute(sql, params, prepare=prepare)
-        return cursor.fetchall() if cursor.description else []
-
-
-_SET_TENANT = "SELECT set_config('app.tenant_id', %s, true)"
+    """The statement as params["tenant"], which it carries into its own transaction (core.db.wire):
+    LangGraph's threads never leave a tenant on a connection."""
+    with tenant_bind(params["tenant"]):
+        return wire.rows(sql, params)
 
 
 def _json(value: Any) -> Any:
@@ -162,19 +143,6 @@ def run_subject(*, tenant_id: UUID, run_id: UUID) -> str:
 
 # --- put ----------------------------------------------------------------------------------------
 
-# One call (runs 0029's keeper_langgraph_put): as the tenant, a graph's own checkpoint locks the run's
-# row (so a cancel or an erasure waits for it or refuses it), stores the new channel values once per
-# version and writes the checkpoint row, its record; one someone made (`payload`: update_state, a fork)
-# also takes the run's next revision and appends the event that names it. No run row back (deleted,
-# cancelled, erased): NULL.
-_PUT = wire.Statement(
-    "keeper_langgraph_put",
-    "SELECT keeper_langgraph_put($1::uuid, $2::uuid, $3, $4, $5, $6, $7::jsonb, $8::jsonb, $9::jsonb,"
-    " $10::bytea[], $11::jsonb, $12)",
-    params=12,
-    binary=[9],
-)
-
 
 @dataclass(frozen=True)
 class Blobs:
@@ -200,26 +168,28 @@ def checkpoint_put(
 ) -> int | None:
     """The run's revision that records the checkpoint (the event's seq when `payload_json` asks for
     one); None if the run no longer takes checkpoints (deleted, cancelled, erased)."""
-    # Sent through libpq as they are (runs.engine.wire): the put is made on every superstep. The
-    # function binds the tenant itself, for this call only.
-    seq = _PUT.first_value(
-        [
-            str(tenant_id).encode(),
-            str(run_id).encode(),
-            thread_id.encode(),
-            checkpoint_ns.encode(),
-            checkpoint_id.encode(),
-            None if parent_checkpoint_id is None else parent_checkpoint_id.encode(),
-            checkpoint_json.encode(),
-            metadata_json.encode(),
-            # (channel, version, type) of each blob as one JSON text: cheaper to send than three arrays.
-            json.dumps(list(zip(blobs.channels, blobs.versions, blobs.types, strict=True))).encode(),
-            wire.bytea_array(blobs.blobs),
-            None if payload_json is None else payload_json.encode(),
-            actor.encode(),
-        ]
-    )
-    return None if seq is None else int(seq)
+    # A checkpoint of the graph's own moves the run (its row lock, and the next revision when someone
+    # made it): the kernel's move, one round trip through libpq on every superstep.
+    with tenant_bind(tenant_id):
+        return apply(
+            m.CheckpointPut(
+                tenant_id=tenant_id,
+                run_id=run_id,
+                thread_id=thread_id,
+                checkpoint_ns=checkpoint_ns,
+                checkpoint_id=checkpoint_id,
+                parent_checkpoint_id=parent_checkpoint_id,
+                checkpoint_json=checkpoint_json,
+                metadata_json=metadata_json,
+                # (channel, version, type) of each blob as one JSON text: cheaper to send than three arrays.
+                blob_index_json=json.dumps(
+                    list(zip(blobs.channels, blobs.versions, blobs.types, strict=True))
+                ),
+                blobs=blobs.blobs,
+                payload_json=payload_json,
+                actor=actor,
+            )
+        )
 
 
 # --- writes -------------------------------------------------------------------------------------
@@ -247,34 +217,6 @@ _REPLACE = _WRITES.format(
 )
 _WRITES_KEEP = f"WITH {_OPEN.format(lock='SHARE')}, {_KEEP} SELECT count(*) FROM open"
 _WRITES_REPLACE = f"WITH {_OPEN.format(lock='SHARE')}, {_REPLACE} SELECT count(*) FROM open"
-# A root task's interrupt(): with its writes, the thread's run waits for a person (the support inbox)
-# and an event records what the graph asks, unless the thread has moved past this checkpoint. The
-# row is updated as it is when the statement gets it, so two tasks interrupting at once both count.
-# The row is locked FOR UPDATE from the start: two tasks of one superstep that interrupt at once each
-# held it FOR SHARE and then waited for the other to update it (a deadlock, found under load).
-_LOCK_RUN = "SELECT 1 FROM agent_runs WHERE run_id = %(run)s AND tenant_id = %(tenant)s FOR UPDATE"
-_WRITES_INTERRUPT = f"""WITH {_OPEN.format(lock="UPDATE")}, {_REPLACE},
-u AS (
-  UPDATE agent_runs
-     SET state_revision = state_revision + 1, updated_at = statement_timestamp(),
-         suspend_reason = 'langgraph_interrupt',
-         -- Tasks of one superstep that interrupt together: the inbox line names every question.
-         suspend_detail = CASE WHEN suspend_reason = 'langgraph_interrupt' AND suspend_detail <> ''
-                                    AND strpos(suspend_detail, %(detail)s) = 0
-                               THEN left(suspend_detail || ' · ' || %(detail)s, 300) ELSE %(detail)s END
-   WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND status = 'suspended'
-     AND suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered') AND NOT imported
-     AND NOT EXISTS (SELECT 1 FROM langgraph_checkpoints c
-                      WHERE c.tenant_id = %(tenant)s AND c.thread_id = %(thread)s AND c.checkpoint_ns = ''
-                        AND c.checkpoint_id > %(checkpoint_id)s)
-  RETURNING run_id, tenant_id, state_revision, state_digest, next_step),
-e AS (
-  INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
-                            state_revision, state_digest, state, next_step, created_at)
-  SELECT u.run_id, u.tenant_id, u.state_revision, 'langgraph_interrupt', NULL, NULL, %(payload)s::jsonb,
-         %(actor)s, u.state_revision, u.state_digest, NULL, u.next_step, statement_timestamp()
-    FROM u)
-SELECT count(*) FROM open"""
 
 
 def writes_put(
@@ -314,14 +256,11 @@ def writes_put(
     if interrupt is None:
         rows = _rows(_WRITES_REPLACE if replace else _WRITES_KEEP, params)
         return bool(rows and rows[0][0])
-    params.update(detail=interrupt[0], payload=interrupt[1], actor=interrupt[2])
-    # The row is locked before the statement that asks whether the thread moved past this checkpoint,
-    # so that statement's snapshot sees a checkpoint put while it waited (a graph's put locks the row,
-    # and changes nothing on it a re-read could see).
-    with transaction.atomic(), tenant_bind(tenant_id):
-        _rows(_LOCK_RUN, params)
-        rows = _rows(_WRITES_INTERRUPT, params)
-    return bool(rows and rows[0][0])
+    # A root task's interrupt(): its writes go in and the thread's run waits for a person (the kernel's
+    # move: the run's row changes and an event records what the graph asks).
+    detail, payload, actor = interrupt
+    with tenant_bind(tenant_id):
+        return apply(m.InterruptAsked(tenant_id, run_id, params, detail, json.loads(payload), actor))
 
 
 # --- reads --------------------------------------------------------------------------------------
@@ -417,22 +356,11 @@ def checkpoints_select(
 
 # --- delete, copy, prune --------------------------------------------------------------------------
 
-_DELETE_THREAD = """
-WITH r AS (SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key = %(key)s
-                                           AND workflow_name = 'langgraph'),
-w AS (DELETE FROM langgraph_writes WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s),
-b AS (DELETE FROM langgraph_blobs WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s),
-c AS (DELETE FROM langgraph_checkpoints WHERE tenant_id = %(tenant)s AND thread_id = %(thread)s),
-e AS (DELETE FROM agent_events WHERE tenant_id = %(tenant)s AND run_id IN (SELECT run_id FROM r))
-DELETE FROM agent_runs WHERE tenant_id = %(tenant)s AND run_id IN (SELECT run_id FROM r) RETURNING run_id
-"""
-
 
 def thread_delete(*, tenant_id: UUID, thread_id: str) -> bool:
     """The thread and its run, events included (LangGraph's delete_thread: nothing of it is kept)."""
-    return bool(
-        _rows(_DELETE_THREAD, {"tenant": tenant_id, "thread": thread_id, "key": thread_key(thread_id)})
-    )
+    with tenant_bind(tenant_id):
+        return apply(m.ThreadDeleted(tenant_id, thread_id, thread_key(thread_id)))
 
 
 # Checkpoints (and the writes on them) whose metadata names one of these LangGraph run ids. The

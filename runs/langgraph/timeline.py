@@ -16,7 +16,7 @@ from uuid import UUID
 
 from langgraph.checkpoint.base import CheckpointMetadata, create_checkpoint
 
-from runs.engine.errors import InvalidState
+from runs.kernel.errors import InvalidState
 from runs.langgraph import store
 from runs.langgraph.saver import KeeperSaver
 

@@ -33,8 +33,8 @@ from core.processes import (
     stop_groups,
 )
 from core.tenancy import tenant_bind, tenant_ensure
-from runs.engine.models import AgentEvent, AgentRun, ToolOperation
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentEvent, AgentRun, ToolOperation
 
 CRASH_POINTS = (
     "before_refund_call",

@@ -22,15 +22,17 @@ from core.models import Tenant
 from core.tenancy import run_tenant, tenant_ensure, tenant_of_call, tenant_scope
 from retrieval.models import RetrievalSnapshot
 from runs.conversations.erasure import event_redacted_as_recorded, redactions_of
-from runs.engine.errors import InvalidState, RunNotFound
-from runs.engine.models import (
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import InvalidState, RunNotFound
+from runs.kernel.models import (
     AgentEvent,
     AgentRun,
     Approval,
     Summary,
     ToolOperation,
 )
-from runs.engine.state import state_encode
+from runs.kernel.state import state_encode
 
 HISTORY_FORMAT = "keeper.run_history"
 HISTORY_FORMAT_VERSION = 1
@@ -239,25 +241,29 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
             scope.enter_context(
                 tenant_scope(tenant.tenant_id)
             )  # row-level security: the rest is this tenant's
-            _insert_run(source, run_id=run_id, tenant=tenant)
-            AgentEvent.objects.bulk_create(
-                AgentEvent(
-                    run_id=run_id,
-                    tenant_id=tenant.tenant_id,
-                    seq=e["seq"],
-                    event_type=e["event_type"],
-                    step_id=e.get("step_id"),
-                    attempt=e.get("attempt"),
-                    payload=e.get("payload"),
-                    actor=e.get("actor") or "",
-                    state_revision=e["state_revision"],
-                    state_digest=e.get("state_digest") or "",
-                    state=e.get("state"),
-                    next_step=e.get("next_step"),
-                    client_message_id=e.get("client_message_id"),
-                    created_at=_when(e.get("created_at")) or timezone.now(),
+            apply(
+                m.HistoryImported(
+                    run=_imported_run(source, run_id=run_id, tenant=tenant),
+                    events=[
+                        AgentEvent(
+                            run_id=run_id,
+                            tenant_id=tenant.tenant_id,
+                            seq=e["seq"],
+                            event_type=e["event_type"],
+                            step_id=e.get("step_id"),
+                            attempt=e.get("attempt"),
+                            payload=e.get("payload"),
+                            actor=e.get("actor") or "",
+                            state_revision=e["state_revision"],
+                            state_digest=e.get("state_digest") or "",
+                            state=e.get("state"),
+                            next_step=e.get("next_step"),
+                            client_message_id=e.get("client_message_id"),
+                            created_at=_when(e.get("created_at")) or timezone.now(),
+                        )
+                        for e in document["events"]
+                    ],
                 )
-                for e in document["events"]
             )
             ToolOperation.objects.bulk_create(
                 ToolOperation(
@@ -360,42 +366,38 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
     )
 
 
-def _insert_run(source: dict[str, Any], *, run_id: UUID, tenant: Tenant) -> None:
-    # A bulk restore, not a step: the store's per-step statements do not fit, the ORM writes the row.
-    AgentRun.objects.bulk_create(
-        [
-            AgentRun(
-                run_id=run_id,
-                tenant=tenant,
-                workflow_name=source["workflow_name"],
-                workflow_version=source["workflow_version"],
-                state_schema_version=source["state_schema_version"],
-                status=source["status"],
-                next_step=source.get("next_step"),
-                state=source["state"],
-                state_revision=source["state_revision"],
-                state_digest=source.get("state_digest") or "",
-                suspend_reason=source.get("suspend_reason"),
-                suspend_detail=source.get("suspend_detail") or "",
-                result=source.get("result"),
-                lease_owner=None,
-                lease_expires_at=None,
-                imported=True,
-                lease_epoch=source.get("lease_epoch") or 0,
-                attempt=source.get("attempt") or 0,
-                wake_at=_when(source.get("wake_at")),
-                dispatched_at=_when(source.get("dispatched_at")),
-                idempotency_key=None,
-                input_digest=source["input_digest"],
-                parent_run=None,
-                fork_seq=source.get("fork_seq"),
-                fork_expires_at=None,
-                superseded_by=None,
-                subject=source.get("subject") or "",
-                resume_requested_at=_when(source.get("resume_requested_at")),
-                resume_requested_by=source.get("resume_requested_by") or "",
-                created_at=_stamp(source["created_at"], "run created_at"),
-                updated_at=_stamp(source["updated_at"], "run updated_at"),
-            )
-        ]
+def _imported_run(source: dict[str, Any], *, run_id: UUID, tenant: Tenant) -> AgentRun:
+    """The exported run as a row to restore (not saved): imported, unleased, its links cleared."""
+    return AgentRun(
+        run_id=run_id,
+        tenant=tenant,
+        workflow_name=source["workflow_name"],
+        workflow_version=source["workflow_version"],
+        state_schema_version=source["state_schema_version"],
+        status=source["status"],
+        next_step=source.get("next_step"),
+        state=source["state"],
+        state_revision=source["state_revision"],
+        state_digest=source.get("state_digest") or "",
+        suspend_reason=source.get("suspend_reason"),
+        suspend_detail=source.get("suspend_detail") or "",
+        result=source.get("result"),
+        lease_owner=None,
+        lease_expires_at=None,
+        imported=True,
+        lease_epoch=source.get("lease_epoch") or 0,
+        attempt=source.get("attempt") or 0,
+        wake_at=_when(source.get("wake_at")),
+        dispatched_at=_when(source.get("dispatched_at")),
+        idempotency_key=None,
+        input_digest=source["input_digest"],
+        parent_run=None,
+        fork_seq=source.get("fork_seq"),
+        fork_expires_at=None,
+        superseded_by=None,
+        subject=source.get("subject") or "",
+        resume_requested_at=_when(source.get("resume_requested_at")),
+        resume_requested_by=source.get("resume_requested_by") or "",
+        created_at=_stamp(source["created_at"], "run created_at"),
+        updated_at=_stamp(source["updated_at"], "run updated_at"),
     )

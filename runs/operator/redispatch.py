@@ -9,8 +9,8 @@ from uuid import UUID
 from core.errors import InvalidInput
 from core.tenancy import run_tenant, tenant_of_call
 from runs.engine.dispatch import run_enqueue
-from runs.engine.errors import RunNotFound
-from runs.engine.models import (
+from runs.kernel.errors import RunNotFound
+from runs.kernel.models import (
     AgentRun,
 )
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from core.errors import ApplicationError
 from core.tenancy import tenant_of_call
-from runs.engine.models import AgentEvent
 from runs.engine.registry import Workflow, registry
+from runs.kernel.models import AgentEvent
 
 STEP_EVENTS = ("step_completed", "step_error", "run_completed", "run_failed", "assistant_message")
 

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
@@ -22,12 +23,15 @@ from core.tenancy import tenant_of_call, tenant_scope
 from retrieval.models import RetrievalSnapshot
 from runs.conversations.sessions import redis_client, session_key_of
 from runs.engine.forks import forks_expire
-from runs.engine.models import (
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import (
     TERMINAL_RUN_STATUSES,
     AgentEvent,
     AgentRun,
     Approval,
     OperationStatus,
+    RunStatus,
     Summary,
     ToolOperation,
 )
@@ -78,8 +82,10 @@ def purge_statuses(raw: str) -> list[str]:
     return statuses
 
 
-def _purgeable(*, older_than_days: float, statuses: Sequence[str], tenant_id: UUID | None) -> Any:
-    """Finished runs past the policy that nothing still needs.
+def _purgeable(
+    *, older_than_days: float, statuses: Sequence[str], tenant_id: UUID | None, forks_only: bool = False
+) -> Any:
+    """Finished runs past the policy that nothing still needs (forks_only: forks only).
 
     Left out: runs with forks (a fork's operations live on its parent, and parent_run is PROTECT;
     the parent goes once its forks are gone) and runs with an operation still `started`/`unknown`
@@ -89,6 +95,8 @@ def _purgeable(*, older_than_days: float, statuses: Sequence[str], tenant_id: UU
     runs = AgentRun.objects.filter(status__in=list(statuses), updated_at__lt=cutoff)
     if tenant_id is not None:
         runs = runs.filter(tenant_id=tenant_id)
+    if forks_only:
+        runs = runs.filter(parent_run_id__isnull=False)
     return runs.exclude(Exists(AgentRun.objects.filter(parent_run_id=OuterRef("run_id")))).exclude(
         Exists(
             ToolOperation.objects.filter(
@@ -108,9 +116,11 @@ def runs_purge(
     dry_run: bool = False,
     batch_size: int = PURGE_BATCH,
     progress: Callable[[str], None] = lambda line: None,
+    forks_only: bool = False,
 ) -> PurgeReport:
     """Delete finished runs past the retention policy in batches (one transaction each), then old
-    retrieval snapshots (in each tenant's scope), then expire orphan forks. Never an active run."""
+    retrieval snapshots (in each tenant's scope), then expire orphan forks. Never an active run.
+    forks_only: only forks (runs with a parent), as the beat's forks_purge asks."""
     if older_than_days < 0 or (snapshots_older_than_days is not None and snapshots_older_than_days < 0):
         raise InvalidInput("ages must be zero or more days", code="invalid_age")
     statuses = [s for s in statuses if s in TERMINAL_RUN_STATUSES]  # the active ones never
@@ -124,6 +134,7 @@ def runs_purge(
                 dry_run=dry_run,
                 batch_size=batch_size,
                 progress=progress,
+                forks_only=forks_only,
             )
             for name, value in part.as_json().items():
                 if name != "dry_run":
@@ -135,9 +146,14 @@ def runs_purge(
             batch_size=batch_size,
             progress=progress,
         )
-    candidates = _purgeable(older_than_days=older_than_days, statuses=statuses, tenant_id=tenant_id)
+    candidates = _purgeable(
+        older_than_days=older_than_days, statuses=statuses, tenant_id=tenant_id, forks_only=forks_only
+    )
     cutoff = timezone.now() - timedelta(days=older_than_days)
-    kept = AgentRun.objects.filter(status__in=statuses, updated_at__lt=cutoff).filter(
+    kept = AgentRun.objects.filter(status__in=statuses, updated_at__lt=cutoff)
+    if forks_only:
+        kept = kept.filter(parent_run_id__isnull=False)
+    kept = kept.filter(
         Exists(
             ToolOperation.objects.filter(
                 run_id=OuterRef("run_id"), status__in=[OperationStatus.STARTED, OperationStatus.UNKNOWN]
@@ -163,10 +179,9 @@ def runs_purge(
                     )
                     if not rows:
                         break
-                    batch = [run_id for run_id, _, _ in rows]
-                    # tool_operations.run_id is PROTECT: they go first, explicitly; the rest cascade.
-                    operations, _ = ToolOperation.objects.filter(run_id__in=batch).delete()
-                    _, per_model = AgentRun.objects.filter(run_id__in=batch, status__in=statuses).delete()
+                    batch = tuple(run_id for run_id, _, _ in rows)
+                    per_model = apply(m.RunsPurged(batch, tuple(statuses)))
+                    operations = per_model.get("runs.ToolOperation", 0)
             except IntegrityError:  # a fork of one of them was created meanwhile (parent_run is PROTECT)
                 raise Conflict(
                     f"a run of batch {report.batches + 1} gained a fork while purging; that batch was rolled back "
@@ -174,8 +189,8 @@ def runs_purge(
                     code="purge_conflict",
                 ) from None
             report.batches += 1
-            # Found from outside: a purged run's window (its last messages, for 7 days) stayed in Redis,
-            # where an erasure of a subject named in it never looks (the run was gone).
+            # A purged run's window (its last messages, for 7 days) would stay in Redis, where an erasure
+            # of a subject named in it never looks (the run is gone).
             report.session_windows += _windows_delete(rows)
             report.operations += operations
             report.runs += per_model.get("runs.AgentRun", 0)
@@ -220,6 +235,18 @@ def _purge_global(
     else:
         report.forks_expired = forks_expire()
     return report
+
+
+def forks_purge() -> PurgeReport:
+    """The beat's retention of abandoned branches: a fork cancelled or expired (forks_expire) keeps
+    its events, the conversation it copied and its summaries for KEEPER_FORK_TTL after it ended, to
+    be looked at; then they go with it. A fork with forks of its own, or with an operation still
+    started or unknown, stays until those are gone or reconciled (as in any purge)."""
+    return runs_purge(
+        older_than_days=settings.KEEPER_FORK_TTL / 86400,
+        statuses=[RunStatus.CANCELLED],
+        forks_only=True,
+    )
 
 
 @tenant_of_call

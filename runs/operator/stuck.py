@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from core.errors import InvalidInput
 from core.tenancy import tenant_of_call
-from runs.engine.models import (
+from runs.kernel.models import (
     AgentRun,
     OperationStatus,
     RunStatus,

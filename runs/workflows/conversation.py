@@ -15,12 +15,21 @@ from typing import Any, Protocol
 
 from core.backends import backend_build
 from core.errors import InvalidInput
-from runs.conversations.context import DEFAULT_BUDGET, BuiltContext, ContextBudget, context_build
-from runs.conversations.messages import AWAITING_INPUT, conversation_next_unanswered
-from runs.engine.authoring import Context, State, StepResult, workflow
-from runs.engine.dispatch import task_enqueue
-from runs.engine.models import AgentRun
-from runs.engine.registry import Workflow
+from runs.authoring import (
+    AWAITING_INPUT,
+    DEFAULT_BUDGET,
+    AgentRun,
+    BuiltContext,
+    Context,
+    ContextBudget,
+    State,
+    StepResult,
+    Workflow,
+    context_build,
+    conversation_next_unanswered,
+    task_enqueue,
+    workflow,
+)
 
 
 class Responder(Protocol):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from core.errors import InvalidInput
-from runs.engine.authoring import Context, State, StepResult, workflow
+from runs.authoring import Context, State, StepResult, workflow
 
 MAX_TICKS = 10_000
 

@@ -17,10 +17,18 @@ from core.digests import json_digest
 from core.errors import InvalidInput
 from memory.selectors import memory_current_claim
 from memory.services import ClaimHeld, memory_remember
-from runs.conversations.context import ContextBudget, context_build
-from runs.conversations.messages import AWAITING_INPUT, conversation_next_unanswered
-from runs.engine.authoring import Context, OperationCall, State, StepResult, workflow
-from runs.engine.models import AgentRun
+from runs.authoring import (
+    AWAITING_INPUT,
+    AgentRun,
+    Context,
+    ContextBudget,
+    OperationCall,
+    State,
+    StepResult,
+    context_build,
+    conversation_next_unanswered,
+    workflow,
+)
 from runs.workflows.refund.payments import PaymentsClient, PaymentsUnavailable
 from runs.workflows.refund.workflow import PAYMENTS_REFUND
 from runs.workflows.support_model import TOOL_RESULT, TOOLS, support_model_from_settings

@@ -15,12 +15,13 @@ from memory.erasure import erasure_request_create
 from memory.services import memory_remember
 from retrieval.search import retrieval_search
 from retrieval.services import document_index, principal_set
-from runs.engine import store
 from runs.engine.approvals import approval_check
-from runs.engine.models import ToolOperation
 from runs.engine.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
 from runs.engine.runs import run_start, run_suspend
 from runs.engine.schedules import schedule_create
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import ToolOperation
 from runs.webhooks.services import webhook_subscription_create
 
 PROVENANCE = {
@@ -70,7 +71,13 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
         actor="w",
     ).approval
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
-    grant = store.lease_acquire(run_id=run.run_id, owner="w", ttl=30)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="w",
+            ttl=30,
+        )
+    )
     assert grant is not None
     operation_id = f"refund:{tenant.slug}"
     operation_prepare_once(

@@ -9,7 +9,7 @@ import pytest
 from core.tenancy import tenant_scope
 from memory.models import MemoryItem
 from retrieval.models import Document
-from runs.engine.models import AgentEvent, AgentRun
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.api.conftest import MEMORY_WRITE, key_client
 
 pytestmark = pytest.mark.django_db

@@ -35,7 +35,9 @@ MAX_EXAMPLES = int(os.environ.get("KEEPER_FUZZ_EXAMPLES", "20"))
 
 @pytest.fixture
 def api_schema(live_server, monkeypatch):
-    monkeypatch.setattr(ApiKeyRateThrottle, "THROTTLE_RATES", {"api_key": "100000/min"})
+    monkeypatch.setattr(
+        ApiKeyRateThrottle, "THROTTLE_RATES", {**ApiKeyRateThrottle.THROTTLE_RATES, "api_key": "100000/min"}
+    )
     ours, theirs = tenant_ensure(slug="acme", name="Acme"), tenant_ensure(slug="globex", name="Globex")
     IDS.update(ours=seed_tenant(ours), theirs=seed_tenant(theirs))
     THEIRS.clear()

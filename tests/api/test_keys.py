@@ -11,7 +11,7 @@ from django.core.management import CommandError, call_command
 
 from core.api_auth import ApiKeyRateThrottle, api_key_create
 from core.models import ApiKey
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 from tests.api.conftest import key_client
 
 pytestmark = pytest.mark.django_db
@@ -106,7 +106,9 @@ def test_a_key_with_a_right_prefix_and_a_wrong_secret_is_refused(tenant):
 
 
 def test_each_key_has_its_own_rate_limit(tenant, write_key, read_key, monkeypatch):
-    monkeypatch.setattr(ApiKeyRateThrottle, "THROTTLE_RATES", {"api_key": "3/min"})
+    monkeypatch.setattr(
+        ApiKeyRateThrottle, "THROTTLE_RATES", {**ApiKeyRateThrottle.THROTTLE_RATES, "api_key": "3/min"}
+    )
     client = key_client(write_key)
     assert [client.get("/api/v1/approvals/").status_code for _ in range(3)] == [200, 200, 200]
     limited = client.get("/api/v1/approvals/")
@@ -135,7 +137,9 @@ def test_without_redis_the_api_still_answers_and_skips_the_rate_limit(read_key):
 def test_with_another_cache_backend_the_limit_still_counts(tenant, write_key, monkeypatch):
     from django.test import override_settings
 
-    monkeypatch.setattr(ApiKeyRateThrottle, "THROTTLE_RATES", {"api_key": "2/min"})
+    monkeypatch.setattr(
+        ApiKeyRateThrottle, "THROTTLE_RATES", {**ApiKeyRateThrottle.THROTTLE_RATES, "api_key": "2/min"}
+    )
     local = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     with override_settings(CACHES=local):
         client = key_client(write_key)

@@ -30,7 +30,9 @@ def test_parallel_clients_get_exactly_the_limit_served(live_server, tenant, monk
     from tests.processes import flush_redis
 
     flush_redis()
-    monkeypatch.setattr(ApiKeyRateThrottle, "THROTTLE_RATES", {"api_key": f"{LIMIT}/min"})
+    monkeypatch.setattr(
+        ApiKeyRateThrottle, "THROTTLE_RATES", {**ApiKeyRateThrottle.THROTTLE_RATES, "api_key": f"{LIMIT}/min"}
+    )
     key = api_key_create(tenant=tenant, name="burst", scope="read").plaintext
     url = f"{live_server.url}/api/v1/approvals/"
     start = threading.Barrier(CLIENTS)

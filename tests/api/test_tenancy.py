@@ -17,8 +17,8 @@ from memory.models import MemoryItem
 from retrieval import urls as retrieval_urls
 from retrieval.models import Document, Principal
 from runs import api_urls as runs_urls
-from runs.engine.models import AgentRun, Approval, ToolOperation
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentRun, Approval, ToolOperation
 from tests.api.conftest import MEMORY_WRITE, PROVENANCE, key_client, seed_tenant
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("database_path")]
@@ -63,6 +63,7 @@ def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
         "WorkerCommitApi": {},
         "WorkerHeartbeatApi": {},
         "WorkerReleaseApi": {},
+        "WorkerLookupsApi": {},
         "WorkerApprovalApi": {},
         "WorkerOperationPrepareApi": {},
         "WorkerOperationStartedApi": {},

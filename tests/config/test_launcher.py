@@ -99,7 +99,7 @@ def test_launcher_serves_runs_work_and_stops_everything_on_ctrl_c(tmp_path: Path
             run_id = started[-1]
             check = (
                 "from uuid import UUID\nfrom core.tenancy import run_tenant, tenant_bind\n"
-                "from runs.engine.models import AgentRun\n"
+                "from runs.kernel.models import AgentRun\n"
                 f"with tenant_bind(run_tenant(UUID('{run_id}'))):\n"
                 f"    print(AgentRun.objects.get(run_id='{run_id}').status)"
             )

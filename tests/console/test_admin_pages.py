@@ -14,7 +14,7 @@ from core.api_auth import api_key_create
 from memory.models import ErasureRequest, MemoryItem
 from memory.services import memory_remember
 from retrieval.models import RetrievalSnapshot
-from runs.engine.models import AgentEvent, Summary
+from runs.kernel.models import AgentEvent, Summary
 from tests.memory.test_memory import said
 
 # Django 5.2's admin cannot show composite-key models (README, "Deviations"): LangGraph's tables and

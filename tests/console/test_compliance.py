@@ -23,8 +23,8 @@ from memory.projection import memory_project
 from memory.services import memory_invalidate, memory_remember, memory_supersede
 from runs.conversations.messages import conversation_append
 from runs.conversations.sessions import redis_client, session_window
-from runs.engine.models import AgentEvent
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentEvent
 from tests.memory.test_memory import said
 
 pytestmark = pytest.mark.django_db

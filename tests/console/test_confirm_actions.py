@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from console.models import AuditEntry
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start, run_suspend
+from runs.kernel.models import AgentRun
 from tests.console.conftest import screenshot
 from tests.console.test_engineer import detail, finish, start, suspended
 

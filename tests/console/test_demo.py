@@ -11,7 +11,7 @@ from core.models import Tenant
 from core.tenancy import tenant_scope
 from memory.models import ErasureRequest, MemoryItem
 from retrieval.models import Document
-from runs.engine.models import AgentRun, Approval, ToolOperation
+from runs.kernel.models import AgentRun, Approval, ToolOperation
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

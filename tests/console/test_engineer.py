@@ -25,9 +25,9 @@ from core.tenancy import tenant_bind, tenant_ensure, tenant_scope
 from retrieval.models import RetrievalSnapshot
 from runs.conversations.compaction.services import summary_create
 from runs.conversations.compaction.tokens import token_counter
-from runs.engine.models import AgentEvent, AgentRun, Summary, ToolOperation
 from runs.engine.runs import run_start, run_suspend
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentEvent, AgentRun, Summary, ToolOperation
 from tests.console.conftest import make_user
 
 pytestmark = pytest.mark.django_db
@@ -251,10 +251,20 @@ def test_the_run_page_shows_lease_timeline_events_operations_summaries_and_snaps
 
 
 def test_a_lease_take_over_is_marked_on_the_timeline(as_role, tenant):
-    from runs.engine import store
+    from runs.kernel import apply
+    from runs.kernel import moves as m
 
     run = start(tenant)
-    assert store.lease_acquire(run_id=run.run_id, owner="w-crashed", ttl=0.01) is not None
+    assert (
+        apply(
+            m.LeaseTaken(
+                run_id=run.run_id,
+                owner="w-crashed",
+                ttl=0.01,
+            )
+        )
+        is not None
+    )
     import time
 
     time.sleep(0.05)
@@ -594,7 +604,7 @@ def test_accepting_a_changed_state_shows_both_digests_and_the_diff_needs_a_note_
     assert run.suspend_reason == "state_digest_mismatch"
     client = as_role("engineer")
     page = client.get(detail(run)).content.decode()
-    from runs.engine.state import state_encode
+    from runs.kernel.state import state_encode
 
     edited = state_encode(run.state).digest
     assert 'id="accept-state-form"' in page and committed in page and edited in page

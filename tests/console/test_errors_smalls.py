@@ -13,8 +13,8 @@ from django.utils import timezone
 
 from console.models import AuditEntry
 from runs.engine.forks import run_fork
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start, run_suspend
+from runs.kernel.models import AgentRun
 from tests.console.test_engineer import finish, start
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 from tests.console.conftest import screenshot
 from tests.processes import wait_until
 

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from console.live import run_actions_key, run_live_key
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 from tests.console.conftest import screenshot
 from tests.console.test_engineer import detail, finish, start
 

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from runs.engine.models import Approval
+from runs.kernel.models import Approval
 from tests.console.conftest import screenshot
 from tests.console.test_compliance import SUBJECT, seed_subject
 from tests.console.test_engineer import finish, start, suspended

@@ -10,11 +10,11 @@ from django.utils import timezone
 
 from console.models import AuditEntry
 from core.tenancy import tenant_bind, tenant_ensure
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start
 from runs.engine.schedule_models import WorkflowSchedule
 from runs.engine.schedules import schedule_create, schedules_fire_tenant
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentRun
 
 pytestmark = pytest.mark.django_db
 

@@ -15,9 +15,7 @@ from django.utils import timezone
 from console.models import AuditEntry
 from console.urls_support import urlpatterns
 from core.tenancy import tenant_bind
-from runs.engine import store
 from runs.engine.approvals import approval_check
-from runs.engine.models import AgentEvent, AgentRun, Approval, ToolOperation
 from runs.engine.operations import (
     operation_mark_started,
     operation_mark_unknown,
@@ -26,6 +24,9 @@ from runs.engine.operations import (
 from runs.engine.registry import ToolContract, ToolLookup
 from runs.engine.runs import run_resume, run_start, run_suspend
 from runs.engine.steps import run_advance
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, AgentRun, Approval, ToolOperation
 
 pytestmark = pytest.mark.django_db
 REQUEST = {"order_id": "o-1", "amount_minor": 2500, "currency": "EUR"}
@@ -60,7 +61,13 @@ def _approval(
 def _unknown_operation(tenant, note: str = "connection dropped", suspend: bool = True) -> ToolOperation:
     with tenant_bind(tenant.tenant_id):  # row-level security: maybe not the test's own tenant
         run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
-        grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+        grant = apply(
+            m.LeaseTaken(
+                run_id=run.run_id,
+                owner="w1",
+                ttl=30,
+            )
+        )
         assert grant is not None
         ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
         operation_prepare_once(

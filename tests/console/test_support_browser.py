@@ -12,8 +12,8 @@ from playwright.sync_api import expect
 
 from console.models import AuditEntry
 from runs.engine.approvals import approval_check
-from runs.engine.models import Approval, ToolOperation
 from runs.engine.runs import run_start, run_suspend
+from runs.kernel.models import Approval, ToolOperation
 from tests.console.conftest import dialogs_dismissed, screenshot
 from tests.runs.workflows.test_refund_workflow import _drive, _start, sandbox  # noqa: F401 - sandbox is a fixture
 

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from console.models import AuditEntry
-from runs.engine.models import Approval
+from runs.kernel.models import Approval
 from tests.console.conftest import screenshot
 from tests.console.test_compliance import SUBJECT, seed_subject
 from tests.console.test_engineer import add_event, finish, start, suspended

@@ -11,11 +11,11 @@ import pytest
 import tests.runs.workspace_flows  # noqa: F401 - registers test.workspace in this process
 from core.artifacts import artifact_get, artifacts_check, artifacts_stored
 from core.artifacts.legacy import artifacts_adopt_legacy
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
 from runs.engine.workspace import Workspace
 from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.kernel.models import AgentRun
 from tests.s3 import S3, s3, s3_server  # noqa: F401 - the fixtures
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,11 +12,11 @@ from core.artifacts import artifact_get, artifact_put
 from core.artifacts.reclaim import artifacts_reclaim
 from core.tenancy import tenant_scope
 from runs.conversations.messages import conversation_append
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_resume, run_start
 from runs.engine.steps import run_advance
 from runs.engine.workspace import workspace_reclaim
 from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.artifacts import blob_stored
 from tests.s3 import s3, s3_server  # noqa: F401 - the fixtures behind `backend`
 

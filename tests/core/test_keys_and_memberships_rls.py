@@ -15,18 +15,13 @@ from django.test import Client
 from console.models import Membership
 from core.api_auth import api_key_authenticate, api_key_create, api_key_revoke
 from core.roles import member_tenant_ids
-from core.tenancy import TENANT_SETTING, tenant_ensure, tenant_scope
+from core.tenancy import tenant_bind, tenant_ensure, tenant_scope
 from tests.console.conftest import PASSWORD, make_user
 
 pytestmark = pytest.mark.django_db
 
 TABLES = ("api_keys", "console_memberships")
 FUNCTIONS = ("keeper_api_key_resolve", "keeper_api_key_tenant", "keeper_user_tenants")
-
-
-def _set(value: str) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config(%s, %s, false)", [TENANT_SETTING, value])
 
 
 @pytest.fixture
@@ -51,8 +46,7 @@ def test_another_tenants_keys_and_memberships_are_invisible_and_unwritable(two):
         assert sorted(r[0] for r in cursor.fetchall()) == sorted(TABLES)
     assert not bypass, role
     for mine, theirs in ((a, b), (b, a)):
-        _set(str(mine.tenant_id))
-        try:
+        with tenant_bind(mine.tenant_id):
             with connection.cursor() as cursor:
                 for table in TABLES:
                     cursor.execute(f"SELECT DISTINCT tenant_id FROM {table}")
@@ -76,8 +70,6 @@ def test_another_tenants_keys_and_memberships_are_invisible_and_unwritable(two):
                     connection.cursor() as cursor,
                 ):
                     cursor.execute(statement, [first, theirs.tenant_id])
-        finally:
-            _set("")
     with connection.cursor() as cursor:  # no tenant: nothing at all (fail closed)
         for table in TABLES:
             cursor.execute(f"SELECT count(*) FROM {table}")

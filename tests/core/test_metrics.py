@@ -13,11 +13,12 @@ from django.conf import settings as django_settings
 from prometheus_client import REGISTRY
 
 from core.metrics import worker_metrics_serve
-from runs.engine import store
-from runs.engine.models import AgentRun
 from runs.engine.operations import operation_prepare_once
 from runs.engine.runs import run_cancel, run_start, run_suspend
 from runs.engine.steps import run_advance
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentRun
 from tests.processes import flush_redis, wait_until
 
 TOKEN = "metrics-token-for-tests"
@@ -65,7 +66,16 @@ def test_metrics_count_runs_operations_takeovers_and_the_queue(client, tenant, t
             actor="test",
         )
     # A worker takes the lease and dies; the next one takes the run over after the lease expires.
-    assert store.lease_acquire(run_id=taken_over.run_id, owner="dead-worker", ttl=0.05) is not None
+    assert (
+        apply(
+            m.LeaseTaken(
+                run_id=taken_over.run_id,
+                owner="dead-worker",
+                ttl=0.05,
+            )
+        )
+        is not None
+    )
     time.sleep(0.2)
     assert run_advance(run_id=taken_over.run_id, worker_id="live-worker").outcome == "committed"
     flush_redis()

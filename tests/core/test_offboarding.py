@@ -35,8 +35,8 @@ from retrieval import indexes
 from retrieval.services import document_index
 from runs.conversations.messages import conversation_append
 from runs.conversations.sessions import redis_client, session_window
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentRun
 from tests.memory.test_memory import said
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "owner"])

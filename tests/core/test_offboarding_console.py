@@ -13,7 +13,7 @@ from django.utils import timezone
 from console.models import AuditEntry
 from core.models import OffboardingStatus, Tenant, TenantOffboarding
 from core.tenancy import tenant_ensure, tenant_scope
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 from tests.console.conftest import make_user
 from tests.core.test_offboarding import counts, populate
 

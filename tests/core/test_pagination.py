@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from console.models import AuditEntry
 from core.pagination import keyset_page
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentRun
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,7 @@ from django.core.management import call_command
 
 from core.models import Tenant
 from core.services import keeper_setup
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 
 pytestmark = pytest.mark.django_db
 

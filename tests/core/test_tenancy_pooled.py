@@ -9,8 +9,8 @@ import pytest
 
 from core.processes import current_database_url
 from core.tenancy import tenant_bind, tenant_ensure
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentRun
 from tests.pooling import POOL_SIZE, pooled_connection
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -33,6 +33,8 @@ REASON_PATTERNS = (
     rf"_Suspension\(\s*{NAME}",
     rf"_refuse\(\s*\w+,\s*{NAME}",
     rf"(?<![\w.])_?suspend\(\s*(?:\w+,\s*\w+,\s*)?{NAME}",
+    rf"(?<![\w.])stop\(\s*{NAME}",  # runs/kernel/decide.py: a claim that ends suspended
+    rf"Invalid\(\s*{NAME}",  # an outcome the kernel cannot commit: Keeper's worker suspends with it
     rf"ctx\.suspend\(\s*\w+,\s*{NAME}",
     rf"suspend_reason\s*=\s*(?:None if \w+ else\s*)?{NAME}",
     rf"^\s*reason(?:, detail)? = {NAME}",
@@ -44,7 +46,7 @@ REASON_PATTERNS = (
 # codes the state's encoder and the artifact store raise with.
 REASON_ERROR_CLASSES = (
     r"class (?:InvalidState|UnsupportedCheckpoint|StateSchemaInvalid|BudgetExhausted|DeadlinePassed"
-    r"|OperationRequestChanged|OperationOfAnotherRun"
+    r"|OperationRequestChanged|OperationOfAnotherRun|OperationInFlight"
     r"|ArtifactMissing|ArtifactRefused|ArtifactMismatch|ArtifactStoreUnavailable)"
     rf"\b[^\n]*\n(?:[^\n]*\n){{0,3}}?\s*code = {NAME}"
 )
@@ -52,7 +54,7 @@ STATE_ERROR_RAISES = (
     rf"raise (?:InvalidState|InvalidInput|NotFound|Artifact\w+)\((?:(?!raise ).){{0,400}}?code={NAME}"
 )
 # The state's encoder, and the artifact store's reads that resume verification's check 3 makes.
-STATE_ERROR_MODULES = {"runs/engine/state.py", "core/artifacts/services.py"}
+STATE_ERROR_MODULES = {"runs/kernel/state.py", "core/artifacts/services.py"}
 # SQL comparisons of suspend_reason with one literal or a list of them.
 REASON_SQL = r"suspend_reason\s*(?:=|<>|IS (?:NOT )?DISTINCT FROM|IN)\s*(\('[^)]*\)|'[a-z_]+')"
 RESERVED = r"RESERVED_REASONS = frozenset\(\s*\{(.*?)\}\s*\)"
@@ -60,10 +62,10 @@ RESERVED = r"RESERVED_REASONS = frozenset\(\s*\{(.*?)\}\s*\)"
 REASON_ERROR_MODULES = {
     "core/artifacts/errors.py",
     "runs/engine/state_migrations.py",
-    "runs/engine/budgets.py",
+    "runs/kernel/budgets.py",
     "runs/engine/charges.py",
     "runs/engine/operations.py",
-    "runs/engine/errors.py",
+    "runs/kernel/errors.py",
 }
 
 

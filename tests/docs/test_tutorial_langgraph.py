@@ -10,7 +10,7 @@ import re
 import pytest
 
 from core.processes import ROOT
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 from runs.langgraph.store import THREAD_REASON
 
 pytestmark = pytest.mark.django_db(transaction=True)

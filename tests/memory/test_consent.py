@@ -39,7 +39,8 @@ def infer(tenant, key="city", value="Porto", basis="inferred"):
     )
 
 
-def test_every_write_records_a_basis_and_unknown_bases_are_refused(api, tenant):  # noqa: F811
+def test_every_write_records_the_basis_it_was_given_and_unknown_bases_are_refused(api, tenant):  # noqa: F811
+    # A user's statement is not their consent to keep it: no basis given, none recorded.
     assert (
         memory_remember(
             tenant=tenant,
@@ -49,7 +50,7 @@ def test_every_write_records_a_basis_and_unknown_bases_are_refused(api, tenant):
             value="de",
             provenance=said(),
         ).consent_basis
-        == "explicit"
+        is None
     )
     guess = memory_remember(
         tenant=tenant, subject_id="c-1", namespace="preference", key="tone", value="dry", provenance=GUESS

@@ -14,8 +14,8 @@ from memory.services import ClaimErased, memory_purge_expired, memory_remember
 from runs.conversations.context import context_build
 from runs.conversations.messages import conversation_append
 from runs.conversations.sessions import redis_client, session_key, session_window
-from runs.engine.models import AgentEvent, Summary
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentEvent, Summary
 from tests.conftest import no_tenant
 from tests.memory.test_memory import said
 
@@ -254,7 +254,7 @@ def test_what_stands_in_for_an_erased_subject_cannot_be_recomputed_without_the_k
     who reads the database and guesses the id cannot confirm the guess with a plain hash."""
     from core.digests import json_digest
     from memory.erasure import subject_digest
-    from runs.engine.models import AgentRun
+    from runs.kernel.models import AgentRun
 
     run = subject_with_everything
     request = erasure_request_create(tenant=tenant, subject_id="cust-erase", requested_by="user:compliance")
@@ -375,7 +375,7 @@ def test_keepers_own_approval_notes_are_not_searched_as_the_subjects_texts(tenan
     from core.digests import json_digest
     from memory.erasure import subject_digest
     from runs.conversations.erasure import RunsEraser
-    from runs.engine.models import Approval
+    from runs.kernel.models import Approval
 
     run = run_start(
         tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t", subject="cust-n"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from runs.engine.models import AgentEvent
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentEvent
 
 SUBJECT = "cust-address-5120"
 EMAIL = "zofia.kowalska@example.org"

@@ -27,13 +27,15 @@ from runs.conversations.compaction.services import summary_create
 from runs.conversations.compaction.tokens import token_counter
 from runs.conversations.messages import conversation_append
 from runs.conversations.sessions import redis_client, session_window
-from runs.engine import store
 from runs.engine.approvals import approval_approve
-from runs.engine.errors import SubjectErased
 from runs.engine.forks import run_fork
-from runs.engine.models import AgentEvent, AgentRun, Approval
 from runs.engine.operations import operation_reconcile
 from runs.engine.runs import run_resume, run_start, run_suspend
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import SubjectErased
+from runs.kernel.models import AgentEvent, AgentRun, Approval
+from runs.kernel.state import EncodedState
 from runs.operator.history import history_verify, run_history_document
 from runs.operator.replay import history_export, replay_history
 from tests.artifacts import blob_stored
@@ -209,7 +211,13 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
         "memory_items.subject_id",
     } <= set(before)
     # A worker read the run before the erasure: it must never commit the unredacted state back.
-    grant = store.lease_acquire(run_id=chat.run_id, owner="w-stale", ttl=60)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=chat.run_id,
+            owner="w-stale",
+            ttl=60,
+        )
+    )
     assert grant is not None and grant.status == "suspended"
 
     done = _erase(tenant)
@@ -242,19 +250,9 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
     assert _copies(BYSTANDER, tenant) == {"agent_events.payload": 1}  # another customer's words stay
     assert AgentRun.objects.get(run_id=bystander.run_id).subject == "someone-else"
 
-    committed = store.commit_step(
-        run_id=chat.run_id,
-        expected_revision=grant.revision,
-        epoch=grant.epoch,
-        owner=grant.owner,
-        state_json="{}",
-        state_digest="sha256:x",
-        next_step=grant.next_step,
-        status="running",
-        event_type="step_completed",
-        step_id=grant.next_step,
-        attempt=1,
-        payload_json="{}",
+    held = m.Held(chat.run_id, grant.owner, grant.epoch, grant.revision, 1)
+    committed = apply(
+        m.StepCommitted(held, EncodedState("{}", "sha256:x"), grant.next_step, grant.next_step, {})
     )
     assert committed is None  # fenced: the stale worker writes nothing
 

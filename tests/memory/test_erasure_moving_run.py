@@ -9,8 +9,8 @@ import time
 import pytest
 
 from memory.erasure import erasure_execute, erasure_request_create
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

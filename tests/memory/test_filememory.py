@@ -12,7 +12,7 @@ from memory.models import MemoryItem
 from memory.poisoning.models import HeldClaim
 from memory.selectors import memory_recall
 from memory.services import memory_remember
-from runs.engine.authoring import Context, State, StepResult, workflow
+from runs.authoring import Context, State, StepResult, workflow
 from tests.memory.test_api import api  # noqa: F401 - the fixture
 from tests.memory.test_memory import said
 
@@ -23,7 +23,13 @@ MD = "/api/v1/memory/subjects/c-1/memory.md"
 
 def keep(tenant, namespace, key, value, subject="c-1"):
     return memory_remember(
-        tenant=tenant, subject_id=subject, namespace=namespace, key=key, value=value, provenance=said()
+        tenant=tenant,
+        subject_id=subject,
+        namespace=namespace,
+        key=key,
+        value=value,
+        provenance=said(),
+        consent_basis="explicit",
     )
 
 
@@ -215,8 +221,8 @@ def test_memory_md_after_erasure_shows_nothing_of_the_subject(api, tenant, setti
             "tenant": "acme",
             "subject_id": "c-1",
             "namespace": "profile",
-            "key": "mood",
-            "value": "calm",
+            "key": "allergy",
+            "value": "peanuts",
             "source": "agent:x",
             "consent_basis": "inferred",
         },
@@ -254,7 +260,7 @@ def test_a_conversation_s_first_turn_gets_memory_md_cut_by_whole_lines_within_it
     assert 0 < len(few) < 13 and lean.parts["memory"] <= 150
     assert all(line in lines for line in few)
     assert any("memory_md_line" in note for note in lean.notes)
-    _, searched = memory(ContextBudget(memory=4000, memory_k=3))
+    _, searched = memory(ContextBudget(memory=4000, memory_k=3, memory_file=False))
     assert len(searched) <= 4  # without memory_file: pinned + top k, as before
     conversation_append(
         tenant=tenant,

@@ -85,16 +85,16 @@ def test_a_sensitive_model_inference_is_refused_unless_confirmed(tenant):
             tenant=tenant,
             subject_id="s",
             namespace="profile",
-            key="mood",
-            value="angry",
+            key="diagnosis",
+            value="flu",
             provenance=inference,
         )
     confirmed = memory_remember(
         tenant=tenant,
         subject_id="s",
         namespace="profile",
-        key="mood",
-        value="calm",
+        key="diagnosis",
+        value="flu",
         provenance={**inference, "validation_method": "explicit_user_confirmation"},
     )
     assert confirmed.expires_at is None
@@ -194,7 +194,7 @@ def test_a_poisoning_attempt_is_held_and_once_approved_kept_as_a_quoted_claim_wi
     # A person approves it anyway: it is still only ever quoted as data, never obeyed.
     held_claim_approve(tenant=tenant, held_id=held.value.details["held_id"], actor="user:t", note="ok")
     run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="cust-9").run
-    [item] = MemorySource().items(run=run, query="")
+    [item] = MemorySource(file=False).items(run=run, query="")
     assert claim in item["text"] and item["provenance"]["source_type"] == "user_statement"
     from runs.conversations.context import context_build
 

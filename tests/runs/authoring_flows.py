@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from runs.engine.authoring import Context, OperationCall, OperationRejected, State, StepResult, tool, workflow
+from runs.authoring import Context, OperationCall, OperationRejected, State, StepResult, tool, workflow
 
 # --- a durable timer: sleep, then finish ---
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from runs.engine.authoring import Context, State, StepResult, workflow
+from runs.authoring import Context, State, StepResult, workflow
 
 # --- a parcel waits for "shipped" (optionally with a timeout), then completes with the payload ---
 

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from runs.engine.models import AgentEvent, AgentRun
+from runs.kernel.models import AgentEvent, AgentRun
 
 pytestmark = pytest.mark.django_db
 

@@ -6,11 +6,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from runs.engine import store
 from runs.engine.approvals import approval_check
-from runs.engine.models import AgentEvent, ToolOperation
 from runs.engine.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
 from runs.engine.runs import run_start, run_suspend
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, ToolOperation
 
 pytestmark = pytest.mark.django_db
 
@@ -64,7 +65,13 @@ def test_rejecting_needs_a_note(api, waiting):
 
 def test_reconcile_through_the_api_with_validation(api, tenant):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
-    grant = store.lease_acquire(run_id=run.run_id, owner="w", ttl=30)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="w",
+            ttl=30,
+        )
+    )
     operation_prepare_once(
         tenant_id=tenant.tenant_id,
         run_id=run.run_id,

@@ -11,11 +11,11 @@ from django.utils import timezone
 
 import tests.runs.authoring_flows as flows
 from core.errors import InvalidInput
-from runs.engine.authoring import Context, State, StepResult, workflow
-from runs.engine.errors import WorkflowDefinitionError
-from runs.engine.models import AgentEvent, AgentRun, ToolOperation
+from runs.authoring import Context, State, StepResult, workflow
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.errors import WorkflowDefinitionError
+from runs.kernel.models import AgentEvent, AgentRun, ToolOperation
 from tests.processes import flush_redis, wait_until
 from tests.runs.workflows.test_refund_workflow import Sandbox, sandbox  # noqa: F401 - the fixture
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from runs.engine.approvals import approval_approve, approval_reject
-from runs.engine.models import AgentEvent, AgentRun, Approval, ToolOperation
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentEvent, AgentRun, Approval, ToolOperation
 from tests.processes import wait_until
 from tests.runs.workflows.test_refund_workflow import Sandbox
 

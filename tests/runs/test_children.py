@@ -9,9 +9,9 @@ from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
 import tests.runs.signals_flows as flows
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_cancel, run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -134,7 +134,7 @@ def test_a_child_of_a_workflow_the_tenant_cannot_see_is_refused_and_nothing_is_s
 
 def test_a_child_cannot_be_started_by_a_step_that_lost_its_lease(tenant):
     from runs.engine.children import child_start
-    from runs.engine.errors import ConcurrentResume
+    from runs.kernel.errors import ConcurrentResume
 
     parent = _start(tenant, value="v")
     with pytest.raises(ConcurrentResume):

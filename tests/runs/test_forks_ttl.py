@@ -10,10 +10,10 @@ from django.db import connection
 from django.utils import timezone
 
 from runs.engine.forks import forks_expire, run_fork
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.registry import Step, StepContext, Suspend, Workflow, registry
 from runs.engine.runs import run_resume, run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import flush_redis
 
 pytestmark = pytest.mark.django_db

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from core.tenancy import TENANT_SETTING, run_tenant, tenant_bind, tenant_ensure
 from runs.engine.approvals import approval_check
-from runs.engine.models import Summary
 from runs.engine.operations import operation_prepare_once
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import Summary
 
 TABLES = ("agent_runs", "agent_events", "tool_operations", "approvals", "summaries")
 FUNCTIONS = (
@@ -26,11 +26,6 @@ FUNCTIONS = (
     "keeper_operation_status_counts",
     "keeper_lease_takeover_count",
 )
-
-
-def _set(value: str) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT set_config(%s, %s, false)", [TENANT_SETTING, value])
 
 
 def _seed(tenant, i: int) -> uuid.UUID:
@@ -103,8 +98,7 @@ def test_no_raw_statement_reads_writes_or_moves_another_tenants_run_data(db, own
         mine = tenant.tenant_id
         others = [t.tenant_id for t in tenants if t.tenant_id != mine]
         theirs = next((r for t in others for r in runs[t]), None)
-        _set(str(mine))
-        try:
+        with tenant_bind(mine):
             with connection.cursor() as cursor:
                 for table in TABLES:
                     cursor.execute(f"SELECT DISTINCT tenant_id FROM {table}")
@@ -129,8 +123,6 @@ def test_no_raw_statement_reads_writes_or_moves_another_tenants_run_data(db, own
                 cursor.execute("SELECT count(*) FROM agent_runs")
                 counts["runs"] = cursor.fetchone()[0]
             assert counts["runs"] == len(runs[mine])
-        finally:
-            _set("")
     with connection.cursor() as cursor:  # no tenant: nothing at all (fail closed)
         for table in TABLES:
             cursor.execute(f"SELECT count(*) FROM {table}")

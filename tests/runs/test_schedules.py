@@ -14,8 +14,6 @@ from core.erasure import Scope
 from core.errors import InvalidInput
 from core.tenancy import tenant_bind
 from runs.engine.cron import cron_parse
-from runs.engine.errors import UnknownWorkflow
-from runs.engine.models import AgentRun
 from runs.engine.schedule_models import WorkflowSchedule
 from runs.engine.schedules import (
     SchedulesEraser,
@@ -25,6 +23,8 @@ from runs.engine.schedules import (
     schedules_fire_tenant,
 )
 from runs.engine.steps import run_advance
+from runs.kernel.errors import UnknownWorkflow
+from runs.kernel.models import AgentRun
 
 T0 = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)  # a Monday
 

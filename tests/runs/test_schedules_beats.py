@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from runs.engine.models import AgentRun
 from runs.engine.schedule_models import WorkflowSchedule
 from runs.engine.schedules import schedule_create, schedule_update
+from runs.kernel.models import AgentRun
 from tests.processes import wait_until
 
 # Each beat asks for a sweep three times a second; the schedule's slots are a second apart.

@@ -12,11 +12,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 import tests.runs.signals_flows as flows
-from runs.engine.authoring import Context, State, StepResult, workflow
-from runs.engine.errors import WorkflowDefinitionError
-from runs.engine.models import AgentEvent, AgentRun
+from runs.authoring import Context, State, StepResult, workflow
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.errors import WorkflowDefinitionError
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -257,18 +257,31 @@ def test_a_typed_state_keeps_what_it_consumed_across_steps(api, tenant):
 
 
 def test_a_signal_fences_a_step_in_flight_which_then_runs_again_and_sees_it(api, tenant):
-    from runs.engine import store
-    from runs.engine.errors import ConcurrentResume
     from runs.engine.leases import lease_held
     from runs.engine.steps import _advance_slice
+    from runs.kernel import apply
+    from runs.kernel import moves as m
+    from runs.kernel.errors import ConcurrentResume
 
     run = _start(tenant)
-    grant = store.lease_acquire(run_id=run.run_id, owner="w-slow", ttl=60)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="w-slow",
+            ttl=60,
+        )
+    )
     assert grant is not None  # a worker holds the run and is about to run its step
     assert _signal(api, run, "shipped", {"tracking": "mid-step"}).status_code == 201
     with lease_held(grant) as lease, pytest.raises(ConcurrentResume):
         _advance_slice(grant, lease, sliced=False)  # it read the run before the signal: its commit is refused
     assert not AgentEvent.objects.filter(run=run, event_type="run_suspended").exists()
-    store.lease_release(run_id=run.run_id, owner="w-slow", epoch=grant.epoch)
+    apply(
+        m.LeaseReleased(
+            run_id=run.run_id,
+            owner="w-slow",
+            epoch=grant.epoch,
+        )
+    )
     run = _drive(run)
     assert run.status == "completed" and run.result == {"shipped": [{"tracking": "mid-step"}]}

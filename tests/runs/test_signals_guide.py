@@ -10,9 +10,9 @@ import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.test import APIClient
 
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentRun
 from tests.processes import wait_until
 from tests.runs.test_authoring_guide import MODULE, guide  # noqa: F401 - the fixture
 

@@ -7,9 +7,10 @@ import time
 
 import pytest
 
-from runs.engine import store
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_start
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -86,7 +87,13 @@ def test_a_step_past_the_task_time_limit_lets_its_lease_go_in_a_threads_worker(t
     taken = None
     deadline = time.monotonic() + 7  # 2 s of limit, then one 2 s lease TTL, with room to spare
     while taken is None and time.monotonic() < deadline:
-        taken = store.lease_acquire(run_id=run.run_id, owner="rescuer", ttl=30)
+        taken = apply(
+            m.LeaseTaken(
+                run_id=run.run_id,
+                owner="rescuer",
+                ttl=30,
+            )
+        )
         time.sleep(0.2)
     assert taken is not None, "the lease was still renewed past the task time limit"
     time.sleep(4)  # the long step ends now; its commit must not land on the rescuer's epoch

@@ -7,11 +7,11 @@ import importlib
 
 import pytest
 
-from runs.engine.authoring import Context, State, StepResult, workflow
-from runs.engine.models import AgentEvent, AgentRun
+from runs.authoring import Context, State, StepResult, workflow
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
 from runs.engine.versions import workflow_versions
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import wait_until
 
 MODULES_V1 = "tests.workflows,tests.runs.version_flows_v1"

@@ -7,9 +7,10 @@ import time
 import pytest
 from django.db.models import Count, Max
 
-from runs.engine import store
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_start
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import flush_redis, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -27,7 +28,13 @@ def _assert_history_is_whole(run: AgentRun) -> None:
 
 def test_separate_processes_racing_on_one_revision_exactly_one_commits(tenant, processes):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
-    grant = store.lease_acquire(run_id=run.run_id, owner="shared", ttl=60)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="shared",
+            ttl=60,
+        )
+    )
     go_at = time.time() + 3.0
     popens = [
         processes.script(
@@ -124,7 +131,16 @@ def test_a_long_step_keeps_its_lease_by_heartbeat(tenant, processes):
     )
     deadline = time.monotonic() + 4
     while time.monotonic() < deadline:  # 2 lease TTLs: without renewals another owner would get in
-        assert store.lease_acquire(run_id=run.run_id, owner="thief", ttl=30) is None
+        assert (
+            apply(
+                m.LeaseTaken(
+                    run_id=run.run_id,
+                    owner="thief",
+                    ttl=30,
+                )
+            )
+            is None
+        )
         time.sleep(0.2)
     wait_until(
         lambda: AgentRun.objects.get(run_id=run.run_id).status == "completed",

@@ -10,7 +10,6 @@ import pytest
 import tests.runs.workspace_flows  # noqa: F401 - registers test.workspace in this process
 from runs.engine import workspace
 from runs.engine.forks import run_fork
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_resume, run_start
 from runs.engine.steps import run_advance
 from runs.engine.workspace import (
@@ -20,6 +19,7 @@ from runs.engine.workspace import (
     workspace_snapshots,
 )
 from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.artifacts import blob_bytes, blob_stored, tenant_keys
 from tests.processes import wait_until
 

@@ -11,10 +11,10 @@ import tests.runs.workspace_flows  # noqa: F401 - registers the test workflows i
 from core.artifacts import artifact_get
 from runs.engine import workspace
 from runs.engine.forks import run_fork, run_rewind
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_resume, run_start
 from runs.engine.steps import run_advance
 from runs.engine.workspace import workspace_files_at, workspace_snapshots
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import wait_until
 from tests.s3 import S3, s3, s3_server  # noqa: F401 - the fixtures
 
@@ -127,7 +127,8 @@ def test_a_run_suspended_on_one_host_resumes_on_another_through_the_bucket(
 def test_a_fork_past_the_last_snapshot_of_a_run_mid_slice_waits_for_the_slice(tenant, settings):
     from core.errors import Conflict
     from runs.conversations.messages import conversation_append
-    from runs.engine import store
+    from runs.kernel import apply
+    from runs.kernel import moves as m
 
     settings.KEEPER_WORKSPACE_SNAPSHOT_STEPS, settings.KEEPER_SLICE_STEPS = 100, 2
     run = run_start(tenant=tenant, workflow_name="test.workspace", input={"topic": "busy"}, actor="t").run
@@ -144,7 +145,7 @@ def test_a_fork_past_the_last_snapshot_of_a_run_mid_slice_waits_for_the_slice(te
     head = AgentRun.objects.get(run_id=run.run_id).state_revision
     assert head > saved
     # A worker holds the run (in the middle of a slice): its newer writes may not be saved yet.
-    assert store.lease_acquire(run_id=run.run_id, owner="w-busy", ttl=60) is not None
+    assert apply(m.LeaseTaken(run.run_id, "w-busy", 60)) is not None
     with pytest.raises(Conflict) as refused:
         run_fork(run_id=run.run_id, at_seq=head, actor="t", start=False)
     assert refused.value.code == "workspace_not_saved" and refused.value.details == {"saved_seq": saved}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from runs.engine.authoring import Context, State, StepResult, workflow
+from runs.authoring import Context, State, StepResult, workflow
 
 deploy_v1 = workflow(
     "test.deploy", version="1", description="Sleeps state['seconds'], then says who finished."

@@ -4,7 +4,7 @@ runs pinned to it (this module imports version 1's)."""
 from __future__ import annotations
 
 import tests.runs.version_flows_v1  # noqa: F401 - the old version stays deployed beside the new one
-from runs.engine.authoring import Context, State, StepResult, workflow
+from runs.authoring import Context, State, StepResult, workflow
 
 deploy_v2 = workflow("test.deploy", version="2", description="Sleeps, checks, then says who finished.")
 

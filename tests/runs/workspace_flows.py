@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from runs.engine.authoring import Context, OperationCall, State, StepResult, tool, workflow
+from runs.authoring import Context, OperationCall, State, StepResult, tool, workflow
 from runs.engine.workspace_models import WorkspaceSnapshot
 
 notes = workflow("test.workspace", version="1", description="Writes files over several steps.")

@@ -50,6 +50,9 @@ class Claim:
     lease_token: str
     verified: str | None
     operations_in_doubt: list[dict[str, Any]] = field(default_factory=list)
+    # A take-over whose operations in doubt only this worker's lookups can settle: answer lookups()
+    # before anything else (Worker does, with its `lookups`); its answer is the claim to go on with.
+    lookups_needed: bool = False
     # The run's received signals, oldest first: {"seq", "signal", "payload"} (keep the seq of the
     # last one you acted on in your state).
     signals: list[dict[str, Any]] = field(default_factory=list)
@@ -213,21 +216,27 @@ class KeeperClient:
             if told is not None:
                 (stop or threading.Event()).wait(min(told, wait_seconds))
             return None
-        d = response.json()
-        return Claim(
-            run_id=d["run_id"],
-            workflow=d["workflow"],
-            workflow_version=d["workflow_version"],
-            step=d["step"],
-            state=d["state"],
-            revision=d["revision"],
-            attempt=d["attempt"],
-            lease_epoch=d["lease_epoch"],
-            lease_token=d["lease_token"],
-            verified=d["verified"],
-            operations_in_doubt=list(d["operations_in_doubt"]),
-            signals=list(d.get("signals") or []),
-        )
+        return _claim(response.json())
+
+    def lookups(self, claim: Claim, answers: dict[str, dict[str, Any]]) -> Claim:
+        """What your lookups found for a claim with `lookups_needed`: {operation_id: {"authoritative":
+        bool, "applied": True | False | None, "external_ref": ..., "result": ...}}. Keeper's resume
+        verification decides with them; the claim to go on with, or KeeperConflict resume_refused."""
+        body = {
+            "lease_token": claim.lease_token,
+            "lookups": [{"operation_id": op_id, **answer} for op_id, answer in answers.items()],
+        }
+        return _claim(self._post(f"workers/runs/{claim.run_id}/lookups", body).json())
+
+    def approval(
+        self, claim: Claim, request: dict[str, Any], *, reasons: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Ask for (or find) a person's approval of this exact request: {"verdict": "use" | "wait" |
+        "rejected", "approval_id", "status", "request_digest", "expires_at", "reason", "detail"}. On
+        "wait", commit a suspend with `reason` keeping {"approval": {"approval_id": ...},
+        "request_digest": ...} in the state; a person's decision resumes the run."""
+        body = {"lease_token": claim.lease_token, "request": request, "reasons": reasons or []}
+        return dict(self._post(f"workers/runs/{claim.run_id}/approval", body).json())
 
     def commit(
         self,
@@ -267,10 +276,11 @@ class KeeperClient:
             body["lease_ttl"] = lease_ttl
         return str(self._post(f"workers/runs/{claim.run_id}/heartbeat", body).json()["lease_expires_at"])
 
-    def release(self, claim: Claim, *, retry_in: float = 0.0) -> None:
-        self._post(
-            f"workers/runs/{claim.run_id}/release", {"lease_token": claim.lease_token, "retry_in": retry_in}
-        )
+    def release(self, claim: Claim, *, retry_in: float = 0.0, attempted: bool = False) -> None:
+        """Give the run back. `attempted`: the step ran and failed (the try counts toward the run's
+        attempts limit); a release without trying does not count."""
+        body = {"lease_token": claim.lease_token, "retry_in": retry_in, "attempted": attempted}
+        self._post(f"workers/runs/{claim.run_id}/release", body)
 
     def prepare(
         self,
@@ -290,9 +300,16 @@ class KeeperClient:
         }
         return dict(self._post(f"workers/runs/{claim.run_id}/operations/prepare", body).json())
 
-    def started(self, claim: Claim, operation_id: str) -> dict[str, Any]:
+    def started(
+        self, claim: Claim, operation_id: str, *, call_timeout_s: float | None = None
+    ) -> dict[str, Any]:
+        """Just before sending: only the lease holder may. `call_timeout_s`: the longest the call may
+        take; until then a lookup's not_applied is refused (409 operation_in_flight, with Retry-After)."""
         path = f"workers/runs/{claim.run_id}/operations/{operation_id}/started"
-        return dict(self._post(path, {"lease_token": claim.lease_token}).json())
+        body: dict[str, Any] = {"lease_token": claim.lease_token}
+        if call_timeout_s is not None:
+            body["call_timeout_s"] = call_timeout_s
+        return dict(self._post(path, body).json())
 
     def outcome(
         self,
@@ -311,6 +328,24 @@ class KeeperClient:
         if result is not None:
             body["result"] = result
         return dict(self._post(f"workers/runs/{claim.run_id}/operations/{operation_id}/outcome", body).json())
+
+
+def _claim(d: dict[str, Any]) -> Claim:
+    return Claim(
+        run_id=d["run_id"],
+        workflow=d["workflow"],
+        workflow_version=d["workflow_version"],
+        step=d["step"],
+        state=d["state"],
+        revision=d["revision"],
+        attempt=d["attempt"],
+        lease_epoch=d["lease_epoch"],
+        lease_token=d["lease_token"],
+        verified=d["verified"],
+        operations_in_doubt=list(d["operations_in_doubt"]),
+        signals=list(d.get("signals") or []),
+        lookups_needed=bool(d.get("lookups_needed")),
+    )
 
 
 def _retry_after(response: httpx.Response) -> float | None:

@@ -65,11 +65,31 @@ class Applied:
     result: Any = None
 
 
+class LeaseLost(Exception):
+    """This worker no longer holds the run: nothing more is sent or committed (its new holder goes on)."""
+
+
 @dataclass
 class StepContext:
     client: KeeperClient
     claim: Claim
     lease_lost: threading.Event = field(default_factory=threading.Event)
+
+    def lease_check(self) -> None:
+        """Raise LeaseLost unless this worker still holds the run (asked of Keeper, not remembered):
+        called before every request sent outside, so a stale worker never sends an effect the run's
+        new holder may have applied."""
+        if self.lease_lost.is_set():
+            raise LeaseLost(f"run {self.run_id}: the lease was lost; nothing sent")
+        try:
+            self.client.heartbeat(self.claim)
+        except KeeperConflict as exc:
+            self.lease_lost.set()
+            raise LeaseLost(f"run {self.run_id}: {exc}") from exc
+
+    def approval(self, request: dict[str, Any], *, reasons: list[str] | None = None) -> dict[str, Any]:
+        """A person's decision on this exact request (see KeeperClient.approval)."""
+        return self.client.approval(self.claim, request, reasons=reasons)
 
     @property
     def state(self) -> State:
@@ -92,6 +112,7 @@ class StepContext:
         request: dict[str, Any],
         send: Callable[[str], Applied],
         lookup: Callable[[str], Applied | None | bool] | None = None,
+        call_timeout_s: float | None = None,
     ) -> Applied:
         """Apply a side effect at most once. `send(idempotency_key)` returns Applied or raises
         OperationFailed (a definite no); anything else it raises means the outcome is unknown.
@@ -130,10 +151,11 @@ class StepContext:
                     )
                 raise OperationInDoubt(f"operation {operation_id} may have been applied; reconcile it")
         try:
-            client.started(claim, operation_id)
+            client.started(claim, operation_id, call_timeout_s=call_timeout_s)
         except KeeperConflict as exc:
             if exc.details.get("status") != "started":  # our own earlier call whose answer was lost is fine
                 raise
+        self.lease_check()
         try:
             applied = send(key)
         except OperationFailed as exc:
@@ -151,20 +173,29 @@ class StepContext:
 StepFn = Callable[[StepContext], StepResult]
 
 
+Lookup = Callable[[str], Applied | None | bool]
+
+
 class Worker:
-    """Serves one or more external workflows: `Worker(client, {"wf": {"step": fn, ...}}).run()`."""
+    """Serves one or more external workflows: `Worker(client, {"wf": {"step": fn, ...}}).run()`.
+
+    `lookups` ({tool_name: lookup(idempotency_key)}) answer for operations in doubt when this worker
+    takes a run over after a crash: Applied, False (not applied) or None (cannot tell). A tool without
+    one is reported "cannot tell", and a person reconciles it."""
 
     def __init__(
         self,
         client: KeeperClient,
         steps: dict[str, dict[str, StepFn]],
         *,
+        lookups: dict[str, Lookup] | None = None,
         worker_id: str = "worker",
         wait_seconds: float = 20.0,
         lease_ttl: float | None = None,
         heartbeat_every: float | None = None,
     ):
         self.client, self.steps, self.worker_id = client, steps, worker_id
+        self.lookups = dict(lookups or {})
         self.wait_seconds, self.lease_ttl = wait_seconds, lease_ttl
         self.heartbeat_every = heartbeat_every or max(0.2, (lease_ttl or 30.0) / 3)
         self.stop = threading.Event()
@@ -193,6 +224,12 @@ class Worker:
         )
         if claim is None:
             return False
+        if claim.lookups_needed:
+            try:
+                claim = self.client.lookups(claim, self._look_up(claim))
+            except KeeperConflict as exc:  # refused: a person reconciles (the run is in their inbox)
+                logger.info("run %s: %s", claim.run_id, exc)
+                return True
         fn = self.steps.get(claim.workflow, {}).get(claim.step)
         if fn is None:
             self._commit(
@@ -209,18 +246,45 @@ class Worker:
             result = Suspend(claim.state, "reconciliation_required", str(exc)[:2000])
         except OperationFailed as exc:
             result = Fail(claim.state, "operation_failed", str(exc)[:2000])
-        except KeeperConflict as exc:  # the lease or the run moved on: its new holder continues
+        except KeeperConflict as exc:
+            if exc.code == "operation_in_flight":  # a first call may still be on its way: look later
+                wait = float(exc.details.get("retry_after") or 1)
+                self._quietly(lambda: self.client.release(claim, retry_in=wait))
+            else:  # the lease or the run moved on: its new holder continues
+                logger.info("run %s: %s", claim.run_id, exc)
+            return True
+        except LeaseLost as exc:
             logger.info("run %s: %s", claim.run_id, exc)
             return True
         except Exception:
             logger.exception("step %s of run %s raised; giving the run back", claim.step, claim.run_id)
-            self._quietly(lambda: self.client.release(claim, retry_in=1.0))
+            self._quietly(lambda: self.client.release(claim, retry_in=1.0, attempted=True))
             return True
         finally:
             step_done.set()  # stops the heartbeat thread
             beat.join(timeout=5)
         self._commit(claim, result)
         return True
+
+    def _look_up(self, claim: Claim) -> dict[str, dict[str, Any]]:
+        """Each operation in doubt, looked up by its idempotency key with this worker's lookup for its
+        tool; what Keeper's resume verification decides with."""
+        answers: dict[str, dict[str, Any]] = {}
+        for op in claim.operations_in_doubt:
+            lookup = self.lookups.get(str(op.get("tool_name")))
+            try:
+                found = lookup(op["operation_id"]) if lookup is not None else None
+            except Exception:  # a lookup that failed is no answer: a person reconciles
+                logger.exception("lookup of %s failed", op["operation_id"])
+                found = None
+            if isinstance(found, Applied):
+                answers[op["operation_id"]] = {"authoritative": True, "applied": True,
+                                               "external_ref": found.external_ref, "result": found.result}  # fmt: skip
+            elif found is False:
+                answers[op["operation_id"]] = {"authoritative": True, "applied": False}
+            else:
+                answers[op["operation_id"]] = {"authoritative": False, "applied": None}
+        return answers
 
     def _heartbeat(self, ctx: StepContext, step_done: threading.Event) -> None:
         """Renew the lease every `heartbeat_every` seconds until the step returns; a 409 sets lease_lost."""

@@ -3,7 +3,10 @@
 A summary covers one continuous seq range and stores the digest of the raw events it was made
 from. It is a cache: a summary whose source digest or compactor no longer matches is marked stale
 and rebuilt from the raw events, which are always kept. Raw events win: a fact the compactor wrote
-that the events it cites do not support is dropped before the summary is stored.
+that the events it cites do not support is dropped before the summary is stored, and a summary with
+a fact that changes their meaning (meaning.py: negation, a condition, an amount's currency) is held
+for a person's review, never used; the range gets the extractive compactor's summary instead, which
+quotes the events, until a person releases the held one.
 """
 
 from __future__ import annotations
@@ -13,17 +16,29 @@ from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.db import transaction
 from prometheus_client import Counter
 
 from core.digests import canonical_json, json_digest
-from runs.conversations.compaction.compactors import Compactor, compactor_from_settings, summary_render
+from runs.conversations.compaction.compactors import (
+    Compactor,
+    ExtractiveCompactor,
+    compactor_from_settings,
+    summary_render,
+)
+from runs.conversations.compaction.meaning import facts_meaning_check
 from runs.conversations.compaction.tokens import TokenCounter
 from runs.engine.charges import model_calls_charged
-from runs.engine.models import AgentEvent, AgentRun, Summary, SummaryStatus
+from runs.kernel.models import AgentEvent, AgentRun, Summary, SummaryStatus
 
 UNSUPPORTED_FACTS = Counter(
     "keeper_summary_facts_unsupported",
     "Facts a compactor wrote that the events they cite do not support (dropped from the summary).",
+    ["compactor"],
+)
+HELD_SUMMARIES = Counter(
+    "keeper_summaries_held",
+    "Summaries held for review: a fact of theirs changed the meaning of the events it cites.",
     ["compactor"],
 )
 
@@ -121,12 +136,15 @@ def summary_create(
     counter: TokenCounter,
     compactor: Compactor | None = None,
     rewrites: int = -1,
+    hold: bool = True,
 ) -> Summary:
     """Compact a continuous range of raw events into a new summary row.
 
     rewrites: the sum of the range's agent_events.rewrites read before `events` were (-1 if not
     known: the first use then checks the digest). Facts the cited events do not support are dropped
-    from the summary and kept in unsupported_facts.
+    from the summary and kept in unsupported_facts. A fact that changes their meaning holds the whole
+    summary for review (status held, the fact and why in unsupported_facts); `hold` False drops such
+    facts like unsupported ones instead (a fallback must be usable).
     """
     if not events:
         raise ValueError("a summary needs at least one event")
@@ -138,9 +156,17 @@ def summary_create(
     with model_calls_charged(run_id=run.run_id, actor="system:compactor"):  # a model compactor's call
         draft = compactor.compact(source)
     facts, unsupported = facts_check(draft.facts, source)
+    meant, changed = facts_meaning_check(facts, source)
+    held = hold and bool(changed)
+    if not held:
+        facts, unsupported = meant, unsupported + changed
     text = draft.text
     if unsupported:
         UNSUPPORTED_FACTS.labels(compactor=compactor.info.prompt_version).inc(len(unsupported))
+    if held:
+        HELD_SUMMARIES.labels(compactor=compactor.info.prompt_version).inc()
+        unsupported = unsupported + [{**fact, "held": True} for fact in changed]
+    if unsupported:
         text = summary_render(
             first=seqs[0],
             last=seqs[-1],
@@ -164,22 +190,75 @@ def summary_create(
         token_count=counter.count(text),
         rewrites_checked=rewrites,
         unsupported_facts=unsupported,
+        status=SummaryStatus.HELD if held else SummaryStatus.VALID,
     )
+
+
+def summary_compact(
+    *,
+    run: AgentRun,
+    events: Sequence[AgentEvent],
+    counter: TokenCounter,
+    compactor: Compactor | None = None,
+    rewrites: int = -1,
+) -> Summary:
+    """The summary a context uses for these events: the compactor's, or when that one is held for
+    review, the extractive compactor's (it quotes the events; a fact of it that still fails is
+    dropped), which stands in for the held one until a person releases it."""
+    summary = summary_create(run=run, events=events, counter=counter, compactor=compactor, rewrites=rewrites)
+    if summary.status != SummaryStatus.HELD:
+        return summary
+    return summary_create(
+        run=run,
+        events=events,
+        counter=counter,
+        compactor=ExtractiveCompactor(),
+        rewrites=rewrites,
+        hold=False,
+    )
+
+
+def summary_held_release(*, run: AgentRun, summary_id: Any) -> Summary:
+    """A person read a held summary and its facts are right: it is used from now on, and the summary
+    that stood in for it is stale. (The caller records who decided, and why.)"""
+    with transaction.atomic():
+        held = Summary.objects.select_for_update().get(
+            run=run, summary_id=summary_id, status=SummaryStatus.HELD
+        )
+        Summary.objects.filter(
+            run=run,
+            covers_from_seq=held.covers_from_seq,
+            covers_to_seq=held.covers_to_seq,
+            status=SummaryStatus.VALID,
+        ).update(status=SummaryStatus.STALE)
+        Summary.objects.filter(pk=held.pk).update(status=SummaryStatus.VALID)
+        held.status = SummaryStatus.VALID
+    return held
+
+
+def _held_keys(run: AgentRun) -> set[tuple[int, int, str, str]]:
+    """(from, to, source digest, compactor) of the run's held summaries: a summary of the same events
+    by another compactor stands in for each, and is not rebuilt for having another compactor."""
+    rows = Summary.objects.filter(run=run, status=SummaryStatus.HELD).values_list(
+        "covers_from_seq", "covers_to_seq", "source_digest", "compactor"
+    )
+    return {(a, b, digest, canonical_json(info)) for a, b, digest, info in rows}
 
 
 # --- checking summaries before use -------------------------------------------------------------
 
 
 def summary_problem(
-    summary: Summary, events_by_seq: dict[int, AgentEvent], compactor: Compactor
+    summary: Summary, events_by_seq: dict[int, AgentEvent], compactor: Compactor, *, stands_in: bool = False
 ) -> str | None:
-    """Why this summary must not be used as it is, or None."""
+    """Why this summary must not be used as it is, or None. stands_in: it stands in for the current
+    compactor's summary of the same events, held for review (its compactor may differ)."""
     covered = [events_by_seq.get(s) for s in range(summary.covers_from_seq, summary.covers_to_seq + 1)]
     if any(e is None for e in covered):
         return f"its range {summary.covers_from_seq}..{summary.covers_to_seq} has events missing"
     if source_digest([e for e in covered if e is not None]) != summary.source_digest:
         return "its source events changed since it was written (digest mismatch)"
-    if summary.compactor != compactor.info.as_json():
+    if summary.compactor != compactor.info.as_json() and not stands_in:
         return (
             f"it was written by compactor {summary.compactor}, the current one is {compactor.info.as_json()}"
         )
@@ -230,6 +309,7 @@ def summaries_usable(
         rewritten = run_rewrites(run=run, up_to_seq=up_to_seq)
     by_seq = {e.seq: e for e in events} if events is not None else None
     current = compactor.info.as_json()
+    held = _held_keys(run)
     notes: list[str] = []
     chain: list[Summary] = []
     expected_from = 1
@@ -245,13 +325,14 @@ def summaries_usable(
             continue
         first, last = summary.covers_from_seq, summary.covers_to_seq
         seen = range_rewrites(rewritten, first, last)
-        compactor_changed = summary.compactor != current
+        stands_in = (first, last, summary.source_digest, canonical_json(current)) in held
+        compactor_changed = summary.compactor != current and not stands_in
         if by_seq is None and seen == summary.rewrites_checked and not compactor_changed:
             chain.append(summary)  # its events are the ones it was checked against
             expected_from = last + 1
             continue
         local = by_seq if by_seq is not None else {e.seq: e for e in _range_events(run, first, last)}
-        problem = summary_problem(summary, local, compactor)
+        problem = summary_problem(summary, local, compactor, stands_in=stands_in)
         if problem is None:
             if seen != summary.rewrites_checked:
                 Summary.objects.filter(pk=summary.pk).update(rewrites_checked=seen)
@@ -262,7 +343,7 @@ def summaries_usable(
             if len(covered) != last - first + 1:
                 notes.append(f"summary {summary.summary_id} dropped: {problem}; raw events used instead")
                 break
-            summary = summary_create(
+            summary = summary_compact(
                 run=run, events=covered, counter=counter, compactor=compactor, rewrites=seen
             )
             notes.append(f"summary of {summary.covers_from_seq}..{summary.covers_to_seq} rebuilt: {problem}")

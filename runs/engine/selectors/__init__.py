@@ -30,6 +30,7 @@ from runs.engine.selectors.runs import (
     run_get_for_tenants,
     run_list,
     run_page,
+    subject_run_ids,
 )
 from runs.engine.selectors.side_effects import (
     RECONCILIATION_REQUIRED,
@@ -91,6 +92,7 @@ __all__ = [
     "run_operations",
     "run_operations_in_doubt",
     "run_page",
+    "subject_run_ids",
     "run_queue_health",
     "run_refused_list",
     "run_refused_count",

@@ -18,7 +18,7 @@ from core.digests import json_digest
 from core.errors import InvalidInput
 from core.pagination import KeysetPage, keyset_page
 from core.tenancy import tenant_of_call
-from runs.engine.models import AgentEvent, AgentRun
+from runs.kernel.models import AgentEvent, AgentRun
 
 
 @tenant_of_call

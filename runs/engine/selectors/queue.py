@@ -9,8 +9,8 @@ from uuid import UUID
 
 from django.db.models import Count, Max, Q
 
-from runs.engine.models import AgentRun, RunStatus
 from runs.engine.selectors.runs import run_count_capped
+from runs.kernel.models import AgentRun, RunStatus
 
 # Only what the queue panel shows of a run.
 QUEUE_FIELDS = (

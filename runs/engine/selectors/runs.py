@@ -8,11 +8,12 @@ from uuid import UUID
 
 from django.db.models import Q, QuerySet
 
+from core.db import wire
 from core.models import Tenant
 from core.pagination import KeysetPage, keyset_after, keyset_cut, keyset_page
 from core.tenancy import tenant_of_call
-from runs.engine.errors import RunNotFound
-from runs.engine.models import AgentRun
+from runs.kernel.errors import RunNotFound
+from runs.kernel.models import AgentRun
 
 # The index-friendly order of every run list: newest activity first (indexes lead with updated_at,
 # or with tenant_id then updated_at).
@@ -152,3 +153,19 @@ def run_filtered_page(
 def run_count_capped(*, runs: QuerySet[AgentRun], cap: int) -> int:
     """How many rows match, counting no further than cap + 1 (never a COUNT over the whole table)."""
     return len(runs.order_by().values_list("run_id", flat=True)[: cap + 1])
+
+
+_SUBJECT_RUNS = """
+WITH RECURSIVE tree AS (
+  SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND subject IN (%(subject)s, %(erased)s)
+  UNION
+  SELECT r.run_id FROM agent_runs r JOIN tree ON r.parent_run_id = tree.run_id WHERE r.tenant_id = %(tenant)s)
+SELECT run_id FROM tree
+"""
+
+
+def subject_run_ids(*, tenant_id: UUID, subject_id: str, subject_digest: str) -> tuple[UUID, ...]:
+    """The subject's runs and every fork of them (sorted), including runs an interrupted erasure
+    already marked `erased:<digest>`: what each eraser of run data works on. Under the bound tenant."""
+    params = {"tenant": tenant_id, "subject": subject_id, "erased": f"erased:{subject_digest}"}
+    return tuple(sorted(row[0] for row in wire.rows(_SUBJECT_RUNS, params)))

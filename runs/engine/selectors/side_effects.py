@@ -13,7 +13,8 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 from core.errors import NotFound
 from core.pagination import KeysetPage, keyset_page
 from core.tenancy import tenant_of_call
-from runs.engine.models import (
+from runs.engine.registry import registry
+from runs.kernel.models import (
     SUBJECT_ERASED,
     TERMINAL_RUN_STATUSES,
     AgentEvent,
@@ -24,7 +25,6 @@ from runs.engine.models import (
     RunStatus,
     ToolOperation,
 )
-from runs.engine.registry import registry
 
 RECONCILIATION_REQUIRED = "reconciliation_required"
 
@@ -32,8 +32,10 @@ RECONCILIATION_REQUIRED = "reconciliation_required"
 APPROVAL_KEYS = ("created_at", "approval_id")
 
 
-def approval_list(*, status: str | None = None) -> QuerySet[Approval]:
+def approval_list(*, status: str | None = None, run_id: UUID | None = None) -> QuerySet[Approval]:
     approvals = Approval.objects.select_related("tenant").order_by("-created_at", "-approval_id")
+    if run_id is not None:
+        approvals = approvals.filter(run_id=run_id)
     return approvals.filter(status=status) if status else approvals
 
 

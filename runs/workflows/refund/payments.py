@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 from django.conf import settings
 
-from runs.engine.authoring import OperationRejected
+from runs.authoring import OperationRejected
 
 CONTRACT_VERSION = "payments.v1"
 

@@ -12,7 +12,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn
 
 from core.digests import json_digest
-from runs.engine.state_migrations import SchemaSet, State, StateSchemaError
+from runs.authoring import SchemaSet, State, StateSchemaError
 
 _CURRENCY = re.compile(r"[A-Z]{3}")
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")

@@ -15,9 +15,17 @@ from django.conf import settings
 
 from core.digests import json_digest
 from core.errors import InvalidInput
-from runs.engine.authoring import Context, OperationCall, State, StepResult, ToolLookup, tool, workflow
-from runs.engine.operations import run_lineage
-from runs.engine.selectors import operation_find
+from runs.authoring import (
+    Context,
+    OperationCall,
+    State,
+    StepResult,
+    ToolLookup,
+    operation_find,
+    run_lineage,
+    tool,
+    workflow,
+)
 from runs.workflows.refund.deciders import decider_from_settings
 from runs.workflows.refund.payments import CONTRACT_VERSION, PaymentsClient
 from runs.workflows.refund.schemas import REFUND_SCHEMAS
@@ -66,6 +74,8 @@ PAYMENTS_REFUND = tool(
     lookup=_lookup_refund,
     external_ref=lambda result: str(result["refund_id"]),
     crash_label="refund",
+    # The payments client's own timeout: a refund call never lasts longer (payments.py).
+    call_timeout_s=lambda: float(settings.KEEPER_PAYMENTS_TIMEOUT),
 )
 
 refund_flow = workflow(

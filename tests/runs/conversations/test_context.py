@@ -11,7 +11,7 @@ from bench.runs import conversation_run_bulk
 from core.digests import canonical_json
 from runs.conversations.compaction.tokens import token_counter
 from runs.conversations.context import ContextTooLarge, context_build
-from runs.engine.models import AgentEvent, AgentRun, Summary, ToolOperation
+from runs.kernel.models import AgentEvent, AgentRun, Summary, ToolOperation
 
 pytestmark = pytest.mark.django_db
 

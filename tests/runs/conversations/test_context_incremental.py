@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from bench.runs import conversation_run_bulk
 from runs.conversations.compaction.tokens import token_counter
 from runs.conversations.context import context_build
-from runs.engine.models import AgentEvent, AgentRun, Summary
+from runs.kernel.models import AgentEvent, AgentRun, Summary
 
 pytestmark = pytest.mark.django_db
 

@@ -13,9 +13,9 @@ from memory.services import memory_remember
 from runs.conversations.context import BuiltContext, ContextBudget, context_build
 from runs.conversations.learning import WITHHELD, run_learn
 from runs.conversations.messages import conversation_append
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentRun
 from runs.workflows.conversation import ConversationConfig, conversation_workflow_register
 
 pytestmark = pytest.mark.django_db
@@ -73,14 +73,15 @@ def _subject_with_many_claims(tenant: Any, subject: str) -> None:
 def test_memory_in_context_is_what_the_turn_asks_about_plus_pinned_claims_not_every_claim(tenant):
     _subject_with_many_claims(tenant, "cust-1")
     run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="cust-1").run
-    built = context_build(run=run, query="when will the parcel be delivered?")
+    searching = ContextBudget(memory_file=False)  # past a session's first turn (which loads MEMORY.md)
+    built = context_build(run=run, query="when will the parcel be delivered?", budget=searching)
     lines = _memory_lines(built)
     assert any("delivery_window" in line for line in lines)  # found by search
     assert any("never call by phone" in line for line in lines)  # pinned: a constraint always comes
     assert lines[0].endswith('constraint/contact = "never call by phone"')
     assert len(lines) <= 1 + ContextBudget().memory_k < 42  # not the subject's 42 claims
     # With no query, the newest claims, still bounded.
-    assert 0 < len(_memory_lines(context_build(run=run))) <= 1 + ContextBudget().memory_k
+    assert 0 < len(_memory_lines(context_build(run=run, budget=searching))) <= 1 + ContextBudget().memory_k
 
 
 def test_the_memory_budget_bounds_what_memory_may_take(tenant):
@@ -210,7 +211,8 @@ def test_a_finished_session_is_remembered_as_an_episode_and_recalled_in_a_later_
     later = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="cust-4").run
     _say(tenant, later, "m-1", "Any news about the damaged parcel ord-77?")
     _answer(later)
-    assert any(f"episode/run:{first.run_id}" in line for line in _memory_lines(recording[-1]))
+    # (its first turn: the subject's MEMORY.md, where the key's ":" is written %3A)
+    assert any(f"episode/run%3A{first.run_id}" in line for line in _memory_lines(recording[-1]))
 
 
 def test_the_conversation_input_is_checked(tenant):

@@ -12,9 +12,9 @@ from rest_framework.test import APIClient
 from core.artifacts import artifact_get
 from runs.conversations.messages import conversation_append
 from runs.conversations.sessions import session_key, session_window
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_cancel, run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import flush_redis, wait_until
 
 pytestmark = pytest.mark.django_db

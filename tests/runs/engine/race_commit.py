@@ -25,27 +25,23 @@ def main() -> None:
 
 
 def _race() -> None:
-    from runs.engine import store
-    from runs.engine.state import state_encode
+    from runs.kernel import apply
+    from runs.kernel import moves as m
+    from runs.kernel.state import state_encode
 
     run_id, revision, epoch, owner, go_at = sys.argv[1:6]
     encoded = state_encode({"n": 3, "committed_by": sys.argv[6] if len(sys.argv) > 6 else "racer"})
-    store.lease_renew(run_id=UUID(run_id), owner=owner, epoch=int(epoch), ttl=30)  # warm the connection
+    apply(
+        m.LeaseRenewed(
+            run_id=UUID(run_id),
+            owner=owner,
+            epoch=int(epoch),
+            ttl=30,
+        )
+    )  # warm the connection
     time.sleep(max(0.0, float(go_at) - time.time()))
-    seq = store.commit_step(
-        run_id=UUID(run_id),
-        expected_revision=int(revision),
-        epoch=int(epoch),
-        owner=owner,
-        state_json=encoded.json,
-        state_digest=encoded.digest,
-        next_step="tick",
-        status="running",
-        event_type="step_completed",
-        step_id="start",
-        attempt=1,
-        payload_json="{}",
-    )
+    held = m.Held(UUID(run_id), owner, int(epoch), int(revision), 1)
+    seq = apply(m.StepCommitted(held, encoded, "start", "tick", {}))
     print(f"committed {seq}" if seq else "fenced", flush=True)
 
 

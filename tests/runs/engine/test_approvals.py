@@ -15,8 +15,8 @@ from runs.engine.approvals import (
     approval_check,
     approval_reject,
 )
-from runs.engine.models import AgentEvent, Approval
 from runs.engine.runs import run_start, run_suspend
+from runs.kernel.models import AgentEvent, Approval
 
 pytestmark = pytest.mark.django_db
 REQUEST = {"order_id": "o-1", "amount_minor": 500, "currency": "EUR"}

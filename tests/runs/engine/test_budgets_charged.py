@@ -11,10 +11,10 @@ import pytest
 from config.env import env_model_prices
 from core.chat import chat_json
 from runs.engine.charges import model_call_cost, model_calls_charged
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.registry import Complete, Next, Step, StepContext, Suspend, Workflow, registry
 from runs.engine.runs import run_resume, run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import flush_redis
 
 pytestmark = pytest.mark.django_db

@@ -11,13 +11,14 @@ from django.test.utils import CaptureQueriesContext
 
 from core.digests import canonical_json
 from core.tenancy import tenant_bind
-from runs.engine import store
-from runs.engine.errors import IdempotencyConflict, InvalidState, InvalidTransition, UnknownWorkflow
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.registry import Complete, Step, Workflow, registry
 from runs.engine.runs import run_cancel, run_resume, run_start, run_suspend
-from runs.engine.state import state_encode
 from runs.engine.steps import run_advance
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import IdempotencyConflict, InvalidState, InvalidTransition, UnknownWorkflow
+from runs.kernel.models import AgentEvent, AgentRun
+from runs.kernel.state import state_encode
 
 pytestmark = pytest.mark.django_db
 
@@ -30,20 +31,14 @@ def _start(tenant, n=3, key=None):
 
 def _commit(grant, *, owner=None, expected=None, epoch=None, state=None):
     encoded = state_encode(state if state is not None else {**grant.state, "touched": True})
-    return store.commit_step(
-        run_id=grant.run_id,
-        expected_revision=expected if expected is not None else grant.revision,
-        epoch=epoch if epoch is not None else grant.epoch,
-        owner=owner or grant.owner,
-        state_json=encoded.json,
-        state_digest=encoded.digest,
-        next_step="tick",
-        status="running",
-        event_type="step_completed",
-        step_id=grant.next_step,
-        attempt=grant.attempt,
-        payload_json="{}",
+    held = m.Held(
+        grant.run_id,
+        owner or grant.owner,
+        epoch if epoch is not None else grant.epoch,
+        expected if expected is not None else grant.revision,
+        grant.attempt,
     )
+    return apply(m.StepCommitted(held, encoded, grant.next_step, "tick", {}))
 
 
 def test_start_writes_the_run_and_its_first_event_together(tenant):
@@ -56,11 +51,12 @@ def test_start_writes_the_run_and_its_first_event_together(tenant):
 
 
 def test_start_returns_the_run_as_stored_without_reading_it_back(tenant):
-    with CaptureQueriesContext(connection) as orm:  # the insert goes through libpq, not the ORM
+    with CaptureQueriesContext(connection) as queries:
         run = run_start(
             tenant=tenant, workflow_name="demo.countdown", input={"n": 2, "note": "é"}, actor="test"
         ).run
-    assert orm.captured_queries == []
+    [insert] = queries.captured_queries  # one statement: the run, its first event, the row back
+    assert "INSERT INTO agent_runs" in insert["sql"] and "INSERT INTO agent_events" in insert["sql"]
     stored = AgentRun.objects.get(run_id=run.run_id)
     for field in AgentRun._meta.concrete_fields:
         mine, theirs = getattr(run, field.attname), getattr(stored, field.attname)
@@ -143,17 +139,50 @@ def test_bad_input_is_refused_with_a_reason_and_nothing_is_written(tenant, workf
 
 def test_lease_is_exclusive_and_each_acquisition_bumps_the_epoch(tenant):
     run = _start(tenant)
-    grant = store.lease_acquire(run_id=run.run_id, owner="a", ttl=30)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="a",
+            ttl=30,
+        )
+    )
     assert grant is not None and grant.epoch == 1 and grant.attempt == 1 and grant.previous_owner is None
-    assert store.lease_acquire(run_id=run.run_id, owner="b", ttl=30) is None
-    assert store.lease_release(run_id=run.run_id, owner="a", epoch=1)
-    again = store.lease_acquire(run_id=run.run_id, owner="b", ttl=30)
+    assert (
+        apply(
+            m.LeaseTaken(
+                run_id=run.run_id,
+                owner="b",
+                ttl=30,
+            )
+        )
+        is None
+    )
+    assert apply(
+        m.LeaseReleased(
+            run_id=run.run_id,
+            owner="a",
+            epoch=1,
+        )
+    )
+    again = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="b",
+            ttl=30,
+        )
+    )
     assert again is not None and again.epoch == 2
 
 
 def test_commit_needs_the_expected_revision_the_current_epoch_and_the_owner(tenant):
     run = _start(tenant)
-    grant = store.lease_acquire(run_id=run.run_id, owner="a", ttl=30)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="a",
+            ttl=30,
+        )
+    )
     assert _commit(grant, expected=grant.revision + 1) is None
     assert _commit(grant, epoch=grant.epoch + 1) is None
     assert _commit(grant, owner="intruder") is None
@@ -175,13 +204,35 @@ def _expire_lease(run) -> None:
 
 def test_stale_lease_holder_cannot_commit_even_before_the_new_owner_does(tenant):
     run = _start(tenant)
-    stale = store.lease_acquire(run_id=run.run_id, owner="sleepy", ttl=30)
+    stale = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="sleepy",
+            ttl=30,
+        )
+    )
     _expire_lease(run)  # the clock moved past the lease (deterministic: no sleeping)
-    fresh = store.lease_acquire(run_id=run.run_id, owner="fresh", ttl=30)
+    fresh = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="fresh",
+            ttl=30,
+        )
+    )
     assert fresh is not None and fresh.epoch == stale.epoch + 1 and fresh.previous_owner == "sleepy"
     # The old owner wakes up first, at the same revision: fenced out.
     assert _commit(stale) is None
-    assert store.lease_renew(run_id=run.run_id, owner="sleepy", epoch=stale.epoch, ttl=30) is None
+    assert (
+        apply(
+            m.LeaseRenewed(
+                run_id=run.run_id,
+                owner="sleepy",
+                epoch=stale.epoch,
+                ttl=30,
+            )
+        )
+        is None
+    )
     assert _commit(fresh) == 2
     assert list(AgentEvent.objects.filter(run=run).values_list("seq", "actor")) == [(1, "test"), (2, "fresh")]
 
@@ -189,7 +240,13 @@ def test_stale_lease_holder_cannot_commit_even_before_the_new_owner_does(tenant)
 @pytest.mark.django_db(transaction=True)
 def test_threads_racing_on_one_revision_exactly_one_commits(tenant) -> None:
     run = _start(tenant)
-    grant = store.lease_acquire(run_id=run.run_id, owner="shared", ttl=30)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="shared",
+            ttl=30,
+        )
+    )
     barrier = threading.Barrier(8)
     results: list[object] = []
 
@@ -215,7 +272,13 @@ def test_threads_racing_on_one_revision_exactly_one_commits(tenant) -> None:
 
 def test_cancel_fences_out_a_worker_in_the_middle_of_a_step(tenant):
     run = _start(tenant)
-    grant = store.lease_acquire(run_id=run.run_id, owner="worker", ttl=30)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="worker",
+            ttl=30,
+        )
+    )
     run_cancel(run_id=run.run_id, actor="user:ops", note="customer withdrew")
     assert _commit(grant) is None
     run.refresh_from_db()
@@ -305,14 +368,28 @@ def test_retry_backoff_holds_the_run_until_it_is_due(tenant, settings):
     run = run_start(tenant=tenant, workflow_name="test.flaky", input={"fail_times": 1}, actor="test").run
     run_advance(run_id=run.run_id, worker_id="w")
     assert run_advance(run_id=run.run_id, worker_id="w").outcome == "not_acquired"
-    assert store.claim_for_redispatch(grace=0, limit=10) == []
+    assert (
+        apply(
+            m.RunsRedispatched(
+                grace=0,
+                limit=10,
+            )
+        )
+        == []
+    )
 
 
 def test_too_many_crashed_attempts_suspend_instead_of_looping(tenant, settings):
     settings.KEEPER_MAX_ATTEMPTS = 2
     run = _start(tenant)
     for owner in ("w1", "w2"):  # two workers take the lease and die without committing
-        grant = store.lease_acquire(run_id=run.run_id, owner=owner, ttl=0.01)
+        grant = apply(
+            m.LeaseTaken(
+                run_id=run.run_id,
+                owner=owner,
+                ttl=0.01,
+            )
+        )
         assert grant is not None
         time.sleep(0.02)
     result = run_advance(run_id=run.run_id, worker_id="w3")
@@ -328,9 +405,28 @@ def test_sweep_claims_only_runs_that_nobody_holds_or_woke_lately(tenant):
     done = _start(tenant, n=0)
     while run_advance(run_id=done.run_id, worker_id="w").outcome == "committed":
         pass
-    store.lease_acquire(run_id=held.run_id, owner="alive", ttl=30)
-    assert store.claim_for_redispatch(grace=0, limit=10) == [idle.run_id]
-    assert store.claim_for_redispatch(grace=60, limit=10) == []  # just dispatched
+    apply(
+        m.LeaseTaken(
+            run_id=held.run_id,
+            owner="alive",
+            ttl=30,
+        )
+    )
+    assert apply(
+        m.RunsRedispatched(
+            grace=0,
+            limit=10,
+        )
+    ) == [idle.run_id]
+    assert (
+        apply(
+            m.RunsRedispatched(
+                grace=60,
+                limit=10,
+            )
+        )
+        == []
+    )  # just dispatched
 
 
 def test_workflow_registry_refuses_unknown_versions():
@@ -361,10 +457,28 @@ def test_a_worker_fenced_by_a_new_revision_mid_step_gives_the_lease_back_at_once
 
 def test_a_worker_fenced_by_a_newer_epoch_leaves_the_new_holders_lease_alone(tenant):
     run = _start(tenant)
-    stale = store.lease_acquire(run_id=run.run_id, owner="old", ttl=0.01)
+    stale = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="old",
+            ttl=0.01,
+        )
+    )
     time.sleep(0.05)
-    fresh = store.lease_acquire(run_id=run.run_id, owner="new", ttl=30)
-    assert fresh is not None and not store.lease_release(run_id=run.run_id, owner="old", epoch=stale.epoch)
+    fresh = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="new",
+            ttl=30,
+        )
+    )
+    assert fresh is not None and not apply(
+        m.LeaseReleased(
+            run_id=run.run_id,
+            owner="old",
+            epoch=stale.epoch,
+        )
+    )
     run.refresh_from_db()
     assert (run.lease_owner, run.lease_epoch) == ("new", fresh.epoch)
 

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from core.digests import canonical_json
-from runs.engine import store
 from runs.engine.approvals import approval_approve
 from runs.engine.forks import forks_expire, run_fork, run_rewind
-from runs.engine.models import AgentEvent, AgentRun, Approval, ToolOperation
 from runs.engine.runs import run_start
-from runs.engine.state import state_encode
 from runs.engine.steps import run_advance
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, AgentRun, Approval, ToolOperation
+from runs.kernel.state import state_encode
 from tests.runs.workflows.test_refund_workflow import Sandbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,19 +47,20 @@ def _drive(run_id: uuid.UUID, *, approve: bool = True, limit: int = 30) -> Agent
 def _insert_checkpoint(tenant, checkpoint: dict) -> uuid.UUID:
     """Store an old checkpoint the way an older deployment would have left it."""
     run_id, encoded = uuid.uuid4(), state_encode(checkpoint["state"])
-    store.insert_run(
-        run_id=run_id,
-        tenant_id=tenant.tenant_id,
-        workflow_name="refund",
-        workflow_version="1",
-        state_schema_version=checkpoint["state_schema_version"],
-        next_step=checkpoint["next_step"],
-        state_json=encoded.json,
-        state_digest=encoded.digest,
-        idempotency_key=None,
-        input_digest="sha256:old",
-        payload_json=canonical_json({"restored_from": "fixture"}),
-        actor="test",
+    apply(
+        m.RunStarted(
+            run_id=run_id,
+            tenant_id=tenant.tenant_id,
+            workflow_name="refund",
+            workflow_version="1",
+            state_schema_version=checkpoint["state_schema_version"],
+            next_step=checkpoint["next_step"],
+            state=encoded,
+            idempotency_key=None,
+            input_digest="sha256:old",
+            payload={"restored_from": "fixture"},
+            actor="test",
+        )
     )
     return run_id
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 import pytest
 
 from core.errors import InvalidInput
-from runs.engine import store
-from runs.engine.errors import InvalidTransition
-from runs.engine.models import AgentEvent, ToolOperation
 from runs.engine.operations import (
+    OperationInFlight,
     OperationRequestChanged,
     OperationStateConflict,
     operation_mark_failed,
@@ -20,6 +18,11 @@ from runs.engine.operations import (
     operation_reconcile,
 )
 from runs.engine.runs import run_start, run_suspend
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.errors import InvalidTransition
+from runs.kernel.models import AgentEvent, ToolOperation
+from runs.kernel.state import EncodedState
 
 pytestmark = pytest.mark.django_db
 REQUEST = {"order_id": "o-1", "amount_minor": 500, "currency": "EUR"}
@@ -28,7 +31,13 @@ REQUEST = {"order_id": "o-1", "amount_minor": 500, "currency": "EUR"}
 @pytest.fixture
 def leased(tenant):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run
-    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="w1",
+            ttl=30,
+        )
+    )
     return run, grant
 
 
@@ -103,6 +112,9 @@ def test_an_authoritative_not_applied_permits_exactly_one_more_start(leased, ten
     _prepare(run, tenant)
     ids = {"tenant_id": tenant.tenant_id, "operation_id": "refund:o-1", "actor": "w1"}
     operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch)
+    with pytest.raises(OperationInFlight):  # the call may still be on its way: not trusted yet
+        operation_mark_not_applied(**ids, note="lookup: not applied")
+    operation_mark_unknown(**ids, note="the call timed out", call_ended=True)  # the worker saw it end
     operation_mark_not_applied(**ids, note="lookup: not applied")
     assert operation_mark_started(**ids, run_id=run.run_id, lease_epoch=grant.epoch).attempts == 2
 
@@ -198,7 +210,13 @@ def test_an_operation_in_doubt_is_still_settled_after_its_subject_was_erased(ten
     run = run_start(
         tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test", subject="cust-op-77"
     ).run
-    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="w1",
+            ttl=30,
+        )
+    )
     _suspended_with_unknown_operation((run, grant), tenant)
     request = erasure_request_create(tenant=tenant, subject_id="cust-op-77", requested_by="t")
     assert erasure_execute(tenant_id=tenant.tenant_id, request_id=request.request_id).receipt["clean"]
@@ -240,21 +258,8 @@ def test_an_operation_in_doubt_on_a_finished_run_is_in_the_inbox_and_is_settled_
         operation_mark_unknown(**ids, note="connection dropped")
         run_cancel(run_id=run.run_id, actor="user:ana", note="customer gave up")
     else:  # as an outside worker's complete did before it was refused
-        store.commit_step(
-            run_id=run.run_id,
-            expected_revision=run.state_revision,
-            epoch=grant.epoch,
-            owner="w1",
-            state_json='{"n": 0}',
-            state_digest="x",
-            next_step=None,
-            status="completed",
-            event_type="run_completed",
-            step_id="tick",
-            attempt=1,
-            payload_json="{}",
-            result_json="0",
-        )
+        held = m.Held(run.run_id, "w1", grant.epoch, run.state_revision, 1)
+        apply(m.Completed(held, EncodedState('{"n": 0}', "x"), "tick", 0, {}))
     run.refresh_from_db()
     status = run.status
     assert status in ("cancelled", "completed")

@@ -9,10 +9,11 @@ import pytest
 from core.tenancy import tenant_scope
 from memory.erasure import erasure_execute, erasure_request_create
 from memory.services import memory_remember
-from runs.engine import store
-from runs.engine.models import ToolOperation
 from runs.engine.operations import operation_mark_started, operation_mark_succeeded, operation_prepare_once
 from runs.engine.runs import run_start
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import ToolOperation
 from tests.memory.test_memory import said
 
 pytestmark = pytest.mark.django_db
@@ -52,10 +53,22 @@ def _cancelled_with_a_call_in_doubt(tenant) -> None:
     run = run_start(
         tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="t", subject=SUBJECT
     ).run
-    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="w1",
+            ttl=30,
+        )
+    )
     assert grant is not None
     _operation(tenant, run, grant, f"call:{SUBJECT}", outcome=None)  # started, no outcome: in doubt
-    store.lease_release(run_id=run.run_id, owner="w1", epoch=grant.epoch)
+    apply(
+        m.LeaseReleased(
+            run_id=run.run_id,
+            owner="w1",
+            epoch=grant.epoch,
+        )
+    )
     run_cancel(run_id=run.run_id, actor="user:ana", note="customer withdrew")
 
 
@@ -68,7 +81,13 @@ def test_decided_operations_lose_the_subject_and_one_in_doubt_is_named_until_rec
     run = run_start(
         tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="t", subject=SUBJECT
     ).run
-    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="w1",
+            ttl=30,
+        )
+    )
     assert grant is not None
     memory_remember(
         tenant=tenant,
@@ -81,7 +100,13 @@ def test_decided_operations_lose_the_subject_and_one_in_doubt_is_named_until_rec
     _operation(tenant, run, grant, f"note:{SUBJECT}", outcome=f"mailto:{EMAIL}")
     _operation(tenant, run, grant, "refund:o-9", outcome="re_123")
     _operation(tenant, run, grant, f"call:{SUBJECT}", outcome=None)  # started, no outcome: in doubt
-    store.lease_release(run_id=run.run_id, owner="w1", epoch=grant.epoch)
+    apply(
+        m.LeaseReleased(
+            run_id=run.run_id,
+            owner="w1",
+            epoch=grant.epoch,
+        )
+    )
 
     done = _erase(tenant)
     assert done.receipt["clean"] is False

@@ -8,11 +8,12 @@ import pytest
 from django.utils import timezone
 
 from core.digests import json_digest
-from runs.engine import store
-from runs.engine.models import AgentEvent, AgentRun, Approval, ToolOperation
 from runs.engine.runs import run_resume, run_start, run_suspend
-from runs.engine.state import state_encode
 from runs.engine.steps import run_advance
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, AgentRun, Approval, ToolOperation
+from runs.kernel.state import state_encode
 
 pytestmark = pytest.mark.django_db
 
@@ -155,7 +156,13 @@ def _refund_waiting_at_refund(tenant, *, expires_in: timedelta):
         decided_at=timezone.now(),
         expires_at=timezone.now() + expires_in,
     )
-    grant = store.lease_acquire(run_id=run.run_id, owner="w", ttl=30)
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="w",
+            ttl=30,
+        )
+    )
     assert grant is not None
     state = {
         **run.state,
@@ -169,20 +176,15 @@ def _refund_waiting_at_refund(tenant, *, expires_in: timedelta):
         },
     }
     encoded = state_encode(state)
-    store.commit_step(
-        run_id=run.run_id,
-        expected_revision=grant.revision,
-        epoch=grant.epoch,
-        owner="w",
-        state_json=encoded.json,
-        state_digest=encoded.digest,
-        next_step="refund",
-        status="suspended",
-        event_type="run_suspended",
-        step_id=None,
-        attempt=1,
-        payload_json="{}",
-        suspend_reason="manual_review",
+    apply(
+        m.Suspended(
+            m.Held(run.run_id, "w", grant.epoch, grant.revision, 1),
+            encoded,
+            "refund",
+            "manual_review",
+            "",
+            {},
+        )
     )
     return run, approval
 

@@ -10,9 +10,9 @@ from django.db import connection
 
 from core.pagination import keyset_after
 from core.tenancy import tenant_bind_request
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_start
 from runs.engine.selectors import run_filtered_page
+from runs.kernel.models import AgentRun
 
 pytestmark = pytest.mark.django_db
 

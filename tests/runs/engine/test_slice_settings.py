@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

@@ -11,12 +11,13 @@ import redis
 from django.conf import settings as django_settings
 
 from core.tenancy import tenant_bind
-from runs.engine import store
-from runs.engine.models import AgentEvent
 from runs.engine.registry import Complete, Next, State, Step, StepContext, StepResult, Workflow, registry
 from runs.engine.runs import run_cancel, run_start
-from runs.engine.state import state_encode
 from runs.engine.steps import run_advance
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent
+from runs.kernel.state import state_encode
 from tests.processes import flush_redis
 
 pytestmark = pytest.mark.django_db
@@ -37,13 +38,15 @@ def _two(ctx: StepContext, state: State) -> StepResult:
         if what == "cancel":  # a person cancels while the step runs
             run_cancel(run_id=ctx.run_id, actor="user:ops", note="stop")
         elif what == "message":  # a message arrives while the step runs
-            store.append_event(
-                run_id=ctx.run_id,
-                tenant_id=ctx.tenant_id,
-                event_type="user_message",
-                payload_json='{"content": "mid-slice"}',
-                actor="user:x",
-                client_message_id="mid-slice",
+            apply(
+                m.MessageAppended(
+                    run_id=ctx.run_id,
+                    tenant_id=ctx.tenant_id,
+                    event_type="user_message",
+                    payload={"content": "mid-slice"},
+                    actor="user:x",
+                    client_message_id="mid-slice",
+                )
             )
         elif what == "crash":  # the process dies here: nothing below run_advance cleans up
             raise SystemExit(137)
@@ -114,6 +117,7 @@ def test_a_slice_runs_the_steps_back_to_back_under_one_lease_each_committed(tena
 
 def test_a_slice_encodes_each_state_once(tenant, monkeypatch):
     from runs.engine import steps
+    from runs.kernel import decide
 
     encoded = []
 
@@ -122,6 +126,7 @@ def test_a_slice_encodes_each_state_once(tenant, monkeypatch):
         return state_encode(state)
 
     monkeypatch.setattr(steps, "state_encode", counting)
+    monkeypatch.setattr(decide, "state_encode", counting)  # the kernel encodes what it decides
     run = _countdown(tenant, 3)
     result = run_advance(run_id=run.run_id, worker_id="w", sliced=True)
     assert result.steps == 5
@@ -206,7 +211,15 @@ def test_a_step_error_mid_slice_ends_it_with_the_retry_backoff(tenant, settings)
     run.refresh_from_db()
     assert run.lease_owner is None and run.wake_at is not None and run.attempt == 1
     assert run_advance(run_id=run.run_id, worker_id="w2", sliced=True).outcome == "not_acquired"
-    assert store.claim_for_redispatch(grace=0, limit=10) == []
+    assert (
+        apply(
+            m.RunsRedispatched(
+                grace=0,
+                limit=10,
+            )
+        )
+        == []
+    )
     assert [e[:3] for e in _events(run)][-1] == ("step_error", "two", 1)
 
 
@@ -258,7 +271,15 @@ def test_the_heartbeat_keeps_the_lease_through_a_slice_longer_than_its_ttl(tenan
         try:
             with tenant_bind(tenant.tenant_id):
                 while not done.is_set():
-                    stolen.append(store.lease_acquire(run_id=run.run_id, owner="thief", ttl=30))
+                    stolen.append(
+                        apply(
+                            m.LeaseTaken(
+                                run_id=run.run_id,
+                                owner="thief",
+                                ttl=30,
+                            )
+                        )
+                    )
                     time.sleep(0.1)
         finally:
             connection.close()

@@ -9,12 +9,12 @@ import pytest
 from retrieval.models import RetrievalSnapshot
 from retrieval.search import retrieval_search, snapshot_find
 from retrieval.services import document_delete, document_index, principal_set
-from runs.engine.authoring.definition import workflow
-from runs.engine.errors import WorkflowDefinitionError
-from runs.engine.models import AgentEvent, AgentRun
+from runs.authoring._definition import workflow
 from runs.engine.registry import Step, StepContext, Suspend, Workflow, registry
 from runs.engine.runs import run_resume, run_start
 from runs.engine.steps import run_advance
+from runs.kernel.errors import WorkflowDefinitionError
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.processes import flush_redis
 
 pytestmark = pytest.mark.django_db

@@ -23,6 +23,11 @@ ONCE_DIR = Path(os.environ.get("KEEPER_CLIENT_CRASH_ONCE_DIR", "/nonexistent"))
 SANDBOX = urlsplit(os.environ["SANDBOX_URL"])
 
 
+# The longest a sandbox call lasts (its socket timeout): Keeper waits that long after a start before
+# it trusts a lookup's "not applied" for a refund this worker may have sent before it died.
+CALL_TIMEOUT_S = 3.0
+
+
 def crash(point: str) -> None:
     marker = ONCE_DIR / point
     if point == CRASH_AT and not marker.exists():
@@ -33,7 +38,7 @@ def crash(point: str) -> None:
 def sandbox(
     method: str, path: str, body: Any = None, headers: dict[str, str] | None = None, on_sent: Any = None
 ):
-    conn = http.client.HTTPConnection(SANDBOX.hostname or "127.0.0.1", SANDBOX.port, timeout=10)
+    conn = http.client.HTTPConnection(SANDBOX.hostname or "127.0.0.1", SANDBOX.port, timeout=CALL_TIMEOUT_S)
     try:
         conn.request(
             method,
@@ -58,6 +63,15 @@ def lookup(ctx: StepContext) -> Next:
     return Next({**ctx.state, "amount_minor": order["amount_minor"], "currency": order["currency"]}, "refund")
 
 
+def look(key: str) -> Applied | bool | None:
+    """The payments API's authoritative lookup by idempotency key: in a step, and when this worker
+    takes a run over whose refund is in doubt (Worker's lookups)."""
+    status, data = sandbox("GET", "/refunds?" + urlencode({"idempotency_key": key}))
+    if status != 200 or data.get("authoritative") is not True:
+        return None
+    return Applied(data["refund"]["refund_id"], data["refund"]) if data["applied"] else False
+
+
 def refund(ctx: StepContext) -> Next:
     state = ctx.state
     request = {
@@ -78,12 +92,6 @@ def refund(ctx: StepContext) -> Next:
             raise OperationFailed(f"{status}: {data}")
         raise RuntimeError(f"refund answered {status}")
 
-    def look(key: str) -> Applied | bool | None:
-        status, data = sandbox("GET", "/refunds?" + urlencode({"idempotency_key": key}))
-        if status != 200 or data.get("authoritative") is not True:
-            return None
-        return Applied(data["refund"]["refund_id"], data["refund"]) if data["applied"] else False
-
     applied = ctx.operation(
         f"refund:{state['order_id']}",
         tool_name="payments.refund",
@@ -91,6 +99,7 @@ def refund(ctx: StepContext) -> Next:
         request=request,
         send=send,
         lookup=look,
+        call_timeout_s=CALL_TIMEOUT_S,
     )
     return Next({**state, "refund_id": applied.external_ref}, "verify")
 
@@ -115,6 +124,7 @@ def main() -> None:
     worker = CrashingWorker(
         client,
         {"ext.refund": {"lookup": lookup, "refund": refund, "verify": verify}},
+        lookups={"payments.refund": look},
         worker_id=os.environ.get("WORKER_ID", "w"),
         wait_seconds=2,
         lease_ttl=float(os.environ.get("LEASE_TTL", "2")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs.engine.models import AgentEvent, AgentRun
+from runs.kernel.models import AgentEvent, AgentRun
 
 pytestmark = pytest.mark.django_db
 

@@ -9,9 +9,10 @@ import pytest
 
 from core.api_auth import api_key_create
 from core.tenancy import tenant_bind
-from runs.engine.models import AgentEvent, AgentRun, ToolOperation
 from runs.engine.steps import run_advance
-from runs.external.protocol import claim_wait_slot, lease_token_sign
+from runs.external.protocol import claim_wait_slot
+from runs.external.tokens import lease_token_sign
+from runs.kernel.models import AgentEvent, AgentRun, ToolOperation
 from tests.runs.external.conftest import REFUND, key_client
 
 pytestmark = pytest.mark.django_db
@@ -319,10 +320,10 @@ def test_bad_tokens_stale_revisions_and_unprepared_operations_change_nothing(
 def test_an_outcome_after_a_lost_lease_settles_an_operation_a_take_over_prepared_again(
     api, workflow, tenant, monkeypatch
 ):
-    """Found from outside: worker a started the refund and lost its lease; b's take-over asked the
-    lookup (authoritative: not applied yet) and prepared the operation again; a's answer from the
-    payments system (succeeded, with its reference) was then refused with 409 and the reference lost.
-    The README: an outcome may be reported after the lease is lost (the money's truth)."""
+    """Worker a started the refund and lost its lease; b's take-over asked the lookup (authoritative:
+    not applied yet) once a's call could have ended, and prepared the operation again; a's answer from
+    the payments system (succeeded, with its reference) still settles it: an outcome may be reported
+    after the lease is lost (the money's truth)."""
     from dataclasses import replace
 
     from runs.engine.registry import ToolLookup, registry
@@ -340,8 +341,11 @@ def test_an_outcome_after_a_lost_lease_settles_an_operation_a_take_over_prepared
     first = _commit_next(api, w, a)
     assert first.status_code == 200, first.content
     a = _claim(api, worker_id="a", lease_ttl=1).json()
-    _start_refund(api, w, a["lease_token"])
+    _start_refund(api, w, a["lease_token"], call_timeout_s=2)
     time.sleep(1.3)  # a's lease runs out while the payments system answers it
+    assert _claim(api, worker_id="b").status_code == 204  # a's call may be in flight: nobody resends
+    assert ToolOperation.objects.get(operation_id="refund:o-1").status == "started"
+    time.sleep(1.0)  # a's call has surely ended
     b = _claim(api, worker_id="b").json()
     assert b["verified"] == "lease_takeover"
     op = ToolOperation.objects.get(operation_id="refund:o-1")
@@ -469,11 +473,13 @@ def _refund_prep(token: str, order_id: str = "o-1") -> dict:
     }
 
 
-def _start_refund(api, w: str, token: str) -> dict:
-    """Prepare refund:o-1 under the lease and report it started (no outcome yet: in doubt)."""
+def _start_refund(api, w: str, token: str, call_timeout_s: float = 0) -> dict:
+    """Prepare refund:o-1 under the lease and report it started (no outcome yet: in doubt). Its call
+    lasts `call_timeout_s` at most (0: it is over, and a lookup's answer is trusted at once)."""
     prep = _refund_prep(token)
     assert api.post(w + "operations/prepare", prep, format="json").status_code == 200
-    started = api.post(w + "operations/refund:o-1/started", {"lease_token": token}, format="json")
+    body = {"lease_token": token, "call_timeout_s": call_timeout_s}
+    started = api.post(w + "operations/refund:o-1/started", body, format="json")
     assert started.status_code == 200, started.content
     return prep
 
@@ -556,12 +562,18 @@ def test_a_run_past_its_deadline_is_not_given_to_an_outside_worker(api, workflow
 def test_the_redispatch_sweep_leaves_external_runs_to_outside_workers(api, workflow, tenant):
     """Keeper's workers can do nothing with an external run: the sweep must not wake them for one
     (an outside tester saw a re-dispatch every 15 s), while a Keeper run in the same state is woken."""
-    from runs.engine import store
     from runs.engine.runs import run_start
+    from runs.kernel import apply
+    from runs.kernel import moves as m
 
     external = uuid.UUID(_start(api, "o-sweep"))
     own = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="test").run.run_id
-    claimed = store.claim_for_redispatch(grace=0, limit=50)
+    claimed = apply(
+        m.RunsRedispatched(
+            grace=0,
+            limit=50,
+        )
+    )
     assert own in claimed and external not in claimed
 
 

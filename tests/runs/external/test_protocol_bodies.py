@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from runs.engine.models import AgentEvent, AgentRun, ToolOperation
+from runs.kernel.models import AgentEvent, AgentRun, ToolOperation
 
 pytestmark = pytest.mark.django_db
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs.engine.models import AgentEvent, AgentRun
+from runs.kernel.models import AgentEvent, AgentRun
 from tests.runs.external.conftest import REFUND
 
 pytestmark = pytest.mark.django_db

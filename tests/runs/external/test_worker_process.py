@@ -10,7 +10,7 @@ import pytest
 
 from core.api_auth import api_key_create
 from core.processes import ROOT
-from runs.engine.models import AgentEvent, AgentRun, ToolOperation
+from runs.kernel.models import AgentEvent, AgentRun, ToolOperation
 from tests.processes import wait_until
 from tests.runs.external.conftest import REFUND
 from tests.runs.workflows.test_refund_workflow import Sandbox

@@ -11,7 +11,7 @@ from django.db import connection, connections
 
 from core.models import Tenant
 from core.tenancy import tenant_scope
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 
 
 @pytest.mark.django_db(transaction=True, databases=["default", "owner"])

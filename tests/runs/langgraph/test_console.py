@@ -10,7 +10,7 @@ from langgraph.types import Command
 
 from console.models import AuditEntry
 from core.api_auth import api_key_create
-from runs.engine.models import AgentEvent, AgentRun
+from runs.kernel.models import AgentEvent, AgentRun
 from runs.langgraph.example import support_graph as support_graph_example
 from runs.langgraph.example import support_thread_start
 from runs.langgraph.interrupts import thread_interrupt_get

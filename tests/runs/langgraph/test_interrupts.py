@@ -12,8 +12,8 @@ from django.db import connection, transaction
 from langgraph.types import Command
 
 from core.errors import ApplicationError
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentEvent, AgentRun
 from runs.langgraph.example import GRAPH, support_graph, support_thread_start
 from runs.langgraph.interrupts import answered_redispatch, interrupt_answer, thread_interrupt_get
 from runs.langgraph.models import LangGraphCheckpoint

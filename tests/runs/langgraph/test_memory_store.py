@@ -26,7 +26,7 @@ from memory.models import MemoryItem
 from memory.projection import memory_project
 from memory.selectors import memory_subject_items
 from memory.services import SensitiveInference
-from runs.engine.models import AgentRun
+from runs.kernel.models import AgentRun
 from runs.langgraph.memory_store import DELETED, KeeperStore
 from runs.langgraph.models import LangGraphCheckpoint
 from runs.langgraph.saver import KeeperSaver

@@ -11,7 +11,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
 
 from core.api_auth import api_key_create
-from runs.engine.models import AgentEvent, AgentRun
+from runs.kernel.models import AgentEvent, AgentRun
 from runs.langgraph.interrupts import thread_interrupt_get
 from runs.langgraph.saver import KeeperSaver
 from runs.langgraph.store import ANSWERED_REASON, INTERRUPT_REASON, THREAD_REASON

@@ -17,8 +17,8 @@ from langgraph.checkpoint.base import CheckpointTuple
 from core.erasure import registered_columns
 from core.tenancy import tenant_bind, tenant_scope
 from memory.erasure import erasure_execute, erasure_request_create
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_cancel
+from runs.kernel.models import AgentEvent, AgentRun
 from runs.langgraph.models import LangGraphCheckpoint
 from runs.langgraph.saver import KeeperSaver, ThreadClosed
 from runs.langgraph.store import CHECKPOINT_EVENT, THREAD_REASON

@@ -9,12 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from core.errors import ApplicationError
-from runs.engine import store
 from runs.engine.forks import run_fork
-from runs.engine.models import AgentEvent, AgentRun
 from runs.engine.runs import run_cancel, run_resume, run_start, run_suspend
-from runs.engine.state import state_encode
 from runs.engine.steps import run_advance
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, AgentRun
+from runs.kernel.state import state_encode
 
 pytestmark = pytest.mark.django_db
 
@@ -34,7 +35,16 @@ def _apply(action: str, run: AgentRun, k: int, runs: list[AgentRun]) -> None:
         if action == "advance":
             run_advance(run_id=run.run_id, worker_id=f"w{k % 2}")
         elif action == "crash":  # a worker takes the lease and dies holding it
-            if store.lease_acquire(run_id=run.run_id, owner="doomed", ttl=0.001) is not None:
+            if (
+                apply(
+                    m.LeaseTaken(
+                        run_id=run.run_id,
+                        owner="doomed",
+                        ttl=0.001,
+                    )
+                )
+                is not None
+            ):
                 time.sleep(0.002)
         elif action == "suspend":
             run_suspend(run_id=run.run_id, actor="user:ops", reason="manual_review")

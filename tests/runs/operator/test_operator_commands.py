@@ -18,10 +18,12 @@ from core.digests import json_digest
 from core.models import Tenant
 from core.tenancy import run_tenant, tenant_bind, tenant_scope
 from retrieval.models import RetrievalSnapshot
-from runs.engine import store
-from runs.engine.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
+from runs.engine import operation_statements
 from runs.engine.runs import run_resume, run_start, run_suspend
 from runs.engine.steps import run_advance
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
 from runs.operator import history, redispatch
 from runs.operator.history import history_digest
 
@@ -151,7 +153,7 @@ def test_redispatch_refuses_a_run_of_another_tenant(tenant, other_tenant, sent):
 
 
 def _operation(run: AgentRun, *, status: str = "succeeded") -> None:
-    store.operation_prepare_once(
+    operation_statements.operation_prepare_once(
         tenant_id=run.tenant_id,
         operation_id="refund:o-1",
         run_id=run.run_id,
@@ -161,10 +163,10 @@ def _operation(run: AgentRun, *, status: str = "succeeded") -> None:
         request_digest="sha256:req",
         actor="w",
     )
-    store.operation_transition(
+    operation_statements.operation_transition(
         tenant_id=run.tenant_id, operation_id="refund:o-1", to_status="started", actor="w"
     )
-    store.operation_transition(
+    operation_statements.operation_transition(
         tenant_id=run.tenant_id,
         operation_id="refund:o-1",
         to_status=status,
@@ -271,7 +273,16 @@ def test_a_run_exported_and_imported_into_another_tenant_is_the_same_history_and
         copy = AgentRun.objects.select_related("tenant").get(run_id=copy_id)
         assert copy.tenant.slug == "debug-copy" and copy.status == "completed"
         assert copy.imported and copy.lease_owner is None  # a state, not a sentinel lease owner
-        assert store.lease_acquire(run_id=copy_id, owner="w2", ttl=30) is None
+        assert (
+            apply(
+                m.LeaseTaken(
+                    run_id=copy_id,
+                    owner="w2",
+                    ttl=30,
+                )
+            )
+            is None
+        )
     reexported = history.run_history_document(run_id=copy_id)
     assert _comparable(reexported) == _comparable(exported)
     assert reexported["retrieval_snapshots"][0]["hits"] == exported["retrieval_snapshots"][0]["hits"]
@@ -294,8 +305,22 @@ def test_an_imported_running_run_is_never_taken_by_a_worker_or_the_sweep(tenant,
     assert copy_tenant is not None
     with tenant_bind(copy_tenant):  # row-level security: the copy is the other tenant's
         assert AgentRun.objects.get(run_id=copy_id).status == "running"
-        assert store.lease_acquire(run_id=copy_id, owner="w", ttl=30) is None
-    assert copy_id not in store.claim_for_redispatch(grace=0, limit=100)
+        assert (
+            apply(
+                m.LeaseTaken(
+                    run_id=copy_id,
+                    owner="w",
+                    ttl=30,
+                )
+            )
+            is None
+        )
+    assert copy_id not in apply(
+        m.RunsRedispatched(
+            grace=0,
+            limit=100,
+        )
+    )
     assert run_advance(run_id=copy_id, worker_id="w").outcome != "committed"
     assert json.loads(_call("stuck_runs", "--json")) == []
 
@@ -343,9 +368,28 @@ def test_an_imported_run_refuses_resume_cancel_and_messages_with_a_reason_and_ne
             copy.state_revision,
             True,
         )
-        assert store.lease_acquire(run_id=copy_id, owner="w", ttl=30) is None
+        assert (
+            apply(
+                m.LeaseTaken(
+                    run_id=copy_id,
+                    owner="w",
+                    ttl=30,
+                )
+            )
+            is None
+        )
         fork = run_fork(run_id=copy_id, at_seq=1, actor="user:ops")  # a fork of the copy is a run of its own
-        assert not fork.imported and store.lease_acquire(run_id=fork.run_id, owner="w", ttl=30) is not None
+        assert (
+            not fork.imported
+            and apply(
+                m.LeaseTaken(
+                    run_id=fork.run_id,
+                    owner="w",
+                    ttl=30,
+                )
+            )
+            is not None
+        )
 
 
 def test_import_with_keep_ids_refuses_a_run_that_already_exists(tenant, tmp_path: Path):

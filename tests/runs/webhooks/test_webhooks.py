@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from core.digests import canonical_json
 from core.processes import ROOT
 from core.tenancy import tenant_bind
-from runs.engine import store
-from runs.engine.models import AgentRun
 from runs.engine.runs import run_fail, run_start, run_suspend
-from runs.engine.state import state_encode
 from runs.engine.steps import run_advance
+from runs.kernel import apply
+from runs.kernel import moves as m
+from runs.kernel.models import AgentRun
+from runs.kernel.state import state_encode
 from runs.webhooks.delivery import webhooks_deliver_due
 from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 from runs.webhooks.services import webhook_subscription_create
@@ -158,24 +158,21 @@ def test_the_outbox_row_is_written_by_the_events_statement_and_only_for_subscrib
 
     # A commit that matches nothing (a stale revision) writes no event and no outbox row.
     third = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
-    grant = store.lease_acquire(run_id=third.run_id, owner="w1", ttl=30)
-    encoded = state_encode(grant.state)
-    stale = dict(
-        run_id=third.run_id,
-        epoch=grant.epoch,
-        owner="w1",
-        state_json=encoded.json,
-        state_digest=encoded.digest,
-        next_step=None,
-        status="failed",
-        event_type="run_failed",
-        step_id="start",
-        attempt=1,
-        payload_json=canonical_json({}),
+    grant = apply(
+        m.LeaseTaken(
+            run_id=third.run_id,
+            owner="w1",
+            ttl=30,
+        )
     )
-    assert store.commit_step(expected_revision=grant.revision + 5, **stale) is None
+    encoded = state_encode(grant.state)
+
+    def stale(revision: int) -> m.Failed:
+        return m.Failed(m.Held(third.run_id, "w1", grant.epoch, revision, 1), encoded, "start", "x", "", {})
+
+    assert apply(stale(grant.revision + 5)) is None
     assert WebhookDelivery.objects.filter(run_id=third.run_id).count() == 0
-    seq = store.commit_step(expected_revision=grant.revision, **stale)
+    seq = apply(stale(grant.revision))
     [failed] = WebhookDelivery.objects.filter(run_id=third.run_id)
     assert failed.subscription_id == only_failed.id and failed.event_type == "run.failed"
     expected_id = hashlib.md5(f"{third.run_id}:{seq}".encode()).hexdigest()  # noqa: S324 - an id, not a MAC
@@ -331,23 +328,16 @@ def test_a_rewind_of_a_completed_run_does_not_announce_its_completion_again(tena
 def test_a_failed_run_is_announced_with_its_failure_code_as_the_reason(tenant, allow_http):
     _subscribe(tenant, "https://acme.example/failed", types=["run.failed"])
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
-    grant = store.lease_acquire(run_id=run.run_id, owner="w1", ttl=30)
-    encoded = state_encode(grant.state)
-    store.commit_step(
-        run_id=run.run_id,
-        expected_revision=grant.revision,
-        epoch=grant.epoch,
-        owner="w1",
-        state_json=encoded.json,
-        state_digest=encoded.digest,
-        next_step=None,
-        status="failed",
-        event_type="run_failed",
-        step_id="start",
-        attempt=1,
-        payload_json=canonical_json({"code": "gave_up"}),
-        result_json=canonical_json({"code": "gave_up", "detail": "three tries"}),
+    grant = apply(
+        m.LeaseTaken(
+            run_id=run.run_id,
+            owner="w1",
+            ttl=30,
+        )
     )
+    encoded = state_encode(grant.state)
+    held = m.Held(run.run_id, "w1", grant.epoch, grant.revision, 1)
+    apply(m.Failed(held, encoded, "start", "gave_up", "three tries", {"code": "gave_up"}))
     [delivery] = WebhookDelivery.objects.filter(run_id=run.run_id)
     assert delivery.data["reason"] == "gave_up" and delivery.data["status"] == "failed"
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 
-from runs.engine.models import AgentEvent, AgentRun, ToolOperation
 from runs.engine.runs import run_start
+from runs.kernel.models import AgentEvent, AgentRun, ToolOperation
 from tests.processes import wait_until
 from tests.runs.workflows.test_refund_workflow import Sandbox
 

@@ -12,10 +12,10 @@ from django.utils import timezone
 
 from core.errors import InvalidInput
 from runs.engine.approvals import approval_approve
-from runs.engine.models import AgentEvent, AgentRun, Approval, ToolOperation
 from runs.engine.operations import operation_reconcile
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentEvent, AgentRun, Approval, ToolOperation
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,9 +14,9 @@ from rest_framework.test import APIClient
 from memory.models import MemoryItem
 from runs.conversations.context import context_build
 from runs.conversations.messages import conversation_append
-from runs.engine.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
 from runs.engine.runs import run_start
 from runs.engine.steps import run_advance
+from runs.kernel.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
 from runs.workflows.support_agent import SUPPORT_BUDGET
 from runs.workflows.support_model import RuleSupportAgent, SupportModelUnavailable, action_parse
 from tests.chat_server import ChatServer

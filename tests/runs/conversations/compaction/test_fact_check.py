@@ -11,7 +11,7 @@ from bench.runs import conversation_run_bulk
 from runs.conversations.compaction.compactors import ModelCompactor
 from runs.conversations.compaction.services import facts_check, summary_create
 from runs.conversations.compaction.tokens import token_counter
-from runs.engine.models import AgentEvent
+from runs.kernel.models import AgentEvent
 
 TEXTS = [
     "I need a refund of 25.00 EUR for order ord-17, my e-mail is ann@example.com.",

@@ -1,8 +1,9 @@
 """Durable runs: the materialized state (agent_runs), its event log (agent_events) and side effects.
 
 The tables follow chapter 33. Every event bumps the run's state_revision and takes it as its seq,
-so the projection always names the event it reflects. The per-step writes are hand-written SQL in
-runs/engine/store.py; the ORM serves everything else.
+so the projection always names the event it reflects. Only the kernel writes agent_runs and
+agent_events (runs.kernel.apply, whose statements are in runs/kernel/_sql/); the ORM reads them and
+serves the other tables.
 """
 
 from __future__ import annotations
@@ -240,6 +241,9 @@ class ToolOperation(models.Model):
     attempts = models.IntegerField(default=0)
     # Each protocol transition: {"status", "at", "by", "note"} (prepared, started, unknown, ...).
     history = models.JSONField(default=list)
+    # When the last start's call has surely ended (started + the call's timeout): before it, a lookup's
+    # "not applied" may describe a request still in flight, and is not trusted.
+    call_deadline_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 
@@ -329,6 +333,9 @@ class Approval(models.Model):
 class SummaryStatus(models.TextChoices):
     VALID = "valid"
     STALE = "stale"
+    # A fact of it says something else than its events (a flipped negation, a dropped condition or
+    # currency): never used, kept for a person's review (runs/conversations/compaction/services.py).
+    HELD = "held"
 
 
 class Summary(models.Model):

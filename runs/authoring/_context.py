@@ -14,14 +14,14 @@ from django.utils import timezone
 from core.crash import crash_point
 from core.digests import json_digest
 from core.errors import InvalidInput
-from runs.engine.approvals import approval_check, approval_grant_automatically
-from runs.engine.authoring.tools import (
+from runs.authoring._tools import (
     OperationCall,
     OperationOutcome,
     OperationOutcomeUnknown,
     OperationRejected,
     Tool,
 )
+from runs.engine.approvals import approval_check, approval_grant_automatically
 from runs.engine.children import (
     CHILD_RUN,
     ChildOutcome,
@@ -30,9 +30,8 @@ from runs.engine.children import (
     child_start,
     child_wait_detail,
 )
-from runs.engine.errors import IdempotencyConflict, UnknownWorkflow, WorkflowDefinitionError
-from runs.engine.models import AgentEvent, Approval, ApprovalStatus
 from runs.engine.operations import (
+    OperationInFlight,
     OperationOfAnotherRun,
     OperationRequestChanged,
     operation_mark_failed,
@@ -51,7 +50,10 @@ from runs.engine.registry import (
     StepResult,
     Suspend,
 )
+from runs.engine.signals import signal_wait_detail
 from runs.engine.workspace import Workspace, workspace_before_side_effect, workspace_of
+from runs.kernel.errors import IdempotencyConflict, UnknownWorkflow, WorkflowDefinitionError
+from runs.kernel.models import AgentEvent, Approval, ApprovalStatus
 
 AnyStep = Callable[["Context", Any], StepResult]
 
@@ -75,11 +77,6 @@ TIMER = "timer"
 SIGNAL = "signal"
 # The state key where the engine keeps what signals a run consumed and when each wait times out.
 SIGNALS_KEY = "signals_seen"
-
-
-def signal_wait_detail(name: str) -> str:
-    """The suspend detail of a run waiting for signal `name` (the signal API matches it exactly)."""
-    return f"waiting for signal {name}"
 
 
 @dataclass(frozen=True)
@@ -345,7 +342,11 @@ class Context:
                     "check the external system and reconcile",
                     {"operation_id": operation_id},
                 )
-            operation_mark_not_applied(**ids, note="reconciled: authoritative lookup says not applied")
+            try:
+                operation_mark_not_applied(**ids, note="reconciled: authoritative lookup says not applied")
+            except OperationInFlight as exc:  # the first call may still be on its way: ask again later
+                wait = timedelta(seconds=float(exc.details.get("retry_after", 1)))
+                raise _Suspension(exc.code, exc.message, wake_at=timezone.now() + wait) from None
         asked_at = self._definition.approving_step(self.step)
         if asked_at is not None:
             self._approval_in_force(asked_at, json_digest(body))
@@ -358,6 +359,7 @@ class Context:
             actor=self.actor,
             run_id=self.run_id,
             lease_epoch=self._base.lease.grant.epoch,
+            call_timeout_s=tool.call_timeout(),
         )
         try:
             result = call(
@@ -367,7 +369,7 @@ class Context:
             operation_mark_failed(**ids, result=exc.result)
             return OperationOutcome(operation_id, "failed", exc.result)
         except Exception as exc:  # a timeout, a dropped connection, a 5xx: it may have been applied
-            operation_mark_unknown(**ids, note=f"{type(exc).__name__}: {exc}"[:500])
+            operation_mark_unknown(**ids, note=f"{type(exc).__name__}: {exc}"[:500], call_ended=True)
             raise OperationOutcomeUnknown(f"operation {operation_id}: {exc}") from None
         crash_point(f"after_{label}_response", key=key)
         ref = tool.external_ref(result)

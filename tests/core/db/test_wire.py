@@ -1,4 +1,4 @@
-"""runs.engine.wire: a statement sent through libpq on Django's connection (the step commit, the checkpoint put)."""
+"""core.db.wire: statements sent through libpq on Django's connection, each carrying its tenant."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import psycopg
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from runs.engine import wire
+from core.db import wire
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -4,12 +4,12 @@ Workflow it registers."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar, cast, overload
 
 from core.errors import InvalidInput
-from runs.engine.authoring.context import SIGNALS_KEY, AnyStep, Context, _Rewind, _Suspension
-from runs.engine.errors import WorkflowDefinitionError
+from runs.authoring._context import SIGNALS_KEY, AnyStep, Context, _Rewind, _Suspension
 from runs.engine.registry import (
     Next,
     State,
@@ -21,6 +21,7 @@ from runs.engine.registry import (
     registry,
 )
 from runs.engine.state_migrations import SchemaSet
+from runs.kernel.errors import WorkflowDefinitionError
 
 S = TypeVar("S")
 StepFunction = Callable[[Context, S], StepResult]
@@ -61,6 +62,7 @@ class Definition(Generic[S]):
         self.name, self.version, self.state_type = name, version, state_type
         self._signals: set[str] = set()
         self._queries: dict[str, Callable[[S], Any]] = {}
+        self._runners: dict[str, Callable[[State], Any]] = {}  # the registry's view of the queries
         self.description, self.validate_input, self.schemas = description, validate_input, schemas
         self.default_budgets = dict(default_budgets or {})
         self._steps: list[Step] = []
@@ -119,6 +121,7 @@ class Definition(Generic[S]):
         """Declare a query: `@wf.query def progress(state) -> dict`, a read-only view of the state
         (GET /api/v1/runs/{id}/queries/progress). It must not change anything and returns JSON."""
         self._queries[fn.__name__] = fn
+        self._runners[fn.__name__] = functools.partial(self.query_run, fn.__name__)
         return fn
 
     def query_names(self) -> frozenset[str]:
@@ -144,6 +147,8 @@ class Definition(Generic[S]):
                     approval_asked_at={step: self.name_of(ask) for step, ask in self._guarded.items()},
                     default_budgets=self.default_budgets,
                     on_source_change=self.on_source_change,
+                    signals=frozenset(self._signals),
+                    queries=self._runners,
                 )
             )
             _authored[(self.name, self.version)] = self

@@ -125,13 +125,12 @@ def budgets_deadline_passed(budgets: Budgets | None, *, now: datetime | None = N
     return f"the run's deadline ({limit} s from its start, waiting included) passed at {at.isoformat()}"
 
 
-def budgets_refusal(budgets: Budgets | None) -> tuple[str, str] | None:
-    """Why a step may not start (budget_exhausted or deadline_passed, with a sentence), or None.
-    Keeper's own workers and outside workers' claims ask the same question."""
+def budgets_refusal(budgets: Budgets | None, *, now: datetime | None = None) -> tuple[str, str] | None:
+    """Why a step may not start (budget_exhausted or deadline_passed, with a sentence), or None."""
     exhausted = budgets_exhausted(budgets)
     if exhausted and budgets is not None:
         return "budget_exhausted", budgets_describe(budgets, exhausted)
-    if passed := budgets_deadline_passed(budgets):
+    if passed := budgets_deadline_passed(budgets, now=now):
         return "deadline_passed", passed
     return None
 

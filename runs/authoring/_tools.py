@@ -46,9 +46,10 @@ def tool(
     name: str,
     *,
     version: str,
-    lookup: Callable[[str], ToolLookup] | None,
+    lookup: Callable[[str], ToolLookup | None] | None,
     external_ref: Callable[[Any], str] | None = None,
     crash_label: str = "operation",
+    call_timeout_s: float | Callable[[], float] | None = None,
 ) -> Tool:
     """Declare (and register, so resume verification can check and reconcile it) an external tool.
 
@@ -59,13 +60,14 @@ def tool(
         lookup=None if lookup is None else _never_raising(lookup),
         external_ref=external_ref or (lambda result: str(result["id"])),
         crash_label=crash_label,
+        call_timeout_s=call_timeout_s,
     )
     registry.register_tool(declared)
     return declared
 
 
-def _never_raising(lookup: Callable[[str], ToolLookup]) -> Callable[[str], ToolLookup]:
-    def ask(operation_id: str) -> ToolLookup:
+def _never_raising(lookup: Callable[[str], ToolLookup | None]) -> Callable[[str], ToolLookup | None]:
+    def ask(operation_id: str) -> ToolLookup | None:
         try:
             return lookup(operation_id)
         except Exception:  # an unreachable tool says nothing about whether the effect happened

@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 
 from core.digests import NotJSONSerializable, canonical_json, sha256_digest
-from runs.engine.errors import InvalidState
+from runs.kernel.errors import InvalidState
 
 # Keys that name credentials. State outlives processes and is shown to people: it must not
 # carry them (a step keeps a reference to a secret store instead).

@@ -1,0 +1,1 @@
+"""How statements reach PostgreSQL: each carries its tenant inside its own transaction."""

@@ -1,0 +1,34 @@
+"""The PL/pgSQL the kernel keeps in the database, from its one current source: runs/kernel/_sql/functions/.
+
+Functions that must stay one round trip (a LangGraph checkpoint, the sweep's claims across tenants)
+and the two triggers on the run tables that write nothing of a run (closing its approvals, counting an
+event's rewrites). Migration 0033 installs them and every `migrate` installs them again afterwards
+(post_migrate), so the database always runs what these files say, whatever migration last touched them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.db import connections
+
+FUNCTIONS = Path(__file__).parent / "_sql" / "functions"
+
+
+def function_sources() -> dict[str, str]:
+    """Each function's name and its current CREATE OR REPLACE statement."""
+    return {path.stem: path.read_text() for path in sorted(FUNCTIONS.glob("*.sql"))}
+
+
+def functions_install(*, using: str) -> None:
+    with connections[using].cursor() as cursor:
+        for sql in function_sources().values():
+            cursor.execute(sql)
+
+
+def functions_install_after_migrate(*, using: str, plan: Any = None, **_: Any) -> None:
+    """post_migrate after `migrate` (a flush sends it too, with no plan): the current sources over
+    whatever the migrations created, as the role that ran them."""
+    if plan is not None:
+        functions_install(using=using)

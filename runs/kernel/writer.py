@@ -1,0 +1,513 @@
+"""apply(move): the only code that writes agent_runs and agent_events.
+
+Each move is one statement (a bulk restore or purge, one transaction), fenced as the move says; what
+the webhooks outbox and a waiting parent run need is derived from the move in that same statement.
+Statements go through core.db.wire, which sets the bound tenant inside their own transaction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar, cast
+from uuid import UUID
+
+from django.db import transaction
+
+from core.db import wire
+from core.digests import canonical_json
+from core.tracing import traced
+from runs.kernel import moves as m
+from runs.kernel._sql import langgraph as lg
+from runs.kernel._sql import leases, runs
+from runs.kernel.models import AgentEvent, AgentRun, ToolOperation
+from runs.kernel.records import LeaseGrant
+
+R = TypeVar("R")
+_Handler = Callable[[Any], Any]
+_HANDLERS: dict[type, _Handler] = {}
+
+
+def _handles(kind: type[m.Move[R]]) -> Callable[[Callable[[Any], R]], Callable[[Any], R]]:
+    def register(handler: Callable[[Any], R]) -> Callable[[Any], R]:
+        _HANDLERS[kind] = handler
+        return handler
+
+    return register
+
+
+def apply(move: m.Move[R]) -> R:
+    """Write the move, or nothing if its fence no longer holds (None / False / 0 / []: see the move)."""
+    return cast(R, _HANDLERS[type(move)](move))
+
+
+def _json(value: Any) -> Any:
+    # Django registers jsonb to load as text on its connections; decode here.
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else canonical_json(value)
+
+
+# --- webhooks: which event of a move a subscriber hears of --------------------------------------------
+
+_WEBHOOK_SUSPENSIONS = {
+    "approval_required": "run.suspended.approval",
+    "reconciliation_required": "run.suspended.reconciliation",
+}
+TERMINAL = ("completed", "failed", "cancelled")
+
+
+def webhook_event_type(*, status: str, suspend_reason: str | None) -> str | None:
+    """The webhook event type of a run entering `status` (None: no subscriber is told)."""
+    if status == "suspended":
+        return _WEBHOOK_SUSPENSIONS.get(suspend_reason or "")
+    return {"completed": "run.completed", "failed": "run.failed"}.get(str(status))
+
+
+def _hook(status: str, reason: str | None, result: Any = None) -> dict[str, Any]:
+    hook = webhook_event_type(status=status, suspend_reason=reason)
+    if hook == "run.failed" and reason is None and isinstance(result, dict):  # a failure's reason is its code
+        reason = result.get("code")
+    return {"webhook": hook, "webhook_status": str(status), "webhook_reason": reason}
+
+
+# --- starting ---------------------------------------------------------------------------------------
+
+
+@_handles(m.RunStarted)
+def _run_started(move: m.RunStarted) -> tuple[Any, ...] | None:
+    sql = runs.INSERT_RUN.format(columns=", ".join(f'"{column}"' for column in move.columns))
+    found = wire.rows(
+        sql,
+        {
+            "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
+            "workflow_name": move.workflow_name,
+            "workflow_version": move.workflow_version,
+            "schema": move.state_schema_version,
+            "next_step": move.next_step,
+            "state": move.state.json,
+            "key": move.idempotency_key,
+            "input_digest": move.input_digest,
+            "parent": move.parent_run_id,
+            "fork_seq": move.fork_seq,
+            "fork_expires_at": move.fork_expires_at,
+            "status": "suspended" if move.suspend_reason else "running",
+            "suspend_reason": move.suspend_reason,
+            "event_type": move.event_type,
+            "payload": canonical_json(move.payload),
+            "actor": move.actor,
+            "digest": move.state.digest,
+            "subject": move.subject,
+        },
+    )
+    return found[0] if found else None
+
+
+# --- leases -----------------------------------------------------------------------------------------
+
+
+@_handles(m.LeaseTaken)
+def _lease_taken(move: m.LeaseTaken) -> LeaseGrant | None:
+    found = wire.rows(
+        leases.LEASE_TAKE,
+        {"run_id": move.run_id, "owner": move.owner, "ttl": move.ttl, "external": move.external},
+    )
+    if not found:
+        return None
+    (tenant_id, epoch, expires_at, revision, next_step, state, status, requested_by, wf_name, wf_version, schema,
+     attempt, previous_owner, previous_epoch, child_of_run_id) = found[0]  # fmt: skip
+    return LeaseGrant(
+        run_id=move.run_id,
+        tenant_id=tenant_id,
+        owner=move.owner,
+        epoch=epoch,
+        expires_at=expires_at,
+        revision=revision,
+        next_step=next_step,
+        state=_json(state),
+        status=status,
+        resume_requested_by=requested_by,
+        workflow_name=wf_name,
+        workflow_version=wf_version,
+        state_schema_version=schema,
+        attempt=attempt,
+        previous_owner=previous_owner,
+        previous_epoch=previous_epoch,
+        child_of_run_id=child_of_run_id,
+    )
+
+
+@_handles(m.LeaseRenewed)
+def _lease_renewed(move: m.LeaseRenewed) -> datetime | None:
+    found = wire.rows(
+        leases.LEASE_RENEW, {"run_id": move.run_id, "owner": move.owner, "epoch": move.epoch, "ttl": move.ttl}
+    )
+    return found[0][0] if found else None
+
+
+@_handles(m.LeaseReleased)
+def _lease_released(move: m.LeaseReleased) -> bool:
+    params = {
+        "run_id": move.run_id,
+        "owner": move.owner,
+        "epoch": move.epoch,
+        "delay": move.retry_in,
+        "attempted": move.attempted,
+    }
+    return bool(wire.rows(leases.LEASE_RELEASE, params))
+
+
+@_handles(m.LeaseDeferred)
+def _lease_deferred(move: m.LeaseDeferred) -> bool:
+    params = {"run_id": move.run_id, "owner": move.owner, "epoch": move.epoch, "delay": move.retry_in}
+    return bool(wire.rows(leases.LEASE_DEFER, params))
+
+
+@_handles(m.RunsRedispatched)
+def _runs_redispatched(move: m.RunsRedispatched) -> list[UUID]:
+    return [row[0] for row in wire.rows(leases.REDISPATCH_CLAIM, {"grace": move.grace, "limit": move.limit})]
+
+
+# --- a lease holder's moves: the step commit ----------------------------------------------------------
+
+
+def _commit_params(move: m.WorkerMove) -> dict[str, Any]:
+    """The commit statement's parameters for a lease holder's move."""
+    held = move.held
+    base: dict[str, Any] = {
+        "run_id": held.run_id,
+        "expected": held.revision,
+        "epoch": held.epoch,
+        "owner": held.owner,
+        "state": move.state.json,
+        "digest": move.state.digest,
+        "attempt": held.attempt,
+        "payload": canonical_json(move.payload),
+        "suspend_reason": None,
+        "suspend_detail": "",
+        "result": None,
+        "release": True,
+        "reset_attempt": True,
+        "retry_in": 0.0,
+        "schema": None,
+        "event_state": True,
+        "resume_at_wake": False,
+        "step_id": None,
+    }
+    if isinstance(move, m.StepCommitted):
+        return {**base, "next_step": move.next_step, "status": "running", "event_type": move.event_type,
+                "step_id": move.step_id, "release": not move.keep_lease}  # fmt: skip
+    if isinstance(move, m.Suspended):
+        timer = move.wake_in is not None
+        return {**base, "next_step": move.resume_at, "status": "suspended", "event_type": "run_suspended",
+                "step_id": move.step_id, "suspend_reason": move.reason, "suspend_detail": move.detail,
+                # a suspension Keeper decides keeps the attempt count; a step's own starts afresh
+                "reset_attempt": move.step_id is not None,
+                "retry_in": move.wake_in or 0.0, "resume_at_wake": timer}  # fmt: skip
+    if isinstance(move, m.Completed):
+        return {**base, "next_step": None, "status": "completed", "event_type": "run_completed",
+                "step_id": move.step_id, "result": _json_or_none(move.result)}  # fmt: skip
+    if isinstance(move, m.Failed):
+        failure = {"code": move.code, "detail": move.detail}
+        return {**base, "next_step": None, "status": "failed", "event_type": "run_failed",
+                "step_id": move.step_id, "result": canonical_json(failure)}  # fmt: skip
+    if isinstance(move, m.StepErrored):
+        if move.retry_in is None:
+            return {**base, "next_step": move.step_id, "status": "suspended", "event_type": "step_error",
+                    "step_id": move.step_id, "suspend_reason": "step_error", "suspend_detail": move.detail,
+                    "reset_attempt": False}  # fmt: skip
+        return {**base, "next_step": move.step_id, "status": "running", "event_type": "step_error",
+                "step_id": move.step_id, "reset_attempt": False, "retry_in": move.retry_in}  # fmt: skip
+    if isinstance(move, m.ResumeVerified):
+        return {**base, "next_step": move.next_step, "status": "running", "event_type": "resume_verified",
+                "release": False, "reset_attempt": False}  # fmt: skip
+    if isinstance(move, m.ResumeRefused):
+        return {**base, "next_step": move.next_step, "status": "suspended", "event_type": "resume_refused",
+                "suspend_reason": move.reason, "suspend_detail": move.detail, "reset_attempt": False,
+                "digest": move.trusted_digest,
+                "event_state": move.trusted_digest == move.state.digest}  # fmt: skip
+    if isinstance(move, m.StateMigrated):
+        return {**base, "next_step": move.next_step, "status": "running", "event_type": "state_migrated",
+                "release": False, "reset_attempt": False, "schema": move.to_version}  # fmt: skip
+    raise TypeError(f"not a lease holder's move: {type(move).__name__}")
+
+
+def _commit_span(kw: dict[str, Any]) -> dict[str, Any]:
+    params = kw["params"]
+    return {
+        "keeper.run_id": params["run_id"],
+        "keeper.revision": params["expected"] + 1,
+        "keeper.step": params["step_id"],
+        "keeper.status": params["status"],
+        "keeper.event_type": params["event_type"],
+    }
+
+
+@traced("keeper.commit", _commit_span)
+def _commit_statement(*, params: dict[str, Any]) -> int | None:
+    if params["status"] in TERMINAL:
+        statement = runs.COMMIT_ENDS
+    else:
+        statement = runs.COMMIT_OUTBOX if params["webhook"] else runs.COMMIT
+    seq = statement.first_value_of(params)
+    return None if seq is None else int(seq)
+
+
+def _commit(move: m.WorkerMove) -> int | None:
+    params = _commit_params(move)
+    params.update(_hook(params["status"], params["suspend_reason"], _json(params["result"])))
+    return _commit_statement(params=params)
+
+
+for _kind in (m.StepCommitted, m.Suspended, m.Completed, m.Failed, m.StepErrored, m.ResumeVerified,
+              m.ResumeRefused, m.StateMigrated):  # fmt: skip
+    _HANDLERS[_kind] = _commit
+
+
+# --- people and the system -----------------------------------------------------------------------------
+
+
+@_handles(m.StatusChanged)
+def _status_changed(move: m.StatusChanged) -> int | None:
+    result_json = _json_or_none(move.result)
+    hook = _hook(move.to_status, move.suspend_reason, move.result)
+    stays = move.to_status in move.from_statuses
+    if stays and move.to_status in ("completed", "failed"):
+        # A finished run that stays finished (a rewind supersedes it) was announced when it finished.
+        hook = {**hook, "webhook": None}
+    if move.to_status in TERMINAL and not stays:
+        sql = runs.TRANSITION_ENDS
+    else:
+        sql = runs.TRANSITION_OUTBOX if hook["webhook"] else runs.TRANSITION
+    found = wire.rows(
+        sql,
+        {
+            "run_id": move.run_id,
+            "from_statuses": list(move.from_statuses),
+            "to_status": move.to_status,
+            "event_type": move.event_type,
+            "actor": move.actor,
+            "payload": canonical_json(move.payload),
+            "expected": move.expected_revision,
+            "suspend_reason": move.suspend_reason,
+            "suspend_detail": move.suspend_detail,
+            "result": result_json,
+            "next_step": move.next_step,
+            "request_resume": move.request_resume,
+            "superseded_by": move.superseded_by,
+            "only_if_reason": move.only_if_reason,
+            "only_if_fork_expired": move.only_if_fork_expired,
+            "unless_resume_pending": move.unless_resume_pending,
+            **hook,
+        },
+    )
+    return found[0][0] if found else None
+
+
+@_handles(m.StateAccepted)
+def _state_accepted(move: m.StateAccepted) -> int | None:
+    found = wire.rows(
+        runs.ACCEPT_STATE,
+        {
+            "run_id": move.run_id,
+            "expected": move.expected_revision,
+            "reasons": list(move.reasons),
+            "state": move.state.json,
+            "digest": move.state.digest,
+            "actor": move.actor,
+            "detail": move.detail,
+            "payload": canonical_json(move.payload),
+        },
+    )
+    return found[0][0] if found else None
+
+
+@_handles(m.SubjectErased)
+def _subject_erased(move: m.SubjectErased) -> int | None:
+    found = wire.rows(
+        runs.SUBJECT_ERASED,
+        {
+            "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
+            "expected": move.expected_revision,
+            "state": move.state.json,
+            "digest": move.state.digest,
+            "subject": move.subject,
+            "result": _json_or_none(move.result),
+            "idempotency_key": move.idempotency_key,
+            "detail": move.detail,
+            "old_detail": move.old_detail,
+            "payload": canonical_json(move.payload),
+            "actor": move.actor,
+        },
+    )
+    return found[0][0] if found else None
+
+
+# --- events that leave the state as it is -----------------------------------------------------------
+
+
+@_handles(m.MessageAppended)
+def _message_appended(move: m.MessageAppended) -> int | None:
+    found = wire.rows(
+        runs.APPEND_EVENT,
+        {
+            "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
+            "event_type": move.event_type,
+            "payload": canonical_json(move.payload),
+            "actor": move.actor,
+            "client_message_id": move.client_message_id,
+        },
+    )
+    return found[0][0] if found else None
+
+
+@_handles(m.UsageCharged)
+def _usage_charged(move: m.UsageCharged) -> int | None:
+    found = wire.rows(
+        runs.USAGE_CHARGED,
+        {"run_id": move.run_id, "payload": canonical_json(move.payload), "actor": move.actor},
+    )
+    return found[0][0] if found else None
+
+
+@_handles(m.SignalDelivered)
+def _signal_delivered(move: m.SignalDelivered) -> tuple[int, bool] | None:
+    found = wire.rows(
+        runs.SIGNAL_DELIVER,
+        {
+            "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
+            "waiting_detail": move.waiting_detail,
+            "payload": canonical_json(move.payload),
+            "actor": move.actor,
+            "key": move.idempotency_key,
+        },
+    )
+    return (found[0][0], bool(found[0][1])) if found else None
+
+
+@_handles(m.ChildLinked)
+def _child_linked(move: m.ChildLinked) -> bool:
+    params = {"child": move.child_run_id, "parent": move.parent_run_id, "tenant": move.tenant_id}
+    return bool(wire.rows(runs.CHILD_LINK, params))
+
+
+@_handles(m.EventsCopied)
+def _events_copied(move: m.EventsCopied) -> int:
+    found = wire.rows(
+        runs.EVENTS_COPY,
+        {
+            "run_id": move.run_id,
+            "tenant": move.tenant_id,
+            "source": move.source_run_id,
+            "up_to": move.up_to_seq,
+            "types": list(move.event_types),
+        },
+    )
+    return int(found[0][0]) if found else 0
+
+
+_REDACTABLE = frozenset({"payload", "state", "client_message_id", "actor"})
+
+
+@_handles(m.EventRedacted)
+def _event_redacted(move: m.EventRedacted) -> bool:
+    unknown = set(move.changes) - _REDACTABLE
+    if unknown:
+        raise ValueError(f"erasure rewrites {sorted(_REDACTABLE)} of an event, not {sorted(unknown)}")
+    return bool(AgentEvent.objects.filter(run_id=move.run_id, seq=move.seq).update(**move.changes))
+
+
+@_handles(m.StateAlteredOutside)
+def _state_altered(move: m.StateAlteredOutside) -> bool:
+    params = {"run_id": move.run_id, "state": _json_or_none(move.state), "schema": move.state_schema_version}
+    return bool(wire.rows(runs.STATE_ALTERED, params))
+
+
+# --- LangGraph threads --------------------------------------------------------------------------------
+
+
+@_handles(m.CheckpointPut)
+def _checkpoint_put(move: m.CheckpointPut) -> int | None:
+    seq = lg.CHECKPOINT_PUT.first_value(
+        [
+            str(move.tenant_id).encode(),
+            str(move.run_id).encode(),
+            move.thread_id.encode(),
+            move.checkpoint_ns.encode(),
+            move.checkpoint_id.encode(),
+            None if move.parent_checkpoint_id is None else move.parent_checkpoint_id.encode(),
+            move.checkpoint_json.encode(),
+            move.metadata_json.encode(),
+            move.blob_index_json.encode(),
+            wire.bytea_array(move.blobs),
+            None if move.payload_json is None else move.payload_json.encode(),
+            move.actor.encode(),
+        ]
+    )
+    return None if seq is None else int(seq)
+
+
+@_handles(m.InterruptAsked)
+def _interrupt_asked(move: m.InterruptAsked) -> bool:
+    params = {
+        **move.writes,
+        "tenant": move.tenant_id,
+        "run": move.run_id,
+        "detail": move.detail,
+        "payload": canonical_json(move.payload),
+        "actor": move.actor,
+    }
+    with transaction.atomic():
+        wire.rows(lg.LOCK_RUN, params)
+        found = wire.rows(lg.INTERRUPT_ASKED, params)
+    return bool(found and found[0][0])
+
+
+@_handles(m.InterruptAnswered)
+def _interrupt_answered(move: m.InterruptAnswered) -> int | None:
+    found = wire.rows(
+        lg.INTERRUPT_ANSWERED,
+        {
+            "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
+            "expected": move.expected_revision,
+            "reason": move.reason,
+            "detail": move.detail,
+            "payload": canonical_json(move.payload),
+            "actor": move.actor,
+        },
+    )
+    return found[0][0] if found else None
+
+
+@_handles(m.ThreadDeleted)
+def _thread_deleted(move: m.ThreadDeleted) -> bool:
+    params = {"tenant": move.tenant_id, "thread": move.thread_id, "key": move.thread_key}
+    return bool(wire.rows(lg.THREAD_DELETED, params))
+
+
+# --- operators ------------------------------------------------------------------------------------------
+
+
+@_handles(m.HistoryImported)
+def _history_imported(move: m.HistoryImported) -> int:
+    with transaction.atomic():
+        AgentRun.objects.bulk_create([move.run])
+        AgentEvent.objects.bulk_create(move.events)
+    return len(move.events)
+
+
+@_handles(m.RunsPurged)
+def _runs_purged(move: m.RunsPurged) -> dict[str, int]:
+    """Operations first (tool_operations.run_id is PROTECT: their effects are money); the rest cascade."""
+    with transaction.atomic():
+        operations, _ = ToolOperation.objects.filter(run_id__in=move.run_ids).delete()
+        _, per_model = AgentRun.objects.filter(run_id__in=move.run_ids, status__in=move.statuses).delete()
+    return {**per_model, ToolOperation._meta.label: operations}
