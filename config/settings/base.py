@@ -339,7 +339,7 @@ KEEPER_RETRIEVAL_MAX_BYTES = env_int("KEEPER_RETRIEVAL_MAX_BYTES", 10 * 1024 * 1
 KEEPER_RETRIEVAL_MAX_CHUNKS = env_int("KEEPER_RETRIEVAL_MAX_CHUNKS", 5000, minimum=1)
 KEEPER_RETRIEVAL_CHUNK_WORDS = env_int("KEEPER_RETRIEVAL_CHUNK_WORDS", 180, minimum=16)
 KEEPER_RETRIEVAL_TTL_DAYS = env_int("KEEPER_RETRIEVAL_TTL_DAYS", 30, minimum=0)
-# A large principal's search runs its vector arm on a connection of its own, beside the text arm
+# A large principal's search runs its text arm on a connection of its own, beside the vector arm
 # (retrieval.search.arms_in_parallel); off: both arms in one statement on the caller's connection.
 KEEPER_SEARCH_PARALLEL_ARMS = env_bool("KEEPER_SEARCH_PARALLEL_ARMS", True)
 # How often beat embeds documents whose embed task was lost (a flushed broker, a killed worker).
