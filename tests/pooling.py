@@ -73,7 +73,7 @@ def pooled_connection(pooler: PgBouncer) -> Iterator[None]:
     db = connections["default"]
     pooled = pooler.url(current_database_url())
     target = conninfo_to_dict(pooled)
-    keys = ("HOST", "PORT", "PASSWORD", "DISABLE_SERVER_SIDE_CURSORS")
+    keys = ("HOST", "PORT", "PASSWORD")
     saved = {key: db.settings_dict.get(key) for key in keys}
     saved_settings = {
         name: getattr(settings, name) for name in ("KEEPER_DB_POOLER", "KEEPER_PREPARED_STATEMENTS")
@@ -84,7 +84,6 @@ def pooled_connection(pooler: PgBouncer) -> Iterator[None]:
         HOST=target["host"],
         PORT=str(target["port"]),
         PASSWORD=target["password"],
-        DISABLE_SERVER_SIDE_CURSORS=True,
     )
     settings.KEEPER_DB_POOLER = "transaction"
     settings.KEEPER_PREPARED_STATEMENTS = False

@@ -123,17 +123,15 @@ if os.environ.get("DATABASE_OWNER_URL"):
 DATABASE_ROUTERS = ["core.db_router.OwnerMigratesRouter"]
 # What DATABASE_URL reaches: PostgreSQL itself or a pooler in session mode ("none"), or a pooler in
 # transaction mode ("transaction": PgBouncer's pool_mode=transaction, where each transaction may run
-# on another server connection). Then nothing may outlive a transaction on the server: Django's
-# cursors WITH HOLD (QuerySet.iterator() outside a transaction) are turned off, and the per-step
+# on another server connection). Then nothing may outlive a transaction on the server: the per-step
 # statements are not prepared unless KEEPER_PREPARED_STATEMENTS says so (PgBouncer >= 1.21 with
-# max_prepared_statements keeps them).
+# max_prepared_statements keeps them). The tenant and Django's cursors need nothing here: every
+# statement carries its tenant, and cursors WITH HOLD are always off (config.env).
 KEEPER_DB_POOLER = env_str("KEEPER_DB_POOLER", "none")
 if KEEPER_DB_POOLER not in {"none", "session", "transaction"}:
     raise ImproperlyConfigured(
         f"unknown KEEPER_DB_POOLER {KEEPER_DB_POOLER!r} (use none, session or transaction)"
     )
-if KEEPER_DB_POOLER == "transaction":
-    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
