@@ -1,5 +1,5 @@
 """The whole benchmark suite by name (manage.py bench): commit_step, run_e2e, context_build, context,
-memory_search, retrieval_search, console_pages, langgraph_put."""
+memory_search, retrieval_search, console_pages, langgraph_put, pooled_steps, scaling."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from bench.langgraph import bench_langgraph_put
 from bench.memory import bench_memory_search
 from bench.retrieval import bench_retrieval_search
 from bench.runs import bench_commit_step, bench_context_build, bench_run_e2e
+from bench.scaling import bench_pooled_steps, bench_scaling
 from core.models import Tenant
 from core.tenancy import tenant_bind
 from runs.kernel.models import AgentRun
@@ -55,6 +56,17 @@ def bench_all(
         ),
         "console_pages": lambda: _console_pages(quick=quick, progress=say),
         "langgraph_put": lambda: bench_langgraph_put(ops=300 if quick else 2000, rounds=3, progress=say),
+        "pooled_steps": lambda: bench_pooled_steps(
+            runs=10 if quick else 100, n=20, rounds=1 if quick else 3, progress=say
+        ),
+        "scaling": lambda: bench_scaling(
+            runs=10 if quick else 100,
+            n=20,
+            rounds=1 if quick else 3,
+            seconds=3.0 if quick else 10.0,
+            clients=8 if quick else 16,
+            progress=say,
+        ),
     }
     unknown = sorted(set(only or []) - set(benches))
     if unknown:

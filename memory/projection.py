@@ -368,37 +368,35 @@ def memory_search(
     embedder = embedder or embedder_from_settings()
     [query_vector] = embedder.embed([query])
     now = timezone.now()
+    # Both arms filter validity (and the subject) in SQL, so no invalid claim takes a place in either
+    # ranking; the check below stays as the contract's last word. Outside a transaction the vector arm
+    # runs on a connection of its own beside the text arm, each arm in a transaction of its own
+    # (core.parallel); inside one, both go in one statement.
     alone = parallel.alone()
+    if alone:
+        vector = vector_statements(
+            tenant_id=tenant.tenant_id,
+            embedder=embedder,
+            vector=query_vector,
+            limit=candidates,
+            valid_at=now,
+            subject_id=subject_id,
+        )
+        by_text, by_vector = parallel.side_by_side(
+            tenant.tenant_id,
+            lambda cursor: text_ranked(
+                cursor,
+                tenant_id=tenant.tenant_id,
+                query=query,
+                limit=candidates,
+                valid_at=now,
+                subject_id=subject_id,
+                depth=None,
+            ),
+            lambda cursor: _first_column(cursor, vector),
+        )
     with tenant_scope(tenant.tenant_id):
-        # Both arms filter validity (and the subject) in SQL, so no invalid claim takes a place in
-        # either ranking; the check below stays as the contract's last word. Outside a transaction
-        # the vector arm runs on a connection of its own beside the text arm (core.parallel); inside
-        # one, both go in one statement.
-        if alone:
-            future = parallel.beside(
-                tenant.tenant_id,
-                _first_column,
-                vector_statements(
-                    tenant_id=tenant.tenant_id,
-                    embedder=embedder,
-                    vector=query_vector,
-                    limit=candidates,
-                    valid_at=now,
-                    subject_id=subject_id,
-                ),
-            )
-            try:
-                by_text = text_candidates(
-                    tenant=tenant,
-                    query=query,
-                    limit=candidates,
-                    valid_at=now,
-                    subject_id=subject_id,
-                    depth=None,
-                )
-            finally:
-                by_vector = future.result()
-        else:
+        if not alone:
             statement = candidate_statement(
                 tenant_id=tenant.tenant_id,
                 embedder=embedder,

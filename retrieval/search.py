@@ -405,7 +405,6 @@ PARALLEL_FROM = EXACT_BELOW
 
 
 def arms_in_parallel(
-    cursor: Any,
     *,
     tenant: Tenant,
     embedder: Embedder,
@@ -417,24 +416,15 @@ def arms_in_parallel(
     text_limit: int,
 ) -> tuple[list[int], list[int]]:
     """both_arms' rankings with the text arm on a pool thread's connection (core.parallel) and the
-    vector arm, the longer of the two, on `cursor` at the same time, so the hop to the other thread is
-    not on the search's path. The two arms read two snapshots of the index: a chunk changed between
-    them is ranked as each found it, and the hits are read again after both."""
+    vector arm, the longer of the two, on the caller's at the same time, so the hop to the other
+    thread is not on the search's path; each arm in a transaction of its own (call outside one). The
+    two arms read two snapshots of the index: a chunk changed between them is ranked as each found it,
+    and the hits are read again after both."""
     if not readable.keys:
         return [], []
-    future = parallel.beside(
+    by_vector, by_text = parallel.side_by_side(
         tenant.tenant_id,
-        text_arm,
-        tenant=tenant,
-        embedder=embedder,
-        vector=vector,
-        query=query,
-        keys=readable.keys,
-        limit=text_limit,
-        cutoff=cutoff,
-    )
-    try:
-        by_vector = vector_arm(
+        lambda cursor: vector_arm(
             cursor,
             tenant=tenant,
             embedder=embedder,
@@ -445,9 +435,18 @@ def arms_in_parallel(
             readable=readable.chunks,
             tenant_chunks=readable.tenant_chunks,
             cutoff=cutoff,
-        )
-    finally:
-        by_text = future.result()
+        ),
+        lambda cursor: text_arm(
+            cursor,
+            tenant=tenant,
+            embedder=embedder,
+            vector=vector,
+            query=query,
+            keys=readable.keys,
+            limit=text_limit,
+            cutoff=cutoff,
+        ),
+    )
     return placed(by_vector, by_text, vector_limit), [c for c, _ in by_text]
 
 
@@ -517,22 +516,11 @@ def retrieval_search(
     embedder = embedder or embedder_from_settings()
     [vector] = embedder.embed([query])
     cutoff, now = ttl_cutoff(), timezone.now()
-    alone = parallel.alone()
-    with tenant_scope(tenant.tenant_id):
-        with connection.cursor() as cursor:
-            readable = principal_readable(cursor, tenant_id=tenant.tenant_id, principal=principal)
-            both = arms_in_parallel if alone and readable.chunks >= PARALLEL_FROM else both_arms
-            by_vector, by_text = both(
-                cursor,
-                tenant=tenant,
-                embedder=embedder,
-                vector=vector,
-                query=query,
-                cutoff=cutoff,
-                vector_limit=max(candidates, k),
-                text_limit=max(candidates, k),
-                readable=readable,
-            )
+    limit = max(candidates, k)
+
+    def recorded(readable: Readable, by_vector: list[int], by_text: list[int]) -> SearchResult:
+        """The rankings fused, the k best read again and stored as the search's snapshot (inside the
+        tenant scope)."""
         scores, top = fused(by_vector, by_text, k)
         snapshot = RetrievalSnapshot(
             snapshot_id=f"rs_{uuid.uuid4().hex}",
@@ -557,7 +545,37 @@ def retrieval_search(
         snapshot.hits = [h.provenance() for h in hits]
         snapshot._state.adding = False  # stored by hits_recorded's statement
         snapshot._state.db = connection.alias
-    return SearchResult(snapshot=snapshot, hits=hits)
+        return SearchResult(snapshot=snapshot, hits=hits)
+
+    alone = parallel.alone()
+    with tenant_scope(tenant.tenant_id), connection.cursor() as cursor:
+        readable = principal_readable(cursor, tenant_id=tenant.tenant_id, principal=principal)
+        if not (alone and readable.chunks >= PARALLEL_FROM):
+            by_vector, by_text = both_arms(
+                cursor,
+                tenant=tenant,
+                embedder=embedder,
+                vector=vector,
+                query=query,
+                cutoff=cutoff,
+                vector_limit=limit,
+                text_limit=limit,
+                readable=readable,
+            )
+            return recorded(readable, by_vector, by_text)
+    # Outside a transaction: each arm in a transaction of its own (core.parallel), the hits in another.
+    by_vector, by_text = arms_in_parallel(
+        tenant=tenant,
+        embedder=embedder,
+        vector=vector,
+        query=query,
+        cutoff=cutoff,
+        vector_limit=limit,
+        text_limit=limit,
+        readable=readable,
+    )
+    with tenant_scope(tenant.tenant_id):
+        return recorded(readable, by_vector, by_text)
 
 
 # The k chosen chunks read again under the arms' rule (a chunk deleted, replaced or no longer readable

@@ -8,6 +8,7 @@ import pytest
 
 from core.tenancy import tenant_bind, tenant_ensure, tenant_unbound
 from tests.chat_server import chat  # noqa: F401 - the fixture, for every test module
+from tests.pooling import database_path, pgbouncer, through_pgbouncer  # noqa: F401 - likewise
 from tests.processes import ProcessGroup, flush_redis
 
 

@@ -122,6 +122,17 @@ DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
 if os.environ.get("DATABASE_OWNER_URL"):
     DATABASES["owner"] = database_from_url(os.environ["DATABASE_OWNER_URL"])
 DATABASE_ROUTERS = ["core.db_router.OwnerMigratesRouter"]
+# What DATABASE_URL reaches: PostgreSQL itself or a pooler in session mode ("none"), or a pooler in
+# transaction mode ("transaction": PgBouncer's pool_mode=transaction, where each transaction may run
+# on another server connection). Then nothing may outlive a transaction on the server: the per-step
+# statements are not prepared unless KEEPER_PREPARED_STATEMENTS says so (PgBouncer >= 1.21 with
+# max_prepared_statements keeps them). The tenant and Django's cursors need nothing here: every
+# statement carries its tenant, and cursors WITH HOLD are always off (config.env).
+KEEPER_DB_POOLER = env_str("KEEPER_DB_POOLER", "none")
+if KEEPER_DB_POOLER not in {"none", "session", "transaction"}:
+    raise ImproperlyConfigured(
+        f"unknown KEEPER_DB_POOLER {KEEPER_DB_POOLER!r} (use none, session or transaction)"
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -267,8 +278,8 @@ KEEPER_WEBHOOKS_MAX_ATTEMPTS = env_int("KEEPER_WEBHOOKS_MAX_ATTEMPTS", 10, minim
 # Per tenant: how many webhook subscriptions it may have at once (deleted ones do not count); each
 # event is sent to every one of them.
 KEEPER_WEBHOOKS_PER_TENANT = env_int("KEEPER_WEBHOOKS_PER_TENANT", 20, minimum=0)
-# Prepare the per-step statements server-side (turn off behind a pooler that cannot keep them).
-KEEPER_PREPARED_STATEMENTS = env_bool("KEEPER_PREPARED_STATEMENTS", True)
+# Prepare the per-step statements server-side (off by default behind a transaction pooler).
+KEEPER_PREPARED_STATEMENTS = env_bool("KEEPER_PREPARED_STATEMENTS", KEEPER_DB_POOLER != "transaction")
 # Seconds a fork that nobody started is kept before it is cancelled.
 KEEPER_FORK_TTL = env_number("KEEPER_FORK_TTL", 7 * 24 * 3600.0, minimum=1)
 # Seconds a fork that was started may stay suspended, untouched, before it is cancelled as abandoned.
@@ -348,7 +359,7 @@ KEEPER_RETRIEVAL_MAX_BYTES = env_int("KEEPER_RETRIEVAL_MAX_BYTES", 10 * 1024 * 1
 KEEPER_RETRIEVAL_MAX_CHUNKS = env_int("KEEPER_RETRIEVAL_MAX_CHUNKS", 5000, minimum=1)
 KEEPER_RETRIEVAL_CHUNK_WORDS = env_int("KEEPER_RETRIEVAL_CHUNK_WORDS", 180, minimum=16)
 KEEPER_RETRIEVAL_TTL_DAYS = env_int("KEEPER_RETRIEVAL_TTL_DAYS", 30, minimum=0)
-# A large principal's search runs its vector arm on a connection of its own, beside the text arm
+# A large principal's search runs its text arm on a connection of its own, beside the vector arm
 # (retrieval.search.arms_in_parallel); off: both arms in one statement on the caller's connection.
 KEEPER_SEARCH_PARALLEL_ARMS = env_bool("KEEPER_SEARCH_PARALLEL_ARMS", True)
 # How often beat embeds documents whose embed task was lost (a flushed broker, a killed worker).

@@ -1,5 +1,6 @@
 """With an API key the tenant comes from the key: every URL of the API, given another tenant's object
-or naming another tenant, answers 404 (never 403: no existence leak) and changes nothing."""
+or naming another tenant, answers 404 (never 403: no existence leak) and changes nothing. Each test
+runs straight on PostgreSQL and through PgBouncer in transaction mode (tests.pooling)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from runs.engine.runs import run_start
 from runs.kernel.models import AgentRun, Approval, ToolOperation
 from tests.api.conftest import MEMORY_WRITE, PROVENANCE, key_client, seed_tenant
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("database_path")]
 
 # Views scoped by the key alone: they take no tenant and name no object, so there is nothing of
 # another tenant to ask for (test_key_scoped_views_see_only_the_keys_tenant shows what they return).

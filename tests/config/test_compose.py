@@ -41,7 +41,17 @@ def compose() -> dict:
 
 def test_compose_has_every_service_with_its_health_check(compose):
     services = compose["services"]
-    assert set(services) >= {"postgres", "redis", "minio", "minio-bucket", "migrate", "web", "worker", "beat"}
+    assert set(services) >= {
+        "postgres",
+        "pgbouncer",
+        "redis",
+        "minio",
+        "minio-bucket",
+        "migrate",
+        "web",
+        "worker",
+        "beat",
+    }
     assert services["postgres"]["image"] == "pgvector/pgvector:pg17"
     assert services["redis"]["image"] == "redis:7"
     assert "pg_isready" in " ".join(services["postgres"]["healthcheck"]["test"])
@@ -71,6 +81,30 @@ def test_only_migrate_gets_the_owner_role(compose):
         assert "DATABASE_OWNER_URL" not in env, name
         assert env["DATABASE_URL"].startswith("postgresql://keeper:"), name
         assert env["DJANGO_SETTINGS_MODULE"] == "config.settings.production", name
+
+
+def test_the_application_reaches_postgresql_through_pgbouncer_in_transaction_mode(compose):
+    """web, worker and beat through PgBouncer (transaction pooling, SCRAM, the application role's
+    password); the migrations straight to PostgreSQL."""
+    services = compose["services"]
+    bouncer = services["pgbouncer"]
+    assert bouncer["image"].startswith("edoburu/pgbouncer:")
+    env = bouncer["environment"]
+    assert (env["POOL_MODE"], env["AUTH_TYPE"]) == ("transaction", "scram-sha-256")
+    assert (env["DB_HOST"], env["DB_NAME"], env["DB_USER"]) == ("postgres", "keeper", "keeper")
+    assert env["DB_PASSWORD"] == "CHANGE-ME-app" and int(env["DEFAULT_POOL_SIZE"]) > 0
+    assert bouncer["depends_on"]["postgres"]["condition"] == "service_healthy"
+    assert "pg_isready" in " ".join(bouncer["healthcheck"]["test"])
+    for name in APP_SERVICES:
+        app = services[name]
+        assert (
+            app["environment"]["DATABASE_URL"] == "postgresql://keeper:CHANGE-ME-app@pgbouncer:5432/keeper"
+        ), name
+        assert app["environment"]["KEEPER_DB_POOLER"] == "transaction", name
+        assert app["depends_on"]["pgbouncer"]["condition"] == "service_healthy", name
+    migrate = services["migrate"]["environment"]
+    assert "@postgres:5432/" in migrate["DATABASE_URL"] and "@postgres:5432/" in migrate["DATABASE_OWNER_URL"]
+    assert migrate["KEEPER_DB_POOLER"] == "none"
 
 
 def test_app_services_keep_their_artifacts_in_the_s3_service(compose):

@@ -154,6 +154,8 @@ CASES: dict[str, tuple[str, str, object]] = {
     ),
     "KEEPER_ARTIFACT_GRACE": ("3600", "settings.KEEPER_ARTIFACT_GRACE", 3600.0),
     "KEEPER_PREPARED_STATEMENTS": ("false", "settings.KEEPER_PREPARED_STATEMENTS", False),
+    # Its effect (no prepared statements unless told) is test_a_transaction_pooler_turns_off_...'s.
+    "KEEPER_DB_POOLER": ("transaction", "settings.KEEPER_DB_POOLER", "transaction"),
     "KEEPER_CRASH_AT": ("after_checkpoint:2", "settings.KEEPER_CRASH_AT", "after_checkpoint:2"),
     "KEEPER_CRASH_ONCE_DIR": (
         "/tmp/keeper-doc-crash",
@@ -421,6 +423,23 @@ def test_the_worker_pool_sets_the_default_concurrency_and_refuses_an_unknown_poo
     refused = _probe_run({**base, "KEEPER_WORKER_POOL": "gevent"}, expr)
     assert refused.returncode != 0
     assert "unknown KEEPER_WORKER_POOL 'gevent' (use threads or prefork)" in refused.stderr
+
+
+def test_a_transaction_pooler_turns_off_prepared_statements_unless_told_otherwise():
+    base = {**PRODUCTION, **{n: v for n, (v, _, _) in CASES.items() if n != "KEEPER_PREPARED_STATEMENTS"}}
+    expr = {
+        "held_cursors_off": "settings.DATABASES['default'].get('DISABLE_SERVER_SIDE_CURSORS', False)",
+        "prepared": "settings.KEEPER_PREPARED_STATEMENTS",
+    }
+    # Cursors WITH HOLD are off with or without a pooler: every statement carries its tenant's
+    # set_config in front of it, which DECLARE ... CURSOR cannot take (config.env).
+    assert _probe({**base, "KEEPER_DB_POOLER": "none"}, expr) == {"held_cursors_off": True, "prepared": True}
+    assert _probe(base, expr) == {"held_cursors_off": True, "prepared": False}  # CASES: transaction
+    # PgBouncer 1.21+ with max_prepared_statements keeps prepared statements: the variable says so.
+    assert _probe({**base, "KEEPER_PREPARED_STATEMENTS": "true"}, expr)["prepared"] is True
+    refused = _probe_run({**base, "KEEPER_DB_POOLER": "pgbouncer"}, expr)
+    assert refused.returncode != 0
+    assert "unknown KEEPER_DB_POOLER 'pgbouncer' (use none, session or transaction)" in refused.stderr
 
 
 def test_a_bad_setting_stops_manage_py_with_its_message_and_no_traceback():

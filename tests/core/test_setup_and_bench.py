@@ -32,7 +32,25 @@ def test_setup_creates_tenant_and_admin_once(tmp_path, settings):
 @pytest.mark.django_db(transaction=True, databases=["default", "owner"])
 def test_bench_prints_one_json_object_with_baseline_and_ratio():
     out = io.StringIO()
-    call_command("bench", "--quick", "--json", stdout=out, stderr=io.StringIO())
+    # The figures checked here; run_e2e, langgraph_put, pooled_steps and scaling start processes and
+    # have tests of their own (tests/bench/).
+    checked = [
+        "commit_step",
+        "context_build",
+        "context",
+        "memory_search",
+        "retrieval_search",
+        "console_pages",
+    ]
+    call_command(
+        "bench",
+        "--quick",
+        "--json",
+        *(f"--only={name}" for name in checked),
+        stdout=out,
+        stderr=io.StringIO(),
+    )
+    assert sorted(json.loads(out.getvalue())) == sorted(checked)
     figures = json.loads(out.getvalue())["commit_step"]
     assert figures["engine_ops_s"] > 0 and figures["raw_ops_s"] > 0
     assert figures["ratio"] == pytest.approx(figures["engine_ops_s"] / figures["raw_ops_s"], rel=0.01)
@@ -43,6 +61,9 @@ def test_bench_prints_one_json_object_with_baseline_and_ratio():
     build, read = context["build_ms"], context["read_ms"]
     low, high = (build - 0.05) / (read + 0.05), (build + 0.05) / max(read - 0.05, 1e-9)
     assert low - 0.005 <= context["ratio"] <= high + 0.005
+    conversation = json.loads(out.getvalue())["context"]
+    assert (conversation["small_events"], conversation["large_events"]) == (300, 3000)
+    assert conversation["small_build_ms"] > 0 and conversation["large_build_ms"] > 0
     memory = json.loads(out.getvalue())["memory_search"]
     assert memory["items"] >= 3000 and memory["tenants"] == 10 and memory["rls_p50_ms"] > 0
     assert memory["recall_at_10_smallest_tenant"] >= 0.95

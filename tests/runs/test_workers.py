@@ -60,6 +60,17 @@ def test_separate_processes_racing_on_one_revision_exactly_one_commits(tenant, p
 
 
 def test_a_worker_killed_mid_step_is_taken_over_and_the_run_resumes_at_that_step(tenant, processes):
+    _killed_mid_step_and_taken_over(tenant, processes)
+
+
+def test_through_pgbouncer_a_worker_killed_mid_step_is_taken_over_at_that_step(
+    through_pgbouncer, tenant, processes
+):
+    """Workers, beat and this test through PgBouncer in transaction mode (tests.pooling)."""
+    _killed_mid_step_and_taken_over(tenant, processes)
+
+
+def _killed_mid_step_and_taken_over(tenant, processes) -> None:
     worker = processes.worker()
     run = run_start(tenant=tenant, workflow_name="test.slow", input={"sleep_s": 60}, actor="test").run
     wait_until(

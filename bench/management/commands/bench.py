@@ -26,7 +26,7 @@ class Command(BaseCommand):
             action="append",
             default=None,
             metavar="NAME",
-            help="run only this benchmark (repeatable): commit_step, run_e2e, context_build, memory_search, retrieval_search, console_pages, langgraph_put",
+            help="run only this benchmark (repeatable): commit_step, run_e2e, context_build, context, memory_search, retrieval_search, console_pages, langgraph_put, pooled_steps, scaling",
         )
 
     def handle(self, *args: Any, quick: bool, json: bool, only: list[str] | None, **options: Any) -> None:

@@ -29,6 +29,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 def test_after_a_crash_the_run_resumes_at_the_right_step_and_refunds_once(
     tenant, live_server, processes, tmp_path: Path, point: str, resumed_at: str
 ):
+    _crash_resume_refund_once(tenant, live_server, processes, tmp_path, point, resumed_at)
+
+
+def test_through_pgbouncer_a_crash_after_the_refund_request_resumes_and_refunds_once(
+    through_pgbouncer, tenant, live_server, processes, tmp_path: Path
+):
+    """The worker, beat, the sandbox's server and this test all reach PostgreSQL through PgBouncer
+    in transaction mode (tests.pooling)."""
+    _crash_resume_refund_once(tenant, live_server, processes, tmp_path, "after_refund_request_sent", "refund")
+
+
+def _crash_resume_refund_once(
+    tenant, live_server, processes, tmp_path: Path, point: str, resumed_at: str
+) -> None:
     sandbox = Sandbox(live_server.url + "/sandbox")
     sandbox.order("o-crash")
     env = {
