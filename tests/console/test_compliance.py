@@ -410,7 +410,7 @@ def test_a_failed_erasure_says_what_to_do_and_retry_picks_it_up_from_its_page(as
     assert failed.status == "failed"
     page_url = f"/compliance/acme/erasures/{created.request_id}/"
     page = as_role("compliance").get(page_url).content.decode()
-    assert "through the documents API" in page and ">Retry</button>" in page
+    assert "through the documents API" in page and ">Retry the erasure</button>" in page
     retry_url = f"/compliance/acme/erasures/{created.request_id}/retry/"
     assert as_role("support").post(retry_url).status_code == 403
     document_delete(tenant=tenant, document_id=f"ticket-{SUBJECT}", actor="user:admin")
@@ -423,4 +423,4 @@ def test_a_failed_erasure_says_what_to_do_and_retry_picks_it_up_from_its_page(as
     assert SUBJECT not in entry.note + json.dumps(entry.details)
     done = erasure_execute(tenant_id=tenant.tenant_id, request_id=created.request_id)  # the worker
     assert done.status == "completed" and done.receipt["clean"], done.error
-    assert ">Retry</button>" not in as_role("compliance").get(page_url).content.decode()
+    assert ">Retry the erasure</button>" not in as_role("compliance").get(page_url).content.decode()

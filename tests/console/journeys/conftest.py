@@ -137,17 +137,19 @@ def journey_server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iter
 
 def _wait_for_no_other_session() -> None:
     """The server's and the workers' database sessions gone (a killed process's session ends a moment
-    after it), so the test database can be dropped at the end."""
+    after it), so the test database can be dropped at the end. Their processes are stopped by now: a
+    session of the test's role left idle is no one's (a pooler's server connection kept from an
+    earlier test of this process, say) and is ended."""
     from django.db import connection
 
     def alone() -> bool:
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                " AND usename = current_user"
+                "SELECT pid, state = 'idle' AND pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid() AND usename = current_user"
             )
             rows = cursor.fetchall()
-        return not rows
+        return all(ended for _, ended in rows)
 
     wait_until(alone, timeout=20, interval=0.2, message="the journeys' processes to leave the database")
     connection.close()
