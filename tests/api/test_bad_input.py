@@ -292,7 +292,7 @@ def test_the_worker_protocols_pattern_fields_take_only_text():
     """operation_id 42 was stored as operation "42" (DRF's RegexField turns a number into its digits)."""
     from rest_framework.exceptions import ValidationError
 
-    from runs.api_workers import WorkerOperationPrepareApi
+    from runs.api_worker_operations import WorkerOperationPrepareApi
 
     fields = WorkerOperationPrepareApi.InputSerializer().fields
     for bad in (42, 4.5, True):
