@@ -30,15 +30,9 @@ from retrieval.models import (
     RetrievalSnapshot,
 )
 from retrieval.readable import acl_readable
-from retrieval.search import (
-    both_arms,
-    fused,
-    principal_set_of,
-    retrieval_search,
-    text_candidates,
-    vector_candidates,
-)
+from retrieval.search import both_arms, fused, principal_set_of, retrieval_search, vector_candidates
 from retrieval.services import document_index, principal_set
+from retrieval.text_arm import text_candidates
 
 SEARCH_CANDIDATES = 50  # retrieval_search asks the vector arm for 50 candidates (beside the text arm
 # there; here each arm is timed alone), its walk's beam sized for the first 30 of them

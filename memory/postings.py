@@ -1,6 +1,6 @@
 """Top-k full-text ranking over impact-ordered postings (memory_postings), with a per-word cutoff,
 exact scores for a bounded candidate set, and rounds that read deeper until proven. (Retrieval's arm
-weighs words by idf and proves its top with its own statement: retrieval.search.text_statement.)
+weighs words by idf and proves its top with its own statement: retrieval.text_arm.text_statement.)
 
 Why postings: under row-level security PostgreSQL cannot use a GIN index for `@@` (ts_match_vq is
 not leakproof), so ranking with ts_rank reads and scores every row of the tenant that matches. A

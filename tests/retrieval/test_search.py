@@ -17,7 +17,7 @@ from core.errors import InvalidInput
 from core.tenancy import tenant_ensure, tenant_scope
 from memory.embedders import HashingEmbedder
 from retrieval.models import Chunk, Invalidation, RetrievalSnapshot
-from retrieval.search import retrieval_search, snapshot_replay, text_candidates, vector_candidates
+from retrieval.search import retrieval_search, vector_candidates
 from retrieval.services import (
     UnknownPrincipal,
     document_acl_set,
@@ -26,6 +26,8 @@ from retrieval.services import (
     principal_remove,
     principal_set,
 )
+from retrieval.snapshots import snapshot_replay
+from retrieval.text_arm import text_candidates
 
 pytestmark = pytest.mark.django_db
 
