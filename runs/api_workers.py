@@ -518,7 +518,7 @@ def _operation(op: OperationRow) -> dict[str, Any]:
 class WorkerOperationPrepareApi(WorkerRunApiView):
     class InputSerializer(LeaseInputSerializer):
         # Not dots alone: "." and ".." are path segments every HTTP client resolves away, so the
-        # operation's started/outcome URLs could not be reached (found from outside).
+        # operation's started/outcome URLs could not be reached.
         operation_id = StrictRegexField(
             r"^(?!\.+$)[A-Za-z0-9_.:-]{1,200}$",
             rule="1 to 200 letters, digits, '_', '.', ':' or '-', not dots alone",
