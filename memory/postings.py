@@ -10,7 +10,7 @@ which RLS allows inside an index scan.
 
 Scoring is ts_rank's for "any of the words": ts_rank(v, 'a | b | c') is the mean over the words of
 ts_rank(v, word), each of which the posting keeps as `impact` (keeper_term_impact, written by the
-tables' triggers). So the ranking is the one the arm had before, computed from a few index ranges.
+tables' triggers). So the ranking is ts_rank's over every match, computed from a few index ranges.
 
 Both search arms read by default every posting of the words that passes the filters, in one
 aggregate (whole_statement): measured, that beat rounds at every first depth tried, because ts_rank

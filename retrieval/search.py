@@ -286,8 +286,8 @@ def fuse(*rankings: list[Any]) -> dict[Any, float]:
 def fused(by_vector: list[Any], by_text: list[Any], k: int) -> tuple[dict[Any, float], list[Any]]:
     """The reciprocal-rank scores of both rankings and the k best. Equal scores go to the chunk the
     text arm ranked higher (it holds the query's words), then to the lower id: a chunk only the text
-    arm found first ties with the vector arm's first, and the one with the words should lead (found
-    from outside: a chunk without the query's one word came first by its id)."""
+    arm found first ties with the vector arm's first, and the one with the words should lead (by id
+    alone, a chunk without the query's one word could come first)."""
     scores = fuse(by_vector, by_text)
     in_text = {c: rank for rank, c in enumerate(by_text)}
     top = sorted(scores, key=lambda c: (-scores[c], in_text.get(c, len(by_text)), c))[:k]
@@ -308,10 +308,10 @@ def retrieval_search(
     that records them. Each arm's best `candidates` (at least k) are fused by reciprocal rank, both
     arms to the same depth, as memory's search fuses.
 
-    (Until round 2's last session the vector arm went twice as deep, 100 against the text arm's 50:
-    over the benchmark's 150,000-chunk tenant, for a principal reading 40%, 2 x 60 queries each, its
-    walk for 50 made the search 13.5-14.2 ms p50 against 18.0-19.4, with fused recall@10 0.983 /
-    0.983 against 0.988 / 0.973, each against the exact fusion at its own depths.)"""
+    (Not the vector arm twice as deep, 100 against the text arm's 50: over the benchmark's
+    150,000-chunk tenant, for a principal reading 40%, 2 x 60 queries each, its walk for 50 makes the
+    search 13.5-14.2 ms p50 against 18.0-19.4 for 100, with fused recall@10 0.983 / 0.983 against
+    0.988 / 0.973, each against the exact fusion at its own depths.)"""
     if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
         raise InvalidInput(f"query must be 1 to {MAX_QUERY_CHARS} characters", code="invalid_query")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:

@@ -37,8 +37,8 @@ def session_key(run: AgentRun) -> str:
 
 def session_key_of(*, tenant_id: Any, subject: str, run_id: Any) -> str:
     """A run without a subject has an empty subject segment: no erasure can name it (a subject id is 1
-    to 200 characters). It was "-" before, and erasing the subject "-" deleted every such window (found
-    from outside); such old keys expire with their TTL."""
+    to 200 characters), whereas a placeholder such as "-" is a subject id, and erasing that subject
+    would delete every such window. Keys written with "-" expire with their TTL."""
     return f"session:{tenant_id}:{subject}:{run_id}"
 
 
