@@ -130,15 +130,17 @@ def test_a_run_whose_host_is_killed_mid_step_finishes_on_the_other_host_from_the
     processes.kill(a.beat)
     assert a.worker.returncode == -signal.SIGKILL
 
+    # The last snapshot is written right after the completion commits: wait for both.
     wait_until(
         lambda: (
-            AgentRun.objects.get(run_id=run_id).status != "running"
+            WorkspaceSnapshot.objects.filter(run_id=run_id, reason="finished").exists()
+            or AgentRun.objects.get(run_id=run_id).status not in ("running", "completed")
             or AgentEvent.objects.filter(
                 run_id=run_id, event_type__in=["resume_refused", "step_error"]
             ).exists()
         ),
         timeout=60,
-        message="host b to take the run over and finish it",
+        message="host b to take the run over, finish it and snapshot its workspace",
     )
     run = AgentRun.objects.get(run_id=run_id)
     events = {e.event_type + ":" + (e.step_id or ""): e for e in AgentEvent.objects.filter(run=run)}
@@ -162,20 +164,21 @@ def test_a_run_whose_host_is_killed_mid_step_finishes_on_the_other_host_from_the
     assert result["search_result"] == search
     assert result["search_sha256"] == search["digest"]
 
-    # Every blob the run names is in the bucket under the tenant's prefix, and its bytes hash to its digest.
+    # Every blob the run names: on no host's disk (b had nothing of a's to read but the bucket), and
+    # in the bucket under the tenant's prefix, its bytes hashing to its digest.
     _, files = workspace_files_at(run_id=run.run_id)
     assert sorted(files) == ["notes/findings.md", "report.md"]
     named = {search["digest"], *(ref["digest"] for ref in files.values())}
-    bucket = s3.client()
-    for digest in named:
-        hexdigest = digest.removeprefix("sha256:")
-        body = bucket.get_object(Bucket=s3.bucket, Key=f"{tenant.tenant_id}/{hexdigest[:2]}/{hexdigest}")
-        assert hashlib.sha256(body["Body"].read()).hexdigest() == hexdigest, digest
-    # No host kept a blob on its own disk: b had nothing of a's to read but the bucket.
+    hexdigests = {d.removeprefix("sha256:") for d in named}
+    assert len(hexdigests) == 3  # the two files and the tool result
     for host in deployment.hosts:
         local = {hashlib.sha256(p.read_bytes()).hexdigest() for p in _files(host.folder)}
-        assert not local & {d.removeprefix("sha256:") for d in named}, (host.name, _files(host.folder))
+        assert not local & hexdigests, (host.name, _files(host.folder))
     assert _files(b.folder) == [], _files(b.folder)
+    bucket = s3.client()
+    for hexdigest in hexdigests:
+        body = bucket.get_object(Bucket=s3.bucket, Key=f"{tenant.tenant_id}/{hexdigest[:2]}/{hexdigest}")
+        assert hashlib.sha256(body["Body"].read()).hexdigest() == hexdigest
 
     # The web process (the third machine) serves the finished run.
     served = deployment.api("GET", f"/api/v1/runs/{run_id}/")
