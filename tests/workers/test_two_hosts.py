@@ -71,7 +71,13 @@ class Deployment:
         return host
 
 
-def _deploy(processes: ProcessGroup, s3: S3, tenant, tmp_path: Path, env: dict[str, str] | None = None):  # noqa: F811
+def _deploy(
+    processes: ProcessGroup,
+    s3: S3,  # noqa: F811
+    tenant,
+    tmp_path: Path,
+    env: dict[str, str] | None = None,
+) -> Deployment:
     """Hosts a and b and the web process, every one through PgBouncer (the test's own connection is
     too: through_pgbouncer) with its artifacts in the bucket and its own KEEPER_DATA_DIR."""
     common = {
