@@ -60,6 +60,10 @@ def session_rebuild(*, run: AgentRun) -> list[dict[str, Any]]:
         : settings.KEEPER_SESSION_WINDOW
     ]
     entries = [_entry(e) for e in reversed(list(events))]
+    if run.subject.startswith("erased:"):
+        # Read from Postgres, never cached again: the key would name the erased subject's pseudonym,
+        # a place a later scan for them finds.
+        return entries
     key = session_key(run)
     try:
         pipe = redis_client().pipeline(transaction=True)

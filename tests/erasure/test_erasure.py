@@ -99,6 +99,11 @@ def test_erasure_clears_every_store_and_the_receipt_proves_it(tenant, subject_wi
     assert not AgentEvent.objects.filter(payload__content__icontains="Baker Street").exists()
     assert AgentEvent.objects.filter(run=run, event_type="user_message", payload__redacted=True).count() == 8
     assert not Summary.objects.filter(run=run).exists() and not redis_client().exists(session_key(run))
+    # Reading the erased run's conversation afterwards (its session or context page) caches nothing
+    # under the subject's pseudonym, a place the next scan for them would find.
+    run.refresh_from_db()
+    assert run.subject.startswith("erased:") and len(session_window(run=run)) == 9
+    assert not redis_client().keys(f"session:{tenant.tenant_id}:{run.subject}:*")
 
 
 def test_erasure_is_idempotent_and_a_replay_cannot_bring_a_claim_back(tenant, subject_with_everything):
