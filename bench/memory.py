@@ -164,8 +164,8 @@ TS_RANK_TEXT = """
 def _arm_times(
     asked: list[tuple[Tenant, str]], embedder: HashingEmbedder
 ) -> tuple[list[float], list[float], list[float]]:
-    """Each arm as memory_search calls it, timed alone inside the tenant's scope, and the text arm as
-    it was before postings (ts_rank over every match), interleaved."""
+    """Each arm as memory_search calls it, timed alone inside the tenant's scope, and the text arm
+    without postings (ts_rank over every match), interleaved."""
     by_vector, by_text, by_ts_rank = [], [], []
     for tenant, query in asked:
         [vector] = embedder.embed([query])

@@ -30,15 +30,9 @@ from retrieval.models import (
     RetrievalSnapshot,
 )
 from retrieval.readable import acl_readable
-from retrieval.search import (
-    both_arms,
-    fused,
-    principal_set_of,
-    retrieval_search,
-    text_candidates,
-    vector_candidates,
-)
+from retrieval.search import both_arms, fused, principal_set_of, retrieval_search, vector_candidates
 from retrieval.services import document_index, principal_set
+from retrieval.text_arm import text_candidates
 
 SEARCH_CANDIDATES = 50  # retrieval_search asks the vector arm for 50 candidates (beside the text arm
 # there; here each arm is timed alone), its walk's beam sized for the first 30 of them
@@ -155,8 +149,8 @@ def _recall(
     ranked (exact=True: the same idf-weighted scores over every match). The fused top 10 (both arms as
     retrieval_search asks them, the text candidates the walk missed placed by distance) against the
     fusion of those two exact rankings; fused_deep the same top 10 against the fusion with the exact
-    vector ranking twice as deep, as retrieval_search fused until round 2's last session (how much
-    the answer moved with the definition, not a miss of the walk)."""
+    vector ranking twice as deep, the depth retrieval_search's docstring weighs against its own (how
+    much the answer moves with the definition, not a miss of the walk)."""
     with tenant_scope(tenant.tenant_id):
         acl = principal_set_of(principal=principal)
     found: dict[str, list[float]] = {"vector": [], "text": [], "fused": [], "fused_deep": []}
@@ -218,7 +212,7 @@ def _arm_times(
     tenant: Tenant, embedder: HashingEmbedder, asked: list[str], acl: list[str]
 ) -> tuple[list[float], list[float], list[float]]:
     """Each arm as retrieval_search calls it, timed alone inside the tenant's scope, and the text arm
-    as it was before postings, interleaved."""
+    without postings (ts_rank over every match), interleaved."""
     by_vector, by_text, by_ts_rank = [], [], []
     for query in asked:
         [vector] = embedder.embed([query])

@@ -151,9 +151,9 @@ def bootstrap_database(superuser_uri: str, *, grant_truncate: bool = False) -> N
         ).format(owner, app),
     ]
     with psycopg.connect(superuser_uri, autocommit=True) as conn:
-        # One process at a time, to the end (the lock is this connection's): graph processes started
-        # together each ran this, and ALTER ROLE on one role at once fails with "tuple concurrently
-        # updated" (found from outside).
+        # One process at a time, to the end (the lock is this connection's): processes started
+        # together each run this, and ALTER ROLE on one role at once fails with "tuple concurrently
+        # updated".
         conn.execute("SELECT pg_advisory_lock(%s)", [BOOTSTRAP_LOCK])
         for role, options in (
             (OWNER_ROLE, "LOGIN CREATEDB NOSUPERUSER"),

@@ -56,13 +56,13 @@ def audit_denied(request: HttpRequest, *, why: str, needs: tuple[str, ...] = ())
     match = getattr(request, "resolver_match", None)
     view = match.view_name if match is not None else ""
     # The log is append-only: a refusal repeated within a minute (one user's script, a flood) is
-    # written once, not once a request (found from outside: 1,200 rows in 5 s).
+    # written once, not once a request (a script can write 1,200 rows in 5 s).
     try:
         if not cache.add(
             f"audit-denied:{sha256_digest(f'{request.user.pk}|{view}|{request.method}')}", 1, 60
         ):
             return
-    except Exception:  # the cache is down: the refusal is written, as before
+    except Exception:  # the cache is down: the refusal is written anyway
         logger.warning("the repeat check of a refused action failed; writing it", exc_info=True)
     details: dict[str, Any] = {"method": request.method}
     if needs:
@@ -105,8 +105,8 @@ def csv_cell(value: Any) -> str:
 
 class ApiSessionAuditMiddleware:
     """Every change a staff session asks of the REST API goes into the audit log, as the console's own
-    actions do (found from outside: an erasure or a run started through the API with a console
-    session left no trace). The route's pattern and the ids in it are recorded, never the body.
+    actions do (else an erasure or a run started through the API with a console session would leave
+    no trace). The route's pattern and the ids in it are recorded, never the body.
     Calls with an API key are the tenant's own and are not audited here."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]):
@@ -117,9 +117,9 @@ class ApiSessionAuditMiddleware:
         if request.method not in ("GET", "HEAD", "OPTIONS", "TRACE") and getattr(
             request, SESSION_MARK, False
         ):
-            # Marked by the API's permission check (core.api_auth) when no key authenticated the call:
-            # found from outside, a Basic Authorization header slipped a session's change past a
-            # check on the header. The tenant is the one the call acted in, so its staff see it.
+            # Marked by the API's permission check (core.api_auth) when no key authenticated the call,
+            # not read from the header: a Basic Authorization header would slip a session's change
+            # past a check on the header. The tenant is the one the call acted in, so its staff see it.
             tenant_id = getattr(request, SESSION_TENANT, None)
             match = request.resolver_match
             # Ids only (a run's, an approval's): a path can name a subject (memory.md), never logged.

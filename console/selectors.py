@@ -158,8 +158,8 @@ class Inbox:
     refused: list[dict[str, Any]] = field(default_factory=list)
     questions: list[AgentRun] = field(default_factory=list)  # LangGraph threads at an interrupt()
     other: list[AgentRun] = field(default_factory=list)
-    # How many each list holds in all: each shows its oldest INBOX_LIMIT (found from outside: past
-    # 100 the inbox said "(100)" and the rest were out of sight).
+    # How many each list holds in all: each shows its oldest INBOX_LIMIT, and a count of what is shown
+    # ("(100)") would hide the rest.
     totals: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -273,7 +273,7 @@ def subject_overview(*, tenant: Tenant, subject_id: str) -> SubjectOverview:
     and scans (memory items and vectors; of the subject's runs, conversation events, summaries, Redis
     session windows and stored tool results) and every registered place. Reads only."""
     # Declared-free columns are listed where they hold the subject (a webhook URL, an API key's label):
-    # their labels too (found from outside: the page answered 500 for exactly such a subject).
+    # their labels too (without one, the page would answer 500 for exactly such a subject).
     what = {place.name: place.what for place in [*places(), *free_places()]}
     digests = subject_digests(tenant_id=tenant.tenant_id, subject_id=subject_id)  # keyed, then older unkeyed
     items = memory_subject_items(tenant=tenant, subject_id=subject_id)

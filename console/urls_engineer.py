@@ -50,7 +50,7 @@ urlpatterns = [
     path("workers/", engineer_queue.worker_list, name="worker_list"),
     path("memory/", engineer_memory.memory_view, name="memory_view"),
     path("workers/<str:name>/", engineer_queue.worker_detail, name="worker_detail"),
-    # console2 (issue 18, part B)
+    # charts, a run's history file and its workspace
     path("charts/", charts.charts, name="charts"),
     path(
         "runs/<uuid:run_id>/history.json", engineer_history.run_history_download, name="run_history_download"
@@ -64,7 +64,7 @@ urlpatterns += [
     path("webhooks/<uuid:webhook_id>/delete/", engineer_webhooks.webhook_delete, name="webhook_delete"),
 ]
 
-# schedules and workflow versions (issue 16, items 7 and 8)
+# schedules and workflow versions
 urlpatterns += [
     path("schedules/", engineer_schedules.schedule_list, name="schedule_list"),
     path("schedules/new/", engineer_schedules.schedule_new, name="schedule_new"),

@@ -119,8 +119,8 @@ class StrictRegexField(serializers.RegexField):
 
 class ClosedSerializer(serializers.Serializer[dict[str, Any]]):
     """A JSON body that takes only its own fields: a misspelt one ("subjct", "enable") is a 400 naming
-    it instead of being dropped (found from outside: a run started with "subjct" had no subject, so
-    no erasure of that person would ever find it; a schedule sent "enable": false fired)."""
+    it instead of being dropped (a run started with "subjct" would have no subject, so no erasure of
+    that person would ever find it; a schedule sent "enable": false would fire)."""
 
     # Names the view reads itself (a multipart upload's `file`), not through the serializer.
     read_by_view: tuple[str, ...] = ()
@@ -146,7 +146,7 @@ class QuerySerializer(ClosedSerializer):
     read_by_view = ("format", "tenant")
 
 
-BIGINT_MAX = 2**63 - 1  # what PostgreSQL's bigint holds: past it a number was a 500 from the database
+BIGINT_MAX = 2**63 - 1  # what PostgreSQL's bigint holds: past it a number is a 500 from the database
 
 
 class StrictIntegerField(serializers.IntegerField):

@@ -171,8 +171,8 @@ class IsStaffOrScopedKey(permissions.BasePermission):
         return request.method == "POST" and bool(getattr(view, "reads_by_post", False))
 
     def _session(self, request: Request, view: APIView) -> bool:
-        """A staff session: as in the console, the user's roles and tenants (found from outside: any
-        user with Django's staff flag could erase subjects of every tenant through the API)."""
+        """A staff session: as in the console, the user's roles and tenants (Django's staff flag alone
+        must not let a user erase subjects of every tenant through the API)."""
         user = request.user
         # For the console's audit of a session's API changes (console.audit): this request is one,
         # whatever else its Authorization header says (a Basic one is not a key).

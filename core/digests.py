@@ -83,7 +83,7 @@ def keyed_digest(value: Any) -> str:
 
 
 # How deep a JSON body may nest. Agents' inputs, messages and memory values are a few levels deep;
-# a body nested hundreds of levels deep overflowed Python's recursion (a 500) or, stored, every later
+# a body nested hundreds of levels deep overflows Python's recursion (a 500) or, stored, every later
 # walk over the run's state (a run that could never be resumed).
 MAX_JSON_DEPTH = 64
 

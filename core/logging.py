@@ -120,8 +120,8 @@ def route_words() -> frozenset[str] | None:
 def path_redact(path: str) -> str:
     """`/api/v1/memory/subjects/c-1/memory.md` -> `/api/v1/memory/subjects/*/memory.md`: every
     segment a caller chose (a subject, a document, a principal, an operation, a query or a signal's
-    name) becomes `*`; the route's own words, UUIDs and numbers stay. Found from outside: an
-    operation keyed note:cust-7781 and a signal named after an e-mail address were logged in full."""
+    name) becomes `*`; the route's own words, UUIDs and numbers stay. Such segments can name a
+    person: an operation keyed note:cust-7781, a signal named after an e-mail address."""
     for segment in (SUBJECT_SEGMENT, DOCUMENT_SEGMENT, PRINCIPAL_SEGMENT):
         path = segment.sub(r"\1*", path)
     words = route_words()

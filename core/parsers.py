@@ -32,8 +32,8 @@ class JSONParser(parsers.JSONParser):
             json.dumps(data, ensure_ascii=False).encode()
         except UnicodeEncodeError:
             # "\ud800" alone is valid JSON but no text: PostgreSQL, the logs and the error body itself
-            # (a choice field echoes the value) cannot take it. Found from outside: the connection
-            # dropped with no answer, a 500 without DEBUG.
+            # (a choice field echoes the value) cannot take it: the connection would drop with no
+            # answer, a 500 without DEBUG.
             raise ParseError(
                 "JSON parse error - a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)"
             ) from None

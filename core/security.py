@@ -75,12 +75,12 @@ class RequestGuardMiddleware:
             return HttpResponse(text, status=400, content_type="text/plain; charset=utf-8")
         elif not api and request.method in ("GET", "HEAD") and (moved := _lower_case_address(request)):
             # An id copied in upper case (a log, another system's tools) names the same console page:
-            # sent there, with DEBUG on or off (a 404 handler runs only with it off: found from
-            # outside under make run). The API serves such ids itself (core.api.api_not_found).
+            # sent there, with DEBUG on or off (a 404 handler runs only with it off, so `make run`
+            # would answer 404). The API serves such ids itself (core.api.api_not_found).
             return HttpResponsePermanentRedirect(moved)
         elif not api and request.method == "POST" and _form_has_nul(request):
-            # Found from outside: a NUL in the sign-in form (no session needed), the admin's login or
-            # a compliance form reached PostgreSQL and answered 500.
+            # A NUL in any form (the sign-in form needs no session, the admin's login, a compliance
+            # form) would reach PostgreSQL and answer 500.
             text = "A form field contains a NUL character."
             return HttpResponse(text, status=400, content_type="text/plain; charset=utf-8")
         response = self.get_response(request)
@@ -105,8 +105,8 @@ def _error(code: str, message: str, status: int) -> JsonResponse:
 
 def visible_text(value: str) -> str:
     """The text without the invisible characters at its ends (spaces, control and format characters
-    such as U+200B): empty when a "required" note says nothing a person could read (found from
-    outside: a refund was approved with the note "\x01\x02")."""
+    such as U+200B): empty when a "required" note says nothing a person could read (so no refund is
+    approved with the note "\x01\x02")."""
     start, end = 0, len(value)
     while start < end and _invisible(value[start]):
         start += 1

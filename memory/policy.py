@@ -53,6 +53,11 @@ class OperatorProvenanceRefused(ApplicationError):
     http_status = 403
 
 
+class ConfirmationProvenanceRefused(ApplicationError):
+    code = "confirmation_provenance_refused"
+    http_status = 403
+
+
 @dataclass(frozen=True)
 class Admission:
     """What the policy says of one claim that may be kept: with which basis and schema version, and
@@ -72,9 +77,18 @@ class Admission:
 
 def provenance_of_writer(provenance: Any, *, operator: bool) -> None:
     """Refuse a provenance that claims more trust than its writer has: only a person signed in with
-    a role (the console, a staff session) writes as an operator, never an API key."""
+    a role (the console, a staff session) writes as an operator, never an API key; and a key cannot
+    say the person confirmed a claim (that makes a sensitive inference `explicit`, kept for good):
+    Keeper records the confirmation itself, when the subject confirms the held claim."""
     if operator or not isinstance(provenance, dict):
         return
+    if provenance.get("validation_method") == "explicit_user_confirmation":
+        raise ConfirmationProvenanceRefused(
+            "an API key cannot say the person confirmed a claim (validation_method "
+            "explicit_user_confirmation): write it without, and a claim the consent policy holds "
+            "answers 202 with details.pending_id for the subject to confirm at "
+            "POST /api/v1/memory/pending/{id}/confirm"
+        )
     if (
         provenance.get("source_type") == "operator"
         or provenance.get("validation_method") == "operator_entered"

@@ -1,6 +1,6 @@
 """Top-k full-text ranking over impact-ordered postings (memory_postings), with a per-word cutoff,
 exact scores for a bounded candidate set, and rounds that read deeper until proven. (Retrieval's arm
-weighs words by idf and proves its top with its own statement: retrieval.search.text_statement.)
+weighs words by idf and proves its top with its own statement: retrieval.text_arm.text_statement.)
 
 Why postings: under row-level security PostgreSQL cannot use a GIN index for `@@` (ts_match_vq is
 not leakproof), so ranking with ts_rank reads and scores every row of the tenant that matches. A
@@ -10,7 +10,7 @@ which RLS allows inside an index scan.
 
 Scoring is ts_rank's for "any of the words": ts_rank(v, 'a | b | c') is the mean over the words of
 ts_rank(v, word), each of which the posting keeps as `impact` (keeper_term_impact, written by the
-tables' triggers). So the ranking is the one the arm had before, computed from a few index ranges.
+tables' triggers). So the ranking is ts_rank's over every match, computed from a few index ranges.
 
 Both search arms read by default every posting of the words that passes the filters, in one
 aggregate (whole_statement): measured, that beat rounds at every first depth tried, because ts_rank

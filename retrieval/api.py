@@ -37,7 +37,7 @@ from core.parsers import JSONParser
 from core.roles import ENGINEER
 from core.tenancy import tenant_scope
 from retrieval.models import Document, Invalidation, RetrievalSnapshot
-from retrieval.search import retrieval_search, snapshot_get, snapshot_replay
+from retrieval.search import retrieval_search
 from retrieval.selectors import document_get, documents_page, invalidations_page
 from retrieval.services import (
     document_acl_set,
@@ -46,6 +46,7 @@ from retrieval.services import (
     principal_remove,
     principal_set,
 )
+from retrieval.snapshots import snapshot_get, snapshot_replay
 from retrieval.sources import MEDIA_TYPES, media_type_guess
 
 

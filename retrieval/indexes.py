@@ -24,7 +24,7 @@ HNSW_FROM_CHUNKS = 2000  # below this an exact scan is as fast and always exact
 # at ef_search 400 (the fused top 10: 0.90): hashed short texts are "hard" data (distances crowd
 # together), and a sparse graph misses true neighbours however wide the search beam. With (32, 128)
 # the same searches reach 0.974-0.978 at ef_search 120-200. On halfvec the graph is smaller (147 MB
-# against 195 MB for the old one at 150,000 chunks) and its walk took 15 ms against 27 ms for the
+# against 195 MB on full vectors at 150,000 chunks) and its walk took 15 ms against 27 ms for the
 # same graph on full vectors, at the same recall (the search re-ranks what it found by the exact
 # distance). The build takes about 1.5 times as long. Tried beside it on the same 150,000 chunks
 # (40 queries, a principal reading 40%, 100 candidates): (16, 200) walked in 12.0 ms against 16.8

@@ -1,4 +1,5 @@
-"""Searching the index for a principal, and the snapshots that make a search reproducible.
+"""Searching the index for a principal: the two arms (text_arm.py, vector_arm.py) fused, and the hits
+recorded as the snapshot that makes the search reproducible (snapshots.py reads them back).
 
 Tenant (row-level security plus an explicit predicate), ACL, status and age are all filtered in the
 SQL that ranks the chunks, so no chunk a principal may not read ever reaches Python. Vector and
@@ -9,8 +10,6 @@ different set.
 
 from __future__ import annotations
 
-import math
-import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -21,26 +20,20 @@ from django.utils import timezone
 
 from core import parallel
 from core.digests import sha256_digest
-from core.errors import InvalidInput, NotFound
+from core.errors import InvalidInput
 from core.models import Tenant
 from core.tenancy import tenant_scope
 from memory.embedders import Embedder, embedder_from_settings
-from memory.postings import Statement, query_words
-from retrieval.models import Chunk, RetrievalSnapshot
-from retrieval.readable import Readable, UnknownPrincipal, acl_readable, principal_readable, readable_acl_keys
+from memory.postings import Statement
+from retrieval.models import RetrievalSnapshot
+from retrieval.readable import Readable, UnknownPrincipal, acl_readable, principal_readable
 from retrieval.services import USER, index_version, ttl_cutoff
+from retrieval.text_arm import text_arm_statement
 from retrieval.vector_arm import EXACT_BELOW, nearest, vector_arm, vector_statements, vector_walk, walk_again
 
 RRF_K = 60
 MAX_K = 100
 MAX_QUERY_CHARS = 4000
-# The text arm's words held by more than this share of the tenant's chunks are its common words: their
-# postings are read only for chunks the rarer words found (see text_statement). Measured over 150,000
-# chunks and a Zipf vocabulary, for a principal reading 40%: 0.05, 0.1 and 0.2 proved the top 50 in
-# 51, 58 and 58 of 60 queries, in 4.0, 5.1 and 6.4 ms p50, against 19 ms for every posting.
-COMMON_SHARE = 0.1
-# How many of the chunks the rare words rank first are scored whole before the bound is taken.
-FIRST_SCORED = 200
 
 
 @dataclass(frozen=True)
@@ -116,194 +109,6 @@ def vector_candidates(
                 cutoff=cutoff,
             )
         ]
-
-
-# The query's words as the postings hold them (the triggers store to_tsvector('simple') lexemes), each
-# with how many current chunks the principal may read hold it (retrieval_terms, summed over the
-# principal's ACL keys) and how many current chunks the principal may read (retrieval_acls): a word
-# no readable chunk holds has no row and is left out. Without keys (the benchmark's baseline, no
-# ACL predicate), over all the tenant's chunks.
-WEIGHTS = """
-    SELECT t.term, sum(t.chunks), (SELECT greatest(coalesce(sum(a.chunks), 0), 1) FROM retrieval_acls a
-                                    WHERE a.tenant_id = %(tenant)s {acls})
-      FROM retrieval_terms t
-     WHERE t.tenant_id = %(tenant)s {terms_acls}
-       AND t.term = ANY(ARRAY(SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('simple', w)))
-                                FROM unnest(%(words)s::text[]) AS w))
-     GROUP BY t.term ORDER BY t.term"""
-
-
-@dataclass(frozen=True)
-class Weights:
-    """The query's words split by how common they are, each with its idf (BM25's)."""
-
-    rare: dict[str, float]
-    common: dict[str, float]
-
-
-def query_weights(cursor: Any, tenant_id: UUID, words: list[str], keys: list[UUID] | None) -> Weights:
-    """The weights of the query's words among the chunks the keys open (a round trip of its own:
-    sent as literal arrays, the words let the planner size each one's range and reach the postings by
-    ACL key and word at once). Counted over what the principal may read only, so how two words weigh
-    says nothing of documents it cannot see."""
-    weights = Weights({}, {})
-    if not words:
-        return weights
-    if keys is None:
-        sql = WEIGHTS.format(acls="", terms_acls="")
-    else:
-        sql = WEIGHTS.format(
-            acls="AND a.acl_key = ANY(%(keys)s::uuid[])", terms_acls="AND t.acl_key = ANY(%(keys)s::uuid[])"
-        )
-    cursor.execute(sql, {"tenant": tenant_id, "words": words, "keys": keys})
-    for term, chunks, docs in cursor.fetchall():
-        idf = math.log(1 + (docs - chunks + 0.5) / (chunks + 0.5))
-        (weights.rare if chunks <= docs * COMMON_SHARE else weights.common)[term] = idf
-    return weights
-
-
-def _positional(sql: str, params: dict[str, Any]) -> Statement:
-    """A statement written with %(name)s placeholders as one with %s and its parameters in order (the
-    arms' statements are joined with others and sent with one list)."""
-    order: list[Any] = []
-
-    def take(match: re.Match[str]) -> str:
-        order.append(params[match.group(1)])
-        return "%s"
-
-    return re.sub(r"%\((\w+)\)s", take, sql), order
-
-
-def text_statement(
-    *,
-    tenant_id: UUID,
-    weights: Weights,
-    keys: list[UUID] | None,
-    limit: int,
-    cutoff: Any = None,
-    exact: bool = False,
-) -> Statement:
-    """The text arm over retrieval_postings: rows (chunk, score, proven), best first, at most `limit`.
-
-    A chunk scores the sum, over the query's words it holds, of the word's impact (ts_rank of the
-    chunk for that word alone) times the word's idf: a word most chunks hold weighs little. The ACL
-    (as readable keys), the tenant and the age filter each posting, with `=` and `>=` that row-level
-    security lets the btree apply.
-
-    exact=True, or words all rare or all common: every readable posting of the words, summed per
-    chunk (the ranking the benchmark compares with). Otherwise (MaxScore): the postings of the rare
-    words are read, the FIRST_SCORED chunks they rank first are scored whole (the common words looked
-    up for those chunks alone, by primary key), and the limit-th of those scores is a bound θ. A chunk
-    no rare word found scores at most the sum of the common words' best weights, and one found scores
-    at most what the rare words gave it plus that sum: when the first is below θ, every chunk that
-    could reach θ is scored whole and the top is exact (`proven`). When not, the statement reads
-    every posting instead, in the same round trip."""
-    where = "p.tenant_id = %(tenant)s"
-    if keys is not None:
-        where += " AND p.acl_key = ANY(%(keys)s::uuid[])"
-    if cutoff is not None:
-        where += " AND p.indexed_at >= %(cutoff)s"
-    every = {**weights.rare, **weights.common}
-    params = {
-        "tenant": tenant_id,
-        "keys": keys,
-        "cutoff": cutoff,
-        "limit": limit,
-        "first": max(FIRST_SCORED, limit),
-        "slack": 1e-5,  # above a real's rounding of a score: a bound never cuts a chunk that ties θ
-        "terms": list(every),
-        "terms_idf": list(every.values()),
-        "rare": list(weights.rare),
-        "rare_idf": list(weights.rare.values()),
-        "common": list(weights.common),
-        "common_idf": list(weights.common.values()),
-    }
-
-    def summed(terms: str) -> str:  # every readable posting of these words, weighted, per chunk
-        # The weight is looked up in the array, not joined: the btree reads the postings by ACL key
-        # and word at once only when nothing else drives the scan.
-        weight = f"(%({terms}_idf)s::float8[])[array_position(%({terms})s::text[], p.term)]"
-        return f"""SELECT p.chunk, sum({weight} * p.impact) AS s FROM retrieval_postings p
-                    WHERE {where} AND p.term = ANY(%({terms})s::text[]) GROUP BY p.chunk"""
-
-    # Scores are compared as real (float4): the same words summed in another order agree there.
-    whole = f"""SELECT a.chunk, a.s::real AS score FROM ({summed("terms")}) a
-                 ORDER BY score DESC, a.chunk LIMIT %(limit)s"""
-    if exact or not weights.rare or not weights.common:
-        return _positional(f"SELECT e.chunk, e.score, true FROM ({whole}) e", params)
-
-    def completed(alias: str) -> str:  # what the rare words gave the chunk plus its common words
-        return f"""({alias}.s + coalesce((
-                     SELECT sum(w.idf * c.impact)
-                       FROM unnest(%(common)s::text[], %(common_idf)s::float8[]) AS w(term, idf)
-                       JOIN retrieval_postings c ON c.chunk = {alias}.chunk AND c.term = w.term), 0))::real"""
-
-    sql = f"""WITH
-        bound AS (
-            SELECT coalesce(sum(w.idf * (SELECT p.impact FROM retrieval_postings p
-                                          WHERE p.tenant_id = %(tenant)s AND p.term = w.term
-                                          ORDER BY p.impact DESC LIMIT 1)), 0) AS common
-              FROM unnest(%(common)s::text[], %(common_idf)s::float8[]) AS w(term, idf)),
-        r AS MATERIALIZED ({summed("rare")}),
-        first AS MATERIALIZED (SELECT r.chunk, r.s FROM r ORDER BY r.s DESC, r.chunk LIMIT %(first)s),
-        scored AS MATERIALIZED (SELECT f.chunk, {completed("f")} AS score FROM first f),
-        theta AS (SELECT (SELECT s.score FROM scored s ORDER BY s.score DESC, s.chunk
-                          OFFSET %(limit)s - 1 LIMIT 1) AS v),
-        proven AS (SELECT theta.v IS NOT NULL AND bound.common < theta.v - %(slack)s AS yes FROM theta, bound),
-        more AS (
-            SELECT r.chunk, {completed("r")} AS score FROM r
-             WHERE r.s >= (SELECT theta.v FROM theta) - (SELECT bound.common FROM bound) - %(slack)s
-               AND NOT EXISTS (SELECT 1 FROM first f WHERE f.chunk = r.chunk))
-        (SELECT x.chunk, x.score, true FROM (SELECT * FROM scored UNION ALL SELECT * FROM more) x
-          WHERE (SELECT yes FROM proven) ORDER BY x.score DESC, x.chunk LIMIT %(limit)s)
-        UNION ALL
-        (SELECT e.chunk, e.score, false FROM ({whole}) e WHERE NOT (SELECT yes FROM proven))"""
-    return _positional(sql, params)
-
-
-def text_candidates(
-    *,
-    tenant: Tenant,
-    query: str,
-    limit: int,
-    acl: list[str] | None,
-    cutoff: Any = None,
-    exact: bool = False,
-) -> list[int]:
-    """The readable current chunks text_statement ranks first for any of the query's words (call
-    inside the tenant scope). acl=None drops the ACL predicate (the benchmark's baseline); exact=True
-    reads every posting of the words (the exact ranking the benchmark compares with)."""
-    with connection.cursor() as cursor:
-        keys = None if acl is None else readable_acl_keys(cursor, tenant_id=tenant.tenant_id, acl=acl)
-        if keys == []:
-            return []
-        statement = text_arm_statement(
-            cursor, tenant=tenant, query=query, keys=keys, limit=limit, cutoff=cutoff, exact=exact
-        )
-        if statement is None:
-            return []
-        cursor.execute(*statement)
-        return [row[0] for row in cursor.fetchall()]
-
-
-def text_arm_statement(
-    cursor: Any,
-    *,
-    tenant: Tenant,
-    query: str,
-    keys: list[UUID] | None,
-    limit: int,
-    cutoff: Any,
-    exact: bool = False,
-) -> Statement | None:
-    """The text arm as one statement whose top is exact (text_statement), the query's words weighed
-    first on `cursor`; None when no current chunk holds any of them."""
-    weights = query_weights(cursor, tenant.tenant_id, query_words(query), keys)
-    if not weights.rare and not weights.common:
-        return None
-    return text_statement(
-        tenant_id=tenant.tenant_id, weights=weights, keys=keys, limit=limit, cutoff=cutoff, exact=exact
-    )
 
 
 def with_distances(text: Statement, *, tenant: Tenant, embedder: Embedder, vector: list[float]) -> Statement:
@@ -481,8 +286,8 @@ def fuse(*rankings: list[Any]) -> dict[Any, float]:
 def fused(by_vector: list[Any], by_text: list[Any], k: int) -> tuple[dict[Any, float], list[Any]]:
     """The reciprocal-rank scores of both rankings and the k best. Equal scores go to the chunk the
     text arm ranked higher (it holds the query's words), then to the lower id: a chunk only the text
-    arm found first ties with the vector arm's first, and the one with the words should lead (found
-    from outside: a chunk without the query's one word came first by its id)."""
+    arm found first ties with the vector arm's first, and the one with the words should lead (by id
+    alone, a chunk without the query's one word could come first)."""
     scores = fuse(by_vector, by_text)
     in_text = {c: rank for rank, c in enumerate(by_text)}
     top = sorted(scores, key=lambda c: (-scores[c], in_text.get(c, len(by_text)), c))[:k]
@@ -503,10 +308,10 @@ def retrieval_search(
     that records them. Each arm's best `candidates` (at least k) are fused by reciprocal rank, both
     arms to the same depth, as memory's search fuses.
 
-    (Until round 2's last session the vector arm went twice as deep, 100 against the text arm's 50:
-    over the benchmark's 150,000-chunk tenant, for a principal reading 40%, 2 x 60 queries each, its
-    walk for 50 made the search 13.5-14.2 ms p50 against 18.0-19.4, with fused recall@10 0.983 /
-    0.983 against 0.988 / 0.973, each against the exact fusion at its own depths.)"""
+    (Not the vector arm twice as deep, 100 against the text arm's 50: over the benchmark's
+    150,000-chunk tenant, for a principal reading 40%, 2 x 60 queries each, its walk for 50 makes the
+    search 13.5-14.2 ms p50 against 18.0-19.4 for 100, with fused recall@10 0.983 / 0.983 against
+    0.988 / 0.973, each against the exact fusion at its own depths.)"""
     if not isinstance(query, str) or not query.strip() or len(query) > MAX_QUERY_CHARS:
         raise InvalidInput(f"query must be 1 to {MAX_QUERY_CHARS} characters", code="invalid_query")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
@@ -645,99 +450,3 @@ def hits_recorded(
         )
         for document_id, source_uri, source_version, chunk_id, content_digest, text, score in cursor.fetchall()
     ]
-
-
-def snapshot_get(*, tenant: Tenant, snapshot_id: str) -> RetrievalSnapshot:
-    with tenant_scope(tenant.tenant_id):
-        snapshot = RetrievalSnapshot.objects.filter(snapshot_id=str(snapshot_id)[:100]).first()
-    if snapshot is None:
-        raise NotFound(
-            f"no retrieval snapshot {str(snapshot_id)[:80]!r} in this tenant", code="snapshot_not_found"
-        )
-    return snapshot
-
-
-def snapshot_find(*, tenant: Tenant, run_id: UUID, query: str, principal: str) -> RetrievalSnapshot | None:
-    """The run's latest snapshot of this query for this principal, if it searched before."""
-    with tenant_scope(tenant.tenant_id):
-        return (
-            RetrievalSnapshot.objects.filter(
-                run_id=run_id,
-                query_digest=sha256_digest(query),
-                acl_principal=f"tenant:{tenant.tenant_id}/{principal}",
-            )
-            .order_by("-created_at")
-            .first()
-        )
-
-
-def snapshot_replay(*, tenant: Tenant, snapshot: RetrievalSnapshot) -> list[Hit]:
-    """The snapshot's hits with the text of exactly the recorded source version and digest, whether
-    or not that version is still current. A chunk deleted since (its document was deleted) comes
-    back with text None: a replay never substitutes a newer version or searches again."""
-    with tenant_scope(tenant.tenant_id):
-        keys = [(h["document_id"], h["source_version"], h["chunk_id"]) for h in snapshot.hits]
-        rows = {}
-        for document_id, version, chunk_id in keys:
-            row = (
-                Chunk.objects.filter(document_id_text=document_id, source_version=version, chunk_id=chunk_id)
-                .values_list("text", "content_digest")
-                .first()
-            )
-            rows[(document_id, version, chunk_id)] = row
-    hits = []
-    for h, key in zip(snapshot.hits, keys, strict=True):
-        row = rows[key]
-        text = row[0] if row and row[1] == h["content_digest"] else None
-        hits.append(Hit(**{**h, "text": text}))
-    return hits
-
-
-@dataclass(frozen=True)
-class SourceChange:
-    """A document a snapshot hit names that is gone or has another version now."""
-
-    snapshot_id: str
-    document_id: str
-    recorded_version: str
-    current_version: str | None  # None: the document was deleted
-
-    def describe(self) -> str:
-        now = "deleted" if self.current_version is None else f"now version {self.current_version}"
-        return f"{self.document_id} (version {self.recorded_version} in {self.snapshot_id}) is {now}"
-
-
-def snapshot_sources_changed(*, tenant_id: UUID, run_id: UUID) -> list[SourceChange]:
-    """Every source behind the run's snapshots that was deleted or replaced by a newer version since
-    it was retrieved (one entry per snapshot and document)."""
-    from retrieval.models import Document
-
-    with tenant_scope(tenant_id):
-        snapshots = list(RetrievalSnapshot.objects.filter(run_id=run_id).order_by("created_at"))
-        named = {h.get("document_id") for s in snapshots for h in s.hits or [] if isinstance(h, dict)}
-        current = dict(
-            Document.objects.filter(document_id__in=[d for d in named if isinstance(d, str)]).values_list(
-                "document_id", "source_version"
-            )
-        )
-    changes = []
-    for snapshot in snapshots:
-        seen: set[str] = set()
-        for hit in snapshot.hits or []:
-            document_id, version = hit.get("document_id"), hit.get("source_version")
-            if not isinstance(document_id, str) or document_id in seen:
-                continue
-            seen.add(document_id)
-            now = current.get(document_id)
-            if now != version:
-                changes.append(SourceChange(snapshot.snapshot_id, document_id, str(version), now))
-    return changes
-
-
-def snapshots_detach(*, tenant_id: UUID, run_id: UUID, snapshot_ids: list[str]) -> int:
-    """Detach these snapshots from the run (kept, by id, for the record): its next search of the same
-    query finds no snapshot to replay and retrieves the current versions."""
-    with tenant_scope(tenant_id):
-        return RetrievalSnapshot.objects.filter(run_id=run_id, snapshot_id__in=snapshot_ids).update(
-            run_id=None
-        )

@@ -20,8 +20,8 @@ def document_get(*, tenant: Tenant, document_id: str) -> Document:
 
 
 def documents_page(*, tenant: Tenant, after: str | None, limit: int) -> KeysetPage[Document]:
-    """One page of the tenant's documents by id (found from outside: the list stopped at 500 with
-    no word that more existed)."""
+    """One page of the tenant's documents by id: a list cut at a fixed size would hide the rest
+    without a word that more exist."""
     with tenant_scope(tenant.tenant_id):
         return keyset_page(
             Document.objects.all(),

@@ -24,8 +24,8 @@ from runs.kernel.models import Approval, ApprovalStatus, ToolOperation
 
 def _approval_check(request: Request, approval_id: UUID) -> None:
     """An approval of another tenant does not exist for this key or this session (its user's
-    tenants); for a session, its tenant is the audit entry's (found from outside: decisions made
-    through the API were audited with no tenant, so the tenant's staff never saw them)."""
+    tenants); for a session, its tenant is the audit entry's: audited with no tenant, decisions made
+    through the API would be out of the tenant's staff's sight."""
     tenant_id = Approval.objects.filter(approval_id=approval_id).values_list("tenant_id", flat=True).first()
     if tenant_id is None or not request_may_see(request, tenant_id):
         raise NotFound(f"no approval {approval_id}", code="approval_not_found")

@@ -5,11 +5,13 @@ from django.urls import path
 from runs import (
     api,
     api_conversation,
+    api_external_workflows,
     api_langgraph,
     api_schedules,
     api_side_effects,
     api_signals,
     api_webhooks,
+    api_worker_operations,
     api_workers,
 )
 
@@ -18,7 +20,11 @@ _W = "workers/runs/<uuid:run_id>/"
 urlpatterns = [
     path("webhooks/", api_webhooks.WebhookListApi.as_view(), name="api-webhooks"),
     path("webhooks/<uuid:webhook_id>", api_webhooks.WebhookDetailApi.as_view(), name="api-webhook-detail"),
-    path("workflows/external/", api_workers.ExternalWorkflowApi.as_view(), name="api-external-workflows"),
+    path(
+        "workflows/external/",
+        api_external_workflows.ExternalWorkflowApi.as_view(),
+        name="api-external-workflows",
+    ),
     path("workflows/", api_schedules.WorkflowListApi.as_view(), name="api-workflows"),
     path("schedules/", api_schedules.ScheduleListApi.as_view(), name="api-schedules"),
     path("schedules/<uuid:schedule_id>/", api_schedules.ScheduleDetailApi.as_view(), name="api-schedule"),
@@ -27,20 +33,20 @@ urlpatterns = [
     path(_W + "heartbeat", api_workers.WorkerHeartbeatApi.as_view(), name="api-worker-heartbeat"),
     path(_W + "release", api_workers.WorkerReleaseApi.as_view(), name="api-worker-release"),
     path(_W + "lookups", api_workers.WorkerLookupsApi.as_view(), name="api-worker-lookups"),
-    path(_W + "approval", api_workers.WorkerApprovalApi.as_view(), name="api-worker-approval"),
+    path(_W + "approval", api_worker_operations.WorkerApprovalApi.as_view(), name="api-worker-approval"),
     path(
         _W + "operations/prepare",
-        api_workers.WorkerOperationPrepareApi.as_view(),
+        api_worker_operations.WorkerOperationPrepareApi.as_view(),
         name="api-worker-op-prepare",
     ),
     path(
         _W + "operations/<str:operation_id>/started",
-        api_workers.WorkerOperationStartedApi.as_view(),
+        api_worker_operations.WorkerOperationStartedApi.as_view(),
         name="api-worker-op-started",
     ),
     path(
         _W + "operations/<str:operation_id>/outcome",
-        api_workers.WorkerOperationOutcomeApi.as_view(),
+        api_worker_operations.WorkerOperationOutcomeApi.as_view(),
         name="api-worker-op-outcome",
     ),
     path("runs/", api.RunStartApi.as_view(), name="api-run-start"),

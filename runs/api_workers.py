@@ -1,4 +1,6 @@
-"""REST API for outside workers: register external workflows; claim, commit, heartbeat, release, operations."""
+"""REST API for outside workers: claim, commit, heartbeat, lookups and release (the worker protocol);
+registering external workflows is in api_external_workflows.py, operations and approvals in
+api_worker_operations.py."""
 
 from __future__ import annotations
 
@@ -22,33 +24,20 @@ from core.api import (
 )
 from core.api_auth import (
     WorkerProtocolThrottle,
-    request_actor,
     request_key,
     request_run_tenant,
     request_tenant,
 )
-from core.errors import ApplicationError
 from core.roles import ENGINEER
-from runs.external import operations, protocol, tokens
-from runs.external.models import ExternalWorkflow
-from runs.external.schema_index import MAX_SCHEMA_BYTES
-from runs.external.workflows import external_workflow_register
-from runs.kernel.records import OperationRow
+from runs.external import protocol, tokens
 from runs.kernel.verify import Lookup
 
 MAX_STEP_TOKENS = 10**12
-# Room for an input_schema at its limit sent escaped (\uXXXX) or indented, and the rest of the body.
-MAX_REGISTRATION_BYTES = 4 * MAX_SCHEMA_BYTES
 MAX_STEP_COST_USD = 1e9
 MAX_STEP_WALL_S = 1e7  # about 116 days
 
 
-class RegistrationTooLarge(ApplicationError):
-    code = "request_too_large"
-    http_status = 413
-
-
-def _key_tenant(request: Request) -> UUID:
+def key_tenant(request: Request) -> UUID:
     key = request_key(request)
     if key is None:
         raise exceptions.PermissionDenied(
@@ -57,8 +46,8 @@ def _key_tenant(request: Request) -> UUID:
     return request_tenant(request).tenant_id
 
 
-def _lease(request: Request, run_id: UUID, token: str) -> tokens.Lease:
-    return tokens.lease_token_verify(token=token, tenant_id=_key_tenant(request), run_id=run_id)
+def lease_of_request(request: Request, run_id: UUID, token: str) -> tokens.Lease:
+    return tokens.lease_token_verify(token=token, tenant_id=key_tenant(request), run_id=run_id)
 
 
 class WorkerRunApiView(APIView):
@@ -69,98 +58,12 @@ class WorkerRunApiView(APIView):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)
-        _key_tenant(request)
+        key_tenant(request)
         request_run_tenant(request, kwargs["run_id"])
 
 
 # --- external workflows ---------------------------------------------------------------------------
 
-
-class ExternalWorkflowSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = ExternalWorkflow
-        fields = [
-            "name",
-            "version",
-            "steps",
-            "tools",
-            "input_schema",
-            "approval_guarded_steps",
-            "signals",
-            "description",
-            "created_by",
-            "created_at",
-        ]
-
-
-class ExternalWorkflowApi(APIView):
-    session_roles = (ENGINEER,)  # a staff session's change needs the console's role for it
-
-    class InputSerializer(ClosedSerializer):
-        name = StrictCharField(max_length=200)
-        version = StrictCharField(max_length=50)
-        steps = serializers.ListField(child=StrictCharField(max_length=100), min_length=1, max_length=100)
-        tools = serializers.ListField(child=serializers.DictField(child=StrictCharField()), required=False)
-        input_schema = serializers.JSONField(required=False, allow_null=True)
-        approval_guarded_steps = serializers.ListField(child=StrictCharField(max_length=100), required=False)
-        signals = serializers.ListField(
-            child=StrictCharField(max_length=100),
-            required=False,
-            help_text="names of the signals its runs accept (POST /api/v1/runs/{id}/signals/{name})",
-        )
-        description = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
-
-    @extend_schema(
-        summary="Register an external workflow (its steps run in your own workers; idempotent per version)",
-        request=InputSerializer,
-        responses={
-            201: ExternalWorkflowSerializer,
-            200: ExternalWorkflowSerializer,
-            **error_responses(409, 413, 422),
-        },
-        examples=[
-            OpenApiExample(
-                "refund",
-                value={
-                    "name": "ext.refund",
-                    "version": "1",
-                    "steps": ["lookup", "refund", "done"],
-                    "tools": [{"name": "payments.refund", "version": "payments.v1"}],
-                    "input_schema": {"type": "object", "required": ["order_id"]},
-                },
-                request_only=True,
-            )
-        ],
-    )
-    def post(self, request: Request) -> Response:
-        # Refused before it is parsed: parsing and walking a body of megabytes (the server takes up to
-        # DATA_UPLOAD_MAX_MEMORY_SIZE) held a web thread for a schema the limits refuse anyway.
-        if len(request._request.body) > MAX_REGISTRATION_BYTES:
-            raise RegistrationTooLarge(
-                f"a registration's body is at most {MAX_REGISTRATION_BYTES:,} bytes (its input_schema at "
-                f"most {MAX_SCHEMA_BYTES:,} bytes of compact JSON)",
-                details={"limit": "bytes of the body", "maximum": MAX_REGISTRATION_BYTES},
-            )
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        _key_tenant(request)
-        registered = external_workflow_register(
-            tenant=request_tenant(request), actor=request_actor(request), **data.validated_data
-        )
-        body = ExternalWorkflowSerializer(registered.workflow).data
-        return Response(body, status=201 if registered.created else 200)
-
-    @extend_schema(
-        summary="List this tenant's external workflows",
-        responses={200: ExternalWorkflowSerializer(many=True), **error_responses()},
-    )
-    def get(self, request: Request) -> Response:
-        _key_tenant(request)
-        rows = ExternalWorkflow.objects.order_by("name", "id")
-        return Response(ExternalWorkflowSerializer(rows, many=True).data)
-
-
-# --- claim ----------------------------------------------------------------------------------------
 
 OPERATION = inline_serializer(
     "WorkerOperation",
@@ -235,7 +138,7 @@ class WorkerClaimApi(APIView):
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        tenant_id = _key_tenant(request)
+        tenant_id = key_tenant(request)
         key = request_key(request)
         assert key is not None
         v = data.validated_data
@@ -372,7 +275,7 @@ class WorkerCommitApi(WorkerRunApiView):
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        lease = _lease(request, run_id, v["lease_token"])
+        lease = lease_of_request(request, run_id, v["lease_token"])
         spent_in = self.SpentSerializer(data=v["spent"])
         spent_in.is_valid(raise_exception=True)
         spent = {"steps": 1, **spent_in.validated_data}
@@ -423,7 +326,7 @@ class WorkerHeartbeatApi(WorkerRunApiView):
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        lease = _lease(request, run_id, data.validated_data["lease_token"])
+        lease = lease_of_request(request, run_id, data.validated_data["lease_token"])
         expires = protocol.external_heartbeat(lease=lease, ttl=data.validated_data.get("lease_ttl"))
         return Response({"lease_expires_at": expires})
 
@@ -461,7 +364,7 @@ class WorkerLookupsApi(WorkerRunApiView):
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        lease = _lease(request, run_id, data.validated_data["lease_token"])
+        lease = lease_of_request(request, run_id, data.validated_data["lease_token"])
         answers: dict[str, Lookup] = {}
         for raw in data.validated_data["lookups"]:
             item = self.LookupSerializer(data=raw)
@@ -498,179 +401,7 @@ class WorkerReleaseApi(WorkerRunApiView):
     def post(self, request: Request, run_id: UUID) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        lease = _lease(request, run_id, data.validated_data["lease_token"])
+        lease = lease_of_request(request, run_id, data.validated_data["lease_token"])
         v = data.validated_data
         protocol.external_release(lease=lease, retry_in=v["retry_in"], attempted=v["attempted"])
         return Response({"released": True})
-
-
-def _operation(op: OperationRow) -> dict[str, Any]:
-    return {
-        "operation_id": op.operation_id,
-        "idempotency_key": op.operation_id,
-        "status": op.status,
-        "external_ref": op.external_ref,
-        "result": op.result,
-        "attempts": op.attempts,
-    }
-
-
-class WorkerOperationPrepareApi(WorkerRunApiView):
-    class InputSerializer(LeaseInputSerializer):
-        # Not dots alone: "." and ".." are path segments every HTTP client resolves away, so the
-        # operation's started/outcome URLs could not be reached (found from outside).
-        operation_id = StrictRegexField(
-            r"^(?!\.+$)[A-Za-z0-9_.:-]{1,200}$",
-            rule="1 to 200 letters, digits, '_', '.', ':' or '-', not dots alone",
-        )
-        tool_name = StrictCharField(max_length=200)
-        tool_contract_version = StrictCharField(max_length=50)
-        request = serializers.DictField()
-
-    @extend_schema(
-        summary="Prepare a side effect once per operation id; send the returned idempotency_key outside",
-        description="Idempotent: the same id returns the operation as it is now (a `succeeded` one must not be "
-        "sent again). The same id with another request is a 409.",
-        request=InputSerializer,
-        responses={200: OPERATION, **error_responses(409, 422)},
-        examples=[
-            OpenApiExample(
-                "example",
-                value={
-                    "lease_token": "lt1.eyJ...signed",
-                    "operation_id": "refund:o-1",
-                    "tool_name": "payments.refund",
-                    "tool_contract_version": "payments.v1",
-                    "request": {"order_id": "o-1", "amount_minor": 2500},
-                },
-                request_only=True,
-            )
-        ],
-    )
-    def post(self, request: Request, run_id: UUID) -> Response:
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        v = dict(data.validated_data)
-        lease = _lease(request, run_id, v.pop("lease_token"))
-        return Response(_operation(operations.external_operation_prepare(lease=lease, **v)))
-
-
-class WorkerOperationStartedApi(WorkerRunApiView):
-    class InputSerializer(LeaseInputSerializer):
-        call_timeout_s = StrictFloatField(
-            min_value=0,
-            max_value=86400,
-            required=False,
-            help_text="the longest your call may take (default KEEPER_OPERATION_CALL_TIMEOUT): until that "
-            "long after this start, a lookup's not_applied is refused (409 operation_in_flight)",
-        )
-
-    @extend_schema(
-        summary="Mark a prepared operation started, just before sending it (only the lease holder)",
-        request=InputSerializer,
-        responses={200: OPERATION, **error_responses(409)},
-        examples=[OpenApiExample("example", value={"lease_token": "lt1.eyJ...signed"}, request_only=True)],
-    )
-    def post(self, request: Request, run_id: UUID, operation_id: str) -> Response:
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        lease = _lease(request, run_id, data.validated_data["lease_token"])
-        started = operations.external_operation_started(
-            lease=lease, operation_id=operation_id, call_timeout_s=data.validated_data.get("call_timeout_s")
-        )
-        return Response(_operation(started))
-
-
-class WorkerOperationOutcomeApi(WorkerRunApiView):
-    class InputSerializer(LeaseInputSerializer):
-        outcome = serializers.ChoiceField(choices=operations.OUTCOMES)
-        external_ref = StrictCharField(max_length=200, required=False, allow_blank=True)
-        result = serializers.JSONField(required=False, allow_null=True)
-        note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
-
-    @extend_schema(
-        summary="Report what the outside system answered: succeeded (+external_ref), failed, unknown, not_applied",
-        description="A timeout or dropped connection is `unknown`, never `failed`. `not_applied` only after an "
-        "authoritative lookup by the idempotency key (it permits sending once more).",
-        request=InputSerializer,
-        responses={200: OPERATION, **error_responses(409, 422)},
-        examples=[
-            OpenApiExample(
-                "example",
-                value={"lease_token": "lt1.eyJ...signed", "outcome": "succeeded", "external_ref": "rf_123"},
-                request_only=True,
-            )
-        ],
-    )
-    def post(self, request: Request, run_id: UUID, operation_id: str) -> Response:
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        v = data.validated_data
-        lease = _lease(request, run_id, v["lease_token"])
-        op = operations.external_operation_outcome(
-            lease=lease,
-            operation_id=operation_id,
-            outcome=v["outcome"],
-            external_ref=v.get("external_ref") or None,
-            result=v.get("result"),
-            note=v["note"],
-        )
-        return Response(_operation(op))
-
-
-class WorkerApprovalApi(WorkerRunApiView):
-    class InputSerializer(LeaseInputSerializer):
-        request = serializers.DictField()
-        reasons = serializers.ListField(child=StrictCharField(max_length=200), required=False, default=list)
-
-    @extend_schema(
-        summary="Ask a person to approve this exact request (bound by its digest), or learn their decision",
-        description="`use`: approved, unexpired, same digest. `wait`: commit a suspend with the given reason, "
-        "keeping `approval` {approval_id} and `request_digest` in the state; the approval resumes the run. "
-        "`rejected`: stop.",
-        request=InputSerializer,
-        responses={
-            200: inline_serializer(
-                "WorkerApproval",
-                {
-                    "verdict": serializers.ChoiceField(choices=["use", "wait", "rejected"]),
-                    "approval_id": serializers.UUIDField(),
-                    "status": StrictCharField(),
-                    "request_digest": StrictCharField(),
-                    "expires_at": serializers.DateTimeField(),
-                    "reason": StrictCharField(),
-                    "detail": StrictCharField(),
-                },
-            ),
-            **error_responses(409),
-        },
-        examples=[
-            OpenApiExample(
-                "approval",
-                value={
-                    "lease_token": "lt1.eyJ...signed",
-                    "request": {"order_id": "o-1", "amount_minor": 2500},
-                },
-                request_only=True,
-            )
-        ],
-    )
-    def post(self, request: Request, run_id: UUID) -> Response:
-        data = self.InputSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        v = data.validated_data
-        lease = _lease(request, run_id, v["lease_token"])
-        verdict, approval, reason, detail = operations.external_approval_check(
-            lease=lease, request=v["request"], reasons=v["reasons"]
-        )
-        return Response(
-            {
-                "verdict": verdict,
-                "approval_id": approval.approval_id,
-                "status": approval.status,
-                "request_digest": approval.request_digest,
-                "expires_at": approval.expires_at,
-                "reason": reason,
-                "detail": detail,
-            }
-        )

@@ -173,7 +173,7 @@ class AuditFilterForm(TenantFilterForm):
             tenant_id=self.tenant_ids.get(data.get("tenant") or ""),
             target=data.get("target", ""),
             since=datetime.combine(since, time.min, tzinfo=UTC) if since else None,
-            # The day after 9999-12-31 does not exist: no upper bound then (found from outside, a 500).
+            # The day after 9999-12-31 does not exist (a 500): no upper bound then.
             until=datetime.combine(until + timedelta(days=1), time.min, tzinfo=UTC)
             if until and until < date.max
             else None,

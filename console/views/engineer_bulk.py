@@ -88,9 +88,9 @@ class Action:
 # A run waiting for an approval continues when the approval is decided (the support inbox), so a
 # bulk resume leaves it out: resuming it would only be refused again for the missing approval.
 WAITING_FOR_APPROVAL = Q(suspend_reason__startswith="approval_")
-# Nor the runs a resume would only be refused for (found from outside: the dry run counted them as
-# changing, then the action skipped them): their subject was erased, a resume already waits for a
-# worker, or a LangGraph thread (its graph resumes when its question is answered).
+# Nor the runs a resume would only be refused for (else the dry run counts them as changing, then the
+# action skips them): their subject was erased, a resume already waits for a worker, or a LangGraph
+# thread (its graph resumes when its question is answered).
 NOT_RESUMABLE = (
     WAITING_FOR_APPROVAL
     | Q(suspend_reason=SUBJECT_ERASED)

@@ -42,8 +42,8 @@ _FIXED = {
 
 
 def _fixed_reason(reason: str) -> str:
-    """The reason without what the browser sent (found from outside: an Origin header reached the
-    append-only log)."""
+    """The reason without what the browser sent: the log is append-only, and an Origin header is the
+    caller's text."""
     if reason in _FIXED or reason.startswith("CSRF token from"):
         return reason[:200]
     return reason.split(" - ")[0][:80] + " (not a trusted origin)"

@@ -217,7 +217,8 @@ class RetrievalSource:
         self.principal, self.k = principal, k
 
     def items(self, *, run: AgentRun, query: str) -> list[dict[str, Any]]:
-        from retrieval.search import retrieval_search, snapshot_find, snapshot_replay
+        from retrieval.search import retrieval_search
+        from retrieval.snapshots import snapshot_find, snapshot_replay
 
         if not query.strip() or not self.k:
             return []

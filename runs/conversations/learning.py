@@ -103,8 +103,8 @@ def episode_of(run: AgentRun) -> dict[str, Any] | None:
     asked: list[dict[str, Any]] = []
     done: list[dict[str, Any]] = []
     # What the assistant said it would do or did is its claim, kept apart from what Keeper recorded
-    # being done (a tool call, a decision, a reconciliation): found from outside, "I will send you a
-    # free replacement laptop" was recalled in later sessions among the things done.
+    # being done (a tool call, a decision, a reconciliation): else "I will send you a free replacement
+    # laptop" is recalled in later sessions among the things done.
     said_by_assistant: list[dict[str, Any]] = []
     for seq, kind, payload in rows:
         content = payload.get("content") if isinstance(payload.get("content"), str) else ""

@@ -37,8 +37,8 @@ def session_key(run: AgentRun) -> str:
 
 def session_key_of(*, tenant_id: Any, subject: str, run_id: Any) -> str:
     """A run without a subject has an empty subject segment: no erasure can name it (a subject id is 1
-    to 200 characters). It was "-" before, and erasing the subject "-" deleted every such window (found
-    from outside); such old keys expire with their TTL."""
+    to 200 characters), whereas a placeholder such as "-" is a subject id, and erasing that subject
+    would delete every such window. Keys written with "-" expire with their TTL."""
     return f"session:{tenant_id}:{subject}:{run_id}"
 
 
@@ -60,6 +60,10 @@ def session_rebuild(*, run: AgentRun) -> list[dict[str, Any]]:
         : settings.KEEPER_SESSION_WINDOW
     ]
     entries = [_entry(e) for e in reversed(list(events))]
+    if run.subject.startswith("erased:"):
+        # Read from Postgres, never cached again: the key would name the erased subject's pseudonym,
+        # a place a later scan for them finds.
+        return entries
     key = session_key(run)
     try:
         pipe = redis_client().pipeline(transaction=True)

@@ -131,7 +131,7 @@ _WAITING = ("approval_required", "approval_expired", "approval_digest_mismatch")
 
 def _ask_again(approval: Approval, actor: str) -> None:
     """The run of an approval that lapsed undecided goes back to its approving step, which asks for a
-    new one (found from outside: the refusal said so, and the run went on waiting on nothing)."""
+    new one, as the refusal says: otherwise the run would wait on nothing."""
     run = AgentRun.objects.filter(run_id=approval.run_id).first()
     if run is None or run.status != RunStatus.SUSPENDED or run.suspend_reason not in _WAITING:
         return  # waiting for something else (a person's reconciliation, a signal), or erased

@@ -25,7 +25,7 @@ from core.errors import ApplicationError, Conflict, InvalidInput
 from core.models import Tenant
 from core.security import visible_text
 from core.tenancy import tenant_scope
-from retrieval.search import snapshot_sources_changed, snapshots_detach
+from retrieval.snapshots import snapshot_sources_changed, snapshots_detach
 from runs.engine.operations import (
     operation_mark_not_applied,
     operation_mark_succeeded,

@@ -129,7 +129,7 @@ def run_start(
         existing = AgentRun.objects.get(tenant=tenant, idempotency_key=idempotency_key)
         # The same request: the same workflow and input, about the same person, and of the version it
         # named if it named one (without one it asks for the newest, which a retry after a deploy may
-        # find changed). Found from outside: another subject or version got the first run back.
+        # find changed): another subject or version must not get the first run back.
         differs = [
             what
             for what, same in (
@@ -215,7 +215,8 @@ def _transition(
             details={"status": run.status, "suspend_reason": run.suspend_reason},
         )
     if seq is None and kwargs.get("unless_resume_pending") and run.resume_requested_at is not None:
-        # Found from outside: ten clicks on resume wrote ten requests and ten audit entries.
+        # One request until a worker takes it: ten clicks on resume are not ten requests and ten audit
+        # entries.
         raise InvalidTransition(
             f"run {run_id}: {run.resume_requested_by or 'someone'} already asked it to resume at "
             f"{run.resume_requested_at:%Y-%m-%d %H:%M:%S} UTC; a worker is verifying it",

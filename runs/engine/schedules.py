@@ -87,7 +87,7 @@ def _check_run_request(*, workflow_name: str, input: Any) -> None:
     workflow = registry.get(workflow_name)  # UnknownWorkflow (422) names the registered ones
     if not isinstance(input, dict):
         raise InvalidInput(f"input must be a JSON object, not {type(input).__name__}", code="invalid_input")
-    run_input_check(workflow, input)  # its budgets too (found from outside: steps -1 failed every slot)
+    run_input_check(workflow, input)  # its budgets too: with steps -1, every slot would fail
 
 
 def _overlap(value: str) -> str:

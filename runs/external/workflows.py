@@ -153,8 +153,8 @@ def external_workflow_register(
 
 def _same_json(stored: Any, given: Any) -> bool:
     """Whether a stored JSON value is the one given, numbers by value: jsonb keeps a number's value,
-    not its spelling (1e308 comes back as 1 and 308 zeros; found from outside: the same definition
-    registered again was a 409)."""
+    not its spelling (1e308 comes back as 1 and 308 zeros): the same definition registered again must
+    not be a 409."""
     if isinstance(stored, dict) and isinstance(given, dict):
         return stored.keys() == given.keys() and all(_same_json(stored[k], given[k]) for k in stored)
     if isinstance(stored, list) and isinstance(given, list):
@@ -176,7 +176,7 @@ def _decimal(number: float) -> Decimal:
 
 def _same_version(tenant: Tenant, name: str, version: str) -> ExternalWorkflow | None:
     """The registered version equal to `version`: the same text, or the same PEP 440 version spelt
-    otherwise (found from outside: "1.00" with other steps registered beside "1", and new runs took it)."""
+    otherwise, so "1.00" with other steps cannot be registered beside "1" and taken by new runs."""
     return _version_of(ExternalWorkflow.objects.filter(tenant=tenant, name=name), version)
 
 
@@ -206,12 +206,12 @@ def external_workflow_build(row: ExternalWorkflow) -> Workflow:
 
 def external_workflow_find(*, name: str, version: str | None = None) -> ExternalWorkflow | None:
     """The tenant's (row-level security) registration: the given version, or the newest by version
-    (PEP 440 order, as for workflows in code: found from outside, the last registered was taken, so
-    registering "1.5" after "2" moved new runs back to 1.5)."""
+    (PEP 440 order, as for workflows in code: not the last registered, or registering "1.5" after "2"
+    would move new runs back to 1.5)."""
     rows = ExternalWorkflow.objects.filter(name=name)
     if version is not None:
-        # The same version spelt otherwise ("2.0" for "2") names it too, as registration says
-        # (found from outside: a start naming "2.0" was an unknown workflow).
+        # The same version spelt otherwise ("2.0" for "2") names it too, as registration says: a
+        # start naming "2.0" is not an unknown workflow.
         return _version_of(rows, version)
     return max(rows, key=lambda row: (version_key(row.version), row.id), default=None)
 

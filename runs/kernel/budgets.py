@@ -27,8 +27,8 @@ class BudgetExhausted(Conflict):
     code = "budget_exhausted"
 
 
-# The largest limits a run may ask for: a deadline past ten years was a 500 (a date beyond the
-# calendar), and a limit past 1e15 is no limit at all.
+# The largest limits a run may ask for: a deadline past ten years could be a date beyond the
+# calendar (a 500), and a limit past 1e15 is no limit at all.
 MAX_LIMIT = 1e15
 MAX_DEADLINE_S = 10 * 365 * 86400
 
@@ -73,8 +73,8 @@ def _kept(budgets: Budgets) -> Budgets:
     return {DEADLINE: budgets[DEADLINE]} if isinstance(budgets.get(DEADLINE), dict) else {}
 
 
-# Counted in whole units: their totals stay integers (found from outside: "steps": 3.0 after a step,
-# 0 before it, and the console showed 1002.0 steps).
+# Counted in whole units: their totals stay integers (else "steps": 3.0 after a step but 0 before
+# it, and 1002.0 steps on the console).
 _COUNTED = ("steps", "tokens")
 
 

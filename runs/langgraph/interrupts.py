@@ -272,8 +272,8 @@ def interrupt_answer(
                 raise InvalidState("the thread has no interrupt", code="langgraph_no_open_interrupt")
             if checkpoint_id is None and thread.reason != ANSWERED_REASON:
                 # Without ids, "the same answer again" holds only while the answer waits for the
-                # graph; once the graph went on, the thread waits for no answer (found from outside: a
-                # late answer got 200 with the earlier one).
+                # graph; once the graph went on, the thread waits for no answer (a late answer must
+                # not get 200 with the earlier one).
                 raise InvalidState(
                     "the thread waits for no answer (answered, and the graph went on)",
                     code="langgraph_no_open_interrupt",

@@ -103,8 +103,8 @@ def _closed(thread_id: str, what: str) -> ThreadClosed:
 
 
 def _key(value: Any, what: str = "thread id") -> str:
-    """A thread id or namespace as stored: text PostgreSQL can hold (found from outside: a NUL in a
-    thread id raised psycopg's DataError from deep inside the saver)."""
+    """A thread id or namespace as stored: text PostgreSQL can hold (a NUL in a thread id would raise
+    psycopg's DataError from deep inside the saver)."""
     text = str(value)
     if "\x00" in text:
         raise InvalidInput(
@@ -187,7 +187,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         try:
             with tenant_bind(self.tenant_id):
                 self._insert_run(run_id, thread_id, subject, event_type, payload, state.json, state.digest)
-        except IntegrityError as exc:  # found from outside: the foreign key's own message, raw
+        except IntegrityError as exc:  # an unknown tenant: a 404 saying so, not the foreign key's raw message
             if "agent_runs_tenant_id" not in str(exc):
                 raise
             raise NotFound(
@@ -433,7 +433,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
             if source_run is None:
                 return
             subject = store.run_subject(tenant_id=self.tenant_id, run_id=source_run)
-            if subject.startswith("erased:"):  # found from outside: it made an empty active thread
+            if subject.startswith("erased:"):  # a copy would be an empty active thread
                 raise ThreadClosed(
                     f"thread {source!r} cannot be copied: its subject was erased", code="subject_erased"
                 )

@@ -100,8 +100,8 @@ def _json(value: Any) -> Any:
 
 # A thread's run is found by its key, or by what erasure made of the key when it held the subject's id
 # (core.digests.erased_id, keyed and the same for the same key): an erased thread stays closed to its
-# graph whatever its id (found from outside: "support-cust-1" was started afresh after the erasure,
-# and a graph running during it wrote the subject's data into the new run).
+# graph whatever its id (else "support-cust-1" starts afresh after the erasure, and a graph running
+# during it writes the subject's data into the new run).
 _THREAD_RUN = """
 SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key IN (%(key)s, %(erased)s)
  ORDER BY idempotency_key = %(key)s DESC LIMIT 1

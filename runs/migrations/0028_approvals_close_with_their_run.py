@@ -1,6 +1,6 @@
 """A run that stops waiting for good (cancelled, failed, completed, or its subject erased) closes its
-pending approval: it stayed pending in the support inbox with buttons that could only answer 409
-(found from outside), until its TTL. Closed as `expired`, decided by Keeper, the note saying why.
+pending approval: else it stays pending in the support inbox with buttons that can only answer 409,
+until its TTL. Closed as `expired`, decided by Keeper, the note saying why.
 Approvals left pending by such runs before this migration are closed the same way."""
 
 from __future__ import annotations

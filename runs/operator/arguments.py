@@ -1,5 +1,5 @@
 """Argument types of the operator commands: a bad number is argparse's error (usage, exit 2), never a
-traceback (found from outside: `stuck_runs --older-than 1e20` and `purge --older-than nan` raised
+traceback (`stuck_runs --older-than 1e20` and `purge --older-than nan` would otherwise raise
 OverflowError and ValueError from deep inside)."""
 
 from __future__ import annotations

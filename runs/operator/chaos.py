@@ -233,8 +233,8 @@ def _run_scenario(
                     worker_exits += 1
                     pool[i], born[i] = start_worker(i), time.monotonic()
             # A worker killed while it is still starting proves nothing and, on a loaded machine, can
-            # keep every run from moving until the scenario times out (seen in CI): the victim is
-            # one that has been up for KILL_MIN_AGE, at a random moment of its work.
+            # keep every run from moving until the scenario times out: the victim is one that has
+            # been up for KILL_MIN_AGE, at a random moment of its work.
             grown = [i for i, at in enumerate(born) if time.monotonic() - at >= KILL_MIN_AGE]
             if next_kill is not None and time.monotonic() >= next_kill and grown:
                 victim = rng.choice(grown)

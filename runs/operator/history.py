@@ -67,7 +67,7 @@ def _rows(queryset: Any, *, drop: Iterable[str] = ()) -> list[dict[str, Any]]:
 
 
 # When the file was written is not its content: two exports of an unchanged run have one digest
-# (found from outside: every export had its own, as the README promised otherwise).
+# (as the documentation promises), so a digest tells whether the run changed.
 _NOT_DIGESTED = ("digest", "exported_at")
 
 

@@ -95,7 +95,7 @@ _NUMERIC_HOST = re.compile(r"[0-9A-Fa-fXx.]+")
 def _address_spelling(host: str) -> str:
     """An IP address in its one spelling: the IPv4 forms the resolver takes (127.1, 2130706433,
     0x7f.0.0.1) as a dotted quad, an IPv6 address compressed, an IPv4 one inside IPv6 (::ffff:a.b.c.d)
-    as itself (found from outside: five spellings of one endpoint were five subscriptions)."""
+    as itself: five spellings of one endpoint are one subscription, not five."""
     if ":" in host:
         try:
             ip = ipaddress.IPv6Address(host)
@@ -122,9 +122,9 @@ def _unreserved(text: str) -> str:
         char = chr(int(match.group(1), 16))
         return char if char in _UNRESERVED else f"%{match.group(1).upper()}"
 
-    # A character outside ASCII is sent as its UTF-8 bytes percent-encoded (found from outside: /é
-    # was stored as given, every delivery raised UnicodeEncodeError, and /%C3%A9 was a second
-    # subscription to the same endpoint).
+    # A character outside ASCII is sent as its UTF-8 bytes percent-encoded: /é stored as given makes
+    # every delivery raise UnicodeEncodeError, and /%C3%A9 would be a second subscription to the same
+    # endpoint.
     return _NON_ASCII.sub(
         lambda m: "".join(f"%{b:02X}" for b in m.group(0).encode()), _PERCENT.sub(one, text)
     )
@@ -163,7 +163,7 @@ def webhook_host_addresses(host: str) -> list[str]:
 def webhook_host_inward(host: str, addresses: list[str] | None = None) -> str:
     """The first of the host's addresses on the deployment's own networks (loopback, private,
     link-local, reserved), or "" when it has none, or when such endpoints are allowed (DEBUG or
-    KEEPER_WEBHOOKS_ALLOW_PRIVATE). Found from outside: a tenant's key subscribed
+    KEEPER_WEBHOOKS_ALLOW_PRIVATE): a tenant's key must not subscribe, say,
     http://169.254.169.254/latest/meta-data, the cloud's metadata service."""
     if settings.DEBUG or settings.KEEPER_WEBHOOKS_ALLOW_PRIVATE:
         return ""

@@ -101,7 +101,7 @@ def _assert_error(response, status: int, code: str | None = None) -> None:
         ("post", f"/api/v1/runs/{RUN}/fork", {"at_seq": "three"}, 400),
         ("post", "/api/v1/runs/not-a-uuid/cancel", {"note": "x"}, 404),  # invalid UUID: no such URL
         ("get", "/api/v1/runs/not-a-uuid/", None, 404),
-        ("get", "/api/v1/runs/%0A%F2%AA%9D%B0/session/", None, 404),  # found by schemathesis: a newline
+        ("get", "/api/v1/runs/%0A%F2%AA%9D%B0/session/", None, 404),  # a newline and an unassigned character
         ("post", "/api/v1/operations/-1/reconcile", {"outcome": "applied", "note": "x"}, 404),
         ("get", "/api/v1/approvals/?status=bogus", None, 400),
         ("get", f"/api/v1/runs/{RUN}/events/?limit=", None, 400),
@@ -122,7 +122,7 @@ def _assert_error(response, status: int, code: str | None = None) -> None:
             400,
         ),
         ("post", "/api/v1/runs/", {"workflow": 7, "input": {}}, 400),
-        # Found from outside: a deadline past the calendar was a 500; provenance took any JSON.
+        # A deadline past the calendar is a 422, not a 500; provenance is not any JSON.
         (
             "post",
             "/api/v1/runs/",
@@ -260,8 +260,8 @@ def test_a_subject_id_is_taken_exactly_as_sent_and_too_long_is_refused(write_key
 
 @pytest.mark.django_db
 def test_a_misspelt_field_of_a_run_is_refused_not_dropped(write_key):
-    """Found from outside: "subjct" was dropped and the run started with no subject, where no erasure
-    of that person would ever find it."""
+    """A misspelt "subjct" is refused, not dropped: a run started with no subject is one no erasure of
+    that person would ever find."""
     client = key_client(write_key)
     answer = client.post(
         "/api/v1/runs/", {"workflow": "demo.countdown", "input": {"n": 1}, "subjct": "cust-1"}, format="json"
@@ -281,8 +281,8 @@ def test_a_misspelt_field_of_a_run_is_refused_not_dropped(write_key):
     ],
 )
 def test_an_unknown_field_of_any_body_is_refused_not_dropped(write_key, path, body):
-    """Found from outside: webhooks, memory writes, erasure requests, searches (and forks, external
-    workflows) took "unknown_zz" without a word, as runs once took "subjct"."""
+    """Webhooks, memory writes, erasure requests, searches (and forks, external workflows) refuse
+    "unknown_zz" as runs refuse "subjct", instead of taking it without a word."""
     answer = key_client(write_key).post(path, {**body, "unknown_zz": 1}, format="json")
     assert answer.status_code == 400, answer.content
     assert "unknown_zz" in answer.json()["error"]["details"], answer.content
@@ -292,7 +292,7 @@ def test_the_worker_protocols_pattern_fields_take_only_text():
     """operation_id 42 was stored as operation "42" (DRF's RegexField turns a number into its digits)."""
     from rest_framework.exceptions import ValidationError
 
-    from runs.api_workers import WorkerOperationPrepareApi
+    from runs.api_worker_operations import WorkerOperationPrepareApi
 
     fields = WorkerOperationPrepareApi.InputSerializer().fields
     for bad in (42, 4.5, True):
@@ -329,7 +329,7 @@ def _body_serializers():
 
 
 def test_every_number_and_flag_of_a_json_body_takes_only_its_json_type():
-    """Found from outside: `{"k": "10"}` searched with k=10 while `{"k": 10.5}` was refused. A JSON
+    """`{"k": "10"}` is refused as `{"k": 10.5}` is, not searched with k=10. A JSON
     body's numbers and flags are taken only as JSON numbers and true/false, as its text is taken only
     as JSON strings (the document upload's `wait` takes a form's "true" only from a multipart body)."""
     from rest_framework import serializers
@@ -376,9 +376,8 @@ def test_a_search_with_k_as_text_is_refused(write_key):
 
 @pytest.mark.django_db
 def test_an_unknown_field_of_a_decision_a_search_or_a_worker_s_suspend_is_refused(write_key, tenant):
-    """Found from outside (second round): approve, reconcile ("resme": true ignored without a word),
-    the memory search body, messages, LangGraph answers and the worker commit's nested objects
-    still took unknown fields."""
+    """Approve, reconcile ("resme": true is not ignored without a word), the memory search body,
+    messages, LangGraph answers and the worker commit's nested objects refuse unknown fields too."""
     client = key_client(write_key)
     search = client.post("/api/v1/memory/search/", {"query": "x", "zz_unknown": 1}, format="json")
     assert search.status_code == 400 and "zz_unknown" in search.json()["error"]["details"], search.content

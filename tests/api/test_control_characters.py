@@ -98,8 +98,8 @@ def test_the_documented_probe_answers_404(write_key):
 
 
 def test_a_nul_in_a_console_form_field_is_a_400(client, admin_client, tenant):
-    """Found from outside: a NUL in the sign-in form (no session needed), the admin's login and the
-    compliance erase and memory.md forms reached PostgreSQL and answered 500."""
+    """A NUL in the sign-in form (no session needed), the admin's login and the compliance erase and
+    memory.md forms is a 400 before it reaches PostgreSQL (there, a 500)."""
     from django.test import Client
 
     checked = Client(enforce_csrf_checks=True)
@@ -131,8 +131,8 @@ def test_a_nul_in_a_console_form_field_is_a_400(client, admin_client, tenant):
     ],
 )
 def test_a_lone_surrogate_in_a_json_body_is_a_400(write_key, path, body):
-    """Found from outside: a choice field echoed "\\ud800" in its error and the renderer could not
-    encode it: the connection dropped with no answer (a 500 without DEBUG)."""
+    """A choice field would echo "\\ud800" in its error, which the renderer cannot encode: the
+    connection would drop with no answer (a 500 without DEBUG)."""
     response = key_client(write_key).post(path, body, content_type="application/json")
     assert response.status_code == 400, response.content
     error = response.json()["error"]

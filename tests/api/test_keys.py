@@ -147,8 +147,8 @@ def test_with_another_cache_backend_the_limit_still_counts(tenant, write_key, mo
 
 
 def test_after_the_limit_is_lowered_the_wait_is_until_the_window_holds_fewer(db):
-    """Found from outside: with more requests in the window than a lowered limit allows, Retry-After
-    said 1 s (the oldest leaving) and the next try was refused again."""
+    """With more requests in the window than a lowered limit allows, Retry-After waits until the
+    window holds fewer, not 1 s (the oldest leaving), after which the next try is refused again."""
     import time
 
     from django.core.cache import cache

@@ -234,9 +234,9 @@ def test_a_superuser_s_session_sees_every_tenant(tenant, other_tenant, django_us
 def test_a_staff_session_acts_only_for_its_tenants_with_its_roles_and_is_audited(
     tenant, other_tenant, django_user_model
 ):
-    """Found from outside: any user with Django's staff flag (a support user of one tenant, or one with
-    no role) could start runs and erase subjects in every tenant through the API, and nothing was
-    audited. A session now has the console's tenants and roles, and its changes are audited."""
+    """Django's staff flag alone (a support user of one tenant, or one with no role) does not let a
+    user start runs and erase subjects in every tenant through the API, unaudited: a session has the
+    console's tenants and roles, and its changes are audited."""
     from django.contrib.auth.models import Group
     from rest_framework.test import APIClient
 
@@ -269,7 +269,7 @@ def test_a_staff_session_acts_only_for_its_tenants_with_its_roles_and_is_audited
     ]
     assert entries[-1].details["route"] == "api/v1/runs/"
     assert entries[-1].tenant == tenant  # the tenant's own staff see it in their audit log
-    # Found from outside: a Basic Authorization header (not a key) skipped the audit.
+    # A Basic Authorization header (not a key) does not skip the audit.
     cancel = client.post(
         f"/api/v1/runs/{ours['run_id']}/cancel",
         {"note": "sneaky"},
@@ -286,8 +286,8 @@ def test_a_staff_session_acts_only_for_its_tenants_with_its_roles_and_is_audited
         AuditEntry.objects.filter(actor="user:staff-support", action="api").order_by("-id").first()
     )
     assert approval_entry.details["route"].endswith("approve") and approval_entry.tenant == tenant
-    # Found from outside (second round): a support session could rewind and write memory, a compliance
-    # one fork, cancel and subscribe webhooks. Each change needs its console role.
+    # Each change needs its console role: a support session cannot rewind or write memory, a
+    # compliance one cannot fork, cancel or subscribe webhooks.
     for path, body in [
         (f"/api/v1/runs/{ours['run_id']}/rewind", {"to_seq": 1}),
         ("/api/v1/webhooks/", {"url": "https://hooks.example.com/k", "event_types": ["run.completed"]}),

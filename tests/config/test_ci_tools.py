@@ -1,5 +1,5 @@
 """Every program the suite shells out to is installed by .ci/run, and a test that needs one skips
-with "install X" where it is missing (issue 13 item 6: a fresh CI machine had no docker-compose)."""
+with "install X" where it is missing (a fresh CI machine may have no docker-compose)."""
 
 from __future__ import annotations
 

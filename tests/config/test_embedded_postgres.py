@@ -58,8 +58,8 @@ def test_the_setting_defaults_to_a_quarter_of_memory_within_bounds_and_refuses_a
 
 
 def test_processes_starting_together_bootstrap_one_at_a_time():
-    """Found from outside: graph processes started together each ran the bootstrap, and two ALTER
-    ROLEs of one role at once failed with "tuple concurrently updated" (2 of 12 starts)."""
+    """Processes started together each run the bootstrap, and two ALTER ROLEs of one role at once
+    fail with "tuple concurrently updated" (2 of 12 starts without the lock)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from config.embedded import APP_ROLE, OWNER_ROLE, bootstrap_database

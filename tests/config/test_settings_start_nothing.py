@@ -57,8 +57,8 @@ def test_with_urls_the_settings_import_and_start_nothing(module, tmp_path):
 
 @pytest.mark.parametrize("entry", ["config.wsgi", "config.asgi", "workers.celery"])
 def test_an_empty_settings_module_means_the_default(entry):
-    """Found from outside: DJANGO_SETTINGS_MODULE set but empty broke every manage.py command ("No
-    Django settings specified"); empty now means the default, as for Keeper's own settings."""
+    """DJANGO_SETTINGS_MODULE set but empty means the default, as for Keeper's own settings, instead
+    of breaking every manage.py command ("No Django settings specified")."""
     code = f"import {entry}; from django.conf import settings; print(settings.SETTINGS_MODULE)"
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": ""}
     done = subprocess.run(

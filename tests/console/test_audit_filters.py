@@ -53,7 +53,7 @@ def test_the_filters_narrow_by_actor_action_tenant_and_dates(as_role, log):
     # dates are whole UTC days, "to" inclusive: 2026-03-02 23:00 is in 03-02
     assert targets(client.get("/audit/", {"since": "2026-03-02", "until": "2026-03-02"})) == ["b-1"]
     assert targets(client.get("/audit/", {"since": "2026-03-02"})) == ["a-2", "b-1"]
-    # The calendar's ends (found from outside: the day after 9999-12-31 was a 500).
+    # The calendar's ends (the day after 9999-12-31 does not exist: not a 500).
     every = targets(client.get("/audit/", {"since": "0001-01-01", "until": "9999-12-31"}))
     assert every == targets(client.get("/audit/")) and every
     assert client.get("/audit/export.csv", {"since": "0001-01-01", "until": "9999-12-31"}).status_code == 200

@@ -190,7 +190,7 @@ def test_erasing_creates_the_request_and_one_audit_entry_without_the_subject_id(
     )
     assert SUBJECT not in row and "english" not in row
     # Sent again while that request waits (a double click, a second tab): the same request, and the
-    # person's one entry (found from outside: four POSTs, one request, four entries).
+    # person's one entry (four POSTs: one request, and one entry, not four).
     again = as_role("compliance").post(
         "/compliance/acme/erase/", {"subject": SUBJECT, "subject_confirm": SUBJECT, "note": "ticket GDPR-12"}
     )
@@ -349,8 +349,8 @@ def test_a_receipt_left_not_clean_says_what_remains_apart_from_the_memory_kept_o
 
 
 def test_a_receipt_left_not_clean_names_the_runs_that_hold_the_subjects_data(as_role, tenant):
-    """Found from outside: a run started without a subject whose input named them kept the erasure
-    from finishing, and neither the receipt nor the page said which run it was."""
+    """A run started without a subject whose input names them keeps the erasure from finishing, and
+    the receipt and the page say which run it is."""
     seed_subject(tenant)
     stray = run_start(
         tenant=tenant, workflow_name="demo.countdown", input={"n": 1, "note": f"for {SUBJECT}"}, actor="t"
@@ -365,8 +365,8 @@ def test_a_receipt_left_not_clean_names_the_runs_that_hold_the_subjects_data(as_
 
 
 def test_a_subject_named_in_an_api_key_label_and_a_webhook_url_is_shown_not_a_500(as_role, tenant):
-    """Found from outside: the overview and the erase page answered 500 (KeyError) when the subject's id
-    was in a declared-free column (an API key's label, a webhook URL), the subjects spread furthest."""
+    """The overview and the erase page show a subject whose id is in a declared-free column (an API
+    key's label, a webhook URL), the subjects spread furthest, not a 500 (KeyError)."""
     from core.api_auth import api_key_create
     from runs.webhooks.models import WebhookSubscription
 

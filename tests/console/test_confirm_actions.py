@@ -82,8 +82,8 @@ def test_bulk_resume_leaves_out_runs_waiting_for_an_approval(as_role, tenant):
 
 
 def test_the_bulk_resume_dry_run_counts_only_runs_a_resume_would_change(as_role, tenant):
-    """Found from outside: the dry run said 38 would change, then the action changed 5 and skipped
-    33 (a resume already asked, a subject erased): the count leaves those out now."""
+    """The dry run's count leaves out the runs the action would skip (a resume already asked, a
+    subject erased): not 38 said to change, then 5 changed and 33 skipped."""
     from runs.engine.runs import run_resume
 
     pending = suspended(tenant)

@@ -69,7 +69,7 @@ def test_the_demo_has_every_state_and_loads_once(live_server, settings, tmp_path
         assert Document.objects.filter(status="indexed").count() == 2
         erasure = ErasureRequest.objects.get()
         assert erasure.status == "completed"
-    # What people did in the demo is in the audit log like any other action (issue 18, item 8).
+    # What people did in the demo is in the audit log like any other action.
     audited = {(e.actor, e.action, e.target_type) for e in AuditEntry.objects.filter(tenant=acme)}
     assert {
         ("user:acme-compliance", "erase", "erasure_request"),
@@ -86,8 +86,8 @@ def test_the_demo_has_every_state_and_loads_once(live_server, settings, tmp_path
 
 
 def test_with_debug_off_the_command_says_the_demo_is_loaded_or_why_it_is_not(settings, tmp_path):
-    """Found from outside: `make run` with DEBUG=false after a first run with the demo printed an
-    error ("development only"), not that the demo was already loaded."""
+    """`make run` with DEBUG=false after a first run with the demo says the demo is already loaded,
+    not an error ("development only")."""
     from io import StringIO
 
     from django.core.management import CommandError, call_command

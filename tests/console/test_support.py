@@ -164,7 +164,7 @@ def test_every_support_view_needs_the_support_role(client, role_users, tenant):
         assert client.get(inbox).status_code == 403
         assert client.post(page + "approve/", {"note": "x"}).status_code == 403
     assert Approval.objects.get(pk=approval.pk).status == "pending"
-    # Each refused action is on the record (found from outside: they were only log lines); a page
+    # Each refused action is on the record (not only in log lines); a page
     # refused is not an action.
     assert [(e.actor, e.action, e.target_id, e.details) for e in _audit()] == [
         (
@@ -199,8 +199,8 @@ def test_actions_need_the_csrf_token(client, role_users, tenant):
 def test_a_refused_origin_is_audited_without_what_the_browser_sent_and_a_flood_is_written_once(
     client, role_users, tenant
 ):
-    """Found from outside: an Origin header reached the append-only log inside Django's reason, and
-    1,200 refused POSTs wrote 1,200 rows. The reason keeps none of the header; a refusal repeated
+    """An Origin header must not reach the append-only log inside Django's reason, nor 1,200 refused
+    POSTs write 1,200 rows. The reason keeps none of the header; a refusal repeated
     within a minute is written once."""
     client.handler.enforce_csrf_checks = True
     client.force_login(role_users["support"])
@@ -239,9 +239,9 @@ def test_the_inbox_shows_only_the_users_tenants(support, tenant, other_tenant):
 
 
 def test_a_long_inbox_says_how_many_wait_and_keeps_each_run_in_its_list(support, tenant, monkeypatch):
-    """Found from outside: past 100 the inbox said "(100)", the rest of the approvals were listed as
-    "other suspended runs" without a Review button, and runs whose subject was erased (nothing can
-    resume them) were offered there too."""
+    """Past 100 the inbox says how many wait, not "(100)"; the rest of the approvals are not listed
+    as "other suspended runs" without a Review button, and runs whose subject was erased (nothing can
+    resume them) are not offered there."""
     from console import selectors
 
     monkeypatch.setattr(selectors, "INBOX_LIMIT", 2)
@@ -305,7 +305,7 @@ def test_a_lookup_of_another_tenants_operation_is_not_found(support, other_tenan
     assert not AuditEntry.objects.filter(action="lookup").exists()
 
 
-@pytest.mark.parametrize("note", ["   ", "\x01\x02", "\u200b\u200b"])  # invisible: found from outside
+@pytest.mark.parametrize("note", ["   ", "\x01\x02", "\u200b\u200b"])  # invisible
 @pytest.mark.parametrize("action", ["approve", "reject", "reconcile", "resume", "cancel"])
 def test_a_missing_note_is_a_form_error_and_changes_nothing(support, tenant, action, note):
     url, form = _action_targets(tenant)[action]
@@ -555,7 +555,7 @@ def test_hostile_content_renders_escaped_everywhere(support, tenant):
 
 
 def test_amounts_show_exactly_at_any_size():
-    """A 30-digit amount showed rounded to Decimal's 28 digits (found from outside)."""
+    """A 30-digit amount is not rounded to Decimal's 28 digits."""
     from console.display import money_major
 
     assert (

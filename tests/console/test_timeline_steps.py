@@ -1,4 +1,4 @@
-"""The timeline's layout (issue 18, item 5): lane labels end before the plot, the legend explains the
+"""The timeline's layout: lane labels end before the plot, the legend explains the
 bars instead of repeating the lanes, steps are bars with durations, failed attempts and retry waits,
 a suspension (an approval's too) is a wait on the run's lane, and the time axis has round ticks."""
 

@@ -1,5 +1,5 @@
 """A run sleeping on a durable timer shows when it wakes: on the engineer run page, in the support
-inbox row and on the support run page (issue 16 item 4: the console shows the countdown)."""
+inbox row and on the support run page."""
 
 from __future__ import annotations
 

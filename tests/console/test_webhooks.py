@@ -55,7 +55,7 @@ def test_a_url_subscribed_twice_is_a_form_error(as_role, tenant):
 )
 def test_bad_input_is_a_form_error_and_nothing_is_stored_or_audited(as_role, other_tenant, data):
     response = as_role("engineer").post("/webhooks/subscribe/", data)
-    assert response.status_code == 422  # as every console form error (it was 400 here, found from outside)
+    assert response.status_code == 422  # as every console form error (not 400)
     assert 'class="errorlist' in response.content.decode() or 'role="alert"' in response.content.decode()
     assert not WebhookSubscription.objects.exists() and not AuditEntry.objects.exists()
 
@@ -76,7 +76,7 @@ def test_deliveries_are_listed_with_attempts_and_a_delete_is_audited(as_role, te
 
     response = client.post(f"/webhooks/{created.subscription.id}/delete/")
     assert response.status_code == 302
-    # Posted again (a double click, another tab): said on the page; it was a 500 (found from outside).
+    # Posted again (a double click, another tab): said on the page, not a 500.
     again = client.post(f"/webhooks/{created.subscription.id}/delete/")
     assert again.status_code == 404 and 'role="alert"' in again.content.decode()
     delivery.refresh_from_db()

@@ -1,5 +1,5 @@
 """While PostgreSQL is down, every API route answers the JSON error (503, Retry-After) and the console
-a readable 503 page, even with DEBUG on: never a 500 or Django's debug page (issue 13 item 7)."""
+a readable 503 page, even with DEBUG on: never a 500 or Django's debug page."""
 
 from __future__ import annotations
 

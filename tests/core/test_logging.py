@@ -162,8 +162,8 @@ def test_a_document_id_in_a_path_is_left_out_of_the_logs():
 
 
 def test_a_principal_in_a_path_is_left_out_of_the_logs():
-    """A retrieval principal names a person (found from outside: a 404 on DELETE of a principal wrote
-    its e-mail address to the log at WARNING, and gunicorn's access line at INFO)."""
+    """A retrieval principal names a person: a 404 on DELETE of a principal must not write its e-mail
+    address to the log at WARNING, nor to gunicorn's access line at INFO."""
     from core.logging import path_redact, request_line_redact
 
     assert path_redact("/api/v1/retrieval/principals/user:jane.doe@example.com/") == (
@@ -176,8 +176,8 @@ def test_a_principal_in_a_path_is_left_out_of_the_logs():
 
 
 def test_every_segment_a_caller_chose_is_left_out_of_the_logs():
-    """Found from outside: an operation keyed note:cust-7781 (gunicorn's access lines) and a query or
-    signal named after a customer (Django's 404 and 422 warnings) were logged in full. The route's own
+    """An operation keyed note:cust-7781 (gunicorn's access lines) and a query or signal named after
+    a customer (Django's 404 and 422 warnings) are not logged in full. The route's own
     words, UUIDs and numbers stay, so a line still says which route was called."""
     from core.logging import path_redact, request_line_redact
 
@@ -196,8 +196,8 @@ def test_every_segment_a_caller_chose_is_left_out_of_the_logs():
 
 @pytest.mark.django_db
 def test_a_csrf_refusal_line_leaves_the_callers_segments_out(caplog):
-    """Found from outside: `Forbidden (CSRF cookie not set.): /compliance/<anything>/erasures/` was
-    logged with the raw path while the access line had `*`."""
+    """`Forbidden (CSRF cookie not set.): /compliance/<anything>/erasures/` is logged with `*`, as the
+    access line is, not with the raw path."""
     from django.test import Client
 
     with caplog.at_level(logging.WARNING, logger="django.security.csrf"):

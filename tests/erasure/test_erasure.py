@@ -99,6 +99,11 @@ def test_erasure_clears_every_store_and_the_receipt_proves_it(tenant, subject_wi
     assert not AgentEvent.objects.filter(payload__content__icontains="Baker Street").exists()
     assert AgentEvent.objects.filter(run=run, event_type="user_message", payload__redacted=True).count() == 8
     assert not Summary.objects.filter(run=run).exists() and not redis_client().exists(session_key(run))
+    # Reading the erased run's conversation afterwards (its session or context page) caches nothing
+    # under the subject's pseudonym, a place the next scan for them would find.
+    run.refresh_from_db()
+    assert run.subject.startswith("erased:") and len(session_window(run=run)) == 9
+    assert not redis_client().keys(f"session:{tenant.tenant_id}:{run.subject}:*")
 
 
 def test_erasure_is_idempotent_and_a_replay_cannot_bring_a_claim_back(tenant, subject_with_everything):
@@ -175,8 +180,8 @@ def _chat(tenant, subject: str, text: str):
 
 @pytest.mark.parametrize(
     ("erased", "bystanders"),
-    # "-" and "": found from outside, erasing the subject "-" deleted the window of every run without a
-    # subject (their keys had "-" in the subject's place).
+    # "-" and "": erasing the subject "-" must not delete the window of every run without a subject
+    # (as it would if their keys held "-" in the subject's place).
     [("a*", ["ab", "a"]), ("a", ["a:b", "ab"]), ("[a]", ["a"]), ("-", ["", ""])],
 )
 def test_erasing_a_subject_never_touches_another_subjects_windows(tenant, erased, bystanders):
@@ -299,7 +304,7 @@ def test_a_tombstone_laid_before_digests_were_keyed_still_refuses_the_claim(tena
 
 @pytest.mark.django_db(transaction=True)
 def test_asking_to_erase_a_subject_again_while_a_request_is_open_answers_that_request(tenant):
-    """Found from outside: six clicks on erase, at once, made six requests. While one is pending or
+    """Six clicks on erase, at once, make one request, not six. While one is pending or
     running, asking again (even at the same moment) answers it, and sends it to a worker again."""
     import threading
 
@@ -337,8 +342,8 @@ def test_asking_to_erase_a_subject_again_while_a_request_is_open_answers_that_re
 
 
 def test_erasure_has_redis_write_its_snapshot_again(tenant, subject_with_everything):
-    """Found from outside: after a clean receipt, Redis's snapshot on disk still held the erased
-    subject's message (the live keys were gone; the dump is written again only on Redis's schedule)."""
+    """After a clean receipt, Redis's snapshot on disk must not still hold the erased subject's
+    message (the live keys gone, the dump is written again only on Redis's schedule)."""
     import time
     from pathlib import Path
 
@@ -369,8 +374,8 @@ def test_erasure_has_redis_write_its_snapshot_again(tenant, subject_with_everyth
 
 
 def test_keepers_own_approval_notes_are_not_searched_as_the_subjects_texts(tenant):
-    """Found from outside: the request's searched texts held Keeper's own note ("closed: the subject
-    of the run was erased") and a policy's, the same sentences in every tenant's runs. A person's
+    """The request's searched texts leave out Keeper's own note ("closed: the subject of the run was
+    erased") and a policy's, the same sentences in every tenant's runs. A person's
     note on the subject's approval is still theirs to search."""
     from core.digests import json_digest, subject_digest
     from erasure.erasers.runs import RunsEraser
@@ -407,9 +412,9 @@ def test_keepers_own_approval_notes_are_not_searched_as_the_subjects_texts(tenan
 
 
 def test_a_run_key_used_again_after_an_erasure_is_erased_again(tenant):
-    """Found from outside: an idempotency key holding the subject's id became one erased key; a run
-    started with the same key after the erasure could then never be erased (the erased key was taken),
-    and every retry failed on the key's uniqueness."""
+    """An idempotency key holding the subject's id becomes an erased key; a run started with the same
+    key after the erasure is erased too, where one erased key per id would be taken already and every
+    retry would fail on the key's uniqueness."""
     erased_keys = []
     for _ in range(2):
         started = run_start(

@@ -1,5 +1,5 @@
-"""E-mail addresses in the subject's own runs, under any key (found from outside: a receipt said
-clean while {"contact": "zofia...@example.org"} stayed in a run's state)."""
+"""E-mail addresses in the subject's own runs, under any key: a receipt must not say clean while
+{"contact": "zofia...@example.org"} stays in a run's state."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ EMAIL = "zofia.kowalska@example.org"
 
 @pytest.mark.django_db
 def test_an_address_under_any_key_of_the_subject_s_run_is_erased_and_a_shared_one_is_not_searched(tenant):
-    """Found from outside: {"contact": "zofia...@example.org"} in the subject's run state stayed after a
-    receipt that said clean (only texts under free-text keys were the request's). Every address in the
+    """{"contact": "zofia...@example.org"} in the subject's run state must not stay after a receipt
+    that says clean (as when only texts under free-text keys are the request's). Every address in the
     subject's own runs is erased; one that another customer's run holds too (a workflow's sender, a
-    cc of the subject) stays there, theirs, and does not keep the receipt unclean (found from outside,
-    second round: a single cc kept the address in the subject's own run)."""
+    cc of the subject) stays there, theirs, and does not keep the receipt unclean (nor does a single
+    cc keep the address in the subject's own run)."""
     from erasure.services import erasure_execute, erasure_request_create
 
     own = run_start(

@@ -1,6 +1,6 @@
-"""Erasure of a subject whose run is stepping right now, in a real worker process (found from outside:
-a run that commits a step every millisecond was always ahead of the erasure's read, and the whole
-request failed with "kept moving" while the run went on to completion carrying the person's data)."""
+"""Erasure of a subject whose run is stepping right now, in a real worker process: a run that commits
+a step every millisecond is always ahead of a plain read, and the request must not fail with "kept
+moving" while the run goes on to completion carrying the person's data."""
 
 from __future__ import annotations
 

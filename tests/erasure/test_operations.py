@@ -1,6 +1,6 @@
-"""An operation keyed by the subject's id, or whose external reference holds their text, no longer
-keeps an erasure from ever completing (found from outside: every erasure of cust-7781 failed on the
-key note:cust-7781, and a clean receipt left mailto:ivo.brandt@example.com in external_ref)."""
+"""An operation keyed by the subject's id, or whose external reference holds their text, does not
+keep an erasure from ever completing (every erasure of cust-7781 failing on the key note:cust-7781)
+nor stay after a clean receipt (mailto:ivo.brandt@example.com in external_ref)."""
 
 from __future__ import annotations
 
@@ -133,9 +133,9 @@ def test_decided_operations_lose_the_subject_and_one_in_doubt_is_named_until_rec
 
 
 def test_a_cancelled_run_s_operation_in_doubt_is_reconciled_and_the_erasure_then_completes(tenant) -> None:
-    """Found from outside: a run cancelled (or completed by an outside worker) with an operation in
-    doubt could not be reconciled (reconcile wanted a suspended run), so its subject's erasure named
-    the key on every request and never completed."""
+    """A run cancelled (or completed by an outside worker) with an operation in doubt can be
+    reconciled, not only a suspended run: otherwise its subject's erasure names the key on every
+    request and never completes."""
     from runs.engine.operations import operation_reconcile
 
     _cancelled_with_a_call_in_doubt(tenant)
@@ -158,9 +158,9 @@ def test_a_cancelled_run_s_operation_in_doubt_is_reconciled_and_the_erasure_then
 def test_a_reconciled_operation_keyed_by_the_subject_leaves_nothing_that_blocks_erasure(
     tenant, client
 ) -> None:
-    """Found from outside: reconciling in the console an operation whose key embeds the subject's id
-    wrote that key as the audit entry's target (never erasable), so every later erasure failed; and a
-    refund confirmed not applied on a cancelled run went back to prepared and kept its key."""
+    """Reconciling in the console an operation whose key embeds the subject's id must not write that
+    key as the audit entry's target (never erasable, so every later erasure would fail); and a refund
+    confirmed not applied on a cancelled run must not go back to prepared and keep its key."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 

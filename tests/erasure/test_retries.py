@@ -104,8 +104,8 @@ def test_a_retry_searches_for_what_the_failed_attempt_erased(tenant):
     again = erasure_execute(tenant_id=tenant.tenant_id, request_id=first.request_id)
     assert again.status == "failed" and again.receipt["final_scan"]["agent_runs.state"] == 1, again.error
     assert again.receipt["searched"]["values"] >= 1
-    # The receipt and the request's error name the run that holds it (found from outside: they said
-    # "agent_runs.state 1" and nothing led to the run)
+    # The receipt and the request's error name the run that holds it ("agent_runs.state 1" alone
+    # leads to no run)
     held = {p["place"]: p.get("runs") for p in again.receipt["places"] if p["after"]}
     assert held["agent_runs.state"] == [str(nobodys.run_id)], held
     assert f", in runs {nobodys.run_id}: " in again.error, again.error

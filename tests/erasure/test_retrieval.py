@@ -1,6 +1,6 @@
 """A customer can be a retrieval principal of their own and a document can be named after them: the
 scan searches retrieval's declared-free columns for the subject's id, and the eraser leaves none of it
-(found from outside: the receipt said clean while four tables still named the subject)."""
+(a receipt must not say clean while four tables still name the subject)."""
 
 from __future__ import annotations
 
@@ -96,8 +96,8 @@ def test_a_document_nothing_erases_keeps_the_receipt_from_saying_clean_and_says_
 
 
 def test_the_subjects_email_in_a_document_keeps_the_receipt_from_saying_clean(tenant) -> None:
-    """Found from outside: documents were searched for the subject's id only, and an e-mail address
-    shorter than 24 characters without a digit was never searched outside the subject's own rows."""
+    """Documents are searched for the subject's e-mail address, not their id only, even an address
+    shorter than 24 characters without a digit, outside the subject's own rows too."""
     from erasure.matching import distinctive
     from memory.services import memory_remember
     from tests.memory.test_memory import said
@@ -131,8 +131,8 @@ def test_the_subjects_email_in_a_document_keeps_the_receipt_from_saying_clean(te
 
 
 def test_a_principal_named_by_the_subjects_email_is_erased_with_them(tenant) -> None:
-    """Found from outside: a principal user:<their e-mail> stayed after a clean receipt (the scan
-    searched declared-free columns for the subject's id only)."""
+    """A principal user:<their e-mail> must not stay after a clean receipt (a scan of declared-free
+    columns for the subject's id only would miss it)."""
     from memory.services import memory_remember
     from tests.memory.test_memory import said
 
@@ -149,9 +149,9 @@ def test_a_principal_named_by_the_subjects_email_is_erased_with_them(tenant) -> 
 
 
 def test_an_acl_naming_the_subjects_email_goes_with_its_documents(tenant) -> None:
-    """Found from outside: a document readable by user:<their e-mail>, deleted as the receipt asked,
-    left its ACL row (no chunk holds it any more) and every retry of the erasure failed on it, so the
-    subject's memory was kept for good."""
+    """A document readable by user:<their e-mail>, deleted as the receipt asks, takes its ACL row
+    with it (no chunk holds it any more): left behind, every retry of the erasure would fail on it,
+    and the subject's memory would be kept for good."""
     from django.db import connection
 
     from memory.models import MemoryItem
@@ -187,8 +187,8 @@ def test_an_acl_naming_the_subjects_email_goes_with_its_documents(tenant) -> Non
 
 
 def test_a_subject_id_with_like_wildcards_touches_only_its_own_rows(tenant) -> None:
-    """Found from outside: erasing "K_17" deleted the snapshot of a search that had found document
-    "K-17" (the id went into ILIKE unescaped: _ is any character, and "_" alone every snapshot)."""
+    """Erasing "K_17" leaves the snapshot of a search that found document "K-17" (the id unescaped in
+    ILIKE, _ would be any character, and "_" alone every snapshot)."""
     principal_set(tenant=tenant, principal="user:bob", groups=["group:g1"], actor="user:admin")
     document_index(
         tenant=tenant,

@@ -129,7 +129,7 @@ def test_memory_md_renders_grouped_escaped_with_provenance_and_round_trips(api, 
 
 
 def test_memory_md_keeps_cyrillic_and_chinese_readable_and_round_trips(api, tenant):  # noqa: F811
-    """They were percent-encoded (# MEMORY.md of cust-%D0%9F...), found from outside."""
+    """Not percent-encoded (# MEMORY.md of cust-%D0%9F...)."""
     keep(tenant, "заметки", "город", "Москва", subject="cust-Петров")
     keep(tenant, "偏好", "语言 首选", "中文", subject="cust-Петров")
     got = api.get("/api/v1/memory/subjects/cust-Петров/memory.md?tenant=acme")

@@ -40,6 +40,12 @@ SENSITIVE = [
     ("profile", "genetic/markers"),
     ("профиль", "здоровье"),
     ("画像", "宗教信仰"),
+    ("profile", "hiv_status"),
+    ("profile", "meds"),
+    ("prof-ile", "med_history"),
+    ("profile", "blood_type"),
+    ("profile", "wheelchair_user"),
+    ("profile", "christian"),
 ]
 # ... and a person's state of mind, which only the person themselves may put into memory.
 STATE_OF_MIND = [
@@ -159,6 +165,21 @@ def test_an_approved_held_claim_keeps_the_basis_its_writer_stated(tenant):
     )
     [item] = memory_recall(tenant=tenant, subject_id="c-1")
     assert item.consent_basis == "contract"
+
+
+def test_an_api_key_cannot_say_the_person_confirmed_a_claim(tenant, api):  # noqa: F811
+    client = key_client(tenant)
+    guess = said(source_type="model_inference", validation_method="explicit_user_confirmation")
+    for namespace, key, value in (("Health", "x", "diabetes"), ("mood", "state", "angry")):
+        refused = client.post(
+            "/api/v1/memory/items/", _item(namespace, key, value, guess, None), format="json"
+        )
+        assert refused.status_code == 403, refused.json()
+        assert refused.json()["error"]["code"] == "confirmation_provenance_refused"
+    assert memory_recall(tenant=tenant, subject_id="c-1") == []
+    # Without the claim of a confirmation, the person's word on their health waits for them.
+    held = client.post("/api/v1/memory/items/", _item("Health", "x", "diabetes", said(), None), format="json")
+    assert held.status_code == 202 and held.json()["error"]["code"] == "claim_pending_confirmation"
 
 
 def test_an_api_key_cannot_declare_itself_an_operator(tenant, api):  # noqa: F811

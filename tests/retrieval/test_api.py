@@ -193,7 +193,7 @@ def test_another_tenants_document_is_not_found(api, tenant, other_tenant):
 
 
 def test_documents_and_invalidations_are_listed_in_keyset_pages(api, tenant):
-    """Found from outside: both lists ignored `limit` (documents stopped at 500 with no word of more)."""
+    """Both lists take `limit` and say there is more (not documents stopped at 500 with no word of more)."""
     for doc in ("doc-a", "doc-b", "doc-c"):
         assert (
             api.post("/api/v1/retrieval/documents/", _document(document_id=doc), format="json").status_code

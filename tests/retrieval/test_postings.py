@@ -13,8 +13,8 @@ from django.test import override_settings
 from core.tenancy import tenant_scope
 from retrieval.models import Chunk, ChunkAcl, ChunkPosting, ChunkTerm
 from retrieval.readable import readable_acl_keys
-from retrieval.search import text_arm_statement, text_candidates
 from retrieval.services import document_acl_set, document_delete, document_index
+from retrieval.text_arm import text_arm_statement, text_candidates
 
 pytestmark = pytest.mark.django_db
 

@@ -17,7 +17,7 @@ from core.errors import InvalidInput
 from core.tenancy import tenant_ensure, tenant_scope
 from memory.embedders import HashingEmbedder
 from retrieval.models import Chunk, Invalidation, RetrievalSnapshot
-from retrieval.search import retrieval_search, snapshot_replay, text_candidates, vector_candidates
+from retrieval.search import retrieval_search, vector_candidates
 from retrieval.services import (
     UnknownPrincipal,
     document_acl_set,
@@ -26,6 +26,8 @@ from retrieval.services import (
     principal_remove,
     principal_set,
 )
+from retrieval.snapshots import snapshot_replay
+from retrieval.text_arm import text_candidates
 
 pytestmark = pytest.mark.django_db
 
@@ -386,8 +388,8 @@ def test_outside_a_transaction_the_text_arm_runs_on_a_connection_of_its_own(tena
 
 
 def test_equal_fused_scores_go_to_the_chunk_the_text_arm_ranked_higher():
-    """Found from outside: a query of one word its chunk alone holds, that chunk past the vector arm's
-    candidates, tied (1/61) with the vector arm's first, a chunk without the word, and lost by id."""
+    """A query of one word its chunk alone holds, that chunk past the vector arm's candidates: it ties
+    (1/61) with the vector arm's first, a chunk without the word, and must not lose by id."""
     from retrieval.search import fuse, fused
 
     by_vector, by_text = [3, 4, 5], [9, 4, 6]

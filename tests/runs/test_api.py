@@ -166,7 +166,7 @@ def test_a_resume_request_shows_on_the_run_until_a_worker_verifies_it(api, tenan
     assert shown["status"] == "suspended" and shown["resume_requested_at"] is not None
     listed = api.get("/api/v1/runs/?tenant=acme").json()["results"]
     assert [r["resume_requested_at"] is not None for r in listed if r["run_id"] == run_id] == [True]
-    # Found from outside: ten clicks wrote ten requests. Asked again before a worker verified the
+    # Ten clicks are one request, not ten. Asked again before a worker verified the
     # first, it is a 409 saying who asked, and nothing is written.
     again = api.post(f"/api/v1/runs/{run_id}/resume", {"note": "go on!"}, format="json")
     assert again.status_code == 409 and again.json()["error"]["code"] == "resume_pending", again.content

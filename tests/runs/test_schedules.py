@@ -99,7 +99,7 @@ def test_a_cron_expression_that_does_not_parse_says_why(expression, reason):
         ({"workflow_name": "no.such", "input": {}, "interval_seconds": 60}, "unknown_workflow"),
         ({"workflow_name": "demo.countdown", "input": {"n": -1}, "interval_seconds": 60}, "invalid_input"),
         ({"workflow_name": "demo.countdown", "input": [1], "interval_seconds": 60}, "invalid_input"),
-        # What run_start refuses, refused when written (found from outside: every slot then failed).
+        # What run_start refuses, refused when written (else every slot fails).
         (
             {
                 "workflow_name": "demo.countdown",

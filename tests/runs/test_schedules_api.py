@@ -88,7 +88,7 @@ def test_a_bad_change_is_refused_and_the_schedule_stays_as_it_was(api):
     ):
         response = api.patch(url, change, format="json")
         assert response.status_code == 422 and response.json()["error"]["code"] == code
-    # A misspelt field changed nothing and answered 200 (found from outside): it is refused.
+    # A misspelt field is refused, not answered 200 changing nothing.
     misspelt = api.patch(url, {"enable": False}, format="json")
     assert misspelt.status_code == 400 and "enable" in misspelt.json()["error"]["details"], misspelt.content
     assert api.get(url).json()["enabled"] is True

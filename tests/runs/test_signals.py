@@ -182,8 +182,8 @@ def test_a_query_reads_the_state_and_changes_nothing(api, tenant):
 
 
 def test_a_query_reads_a_checkpoint_of_an_older_schema_as_migrated(api, tenant):
-    """It read the stored, unmigrated state: a query written for the current schema broke on every
-    run suspended before the deploy (found from outside)."""
+    """Not the stored, unmigrated state: a query written for the current schema would break on every
+    run suspended before the deploy."""
     from runs.engine.state_migrations import SchemaSet
 
     schemas = SchemaSet(

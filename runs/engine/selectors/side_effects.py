@@ -201,8 +201,8 @@ def run_refused_list(*, tenant_ids: list[UUID], limit: int) -> list[tuple[AgentR
 
 def _waiting_otherwise(tenant_ids: list[UUID], reasons_excluded: tuple[str, ...]) -> QuerySet[AgentRun]:
     """Suspended runs that no other list holds: no pending approval, no operation in doubt, not
-    refused at resume (whether or not those lists show them all), not suspended for `reasons_excluded`.
-    Found from outside: past the first 100 approvals, runs waiting for one were listed as "other"."""
+    refused at resume (whether or not those lists show them all), not suspended for `reasons_excluded`:
+    runs waiting for an approval past the first 100 are not "other"."""
     pending = Approval.objects.filter(run_id=OuterRef("run_id"), status=ApprovalStatus.PENDING)
     doubt = _in_doubt().filter(run_id=OuterRef("run_id"))
     return (

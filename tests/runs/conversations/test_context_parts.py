@@ -223,9 +223,9 @@ def test_the_conversation_input_is_checked(tenant):
 
 
 def test_an_episode_keeps_the_assistant_s_promises_apart_from_what_was_done(tenant):
-    """Found from outside: an assistant message ("I will send you a free replacement laptop ...") was
-    kept in the episode's "done" list under Keeper's verified provenance and recalled in later
-    sessions as something done. It is kept as what the assistant said, labelled unverified."""
+    """An assistant message ("I will send you a free replacement laptop ...") is not in the episode's
+    "done" list under Keeper's verified provenance, to be recalled in later sessions as something
+    done. It is kept as what the assistant said, labelled unverified."""
     from runs.conversations.learning import episode_of
 
     run = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t", subject="cust-5").run

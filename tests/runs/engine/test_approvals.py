@@ -72,7 +72,7 @@ def test_an_approval_for_another_digest_is_never_used(run):
 
 
 def test_approving_an_approval_replaced_by_a_changed_request_says_it_was_replaced(run):
-    """It said "is expired" although its expiry was a day away (found from outside)."""
+    """Not "is expired" while its expiry is a day away."""
     first = _check(run, "sha256:a").approval
     _check(run, "sha256:b")
     with pytest.raises(ApprovalNotPending) as refused:
@@ -82,7 +82,7 @@ def test_approving_an_approval_replaced_by_a_changed_request_says_it_was_replace
 
 
 def test_a_cancelled_runs_pending_approval_is_closed_with_it(run):
-    """It stayed pending in the support inbox, its buttons answering 409 (found from outside)."""
+    """Not left pending in the support inbox, its buttons answering 409."""
     from runs.engine.runs import run_cancel
     from runs.engine.selectors.side_effects import approval_pending_list
 

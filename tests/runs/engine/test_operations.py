@@ -239,9 +239,9 @@ def test_an_operation_in_doubt_is_still_settled_after_its_subject_was_erased(ten
 
 @pytest.mark.parametrize("finish", ["cancel", "complete"])
 def test_an_operation_in_doubt_on_a_finished_run_is_in_the_inbox_and_is_settled_there(leased, tenant, finish):
-    """Found from outside: an operation left unknown on a run that was then cancelled (or completed by
-    an outside worker) was in no inbox and could not be reconciled (reconcile wanted a suspended run),
-    so the refund stayed in doubt for ever and its subject's erasure kept the key. It is listed, and
+    """An operation left unknown on a run then cancelled (or completed by an outside worker) must not
+    be out of every inbox and beyond reconciling (as if only a suspended run could be), or the refund
+    stays in doubt for ever and its subject's erasure keeps the key. It is listed, and
     reconciling records the outcome on the finished run, which stays finished and is not resumed."""
     from runs.engine.runs import run_cancel
     from runs.engine.selectors import operation_in_doubt_list

@@ -190,8 +190,8 @@ def _refund_waiting_at_refund(tenant, *, expires_in: timedelta):
 
 
 def test_an_approval_that_lapsed_during_a_wait_sends_the_refund_step_back_to_ask_again(tenant):
-    """Found from outside: the resume was refused (`approval_expired`) and only an engineer's rewind
-    moved the run. The refund step checks its approval again before it pays and goes back to
+    """Not a resume refused (`approval_expired`) that only an engineer's rewind can move on. The
+    refund step checks its approval again before it pays and goes back to
     `approve` itself, so verification lets it: a lapse of time is not a doubt."""
     run, approval = _refund_waiting_at_refund(tenant, expires_in=-timedelta(minutes=1))
     event = _resume(run)

@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 
 from retrieval.models import RetrievalSnapshot
-from retrieval.search import retrieval_search, snapshot_find
+from retrieval.search import retrieval_search
 from retrieval.services import document_delete, document_index, principal_set
+from retrieval.snapshots import snapshot_find
 from runs.authoring._definition import workflow
 from runs.engine.registry import Step, StepContext, Suspend, Workflow, registry
 from runs.engine.runs import run_resume, run_start

@@ -86,8 +86,8 @@ def test_a_refused_connection_is_retried_then_raised():
 
 
 def test_a_signal_is_retried_with_its_key_after_a_5xx(server):
-    """Found from outside: signal() gave up after one 503 (it went around the retrying path); its
-    idempotency key makes the repeat safe."""
+    """signal() takes the retrying path, not giving up after one 503; its idempotency key makes the
+    repeat safe."""
     client = KeeperClient(server, "kp_x", retries=2, backoff=0.01)
     _Scripted.seen, _Scripted.keys = [], []
     _Scripted.answers = [(503, {}), (201, {"seq": 4, "signal": "shipped"})]
@@ -113,8 +113,8 @@ def test_a_claim_told_to_come_back_later_waits_as_told_within_its_own_wait(serve
 
 
 def test_a_stopped_worker_does_not_sit_out_a_wait_keeper_asked_for(server):
-    """Found in last round's note: Worker.stop could not interrupt the Retry-After wait (up to 5 s);
-    the wait now ends when the worker's stop is set."""
+    """Worker.stop interrupts the Retry-After wait (up to 5 s): the wait ends when the worker's stop
+    is set."""
     from keeper_client import Worker
 
     _Scripted.answers = [(204, {}, {"Retry-After": "5"})] * 3
@@ -133,8 +133,8 @@ def test_a_stopped_worker_does_not_sit_out_a_wait_keeper_asked_for(server):
 
 
 def test_a_retry_waits_what_retry_after_asks_and_a_429_says_how_long(server):
-    """Found from outside: the retries took their own backoff whatever Keeper said, and a 429 gave the
-    worker no way to know how long to wait."""
+    """The retries wait as long as Keeper's Retry-After says, not their own backoff whatever it says,
+    and a 429 tells the worker how long to wait."""
     client = KeeperClient(server, "kp_x", retries=1, backoff=0.01, max_backoff=5)
     _Scripted.answers = [(503, {}, {"Retry-After": "1"}), (204, {})]
     started = time.monotonic()

@@ -1,6 +1,5 @@
 """The Python client registers a workflow's signals, sends one, and hands the next claim's signals to
-the worker (found from outside: the README documents signals for outside workers, and the client
-could neither register nor read them)."""
+the worker, as the documentation promises signals to outside workers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A tenant's input_schema is applied by Keeper's web threads: a pattern that backtracks without end
 or a reference the schema cannot follow is a 4xx with its reason, never a hung thread or a 500
-(found from outside: a killed gunicorn process, and 500s on every start)."""
+(else a killed gunicorn process, and 500s on every start)."""
 
 from __future__ import annotations
 
@@ -86,18 +86,18 @@ def test_every_jsonschema_module_that_searches_is_bounded():
             {"$defs": {"x": {"$ref": "#/$defs/y"}, "y": {"$ref": "#/$defs/x"}}, "$ref": "#/$defs/x"},
             "without end",
         ),
-        # A property named as a data keyword is a schema all the same (last round's note: registration
-        # skipped it, and the start met the remote reference)
+        # A property named as a data keyword is a schema all the same (else registration skips it, and
+        # the start meets the remote reference)
         ({"properties": {"enum": {"$ref": "http://example.com/schema"}}}, "only references within"),
         ({"properties": {"default": {"$ref": "#/nowhere"}}}, "not a schema it has"),
         ({"$defs": {"examples": {"$ref": "#/$defs/examples"}}, "$ref": "#/$defs/examples"}, "without end"),
-        # Found from outside (500s): a pointer into data, spelt plainly or percent-encoded, and an $id
+        # Each a 500 unchecked: a pointer into data, spelt plainly or percent-encoded, and an $id
         # inside the schema that moves where a reference resolves
         ({"$ref": "#/enum/0", "enum": [{"$ref": "http://example.com/x"}]}, "not a schema it has"),
         ({"$ref": "#/default", "default": {"$ref": "#/missing"}}, "not a schema it has"),
         ({"$ref": "#/%65num/0", "enum": [{"$ref": "http://example.com/x"}]}, "not a schema it has"),
         ({"allOf": [{"$id": "http://evil.example/b.json", "$ref": "#/x"}], "x": {}}, "$id"),
-        # Found from outside on the re-test: draft 4's "id" below the top, a pointer to a map of names,
+        # Draft 4's "id" below the top, a pointer to a map of names,
         # and loops of references that only an input holding the property would walk
         (
             {
@@ -284,8 +284,8 @@ def test_numbers_past_floats_and_data_that_looks_like_a_reference_are_not_500s(a
 
 
 def test_the_same_schema_registered_again_is_the_same_definition_whatever_its_numbers(api):
-    """Found from outside: 1e308 comes back from jsonb as 1 and 308 zeros, so the same definition sent
-    again was a 409; numbers now compare by value, and the first answer is what was stored."""
+    """1e308 comes back from jsonb as 1 and 308 zeros: numbers compare by value, so the same definition
+    sent again is not a 409, and the first answer is what was stored."""
     schema = {"properties": {"n": {"maximum": 1e308, "minimum": 1e20, "multipleOf": 0.1, "default": True}}}
     first, again = _register(api, "ot.numbers", schema), _register(api, "ot.numbers", schema)
     assert (first.status_code, again.status_code) == (201, 200), again.content

@@ -212,8 +212,8 @@ def test_a_commit_sent_again_after_a_lost_answer_gets_the_same_answer_and_writes
 
 
 def test_out_of_range_numbers_in_a_commit_are_refused_and_change_nothing(api, workflow, tenant):
-    """Found from outside: an expected_revision past a bigint was a 500 from the database, and a
-    spent wall time of 1e308 s was taken and made the run's engineer page a 500 for good."""
+    """An expected_revision past a bigint would be a 500 from the database, and a spent wall time of
+    1e308 s, taken, would make the run's engineer page a 500 for good."""
     run_id, body = _first_commit(api)
     for bad in (
         {"expected_revision": 2**63},
@@ -284,8 +284,8 @@ def test_bad_tokens_stale_revisions_and_unprepared_operations_change_nothing(
     assert stale.status_code == 409 and stale.json()["error"]["code"] == "stale_revision"
     assert stale.json()["error"]["details"]["current_revision"] == 1
     fake = {k: v for k, v in commit.items() if k != "next_step"}
-    # Found from outside: a worker could write most of Keeper's own reasons (a reconciliation with no
-    # operation in doubt, a spent budget) and wait for an approval it never asked for.
+    # A worker cannot write Keeper's own reasons (a reconciliation with no operation in doubt, a spent
+    # budget) nor wait for an approval it never asked for.
     for reason, code in [
         ("subject_erased", "reserved_reason"),
         ("reconciliation_required", "nothing_in_doubt"),
@@ -518,8 +518,8 @@ def test_a_claim_names_the_operations_in_doubt_a_released_run_left_behind(api, w
 
 
 def test_a_worker_cannot_end_a_run_while_one_of_its_operations_is_in_doubt(api, workflow, tenant):
-    """Found from outside: a worker completed a run whose refund was started and never reported; the
-    operation stayed in doubt on a finished run for ever. Complete and fail are refused (nothing
+    """A worker must not complete a run whose refund was started and never reported, leaving the
+    operation in doubt on a finished run for ever. Complete and fail are refused (nothing
     written) until each outcome is reported; then the run completes."""
     run_id = _start(api)
     c = _claim(api).json()
@@ -580,8 +580,8 @@ def test_the_redispatch_sweep_leaves_external_runs_to_outside_workers(api, workf
 def test_new_runs_start_on_the_newest_external_version_by_pep_440_not_the_last_registered(
     api, workflow, tenant
 ):
-    """Found from outside: the last registered version was taken as the newest, so registering "1.5"
-    after "2" moved new runs back to 1.5 (the README says PEP 440 order, as for workflows in code)."""
+    """The newest is by PEP 440 order, as for workflows in code (and as documented), not the last
+    registered: registering "1.5" after "2" does not move new runs back to 1.5."""
     for version in ("2", "1.5", "not-a-version"):
         registered = api.post("/api/v1/workflows/external/", {**REFUND, "version": version}, format="json")
         assert registered.status_code == 201, registered.content
@@ -593,8 +593,8 @@ def test_new_runs_start_on_the_newest_external_version_by_pep_440_not_the_last_r
 
 
 def test_a_version_spelt_otherwise_is_the_same_version(api, workflow, tenant):
-    """Found from outside: "1.0", "01", "v1" and "1.00" (the same version in PEP 440) registered as
-    new versions, one with other steps, and new runs went to whichever came last. The same definition
+    """Spellings of one PEP 440 version ("1.0", "01", "v1", "1.00") are not new versions, one with
+    other steps, for new runs to go to whichever came last. The same definition
     under another spelling is the registered version (200); another definition is a 409."""
     version = REFUND["version"]
     for spelt in (f"{version}.0", f"0{version}", f"v{version}"):
@@ -625,8 +625,8 @@ def test_a_version_spelt_otherwise_is_the_same_version(api, workflow, tenant):
 
 
 def test_after_its_subject_is_erased_a_worker_cannot_report_an_outcome_into_the_run(api, workflow, tenant):
-    """Found from outside: with its old lease token a worker reported a succeeded outcome carrying the
-    subject's address after a clean receipt. It is refused (409 subject_erased, nothing written), and
+    """With its old lease token a worker cannot report a succeeded outcome carrying the subject's
+    address after a clean receipt. It is refused (409 subject_erased, nothing written), and
     the operation waits for a person in the support inbox."""
     from erasure.services import erasure_execute, erasure_request_create
     from runs.engine.selectors import operation_in_doubt_list

@@ -20,7 +20,7 @@ import pytest
 from core.api_auth import api_key_create
 from core.processes import stop_groups
 from core.tenancy import tenant_ensure
-from runs.api_workers import MAX_REGISTRATION_BYTES
+from runs.api_external_workflows import MAX_REGISTRATION_BYTES
 from runs.external.schema_index import (
     MAX_SCHEMA_BYTES,
     MAX_SCHEMA_DEPTH,

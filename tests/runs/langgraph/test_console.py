@@ -99,11 +99,11 @@ def test_support_answers_once_and_the_answer_is_audited(as_role, tenant) -> None
         ({"kind": "json", "answer": "{not json"}, 422, "this is not JSON"),
         ({"interrupt_id": "someone-elses"}, 422, "another id"),
         ({"answer": ""}, 422, "This field is required"),
-        # Found from outside: a JSON null was recorded (the API refused it) and resumed the graph with
-        # None; a whole number past 64 bits was recorded and then crashed the graph's resume.
+        # Refused as the API refuses them: recorded, a JSON null would resume the graph with None, and
+        # a whole number past 64 bits would crash the graph's resume.
         ({"kind": "json", "answer": "null"}, 422, "cannot be null"),
         ({"kind": "json", "answer": '{"ticket": 1e20}'}, 422, "below 2**63"),
-        # A field the page does not show as an input still says what was wrong (found from outside).
+        # A field the page does not show as an input still says what was wrong.
         ({"kind": "yaml"}, 422, "kind: Select a valid choice"),
         ({"kind": "json", "answer": "[" * 100 + "]" * 100}, 422, "at most 64 levels"),  # was recorded
         ({"kind": "json", "answer": "[" * 5000 + "]" * 5000}, 422, "nests too deep"),
@@ -243,7 +243,7 @@ def test_resume_fork_and_rewind_of_a_thread_are_refused_and_it_keeps_working(as_
         engineer = as_role("engineer")
         page = engineer.get(f"/runs/{run.run_id}/").content.decode()
         assert 'id="driven-outside"' in page and 'id="fork-form"' not in page and ">Resume<" not in page
-        assert "?fork_seq=" not in page  # no event offers a fork either (found from outside: dead ends)
+        assert "?fork_seq=" not in page  # no event offers a fork either (a dead end)
         refused = engineer.post(f"/runs/{run.run_id}/resume/", {"note": "x"})
         assert refused.status_code == 409 and "its own process drives its steps" in refused.content.decode()
         run.refresh_from_db()
@@ -281,8 +281,8 @@ def test_a_thread_whose_subject_was_erased_stays_out_of_the_support_inbox(as_rol
 
 
 def test_an_erased_thread_whose_id_named_the_subject_links_to_no_checkpoints_page(as_role, tenant) -> None:  # noqa: F811
-    """Found from outside: its run page linked to a checkpoints page that answered 404 (the run's key,
-    which holds the thread id, was erased)."""
+    """Its run page links to no checkpoints page, which would answer 404 (the run's key, which holds
+    the thread id, was erased)."""
     run = _erased_thread(tenant, "support-cust-gone-2", "cust-gone-2")
     page = as_role("engineer").get(f"/runs/{run.run_id}/").content.decode()
     assert 'id="langgraph-checkpoints"' not in page and 'id="langgraph-checkpoints-erased"' in page

@@ -133,8 +133,8 @@ def test_both_questions_show_and_the_graph_resumes_once_both_are_answered(as_rol
 
 
 def test_two_tasks_interrupting_at_once_never_deadlock(tenant) -> None:
-    """Found under load: both tasks' writes held the run's row FOR SHARE and then waited for each
-    other to update it (PostgreSQL broke the deadlock by failing one). Many threads, each a race."""
+    """Both tasks' writes must not hold the run's row FOR SHARE and then wait for each other to update
+    it (a deadlock PostgreSQL breaks by failing one). Many threads, each a race."""
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     graph = two_questions_graph(saver)
     try:

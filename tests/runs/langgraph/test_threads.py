@@ -175,11 +175,11 @@ def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant, tmp_path, mon
         assert [r[0] for r in cursor.fetchall()] == ["bystander"]
     assert _bytes_left(tenant, "17 Quince Lane") == bystanders
     # An erased thread takes no more checkpoints (its run is suspended subject_erased), and no more
-    # writes: found from outside, a graph still running when its subject was erased stored its
-    # superstep's writes (the person's words among them) after the receipt said clean.
-    # Invoked again, the erased thread runs none of its nodes: found from outside, LangGraph found no
-    # checkpoint, started the thread afresh and ran its nodes (a tool call among them) before the
-    # first put was refused.
+    # writes: a graph still running when its subject is erased must not store its superstep's writes
+    # (the person's words among them) after the receipt said clean.
+    # Invoked again, the erased thread runs none of its nodes: finding no checkpoint, LangGraph would
+    # start the thread afresh and run its nodes (a tool call among them) before the first put was
+    # refused.
     calls = tmp_path / "calls"
     monkeypatch.setenv("KEEPER_LG_CALLS", str(calls))
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
@@ -203,9 +203,9 @@ def test_erasing_the_subject_leaves_no_trace_of_the_thread(tenant, tmp_path, mon
 
 
 def test_an_erased_thread_whose_id_held_the_subject_stays_closed(tenant, tmp_path, monkeypatch) -> None:
-    """Erasure redacts a thread id built from the subject's id in its run's key. Found from outside:
-    the saver then found no run for the thread, so a graph still running during the erasure started
-    a new run of the subject and wrote their data there, and a graph invoked again ran afresh."""
+    """Erasure redacts a thread id built from the subject's id in its run's key; the saver still finds
+    the thread's run, or a graph still running during the erasure would start a new run of the
+    subject and write their data there, and a graph invoked again would run afresh."""
     thread = f"support-{SUBJECT}"
     saver = KeeperSaver(tenant_id=tenant.tenant_id)
     config: RunnableConfig = {"configurable": {"thread_id": thread, "subject_id": SUBJECT}}
@@ -322,9 +322,9 @@ def test_a_saver_that_knew_a_deleted_thread_writes_to_the_thread_started_again(t
 
 
 def test_a_subject_whose_id_is_inside_another_subjects_id_or_text_can_be_erased(tenant) -> None:
-    """Found from outside: the blobs were matched as a byte substring, so cust-10 was "found" in
-    cust-1001's thread, and 42 in "42.00 EUR": those erasures failed every time and kept the
-    subject's memory forever."""
+    """Blobs are not matched as a byte substring: cust-10 would be "found" in cust-1001's thread, and
+    42 in "42.00 EUR", and those erasures would fail every time, keeping the subject's memory
+    forever."""
     import ormsgpack
 
     from erasure.erasers.langgraph import holds_id
@@ -355,8 +355,8 @@ def test_a_subject_whose_id_is_inside_another_subjects_id_or_text_can_be_erased(
 
 
 def test_a_thread_id_keeper_cannot_store_or_an_unknown_tenant_is_a_clear_error(tenant) -> None:
-    """Found from outside: a NUL in a thread id raised psycopg's DataError, and a tenant id that names
-    no tenant the foreign key's IntegrityError, from deep inside the first invoke."""
+    """Not psycopg's DataError for a NUL in a thread id, nor the foreign key's IntegrityError for a
+    tenant id that names no tenant, from deep inside the first invoke."""
     import uuid
 
     from core.errors import InvalidInput, NotFound
@@ -426,7 +426,7 @@ def test_a_cancelled_thread_stops_its_graph_at_the_next_step_when_checkpoints_ar
 
 
 def test_an_async_graph_closes_its_saver_with_aclose(tenant) -> None:
-    """Found from outside: close() inside asyncio.run raised SynchronousOnlyOperation after ainvoke."""
+    """close() inside asyncio.run raises SynchronousOnlyOperation after ainvoke: aclose() does not."""
 
     async def graph() -> dict:
         saver = KeeperSaver(tenant_id=tenant.tenant_id)

@@ -580,7 +580,7 @@ def test_purge_refuses_bad_arguments(tenant, args):
 
 @pytest.mark.parametrize("number", ["1e20", "1e400", "inf", "nan", "ten"])
 def test_out_of_range_numbers_are_an_error_not_a_traceback(tenant, number):
-    """Found from outside: OverflowError and ValueError tracebacks from deep inside the commands."""
+    """Not OverflowError and ValueError tracebacks from deep inside the commands."""
     for command, option in (
         ("stuck_runs", "--older-than"),
         ("purge", "--older-than"),
@@ -632,8 +632,8 @@ def test_stuck_runs_names_a_wake_up_time_long_past(tenant):
 
 
 def test_purge_deletes_the_runs_redis_windows_too(tenant):
-    """Found from outside: a purged conversation's window (its last messages, a customer's email
-    among them) stayed in Redis for 7 days, where no erasure looks once the run is gone."""
+    """A purged conversation's window (its last messages, a customer's email among them) must not stay
+    in Redis for 7 days, where no erasure looks once the run is gone."""
     from runs.conversations.messages import conversation_append
     from runs.conversations.sessions import redis_client, session_key
 

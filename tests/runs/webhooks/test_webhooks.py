@@ -344,8 +344,8 @@ def test_a_failed_run_is_announced_with_its_failure_code_as_the_reason(tenant, a
 
 
 def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasure(tenant, allow_http):
-    """Found from outside: a worker's failure code unreachable_cust6662 stayed in a pending delivery
-    after a receipt that said clean (data is declared free: the scan now searches it for the id)."""
+    """A worker's failure code unreachable_cust6662 must not stay in a pending delivery after a
+    receipt that says clean (data is declared free: the scan searches it for the id)."""
     from erasure.services import erasure_execute, erasure_request_create
 
     _subscribe(tenant, "https://acme.example/h")
@@ -375,12 +375,12 @@ def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasu
         "https://10.0.0.7/h",
         "https://localhost/h",
         "https://[::1]/h",
-        "https://[::127.0.0.1]/h",  # IPv4 inside IPv6: compatible, NAT64, 6to4 (found from outside)
+        "https://[::127.0.0.1]/h",  # IPv4 inside IPv6: compatible, NAT64, 6to4
         "https://[64:ff9b::a9fe:a9fe]/h",
         "https://[2002:7f00:1::]/h",
         "https://[fe80::1%25lo]/h",  # link-local with a zone: no address to resolve, refused as written
         "https://[fe80::1%25eth9]/h",
-        # Other spellings of loopback, checked as they are sent (found from outside).
+        # Other spellings of loopback, checked as they are sent.
         "https://localhost./h",
         "https://127.1/h",
         "https://2130706433/h",
@@ -389,7 +389,7 @@ def test_a_reason_code_that_carries_the_subject_leaves_the_outbox_with_the_erasu
     ],
 )
 def test_an_endpoint_on_the_deployments_own_network_is_refused(tenant, settings, url):
-    """Found from outside: a tenant's key could make Keeper POST to its own network."""
+    """A tenant's key cannot make Keeper POST to its own network."""
     from core.errors import InvalidInput
 
     settings.DEBUG, settings.KEEPER_WEBHOOKS_ALLOW_PRIVATE = False, False
@@ -433,8 +433,8 @@ def test_a_redirect_is_not_followed(tenant, allow_http):
 def test_a_name_that_resolves_inward_on_a_second_lookup_is_not_posted_to(
     tenant, receiver, settings, monkeypatch
 ):
-    """Found from outside: the check looked the name up, then urllib looked it up again to connect, so
-    a DNS answer that changes (TTL 0) reached the loopback. The POST goes to the address checked."""
+    """The POST goes to the address checked: were the name looked up again to connect (urllib's own
+    lookup), a DNS answer that changes (TTL 0) would reach the loopback."""
     import socket
 
     from runs.webhooks import services
@@ -460,8 +460,8 @@ def test_a_name_that_resolves_inward_on_a_second_lookup_is_not_posted_to(
 
 
 def test_labels_and_deleted_endpoints_that_name_the_subject_no_longer_block_their_erasure(tenant, allow_http):
-    """Found from outside: a revoked API key called key-for-cust-7781 and a deleted subscription to
-    .../hook/cust-7781 kept every erasure of cust-7781 from completing (nothing could rewrite them)."""
+    """A revoked API key called key-for-cust-7781 and a deleted subscription to .../hook/cust-7781 do
+    not keep every erasure of cust-7781 from completing (as they would if nothing could rewrite them)."""
     from core.api_auth import api_key_create, api_key_revoke
     from erasure.services import erasure_execute, erasure_request_create
     from runs.webhooks.services import webhook_subscription_delete
@@ -494,7 +494,7 @@ def test_labels_and_deleted_endpoints_that_name_the_subject_no_longer_block_thei
     ],
 )
 def test_a_url_with_a_control_character_or_no_host_name_is_refused(tenant, url):
-    """Found from outside: accepted, it then raised on every delivery sweep."""
+    """Accepted, it would raise on every delivery sweep."""
     from core.errors import InvalidInput
 
     with pytest.raises(InvalidInput) as refused:
@@ -549,8 +549,8 @@ def test_spellings_of_one_endpoint_are_one_subscription(tenant):
     with pytest.raises(Exception) as refused:
         _subscribe(tenant, "https://xn--hks-sna.example.com/k")
     assert getattr(refused.value, "code", "") == "webhook_url_subscribed"
-    # An IP address in its one spelling: these are all 8.8.8.8 (found from outside: each was a
-    # subscription of its own, and every event came once per spelling).
+    # An IP address in its one spelling: these are all 8.8.8.8 (not a subscription each, every event
+    # coming once per spelling).
     assert _subscribe(tenant, "https://8.8.8.8/k").subscription.url == "https://8.8.8.8/k"
     for spelling in (
         "https://8.8.2056/k",
@@ -562,7 +562,7 @@ def test_spellings_of_one_endpoint_are_one_subscription(tenant):
             _subscribe(tenant, spelling)
         assert getattr(refused.value, "code", "") == "webhook_url_subscribed", spelling
     # A path outside ASCII is sent as UTF-8 percent-encoded: stored so (it could not be delivered),
-    # and that spelling is the same endpoint (found from outside).
+    # and that spelling is the same endpoint.
     assert _subscribe(tenant, "https://hooks.example.com/é?q=ü").subscription.url == (
         "https://hooks.example.com/%C3%A9?q=%C3%BC"
     )

@@ -101,10 +101,10 @@ def test_refund_waits_for_approval_then_refunds_once_and_verifies(tenant, sandbo
 
 @pytest.mark.parametrize(("first", "second"), [({}, {}), ({"amount_minor": 1000}, {"amount_minor": 1500})])
 def test_a_second_run_for_a_refunded_order_fails_before_anyone_approves_it(tenant, sandbox, first, second):
-    """Found from outside: a second run for an order refunded by another run took that run's refund
-    for its own (the operation id is the order's) and, approved, reported "refunded" with the first
-    run's refund id; a second partial refund sat suspended for good. The second run now fails at
-    decide, naming the run, before a person is asked."""
+    """A second run for an order refunded by another run must not take that run's refund for its own
+    (the operation id is the order's) and, approved, report "refunded" with the first run's refund
+    id; nor a second partial refund sit suspended for good. The second run fails at decide, naming
+    the run, before a person is asked."""
     sandbox.order("o-110")
     a = _drive(_start(tenant, "o-110", **first))
     approval_approve(approval_id=Approval.objects.get(run=a).approval_id, actor="user:sam")
@@ -235,8 +235,8 @@ def test_a_non_authoritative_lookup_suspends_and_never_retries_then_a_person_rec
 
 
 def test_a_reconciliation_that_names_the_wrong_refund_is_caught_and_said_as_such(tenant, sandbox, settings):
-    """Found from outside: reconciling as applied with a made-up reference suspended the run saying
-    the ledger showed 1 refund, "expected exactly one"; it now names the two ids that differ."""
+    """Reconciling as applied with a made-up reference suspends the run naming the two ids that
+    differ, not saying the ledger shows 1 refund, "expected exactly one"."""
     settings.KEEPER_REFUND_AUTO_APPROVE_MINOR = 10**9
     sandbox.order("o-107")
     sandbox.fault("drop_after_apply", order_id="o-107", remaining=1)
