@@ -226,6 +226,7 @@ def _run_scenario(
     next_kill = (
         time.monotonic() + rng.expovariate(1 / scenario.kill_interval) if scenario.kill_interval else None
     )
+    moved_at_kill = -1
     try:
         while time.monotonic() - started_at < timeout:
             for i, proc in enumerate(pool):
@@ -236,7 +237,11 @@ def _run_scenario(
             # keep every run from moving until the scenario times out: the victim is one that has
             # been up for KILL_MIN_AGE, at a random moment of its work.
             grown = [i for i, at in enumerate(born) if time.monotonic() - at >= KILL_MIN_AGE]
-            if next_kill is not None and time.monotonic() >= next_kill and grown:
+            # Nor does one that lands before the runs moved since the last: a loaded machine whose
+            # workers boot slower than the kills come would only ever kill workers at their first
+            # claim. Between two kills the runs take at least one step, each kill at a random moment.
+            moved = sum(AgentRun.objects.filter(run_id__in=run_ids).values_list("state_revision", flat=True))
+            if next_kill is not None and time.monotonic() >= next_kill and grown and moved > moved_at_kill:
                 victim = rng.choice(grown)
                 held = AgentRun.objects.filter(lease_owner__endswith=f":{pool[victim].pid}").values_list(
                     "run_id", flat=True
@@ -247,6 +252,7 @@ def _run_scenario(
                 kills.hit.extend((run_id, kills.at[-1]) for run_id in held_ids)
                 pool[victim], born[victim] = start_worker(victim), time.monotonic()
                 next_kill = time.monotonic() + rng.expovariate(1 / scenario.kill_interval)
+                moved_at_kill = moved
             settled = AgentRun.objects.filter(run_id__in=run_ids).exclude(status="running").count()
             progress(scenario.name, settled, runs, worker_exits + len(kills.at))
             if settled == runs:

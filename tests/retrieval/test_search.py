@@ -446,8 +446,8 @@ def test_both_arms_in_one_round_trip_rank_as_each_arm_alone(tenant):
     """retrieval_search sends both arms in one statement; its candidates are exactly the vector arm's
     and the text arm's as each ranks alone (fused by reciprocal rank), and the principal's keys come
     with its groups."""
-    from retrieval.readable import principal_readable
-    from retrieval.search import both_arms, fused, principal_set_of, readable_acl_keys
+    from retrieval.readable import principal_readable, readable_acl_keys
+    from retrieval.search import both_arms, fused, principal_set_of
     from retrieval.services import ttl_cutoff
 
     _six_documents_ann_reads_three(tenant)
