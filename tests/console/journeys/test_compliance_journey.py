@@ -109,9 +109,6 @@ def test_compliance_finds_and_erases_every_demo_subject(person, demo):
     expect(who.page.locator("main")).not_to_contain_text("failed")
 
 
-@pytest.mark.xfail(
-    strict=False, reason="the chat customer's own messages keep their actor (erasure of actors)"
-)
 def test_compliance_erases_the_chat_customer(person, demo):
     who = person(COMPLIANCE)
     _erase(who, "cust-1003")
