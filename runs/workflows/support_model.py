@@ -106,9 +106,15 @@ _CHANNELS = ("email", "phone", "sms", "chat")
 
 class RuleSupportAgent:
     """No model: finds an order id, a refund request or "remember ..." in the customer's message with
-    rules, looks the order up before proposing a refund, and says in every reply that it is rules."""
+    rules, looks the order up before proposing a refund, and says in every reply that it is rules.
 
-    name = "rules-v1"
+    `propose_refunds=False` is a second configuration of the same rules (named rules-v1-no-refunds):
+    it looks orders up but leaves refunds to a person, which an evaluation can compare with the first.
+    """
+
+    def __init__(self, propose_refunds: bool = True):
+        self.propose_refunds = propose_refunds
+        self.name = "rules-v1" if propose_refunds else "rules-v1-no-refunds"
 
     def act(self, *, messages: list[dict[str, str]], tools: list[dict[str, Any]]) -> Action:
         turn = _this_turn(messages)
@@ -130,6 +136,8 @@ class RuleSupportAgent:
         looked = next((d for d in done if d.get("tool") == "lookup_order"), None)
         found = (looked or {}).get("result") or {}
         if order and _REFUND.search(text) and "propose_refund" not in called and found.get("order_id"):
+            if not self.propose_refunds:
+                return Action(reply=_reply(done, text) + " A person will look at the refund.")
             return Action(
                 tool="propose_refund", arguments={"order_id": found["order_id"], "reason": text[:200]}
             )
