@@ -84,7 +84,7 @@ class RunReplayApi(APIView):
             min_value=1, required=False, help_text="where the replay forks (default 1)"
         )
         overrides = OverridesField(required=False, default=dict, help_text=OVERRIDES_HELP)
-        label = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+        label = StrictCharField(max_length=200, required=False, allow_blank=True, default="")  # type: ignore[assignment]
 
     @extend_schema(
         summary="Replay a run with overrides (a round of one replay); side effects answered from the record",
@@ -206,6 +206,13 @@ class EvalSetRunApi(APIView):
     @extend_schema(
         summary="Keep a run in an evaluation set (where its replays fork: at_seq, default 1)",
         request=InputSerializer,
+        examples=[
+            OpenApiExample(
+                "after the lookup",
+                value={"run_id": "7d0f5e0c-2f7e-4f7e-9a51-0a3a4c1f2b6d", "at_seq": 2},
+                request_only=True,
+            )
+        ],
         responses={
             201: inline_serializer(
                 "EvaluationSetRun", {"run_id": serializers.UUIDField(), "at_seq": serializers.IntegerField()}
@@ -232,11 +239,21 @@ class EvalSetRoundApi(APIView):
 
     class InputSerializer(ClosedSerializer):
         overrides = OverridesField(required=False, default=dict, help_text=OVERRIDES_HELP)
-        label = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+        label = StrictCharField(max_length=200, required=False, allow_blank=True, default="")  # type: ignore[assignment]
 
     @extend_schema(
         summary="Run an evaluation set again with overrides: a replay of each of its runs",
         request=InputSerializer,
+        examples=[
+            OpenApiExample(
+                "the second configuration",
+                value={
+                    "overrides": {"backends": {"support_model": "rules-no-refunds"}},
+                    "label": "no refunds",
+                },
+                request_only=True,
+            )
+        ],
         responses={201: ROUND, **error_responses(422)},
     )
     def post(self, request: Request, set_id: UUID) -> Response:

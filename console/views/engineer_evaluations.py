@@ -160,7 +160,9 @@ def evaluation_set_run(request: HttpRequest, set_id: UUID) -> HttpResponse:
     form = RoundForm(request.POST)
     if not form.is_valid():
         return _page(
-            request, status=422, error="; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())
+            request,
+            status=422,
+            error="; ".join(f"{k}: {' '.join(str(e) for e in v)}" for k, v in form.errors.items()),
         )
     try:
         with tenant_bind(eval_set.tenant_id):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 from uuid import UUID
 
 from django.utils import timezone
@@ -328,12 +328,15 @@ class Context:
         replay = replay_current()
         if replay is not None:  # answered from the original's record, never sent
             try:
-                op = replay_operation_answer(
+                recorded = replay_operation_answer(
                     replay, operation_id=operation_id, request_digest=json_digest(body)
                 )
             except ReplayRefused as exc:
                 raise _Suspension(exc.code, exc.message, {"operation_id": operation_id}) from None
-            return OperationOutcome(operation_id, op.status, op.result or {}, op.external_ref)
+            settled: Literal["succeeded", "failed"] = (
+                "succeeded" if recorded.status == "succeeded" else "failed"
+            )
+            return OperationOutcome(operation_id, settled, recorded.result or {}, recorded.external_ref)
         ids: dict[str, Any] = {"tenant_id": self.tenant_id, "operation_id": operation_id, "actor": self.actor}
         try:
             op = operation_prepare_once(

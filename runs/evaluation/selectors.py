@@ -37,7 +37,7 @@ class Move:
 
     def label(self) -> str:
         if self.event_type == "assistant_message":
-            return f"reply: {self.text[:120]}"
+            return f"reply: {self.text[:300]}"
         if self.event_type == "step_completed":
             return str(self.step_id)
         return self.event_type
@@ -148,7 +148,8 @@ def _side(run: AgentRun, events: list[AgentEvent]) -> Side:
     tokens, cost, context = 0, 0.0, 0
     for e in events:
         payload = e.payload or {}
-        spent = payload.get("spent") if isinstance(payload.get("spent"), dict) else {}
+        raw = payload.get("spent")
+        spent: dict[str, Any] = raw if isinstance(raw, dict) else {}
         tokens += int(spent.get("tokens") or 0)
         cost += float(spent.get("cost_usd") or 0.0)
         parts = payload.get("context_tokens")

@@ -13,7 +13,7 @@ def _cell(text: object, width: int) -> str:
 def round_table_text(table: RoundTable) -> str:
     header = ("original", "replay", "at", "original outcome", "replay outcome", "moves", "diverged at",
               "state diffs", "tokens o/r", "context tokens o/r")  # fmt: skip
-    widths = (8, 8, 3, 26, 26, 9, 12, 11, 10, 18)
+    widths = (8, 8, 3, 36, 36, 9, 12, 11, 10, 18)
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))]
     for c in table.rows:
         seqs = c.diverged_seq

@@ -137,11 +137,11 @@ class RuleSupportAgent:
         found = (looked or {}).get("result") or {}
         if order and _REFUND.search(text) and "propose_refund" not in called and found.get("order_id"):
             if not self.propose_refunds:
-                return Action(reply=_reply(done, text) + " A person will look at the refund.")
+                return Action(reply=_reply(done, text, self.name, "A person will look at the refund."))
             return Action(
                 tool="propose_refund", arguments={"order_id": found["order_id"], "reason": text[:200]}
             )
-        return Action(reply=_reply(done, text))
+        return Action(reply=_reply(done, text, self.name))
 
 
 def _this_turn(messages: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -152,7 +152,7 @@ def _this_turn(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     return []
 
 
-def _reply(done: list[dict[str, Any]], text: str) -> str:
+def _reply(done: list[dict[str, Any]], text: str, name: str, *more: str) -> str:
     lines = []
     for d in done:
         result = d.get("result") or {}
@@ -177,7 +177,8 @@ def _reply(done: list[dict[str, Any]], text: str) -> str:
             lines.append(f"I will remember: {result.get('value', '')}.")
     if not lines:
         lines.append(f"Noted: {text[:200]}")
-    lines.append("(rule-based stand-in rules-v1, no model)")
+    lines.extend(more)
+    lines.append(f"(rule-based stand-in {name}, no model)")
     return " ".join(lines)
 
 

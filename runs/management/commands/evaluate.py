@@ -76,14 +76,17 @@ class Command(BaseCommand):
             else:
                 eval_set = eval_set_get(tenant=tenant, name=o["set"])
             for added in o["add"]:
-                run_id, seq = _run_at(added)
-                eval_set_run_add(eval_set=eval_set, run_id=run_id, at_seq=seq, actor="cli")
-                self.stderr.write(f"kept run {run_id} in {eval_set.name}")
+                kept, at = _run_at(added)
+                eval_set_run_add(eval_set=eval_set, run_id=kept, at_seq=at, actor="cli")
+                self.stderr.write(f"kept run {kept} in {eval_set.name}")
             if o["create"] and not o["override"] and o["prompt"] is None and o["canned"] is None:
                 return  # creating and filling a set runs nothing
         elif not o["run"]:
             raise CommandError("name an evaluation set, or --run RUN_ID")
-        run_id, seq = _run_at(o["run"]) if o["run"] else (None, None)
+        run_id: UUID | None = None
+        seq: int | None = None
+        if o["run"]:
+            run_id, seq = _run_at(o["run"])
         eval_round = eval_round_start(
             actor="cli", overrides=overrides, eval_set=eval_set, run_id=run_id, at_seq=seq, label=o["label"]
         )
