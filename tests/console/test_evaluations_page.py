@@ -48,6 +48,8 @@ def test_an_engineer_keeps_a_run_runs_the_set_again_and_reads_the_table(as_role,
     table = engineer.get(started["Location"]).content.decode()
     assert "suspended: approval_required" in table and "suspended: awaiting_input" in table
     assert "different" in table and "A person will look at the refund" in table
+    assert 'id="replay-mark"' in engineer.get(f"/runs/{replay.run_id}/").content.decode()
+    assert 'id="replay-mark"' not in engineer.get(f"/runs/{original.run_id}/").content.decode()
     actions = set(AuditEntry.objects.filter(actor="user:engineer").values_list("action", flat=True))
     assert {"eval_set_create", "eval_set_add_run", "eval_round_start"} <= actions
 
