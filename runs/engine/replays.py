@@ -10,6 +10,7 @@ or refused. A replay never sends anything, never waits for a person, never write
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -24,6 +25,8 @@ from core.errors import ApplicationError
 from runs.engine.operations import run_lineage
 from runs.engine.replay_models import RunReplay
 from runs.kernel.models import Approval, ApprovalStatus, OperationStatus, ToolOperation
+
+logger = logging.getLogger(__name__)
 
 # The suspend reason of a replay that reached what it may not do: a side effect the original never
 # made (or made for another request), an approval nobody decided in the original.
@@ -158,5 +161,10 @@ def replay_after_suspend_register(hook: Callable[[UUID], None]) -> None:
 
 
 def replay_suspended(run_id: UUID) -> None:
+    """A replay's slice ended suspended. A hook that cannot act (the run was cancelled or erased
+    meanwhile) leaves the replay as it is: it is settled, and its comparison says where it stopped."""
     for hook in _after_suspend:
-        hook(run_id)
+        try:
+            hook(run_id)
+        except ApplicationError as exc:
+            logger.info("replay %s not fed: %s", run_id, exc.code)
