@@ -152,10 +152,10 @@ def replay_canned(scope: ReplayScope, *, tool: str, arguments: Mapping[str, Any]
 
 # What happens after a replay's slice ends suspended (the evaluation feeds it the original's next
 # message); registered by runs' AppConfig.ready, as fork copiers are.
-_after_suspend: list[Callable[[UUID], None]] = []
+_after_suspend: list[Callable[[UUID], object]] = []
 
 
-def replay_after_suspend_register(hook: Callable[[UUID], None]) -> None:
+def replay_after_suspend_register(hook: Callable[[UUID], object]) -> None:
     if hook not in _after_suspend:
         _after_suspend.append(hook)
 

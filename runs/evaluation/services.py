@@ -21,6 +21,7 @@ from runs.engine.forks import run_fork_once
 from runs.engine.replay_models import EvalRound, EvalSet, EvalSetRun, RunReplay
 from runs.engine.selectors import run_get
 from runs.evaluation.overrides import overrides_parse
+from runs.kernel.errors import RunNotFound
 from runs.kernel.models import AgentEvent, AgentRun, RunStatus
 
 AWAITING_INPUT = "awaiting_input"
@@ -153,31 +154,24 @@ def eval_set_get(*, tenant: Tenant, set_id: UUID | None = None, name: str | None
     return eval_set
 
 
-@tenant_of_call
 def eval_set_run_add(*, eval_set: EvalSet, run_id: UUID, actor: str, at_seq: int | None = None) -> EvalSetRun:
-    """Keep a run in the set (again: its fork point changes). Replays are not kept: they are results."""
-    run = run_get(run_id=run_id)
-    if run.tenant_id != eval_set.tenant_id:
-        raise InvalidInput("the run and the set belong to different tenants", code="invalid_run")
-    if run.replay:
-        raise ReplayOfReplay(f"run {run_id} is a replay; keep its original run in the set")
-    seq = _at_seq(run, at_seq)
-    if EvalSetRun.objects.filter(eval_set=eval_set, tenant_id=eval_set.tenant_id).count() >= MAX_SET_RUNS:
-        raise InvalidInput(f"an evaluation set holds at most {MAX_SET_RUNS} runs", code="eval_set_full")
-    member, _ = EvalSetRun.objects.update_or_create(
-        eval_set=eval_set,
-        run_id=run.run_id,
-        defaults={"tenant_id": eval_set.tenant_id, "at_seq": seq, "added_by": actor},
-    )
+    """Keep a run of the set's tenant in the set (again: its fork point changes). Replays are not
+    kept: they are results. A run of another tenant does not exist here."""
+    with tenant_bind(eval_set.tenant_id):
+        run = AgentRun.objects.filter(run_id=run_id, tenant_id=eval_set.tenant_id).first()
+        if run is None:
+            raise RunNotFound(f"no run {run_id}")
+        if run.replay:
+            raise ReplayOfReplay(f"run {run_id} is a replay; keep its original run in the set")
+        seq = _at_seq(run, at_seq)
+        if EvalSetRun.objects.filter(eval_set=eval_set, tenant_id=eval_set.tenant_id).count() >= MAX_SET_RUNS:
+            raise InvalidInput(f"an evaluation set holds at most {MAX_SET_RUNS} runs", code="eval_set_full")
+        member, _ = EvalSetRun.objects.update_or_create(
+            eval_set=eval_set,
+            run_id=run.run_id,
+            defaults={"tenant_id": eval_set.tenant_id, "at_seq": seq, "added_by": actor},
+        )
     return member
-
-
-@tenant_of_call
-def eval_set_run_remove(*, eval_set: EvalSet, run_id: UUID) -> bool:
-    deleted, _ = EvalSetRun.objects.filter(
-        eval_set=eval_set, tenant_id=eval_set.tenant_id, run_id=run_id
-    ).delete()
-    return deleted > 0
 
 
 @tenant_of_call

@@ -4,6 +4,8 @@ name is escaped; in a real browser the pages fit 390 and 1366 px."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from django.test import Client
 from playwright.sync_api import expect
@@ -37,6 +39,8 @@ def test_an_engineer_keeps_a_run_runs_the_set_again_and_reads_the_table(as_role,
         f"/evaluations/{eval_set.set_id}/add/", {"run_id": str(original.run_id), "at_seq": "1"}
     )
     assert kept.status_code == 302
+    unknown = engineer.post(f"/evaluations/{eval_set.set_id}/add/", {"run_id": str(uuid.uuid4())})
+    assert unknown.status_code == 404 and "no run" in unknown.content.decode()
     bad = engineer.post(f"/evaluations/{eval_set.set_id}/run/", {"support_model": "gpt-9"})
     assert bad.status_code == 422 and not EvalRound.objects.exists()
     started = engineer.post(f"/evaluations/{eval_set.set_id}/run/", {"support_model": "rules-no-refunds"})
