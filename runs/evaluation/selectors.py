@@ -17,6 +17,8 @@ from uuid import UUID
 from runs.engine.replay_models import EvalRound, EvalSet, EvalSetRun, RunReplay
 from runs.kernel.models import AgentEvent, AgentRun, RunStatus
 
+AWAITING_INPUT = "awaiting_input"
+FED_PREFIX = "replay:"  # client_message_id of a message a replay was fed: replay:<the original's seq>
 MOVE_EVENTS = ("step_completed", "assistant_message", "run_completed", "run_failed")
 MAX_DIFFS = 50
 # The state's own bookkeeping differs between any two runs (wall time spent); tokens and cost are
@@ -70,10 +72,18 @@ class Comparison:
     diverged_at: int | None  # the index of the first move that differs (None: the same moves)
     state_diff: list[dict[str, Any]] = field(default_factory=list)
 
+    unfed: int = 0  # the original's customer messages the replay has not been given yet
+
     @property
     def settled(self) -> bool:
-        """The replay stopped moving: finished, or suspended with nobody asked to resume it."""
-        return self.replay.status != RunStatus.RUNNING and not self.replay.resume_requested
+        """The replay stopped moving: finished, or suspended with nobody asked to resume it and no
+        message of the original's left to feed it (it is fed right after it waits for one)."""
+        waiting_for_feed = self.replay.suspend_reason == AWAITING_INPUT and self.unfed > 0
+        return (
+            self.replay.status != RunStatus.RUNNING
+            and not self.replay.resume_requested
+            and not waiting_for_feed
+        )
 
     @property
     def pairs(self) -> list[tuple[Move | None, Move | None]]:
@@ -194,12 +204,21 @@ def replay_compare(*, replay: RunReplay) -> Comparison | None:
         if "forked_from" not in (e.payload or {})  # the conversation copied up to the fork point
     ]
     a, b = _side(original, theirs), _side(copy, ours)
+    said = sum(1 for e in theirs if e.event_type == "user_message" and (e.payload or {}).get("content"))
+    fed = sum(1 for e in ours if (e.client_message_id or "").startswith(FED_PREFIX))
     diverged = next(
         (i for i, (x, y) in enumerate(zip(a.moves, b.moves, strict=False)) if x.key != y.key),
         None if len(a.moves) == len(b.moves) else min(len(a.moves), len(b.moves)),
     )
     return Comparison(
-        copy.run_id, original.run_id, int(replay.at_seq), a, b, diverged, state_diff(a.state, b.state)
+        copy.run_id,
+        original.run_id,
+        int(replay.at_seq),
+        a,
+        b,
+        diverged,
+        state_diff(a.state, b.state),
+        unfed=max(said - fed, 0),
     )
 
 

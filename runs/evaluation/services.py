@@ -21,11 +21,10 @@ from runs.engine.forks import run_fork_once
 from runs.engine.replay_models import EvalRound, EvalSet, EvalSetRun, RunReplay
 from runs.engine.selectors import run_get
 from runs.evaluation.overrides import overrides_parse
+from runs.evaluation.selectors import AWAITING_INPUT, FED_PREFIX
 from runs.kernel.errors import RunNotFound
 from runs.kernel.models import AgentEvent, AgentRun, RunStatus
 
-AWAITING_INPUT = "awaiting_input"
-FED_PREFIX = "replay:"  # client_message_id of a message a replay was fed: replay:<the original's seq>
 MAX_SET_RUNS = 200
 
 
@@ -95,6 +94,8 @@ def replay_feed(run_id: UUID) -> bool:
     caller's tenant). False when there is none left: the replay has answered everything."""
     run = AgentRun.objects.filter(run_id=run_id).select_related("tenant").first()
     if run is None or run.status != RunStatus.SUSPENDED or run.suspend_reason != AWAITING_INPUT:
+        return False
+    if run.resume_requested_at is not None:  # fed already, not answered yet: one message at a time
         return False
     replay = RunReplay.objects.filter(run_id=run_id, tenant_id=run.tenant_id).first()
     if replay is None:

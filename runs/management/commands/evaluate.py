@@ -15,8 +15,14 @@ from core.errors import ApplicationError
 from core.tenancy import tenant_bind, tenant_get
 from runs.engine.steps import run_advance
 from runs.evaluation.overrides import overrides_from_pairs
-from runs.evaluation.selectors import round_table
-from runs.evaluation.services import eval_round_start, eval_set_create, eval_set_get, eval_set_run_add
+from runs.evaluation.selectors import AWAITING_INPUT, round_table
+from runs.evaluation.services import (
+    eval_round_start,
+    eval_set_create,
+    eval_set_get,
+    eval_set_run_add,
+    replay_feed,
+)
 from runs.evaluation.table import round_table_text
 from runs.operator.arguments import SECONDS
 
@@ -94,6 +100,13 @@ class Command(BaseCommand):
         deadline = time.monotonic() + o["wait"]
         table = round_table(eval_round=eval_round)
         while not table.settled and time.monotonic() < deadline:
+            for row in table.rows:  # fed at once after it waits, unless its worker died in between
+                if (
+                    row.unfed
+                    and row.replay.suspend_reason == AWAITING_INPUT
+                    and not row.replay.resume_requested
+                ):
+                    replay_feed(row.replay_run_id)
             if o["inline"]:
                 for row in table.rows:
                     if not row.settled:

@@ -18,7 +18,7 @@ from runs.engine.replay_models import RunReplay
 from runs.engine.runs import run_start
 from runs.evaluation.selectors import replay_compare
 from runs.evaluation.services import replay_start
-from runs.kernel.models import AgentEvent, AgentRun, Approval, ToolOperation
+from runs.kernel.models import AgentEvent, Approval, ToolOperation
 from runs.webhooks.models import WebhookDelivery, WebhookSubscription
 from tests.processes import wait_until
 from tests.runs.workflows.test_support_agent import _drive, _refund_flow, _say, _start
@@ -60,8 +60,8 @@ def recorder() -> Iterator[Recorder]:
 
 
 def _settled(run_id: Any) -> bool:
-    run = AgentRun.objects.get(run_id=run_id)
-    return run.status != "running" and not (run.status == "suspended" and run.resume_requested_at)
+    compared = replay_compare(replay=RunReplay.objects.get(run_id=run_id))
+    return compared is not None and compared.settled
 
 
 ORDER = {"order_id": "o-300", "customer_id": "c-1", "amount_minor": 2500, "currency": "EUR",
