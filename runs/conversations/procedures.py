@@ -39,7 +39,8 @@ _TURN_EVENTS = ("user_message", "assistant_message", "tool_call", "tool_result")
 
 def _recorded_step(step: dict[str, Any]) -> dict[str, Any]:
     """A step as a workflow recorded it ({tool, arguments: {name: type}}), types as short words."""
-    arguments = step.get("arguments") if isinstance(step.get("arguments"), dict) else {}
+    given = step.get("arguments")
+    arguments: dict[str, Any] = given if isinstance(given, dict) else {}
     return {
         "tool": str(step.get("tool", ""))[:100],
         "arguments": {str(k)[:64]: str(v)[:20] for k, v in sorted(arguments.items())[:MAX_ARGUMENTS]},
@@ -108,7 +109,9 @@ def run_procedures_learn(*, run_id: UUID) -> Learned:
 
 
 def _changes(tenant: Tenant, sources: list[ProcedureSource]) -> list[SourceChanged]:
-    cited = {(s.run_id, seq) for s in sources for seq in (s.request_seq, s.reply_seq)}
+    cited: set[tuple[UUID, int | None]] = {
+        (s.run_id, seq) for s in sources for seq in (s.request_seq, s.reply_seq)
+    }
     runs = _Runs(tenant.tenant_id, cited)
     changes = []
     for source in sources:
