@@ -193,6 +193,9 @@ class ProcedureConfirmApi(ProcedureDecisionApi):
     @extend_schema(
         summary="A person confirms a procedure: contexts of matching requests are offered it",
         request=ProcedureDecisionApi.InputSerializer,
+        examples=[
+            OpenApiExample("confirm", value={"tenant": "acme", "note": "read the steps"}, request_only=True)
+        ],
         responses={200: ProcedureOutputSerializer, **error_responses(403, 404, 409, 422)},
     )
     def post(self, request: Request, procedure_id: UUID) -> Response:
@@ -205,6 +208,9 @@ class ProcedureRejectApi(ProcedureDecisionApi):
     @extend_schema(
         summary="A person rejects a procedure: it is never offered, and runs of its shape do not propose it again",
         request=ProcedureDecisionApi.InputSerializer,
+        examples=[
+            OpenApiExample("reject", value={"tenant": "acme", "note": "read the steps"}, request_only=True)
+        ],
         responses={200: ProcedureOutputSerializer, **error_responses(403, 404, 422)},
     )
     def post(self, request: Request, procedure_id: UUID) -> Response:
