@@ -137,7 +137,7 @@ def steps_name(steps: Sequence[dict[str, Any]], words: Iterable[str]) -> str:
 
 
 def step_text(number: int, step: dict[str, Any]) -> str:
-    arguments = ", ".join(f"{k}: {v}" for k, v in (step.get("arguments") or {}).items())
+    arguments = ", ".join(f"{k}: {v}" for k, v in sorted((step.get("arguments") or {}).items()))
     return f"{number}. {step.get('tool')}({arguments})"
 
 

@@ -205,6 +205,6 @@ def _fit(procedure: Procedure, budget: int, counter: TokenCounter, notes: list[s
             }
             return Offered(text=text, tokens=tokens, record=record)
     notes.append(
-        f"procedure {procedure.procedure_id} left out for room (its first step needs more than {budget} tokens)"
+        f"procedure {procedure.procedure_id} left out for room (its heading and first step need more than {budget} tokens)"
     )
     return None
