@@ -149,12 +149,12 @@ class ProcedureApi(APIView):
         responses={200: ProcedureOutputSerializer, **error_responses(403, 404, 422)},
     )
     def patch(self, request: Request, procedure_id: UUID) -> Response:
-        if request_key(request) is not None:
-            raise PersonRequired("a person edits a procedure, signed in to the console or a staff session")
         data = self.EditSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields = dict(data.validated_data)
         tenant, _ = _one(request, fields.pop("tenant", None), procedure_id)
+        if request_key(request) is not None:
+            raise PersonRequired("a person edits a procedure, signed in to the console or a staff session")
         done = procedure_edit(
             tenant=tenant, procedure_id=procedure_id, actor=request_actor(request), **fields
         )
@@ -170,13 +170,13 @@ class ProcedureDecisionApi(APIView):
         note = StrictCharField(max_length=2000, required=False, allow_blank=True, default="")
 
     def post(self, request: Request, procedure_id: UUID) -> Response:
-        if request_key(request) is not None:
-            raise PersonRequired(
-                f"a person {self.decision}s a procedure, signed in to the console or a staff session"
-            )
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         tenant, _ = _one(request, data.validated_data.get("tenant"), procedure_id)
+        if request_key(request) is not None:  # after the lookup: another tenant's is 404 for a key
+            raise PersonRequired(
+                f"a person {self.decision}s a procedure, signed in to the console or a staff session"
+            )
         decide = procedure_confirm if self.decision == "confirm" else procedure_reject
         done = decide(
             tenant=tenant,
