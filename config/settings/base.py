@@ -329,6 +329,7 @@ ERASERS = [
     "erasure.erasers.schedules.SchedulesEraser",  # schedules about the subject
     "erasure.erasers.evaluations.EvaluationsEraser",  # replays' and rounds' overrides, sets' texts
     "erasure.erasers.held_claims.HeldClaimsEraser",  # memory claims held for review
+    "erasure.erasers.procedures.ProceduresEraser",  # procedures learned from the subject's runs
     "erasure.erasers.retrieval.RetrievalEraser",  # principals, searches, document records
     "erasure.erasers.audit.AuditNotesEraser",  # staff notes in the console's audit log
     "erasure.erasers.requests.ErasureRequests",  # erasure's own requests
