@@ -150,8 +150,8 @@ def test_a_changed_prompt_reaches_the_replays_context_and_a_replay_writes_no_mem
     assert compared is not None and compared.replay.context_tokens > compared.original.context_tokens
     assert MemoryItem.objects.filter(subject_id="cust-10").count() == kept
     # Nothing a replay said is learned: no fact, no episode, no procedure.
-    from runs.conversations.learning import run_learn
     from memory.procedures.services import Learned
+    from runs.conversations.learning import run_learn
     from runs.conversations.procedures import run_procedures_learn
 
     assert run_learn(run_id=replay.run_id)["episode"] == 0 and run_learn(run_id=replay.run_id)["kept"] == 0
