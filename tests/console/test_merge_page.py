@@ -20,7 +20,9 @@ HOSTILE = '<script>alert("merge")</script><img src=x onerror=alert(2)>'
 
 def _conflicted(tenant):
     main = {"files": {"plan.md": PLAN.replace("step two", "main: " + HOSTILE), "notes.md": "main notes\n"}}
-    branch = {"files": {"plan.md": PLAN.replace("step two", "branch's step two"), "notes.md": "branch notes\n"}}
+    branch = {
+        "files": {"plan.md": PLAN.replace("step two", "branch's step two"), "notes.md": "branch notes\n"}
+    }
     return _tree(tenant, main=main, branch=branch, files={"plan.md": PLAN, "notes.md": "notes\n"})
 
 
@@ -58,7 +60,9 @@ def test_merging_and_resolving_need_the_engineer_role_csrf_and_are_audited(tenan
     assert WorkspaceMerge.objects.get().status == "conflicts"
     ids = [c["id"] for c in merge.conflicts]
     assert ids == ["notes.md#0", "plan.md#0"]
-    done = engineer.post(moved["Location"], {"take-0": "ours", "take-1": "edited", "text-1": "both steps\r\n"})
+    done = engineer.post(
+        moved["Location"], {"take-0": "ours", "take-1": "edited", "text-1": "both steps\r\n"}
+    )
     assert done.status_code == 302 and done["Location"] == f"/runs/{parent.run_id}/"
     assert WorkspaceMerge.objects.get().status == "applied"
     assert AuditEntry.objects.get(action="merge_resolve").details["picks"] == {
