@@ -98,8 +98,12 @@ def _picks(request: HtmxHttpRequest, merge: WorkspaceMerge) -> tuple[dict[str, M
 
 
 def _page(
-    request: HtmxHttpRequest, merge: WorkspaceMerge, *, errors: list[str] = (), status: int = 200
-) -> HttpResponse:  # type: ignore[assignment]
+    request: HtmxHttpRequest,
+    merge: WorkspaceMerge,
+    *,
+    errors: tuple[str, ...] | list[str] = (),
+    status: int = 200,
+) -> HttpResponse:
     rows = [
         {
             "n": n,

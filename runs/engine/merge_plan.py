@@ -113,7 +113,9 @@ def files_plan(
         sides = {"base": b, "ours": o, "theirs": t}
         pieces = _pieces(tenant_id, sides)
         if pieces is not None and not any(isinstance(p, Hunk) for p in pieces):
-            merged_text[path] = "".join(line for p in pieces for line in p).encode("utf-8")  # type: ignore[union-attr]
+            merged_text[path] = "".join(line for p in pieces if not isinstance(p, Hunk) for line in p).encode(
+                "utf-8"
+            )
             plan.taken[path] = "merged"
             continue
         plan.sides[path] = sides
@@ -183,8 +185,8 @@ def files_resolved(
             pick = picks[mine[0]["id"]]
             if pick.take == "edited":
                 written[path] = _edited(pick.text, "\n").encode("utf-8")
-            elif three[pick.take] is not None:
-                manifest[path] = three[pick.take]  # type: ignore[assignment]
+            elif (chosen := three[pick.take]) is not None:
+                manifest[path] = chosen
             continue
         pieces = _pieces(tenant_id, three) or []
         out: list[str] = []

@@ -68,7 +68,7 @@ def test_the_line_merge_takes_each_sides_own_changes_and_keeps_overlaps_as_hunks
     clash = merge_lines(base, split_lines("a\nB1\nc\nd\ne\n"), split_lines("a\nB2\nc\nd\ne\n"))
     assert clash[1] == Hunk(("b\n",), ("B1\n",), ("B2\n",))
     same = merge_lines(base, split_lines("a\nX\nc\nd\ne\n"), split_lines("a\nX\nc\nd\ne\n"))
-    assert "".join(line for piece in same for line in piece) == "a\nX\nc\nd\ne\n"  # type: ignore[union-attr]
+    assert "".join(line for piece in same for line in piece) == "a\nX\nc\nd\ne\n"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -42,7 +42,9 @@ def test_an_operation_made_on_the_branch_is_not_made_again_on_the_target_after_t
         "files": {"plan.md": "# plan\n"},
         "notify": str(ledger),
         "main_edits": {"files": {"main.md": "from main\n"}},
-        "branch_edits": {"files": {"branch.md": "from the branch\n", "plan.md": "# plan\n- sent the notice\n"}},
+        "branch_edits": {
+            "files": {"branch.md": "from the branch\n", "plan.md": "# plan\n- sent the notice\n"}
+        },
     }
     parent = run_start(tenant=tenant, workflow_name="test.merge", input=state, actor="t").run
     _waits(parent.run_id, "waiting_for_review", files={"plan.md"})
@@ -57,6 +59,7 @@ def test_an_operation_made_on_the_branch_is_not_made_again_on_the_target_after_t
 
     assert merge.status == "applied", merge.conflicts
     assert merge.taken == {"branch.md": "theirs", "main.md": "ours", "plan.md": "theirs"}
+    assert merge.result_seq is not None
     event = AgentEvent.objects.get(run_id=parent.run_id, seq=merge.result_seq)
     assert event.payload["operations_left_on_source"] == 1
     run_resume(run_id=parent.run_id, actor="t")
@@ -66,7 +69,7 @@ def test_an_operation_made_on_the_branch_is_not_made_again_on_the_target_after_t
         message="the parent to finish after the merge",
     )
     parent = AgentRun.objects.get(run_id=parent.run_id)
-    assert parent.status == "completed", parent.result
+    assert parent.status == "completed" and parent.result is not None, parent.result
     files = {path: bytes.fromhex(body).decode() for path, body in parent.result["files"].items()}
     assert files == {
         "branch.md": "from the branch\n",
