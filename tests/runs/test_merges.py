@@ -33,7 +33,14 @@ def _drive(run_id, *, until=None) -> AgentRun:
 
 
 def _tree(
-    tenant, *, main: dict, branch: dict, files: dict | None = None, workflow: str = "test.merge", **extra
+    tenant,
+    *,
+    main: dict,
+    branch: dict,
+    files: dict | None = None,
+    workflow: str = "test.merge",
+    subject: str = "",
+    **extra,
 ):
     """A parent that drafted `files` and a fork of it at its review, each revised and waiting at hold."""
     state = {
@@ -43,7 +50,7 @@ def _tree(
         "branch_edits": branch,
         **extra,
     }
-    parent = run_start(tenant=tenant, workflow_name=workflow, input=state, actor="t").run
+    parent = run_start(tenant=tenant, workflow_name=workflow, input=state, actor="t", subject=subject).run
     parent = _drive(parent.run_id)
     assert (parent.status, parent.next_step) == ("suspended", "review"), parent.suspend_reason
     child = run_fork(run_id=parent.run_id, at_seq=parent.state_revision, actor="t")

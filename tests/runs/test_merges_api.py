@@ -14,9 +14,10 @@ from rest_framework.test import APIClient
 
 from core.api_auth import api_key_create
 from core.tenancy import tenant_bind
-from runs.engine.runs import run_start
+from runs.engine.runs import run_resume, run_start
 from runs.engine.workspace_models import WorkspaceMerge
-from runs.kernel.models import AgentRun
+from runs.kernel import apply
+from runs.kernel import moves as m
 from tests.artifacts import blob_stored
 from tests.runs.test_merges import PLAN, _drive, _files, _tree
 
@@ -100,9 +101,8 @@ def test_bad_merge_requests_get_a_reason_not_a_500(tenant, other_tenant):
     assert stranger.post(f"/api/v1/runs/{child.run_id}/merge", {}, format="json").status_code == 404
     assert not WorkspaceMerge.objects.exists()
     # A run a worker holds may keep files it has not saved: refused, 409.
-    AgentRun.objects.filter(run_id=parent.run_id).update(
-        lease_owner="w", lease_expires_at="2999-01-01T00:00:00Z"
-    )
+    run_resume(run_id=parent.run_id, actor="t")
+    assert apply(m.LeaseTaken(parent.run_id, "a-worker", 600.0)) is not None  # a worker verifying it
     busy = api.post(f"/api/v1/runs/{child.run_id}/merge", {}, format="json")
     assert (busy.status_code, busy.json()["error"]["code"]) == (409, "merge_run_busy")
 
@@ -147,8 +147,7 @@ def test_an_open_merges_blobs_outlive_reclaim_and_erasure_deletes_its_conflicts(
     secret = "cust-4711's card ends 4242\n"
     main = {"files": {"plan.md": "main: " + secret}}
     branch = {"files": {"plan.md": "branch: " + secret}}
-    parent, child = _tree(tenant, main=main, branch=branch)
-    AgentRun.objects.filter(run_id__in=[parent.run_id, child.run_id]).update(subject="cust-4711")
+    parent, child = _tree(tenant, main=main, branch=branch, subject="cust-4711")
     merge = WorkspaceMerge.objects.get(merge_id=_merge_id(child))
     ours = merge.sides["plan.md"]["ours"]
     # The runs' own snapshots go (a TTL, say): the open merge still names the conflicting versions.
