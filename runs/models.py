@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
-from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.engine.workspace_models import MergeStatus, WorkspaceMerge, WorkspaceSnapshot
 from runs.external.models import ExternalWorkflow
 from runs.kernel.models import (
     AgentEvent,
@@ -36,6 +36,8 @@ __all__ = [
     "WebhookDelivery",
     "WebhookSubscription",
     "WorkspaceSnapshot",
+    "WorkspaceMerge",
+    "MergeStatus",
     "OverlapPolicy",
     "WorkflowSchedule",
 ]
