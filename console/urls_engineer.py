@@ -11,6 +11,7 @@ from console.views import (
     engineer_langgraph,
     engineer_live,
     engineer_memory,
+    engineer_merges,
     engineer_queue,
     engineer_schedules,
     engineer_signals,
@@ -43,6 +44,13 @@ urlpatterns = [
     path("runs/<uuid:run_id>/query/", engineer_signals.run_query, name="run_query"),
     path("runs/<uuid:run_id>/fork/", engineer_bulk.run_fork_view, name="run_fork"),
     path("runs/<uuid:run_id>/rewind/", engineer_bulk.run_fork_view, {"rewind": True}, name="run_rewind"),
+    path("runs/<uuid:run_id>/merge/", engineer_merges.run_merge_view, name="run_merge"),
+    path("runs/<uuid:run_id>/merges/<uuid:merge_id>/", engineer_merges.run_merge_page, name="run_merge_page"),
+    path(
+        "runs/<uuid:run_id>/merges/<uuid:merge_id>/abandon/",
+        engineer_merges.run_merge_abandon,
+        name="run_merge_abandon",
+    ),
     path("runs/<uuid:run_id>/langgraph/", engineer_langgraph.run_langgraph, name="run_langgraph"),
     path(
         "runs/<uuid:run_id>/langgraph/fork/", engineer_langgraph.run_langgraph_fork, name="run_langgraph_fork"

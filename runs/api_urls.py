@@ -8,6 +8,7 @@ from runs import (
     api_evaluation,
     api_external_workflows,
     api_langgraph,
+    api_merges,
     api_schedules,
     api_side_effects,
     api_signals,
@@ -71,6 +72,22 @@ urlpatterns = [
     path("runs/<uuid:run_id>/accept-state", api.RunAcceptStateApi.as_view(), name="api-run-accept-state"),
     path("runs/<uuid:run_id>/fork", api.RunForkApi.as_view(), name="api-run-fork"),
     path("runs/<uuid:run_id>/rewind", api.RunRewindApi.as_view(), name="api-run-rewind"),
+    path("runs/<uuid:run_id>/merge", api_merges.RunMergeApi.as_view(), name="api-run-merge"),
+    path(
+        "runs/<uuid:run_id>/merges/<uuid:merge_id>",
+        api_merges.RunMergeDetailApi.as_view(),
+        name="api-run-merge-detail",
+    ),
+    path(
+        "runs/<uuid:run_id>/merges/<uuid:merge_id>/resolve",
+        api_merges.RunMergeResolveApi.as_view(),
+        name="api-run-merge-resolve",
+    ),
+    path(
+        "runs/<uuid:run_id>/merges/<uuid:merge_id>/abandon",
+        api_merges.RunMergeAbandonApi.as_view(),
+        name="api-run-merge-abandon",
+    ),
     path(
         "runs/<uuid:run_id>/operations/",
         api_side_effects.RunOperationsApi.as_view(),

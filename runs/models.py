@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from runs.engine.replay_models import EvalRound, EvalSet, EvalSetRun, RunReplay
 from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
-from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.engine.workspace_models import MergeStatus, WorkspaceMerge, WorkspaceSnapshot
 from runs.external.models import ExternalWorkflow
 from runs.kernel.models import (
     AgentEvent,
@@ -41,6 +41,8 @@ __all__ = [
     "WebhookDelivery",
     "WebhookSubscription",
     "WorkspaceSnapshot",
+    "WorkspaceMerge",
+    "MergeStatus",
     "OverlapPolicy",
     "WorkflowSchedule",
 ]

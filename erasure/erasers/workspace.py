@@ -1,4 +1,5 @@
-"""A subject's runs' workspaces: their snapshots, and the blobs only they name, deleted."""
+"""A subject's runs' workspaces: their snapshots, the merges they took part in, and the blobs only
+they name, deleted."""
 
 from __future__ import annotations
 
@@ -38,7 +39,28 @@ class WorkspaceEraser(Eraser):
         )
 
     def places(self) -> list[Place]:
-        return [
+        merges = [
+            column_place(
+                table="workspace_merges",
+                column=column,
+                kind=kind,
+                tenant_sql="t.tenant_id = %(tenant)s",
+                erased_by=self.name,
+                mine_sql="(t.target_run_id = ANY(%(runs)s::uuid[]) OR t.source_run_id = ANY(%(runs)s::uuid[]))",
+                owner_sql="(SELECT r.subject FROM agent_runs r WHERE r.run_id = t.target_run_id)",
+                what=f"workspace_merges.{column}: {what} (deleted with the merge)",
+            )
+            for column, kind, what in (
+                ("conflicts", "json", "the conflicting lines of each side (file text)"),
+                ("manifest", "json", "file paths and digests"),
+                ("sides", "json", "file paths and digests of each side"),
+                ("taken", "json", "file paths and where each came from"),
+                ("state_taken", "json", "the state's keys taken (and the merged state while open)"),
+                ("actor", "text", "who asked for the merge"),
+                ("resolved_by", "text", "who resolved it"),
+            )
+        ]
+        return merges + [
             column_place(
                 table="workspace_snapshots",
                 column=column,
@@ -56,4 +78,7 @@ class WorkspaceEraser(Eraser):
         ]
 
     def free(self) -> list[Free]:
-        return [free("workspace_snapshots", "why the snapshot was taken (a code)", "reason")]
+        return [
+            free("workspace_snapshots", "why the snapshot was taken (a code)", "reason"),
+            free("workspace_merges", "the merge's status (a code)", "status"),
+        ]

@@ -1,7 +1,8 @@
 """Keeper's authoring API: everything a workflow module imports, from this one package.
 
 Declare a workflow and its steps as plain functions, with side effects (`ctx.operation`), human
-approvals (`ctx.approval`; how they read to the person deciding: `wf.approval_display`), durable
+approvals (`ctx.approval`; how they read to the person deciding: `wf.approval_display`), how a
+branch merges back (`wf.merge_state`, `wf.merge_resolver`), durable
 timers (`ctx.sleep`), signals (`ctx.wait_signal`) and child runs (`ctx.start_child`,
 `ctx.wait_child`) in one call each:
 
@@ -48,6 +49,7 @@ from runs.conversations.context import DEFAULT_BUDGET, BuiltContext, ContextBudg
 from runs.conversations.messages import AWAITING_INPUT, conversation_next_unanswered
 from runs.engine.children import CHILD_RUN, ChildOutcome, ChildRun
 from runs.engine.dispatch import task_enqueue
+from runs.engine.merge_rules import MergeConflict, MergePick
 from runs.engine.operations import run_lineage
 from runs.engine.registry import StepResult, ToolLookup, Workflow
 from runs.engine.selectors import operation_find
@@ -86,6 +88,9 @@ __all__ = [
     "CHILD_RUN",
     "ChildOutcome",
     "ChildRun",
+    # merging a branch back: the conflicts a declared resolver answers
+    "MergeConflict",
+    "MergePick",
     # conversations and the model's context
     "AWAITING_INPUT",
     "conversation_next_unanswered",

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar, cast, overload
 from core.errors import InvalidInput
 from runs.authoring._context import SIGNALS_KEY, AnyStep, Context, _Rewind, _Suspension
 from runs.authoring.display import ApprovalDisplay, approval_display_make
+from runs.engine.merge_rules import MergeRules, Resolver, StateRule, merge_rules_register
 from runs.engine.registry import (
     Next,
     State,
@@ -71,6 +72,8 @@ class Definition(Generic[S]):
         self._guarded: dict[str, AnyStep | str] = {}
         self._registered: Workflow | None = None
         self._displays: dict[str | None, ApprovalDisplay] = {}
+        self._merge_state: StateRule | None = None
+        self._merge_resolver: Resolver | None = None
         for signal in signals:
             self.signal(signal)
 
@@ -157,6 +160,21 @@ class Definition(Generic[S]):
         """How the approvals `step` asks for read (None: not declared, shown generically)."""
         return self._displays.get(step) or self._displays.get(None)
 
+    def merge_state(self, fn: StateRule) -> StateRule:
+        """Declare how a branch's state merges back: `@wf.merge_state def rule(base, ours, theirs) ->
+        dict`, given the state at the common fork point, the target's and the branch's, as plain dicts.
+        Undeclared, a merge takes the keys only the branch changed and refuses (409
+        state_merge_refused) when both changed one differently."""
+        self._merge_state = fn
+        return fn
+
+    def merge_resolver(self, fn: Resolver) -> Resolver:
+        """Declare who settles a merge's file conflicts before a person does: `@wf.merge_resolver def
+        pick(conflict: MergeConflict) -> MergePick | None`, called for each conflict at merge time
+        (MergePick.ours(), .theirs(), .edited(text)); one None leaves them all to a person."""
+        self._merge_resolver = fn
+        return fn
+
     def register(self) -> Workflow:
         """Build the engine's Workflow and register it (once; the first declared step starts)."""
         if self._registered is None:
@@ -178,6 +196,8 @@ class Definition(Generic[S]):
                 )
             )
             _authored[(self.name, self.version)] = self
+            if self._merge_state is not None or self._merge_resolver is not None:
+                merge_rules_register(self.name, MergeRules(self._merge_state, self._merge_resolver))
         return self._registered
 
     def _validate_input(self, data: State) -> None:

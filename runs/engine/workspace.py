@@ -30,6 +30,7 @@ from uuid import UUID
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from core.artifacts import (
@@ -45,7 +46,7 @@ from core.artifacts.services import artifacts_touch
 from core.errors import ApplicationError, Conflict, InvalidInput, NotFound
 from core.models import Tenant
 from core.tenancy import tenant_bind, tenant_scope
-from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.engine.workspace_models import WorkspaceMerge, WorkspaceSnapshot
 from runs.kernel.models import AgentRun, RunStatus
 
 logger = logging.getLogger(__name__)
@@ -401,29 +402,46 @@ REFERENCES_SQL = """
 """
 
 
+# Every digest a tenant's merges still name: an open merge's files, settled and conflicting.
+MERGE_REFERENCES_SQL = """
+    SELECT f.value ->> 'digest' FROM workspace_merges g CROSS JOIN LATERAL jsonb_each(g.manifest) f
+     WHERE g.tenant_id = %(tenant)s
+       AND NOT (g.target_run_id = ANY(%(except_runs)s::uuid[]) OR g.source_run_id = ANY(%(except_runs)s::uuid[]))
+       AND jsonb_typeof(g.manifest) = 'object' AND jsonb_typeof(f.value) = 'object'
+    UNION ALL
+    SELECT s.value ->> 'digest' FROM workspace_merges g CROSS JOIN LATERAL jsonb_each(g.sides) f
+           CROSS JOIN LATERAL jsonb_each(f.value) s
+     WHERE g.tenant_id = %(tenant)s
+       AND NOT (g.target_run_id = ANY(%(except_runs)s::uuid[]) OR g.source_run_id = ANY(%(except_runs)s::uuid[]))
+       AND jsonb_typeof(g.sides) = 'object' AND jsonb_typeof(f.value) = 'object'
+       AND jsonb_typeof(s.value) = 'object'
+"""
+
+
+def _merges_of(run_ids: list[UUID]) -> Any:
+    return WorkspaceMerge.objects.filter(Q(target_id__in=run_ids) | Q(source_id__in=run_ids))
+
+
 def _snapshot_digests(run_ids: list[UUID]) -> list[str]:
-    return [
-        d
-        for manifest, changes in WorkspaceSnapshot.objects.filter(run_id__in=run_ids).values_list(
-            "manifest", "changes"
-        )
-        for d in artifact_digests_in([manifest, changes])
-    ]
+    snapshots = WorkspaceSnapshot.objects.filter(run_id__in=run_ids).values_list("manifest", "changes")
+    merges = _merges_of(run_ids).values_list("manifest", "sides")
+    return [d for first, second in [*snapshots, *merges] for d in artifact_digests_in([first, second])]
 
 
 def workspace_digests_of(*, tenant_id: UUID, run_ids: list[UUID]) -> set[str]:
-    """Every blob digest these runs' snapshots name (for erasure: erasure/erasers/workspace.py)."""
+    """Every blob digest these runs' snapshots and merges name (for erasure: erasure/erasers/workspace.py)."""
     with tenant_scope(tenant_id):
         return set(_snapshot_digests(run_ids))
 
 
 def workspace_forget(*, tenant_id: UUID, run_ids: list[UUID], digests: set[str]) -> dict[str, int]:
-    """Delete these runs' snapshots, then the blobs of `digests` (and theirs) nothing else refers to."""
+    """Delete these runs' snapshots and the merges they took part in, then the blobs of `digests` (and theirs) nothing else refers to."""
     with tenant_scope(tenant_id):
         digests = digests | set(_snapshot_digests(run_ids))
         manifests, _ = WorkspaceSnapshot.objects.filter(tenant_id=tenant_id, run_id__in=run_ids).delete()
+        merges, _ = _merges_of(run_ids).filter(tenant_id=tenant_id).delete()
     blobs = artifacts_erase(tenant_id=tenant_id, digests=tuple(sorted(digests)), except_runs=tuple(run_ids))
-    return {"manifests": manifests, "blobs": blobs}
+    return {"manifests": manifests, "merges": merges, "blobs": blobs}
 
 
 def register() -> None:
@@ -433,6 +451,13 @@ def register() -> None:
     fork_copier_register(workspace_fork_copy)
     artifact_references_register(
         ReferencePlace(kind="workspace", what="workspace snapshots' manifests and steps", sql=REFERENCES_SQL)
+    )
+    artifact_references_register(
+        ReferencePlace(
+            kind="workspace_merge",
+            what="workspace merges' files (settled and in conflict)",
+            sql=MERGE_REFERENCES_SQL,
+        )
     )
 
 

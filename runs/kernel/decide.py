@@ -31,6 +31,7 @@ RESERVED_REASONS = frozenset(
     {
         "subject_erased",
         "fork_not_started",
+        "merge_conflicts",
         "state_accepted",
         "state_digest_mismatch",
         "history_mismatch",

@@ -304,6 +304,27 @@ class SubjectErased(Move["int | None"]):
     actor: str
 
 
+@dataclass(frozen=True, slots=True)
+class WorkspaceMerged(Move["int | None"]):
+    """A branch's workspace merged into this run (`workspace_merged`: the new files' snapshot is written
+    at this seq, in the same transaction), or the conflicts it left recorded
+    (`workspace_merge_conflicted`). Fenced by the revision read and by no live lease: a worker holding
+    the run may keep files it has not saved yet. `state` is the merged state (None: the run's own).
+    With `wait` a running run is suspended `merge_conflicts` until they are resolved; with `resume`
+    a run suspended for them is asked to resume."""
+
+    run_id: UUID
+    tenant_id: UUID
+    expected_revision: int
+    event_type: str
+    payload: dict[str, Any]
+    actor: str
+    state: EncodedState | None = None
+    wait: bool = False
+    resume: bool = False
+    detail: str = ""
+
+
 # --- events that do not change the state -------------------------------------------------------------
 
 

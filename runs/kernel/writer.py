@@ -346,6 +346,27 @@ def _subject_erased(move: m.SubjectErased) -> int | None:
     return found[0][0] if found else None
 
 
+@_handles(m.WorkspaceMerged)
+def _workspace_merged(move: m.WorkspaceMerged) -> int | None:
+    found = wire.rows(
+        runs.WORKSPACE_MERGED,
+        {
+            "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
+            "expected": move.expected_revision,
+            "state": None if move.state is None else move.state.json,
+            "digest": None if move.state is None else move.state.digest,
+            "event_type": move.event_type,
+            "payload": canonical_json(move.payload),
+            "actor": move.actor,
+            "wait": move.wait,
+            "resume": move.resume,
+            "detail": move.detail,
+        },
+    )
+    return found[0][0] if found else None
+
+
 # --- events that leave the state as it is -----------------------------------------------------------
 
 

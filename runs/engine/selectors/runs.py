@@ -12,6 +12,7 @@ from core.db import wire
 from core.models import Tenant
 from core.pagination import KeysetPage, keyset_after, keyset_cut, keyset_page
 from core.tenancy import tenant_of_call
+from runs.engine.workspace_models import WorkspaceMerge
 from runs.kernel.errors import RunNotFound
 from runs.kernel.models import AgentRun
 
@@ -63,6 +64,18 @@ def run_get_for_tenants(*, tenant_ids: list[UUID], run_id: UUID) -> AgentRun | N
 def fork_list(*, run: AgentRun, limit: int = 20) -> list[AgentRun]:
     """The run's newest forks (only what a link to each shows)."""
     return list(run.forks.only("run_id", "status", "fork_seq", "created_at").order_by("-created_at")[:limit])
+
+
+def merge_list(*, run: AgentRun, limit: int = 20) -> list[WorkspaceMerge]:
+    """The newest merges into or out of the run (only what a link to each shows)."""
+    merges = WorkspaceMerge.objects.filter(tenant_id=run.tenant_id).filter(
+        Q(target_id=run.run_id) | Q(source_id=run.run_id)
+    )
+    return list(
+        merges.only("merge_id", "target_id", "source_id", "status", "result_seq", "created_at").order_by(
+            "-created_at"
+        )[:limit]
+    )
 
 
 def run_list(*, status: str | None = None, workflow_name: str | None = None) -> QuerySet[AgentRun]:

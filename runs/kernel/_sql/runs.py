@@ -166,6 +166,30 @@ SUBJECT_ERASED = moving(
     Event(event_type="'subject_erased'", state_digest="%(digest)s", state="%(state)s::jsonb"),
 )
 
+# --- a branch's workspace merged into a run of its tree ---------------------------------------------
+
+# No live lease: a holder may keep committed files it has not snapshotted yet, which the merge would
+# not have seen. A run that waits for its conflicts is woken the way a person's resume wakes it.
+_WAITS = "%(wait)s AND status = 'running'"
+_WAKES = "%(resume)s AND status = 'suspended' AND suspend_reason = 'merge_conflicts'"
+WORKSPACE_MERGED = moving(
+    f"""  UPDATE agent_runs
+     SET state = COALESCE(%(state)s::jsonb, state), state_digest = COALESCE(%(digest)s, state_digest),
+         status = CASE WHEN {_WAITS} THEN 'suspended' ELSE status END,
+         suspend_reason = CASE WHEN {_WAITS} THEN 'merge_conflicts' ELSE suspend_reason END,
+         suspend_detail = CASE WHEN {_WAITS} THEN %(detail)s ELSE suspend_detail END,
+         resume_requested_at = CASE WHEN {_WAKES} THEN statement_timestamp() ELSE resume_requested_at END,
+         resume_requested_by = CASE WHEN {_WAKES} THEN %(actor)s ELSE resume_requested_by END,
+         dispatched_at = CASE WHEN {_WAKES} THEN NULL ELSE dispatched_at END,
+         lease_owner = NULL, lease_expires_at = NULL,
+         state_revision = state_revision + 1, updated_at = statement_timestamp()
+   WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND state_revision = %(expected)s
+     AND (lease_owner IS NULL OR lease_expires_at < statement_timestamp()) AND NOT imported
+     AND suspend_reason IS DISTINCT FROM 'subject_erased'
+  RETURNING {RETURNING}""",
+    Event(state="%(state)s::jsonb"),
+)
+
 # --- events that leave the state as it is ----------------------------------------------------------
 
 # The next revision of an active run (a worker mid-step is fenced out and reruns the step with it).

@@ -26,7 +26,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('core', '0005_api_keys_row_level_security'),
-        ('runs', '0036_admin_plural_names'),
+        ('runs', '0037_workspace_merges'),
     ]
 
     operations = [
