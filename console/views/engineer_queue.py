@@ -255,6 +255,6 @@ def worker_detail(request: HtmxHttpRequest, name: str) -> HttpResponse:
             "age": round(seen.age(time.time()), 1),
             "stale": seen.age(time.time()) > STALE_AFTER,
             "rows": rows,
-            "window": RECENT_WINDOW,
+            "window": f"{int(RECENT_WINDOW.total_seconds() // 3600)} hours",
         },
     )
