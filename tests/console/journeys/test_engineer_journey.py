@@ -170,6 +170,12 @@ def test_engineer_reaches_every_page_from_the_menu(person, demo):
         _menu(who, name)
         expect(page.locator("h1")).to_contain_text(heading)
         who.shot(f"engineer-{name.lower().replace(' ', '-')}")
+    # The charts' axis labels are whole: none starts left of its drawing (a latency's "1.254 s" was cut).
+    _menu(who, "Charts")
+    cut = page.evaluate(
+        "() => [...document.querySelectorAll('svg.chart text')].filter(t => t.getBBox().x < 0).map(t => t.textContent)"
+    )
+    assert cut == [], cut
     # The webhooks' Delete is destructive; the workflows page says LangGraph threads can go on.
     _menu(who, "Workflows")
     expect(page.locator("main")).not_to_contain_text("cannot continue")
