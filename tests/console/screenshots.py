@@ -164,7 +164,7 @@ class Walk:
         self.page.wait_for_load_state("load")
         return self.page
 
-    def shot(self, name: str, *targets: Any, full: bool = False) -> Path:
+    def shot(self, name: str, *targets: Any, full: bool = False, tallest: int = 2400) -> Path:
         """The window (or the whole page, or the box around `targets`) as a JPEG."""
         path = self.out / f"{self.prefix}{name}.jpg"
         options: dict[str, Any] = {"path": str(path), "type": "jpeg", "quality": QUALITY}
@@ -173,10 +173,10 @@ class Walk:
         if boxes:
             top = max(0, min(b["y"] for b in boxes) - 12)
             bottom = max(b["y"] + b["height"] for b in boxes) + 12
-            options["clip"] = {"x": 0, "y": top, "width": WIDTH, "height": min(bottom - top, 2400)}
+            options["clip"] = {"x": 0, "y": top, "width": WIDTH, "height": min(bottom - top, tallest)}
             options["full_page"] = True
         elif full:
-            height = min(self.page.evaluate("document.documentElement.scrollHeight"), 2400)
+            height = min(self.page.evaluate("document.documentElement.scrollHeight"), tallest)
             options["clip"] = {"x": 0, "y": 0, "width": WIDTH, "height": height}
             options["full_page"] = True
         self.page.screenshot(**options)
@@ -262,7 +262,7 @@ def points(walk: Walk) -> None:
     walk.click(page.get_by_role("button", name="Erase permanently"))
     status = page.locator("#erasure-status")
     expect(status).to_have_attribute("data-status", "completed", timeout=WAIT)
-    walk.shot("08b-erasure-receipt", page.locator("main"))
+    walk.shot("08b-erasure-receipt", page.locator("main"), tallest=1400)
     # A failed erasure: a document of the company names the next customer (as a ticket would).
     document = "ticket-cust-2002"
     api = Api(k, tenant="acme")
@@ -374,12 +374,12 @@ def points(walk: Walk) -> None:
     walk.shot("20-schedules", page.locator("main"))
     walk.go("/workers/")
     walk.click(page.locator("#workers tbody tr a").first)
-    walk.shot("22-worker-tasks", page.locator("main"))
+    walk.shot("22-worker-tasks", page.locator("main"), tallest=1300)
     took = page.locator("#worker-tasks th", has_text="took")
     took.get_by_role("button").click()
     took.get_by_role("button").click()
     expect(took).to_have_attribute("aria-sort", "descending")
-    walk.shot("21-sortable", page.locator("#worker-tasks"))
+    walk.shot("21-sortable", page.locator("#worker-tasks"), tallest=700)
     walk.go("/runs/?status=suspended")
     bar = page.locator("form.bulk-bar")
     bar.locator("select[name=action]").select_option("cancel")
