@@ -190,10 +190,7 @@ def demo(request, journey_server, django_db_blocker, tmp_path_factory) -> Iterat
         line.split(" ", 1) for line in (folder / "demo-credentials.txt").read_text().splitlines() if line
     )
     runs = json.loads((folder / "demo-loaded.txt").read_text())
-    # A thread pool, as `make run`'s worker has by default (its steps name their thread as well).
-    group.worker(
-        pool="threads", concurrency=4, env={"KEEPER_SANDBOX_URL": sandbox, "KEEPER_PAYMENTS_TIMEOUT": "2"}
-    )
+    group.worker(env={"KEEPER_SANDBOX_URL": sandbox, "KEEPER_PAYMENTS_TIMEOUT": "2"})
     width = request.param
     try:
         with overrides:
