@@ -120,7 +120,7 @@ def charts_data(*, tenant_ids: Sequence[UUID], window: str, now: datetime) -> Ch
     )
 
 
-W, H, LEFT, RIGHT, TOP, BOTTOM = 640, 200, 48, 12, 10, 34
+W, H, LEFT, RIGHT, TOP, BOTTOM = 640, 200, 76, 12, 10, 34  # LEFT holds a label like "1.254 s"
 
 
 def line_chart(

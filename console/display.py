@@ -5,8 +5,9 @@ database); the template filters in console/templatetags/console_display.py wrap 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -413,3 +414,29 @@ def plain_value(value: Any, limit: int = 300) -> str:
     if isinstance(value, str):
         return clip(value, limit)
     return clip(json.dumps(bounded(value, 3, 20), ensure_ascii=False, sort_keys=True), limit)
+
+
+_ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})$")
+
+
+def readable_fields(fields: Any) -> list[tuple[str, str]]:
+    """A record's fields as a person reads them (a mapping, or (name, value) pairs): words for names,
+    an amount in minor units beside a currency as money ("amount_minor" 12900 with "EUR" reads
+    "amount: 129.00 EUR"), a timestamp in the console's one format (UTC, to the second)."""
+    pairs = list(fields.items()) if isinstance(fields, dict) else [tuple(p) for p in fields or []]
+    currency = next((v for k, v in pairs if k == "currency" and isinstance(v, str)), None)
+    shown: list[tuple[str, str]] = []
+    for key, value in pairs:
+        name = str(key)
+        if name.endswith("_minor") and currency and isinstance(value, int) and not isinstance(value, bool):
+            shown.append((name.removesuffix("_minor").replace("_", " "), money_major(value, currency)))
+        elif isinstance(value, str) and _ISO_TIME.match(value):
+            try:
+                at = datetime.fromisoformat(value.replace("Z", "+00:00"))
+            except ValueError:
+                shown.append((name.replace("_", " "), plain_value(value)))
+            else:
+                shown.append((name.replace("_", " "), at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")))
+        else:
+            shown.append((name.replace("_", " "), plain_value(value)))
+    return shown

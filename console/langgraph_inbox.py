@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -186,4 +187,20 @@ def thread_reply(run: AgentRun) -> dict[str, Any] | None:
         return None
     checkpoint, values = found
     reply = values.get("reply")
-    return {"at": checkpoint.ts, "reply": reply if isinstance(reply, str) else "", "values": values}
+    return {
+        "at": _checkpoint_time(checkpoint.ts),
+        "reply": reply if isinstance(reply, str) else "",
+        "values": values,
+    }
+
+
+def _checkpoint_time(ts: Any) -> datetime | None:
+    """A checkpoint's ts (LangGraph writes ISO text, UTC) as a time the console shows in its one format."""
+    if isinstance(ts, datetime):
+        at = ts
+    else:
+        try:
+            at = datetime.fromisoformat(str(ts))
+        except ValueError:
+            return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)

@@ -130,3 +130,27 @@ def subject_in_words(overview: SubjectOverview) -> SubjectInWords:
         elsewhere[what] = elsewhere.get(what, 0) + place.count
     words.elsewhere = sorted(elsewhere.items())
     return words
+
+
+def places_left_in_words(places: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a failed erasure left, one line per thing a person does: the receipt's places still
+    holding the subject, grouped by their remedy (one document shows in four columns of the knowledge
+    base, and is one thing to delete), each with what it is, how much is left and where."""
+    groups: dict[str, dict[str, Any]] = {}
+    for place in places:
+        name, what = str(place.get("place", "")), str(place.get("what", ""))
+        todo = str(place.get("what_to_do") or "")
+        group = groups.setdefault(
+            todo or f"place:{name}",
+            # The description without its leading column name ("retrieval_chunks.text: the knowledge base…").
+            {"what": what.removeprefix(f"{name}: "), "what_to_do": todo, "places": [], "left": 0, "runs": []},
+        )
+        group["places"].append(name)
+        group["left"] += int(place.get("after") or 0)
+        group["runs"] += [r for r in place.get("runs") or [] if r not in group["runs"]]
+    for group in groups.values():
+        if len(group["places"]) == 1:
+            group["what"] = next(
+                str(p.get("what", "")) for p in places if p.get("place") == group["places"][0]
+            )
+    return list(groups.values())

@@ -61,6 +61,12 @@ def plain_value(value: Any) -> str:
 
 
 @register.filter
+def readable_fields(fields: Any) -> list[tuple[str, str]]:
+    """`{% for name, value in record|readable_fields %}`: names in words, money as money, one time format."""
+    return display.readable_fields(fields)
+
+
+@register.filter
 def get_item(mapping: Any, key: Any) -> Any:
     """`{{ mapping|get_item:key }}`: a dict's value for a key the template computed (None if absent)."""
     return mapping.get(key) if isinstance(mapping, dict) else None

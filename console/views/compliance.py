@@ -25,7 +25,7 @@ from console.htmx import HtmxHttpRequest
 from console.models import AuditEntry
 from console.roles import COMPLIANCE, role_required, tenant_for_user, user_tenants
 from console.selectors import subject_overview
-from console.subject_words import subject_in_words
+from console.subject_words import places_left_in_words, subject_in_words
 from console.subjects import MAX_QUERY_CHARS, subject_search
 from core.errors import ApplicationError
 from core.models import Tenant
@@ -206,7 +206,9 @@ def erasure_detail(request: HtmxHttpRequest, tenant: str, request_id: UUID) -> H
         "receipt": receipt,
         # What a failed request left, in words: each place still holding their data (not their memory,
         # which is kept on purpose until nothing else holds them), and whether it can be tried again.
-        "left": [p for p in receipt.get("places", []) if p.get("after") and p.get("erased_by") != "memory"],
+        "left": places_left_in_words(
+            [p for p in receipt.get("places", []) if p.get("after") and p.get("erased_by") != "memory"]
+        ),
         "can_retry": erasure.status == ErasureStatus.FAILED and bool(erasure.subject_id),
         "status_url": reverse("console:compliance_erasure_detail", args=[scope.slug, erasure.request_id]),
     }

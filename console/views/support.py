@@ -74,6 +74,8 @@ def _approval_page(
         "closed_by_erasure": run.suspend_reason == SUBJECT_ERASED and approval.decided_by == "keeper",
         "row": approval_row(approval, timezone.now()),
         "reading": reading,
+        # The customer once: a workflow that declares its customer among the request's fields says it.
+        "customer": "" if any(value == run.subject for _, value in reading.facts) else run.subject,
         "approval": approval,
         "pending": pending,
         "decide_form": decide_form or NoteForm(),

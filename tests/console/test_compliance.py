@@ -411,6 +411,11 @@ def test_a_failed_erasure_says_what_to_do_and_retry_picks_it_up_from_its_page(as
     page_url = f"/compliance/acme/erasures/{created.request_id}/"
     page = as_role("compliance").get(page_url).content.decode()
     assert "through the documents API" in page and ">Retry the erasure</button>" in page
+    # One line for the one document (it shows in several columns of the knowledge base), with what to
+    # do with it in words, above the error as recorded.
+    left = page[page.index('id="erasure-failed"') : page.index("the error as recorded")]
+    assert left.count("the knowledge base (documents the company wrote)") == 1
+    assert "<strong>What to do:</strong> a document names the subject" in left
     retry_url = f"/compliance/acme/erasures/{created.request_id}/retry/"
     assert as_role("support").post(retry_url).status_code == 403
     document_delete(tenant=tenant, document_id=f"ticket-{SUBJECT}", actor="user:admin")

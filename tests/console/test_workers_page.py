@@ -76,14 +76,17 @@ def test_a_task_that_raises_in_a_worker_counts_as_failed_on_its_row(as_role, ten
     )
 
 
-def test_a_workers_task_list_shows_the_steps_its_processes_ran(as_role, tenant, processes, monkeypatch):
+@pytest.mark.parametrize("pool", ["prefork", "threads"])
+def test_a_workers_task_list_shows_the_steps_its_processes_ran(as_role, tenant, processes, monkeypatch, pool):
     """Flower's task list, in Keeper's words: the steps of runs this worker's processes committed,
-    each with its run, its outcome and how long it took; another tenant's runs are not listed."""
+    each with its run, its outcome and how long it took; another tenant's runs are not listed. On a
+    thread pool (`make run`'s default) a step's actor names the thread after host:pid, and the list
+    was empty there."""
     from runs.engine.runs import run_start
 
     monkeypatch.setattr(engineer_queue.pinger, "seen", {})
     client = as_role("engineer")
-    processes.worker(concurrency=1)
+    processes.worker(concurrency=2, pool=pool)
     wait_until(lambda: 'data-stale="false"' in _row(_panel(client)), timeout=60, interval=1.0, message="live")
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 2}, actor="t").run
 
@@ -100,4 +103,5 @@ def test_a_workers_task_list_shows_the_steps_its_processes_ran(as_role, tenant, 
     assert (
         f"/runs/{run.run_id}/?focus=" in tasks and "<code>tick</code>" in tasks and "run_completed" in tasks
     )
+    assert "in the last 24 hours" in tasks
     assert client.get("/workers/nobody@nowhere/").status_code == 404

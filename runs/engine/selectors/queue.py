@@ -81,14 +81,18 @@ def worker_recent_steps(
     *, tenant_ids: list[UUID], actors: list[str], since: datetime, limit: int
 ) -> list[AgentEvent]:
     """What these worker processes (by their event actor, host:pid) committed since `since` in the
-    user's tenants, newest first, with each event's run."""
+    user's tenants, newest first, with each event's run. A process of a thread pool (the default)
+    names itself host:pid:thread on the events its threads write, so the pid matches both forms."""
     if not actors:
         return []
+    by_process = Q()
+    for actor in actors:
+        by_process |= Q(actor=actor) | Q(actor__startswith=f"{actor}:")
     return list(
         AgentEvent.objects.select_related("run")
         .filter(
+            by_process,
             tenant_id__in=tenant_ids,
-            actor__in=actors,
             created_at__gte=since,
             event_type__in=WORKER_EVENT_TYPES,
         )

@@ -130,11 +130,20 @@ def test_engineer_creates_edits_pauses_and_deletes_a_schedule(person, demo):
     who.click(form.get_by_role("button", name="Create the schedule"))
     row = page.locator("#schedules tr", has_text="every 3600 s")
     expect(row).to_contain_text("active")
+    # Sortable columns, as Flower's and the admin's lists: by "when", up then down.
+    when = page.locator("#schedules th", has_text="when")
+    when.get_by_role("button").click()
+    expect(when).to_have_attribute("aria-sort", "ascending")
+    expect(page.locator("#schedules tbody tr").first).to_contain_text("every 3600 s")
+    when.get_by_role("button").click()
+    expect(page.locator("#schedules tbody tr").first).to_contain_text("every 86400 s")
     who.click("Edit", within=row)
     page.locator("#schedule-form input[name=interval_seconds]").fill("7200")
     page.locator("#schedule-form input[name=note]").fill("every two hours is enough")
     who.click(page.locator("#schedule-form").get_by_role("button", name="Save"))
     row = page.locator("#schedules tr", has_text="every 7200 s")
+    # Delete is drawn as destructive (red), apart from Edit and Pause.
+    expect(row.get_by_role("link", name="Delete…")).to_have_css("background-color", "rgb(180, 35, 24)")
     who.click("Pause…", within=row)
     page.fill("#confirm-note", "not during the migration")
     who.click(page.get_by_role("button", name="Pause this schedule"))
@@ -161,13 +170,29 @@ def test_engineer_reaches_every_page_from_the_menu(person, demo):
         _menu(who, name)
         expect(page.locator("h1")).to_contain_text(heading)
         who.shot(f"engineer-{name.lower().replace(' ', '-')}")
+    # The charts' axis labels are whole: none starts left of its drawing (a latency's "1.254 s" was cut).
+    _menu(who, "Charts")
+    cut = page.evaluate(
+        "() => [...document.querySelectorAll('svg.chart text')].filter(t => t.getBBox().x < 0).map(t => t.textContent)"
+    )
+    assert cut == [], cut
     # The webhooks' Delete is destructive; the workflows page says LangGraph threads can go on.
     _menu(who, "Workflows")
     expect(page.locator("main")).not_to_contain_text("cannot continue")
-    # Flower's task list of one worker: what it ran lately, each step with its run.
+    # Flower's task list of one worker: what it ran lately, each step with its run (a fork started
+    # now gives the worker steps to run, whichever of this module's tests ran before).
+    who.visit(f"/runs/{demo.runs['completed']}/")
+    fork = page.locator("#fork-form")
+    fork.locator("input[name=at_seq]").fill("2")
+    fork.locator("input[name=note]").fill("steps for the worker's task list")
+    who.click(fork.get_by_role("button", name="Fork"))
+    child = page.url.rstrip("/").rsplit("/", 1)[-1]
+    eventually(lambda: _run(demo, child).status == "completed", demo, "the fork to complete")
     _menu(who, "Workers")
     who.click(page.locator("#workers tbody tr a").first)
-    expect(page.locator("#worker-tasks")).to_contain_text("step")
+    tasks = page.locator("#worker-tasks")
+    expect(tasks.locator(f'a[href^="/runs/{child}/"]').first).to_be_visible()
+    expect(tasks).to_contain_text("run_completed")
     who.shot("engineer-worker-tasks")
     # A memory claim's provenance leads to the run and the event it names.
     _menu(who, "Memory")

@@ -79,6 +79,11 @@ def test_support_approves_a_credit_limit_as_its_workflow_declared_it(person, dem
     expect(page.locator("h1")).to_contain_text("credit limit")
     expect(page.locator("#request-facts")).not_to_contain_text("Refund")
     expect(page.locator("#request-facts")).not_to_contain_text("null")
+    # The customer once (the workflow declares it), and the run's input in words and money.
+    expect(page.locator("#request-facts dd", has_text="cust-1001")).to_have_count(1)
+    expect(page.locator("#history")).to_contain_text("current limit")
+    expect(page.locator("#history")).to_contain_text("1,000.00 EUR")
+    expect(page.locator("#history")).not_to_contain_text("_minor")
     who.shot("support-credit-approval")
     page.fill("#decision-note", "income documents on file")
     who.click("Approve the new limit")
@@ -100,6 +105,8 @@ def test_support_reconciles_the_refund_in_doubt_checking_the_reference(person, d
     record = page.locator("#provider-records")
     expect(record.get_by_role("link", name="open the provider's record")).to_have_count(1)
     reference = record.locator("[data-external-ref]").first.inner_text().strip()
+    expect(record).to_contain_text("129.00 EUR")  # the provider's amount as money, not minor units
+    expect(record).not_to_contain_text("amount_minor")
     page.check("input[name=outcome][value=applied]")
     page.fill("#id_external_ref", "rf_typo")
     page.fill("#id_note", "the provider's ledger shows the refund")
@@ -131,6 +138,7 @@ def test_support_answers_a_graph_the_way_agent_inbox_offers(person, demo, way, t
     who.click("Answer", within=page.locator("#questions tr", has_text=thread))
     inbox = page.locator("#langgraph-question")
     expect(inbox.locator(".action-request")).to_contain_text("refund")
+    expect(inbox.locator(".said .who").first).to_have_css("display", "block")  # "The customer said", apart
     if way == "accept":
         who.click(inbox.get_by_role("button", name="Accept"))
     elif way == "edit":
@@ -147,6 +155,7 @@ def test_support_answers_a_graph_the_way_agent_inbox_offers(person, demo, way, t
     # The graph went on with the answer, and the page says what it replied.
     went_on = page.locator("#langgraph-reply")
     expect(went_on).to_contain_text(said, timeout=60_000)
+    expect(went_on.locator("time[datetime]")).to_have_count(1)  # the checkpoint's time in the one format
     expect(page.locator("[data-run-status]")).not_to_contain_text("suspended")
     who.shot(f"support-langgraph-{way}")
 
