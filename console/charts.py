@@ -43,7 +43,8 @@ _COUNTS_SQL = """
 SELECT floor(extract(epoch FROM e.created_at - %(start)s) / %(slice)s)::int AS b,
        CASE WHEN e.event_type = 'step_error' THEN 'run_suspended' ELSE e.event_type END, count(*)
   FROM agent_events e
- WHERE e.run_id IN (SELECT run_id FROM agent_runs WHERE tenant_id = ANY(%(tenants)s) AND updated_at >= %(start)s - interval '1 second')
+ WHERE e.run_id IN (SELECT run_id FROM agent_runs WHERE tenant_id = ANY(%(tenants)s) AND updated_at >= %(start)s - interval '1 second'
+                     AND NOT replay)
    AND e.created_at >= %(start)s
    AND (e.event_type = ANY(%(types)s) OR (e.event_type = 'step_error' AND e.payload ? 'reason'))
  GROUP BY 1, 2
@@ -53,7 +54,8 @@ SELECT floor(extract(epoch FROM e.created_at - %(start)s) / %(slice)s)::int AS b
        percentile_cont(ARRAY[0.5, 0.9, 0.99]) WITHIN GROUP (ORDER BY (e.payload #>> '{spent,wall_s}')::float),
        count(*)
   FROM agent_events e
- WHERE e.run_id IN (SELECT run_id FROM agent_runs WHERE tenant_id = ANY(%(tenants)s) AND updated_at >= %(start)s - interval '1 second')
+ WHERE e.run_id IN (SELECT run_id FROM agent_runs WHERE tenant_id = ANY(%(tenants)s) AND updated_at >= %(start)s - interval '1 second'
+                     AND NOT replay)
    AND e.created_at >= %(start)s AND e.event_type = ANY(%(steps)s) AND e.step_id IS NOT NULL
    AND jsonb_typeof(e.payload #> '{spent,wall_s}') = 'number'
  GROUP BY 1

@@ -6,6 +6,7 @@ from console.views import (
     charts,
     engineer,
     engineer_bulk,
+    engineer_evaluations,
     engineer_history,
     engineer_langgraph,
     engineer_live,
@@ -64,6 +65,20 @@ urlpatterns = [
         "runs/<uuid:run_id>/history.json", engineer_history.run_history_download, name="run_history_download"
     ),
     path("runs/<uuid:run_id>/workspace/", engineer_workspace.run_workspace, name="run_workspace"),
+]
+
+urlpatterns += [
+    path("evaluations/", engineer_evaluations.evaluation_list, name="evaluation_list"),
+    path("evaluations/new/", engineer_evaluations.evaluation_set_create, name="evaluation_set_create"),
+    path(
+        "evaluations/<uuid:set_id>/add/", engineer_evaluations.evaluation_set_add, name="evaluation_set_add"
+    ),
+    path(
+        "evaluations/<uuid:set_id>/run/", engineer_evaluations.evaluation_set_run, name="evaluation_set_run"
+    ),
+    path(
+        "evaluations/rounds/<uuid:round_id>/", engineer_evaluations.evaluation_round, name="evaluation_round"
+    ),
 ]
 
 urlpatterns += [

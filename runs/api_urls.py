@@ -5,6 +5,7 @@ from django.urls import path
 from runs import (
     api,
     api_conversation,
+    api_evaluation,
     api_external_workflows,
     api_langgraph,
     api_merges,
@@ -19,6 +20,19 @@ from runs import (
 _W = "workers/runs/<uuid:run_id>/"
 
 urlpatterns = [
+    path("runs/<uuid:run_id>/replay", api_evaluation.RunReplayApi.as_view(), name="api-run-replay"),
+    path(
+        "runs/<uuid:run_id>/replay-comparison",
+        api_evaluation.RunReplayComparisonApi.as_view(),
+        name="api-run-replay-comparison",
+    ),
+    path("eval-sets/", api_evaluation.EvalSetListApi.as_view(), name="api-eval-sets"),
+    path("eval-sets/<uuid:set_id>/", api_evaluation.EvalSetDetailApi.as_view(), name="api-eval-set"),
+    path("eval-sets/<uuid:set_id>/runs", api_evaluation.EvalSetRunApi.as_view(), name="api-eval-set-runs"),
+    path(
+        "eval-sets/<uuid:set_id>/rounds", api_evaluation.EvalSetRoundApi.as_view(), name="api-eval-set-rounds"
+    ),
+    path("eval-rounds/<uuid:round_id>/", api_evaluation.EvalRoundApi.as_view(), name="api-eval-round"),
     path("webhooks/", api_webhooks.WebhookListApi.as_view(), name="api-webhooks"),
     path("webhooks/<uuid:webhook_id>", api_webhooks.WebhookDetailApi.as_view(), name="api-webhook-detail"),
     path(

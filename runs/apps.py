@@ -29,6 +29,10 @@ class RunsConfig(AppConfig):
         from runs.langgraph.store import WORKFLOW as LANGGRAPH
 
         fork_copier_register(conversation_copy)
+        from runs.engine.replays import replay_after_suspend_register
+        from runs.evaluation.services import replay_feed
+
+        replay_after_suspend_register(replay_feed)
         from runs.conversations.compaction.tokens import token_counter
         from runs.engine.charges import charges_tokenizer_register
 

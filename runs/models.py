@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from runs.engine.replay_models import EvalRound, EvalSet, EvalSetRun, RunReplay
 from runs.engine.schedule_models import OverlapPolicy, WorkflowSchedule
 from runs.engine.workspace_models import MergeStatus, WorkspaceMerge, WorkspaceSnapshot
 from runs.external.models import ExternalWorkflow
@@ -28,6 +29,10 @@ __all__ = [
     "LangGraphCheckpoint",
     "LangGraphWrite",
     "ApprovalStatus",
+    "EvalRound",
+    "EvalSet",
+    "EvalSetRun",
+    "RunReplay",
     "OperationStatus",
     "RunStatus",
     "Summary",

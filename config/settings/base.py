@@ -282,6 +282,9 @@ KEEPER_WEBHOOKS_PER_TENANT = env_int("KEEPER_WEBHOOKS_PER_TENANT", 20, minimum=0
 KEEPER_PREPARED_STATEMENTS = env_bool("KEEPER_PREPARED_STATEMENTS", KEEPER_DB_POOLER != "transaction")
 # Seconds a fork that nobody started is kept before it is cancelled.
 KEEPER_FORK_TTL = env_number("KEEPER_FORK_TTL", 7 * 24 * 3600.0, minimum=1)
+# Model endpoints an evaluation's replay may name (comma-separated OpenAI-compatible base URLs),
+# besides those the parts' own settings configure: a replay never calls an address a request chose.
+KEEPER_REPLAY_MODEL_URLS = [u.strip() for u in env_str("KEEPER_REPLAY_MODEL_URLS").split(",") if u.strip()]
 # Seconds a fork that was started may stay suspended, untouched, before it is cancelled as abandoned.
 KEEPER_FORK_STARTED_TTL = env_number("KEEPER_FORK_STARTED_TTL", 30 * 24 * 3600.0, minimum=1)
 # Steps between workspace snapshots (0: the interval chapter 39's cost model chooses), and seconds a
@@ -324,6 +327,7 @@ ERASERS = [
     "erasure.erasers.langgraph.LangGraphEraser",  # LangGraph checkpoints, blobs and writes
     "erasure.erasers.webhooks.WebhooksEraser",  # the webhook outbox and endpoints
     "erasure.erasers.schedules.SchedulesEraser",  # schedules about the subject
+    "erasure.erasers.evaluations.EvaluationsEraser",  # replays' and rounds' overrides, sets' texts
     "erasure.erasers.held_claims.HeldClaimsEraser",  # memory claims held for review
     "erasure.erasers.procedures.ProceduresEraser",  # procedures learned from the subject's runs
     "erasure.erasers.retrieval.RetrievalEraser",  # principals, searches, document records

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 from uuid import UUID
 
 from django.utils import timezone
@@ -50,6 +50,13 @@ from runs.engine.registry import (
     StepContext,
     StepResult,
     Suspend,
+)
+from runs.engine.replays import (
+    ReplayRefused,
+    replay_approval_answer,
+    replay_canned,
+    replay_current,
+    replay_operation_answer,
 )
 from runs.engine.signals import signal_wait_detail
 from runs.engine.workspace import Workspace, workspace_before_side_effect, workspace_of
@@ -208,7 +215,9 @@ class Context:
         """write_memory from this step: a claim (namespace, key, value) or a note (text) about a
         subject, with run:<id>/step:<name> as its source. Screened and checked against the consent
         policy like every write (ClaimHeld, ClaimPending); a retried step writing the same again
-        keeps nothing new. Returns the memory item."""
+        keeps nothing new. Returns the memory item (None in a replay, which writes no memory)."""
+        if replay_current() is not None:
+            return None
         from core.models import Tenant
         from memory.filememory import write_memory
 
@@ -227,6 +236,18 @@ class Context:
     def heartbeat(self) -> bool:
         """Renew the lease now; False if it was lost (the commit will be refused)."""
         return self._base.heartbeat()
+
+    @property
+    def replaying(self) -> bool:
+        """True in an evaluation's replay: write nothing outside the run (memory, other systems);
+        operations and approvals are answered from the original run's record by themselves."""
+        return replay_current() is not None
+
+    def canned(self, tool: str, arguments: Mapping[str, Any]) -> dict[str, Any] | None:
+        """In a replay, the answer its overrides give for this call of `tool` (use it instead of
+        calling); None outside a replay or with no canned answer for this call."""
+        replay = replay_current()
+        return None if replay is None else replay_canned(replay, tool=tool, arguments=arguments)
 
     @property
     def lease_lost(self) -> bool:
@@ -305,6 +326,18 @@ class Context:
         other exception marks it unknown and raises OperationOutcomeUnknown (the step is retried).
         """
         body = dict(request)
+        replay = replay_current()
+        if replay is not None:  # answered from the original's record, never sent
+            try:
+                recorded = replay_operation_answer(
+                    replay, operation_id=operation_id, request_digest=json_digest(body)
+                )
+            except ReplayRefused as exc:
+                raise _Suspension(exc.code, exc.message, {"operation_id": operation_id}) from None
+            settled: Literal["succeeded", "failed"] = (
+                "succeeded" if recorded.status == "succeeded" else "failed"
+            )
+            return OperationOutcome(operation_id, settled, recorded.result or {}, recorded.external_ref)
         tool = tool_in_force(tool)
         if tool.answers is not None:
             answer = tool.answers
@@ -407,6 +440,19 @@ class Context:
         once, recorded as such (e.g. "auto_approve_below_limit").
         """
         digest = json_digest(dict(request))
+        replay = replay_current()
+        if replay is not None:  # the original's decision of the same request, or no decision at all
+            try:
+                decided = replay_approval_answer(replay, request_digest=digest)
+            except ReplayRefused as exc:
+                raise _Suspension(exc.code, exc.message, {"request_digest": digest}) from None
+            return ApprovalDecision(
+                approval_id=decided.approval_id,
+                approved=decided.status == ApprovalStatus.APPROVED,
+                request_digest=digest,
+                decided_by=decided.decided_by or None,
+                note=decided.note,
+            )
         check = approval_check(
             run_id=self.run_id,
             tenant_id=self.tenant_id,
@@ -505,7 +551,9 @@ class Context:
         run's tenant, or return the one this run already started under the stable `child_id` (a
         retried or resumed step never starts two). The child runs on its own; `wait_child` waits for
         it, and cancelling this run cancels it. A workflow this tenant cannot see suspends the run
-        (`child_workflow_unavailable`) and nothing is started."""
+        (`child_workflow_unavailable`) and nothing is started. A replay starts none (`replay_refused`)."""
+        if replay_current() is not None:
+            raise _Suspension("replay_refused", f"child {child_id!r}: a replay starts no child runs")
         try:
             return child_start(
                 tenant_id=self.tenant_id,

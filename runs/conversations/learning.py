@@ -40,7 +40,8 @@ def run_learn(*, run_id: UUID) -> dict[str, int]:
 
 def _run_learn(*, run_id: UUID) -> dict[str, int]:
     run = run_get(run_id=run_id)
-    if not run.subject:
+    # An evaluation's replay is not the customer's conversation: nothing it said or did is kept.
+    if not run.subject or run.replay:
         return {"kept": 0, "unchanged": 0, "erased": 0, "refused": 0, "episode": 0}
     events = [
         {"seq": e.seq, "event_type": e.event_type, "payload": e.payload}

@@ -102,6 +102,8 @@ def run_procedures_learn(*, run_id: UUID) -> Learned:
         run = AgentRun.objects.select_related("tenant").get(tenant_id=tenant_id, run_id=run_id)
         if str(run.subject or "").startswith("erased:"):
             return Learned()  # its content was redacted at the person's request: nothing to learn
+        if run.replay:
+            return Learned()  # an evaluation's replay is not the tenant's work: it teaches nothing
         learned = procedure_learn(tenant=run.tenant, workflow_name=run.workflow_name, turns=_turns(run))
     if learned.proposed:
         logger.info("run %s: %d procedure(s) proposed for review", run_id, learned.proposed)

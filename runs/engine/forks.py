@@ -151,8 +151,13 @@ def run_fork_once(
     start: bool = True,
     note: str = "",
     idempotency_key: str | None = None,
+    replay: bool = False,
+    state_patch: dict[str, object] | None = None,
 ) -> StartedRun:
     """A new run continuing from event `at_seq` of this one. Not started, it expires after a TTL.
+
+    `replay` marks it an evaluation's replay (runs/evaluation/ writes what it replays in the same
+    transaction); `state_patch` sets keys of the state it starts from (a replay's changed prompt).
 
     The child keeps the parent's subject (erasure and learning reach it) and carries the
     conversation up to `at_seq` as its own events, each naming the event it was copied from.
@@ -172,6 +177,8 @@ def run_fork_once(
             details={"subject_erased": True},
         )
     state, next_step, schema_version = _state_at(parent, at_seq)
+    if state_patch:
+        state = {**state, **state_patch}
     if next_step is None:
         raise InvalidInput(
             f"nothing is left to run after event {at_seq} of run {run_id}", code="nothing_to_fork"
@@ -185,6 +192,7 @@ def run_fork_once(
         "note": note,
         "state_schema_version": schema_version,
         "spent": _carried(state),
+        **({"replay": True} if replay else {}),
     }
     with tenant_scope(parent.tenant_id):
         created = apply(
@@ -206,6 +214,7 @@ def run_fork_once(
                 event_type="run_forked",
                 suspend_reason=None if start else "fork_not_started",
                 subject=parent.subject,
+                replay=replay,
             )
         )
         if not created:  # the same key, sent at the same moment: the other request's fork

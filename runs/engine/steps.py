@@ -15,6 +15,7 @@ import dataclasses
 import json
 import logging
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -33,6 +34,7 @@ from runs.engine.charges import step_charging
 from runs.engine.dispatch import run_enqueue
 from runs.engine.leases import HeldLease, lease_held
 from runs.engine.registry import StepContext, StepFailed, Workflow, registry
+from runs.engine.replays import replay_applied, replay_suspended
 from runs.engine.resume import resume_verify
 from runs.engine.runs import run_parent_wake
 from runs.kernel import apply
@@ -159,6 +161,8 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None, sliced: bool = Fa
             if apply(m.LeaseReleased(run_id, owner, grant.epoch, attempted=True)):
                 run_enqueue(run_id=run_id)
             return AdvanceResult("fenced")
+        if grant.replay and result.status == RunStatus.SUSPENDED:  # the evaluation feeds it what comes next
+            replay_suspended(grant.run_id)
     if result.status == RunStatus.RUNNING:
         run_enqueue(run_id=run_id)
     if grant.child_of_run_id is not None:
@@ -243,7 +247,7 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
     started = time.monotonic()
     workspace.workspace_step_begin(run_id=grant.run_id)
     try:
-        with step_charging(ctx, state.get("budgets")):  # model calls charge this step (charges.py)
+        with step_charging(ctx, state.get("budgets")), _replaying(grant):  # charges.py; replays.py
             outcome = step.fn(ctx, dict(state))
     except BudgetExhausted as exc:  # a model call refused: suspend with what the step spent until then
         spent = ctx.spent(wall_s=time.monotonic() - started)
@@ -276,6 +280,11 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
         result = dataclasses.replace(result, carry=_carry(grant, workflow, seq, move.next_step, move.state))
     workspace.workspace_step_end(run_id=grant.run_id, result=result)
     return result
+
+
+def _replaying(grant: LeaseGrant) -> AbstractContextManager[object]:
+    """A replay's step runs with its overrides, its side effects answered from the original's record."""
+    return replay_applied(run_id=grant.run_id, tenant_id=grant.tenant_id) if grant.replay else nullcontext()
 
 
 def _in_doubt(grant: LeaseGrant) -> list[str]:

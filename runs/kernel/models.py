@@ -91,6 +91,9 @@ class AgentRun(models.Model):
     # An imported history copy (operator import_history): read, export and fork it; it never runs,
     # and no lease, sweep, transition or message touches it. A state, not a sentinel lease owner.
     imported = models.BooleanField(default=False, db_default=False)
+    # An evaluation's replay (runs/evaluation/): a fork that runs with overrides, whose side effects are
+    # answered from the original's record; not the tenant's real work (charts, webhooks leave it out).
+    replay = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField()
 

@@ -78,6 +78,7 @@ class RunStarted(Move["tuple[Any, ...] | None"]):
     event_type: str = "run_started"
     suspend_reason: str | None = None
     subject: str = ""
+    replay: bool = False  # an evaluation's replay (runs/evaluation/): never real work, never a webhook
     columns: tuple[str, ...] = ("run_id",)
 
 

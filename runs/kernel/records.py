@@ -29,6 +29,7 @@ class LeaseGrant:
     previous_owner: str | None
     previous_epoch: int
     child_of_run_id: UUID | None = None  # a child run: its parent may wait for it to finish
+    replay: bool = False  # an evaluation's replay: its steps run with the replay's overrides
 
     @property
     def takes_over(self) -> bool:

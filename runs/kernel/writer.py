@@ -102,6 +102,7 @@ def _run_started(move: m.RunStarted) -> tuple[Any, ...] | None:
             "actor": move.actor,
             "digest": move.state.digest,
             "subject": move.subject,
+            "replay": move.replay,
         },
     )
     return found[0] if found else None
@@ -119,7 +120,7 @@ def _lease_taken(move: m.LeaseTaken) -> LeaseGrant | None:
     if not found:
         return None
     (tenant_id, epoch, expires_at, revision, next_step, state, status, requested_by, wf_name, wf_version, schema,
-     attempt, previous_owner, previous_epoch, child_of_run_id) = found[0]  # fmt: skip
+     attempt, previous_owner, previous_epoch, child_of_run_id, replay) = found[0]  # fmt: skip
     return LeaseGrant(
         run_id=move.run_id,
         tenant_id=tenant_id,
@@ -138,6 +139,7 @@ def _lease_taken(move: m.LeaseTaken) -> LeaseGrant | None:
         previous_owner=previous_owner,
         previous_epoch=previous_epoch,
         child_of_run_id=child_of_run_id,
+        replay=replay,
     )
 
 

@@ -77,7 +77,10 @@ def _exchange(call: dict[str, Any]) -> list[dict[str, str]]:
     ]
 
 
-def _lookup(order_id: str) -> dict[str, Any]:
+def _lookup(ctx: Context, order_id: str) -> dict[str, Any]:
+    canned = ctx.canned("lookup_order", {"order_id": order_id})  # a replay's answer, if it gives one
+    if canned is not None:
+        return canned
     try:
         order = PaymentsClient().get_order(order_id)
     except PaymentsUnavailable as exc:
@@ -85,8 +88,13 @@ def _lookup(order_id: str) -> dict[str, Any]:
     return order if order is not None else {"error": f"there is no order {order_id}"}
 
 
-def _remember(run: AgentRun, seq: int, arguments: dict[str, Any]) -> dict[str, Any]:
+def _remember(ctx: Context, run: AgentRun, seq: int, arguments: dict[str, Any]) -> dict[str, Any]:
     key, value = arguments.get("key", "").strip(), arguments.get("value", "").strip()
+    canned = ctx.canned("remember", arguments)
+    if canned is not None:
+        return canned
+    if ctx.replaying:  # an evaluation's replay changes nothing a customer's next conversation reads
+        return {"key": key, "value": value, "replayed": True, "note": "not kept: a replay writes no memory"}
     if not run.subject:
         return {"error": "this conversation has no customer to remember anything for"}
     if not key or not value:
@@ -147,7 +155,7 @@ def respond(ctx: Context, state: State) -> StepResult:
             break
         asked: dict[str, Any] = {"tool": action.tool, "arguments": action.arguments}
         if action.tool == "propose_refund":
-            order = _lookup(action.arguments.get("order_id", ""))
+            order = _lookup(ctx, action.arguments.get("order_id", ""))
             refundable = (
                 0 if "error" in order else int(order["amount_minor"]) - int(order.get("refunded_minor") or 0)
             )
@@ -171,9 +179,9 @@ def respond(ctx: Context, state: State) -> StepResult:
                     },
                 )
         elif action.tool == "lookup_order":
-            asked["result"] = _lookup(action.arguments.get("order_id", ""))
+            asked["result"] = _lookup(ctx, action.arguments.get("order_id", ""))
         else:
-            asked["result"] = _remember(run, message.seq, action.arguments)
+            asked["result"] = _remember(ctx, run, message.seq, action.arguments)
         calls.append(asked)
         messages.extend(_exchange(asked))
     reply = action.reply if action.reply is not None else "I could not finish that; a person will follow up."
@@ -191,7 +199,8 @@ def respond(ctx: Context, state: State) -> StepResult:
         "procedure": context.procedure,
     }
     rest = {k: v for k, v in state.items() if k != "turn"}
-    task_enqueue(name="workers.tasks.learn_procedures", args=[str(ctx.run_id)])
+    if not ctx.replaying:  # a replay is not the tenant's work: it teaches no procedure
+        task_enqueue(name="workers.tasks.learn_procedures", args=[str(ctx.run_id)])
     return ctx.next(respond, rest, say=("assistant_message", said))
 
 

@@ -106,9 +106,15 @@ _CHANNELS = ("email", "phone", "sms", "chat")
 
 class RuleSupportAgent:
     """No model: finds an order id, a refund request or "remember ..." in the customer's message with
-    rules, looks the order up before proposing a refund, and says in every reply that it is rules."""
+    rules, looks the order up before proposing a refund, and says in every reply that it is rules.
 
-    name = "rules-v1"
+    `propose_refunds=False` is a second configuration of the same rules (named rules-v1-no-refunds):
+    it looks orders up but leaves refunds to a person, which an evaluation can compare with the first.
+    """
+
+    def __init__(self, propose_refunds: bool = True):
+        self.propose_refunds = propose_refunds
+        self.name = "rules-v1" if propose_refunds else "rules-v1-no-refunds"
 
     def act(self, *, messages: list[dict[str, str]], tools: list[dict[str, Any]]) -> Action:
         turn = _this_turn(messages)
@@ -130,10 +136,12 @@ class RuleSupportAgent:
         looked = next((d for d in done if d.get("tool") == "lookup_order"), None)
         found = (looked or {}).get("result") or {}
         if order and _REFUND.search(text) and "propose_refund" not in called and found.get("order_id"):
+            if not self.propose_refunds:
+                return Action(reply=_reply(done, text, self.name, "A person will look at the refund."))
             return Action(
                 tool="propose_refund", arguments={"order_id": found["order_id"], "reason": text[:200]}
             )
-        return Action(reply=_reply(done, text))
+        return Action(reply=_reply(done, text, self.name))
 
 
 def _this_turn(messages: list[dict[str, str]]) -> list[dict[str, str]]:
@@ -144,7 +152,7 @@ def _this_turn(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     return []
 
 
-def _reply(done: list[dict[str, Any]], text: str) -> str:
+def _reply(done: list[dict[str, Any]], text: str, name: str, *more: str) -> str:
     lines = []
     for d in done:
         result = d.get("result") or {}
@@ -169,7 +177,8 @@ def _reply(done: list[dict[str, Any]], text: str) -> str:
             lines.append(f"I will remember: {result.get('value', '')}.")
     if not lines:
         lines.append(f"Noted: {text[:200]}")
-    lines.append("(rule-based stand-in rules-v1, no model)")
+    lines.extend(more)
+    lines.append(f"(rule-based stand-in {name}, no model)")
     return " ".join(lines)
 
 

@@ -119,6 +119,11 @@ CASES: dict[str, tuple[str, str, object]] = {
     "KEEPER_EXTRACTOR_API_KEY": ("k-extract", "factories['extractor'][3]", "k-extract"),
     "KEEPER_FORK_TTL": ("3600", "settings.KEEPER_FORK_TTL", 3600.0),
     "KEEPER_FORK_STARTED_TTL": ("7200", "settings.KEEPER_FORK_STARTED_TTL", 7200.0),
+    "KEEPER_REPLAY_MODEL_URLS": (
+        "https://llm.internal/v1, http://127.0.0.1:8080/v1",
+        "settings.KEEPER_REPLAY_MODEL_URLS",
+        ["https://llm.internal/v1", "http://127.0.0.1:8080/v1"],
+    ),
     "KEEPER_WORKSPACE_SNAPSHOT_STEPS": ("5", "settings.KEEPER_WORKSPACE_SNAPSHOT_STEPS", 5),
     "KEEPER_WORKSPACE_TTL": ("3600", "settings.KEEPER_WORKSPACE_TTL", 3600.0),
     "KEEPER_SCHEDULE_INTERVAL": ("2", "settings.KEEPER_SCHEDULE_INTERVAL", 2.0),

@@ -21,7 +21,7 @@ UPDATE agent_runs r
                                AND w.name = r.workflow_name AND w.version = r.workflow_version)
 RETURNING r.tenant_id, r.lease_epoch, r.lease_expires_at, r.state_revision, r.next_step, r.state,
           r.status, r.resume_requested_by, r.workflow_name, r.workflow_version, r.state_schema_version, r.attempt,
-          old.lease_owner, old.lease_epoch, r.child_of_run_id
+          old.lease_owner, old.lease_epoch, r.child_of_run_id, r.replay
 """
 
 LEASE_RENEW = """

@@ -16,11 +16,12 @@ WITH r AS (
   INSERT INTO agent_runs (run_id, tenant_id, workflow_name, workflow_version, state_schema_version,
                           status, next_step, state, state_revision, suspend_detail, lease_epoch,
                           attempt, idempotency_key, input_digest, parent_run_id, fork_seq, fork_expires_at,
-                          suspend_reason, resume_requested_by, subject, state_digest, created_at, updated_at)
+                          suspend_reason, resume_requested_by, subject, state_digest, replay, created_at,
+                          updated_at)
   VALUES (%(run_id)s, %(tenant_id)s, %(workflow_name)s, %(workflow_version)s, %(schema)s,
           %(status)s, %(next_step)s, %(state)s::jsonb, 1, '', 0, 0, %(key)s, %(input_digest)s,
           %(parent)s, %(fork_seq)s, %(fork_expires_at)s, %(suspend_reason)s, '', %(subject)s, %(digest)s,
-          statement_timestamp(), statement_timestamp())
+          %(replay)s, statement_timestamp(), statement_timestamp())
   ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
   RETURNING *),
 e AS (

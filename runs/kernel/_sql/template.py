@@ -23,7 +23,7 @@ _EVENT_COLUMNS = (
 
 # One row per subscription of the run's tenant to this event type (runs/webhooks/). Only an event a
 # subscriber can hear of runs the statement with this clause; a tenant with none costs one index probe.
-# The event id is the same for every subscription of one event.
+# The event id is the same for every subscription of one event. A replay (runs/evaluation/) hears nothing.
 OUTBOX = """
 , outbox AS (
   INSERT INTO webhook_deliveries (tenant_id, subscription_id, event_id, event_type, run_id, data, status,
@@ -33,7 +33,9 @@ OUTBOX = """
                                       'revision', u.state_revision),
          'pending', 0, statement_timestamp(), '', '[]'::jsonb, statement_timestamp()
     FROM u JOIN webhook_subscriptions s ON s.tenant_id = u.tenant_id AND s.deleted_at IS NULL
-   WHERE %(webhook)s::text = ANY(s.event_types))"""
+   WHERE %(webhook)s::text = ANY(s.event_types)
+     -- an evaluation's replay is not the customer's work: its endings tell no subscriber
+     AND NOT EXISTS (SELECT 1 FROM agent_runs x WHERE x.run_id = u.run_id AND x.replay))"""
 
 # A child run that finished (completed, failed, cancelled) tells its parent in the same statement: the
 # parent's next revision records `child_finished`, and a parent suspended waiting for exactly this
