@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from runs.engine.approvals import approval_check
 from runs.engine.operations import operation_mark_started, operation_mark_unknown, operation_prepare_once
 from runs.engine.runs import run_start, run_suspend
 from runs.engine.schedules import schedule_create
+from runs.evaluation.services import eval_set_create
 from runs.kernel import apply
 from runs.kernel import moves as m
 from runs.kernel.models import ToolOperation
@@ -155,8 +157,14 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
         run_id=run.run_id, request_seq=1, reply_seq=2, subject_id="c-1", words=["refund"], steps=[step]
     )
     [procedure_id] = procedure_learn(tenant=tenant, workflow_name="support_agent", turns=[turn]).procedure_ids
+    eval_set = eval_set_create(tenant=tenant, name="fuzzed", actor="test")
     return {
         "procedure_id": procedure_id,
+        "set_id": str(eval_set.set_id),
+        # A merge and an evaluation round need forks and replays run by a worker: ids naming no
+        # object, so their lookups answer 404 (for tenant B's too, which is what is checked there).
+        "merge_id": str(uuid.uuid4()),
+        "round_id": str(uuid.uuid4()),
         "schedule_id": str(schedule.schedule_id),
         "run_id": str(waiting.run_id),
         "webhook_id": str(webhook.id),
