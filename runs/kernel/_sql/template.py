@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 _EVENT_COLUMNS = (
     "run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor, state_revision, state_digest, "
-    "state, next_step, client_message_id, created_at"
+    "state, next_step, client_message_id, created_at, run_created_at"
 )
 
 # One row per subscription of the run's tenant to this event type (runs/webhooks/). Only an event a
@@ -52,8 +52,8 @@ PARENT = """
    WHERE u.child_of_run_id IS NOT NULL AND u.status IN ('completed', 'failed', 'cancelled')
      AND p.run_id = w.run_id AND p.status IN ('running', 'suspended') AND NOT p.imported
      AND p.suspend_reason IS DISTINCT FROM 'subject_erased'
-  RETURNING p.run_id, p.tenant_id, p.state_revision, p.state_digest, p.next_step, w.waiting, u.run_id AS child,
-            u.status AS child_status),
+  RETURNING p.run_id, p.tenant_id, p.state_revision, p.state_digest, p.next_step, p.created_at, w.waiting,
+            u.run_id AS child, u.status AS child_status),
 parent_event AS (
   INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                             state_revision, state_digest, next_step, created_at)
@@ -81,12 +81,13 @@ class Event:
             f"INSERT INTO agent_events ({_EVENT_COLUMNS})\n"
             f"SELECT u.run_id, u.tenant_id, u.state_revision, {self.event_type}, {self.step_id}, {self.attempt},"
             f" {self.payload}, {self.actor}, u.state_revision, {self.state_digest}, {self.state}, {self.next_step},"
-            f" {self.client_message_id}, statement_timestamp() FROM u\n"
+            f" {self.client_message_id}, statement_timestamp(), u.created_at FROM u\n"
         )
 
 
 # What `u` returns: the event and the derived clauses read these.
-RETURNING = "run_id, tenant_id, state_revision, state_digest, next_step, status, child_of_run_id"
+# created_at is the event's partition key (agent_events.run_created_at).
+RETURNING = "run_id, tenant_id, state_revision, state_digest, next_step, status, child_of_run_id, created_at"
 
 
 def moving(
