@@ -126,6 +126,7 @@ def _answered_run(tenant: Any, turns: int) -> AgentRun:
                 state_digest=digest,
                 client_message_id=f"m-{i}",
                 created_at=timezone.now(),
+                run_created_at=run.created_at,
             )
         )
     AgentEvent.objects.bulk_create(rows, batch_size=2000)
@@ -165,6 +166,7 @@ def test_a_tool_call_answered_in_a_later_summarized_range_is_not_carried_as_unco
         AgentEvent.objects.create(
             run=run,
             tenant_id=tenant.tenant_id,
+            run_created_at=run.created_at,
             seq=seq,
             event_type=kind,
             payload=payload,
