@@ -25,12 +25,14 @@ def _run(tenant: Any, n: int) -> AgentRun:
 
 
 def _rows_read(table: str) -> int:
-    """Rows this transaction has read from `table` so far (sequential reads and index fetches)."""
+    """Rows this transaction has read from `table` so far (sequential reads and index fetches), in its
+    partitions if it has them (agent_events: the reads are counted where the rows are)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
-            "WHERE relname = %s",
-            [table],
+            "SELECT coalesce(sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)), 0)"
+            " FROM pg_stat_xact_user_tables WHERE relname = %s"
+            " OR relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %s::regclass)",
+            [table, table],
         )
         return int(cursor.fetchone()[0])
 
