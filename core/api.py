@@ -145,6 +145,18 @@ class QuerySerializer(ClosedSerializer):
     # DRF's own ?format=json, and the tenant every endpoint takes (a key's own, or 404: request_tenant)
     read_by_view = ("format", "tenant")
 
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        # A filter given twice (`?run_id=A&run_id=B`) is a 400: taking one of them silently lists
+        # what the client did not ask for.
+        if hasattr(data, "getlist"):
+            repeated = sorted(str(name) for name in data if len(data.getlist(name)) > 1)
+            if repeated:
+                raise serializers.ValidationError(
+                    {name: "given more than once; this filter takes one value" for name in repeated}
+                )
+            data = data.dict()
+        return super().to_internal_value(data)
+
 
 BIGINT_MAX = 2**63 - 1  # what PostgreSQL's bigint holds: past it a number is a 500 from the database
 

@@ -146,7 +146,7 @@ class MemoryItemsApi(APIView):
         responses={200: MEMORY_ITEM_LIST, **error_responses()},
     )
     def get(self, request: Request) -> Response:
-        f = self.FilterSerializer(data=request.query_params.dict())
+        f = self.FilterSerializer(data=request.query_params)
         f.is_valid(raise_exception=True)
         namespace = f.validated_data.get("namespace")
         items = memory_recall(
@@ -248,7 +248,7 @@ class MemorySearchApi(APIView):
         responses={200: MEMORY_HITS, **error_responses(422)},
     )
     def get(self, request: Request) -> Response:
-        return self._search(request, self.FilterSerializer(data=request.query_params.dict()))
+        return self._search(request, self.FilterSerializer(data=request.query_params))
 
     @extend_schema(
         summary="Search memory (vector and full text), the fields as a JSON body (for long queries)",

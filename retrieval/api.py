@@ -227,7 +227,7 @@ class DocumentsApi(APIView):
         responses={200: DOCUMENT_LIST, **error_responses()},
     )
     def get(self, request: Request) -> Response:
-        f = self.FilterSerializer(data=request.query_params.dict())
+        f = self.FilterSerializer(data=request.query_params)
         f.is_valid(raise_exception=True)
         tenant = request_tenant(request, f.validated_data.get("tenant"))
         page = documents_page(
@@ -461,7 +461,7 @@ class InvalidationsApi(APIView):
         },
     )
     def get(self, request: Request) -> Response:
-        f = self.FilterSerializer(data=request.query_params.dict())
+        f = self.FilterSerializer(data=request.query_params)
         f.is_valid(raise_exception=True)
         tenant = request_tenant(request, f.validated_data.get("tenant", ""))
         page = invalidations_page(

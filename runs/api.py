@@ -187,7 +187,7 @@ class RunStartApi(APIView):
         responses={200: RUNS_PAGE, **error_responses(400)},
     )
     def get(self, request: Request) -> Response:
-        filters = self.FilterSerializer(data=request.query_params.dict())
+        filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         data = dict(filters.validated_data)
         given = data.pop("tenant", None) or None
@@ -249,7 +249,7 @@ class RunEventsApi(APIView):
         responses={200: EVENTS_PAGE, **error_responses()},
     )
     def get(self, request: Request, run_id: UUID) -> Response:
-        filters = self.FilterSerializer(data=request.query_params.dict())
+        filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         run_for_request(request, run_id)
         events = run_events(run_id=run_id, **filters.validated_data)

@@ -69,7 +69,7 @@ class RunMessagesApi(APIView):
         responses={200: EVENTS_PAGE, **error_responses()},
     )
     def get(self, request: Request, run_id: UUID) -> Response:
-        filters = self.FilterSerializer(data=request.query_params.dict())
+        filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         run_for_request(request, run_id)
         events = list(
@@ -126,7 +126,7 @@ class RunContextApi(APIView):
         },
     )
     def get(self, request: Request, run_id: UUID) -> Response:
-        filters = self.FilterSerializer(data=request.query_params.dict())
+        filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         built = context_build(run=run_for_request(request, run_id), **filters.validated_data)
         return Response(

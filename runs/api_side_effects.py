@@ -112,7 +112,7 @@ class ApprovalListApi(APIView):
         },
     )
     def get(self, request: Request) -> Response:
-        filters = self.FilterSerializer(data=request.query_params.dict())
+        filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         data = filters.validated_data
         approvals = approval_list(status=data.get("status"), run_id=data.get("run_id"))

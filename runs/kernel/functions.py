@@ -13,12 +13,17 @@ from typing import Any
 
 from django.db import connections
 
+from runs.kernel._sql import runs
+
 FUNCTIONS = Path(__file__).parent / "_sql" / "functions"
 
 
 def function_sources() -> dict[str, str]:
-    """Each function's name and its current CREATE OR REPLACE statement."""
-    return {path.stem: path.read_text() for path in sorted(FUNCTIONS.glob("*.sql"))}
+    """Each function's name and its current CREATE OR REPLACE statement: the files, and the functions
+    made from the move statements themselves (the step commit)."""
+    sources = {path.stem: path.read_text() for path in sorted(FUNCTIONS.glob("*.sql"))}
+    sources[runs.COMMIT_FUNCTION.name] = runs.COMMIT_FUNCTION.source
+    return sources
 
 
 def functions_install(*, using: str) -> None:

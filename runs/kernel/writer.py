@@ -249,11 +249,7 @@ def _commit_span(kw: dict[str, Any]) -> dict[str, Any]:
 
 @traced("keeper.commit", _commit_span)
 def _commit_statement(*, params: dict[str, Any]) -> int | None:
-    if params["status"] in TERMINAL:
-        statement = runs.COMMIT_ENDS
-    else:
-        statement = runs.COMMIT_OUTBOX if params["webhook"] else runs.COMMIT
-    seq = statement.first_value_of(params)
+    seq = runs.COMMIT.first_value_of(params)  # the function picks the statement for the step's end
     return None if seq is None else int(seq)
 
 

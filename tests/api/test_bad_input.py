@@ -105,6 +105,10 @@ def _assert_error(response, status: int, code: str | None = None) -> None:
         ("post", "/api/v1/operations/-1/reconcile", {"outcome": "applied", "note": "x"}, 404),
         ("get", "/api/v1/approvals/?status=bogus", None, 400),
         ("get", f"/api/v1/runs/{RUN}/events/?limit=", None, 400),
+        # A filter given twice is refused, not read as one of its values.
+        ("get", "/api/v1/runs/?status=running&status=completed", None, 400),
+        ("get", f"/api/v1/runs/{RUN}/events/?limit=1&limit=2", None, 400),
+        ("get", "/api/v1/memory/items/?subject_id=a&subject_id=b", None, 400),
         # A number where the schema says text is refused, not turned into its digits: erasing subject
         # "42" because a client sent 42 could not be undone.
         ("post", "/api/v1/erasure-requests/", {"subject_id": 42}, 400),

@@ -7,7 +7,7 @@ lease must expire by the clock.
 from __future__ import annotations
 
 from core.db import wire
-from runs.kernel._sql.template import RETURNING, Event, moving
+from runs.kernel._sql.template import RETURNING, Event, moving, plpgsql_function
 
 # --- a new run and its first event -----------------------------------------------------------------
 
@@ -90,15 +90,21 @@ COMMIT_TYPES = {
     "webhook_status": wire.TEXT,
     "webhook_reason": wire.TEXT,
 }
-_HOOK_TYPES = {"webhook", "webhook_status", "webhook_reason"}
-_PLAIN_TYPES = {k: v for k, v in COMMIT_TYPES.items() if k not in _HOOK_TYPES}
-COMMIT = wire.Statement.named("keeper_commit_step", moving(_COMMIT_UPDATE, _COMMIT_EVENT), _PLAIN_TYPES)
-COMMIT_OUTBOX = wire.Statement.named(
-    "keeper_commit_step_outbox", moving(_COMMIT_UPDATE, _COMMIT_EVENT, outbox=True), COMMIT_TYPES
-)
-COMMIT_ENDS = wire.Statement.named(
-    "keeper_commit_step_ends", moving(_COMMIT_UPDATE, _COMMIT_EVENT, outbox=True, parent=True), COMMIT_TYPES
-)
+# The commit is a PL/pgSQL function made from these statements (one per way a step can end, each with
+# its own plan): the server keeps a function's plans for the session whether or not the client may
+# prepare statements, and behind a transaction pooler it may not. Sent unprepared, the statement
+# itself was parsed and planned on every step, at about half the steps per second.
+COMMIT_FUNCTION = plpgsql_function(
+    "keeper_commit_step",
+    COMMIT_TYPES,
+    [
+        ("p_status IN ('completed', 'failed', 'cancelled')",
+         moving(_COMMIT_UPDATE, _COMMIT_EVENT, outbox=True, parent=True)),
+        ("p_webhook IS NOT NULL", moving(_COMMIT_UPDATE, _COMMIT_EVENT, outbox=True)),
+        ("true", moving(_COMMIT_UPDATE, _COMMIT_EVENT)),
+    ],
+)  # fmt: skip
+COMMIT = wire.Statement.named("keeper_commit_step", COMMIT_FUNCTION.call, COMMIT_TYPES)
 
 # --- transitions by people and the system ------------------------------------------------------------
 

@@ -13,6 +13,7 @@ waiting parent need is derived from the move (its new status), in the same state
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 _EVENT_COLUMNS = (
@@ -99,3 +100,45 @@ def moving(
     the derived clauses, then the event."""
     extra = (OUTBOX if outbox else "") + (PARENT if parent else "")
     return f"WITH u AS (\n{update}){extra}\n{event.insert()}RETURNING {returning}\n"
+
+
+_PG_TYPES = {
+    0: "text",
+    16: "boolean",
+    20: "bigint",
+    23: "integer",
+    25: "text",
+    701: "double precision",
+    2950: "uuid",
+}
+_PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+@dataclass(frozen=True)
+class Function:
+    """A PL/pgSQL function made from move statements: `source` as pg_get_functiondef prints it (so the
+    database can be checked against it), `call` the statement that runs it with %(name)s parameters."""
+
+    name: str
+    source: str
+    call: str
+
+
+def plpgsql_function(name: str, types: dict[str, int], branches: list[tuple[str, str]]) -> Function:
+    """One function over `types` (parameter name -> type OID, in order) running the first branch
+    whose condition holds; each branch is a statement ending in `RETURNING <one value>`, returned."""
+    params = ", ".join(f"p_{n} {_PG_TYPES[t]}" for n, t in types.items())
+    body = []
+    for i, (condition, statement) in enumerate(branches):
+        unknown = set(_PLACEHOLDER.findall(statement)) - set(types)
+        if unknown:
+            raise ValueError(f"{name}: no type for {sorted(unknown)}")
+        sql = _PLACEHOLDER.sub(r"p_\1", statement).rstrip()
+        body.append(f"  {'IF' if i == 0 else 'ELSIF'} {condition} THEN\n{sql} INTO result;\n")
+    source = (
+        f"CREATE OR REPLACE FUNCTION public.{name}({params})\n RETURNS bigint\n LANGUAGE plpgsql\n"
+        f"AS $function$\nDECLARE\n  result bigint;\nBEGIN\n{''.join(body)}  END IF;\n  RETURN result;\n"
+        f"END\n$function$\n"
+    )
+    call = f"SELECT {name}(" + ", ".join(f"%({n})s" for n in types) + ")"
+    return Function(name, source, call)
