@@ -45,3 +45,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     services = config.stash.get(_services_key, None)
     if services is not None:
         services.stop()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered after pytest-django, so these fixtures take the place of its own django_db_setup.
+    config.pluginmanager.import_plugin("config.pytest_fixtures")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -29,6 +30,7 @@ from erasure.services import erasure_execute, erasure_request_create
 from memory.services import memory_remember, memory_supersede
 from retrieval.services import document_index, principal_set
 from runs.conversations.messages import conversation_append
+from runs.conversations.procedures import run_procedures_learn
 from runs.engine.approvals import approval_approve
 from runs.engine.forks import run_fork
 from runs.engine.runs import run_resume, run_start, run_suspend
@@ -257,6 +259,8 @@ def demo_load(*, data_dir: Path) -> DemoResult:
         )
         result.runs["awaiting_approval"] = str(waiting.run_id)
         result.runs["support_agent"] = _support_conversation(acme)
+        # The answered turn ("remember that I prefer email") as a procedure waiting for a person.
+        run_procedures_learn(run_id=UUID(result.runs["support_agent"]))
         # The payments API applies the refund and the answer is lost; its lookup cannot say what happened.
         _sandbox("POST", "/faults", {"fault": "drop_after_apply", "order_id": "ord-1002", "remaining": 1})
         _sandbox(

@@ -14,3 +14,20 @@ urlpatterns = [
     ),
     path("review/<str:tenant>/rollback/", held_claims.held_claim_rollback, name="held_claim_rollback"),
 ]
+
+from console.views import procedures  # noqa: E402
+
+urlpatterns += [
+    path("procedures/", procedures.procedure_home, name="procedures_home"),
+    path("procedures/<str:tenant>/", procedures.procedure_page, name="procedures"),
+    path(
+        "procedures/<str:tenant>/<uuid:procedure_id>/decide/",
+        procedures.procedure_decide,
+        name="procedure_decide",
+    ),
+    path(
+        "procedures/<str:tenant>/<uuid:procedure_id>/edit/",
+        procedures.procedure_change,
+        name="procedure_edit",
+    ),
+]

@@ -8,6 +8,7 @@ from django.contrib import admin
 from core.admin import OneTenantAdmin
 from memory.models import MemoryItem, MemoryVector, Tombstone
 from memory.poisoning.models import HeldClaim
+from memory.procedures.models import Procedure, ProcedureSource
 
 
 @admin.register(MemoryItem)
@@ -40,3 +41,26 @@ class HeldClaimAdmin(OneTenantAdmin):
     list_display = ["held_id", "tenant", "subject_id", "namespace", "key", "trust", "status", "created_at"]
     list_filter = ["status", "trust"]
     search_fields = ["held_id", "source"]
+
+
+@admin.register(Procedure)
+class ProcedureAdmin(OneTenantAdmin):
+    """Procedural memory (confirmed, rejected or edited in the console, by support or engineers)."""
+
+    list_display = ["procedure_id", "tenant", "workflow_name", "name", "status", "version", "invalidated_at"]
+    list_filter = ["status", "workflow_name"]
+    search_fields = ["procedure_id", "name"]
+
+
+@admin.register(ProcedureSource)
+class ProcedureSourceAdmin(OneTenantAdmin):
+    list_display = [
+        "source_id",
+        "tenant",
+        "procedure",
+        "run_id",
+        "request_seq",
+        "reply_seq",
+        "invalidated_at",
+    ]
+    search_fields = ["run_id"]

@@ -159,3 +159,4 @@ class MemoryPosting(models.Model):
 
 
 from memory.poisoning.models import HeldClaim  # noqa: E402,F401 - the review queue's table (memory 0008)
+from memory.procedures.models import Procedure, ProcedureSource  # noqa: E402,F401 - procedural memory (memory 0014)

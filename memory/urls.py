@@ -24,3 +24,24 @@ urlpatterns = [
         name="api-memory-pending-confirm",
     ),
 ]
+
+from memory.procedures import api as procedures_api  # noqa: E402
+
+urlpatterns += [
+    path("memory/procedures/", procedures_api.ProceduresApi.as_view(), name="api-memory-procedures"),
+    path(
+        "memory/procedures/<uuid:procedure_id>/",
+        procedures_api.ProcedureApi.as_view(),
+        name="api-memory-procedure",
+    ),
+    path(
+        "memory/procedures/<uuid:procedure_id>/confirm",
+        procedures_api.ProcedureConfirmApi.as_view(),
+        name="api-memory-procedure-confirm",
+    ),
+    path(
+        "memory/procedures/<uuid:procedure_id>/reject",
+        procedures_api.ProcedureRejectApi.as_view(),
+        name="api-memory-procedure-reject",
+    ),
+]

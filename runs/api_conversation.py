@@ -16,6 +16,7 @@ from core.roles import ENGINEER, SUPPORT
 from runs.api import EVENTS_PAGE, EventOutputSerializer, run_for_request
 from runs.conversations.context import context_build
 from runs.conversations.messages import CONVERSATION_EVENTS, conversation_append
+from runs.conversations.procedures import run_procedures_learn
 from runs.conversations.sessions import session_window
 from runs.kernel.models import AgentEvent
 
@@ -120,6 +121,7 @@ class RunContextApi(APIView):
                     "summaries": serializers.JSONField(),
                     "raw_from_seq": serializers.JSONField(),
                     "notes": serializers.JSONField(),
+                    "procedure": serializers.JSONField(allow_null=True),
                 },
             ),
             **error_responses(422),
@@ -138,5 +140,30 @@ class RunContextApi(APIView):
                 "summaries": built.summaries,
                 "raw_from_seq": built.raw_from_seq,
                 "notes": built.notes,
+                "procedure": built.procedure,
             }
         )
+
+
+class RunProceduresLearnApi(APIView):
+    session_roles = (SUPPORT, ENGINEER)  # a staff session's change needs the console's role for it
+
+    @extend_schema(
+        summary="Learn the procedures of a run's answered turns now (they wait for a person to confirm them)",
+        request=None,
+        responses={
+            200: inline_serializer(
+                "ProceduresLearned",
+                {
+                    "proposed": serializers.IntegerField(),
+                    "added": serializers.IntegerField(),
+                    "unchanged": serializers.IntegerField(),
+                    "procedure_ids": serializers.ListField(child=serializers.UUIDField()),
+                },
+            ),
+            **error_responses(404),
+        },
+    )
+    def post(self, request: Request, run_id: UUID) -> Response:
+        run = run_for_request(request, run_id)
+        return Response(run_procedures_learn(run_id=run.run_id).as_json())

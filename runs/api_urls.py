@@ -70,6 +70,11 @@ urlpatterns = [
     path("runs/<uuid:run_id>/messages/", api_conversation.RunMessagesApi.as_view(), name="api-run-messages"),
     path("runs/<uuid:run_id>/session/", api_conversation.RunSessionApi.as_view(), name="api-run-session"),
     path("runs/<uuid:run_id>/context/", api_conversation.RunContextApi.as_view(), name="api-run-context"),
+    path(
+        "runs/<uuid:run_id>/procedures/learn",
+        api_conversation.RunProceduresLearnApi.as_view(),
+        name="api-run-procedures-learn",
+    ),
     path("runs/<uuid:run_id>/signals/<str:name>", api_signals.RunSignalApi.as_view(), name="api-run-signal"),
     path("runs/<uuid:run_id>/queries/<str:name>", api_signals.RunQueryApi.as_view(), name="api-run-query"),
     path("approvals/", api_side_effects.ApprovalListApi.as_view(), name="api-approvals"),

@@ -12,23 +12,6 @@ from tests.pooling import database_path, pgbouncer, through_pgbouncer  # noqa: F
 from tests.processes import ProcessGroup, flush_redis
 
 
-@pytest.fixture(scope="session")
-def django_db_setup(django_test_environment, django_db_blocker):
-    """The test database is created and migrated by the owner role; the tests, like the app, then
-    use the application role on it (so row-level security binds them as it binds production)."""
-    from django.db import connections
-    from django.test.utils import setup_databases, teardown_databases
-
-    with django_db_blocker.unblock():
-        config = setup_databases(verbosity=0, interactive=False, aliases=["owner"])
-        connections["default"].settings_dict["NAME"] = connections["owner"].settings_dict["NAME"]
-        connections["default"].close()
-    yield
-    with django_db_blocker.unblock():
-        connections["default"].close()
-        teardown_databases(config, verbosity=0)
-
-
 @pytest.fixture
 def tenant(db):
     """Acme, bound to the test's connection like a worker's task (row-level security shows its

@@ -17,11 +17,13 @@ from retrieval.indexes import chunk_index_ensure, chunk_index_wanted
 from retrieval.services import document_embed, documents_pending, index_expire, index_reembed
 from runs.conversations.learning import run_learn
 from runs.conversations.memory_sources import memory_sources_sweep
+from runs.conversations.procedures import procedure_sources_sweep, run_procedures_learn
 from runs.engine.dispatch import runs_code_back, runs_redispatch
 from runs.engine.forks import forks_expire
 from runs.engine.schedules import schedules_fire
 from runs.engine.steps import run_advance
 from runs.engine.workspace import workspace_reclaim
+from runs.kernel.models import RunStatus
 from runs.operator.partitions import events_partitions_maintain
 from runs.operator.retention import forks_purge
 from runs.webhooks.delivery import webhooks_deliver_due
@@ -29,7 +31,13 @@ from runs.webhooks.delivery import webhooks_deliver_due
 
 @shared_task(name="workers.tasks.advance_run", ignore_result=True)
 def advance_run(run_id: str) -> None:
-    run_advance(run_id=UUID(run_id), sliced=True)
+    if run_advance(run_id=UUID(run_id), sliced=True).status == RunStatus.COMPLETED:
+        learn_procedures.delay(run_id)  # what a finished run did may be how such requests are done
+
+
+@shared_task(name="workers.tasks.learn_procedures", ignore_result=True)
+def learn_procedures(run_id: str) -> None:
+    run_procedures_learn(run_id=UUID(run_id))
 
 
 @shared_task(name="workers.tasks.redispatch_runs", ignore_result=True)
@@ -89,7 +97,7 @@ def purge_expired_memory() -> int:
 
 @shared_task(name="workers.tasks.follow_memory_sources", ignore_result=True)
 def follow_memory_sources() -> int:
-    return memory_sources_sweep()
+    return memory_sources_sweep() + procedure_sources_sweep()
 
 
 @shared_task(name="workers.tasks.project_memory", ignore_result=True)

@@ -330,6 +330,7 @@ ERASERS = [
     "erasure.erasers.webhooks.WebhooksEraser",  # the webhook outbox and endpoints
     "erasure.erasers.schedules.SchedulesEraser",  # schedules about the subject
     "erasure.erasers.held_claims.HeldClaimsEraser",  # memory claims held for review
+    "erasure.erasers.procedures.ProceduresEraser",  # procedures learned from the subject's runs
     "erasure.erasers.retrieval.RetrievalEraser",  # principals, searches, document records
     "erasure.erasers.audit.AuditNotesEraser",  # staff notes in the console's audit log
     "erasure.erasers.requests.ErasureRequests",  # erasure's own requests

@@ -22,6 +22,10 @@ is a plain JSON dict, or a dataclass / pydantic model the definition names; it i
 crash, so nothing else that matters may live outside it. A step runs again from its top after a
 crash or a wait. Every step is one committed, fenced move of the run kernel (runs.kernel).
 
+Testing: runs.authoring.testing is the test kit (the pytest fixture `keeper_env` from
+config.pytest_plugin drives runs through the real engine with a clock the test moves and fake tools),
+runs.authoring.replay the replay check of recorded histories (`manage.py replay_check`).
+
 Names starting with an underscore (runs.authoring._context...) are internal and may change; Keeper's
 own workflows (runs/workflows/) import only this package, and an import contract holds them to it.
 The console reads what a workflow declared through `authored` and runs.authoring.display.

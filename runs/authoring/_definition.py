@@ -232,7 +232,10 @@ class Definition(Generic[S]):
 
     def _wrap(self, function: StepFunction[S]) -> Callable[[StepContext, State], StepResult]:
         def run(base: StepContext, state: State) -> StepResult:
-            ctx = Context(base, self, state)
+            # The replay check (runs.operator.replay) runs a step again on a recorded history with a
+            # context of its own, which answers operations, approvals and signals from the record.
+            replaying = getattr(base, "authoring_context", None)
+            ctx = replaying(self, state) if replaying is not None else Context(base, self, state)
             try:
                 result = function(ctx, self.load(state))
             except _Suspension as wait:

@@ -45,6 +45,10 @@ class Tool(ToolContract):
     # reads its reference), and the address of its own page for them. Neither settles anything.
     records: Callable[[str], list[dict[str, Any]]] | None = None
     record_url: Callable[[str], str] | None = None
+    # A stand-in's own answer to every call (the test kit's fake tools, runs.authoring.testing): given
+    # the request and the OperationCall, in place of the step's `call`. Registered under the real
+    # tool's name, it answers the lookups of both the step and resume verification too.
+    answers: Callable[[Mapping[str, Any], OperationCall], Any] | None = None
 
 
 def tool(
@@ -74,6 +78,14 @@ def tool(
         record_url=record_url,
     )
     registry.register_tool(declared)
+    return declared
+
+
+def tool_in_force(declared: Tool) -> Tool:
+    """The tool a step's operation uses: the one it declared, or a stand-in registered under its name."""
+    registered = registry.tool(declared.name)
+    if isinstance(registered, Tool) and registered.answers is not None:
+        return registered
     return declared
 
 

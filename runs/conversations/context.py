@@ -28,6 +28,7 @@ from runs.conversations.compaction.services import (
 )
 from runs.conversations.compaction.tokens import TokenCounter, token_counter
 from runs.conversations.memory_sources import claims_follow_sources
+from runs.conversations.procedures import procedure_offer
 from runs.kernel.models import AgentEvent, AgentRun, Summary
 
 CONVERSATION_ROLES = {
@@ -66,7 +67,10 @@ class ContextBudget:
     every turn, whatever the query). memory_file (on unless a workflow turns it off): on a
     conversation's first turn (no answer yet) the memory part is the subject's MEMORY.md
     (memory/filememory.py), pinned namespaces first, line by line, cut by whole lines within `memory`
-    (each line left out is named in the notes); later turns search memory for the message."""
+    (each line left out is named in the notes); later turns search memory for the message.
+    procedure: the most the procedure part may take: a confirmed procedure of the run's workflow that
+    matches the request (runs/conversations/procedures.py), cut by whole steps, left out if its first
+    step does not fit (0: never offered)."""
 
     memory: int = 1000
     retrieval: int = 2000
@@ -79,6 +83,7 @@ class ContextBudget:
     pinned_namespaces: tuple[str, ...] = ("constraint",)
     # A session starts from what the subject's memory file says, as the tutorial loads MEMORY.md.
     memory_file: bool = True
+    procedure: int = 300
 
     def __post_init__(self) -> None:
         if type(self.memory_file) is not bool:
@@ -95,6 +100,7 @@ class ContextBudget:
             "keep_recent",
             "memory_k",
             "retrieval_k",
+            "procedure",
         ):
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 0):
@@ -115,6 +121,7 @@ class ContextBudget:
             "retrieval_k": self.retrieval_k,
             "pinned_namespaces": list(self.pinned_namespaces),
             "memory_file": self.memory_file,
+            "procedure": self.procedure,
         }
 
 
@@ -260,6 +267,8 @@ class BuiltContext:
     notes: list[str] = field(default_factory=list)
     limits: dict[str, Any] = field(default_factory=dict)  # the ContextBudget it was built with
     events_read: int = 0  # raw events read after the last summary (the tail this turn paid for)
+    # The procedure offered ({procedure_id, version, name, steps_offered, steps, tokens}), or None.
+    procedure: dict[str, Any] | None = None
 
 
 ERASED = "[erased at the person's request]"
@@ -374,6 +383,9 @@ def context_build(
             f"the tool contracts take {parts['tools']} tokens, this workflow's tools budget is {budget.tools}",
             details={"parts": parts, "limits": budget.as_json()},
         )
+    notes: list[str] = []
+    offered = procedure_offer(run=run, query=query, budget=budget.procedure, counter=counter, notes=notes)
+    parts["procedure"] = offered.tokens if offered else 0
     chosen = _sources(budget, sources, principal)
     reserved = {"memory": 0, "retrieved": 0}
     for source in chosen:
@@ -383,16 +395,24 @@ def context_build(
     # Read which events were rewritten before reading any event: a rewrite committed after this
     # point makes the sums differ next time, so the range is checked again then (never missed).
     rewritten = run_rewrites(run=run, up_to_seq=up_to_seq)
-    summaries, notes = summaries_usable(
+    summaries, summary_notes = summaries_usable(
         run=run, counter=counter, compactor=compactor, up_to_seq=up_to_seq, rewritten=rewritten
     )
+    notes += summary_notes
     covered_to = summaries[-1].covers_to_seq if summaries else 0
     # Answering message N must not see message N+1 that arrived meanwhile: turns never interleave.
     rows = AgentEvent.objects.filter(run=run, seq__gt=covered_to)
     if up_to_seq is not None:
         rows = rows.filter(seq__lte=up_to_seq)
     tail_events = list(rows.only("seq", "event_type", "payload").order_by("seq"))
-    history_budget = window - parts["system"] - parts["tools"] - reserved["memory"] - reserved["retrieved"]
+    history_budget = (
+        window
+        - parts["system"]
+        - parts["tools"]
+        - parts["procedure"]
+        - reserved["memory"]
+        - reserved["retrieved"]
+    )
     tail = [e for e in tail_events if e.event_type in CONTEXT_EVENTS]
     costs = [counter.count_message(**_render(e)) for e in tail]
     tail_cost = sum(costs)
@@ -430,6 +450,8 @@ def context_build(
         messages.append({"role": "system", "content": system_prompt})
     if tools_text:
         messages.append({"role": "system", "content": f"[tool contracts]\n{tools_text}"})
+    if offered:
+        messages.append({"role": "system", "content": offered.text})
     carry_text = json.dumps(carry, sort_keys=True, ensure_ascii=False) if any(carry.values()) else ""
     parts["carry"] = counter.count_message("system", carry_text) if carry_text else 0
     if carry_text:
@@ -508,4 +530,5 @@ def context_build(
         notes=[*notes, counter.note],
         limits=budget.as_json(),
         events_read=len(tail_events),
+        procedure=offered.record if offered else None,
     )

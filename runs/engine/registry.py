@@ -235,6 +235,10 @@ class WorkflowRegistry:
         self._tools[contract.name] = contract
         return contract
 
+    def unregister_tool(self, name: str) -> None:
+        """Forget a tool declared in code (the test kit takes its fakes back)."""
+        self._tools.pop(name, None)
+
     def tool(self, name: str) -> ToolContract | None:
         return self._tools.get(name) or next((t for s in self._sources if (t := s.tool(name))), None)
 

@@ -112,10 +112,13 @@ def respond(ctx: Context, state: State) -> StepResult:
         "in_reply_to": message.seq,
         "responder": responder.name,
         "context_tokens": context.parts,
+        "procedure": context.procedure,
     }
     # What the user said about themselves may be worth keeping (preferences, constraints): a
     # background task extracts it with provenance; doing it twice keeps the same claims.
     task_enqueue(name="workers.tasks.learn_from_run", args=[str(ctx.run_id)])
+    # The tool calls a client recorded for this request may be how such requests are done.
+    task_enqueue(name="workers.tasks.learn_procedures", args=[str(ctx.run_id)])
     return ctx.next(respond, {**state, "answered_through": message.seq}, say=("assistant_message", said))
 
 

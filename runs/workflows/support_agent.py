@@ -15,6 +15,7 @@ from typing import Any
 
 from core.digests import json_digest
 from core.errors import InvalidInput
+from memory.procedures.shapes import argument_shape
 from memory.selectors import memory_current_claim
 from memory.services import ClaimHeld, memory_remember
 from runs.authoring import (
@@ -27,6 +28,7 @@ from runs.authoring import (
     StepResult,
     context_build,
     conversation_next_unanswered,
+    task_enqueue,
     workflow,
 )
 from runs.workflows.refund.payments import PaymentsClient, PaymentsUnavailable
@@ -180,10 +182,24 @@ def respond(ctx: Context, state: State) -> StepResult:
         "in_reply_to": message.seq,
         "responder": model.name,
         "tools": [c["tool"] for c in calls],
+        # What procedural memory learns from: each call's tool and argument types, never its values.
+        "steps": [
+            {"tool": c["tool"], "arguments": argument_shape(c["arguments"]), "ok": _worked(c.get("result"))}
+            for c in calls
+        ],
         "context_tokens": context.parts,
+        "procedure": context.procedure,
     }
     rest = {k: v for k, v in state.items() if k != "turn"}
+    task_enqueue(name="workers.tasks.learn_procedures", args=[str(ctx.run_id)])
     return ctx.next(respond, rest, say=("assistant_message", said))
+
+
+def _worked(result: Any) -> bool:
+    """A call that answered without an error, a refusal or a hold."""
+    if not isinstance(result, dict):
+        return False
+    return "error" not in result and not result.get("held") and result.get("refunded") is not False
 
 
 @support.step

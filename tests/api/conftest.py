@@ -12,6 +12,7 @@ from core.models import Tenant
 from core.tenancy import tenant_bind
 from erasure.services import erasure_request_create
 from memory.consent import ClaimPending
+from memory.procedures.services import ProcedureTurn, procedure_learn
 from memory.services import memory_remember
 from retrieval.search import retrieval_search
 from retrieval.services import document_index, principal_set
@@ -149,7 +150,13 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
     schedule = schedule_create(
         tenant=tenant, actor="test", workflow_name="demo.countdown", input={"n": 1}, interval_seconds=3600
     )
+    step = {"tool": "lookup_order", "arguments": {"order_id": "string"}}
+    turn = ProcedureTurn(
+        run_id=run.run_id, request_seq=1, reply_seq=2, subject_id="c-1", words=["refund"], steps=[step]
+    )
+    [procedure_id] = procedure_learn(tenant=tenant, workflow_name="support_agent", turns=[turn]).procedure_ids
     return {
+        "procedure_id": procedure_id,
         "schedule_id": str(schedule.schedule_id),
         "run_id": str(waiting.run_id),
         "webhook_id": str(webhook.id),

@@ -14,6 +14,7 @@ from django.urls import URLPattern
 from core.tenancy import tenant_scope
 from memory import urls as memory_urls
 from memory.models import MemoryItem
+from memory.procedures.models import Procedure
 from retrieval import urls as retrieval_urls
 from retrieval.models import Document, Principal
 from runs import api_urls as runs_urls
@@ -93,6 +94,10 @@ def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
         "MemoryFileApi": {"tenant": tenant, "content": ""},
         "MemorySearchApi": {"tenant": tenant, "query": "language"},
         "MemoryPendingConfirmApi": {"tenant": tenant},
+        "RunProceduresLearnApi": {},
+        "ProcedureApi": {"tenant": tenant, "trigger": "refund"},
+        "ProcedureConfirmApi": {"tenant": tenant, "note": "x"},
+        "ProcedureRejectApi": {"tenant": tenant, "note": "x"},
         "DocumentsApi": {
             "tenant": tenant,
             "document_id": "d-1",
@@ -139,6 +144,7 @@ def _snapshot_of_their_state(theirs: dict[str, Any], tenant) -> tuple[Any, ...]:
             sorted(MemoryItem.objects.filter(tenant=tenant).values_list("memory_id", "invalidated_at")),
             sorted(Document.objects.values_list("document_id", "acl")),
             sorted(Principal.objects.values_list("principal", "groups")),
+            sorted(Procedure.objects.filter(tenant=tenant).values_list("procedure_id", "status", "version")),
         )
 
 
