@@ -30,6 +30,8 @@ DISTRIBUTED = frozenset(
         "memory_tombstones",
         "memory_postings",
         "memory_held_claims",
+        "memory_procedures",
+        "memory_procedure_sources",
         "retrieval_documents",
         "retrieval_chunks",
         "retrieval_principals",
