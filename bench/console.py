@@ -115,6 +115,7 @@ def _step_run_bulk(tenant: Any, events: int) -> AgentRun:
                 state_revision=seq,
                 state_digest=digest,
                 created_at=start + timedelta(seconds=seq),
+                run_created_at=run.created_at,
             )
         )
     AgentEvent.objects.bulk_create(rows, batch_size=2000)

@@ -52,11 +52,11 @@ WITH u AS (
   UPDATE agent_runs SET state = %(state)s::jsonb, state_digest = %(digest)s, next_step = %(next)s, status = 'running',
          state_revision = state_revision + 1, updated_at = now()
    WHERE run_id = %(run)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
-  RETURNING run_id, tenant_id, state_revision)
+  RETURNING run_id, tenant_id, state_revision, created_at)
 INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
-                          state_revision, state_digest, state, next_step, created_at)
+                          state_revision, state_digest, state, next_step, created_at, run_created_at)
 SELECT run_id, tenant_id, state_revision, 'step_completed', %(step)s, 1, %(payload)s::jsonb, %(actor)s,
-       state_revision, %(digest)s, %(state)s::jsonb, %(next)s, now() FROM u
+       state_revision, %(digest)s, %(state)s::jsonb, %(next)s, now(), created_at FROM u
 RETURNING seq
 """
 
@@ -199,6 +199,7 @@ def _conversation_run_bulk(tenant: Tenant, texts: list[str]) -> AgentRun:
                 state_digest=digest,
                 client_message_id=f"m-{i}",
                 created_at=now,
+                run_created_at=run.created_at,
             )
             for i, text in enumerate(texts)
         ],

@@ -50,6 +50,12 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": 3600.0,
             "options": {"expires": 7200},
         },
+        # agent_events' monthly partitions made ahead; months whose runs all ended past retention dropped.
+        "maintain-event-partitions": {
+            "task": "workers.tasks.maintain_event_partitions",
+            "schedule": 3600.0,
+            "options": {"expires": 7200},
+        },
         # Workspace snapshots of runs finished a TTL ago.
         "reclaim-workspaces": {
             "task": "workers.tasks.reclaim_workspaces",

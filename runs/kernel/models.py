@@ -157,7 +157,14 @@ class AgentRun(models.Model):
 
 
 class AgentEvent(models.Model):
-    """An immutable fact about a run. (run_id, seq) is its identity; seq equals the revision it made."""
+    """An immutable fact about a run. (run_id, seq) is its identity; seq equals the revision it made.
+
+    The table is partitioned by range of run_created_at, a month a partition (runs/partitions.py): the
+    key is the run's creation time, so all of a run's events share one partition. Each unique key below
+    carries it (PostgreSQL requires the partition key in every unique index) and stays as strict as
+    without it, because run_created_at is a function of run_id; and retention drops a partition only
+    when every run in it ended, which removes whole histories, never the start of one.
+    """
 
     id = models.BigAutoField(primary_key=True)
     # No index of its own: the unique (run, seq) index starts with run_id and serves every look-up by
@@ -182,6 +189,9 @@ class AgentEvent(models.Model):
     # Conversation events carry the client's id for the message: appending it twice is a no-op.
     client_message_id = models.TextField(null=True, blank=True)
     created_at = models.DateTimeField()
+    # The partition key: agent_runs.created_at of the run, copied by the statement that writes the event.
+    # The database's primary key is (id, run_created_at); id alone comes from one sequence and stays unique.
+    run_created_at = models.DateTimeField()
     # Times the row was changed after it was written (erasure's redaction, or tampering): a trigger
     # (runs 0016) counts every change of payload, type or seq, so a summary of the range can tell
     # that it must check its source digest again without reading the range on every turn.
@@ -191,9 +201,9 @@ class AgentEvent(models.Model):
         db_table = "agent_events"
         ordering = ["run_id", "seq"]
         constraints = [
-            models.UniqueConstraint(fields=["run", "seq"], name="agent_events_run_seq"),
+            models.UniqueConstraint(fields=["run", "seq", "run_created_at"], name="agent_events_run_seq"),
             models.UniqueConstraint(
-                fields=["run", "client_message_id"],
+                fields=["run", "client_message_id", "run_created_at"],
                 condition=Q(client_message_id__isnull=False),
                 name="agent_events_run_client_message",
             ),

@@ -476,6 +476,26 @@ class RunsPurged(Move["dict[str, int]"]):
 
 
 @dataclass(frozen=True, slots=True)
+class EventPartitionsMade(Move["list[tuple[str, datetime, datetime, int]]"]):
+    """agent_events' monthly partitions from `since` (or the default partition's oldest row) to
+    `months_ahead` months past now, each made if missing with the rows the default partition held for
+    it; (partition, from, to, rows moved) of each one made."""
+
+    since: datetime | None
+    months_ahead: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventPartitionDropped(Move["tuple[str, int]"]):
+    """Retention: drop one month's partition of agent_events if every run created that month ended
+    before `cutoff` (dry_run: only say whether it would); (outcome, runs that keep it)."""
+
+    partition: str
+    cutoff: datetime
+    dry_run: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class RunsRedispatched(Move["list[UUID]"]):
     """The sweep: runs that should be moving and are not, marked dispatched now (across tenants)."""
 

@@ -20,7 +20,7 @@ from core.digests import canonical_json
 from core.tracing import traced
 from runs.kernel import moves as m
 from runs.kernel._sql import langgraph as lg
-from runs.kernel._sql import leases, runs
+from runs.kernel._sql import leases, partitions, runs
 from runs.kernel.models import AgentEvent, AgentRun, ToolOperation
 from runs.kernel.records import LeaseGrant
 
@@ -517,6 +517,8 @@ def _thread_deleted(move: m.ThreadDeleted) -> bool:
 
 @_handles(m.HistoryImported)
 def _history_imported(move: m.HistoryImported) -> int:
+    for event in move.events:  # the partition key: its run's creation time, as every statement writes it
+        event.run_created_at = move.run.created_at
     with transaction.atomic():
         AgentRun.objects.bulk_create([move.run])
         AgentEvent.objects.bulk_create(move.events)
@@ -530,3 +532,20 @@ def _runs_purged(move: m.RunsPurged) -> dict[str, int]:
         operations, _ = ToolOperation.objects.filter(run_id__in=move.run_ids).delete()
         _, per_model = AgentRun.objects.filter(run_id__in=move.run_ids, status__in=move.statuses).delete()
     return {**per_model, ToolOperation._meta.label: operations}
+
+
+# --- agent_events' partitions ------------------------------------------------------------------------
+
+
+@_handles(m.EventPartitionsMade)
+def _event_partitions_made(move: m.EventPartitionsMade) -> list[tuple[str, datetime, datetime, int]]:
+    found = wire.rows(partitions.ENSURE, {"since": move.since, "ahead": move.months_ahead})
+    return [(name, start, end, int(moved)) for name, start, end, moved in found]
+
+
+@_handles(m.EventPartitionDropped)
+def _event_partition_dropped(move: m.EventPartitionDropped) -> tuple[str, int]:
+    found = wire.rows(
+        partitions.DROP, {"partition": move.partition, "cutoff": move.cutoff, "dry_run": move.dry_run}
+    )
+    return str(found[0][0]), int(found[0][1])

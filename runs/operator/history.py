@@ -106,7 +106,8 @@ def run_history_document(*, run_id: UUID) -> dict[str, Any]:
         "status": run.status,
         "run": _rows(AgentRun.objects.filter(run_id=run.run_id), drop=["tenant_id", "imported"])[0],
         "events": _rows(
-            AgentEvent.objects.filter(run_id=run.run_id).order_by("seq"), drop=["id", "run_id", "tenant_id"]
+            AgentEvent.objects.filter(run_id=run.run_id, tenant_id=run.tenant_id).order_by("seq"),
+            drop=["id", "run_id", "tenant_id", "run_created_at"],
         ),
         "operations": _rows(
             ToolOperation.objects.filter(run_id=run.run_id).order_by("id"), drop=["id", "run_id", "tenant_id"]

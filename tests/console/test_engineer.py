@@ -61,6 +61,7 @@ def add_event(run, event_type, payload, *, state=None, actor="test"):
     AgentEvent.objects.create(
         run=run,
         tenant_id=run.tenant_id,
+        run_created_at=run.created_at,
         seq=seq,
         event_type=event_type,
         payload=payload,
@@ -286,6 +287,7 @@ def test_the_events_table_is_paged_by_seq_and_never_loads_the_whole_run(as_role,
             state_revision=seq,
             state_digest=run.state_digest,
             created_at=timezone.now(),
+            run_created_at=run.created_at,
         )
         for seq in range(2, 1002)
     )

@@ -16,12 +16,15 @@ TEXT_TYPES = ("text", "character varying", "character", "json", "jsonb", "bytea"
 
 
 def _text_columns(db: Any = connection) -> set[tuple[str, str]]:
-    """Every text, varchar, json, jsonb, bytea or array-of-text column of every table in the schema."""
+    """Every text, varchar, json, jsonb, bytea or array-of-text column of every table in the schema
+    (partitions aside)."""
     with db.cursor() as cursor:
         cursor.execute(
             """SELECT c.table_name, c.column_name FROM information_schema.columns c
                  JOIN information_schema.tables t USING (table_schema, table_name)
                 WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+                  -- a partition's columns are its table's, erased through it
+                  AND c.table_name NOT IN (SELECT relname FROM pg_class WHERE relispartition)
                   AND (c.data_type = ANY(%s) OR (c.data_type = 'ARRAY' AND c.udt_name IN ('_text', '_varchar', '_json', '_jsonb')))""",
             [list(TEXT_TYPES)],
         )

@@ -26,9 +26,9 @@ WITH r AS (
   RETURNING *),
 e AS (
   INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
-                            state_revision, state_digest, state, next_step, created_at)
+                            state_revision, state_digest, state, next_step, created_at, run_created_at)
   SELECT run_id, tenant_id, state_revision, %(event_type)s, NULL, NULL, %(payload)s::jsonb, %(actor)s,
-         state_revision, %(digest)s, %(state)s::jsonb, %(next_step)s, statement_timestamp() FROM r)
+         state_revision, %(digest)s, %(state)s::jsonb, %(next_step)s, statement_timestamp(), created_at FROM r)
 SELECT {columns} FROM r
 """
 
@@ -225,11 +225,11 @@ u AS (
     FROM old
    WHERE r.run_id = old.run_id AND r.status IN ('running', 'suspended') AND NOT r.imported
      AND r.suspend_reason IS DISTINCT FROM 'subject_erased'
-  RETURNING r.run_id, r.tenant_id, r.state_revision, r.next_step, r.state_digest, old.waiting)
+  RETURNING r.run_id, r.tenant_id, r.state_revision, r.next_step, r.state_digest, r.created_at, old.waiting)
 INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor, state_revision,
-                          state_digest, next_step, client_message_id, created_at)
+                          state_digest, next_step, client_message_id, created_at, run_created_at)
 SELECT u.run_id, u.tenant_id, u.state_revision, 'signal_received', NULL, NULL, %(payload)s::jsonb, %(actor)s,
-       u.state_revision, u.state_digest, u.next_step, %(key)s, statement_timestamp()
+       u.state_revision, u.state_digest, u.next_step, %(key)s, statement_timestamp(), u.created_at
   FROM u
 RETURNING seq, (SELECT waiting FROM u)
 """
@@ -253,10 +253,10 @@ WITH src AS (
 u AS (
   UPDATE agent_runs SET state_revision = 1 + (SELECT count(*) FROM src)
    WHERE run_id = %(run_id)s AND tenant_id = %(tenant)s AND state_revision = 1 AND EXISTS (SELECT 1 FROM src)
-  RETURNING run_id, tenant_id, state_digest, next_step),
+  RETURNING run_id, tenant_id, state_digest, next_step, created_at),
 ins AS (
   INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor, state_revision,
-                            state_digest, state, next_step, client_message_id, created_at)
+                            state_digest, state, next_step, client_message_id, created_at, run_created_at)
   SELECT u.run_id, u.tenant_id, src.new_seq, src.event_type, src.step_id, src.attempt,
          (src.payload - 'spent')
            || jsonb_build_object('forked_from',
@@ -269,7 +269,8 @@ ins AS (
                             WHERE jsonb_typeof(src.payload -> 'in_reply_to') = 'number'
                               AND o.seq = (src.payload ->> 'in_reply_to')::numeric))
                    ELSE '{}'::jsonb END,
-         src.actor, src.new_seq, u.state_digest, NULL, u.next_step, src.client_message_id, statement_timestamp()
+         src.actor, src.new_seq, u.state_digest, NULL, u.next_step, src.client_message_id, statement_timestamp(),
+         u.created_at
     FROM u, src
   RETURNING 1)
 SELECT count(*) FROM ins

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 _EVENT_COLUMNS = (
     "run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor, state_revision, state_digest, "
-    "state, next_step, client_message_id, created_at"
+    "state, next_step, client_message_id, created_at, run_created_at"
 )
 
 # One row per subscription of the run's tenant to this event type (runs/webhooks/). Only an event a
@@ -51,18 +51,20 @@ PARENT = """
          dispatched_at = CASE WHEN w.waiting THEN NULL ELSE p.dispatched_at END
     FROM u, LATERAL (SELECT a.run_id, (a.status = 'suspended' AND a.suspend_reason = 'child_run'
                                        AND a.suspend_detail = 'waiting for child run ' || u.run_id::text) AS waiting
-                       FROM agent_runs a WHERE a.run_id = u.child_of_run_id FOR UPDATE) w
+                       FROM agent_runs a WHERE a.run_id = u.child_of_run_id AND a.tenant_id = u.tenant_id
+                        FOR UPDATE) w
    WHERE u.child_of_run_id IS NOT NULL AND u.status IN ('completed', 'failed', 'cancelled')
-     AND p.run_id = w.run_id AND p.status IN ('running', 'suspended') AND NOT p.imported
+     AND p.run_id = w.run_id AND p.tenant_id = u.tenant_id AND p.status IN ('running', 'suspended') AND NOT p.imported
      AND p.suspend_reason IS DISTINCT FROM 'subject_erased'
-  RETURNING p.run_id, p.tenant_id, p.state_revision, p.state_digest, p.next_step, w.waiting, u.run_id AS child,
-            u.status AS child_status),
+  RETURNING p.run_id, p.tenant_id, p.state_revision, p.state_digest, p.next_step, p.created_at, w.waiting,
+            u.run_id AS child, u.status AS child_status),
 parent_event AS (
   INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
-                            state_revision, state_digest, next_step, created_at)
+                            state_revision, state_digest, next_step, created_at, run_created_at)
   SELECT run_id, tenant_id, state_revision, 'child_finished', NULL, NULL,
          jsonb_build_object('child_run_id', child, 'status', child_status, 'woke', waiting),
-         'child:' || child::text, state_revision, state_digest, next_step, statement_timestamp() FROM parent)"""
+         'child:' || child::text, state_revision, state_digest, next_step, statement_timestamp(), created_at
+    FROM parent)"""
 
 
 @dataclass(frozen=True)
@@ -84,12 +86,13 @@ class Event:
             f"INSERT INTO agent_events ({_EVENT_COLUMNS})\n"
             f"SELECT u.run_id, u.tenant_id, u.state_revision, {self.event_type}, {self.step_id}, {self.attempt},"
             f" {self.payload}, {self.actor}, u.state_revision, {self.state_digest}, {self.state}, {self.next_step},"
-            f" {self.client_message_id}, statement_timestamp() FROM u\n"
+            f" {self.client_message_id}, statement_timestamp(), u.created_at FROM u\n"
         )
 
 
 # What `u` returns: the event and the derived clauses read these.
-RETURNING = "run_id, tenant_id, state_revision, state_digest, next_step, status, child_of_run_id"
+# created_at is the event's partition key (agent_events.run_created_at).
+RETURNING = "run_id, tenant_id, state_revision, state_digest, next_step, status, child_of_run_id, created_at"
 
 
 def moving(

@@ -25,12 +25,14 @@ def _run(tenant: Any, n: int) -> AgentRun:
 
 
 def _rows_read(table: str) -> int:
-    """Rows this transaction has read from `table` so far (sequential reads and index fetches)."""
+    """Rows this transaction has read from `table` so far (sequential reads and index fetches), in its
+    partitions if it has them (agent_events: the reads are counted where the rows are)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_xact_user_tables "
-            "WHERE relname = %s",
-            [table],
+            "SELECT coalesce(sum(coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0)), 0)"
+            " FROM pg_stat_xact_user_tables WHERE relname = %s"
+            " OR relid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = %s::regclass)",
+            [table, table],
         )
         return int(cursor.fetchone()[0])
 
@@ -126,6 +128,7 @@ def _answered_run(tenant: Any, turns: int) -> AgentRun:
                 state_digest=digest,
                 client_message_id=f"m-{i}",
                 created_at=timezone.now(),
+                run_created_at=run.created_at,
             )
         )
     AgentEvent.objects.bulk_create(rows, batch_size=2000)
@@ -165,6 +168,7 @@ def test_a_tool_call_answered_in_a_later_summarized_range_is_not_carried_as_unco
         AgentEvent.objects.create(
             run=run,
             tenant_id=tenant.tenant_id,
+            run_created_at=run.created_at,
             seq=seq,
             event_type=kind,
             payload=payload,

@@ -12,6 +12,7 @@ DECLARE
   touched timestamptz;
   digest text;
   step_next text;
+  born timestamptz;
   open boolean := false;
   result bigint;
 BEGIN
@@ -30,7 +31,7 @@ BEGIN
   -- version; the checkpoint row is the thread's record of the checkpoint.
   WITH u AS (
     SELECT r.run_id, r.tenant_id, r.state_revision, r.suspend_reason, r.updated_at, r.state_digest,
-           r.next_step
+           r.next_step, r.created_at
       FROM agent_runs r
      WHERE r.run_id = p_run AND r.tenant_id = p_tenant AND r.status = 'suspended'
        AND r.suspend_reason IN ('langgraph_thread', 'langgraph_interrupt', 'langgraph_answered')
@@ -49,13 +50,13 @@ BEGIN
     ON CONFLICT (tenant_id, thread_id, checkpoint_ns, checkpoint_id)
     DO UPDATE SET checkpoint = EXCLUDED.checkpoint, metadata = EXCLUDED.metadata, seq = EXCLUDED.seq,
                   parent_checkpoint_id = EXCLUDED.parent_checkpoint_id)
-  SELECT u.state_revision, u.suspend_reason, u.updated_at, u.state_digest, u.next_step
-    INTO result, prior, touched, digest, step_next FROM u;
+  SELECT u.state_revision, u.suspend_reason, u.updated_at, u.state_digest, u.next_step, u.created_at
+    INTO result, prior, touched, digest, step_next, born FROM u;
   IF p_payload IS NOT NULL AND result IS NOT NULL THEN
     INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
-                              state_revision, state_digest, state, next_step, created_at)
+                              state_revision, state_digest, state, next_step, created_at, run_created_at)
     VALUES (p_run, p_tenant, result, 'langgraph_checkpoint', NULL, NULL, p_payload, p_actor, result, digest,
-            NULL, step_next, statement_timestamp());
+            NULL, step_next, statement_timestamp(), born);
   END IF;
   -- A busy thread shows as active (the console's lists, its live pages) without a write per put.
   IF result IS NOT NULL AND touched < statement_timestamp() - interval '1 minute' THEN
