@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
+from django.conf import settings
 from django.db import transaction
 
 from core.db import wire
@@ -251,7 +252,13 @@ def _commit_span(kw: dict[str, Any]) -> dict[str, Any]:
 
 @traced("keeper.commit", _commit_span)
 def _commit_statement(*, params: dict[str, Any]) -> int | None:
-    seq = runs.COMMIT.first_value_of(params)  # the function picks the statement for the step's end
+    if not settings.KEEPER_PREPARED_STATEMENTS:
+        statement = runs.COMMIT_CALL  # the function picks the statement for the step's end
+    elif params["status"] in TERMINAL:
+        statement = runs.COMMIT_ENDS
+    else:
+        statement = runs.COMMIT_OUTBOX if params["webhook"] else runs.COMMIT
+    seq = statement.first_value_of(params)
     return None if seq is None else int(seq)
 
 

@@ -91,21 +91,28 @@ COMMIT_TYPES = {
     "webhook_status": wire.TEXT,
     "webhook_reason": wire.TEXT,
 }
-# The commit is a PL/pgSQL function made from these statements (one per way a step can end, each with
-# its own plan): the server keeps a function's plans for the session whether or not the client may
-# prepare statements, and behind a transaction pooler it may not. Sent unprepared, the statement
-# itself was parsed and planned on every step, at about half the steps per second.
+_HOOK_TYPES = {"webhook", "webhook_status", "webhook_reason"}
+_PLAIN_TYPES = {k: v for k, v in COMMIT_TYPES.items() if k not in _HOOK_TYPES}
+_ENDS_SQL = moving(_COMMIT_UPDATE, _COMMIT_EVENT, outbox=True, parent=True)  # a run ending
+_OUTBOX_SQL = moving(_COMMIT_UPDATE, _COMMIT_EVENT, outbox=True)  # an event subscribers hear of
+_PLAIN_SQL = moving(_COMMIT_UPDATE, _COMMIT_EVENT)
+COMMIT = wire.Statement.named("keeper_commit_step", _PLAIN_SQL, _PLAIN_TYPES)
+COMMIT_OUTBOX = wire.Statement.named("keeper_commit_step_outbox", _OUTBOX_SQL, COMMIT_TYPES)
+COMMIT_ENDS = wire.Statement.named("keeper_commit_step_ends", _ENDS_SQL, COMMIT_TYPES)
+# Where statements cannot be prepared (behind a transaction pooler), the same three statements run
+# inside a PL/pgSQL function: the server keeps a function's plans for the session whatever the client
+# may prepare. Sent unprepared, a statement was parsed and planned on every step, at about half the
+# commits per second; prepared, the statement itself saves the function call.
 COMMIT_FUNCTION = plpgsql_function(
     "keeper_commit_step",
     COMMIT_TYPES,
     [
-        ("p_status IN ('completed', 'failed', 'cancelled')",
-         moving(_COMMIT_UPDATE, _COMMIT_EVENT, outbox=True, parent=True)),
-        ("p_webhook IS NOT NULL", moving(_COMMIT_UPDATE, _COMMIT_EVENT, outbox=True)),
-        ("true", moving(_COMMIT_UPDATE, _COMMIT_EVENT)),
+        ("p_status IN ('completed', 'failed', 'cancelled')", _ENDS_SQL),
+        ("p_webhook IS NOT NULL", _OUTBOX_SQL),
+        ("true", _PLAIN_SQL),
     ],
-)  # fmt: skip
-COMMIT = wire.Statement.named("keeper_commit_step", COMMIT_FUNCTION.call, COMMIT_TYPES)
+)
+COMMIT_CALL = wire.Statement.named("keeper_commit_step_call", COMMIT_FUNCTION.call, COMMIT_TYPES)
 
 # --- transitions by people and the system ------------------------------------------------------------
 
