@@ -7,8 +7,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from core.admin import TenantBoundAdmin
+from runs.engine.replay_models import EvalRound, EvalSet, EvalSetRun, RunReplay
 from runs.engine.schedule_models import WorkflowSchedule
-from runs.engine.workspace_models import WorkspaceSnapshot
+from runs.engine.workspace_models import WorkspaceMerge, WorkspaceSnapshot
 from runs.external.models import ExternalWorkflow
 from runs.kernel.models import AgentEvent, AgentRun, Approval, Summary, ToolOperation
 from runs.webhooks.models import WebhookDelivery, WebhookSubscription
@@ -153,3 +154,42 @@ class WorkspaceSnapshotAdmin(TenantBoundAdmin):
     list_display = ["run", "seq", "tenant", "reason", "created_at"]
     list_filter = ["reason", "tenant"]
     search_fields = ["run__run_id"]
+
+
+@admin.register(WorkspaceMerge)
+class WorkspaceMergeAdmin(TenantBoundAdmin):
+    """A branch merged back, or waiting on its conflicts: resolved on the console's merge page."""
+
+    list_display = ["merge_id", "source", "target", "status", "tenant", "result_seq"]
+    list_filter = ["status", "tenant"]
+    search_fields = ["target__run_id", "source__run_id"]
+
+
+@admin.register(EvalSet)
+class EvalSetAdmin(TenantBoundAdmin):
+    """A set of runs kept to replay with a change (the console's Evaluations page runs them)."""
+
+    list_display = ["name", "tenant", "created_by", "created_at"]
+    list_filter = ["tenant"]
+    search_fields = ["name"]
+
+
+@admin.register(EvalSetRun)
+class EvalSetRunAdmin(TenantBoundAdmin):
+    list_display = ["eval_set", "run_id", "tenant"]
+    list_filter = ["tenant"]
+
+
+@admin.register(EvalRound)
+class EvalRoundAdmin(TenantBoundAdmin):
+    list_display = ["round_id", "eval_set", "label", "tenant", "started_by", "created_at"]
+    list_filter = ["tenant"]
+
+
+@admin.register(RunReplay)
+class RunReplayAdmin(TenantBoundAdmin):
+    """A run replayed from another at a seq, with its overrides: never calls a real side effect."""
+
+    list_display = ["run_id", "original_run_id", "at_seq", "tenant", "created_at"]
+    list_filter = ["tenant"]
+    search_fields = ["original_run_id"]

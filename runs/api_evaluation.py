@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import ClosedSerializer, StrictCharField, StrictIntegerField, error_responses
+from core.api import ClosedSerializer, QuerySerializer, StrictCharField, StrictIntegerField, error_responses
 from core.api_auth import request_actor, request_key, request_may_see, request_tenant, session_tenant_ids
 from core.errors import NotFound
 from core.roles import ENGINEER
@@ -141,7 +141,11 @@ class EvalSetListApi(APIView):
         summary="The evaluation sets", responses={200: EvalSetSerializer(many=True), **error_responses()}
     )
     def get(self, request: Request) -> Response:
-        return Response(EvalSetSerializer(eval_sets_list(tenant_ids=_tenant_ids(request)), many=True).data)
+        QuerySerializer(data=request.query_params).is_valid(raise_exception=True)
+        given = request.query_params.get("tenant")
+        # A tenant named is the one listed (another tenant's, for a key, is 404 as on every list).
+        tenant_ids = [request_tenant(request, given).tenant_id] if given else _tenant_ids(request)
+        return Response(EvalSetSerializer(eval_sets_list(tenant_ids=tenant_ids), many=True).data)
 
     @extend_schema(
         summary="Create an evaluation set",

@@ -180,12 +180,14 @@ def test_another_tenants_run_is_404_on_every_url_and_nothing_is_recorded(as_role
     run = finish(start(other_tenant))
     client = as_role("engineer")
     run_urls = [p for p in urls_engineer.urlpatterns if "run_id" in str(p.pattern)]
-    # with LangGraph's page and its fork, history.json, the live poll, the workspace, a signal and a query
-    assert len(run_urls) == 17
+    # with LangGraph's page and its fork, history.json, the live poll, the workspace, a signal, a query,
+    # and a merge's form, page and abandon
+    assert len(run_urls) == 20
     for pattern in run_urls:
         kwargs = {
             "run_id": run.run_id,
             **({"summary_id": uuid4()} if "summary_id" in str(pattern.pattern) else {}),
+            **({"merge_id": uuid4()} if "merge_id" in str(pattern.pattern) else {}),
         }
         url = reverse(f"console:{pattern.name}", kwargs=kwargs)
         data = {"at_seq": 2, "note": "x", "a": 1, "b": 2, "rev": 1, "state_digest": "sha256:x"}
