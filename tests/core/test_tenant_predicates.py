@@ -218,7 +218,8 @@ KERNEL_TO_FIX: frozenset[str] = frozenset(
         "runs.kernel._sql.leases.LEASE_RELEASE",
         "runs.kernel._sql.leases.LEASE_RENEW",
         "runs.kernel._sql.runs.ACCEPT_STATE",
-        "keeper_commit_step",  # the step commit's function, made from runs.kernel._sql.runs._COMMIT_UPDATE
+        "runs.kernel._sql.runs.COMMIT",  # the step commit, prepared where statements are prepared
+        "keeper_commit_step",  # the same statements in a function, where they cannot be (a pooler)
         "runs.kernel._sql.runs.STATE_ALTERED",
         "runs.kernel._sql.runs.TRANSITION",
         "runs.kernel._sql.runs.USAGE_CHARGED",
