@@ -24,7 +24,7 @@ from core.roles import ENGINEER, SUPPORT, user_roles
 from runs.engine.forks import run_fork_once, run_rewind
 from runs.engine.resume import run_state_accept
 from runs.engine.runs import client_idempotency_key, run_cancel, run_resume, run_start
-from runs.engine.selectors import run_events, run_get, run_page
+from runs.engine.selectors import child_list, run_events, run_get, run_page
 from runs.kernel.models import AgentEvent, AgentRun, RunStatus
 
 
@@ -228,8 +228,7 @@ class RunDetailSerializer(RunOutputSerializer):
 
     @extend_schema_field(ChildLinkSerializer(many=True))
     def get_children(self, run: AgentRun) -> list[dict[str, Any]]:
-        children = run.children.only("run_id", "workflow_name", "status").order_by("-created_at")[:50]
-        return list(ChildLinkSerializer(children, many=True).data)
+        return list(ChildLinkSerializer(child_list(run=run, limit=50), many=True).data)
 
 
 class RunDetailApi(APIView):
