@@ -123,7 +123,9 @@ def _recorded() -> Iterator[list[str]]:
         yield seen
 
 
-def test_a_representative_workload_names_the_tenant_in_every_statement(tenant):
+def test_a_representative_workload_names_the_tenant_in_every_statement(database_path, tenant):
+    """Straight on PostgreSQL and through PgBouncer in transaction mode (where the step commit runs
+    through its function and nothing is prepared)."""
     key = api_key_create(tenant=tenant, name="ci", scope="write").plaintext
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
