@@ -58,7 +58,9 @@ def test_engineer_sorts_the_run_list_by_a_column_and_the_order_holds_on_the_next
     expect(table.locator("th", has_text="workflow")).to_have_attribute("aria-sort", "ascending")
     rows = table.locator("tbody tr[data-run]")
     first = rows.evaluate_all("rows => rows.map(r => r.dataset.run)")
-    who.click(table.get_by_role("link", name="next page »"))
+    who.click(table.get_by_role("link", name="next page »"))  # htmx swaps the table in place
+    page.wait_for_url("**cursor=*")
+    expect(rows.first).not_to_have_attribute("data-run", first[0])
     expect(table.locator("th", has_text="workflow")).to_have_attribute("aria-sort", "ascending")
     assert "sort=workflow" in page.url and "limit=3" in page.url
     second = rows.evaluate_all("rows => rows.map(r => r.dataset.run)")
