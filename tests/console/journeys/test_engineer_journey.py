@@ -1,6 +1,7 @@
 """An engineer's whole job on the demo, in a real browser at laptop and phone width: follow a run from
-the list to its timeline and a diff, fork and rewind, accept a changed state, send a signal and run a
-query, edit a schedule, and reach every other page (webhooks, charts, memory, workers) from the menu."""
+the list to its timeline and a diff, sort the list by a column across pages, fork and rewind, accept
+a changed state, send a signal and run a query, edit a schedule, and reach every other page
+(webhooks, charts, memory, workers) from the menu."""
 
 from __future__ import annotations
 
