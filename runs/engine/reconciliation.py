@@ -18,7 +18,7 @@ from uuid import UUID
 
 from django.db import transaction
 
-from core.digests import canonical_json
+from core.digests import canonical_json, json_digest
 from core.errors import Conflict, InvalidInput, NotFound
 from core.security import visible_text
 from core.tenancy import tenant_of_call
@@ -26,7 +26,6 @@ from runs.engine import operation_statements as statements
 from runs.engine.dispatch import run_enqueue_on_commit
 from runs.engine.operations import RECONCILE_OUTCOMES
 from runs.engine.registry import registry
-from runs.engine.selectors.history import run_state_at
 from runs.engine.workspace_models import WorkspaceSnapshot
 from runs.kernel import apply
 from runs.kernel import moves as m
@@ -255,8 +254,8 @@ def _step_began(run: AgentRun, op: ToolOperation, since: int) -> tuple[int | Non
     migrated = AgentEvent.objects.filter(
         run_id=run.run_id, tenant_id=run.tenant_id, seq__gte=ran, event_type="state_migrated"
     ).exists()
-    before = run_state_at(run=run, revision=ran - 1)
-    if migrated or before.state is None or before.matches is False:
+    before = _state_at(run, ran - 1)
+    if migrated or before is None:
         why = "its state was migrated since" if migrated else "the state it began from cannot be rebuilt"
         raise CorrectionRefused(
             f"run {run.run_id} cannot go back to step {op.step_id!r}: {why}; fork or rewind it instead",
@@ -268,7 +267,22 @@ def _step_began(run: AgentRun, op: ToolOperation, since: int) -> tuple[int | Non
             "keep them; rewind it to that step instead (a rewind restores its files)",
             details={"step": op.step_id, "seq": ran - 1},
         )
-    return ran, dict(before.state)
+    return ran, before
+
+
+def _state_at(run: AgentRun, seq: int) -> dict[str, Any] | None:
+    """The run's state right after event `seq`, if it still matches the digest that event recorded."""
+    events = AgentEvent.objects.filter(run_id=run.run_id, tenant_id=run.tenant_id)
+    digest = events.filter(seq=seq).values_list("state_digest", flat=True).first()
+    state = (
+        events.filter(seq__lte=seq, state__isnull=False)
+        .order_by("-seq")
+        .values_list("state", flat=True)
+        .first()
+    )
+    if not isinstance(state, dict) or digest is None or json_digest(state) != digest:
+        return None
+    return state
 
 
 def _files_changed_since(run: AgentRun, seq: int) -> bool:
