@@ -112,10 +112,10 @@ class CorrectForm(ReconcileForm):
     def __init__(self, *args: Any, records: list[str] | None = None, **kwargs: Any) -> None:
         # Its own field names: the reconcile form may be on the same page.
         super().__init__(*args, prefix="correct", **kwargs)
-        self.fields["outcome"].choices = [(o, CORRECT_LABELS[o]) for o in RECONCILE_OUTCOMES]
-        self.fields["pick"].choices = [("", "another reference, typed below")] + [
-            (r, r) for r in records or []
-        ]
+        outcome, pick = self.fields["outcome"], self.fields["pick"]
+        assert isinstance(outcome, forms.ChoiceField) and isinstance(pick, forms.ChoiceField)
+        outcome.choices = [(o, CORRECT_LABELS[o]) for o in RECONCILE_OUTCOMES]
+        pick.choices = [("", "another reference, typed below")] + [(r, r) for r in records or []]
 
     def clean(self) -> dict[str, Any]:
         data = self.cleaned_data
