@@ -104,7 +104,8 @@ def test_a_wrong_reconciliation_is_corrected_and_the_run_completes_with_one_refu
 
     run = _settled(run.run_id, None)
     assert run.status == "completed", (run.suspend_reason, run.suspend_detail)
-    assert (run.result["outcome"], run.result["refund_id"]) == ("refunded", refund["refund_id"])
+    result = run.result or {}
+    assert (result["outcome"], result["refund_id"]) == ("refunded", refund["refund_id"])
     assert len(sandbox.ledger("o-fix")) == 1
     op.refresh_from_db()
     assert (op.external_ref, op.attempts) == (refund["refund_id"], 1)  # sent once, by the worker that died
