@@ -194,7 +194,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # One name per choice set that several serializers share.
-    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.kernel.models.RunStatus"},
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "runs.kernel.models.RunStatus",
+        # A reconciliation's and its correction's outcome: one enum, not two named by collision.
+        "ReconcileOutcomeEnum": "runs.engine.operations.RECONCILE_OUTCOMES",
+    },
     # The Bearer scheme of API keys is declared by core.api.ApiKeyAuthenticationScheme.
 }
 

@@ -288,6 +288,26 @@ class StateAccepted(Move["int | None"]):
 
 
 @dataclass(frozen=True, slots=True)
+class ReconciliationCorrected(Move["int | None"]):
+    """A person corrected an operation's reconciliation: the suspended run goes back to `next_step`,
+    the step that made the operation's call, with `state`, the state that step began from (as a
+    rewind would, but the same run), suspended `reconciliation_corrected`; with `request_resume` it is
+    asked to resume, so a worker verifies it and runs the step again, which reads the corrected record
+    (an operation is answered from its record, never sent again). Fenced by the revision the person
+    read, a suspended run with no live lease and no resume pending, and an unerased subject."""
+
+    run_id: UUID
+    tenant_id: UUID
+    expected_revision: int
+    state: EncodedState
+    next_step: str
+    detail: str
+    payload: dict[str, Any]
+    actor: str
+    request_resume: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class SubjectErased(Move["int | None"]):
     """The redacted state in place; an active run is left suspended `subject_erased`, unleased."""
 

@@ -331,6 +331,26 @@ def _state_accepted(move: m.StateAccepted) -> int | None:
     return found[0][0] if found else None
 
 
+@_handles(m.ReconciliationCorrected)
+def _reconciliation_corrected(move: m.ReconciliationCorrected) -> int | None:
+    found = wire.rows(
+        runs.RECONCILIATION_CORRECTED,
+        {
+            "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
+            "expected": move.expected_revision,
+            "state": move.state.json,
+            "digest": move.state.digest,
+            "next_step": move.next_step,
+            "detail": move.detail,
+            "payload": canonical_json(move.payload),
+            "actor": move.actor,
+            "request_resume": move.request_resume,
+        },
+    )
+    return found[0][0] if found else None
+
+
 @_handles(m.SubjectErased)
 def _subject_erased(move: m.SubjectErased) -> int | None:
     found = wire.rows(
