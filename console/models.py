@@ -45,7 +45,12 @@ class AuditEntry(models.Model):
         db_table = "console_audit_log"
         ordering = ["-id"]
         verbose_name_plural = "audit entries"
-        indexes = [models.Index(fields=["target_type", "target_id"], name="console_audit_target")]
+        indexes = [
+            models.Index(fields=["target_type", "target_id"], name="console_audit_target"),
+            # The log sorted by actor or by action (AUDIT_ORDERS), the id breaking ties.
+            models.Index(fields=["actor", "id"], name="console_audit_actor"),
+            models.Index(fields=["action", "id"], name="console_audit_action"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target_type}:{self.target_id}"

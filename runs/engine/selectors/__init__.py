@@ -22,12 +22,13 @@ from runs.engine.selectors.history import (
 from runs.engine.selectors.queue import QueueHealth, run_queue_health, worker_recent_steps
 from runs.engine.selectors.runs import (
     LIST_FIELDS,
-    RUN_KEYS,
     RUN_ORDERS,
     RunCursor,
     fork_list,
     merge_list,
     run_count_capped,
+    run_cursor_decode,
+    run_cursor_encode,
     run_filtered,
     run_filtered_page,
     run_get,
@@ -63,7 +64,6 @@ from runs.engine.selectors.side_effects import (
 __all__ = [
     "LIST_FIELDS",
     "RECONCILIATION_REQUIRED",
-    "RUN_KEYS",
     "RUN_ORDERS",
     "EventBucket",
     "QueueHealth",
@@ -94,6 +94,8 @@ __all__ = [
     "operation_run_list",
     "revision_parse",
     "run_count_capped",
+    "run_cursor_decode",
+    "run_cursor_encode",
     "run_events",
     "run_filtered",
     "run_filtered_page",
