@@ -220,7 +220,7 @@ def webhook_attempt(claimed: Claimed) -> bool:
         logger.error("webhook delivery %s could not be attempted: %s", claimed.id, type(exc).__name__)
         code, error = None, f"{type(exc).__name__}: {exc}"[:200]
     ok = code is not None and 200 <= code < 300
-    params = {
+    params: dict[str, Any] = {
         "tenant": claimed.tenant_id,
         "id": claimed.id,
         "created_at": claimed.created_at,
