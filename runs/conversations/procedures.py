@@ -93,6 +93,18 @@ def _turns(run: AgentRun) -> list[ProcedureTurn]:
     return turns
 
 
+def run_answered(*, run_id: UUID) -> bool:
+    """Whether the run ever answered a turn: only such a run has a procedure to learn (one read by the
+    run's own id, where a learning task per finished run would cost a task round trip each)."""
+    tenant_id = run_tenant(run_id)
+    if tenant_id is None:
+        return False
+    with tenant_bind(tenant_id):
+        return AgentEvent.objects.filter(
+            tenant_id=tenant_id, run_id=run_id, event_type="assistant_message"
+        ).exists()
+
+
 def run_procedures_learn(*, run_id: UUID) -> Learned:
     """Learn the procedures of the run's answered turns (safe to run again: a turn is one source)."""
     tenant_id = run_tenant(run_id)

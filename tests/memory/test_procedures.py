@@ -249,3 +249,15 @@ def test_the_api_lists_procedures_and_only_a_person_decides(tenant, other_tenant
     assert other.get("/api/v1/memory/procedures/").json()["results"] == []
     learned = key.post(f"/api/v1/runs/{AgentRun.objects.first().run_id}/procedures/learn", format="json")
     assert learned.status_code == 200 and learned.json()["unchanged"] == 1
+
+
+def test_only_a_run_that_answered_a_turn_is_sent_to_learn_when_it_finishes(tenant):
+    from runs.conversations.procedures import run_answered
+
+    answered = _turn(tenant, "cust-1", "refund my broken order", REFUND_CALLS)
+    countdown = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 2}, actor="t").run
+    _drive(countdown.run_id)
+    assert AgentRun.objects.get(run_id=countdown.run_id).status == "completed"
+    # A run of steps with no conversation would cost a learning task each for nothing to learn.
+    assert run_answered(run_id=answered.run_id) is True
+    assert run_answered(run_id=countdown.run_id) is False
