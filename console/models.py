@@ -25,7 +25,9 @@ class Membership(models.Model):
 class AuditEntry(models.Model):
     """One human action (approve, reject, reconcile, resume, cancel, fork, erase, sign-in...).
 
-    Append-only: a trigger (migration 0002) refuses UPDATE and DELETE, whoever asks.
+    Append-only: a trigger (migration 0002) refuses UPDATE and DELETE, whoever asks. Partitioned by
+    month of `at` (migration 0007; the primary key is (id, at)): an operator's retention
+    (KEEPER_AUDIT_RETENTION_DAYS, unset by default) drops whole months, never rows.
     """
 
     id = models.BigAutoField(primary_key=True)

@@ -496,20 +496,23 @@ class RunsPurged(Move["dict[str, int]"]):
 
 
 @dataclass(frozen=True, slots=True)
-class EventPartitionsMade(Move["list[tuple[str, datetime, datetime, int]]"]):
-    """agent_events' monthly partitions from `since` (or the default partition's oldest row) to
-    `months_ahead` months past now, each made if missing with the rows the default partition held for
-    it; (partition, from, to, rows moved) of each one made."""
+class PartitionsMade(Move["list[tuple[str, datetime, datetime, int]]"]):
+    """A table's monthly partitions (agent_events, webhook_deliveries, console_audit_log) from `since`
+    (or the default partition's oldest row) to `months_ahead` months past now, each made if missing
+    with the rows the default partition held for it; (partition, from, to, rows moved) of each one made."""
 
+    table: str
     since: datetime | None
     months_ahead: int
 
 
 @dataclass(frozen=True, slots=True)
-class EventPartitionDropped(Move["tuple[str, int]"]):
-    """Retention: drop one month's partition of agent_events if every run created that month ended
-    before `cutoff` (dry_run: only say whether it would); (outcome, runs that keep it)."""
+class PartitionDropped(Move["tuple[str, int]"]):
+    """Retention: drop one month's partition of `table` if it ended before `cutoff` and nothing in it
+    is still needed (agent_events: a run of that month not ended before the cutoff; webhook_deliveries:
+    a pending delivery); dry_run: only say whether it would. (outcome, rows or runs that keep it)."""
 
+    table: str
     partition: str
     cutoff: datetime
     dry_run: bool = False
