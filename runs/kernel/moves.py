@@ -516,6 +516,9 @@ class PartitionDropped(Move["tuple[str, int]"]):
     partition: str
     cutoff: datetime
     dry_run: bool = False
+    # As the owner role (DATABASES["owner"]): the audit log's months go only for the role that owns it,
+    # as its rows could never be deleted by the application.
+    as_owner: bool = False
 
 
 @dataclass(frozen=True, slots=True)

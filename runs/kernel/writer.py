@@ -577,5 +577,6 @@ def _partition_dropped(move: m.PartitionDropped) -> tuple[str, int]:
     found = wire.rows(
         partitions.DROP,
         {"table": move.table, "partition": move.partition, "cutoff": move.cutoff, "dry_run": move.dry_run},
+        using="owner" if move.as_owner else "default",
     )
     return str(found[0][0]), int(found[0][1])

@@ -40,6 +40,9 @@ class PartitionedTable:
     key: str  # the partition key: a timestamp column, monthly ranges
     retention_setting: str  # days past a month's end before it may go; 0 (or unset) keeps every month
     keeps: str  # what keeps a month past its cutoff, in words
+    # Its months go only as the role that owns it (DATABASES["owner"], DATABASE_OWNER_URL): the audit log,
+    # whose entries the application role can never delete.
+    owner_only: bool = False
 
     @property
     def default_partition(self) -> str:
@@ -69,6 +72,7 @@ PARTITIONED: dict[str, PartitionedTable] = {
             "at",
             "KEEPER_AUDIT_RETENTION_DAYS",
             "nothing: once past the cutoff the month goes",
+            owner_only=True,
         ),
     )
 }
@@ -102,6 +106,8 @@ class PartitionsReport:
     kept: dict[str, int] = field(default_factory=dict)
     # table -> rows (approximate) waiting in its default partition for a month of their own
     default_rows: dict[str, int] = field(default_factory=dict)
+    # table -> why its retention did not run here
+    skipped: dict[str, str] = field(default_factory=dict)
 
     def merge(self, other: PartitionsReport) -> PartitionsReport:
         self.made += other.made
@@ -109,6 +115,7 @@ class PartitionsReport:
         self.dropped += other.dropped
         self.kept.update(other.kept)
         self.default_rows.update(other.default_rows)
+        self.skipped.update(other.skipped)
         return self
 
     def as_json(self) -> dict[str, Any]:
@@ -198,10 +205,18 @@ def _retention(
     days = spec.retention_days() if retention_days is None else retention_days
     if not days:
         return report
+    if spec.owner_only and "owner" not in settings.DATABASES:
+        report.skipped[spec.name] = (
+            "its months go only as the owner role: set DATABASE_OWNER_URL where this runs"
+        )
+        progress(f"{spec.name}: {report.skipped[spec.name]}")
+        return report
     cutoff = timezone.now() - timedelta(days=days)
     due = [p for p in partitions if p.range_to is not None and p.range_to <= cutoff]
     for number, partition in enumerate(due, start=1):
-        outcome, keeping = apply(m.PartitionDropped(spec.name, partition.name, cutoff, dry_run=dry_run))
+        outcome, keeping = apply(
+            m.PartitionDropped(spec.name, partition.name, cutoff, dry_run=dry_run, as_owner=spec.owner_only)
+        )
         if outcome in ("dropped", "would_drop"):
             report.dropped.append(partition.name)
         elif outcome == "kept":

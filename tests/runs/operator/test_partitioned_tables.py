@@ -20,6 +20,8 @@ from config.embedded import APP_ROLE
 from console.models import AuditEntry
 from erasure.services import erasure_execute, erasure_request_create
 from runs.engine.runs import run_start
+from runs.kernel import apply
+from runs.kernel import moves as m
 from runs.operator.partitions import (
     PARTITIONED,
     partitions_maintain,
@@ -253,3 +255,18 @@ def test_the_command_names_tables_and_refuses_one_retention_for_all(tenant, caps
         call_command("partitions", "agent_runs")
     call_command("events_partitions", "--json")  # the earlier name: agent_events alone
     assert {p["table"] for p in json.loads(capsys.readouterr()[0])["partitions"]} == {"agent_events"}
+
+
+def test_the_application_role_cannot_drop_a_month_of_the_audit_log(tenant, settings):
+    old = _entry(tenant, datetime(2019, 4, 2, tzinfo=UTC))
+    partitions_make(tables=["console_audit_log"])
+    # Called straight by the application's own connection, with a cutoff of its choosing.
+    outcome, _ = apply(m.PartitionDropped("console_audit_log", "console_audit_log_p201904", timezone.now()))
+    assert outcome == "owner_only"
+    assert AuditEntry.objects.filter(pk=old).exists()
+    # The retention skips the audit log, saying why, where the owner's connection is not configured.
+    settings.KEEPER_AUDIT_RETENTION_DAYS = 365
+    settings.DATABASES = {k: v for k, v in settings.DATABASES.items() if k != "owner"}
+    report = partitions_maintain()
+    assert "DATABASE_OWNER_URL" in report.skipped["console_audit_log"]
+    assert AuditEntry.objects.filter(pk=old).exists()

@@ -4,7 +4,9 @@
 --     before p_cutoff, as a closed workflow's history leaves after its namespace's retention;
 --   webhook_deliveries: no delivery of that month is still pending (delivered, failed and cancelled
 --     ones are records; a pending one is still to be sent);
---   console_audit_log: nothing (its retention is a compliance decision, off unless an operator sets it).
+--   console_audit_log: nothing (its retention is a compliance decision, off unless an operator sets it);
+--     only a session of the role that owns the log may drop its months: the application role can
+--     delete no audit entry, and retention must not become a way for it to.
 -- Answers the outcome and how many rows keep the month (p_dry_run: 'would_drop' instead of dropping).
 -- Fails rather than drop events when its owner cannot see every tenant's runs.
 CREATE OR REPLACE FUNCTION public.keeper_partition_drop(p_table text, p_partition text, p_cutoff timestamp with time zone, p_dry_run boolean)
@@ -26,6 +28,12 @@ BEGIN
      AND NOT EXISTS (SELECT 1 FROM pg_policies p WHERE p.schemaname = 'public' AND p.tablename = 'agent_runs'
                        AND p.policyname = 'owner_maintenance' AND current_user = ANY(p.roles)) THEN
     RAISE EXCEPTION 'keeper_partition_drop: % cannot see every tenant''s runs', current_user;
+  END IF;
+  IF p_table = 'console_audit_log' AND NOT EXISTS (
+       SELECT 1 FROM pg_class c JOIN pg_roles r ON r.oid = c.relowner
+        WHERE c.oid = 'public.console_audit_log'::regclass AND r.rolname = session_user)
+     AND NOT EXISTS (SELECT 1 FROM pg_roles r WHERE r.rolname = session_user AND r.rolsuper) THEN
+    outcome := 'owner_only'; keeping := 0; RETURN NEXT; RETURN;
   END IF;
   IF p_partition !~ ('^' || p_table || '_p[0-9]{6}$') OR NOT EXISTS (
        SELECT 1 FROM pg_inherits i WHERE i.inhparent = ('public.' || p_table)::regclass
