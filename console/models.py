@@ -25,7 +25,9 @@ class Membership(models.Model):
 class AuditEntry(models.Model):
     """One human action (approve, reject, reconcile, resume, cancel, fork, erase, sign-in...).
 
-    Append-only: a trigger (migration 0002) refuses UPDATE and DELETE, whoever asks.
+    Append-only: a trigger (migration 0002) refuses UPDATE and DELETE, whoever asks. Partitioned by
+    month of `at` (migration 0007; the primary key is (id, at)): an operator's retention
+    (KEEPER_AUDIT_RETENTION_DAYS, unset by default) drops whole months, never rows.
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -45,7 +47,12 @@ class AuditEntry(models.Model):
         db_table = "console_audit_log"
         ordering = ["-id"]
         verbose_name_plural = "audit entries"
-        indexes = [models.Index(fields=["target_type", "target_id"], name="console_audit_target")]
+        indexes = [
+            models.Index(fields=["target_type", "target_id"], name="console_audit_target"),
+            # The log sorted by actor or by action (AUDIT_ORDERS), the id breaking ties.
+            models.Index(fields=["actor", "id"], name="console_audit_actor"),
+            models.Index(fields=["action", "id"], name="console_audit_action"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target_type}:{self.target_id}"

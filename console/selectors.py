@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from console.approvals import approval_reading
@@ -17,7 +17,7 @@ from console.models import AuditEntry
 from console.refusals import refusal_in_words
 from core.digests import subject_digests
 from core.models import Tenant
-from core.pagination import KeysetPage, keyset_page
+from core.pagination import KeysetPage, ListOrder, keyset_order, keyset_page, list_orders
 from core.roles import member_tenant_ids
 from erasure.models import ErasureRequest
 from erasure.registry import free_places, places
@@ -52,7 +52,14 @@ from runs.engine.selectors import (
 from runs.kernel.models import SUBJECT_ERASED, AgentRun, Approval, Summary, ToolOperation
 from runs.langgraph.selectors import thread_interrupted_count, thread_interrupted_list
 
-AUDIT_KEYS = ("id",)
+# The audit log's orders (newest first by default). The time, then the id: entries of one instant
+# keep the order they were written in. Entries with no tenant (sign-ins) sort last by tenant A to Z.
+AUDIT_ORDERS: dict[str, ListOrder] = {
+    **list_orders("when", "at", "time", tie="id", tie_kind="i", newest_first=True),
+    **list_orders("actor", "actor", "text", tie="id", tie_kind="i"),
+    **list_orders("action", "action", "text", tie="id", tie_kind="i"),
+    **list_orders("tenant", "tenant_slug", "text", tie="id", tie_kind="i", nullable=True),
+}
 
 
 def tenant_list_for_user(*, user: Any) -> QuerySet[Tenant]:
@@ -84,10 +91,14 @@ class AuditFilters:
 
 
 def audit_entries(
-    *, tenant_ids: list[UUID] | None, actor: str, filters: AuditFilters
+    *, tenant_ids: list[UUID] | None, actor: str, filters: AuditFilters, order: str = "when"
 ) -> QuerySet[AuditEntry]:
-    """Audit entries newest first: of `tenant_ids` and the actor's own (every entry with None), filtered."""
+    """Audit entries in `order` (AUDIT_ORDERS, newest first by default): of `tenant_ids` and the
+    actor's own (every entry with None), filtered."""
+    chosen = AUDIT_ORDERS[order]
     entries = AuditEntry.objects.select_related("tenant")
+    if chosen.column == "tenant_slug":
+        entries = entries.annotate(tenant_slug=F("tenant__slug"))
     if tenant_ids is not None:
         entries = entries.filter(Q(tenant_id__in=tenant_ids) | Q(actor=actor))
     if filters.target:
@@ -102,7 +113,7 @@ def audit_entries(
         entries = entries.filter(at__gte=filters.since)
     if filters.until is not None:
         entries = entries.filter(at__lt=filters.until)
-    return entries.order_by("-id")
+    return keyset_order(entries, keys=chosen.keys, descending=chosen.descending)
 
 
 def audit_entry_page(
@@ -110,14 +121,28 @@ def audit_entry_page(
     tenant_ids: list[UUID] | None,
     actor: str,
     target: str = "",
-    cursor: int | None,
+    cursor: tuple[object, object] | None,
     limit: int,
     filters: AuditFilters | None = None,
+    order: str = "when",
 ) -> KeysetPage[AuditEntry]:
-    """One keyset page of `audit_entries` (`cursor`: the id the page starts below)."""
-    chosen = filters if filters is not None else AuditFilters(target=target)
-    entries = audit_entries(tenant_ids=tenant_ids, actor=actor, filters=chosen)
-    return keyset_page(entries, keys=AUDIT_KEYS, cursor=None if cursor is None else (cursor,), limit=limit)
+    """One keyset page of `audit_entries` in `order` (`cursor`: the last row's (column value, id)
+    of the page before)."""
+    chosen = AUDIT_ORDERS[order]
+    entries = audit_entries(
+        tenant_ids=tenant_ids,
+        actor=actor,
+        filters=filters if filters is not None else AuditFilters(target=target),
+        order=order,
+    )
+    return keyset_page(
+        entries,
+        keys=chosen.keys,
+        cursor=cursor,
+        limit=limit,
+        descending=chosen.descending,
+        nullable=chosen.nullable,
+    )
 
 
 def offboardings_of_member(*, user_id: int) -> list[AuditEntry]:

@@ -28,6 +28,11 @@ urlpatterns = [
         support_operations.support_operation_reconcile,
         name="support_operation_reconcile",
     ),
+    path(
+        "support/operations/<int:pk>/correct/",
+        support_operations.support_operation_correct,
+        name="support_operation_correct",
+    ),
     path("support/runs/<uuid:run_id>/", support.support_run, name="support_run"),
     path("support/runs/<uuid:run_id>/resume/", support.support_run_resume, name="support_run_resume"),
     path("support/runs/<uuid:run_id>/cancel/", support.support_run_cancel, name="support_run_cancel"),

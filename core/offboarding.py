@@ -71,6 +71,8 @@ def tenant_tables() -> list[TenantTable]:
                  FROM information_schema.columns c
                  JOIN information_schema.tables t USING (table_schema, table_name)
                 WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+                  -- a partition's rows are its table's: exported and deleted through it, once
+                  AND c.table_name NOT IN (SELECT relname FROM pg_class WHERE relispartition)
                   AND c.table_name IN (SELECT table_name FROM information_schema.columns
                                         WHERE table_schema = current_schema() AND column_name = 'tenant_id')
                 ORDER BY c.table_name, c.ordinal_position"""

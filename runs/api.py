@@ -20,11 +20,20 @@ from core.api import (
     error_responses,
 )
 from core.api_auth import request_actor, request_key, request_run_tenant, request_tenant
+from core.pagination import CursorInvalid
 from core.roles import ENGINEER, SUPPORT, user_roles
 from runs.engine.forks import run_fork_once, run_rewind
 from runs.engine.resume import run_state_accept
 from runs.engine.runs import client_idempotency_key, run_cancel, run_resume, run_start
-from runs.engine.selectors import child_list, run_events, run_get, run_page
+from runs.engine.selectors import (
+    RUN_ORDERS,
+    child_list,
+    run_cursor_decode,
+    run_cursor_encode,
+    run_events,
+    run_get,
+    run_page,
+)
 from runs.kernel.models import AgentEvent, AgentRun, RunStatus
 
 
@@ -104,9 +113,11 @@ RUNS_PAGE = inline_serializer(
         "next": inline_serializer(
             "RunsCursor",
             {
+                "order": serializers.CharField(),
+                "cursor": serializers.CharField(),
                 "before_updated_at": serializers.DateTimeField(required=False),
                 "before_created_at": serializers.DateTimeField(required=False),
-                "before_run_id": serializers.UUIDField(),
+                "before_run_id": serializers.UUIDField(required=False),
             },
             allow_null=True,
         ),
@@ -124,10 +135,15 @@ class RunStartApi(APIView):
         subject = StrictCharField(max_length=200, trim_whitespace=False, required=False)
         idempotency_key = StrictCharField(max_length=200, required=False)
         order = serializers.ChoiceField(
-            choices=["updated", "created"],
+            choices=[*RUN_ORDERS, "created"],
             default="updated",
             help_text="updated: newest activity first (a run that changes while you page can move ahead "
-            "of the cursor); created: newest first by creation, for a walk that sees every run once",
+            "of the cursor); created (or started): newest first by creation, for a walk that sees every "
+            "run once; workflow, status, tenant (its slug), subject: A to Z; each with _asc or _desc "
+            "for the other direction (updated_asc, workflow_desc...). Ties go by run_id",
+        )
+        cursor = StrictCharField(
+            max_length=2000, required=False, help_text="`next.cursor` of the page before, in this order"
         )
         before_updated_at = serializers.DateTimeField(required=False)
         before_created_at = serializers.DateTimeField(required=False)
@@ -135,14 +151,29 @@ class RunStartApi(APIView):
         limit = serializers.IntegerField(min_value=1, max_value=200, default=50)
 
         def validate(self, data: dict[str, Any]) -> dict[str, Any]:
-            key = f"before_{data['order']}_at"
-            other = "before_created_at" if key == "before_updated_at" else "before_updated_at"
-            if other in data:
-                raise serializers.ValidationError(
-                    f"{other} is the cursor of order={other[7:-3]}, not of this order"
-                )
-            if (key in data) != ("before_run_id" in data):
+            order = data["order"] = "started" if data["order"] == "created" else data["order"]
+            key = {"updated": "before_updated_at", "started": "before_created_at"}.get(order)
+            for other in ("before_updated_at", "before_created_at"):
+                if other in data and other != key:
+                    raise serializers.ValidationError(
+                        f"{other} is the cursor of order={other[7:-3]}, not of this order (pass `cursor`)"
+                    )
+            if key is not None and (key in data) != ("before_run_id" in data):
                 raise serializers.ValidationError(f"{key} and before_run_id come together (the cursor)")
+            if "before_run_id" in data and key not in data:
+                raise serializers.ValidationError(
+                    "before_run_id needs before_updated_at or before_created_at"
+                )
+            pair = (data[key], data["before_run_id"]) if key in data else None
+            data["after"] = pair
+            if "cursor" in data:
+                try:
+                    data["after"] = run_cursor_decode(order=order, token=data["cursor"])
+                except CursorInvalid as exc:
+                    raise serializers.ValidationError({"cursor": str(exc)}) from exc
+                # `next` holds both for these orders; passed back together they must name one row.
+                if pair is not None and pair != data["after"]:
+                    raise serializers.ValidationError("`cursor` and the before_ pair name different rows")
             return data
 
     class InputSerializer(ClosedSerializer):
@@ -194,17 +225,22 @@ class RunStartApi(APIView):
         # A key lists its own tenant's runs; a staff session every tenant's, or the one it names
         # (as the approvals list does).
         tenant = request_tenant(request, given) if given or request_key(request) is not None else None
-        limit = data.pop("limit")
-        key = f"before_{data['order']}_at"
-        cursor = (data.pop(key, None), data.pop("before_run_id", None))
-        page = run_page(tenant=tenant, cursor=cursor if cursor[0] else None, limit=limit, **data)
-        after = page.next_cursor
-        return Response(
-            {
-                "results": RunListItemSerializer(page.rows, many=True).data,
-                "next": {key: after[0], "before_run_id": after[1]} if after else None,
-            }
+        order = data["order"]
+        page = run_page(
+            tenant=tenant,
+            cursor=data["after"],
+            limit=data["limit"],
+            order=order,
+            **{name: data.get(name) for name in ("status", "workflow", "subject", "idempotency_key")},
         )
+        after = page.next_cursor
+        following: dict[str, Any] | None = None
+        if after is not None:
+            following = {"order": order, "cursor": run_cursor_encode(order=order, cursor=after)}
+            # The pair of the first two orders, as clients written before `cursor` pass it back.
+            if key := {"updated": "before_updated_at", "started": "before_created_at"}.get(order):
+                following |= {key: after[0], "before_run_id": after[1]}
+        return Response({"results": RunListItemSerializer(page.rows, many=True).data, "next": following})
 
     def _validated(self, request: Request) -> dict[str, Any]:
         serializer = self.InputSerializer(data=request.data)

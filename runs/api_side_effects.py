@@ -1,4 +1,5 @@
-"""REST API for what a person decides: approvals (approve, reject) and reconciling operations."""
+"""REST API for what a person decides: approvals (approve, reject), reconciling operations, and
+correcting a wrong reconciliation."""
 
 from __future__ import annotations
 
@@ -11,13 +12,21 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import ClosedSerializer, QuerySerializer, StrictBooleanField, StrictCharField, error_responses
+from core.api import (
+    ClosedSerializer,
+    QuerySerializer,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    error_responses,
+)
 from core.api_auth import request_actor, request_key, request_may_see, request_tenant
 from core.errors import NotFound
 from core.roles import SUPPORT
 from runs.api import run_for_request
 from runs.engine.approvals import approval_approve, approval_reject
 from runs.engine.operations import RECONCILE_OUTCOMES, operation_reconcile
+from runs.engine.reconciliation import operation_reconciliation_correct
 from runs.engine.selectors import approval_list, approval_page, operation_get, run_operations
 from runs.kernel.models import Approval, ApprovalStatus, ToolOperation
 
@@ -219,3 +228,81 @@ class OperationReconcileApi(APIView):
             **data.validated_data,
         )
         return Response(OperationOutputSerializer(reconciled).data)
+
+
+class OperationCorrectApi(APIView):
+    session_roles = (SUPPORT,)  # a staff session's change needs the console's role for it
+
+    class InputSerializer(ClosedSerializer):
+        outcome = serializers.ChoiceField(choices=RECONCILE_OUTCOMES)
+        note = StrictCharField(max_length=2000)
+        external_ref = StrictCharField(max_length=200, required=False, allow_blank=True, default="")
+        checked_by_hand = StrictBooleanField(required=False, default=False)
+        expected_revision = StrictIntegerField(required=False, min_value=1)
+        resume = StrictBooleanField(required=False, default=True)
+
+    @extend_schema(
+        summary="Correct a person's reconciliation of an operation (its run goes back to the step that made the call)",
+        description="Only while the operation's outcome is a person's reconciliation and its run is "
+        "suspended (typically `verification_failed` after a wrong reference). `applied` needs the right "
+        "`external_ref`: one of the provider's records for the operation, or `checked_by_hand` (422 "
+        "`unknown_reference` / `reference_unchecked` otherwise); `not_applied` lets the run send it once "
+        "more. The earlier reconciliation is kept; a `reconciliation_corrected` event takes the run back "
+        "to the step, which reads the corrected record. With `expected_revision` (the run's revision "
+        "you read), a run that moved meanwhile is 409 `stale_revision`. 409 `operation_not_reconciled`, "
+        "`run_not_suspended`, `resume_pending`, `correction_refused`; 422 `nothing_to_correct`.",
+        request=InputSerializer,
+        responses={
+            200: inline_serializer(
+                "ReconciliationCorrection",
+                {
+                    "operation": OperationOutputSerializer(),
+                    "seq": serializers.IntegerField(),
+                    "step": serializers.CharField(),
+                    "reference_check": serializers.CharField(),
+                    "corrects": serializers.DictField(),
+                },
+            ),
+            **error_responses(409, 422),
+        },
+        examples=[
+            OpenApiExample(
+                "applied",
+                value={
+                    "outcome": "applied",
+                    "external_ref": "rf_8812",
+                    "note": "rf_0001 was another order's refund; the ledger shows rf_8812",
+                    "expected_revision": 14,
+                },
+                request_only=True,
+            )
+        ],
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        op = operation_get(pk=pk)
+        if not request_may_see(request, op.tenant_id):
+            raise NotFound(f"no operation {pk}", code="operation_not_found")
+        corrected = operation_reconciliation_correct(
+            tenant_id=op.tenant_id,
+            operation_id=op.operation_id,
+            actor=request_actor(request),
+            **data.validated_data,
+        )
+        replaced = corrected.replaced
+        return Response(
+            {
+                "operation": OperationOutputSerializer(corrected.op).data,
+                "seq": corrected.seq,
+                "step": corrected.step,
+                "reference_check": corrected.reference_check,
+                "corrects": {
+                    "seq": replaced.seq,
+                    "actor": replaced.actor,
+                    "at": replaced.at.isoformat(),
+                    "outcome": replaced.outcome,
+                    "external_ref": replaced.external_ref,
+                },
+            }
+        )

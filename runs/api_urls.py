@@ -122,4 +122,9 @@ urlpatterns = [
         api_side_effects.OperationReconcileApi.as_view(),
         name="api-reconcile",
     ),
+    path(
+        "operations/<int:pk>/correct-reconciliation",
+        api_side_effects.OperationCorrectApi.as_view(),
+        name="api-correct-reconciliation",
+    ),
 ]

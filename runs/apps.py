@@ -12,8 +12,10 @@ class RunsConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from runs.kernel.functions import functions_install_after_migrate
+        from runs.operator.partitions import partitions_make_after_migrate
 
         post_migrate.connect(functions_install_after_migrate, sender=self)
+        post_migrate.connect(partitions_make_after_migrate, sender=self)  # after the functions it calls
         # Every process (web, worker, beat, tests) registers the same workflows.
         import_module("runs.workflows.demo")
         import_module("runs.workflows.refund.workflow")

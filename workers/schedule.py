@@ -50,9 +50,9 @@ def beat_schedule() -> dict[str, dict[str, Any]]:
             "schedule": 3600.0,
             "options": {"expires": 7200},
         },
-        # agent_events' monthly partitions made ahead; months whose runs all ended past retention dropped.
-        "maintain-event-partitions": {
-            "task": "workers.tasks.maintain_event_partitions",
+        # The monthly partitions (runs/operator/partitions.py) made ahead; months past retention dropped.
+        "maintain-partitions": {
+            "task": "workers.tasks.maintain_partitions",
             "schedule": 3600.0,
             "options": {"expires": 7200},
         },

@@ -24,7 +24,7 @@ from runs.engine.schedules import schedules_fire
 from runs.engine.steps import run_advance
 from runs.engine.workspace import workspace_reclaim
 from runs.kernel.models import RunStatus
-from runs.operator.partitions import events_partitions_maintain
+from runs.operator.partitions import partitions_maintain
 from runs.operator.retention import forks_purge
 from runs.webhooks.delivery import webhooks_deliver_due
 
@@ -67,9 +67,9 @@ def purge_abandoned_forks() -> int:
     return forks_purge().runs
 
 
-@shared_task(name="workers.tasks.maintain_event_partitions", ignore_result=True)
-def maintain_event_partitions() -> int:
-    return len(events_partitions_maintain().dropped)
+@shared_task(name="workers.tasks.maintain_partitions", ignore_result=True)
+def maintain_partitions() -> int:
+    return len(partitions_maintain().dropped)
 
 
 @shared_task(name="workers.tasks.deliver_webhooks", ignore_result=True)

@@ -194,7 +194,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # One name per choice set that several serializers share.
-    "ENUM_NAME_OVERRIDES": {"RunStatusEnum": "runs.kernel.models.RunStatus"},
+    "ENUM_NAME_OVERRIDES": {
+        "RunStatusEnum": "runs.kernel.models.RunStatus",
+        # A reconciliation's and its correction's outcome: one enum, not two named by collision.
+        "ReconcileOutcomeEnum": "runs.engine.operations.RECONCILE_OUTCOMES",
+    },
     # The Bearer scheme of API keys is declared by core.api.ApiKeyAuthenticationScheme.
 }
 
@@ -285,11 +289,24 @@ KEEPER_FORK_TTL = env_number("KEEPER_FORK_TTL", 7 * 24 * 3600.0, minimum=1)
 # Model endpoints an evaluation's replay may name (comma-separated OpenAI-compatible base URLs),
 # besides those the parts' own settings configure: a replay never calls an address a request chose.
 KEEPER_REPLAY_MODEL_URLS = [u.strip() for u in env_str("KEEPER_REPLAY_MODEL_URLS").split(",") if u.strip()]
-# agent_events is partitioned by month of its run's creation: months of partitions kept made ahead of
-# now (the beat and every migrate make them), and days after a run ended that its month's partition may
-# be dropped once every run of that month ended so long ago (0: never; the history is kept).
-KEEPER_EVENTS_PARTITIONS_AHEAD = env_int("KEEPER_EVENTS_PARTITIONS_AHEAD", 3, minimum=1)
+# agent_events, webhook_deliveries and console_audit_log are partitioned by month (runs/operator/
+# partitions.py): months of partitions made ahead of now (the beat and every migrate make them; the
+# older name KEEPER_EVENTS_PARTITIONS_AHEAD is read when the new one is unset), and each table's days
+# past a month's end before that month's partition may be dropped (0 or unset: never):
+# - events: once every run created that month ended so long ago (the history is kept by default);
+# - webhook deliveries: once none of the month is pending. 30 days by default: the last retry of a
+#   delivery comes within hours (KEEPER_WEBHOOKS_MAX_ATTEMPTS, backoff at most an hour), and a month
+#   of delivered and failed rows is what one looks back through for a receiver's trouble;
+# - the audit log: kept forever unless compliance decides otherwise.
+KEEPER_PARTITIONS_AHEAD = env_int(
+    "KEEPER_PARTITIONS_AHEAD", env_int("KEEPER_EVENTS_PARTITIONS_AHEAD", 3, minimum=1), minimum=1
+)
+KEEPER_EVENTS_PARTITIONS_AHEAD = KEEPER_PARTITIONS_AHEAD
 KEEPER_EVENTS_RETENTION_DAYS = env_number("KEEPER_EVENTS_RETENTION_DAYS", 0.0, minimum=0)
+KEEPER_WEBHOOK_DELIVERIES_RETENTION_DAYS = env_number(
+    "KEEPER_WEBHOOK_DELIVERIES_RETENTION_DAYS", 30.0, minimum=0
+)
+KEEPER_AUDIT_RETENTION_DAYS = env_number("KEEPER_AUDIT_RETENTION_DAYS", 0.0, minimum=0)
 # Seconds a fork that was started may stay suspended, untouched, before it is cancelled as abandoned.
 KEEPER_FORK_STARTED_TTL = env_number("KEEPER_FORK_STARTED_TTL", 30 * 24 * 3600.0, minimum=1)
 # Steps between workspace snapshots (0: the interval chapter 39's cost model chooses), and seconds a
@@ -471,7 +488,7 @@ SWEEP_TASKS = (
     "workers.tasks.resume_lost_langgraph_answers",
     "workers.tasks.expire_forks",
     "workers.tasks.purge_abandoned_forks",
-    "workers.tasks.maintain_event_partitions",
+    "workers.tasks.maintain_partitions",
     "workers.tasks.purge_expired_memory",
     "workers.tasks.follow_memory_sources",
     "workers.tasks.project_all_memory",

@@ -32,8 +32,16 @@ from console.roles import (
     user_roles,
     user_tenants,
 )
-from console.selectors import AuditFilters, audit_entries, audit_entry_page, offboardings_of_member
+from console.selectors import (
+    AUDIT_ORDERS,
+    AuditFilters,
+    audit_entries,
+    audit_entry_page,
+    offboardings_of_member,
+)
 from console.sign_in import sign_in_failure_record, sign_in_throttled
+from console.sorting import sort_headers
+from core.pagination import CursorInvalid
 
 AUDIT_PAGE = 50
 
@@ -159,12 +167,22 @@ class AuditFilterForm(TenantFilterForm):
         widget=forms.DateInput(attrs={"type": "date", "placeholder": "YYYY-MM-DD"}, format=DATE_FORMAT),
         error_messages={"invalid": "Enter a date as YYYY-MM-DD, e.g. 2026-03-31."},
     )
+    sort = forms.ChoiceField(required=False, choices=[(o, o) for o in AUDIT_ORDERS], widget=forms.HiddenInput)
+    # The page's start: the last entry of the page before, in this order (ListOrder.encode).
+    cursor = forms.CharField(required=False, max_length=2000, widget=forms.HiddenInput)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         since, until = data.get("since"), data.get("until")
         if since and until and since > until:
             raise forms.ValidationError("'From' is after 'To'.")
+        data["order"] = order = data.get("sort") or "when"
+        data["after"] = None
+        if data.get("cursor"):
+            try:
+                data["after"] = AUDIT_ORDERS[order].decode(order, data["cursor"])
+            except CursorInvalid as exc:
+                raise forms.ValidationError(str(exc)) from exc
         return data
 
     def filters(self) -> AuditFilters:
@@ -183,14 +201,15 @@ class AuditFilterForm(TenantFilterForm):
         )
 
     def query(self, **extra: Any) -> str:
-        """The filters as a query string (for the pager and the export link)."""
+        """The filters and the order as a query string (for the pager, the headers and the export
+        link); `extra` adds to them or replaces one (a header's `sort`)."""
         query = QueryDict(mutable=True)
+        for name in ("target", "actor", "action", "tenant", "since", "until", "sort"):
+            value = self.data.get(name, "")
+            if value and name not in extra:
+                query[name] = str(value)[:200]
         for name, value in extra.items():
             query[name] = str(value)
-        for name in ("target", "actor", "action", "tenant", "since", "until"):
-            value = self.data.get(name, "")
-            if value:
-                query[name] = str(value)[:200]
         return query.urlencode()
 
 
@@ -209,28 +228,52 @@ def _audit_page(
     return render(request, "console/audit_log.html", context, status=status)
 
 
+# The audit log's sortable columns: a first click's order, and the reverse (AUDIT_ORDERS).
+AUDIT_SORTS = {
+    "when": ("when", "when_asc"),
+    "actor": ("actor", "actor_desc"),
+    "tenant": ("tenant", "tenant_desc"),
+    "action": ("action", "action_desc"),
+}
+
+
 @role_required(SUPPORT, COMPLIANCE, ENGINEER)
 @require_safe
 def audit_log(request: HtmxHttpRequest) -> HttpResponse:
     """The audit entries of the user's tenants and the user's own (sign-ins); a superuser sees all.
     Filters: actor, action, tenant, target and a date range (bad values are form errors, 422).
-    Keyset pages newest first: `before` is the id the next page starts below."""
+    Keyset pages in the chosen order (`sort`, newest first by default): `cursor` is where a page starts;
+    a cursor of another order or edited by hand is a form error too."""
     form = _audit_form(request)
     if not form.is_valid():
         return _audit_page(request, form, status=422, page=None)
-    before = request.GET.get("before", "")
+    order = form.cleaned_data["order"]
     page = audit_entry_page(
         tenant_ids=_audit_scope(request),
         actor=actor_of(request),
-        cursor=int(before) if before.isdecimal() and len(before) < 19 else None,
+        cursor=form.cleaned_data["after"],
         limit=AUDIT_PAGE,
         filters=form.filters(),
+        order=order,
     )
     roles = user_roles(request.user)
     rows = [(entry, audit_target_url(entry, roles)) for entry in page.rows]
-    older = page.next_cursor[0] if page.next_cursor else None
-    older_query = form.query(before=older) if older else ""
-    return _audit_page(request, form, page=page, rows=rows, older_query=older_query, first=bool(before))
+    cursor = AUDIT_ORDERS[order].encode(order, page.next_cursor) if page.next_cursor else ""
+    headers = sort_headers(
+        order=order,
+        sorts=AUDIT_SORTS,
+        descending=lambda o: AUDIT_ORDERS[o].descending,
+        link=lambda o: form.query(sort=o),
+    )
+    return _audit_page(
+        request,
+        form,
+        page=page,
+        rows=rows,
+        older_query=form.query(cursor=cursor) if cursor else "",
+        first=form.cleaned_data["after"] is not None,
+        sort_headers=headers,
+    )
 
 
 @role_required(SUPPORT, COMPLIANCE, ENGINEER)
@@ -242,9 +285,12 @@ def audit_export(request: HtmxHttpRequest) -> HttpResponse:
     if not form.is_valid():
         return _audit_page(request, form, status=422, page=None)
     entries = list(
-        audit_entries(tenant_ids=_audit_scope(request), actor=actor_of(request), filters=form.filters())[
-            : EXPORT_MAX + 1
-        ]
+        audit_entries(
+            tenant_ids=_audit_scope(request),
+            actor=actor_of(request),
+            filters=form.filters(),
+            order=form.cleaned_data["order"],  # the order the page shows
+        )[: EXPORT_MAX + 1]
     )
     if len(entries) > EXPORT_MAX:
         form.add_error(

@@ -26,6 +26,7 @@ from console.forms import TenantFilterForm
 from console.htmx import HtmxHttpRequest, htmx_target
 from console.live import POLL_SECONDS, rows_live_key
 from console.roles import ENGINEER, role_required, run_for_user, user_tenants
+from console.sorting import sort_headers
 from console.steps import run_steps, step_changes
 from console.timeline import (
     DEFAULT_BUCKETS,
@@ -36,6 +37,7 @@ from console.timeline import (
     timeline_svg,
 )
 from core.errors import ApplicationError
+from core.pagination import CursorInvalid
 from retrieval.selectors import retrieval_snapshot_list
 from runs.conversations import selectors as conversations
 from runs.engine.registry import registry
@@ -52,6 +54,8 @@ from runs.engine.selectors import (
     merge_list,
     operation_run_list,
     revision_parse,
+    run_cursor_decode,
+    run_cursor_encode,
     run_filtered_page,
     run_input,
     run_state_at,
@@ -77,8 +81,16 @@ FILTER_FIELDS = (
     "until",
     "sort",
 )
-# The run list's sortable columns: the order a click on the header asks for, given the order now.
-SORTS = {"started": ("started", "started_asc"), "updated": ("updated", "updated_asc")}
+# The run list's sortable columns, each with the order a first click asks for (times newest first,
+# text A to Z) and the one a click asks for when the list is in that order already (RUN_ORDERS).
+SORTS = {
+    "tenant": ("tenant", "tenant_desc"),
+    "workflow": ("workflow", "workflow_desc"),
+    "status": ("status", "status_desc"),
+    "started": ("started", "started_asc"),
+    "subject": ("subject", "subject_desc"),
+    "updated": ("updated", "updated_asc"),
+}
 
 
 class RunFilterForm(TenantFilterForm):
@@ -106,14 +118,19 @@ class RunFilterForm(TenantFilterForm):
     )
     sort = forms.ChoiceField(required=False, choices=[(o, o) for o in RUN_ORDERS], widget=forms.HiddenInput)
     limit = forms.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE)
-    before_at = forms.DateTimeField(required=False, widget=forms.HiddenInput)
-    before_id = forms.UUIDField(required=False, widget=forms.HiddenInput)
+    # The page's start: the last row of the page before, in this order (run_cursor_encode).
+    cursor = forms.CharField(required=False, max_length=2000, widget=forms.HiddenInput)
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
         data["tenant_id"] = self.tenant_ids.get(data.get("tenant") or "")
-        if (data.get("before_at") is None) != (data.get("before_id") is None):
-            raise forms.ValidationError("a page cursor needs both before_at and before_id")
+        data["order"] = data.get("sort") or "updated"
+        data["after"] = None
+        if data.get("cursor"):
+            try:
+                data["after"] = run_cursor_decode(order=data["order"], token=data["cursor"])
+            except CursorInvalid as exc:
+                raise forms.ValidationError(str(exc)) from exc
         since, until = data.get("since"), data.get("until")
         if since and until and since > until:
             raise forms.ValidationError("'updated from' is after 'updated to'")
@@ -151,37 +168,39 @@ def run_list(request: HtmxHttpRequest) -> HttpResponse:
         return render(request, "console/engineer/run_list.html", context, status=422)
     data = form.cleaned_data
     limit = data.get("limit") or PAGE_SIZE
-    before = (data["before_at"], data["before_id"]) if data.get("before_at") else None
-    order = data.get("sort") or "updated"
+    order = data["order"]
     page = run_filtered_page(
-        tenant_ids=[t.tenant_id for t in tenants], filters=data, cursor=before, limit=limit, order=order
+        tenant_ids=[t.tenant_id for t in tenants],
+        filters=data,
+        cursor=data["after"],
+        limit=limit,
+        order=order,
     )
     slugs = {t.tenant_id: t.slug for t in tenants}
     older = None
-    if page.more and page.next_cursor is not None:  # the last row's (time of the order, run_id)
-        at, run_id = page.next_cursor
-        older = filter_query(request.GET, limit=data.get("limit"), before_at=at.isoformat(), before_id=run_id)  # type: ignore[attr-defined]
+    if page.more and page.next_cursor is not None:  # the last row's (value of the order, run_id)
+        older = filter_query(
+            request.GET,
+            limit=data.get("limit"),
+            cursor=run_cursor_encode(order=order, cursor=page.next_cursor),
+        )
     live_key = rows_live_key(page.rows)
     if htmx_target(request) == "run-table" and request.GET.get("live") == live_key:
         return HttpResponse(status=204)  # the live poll: nothing changed, nothing is redrawn
-    this_page = filter_query(
-        request.GET,
-        limit=data.get("limit"),
-        before_at=request.GET.get("before_at"),
-        before_id=request.GET.get("before_id"),
-    )
+    this_page = filter_query(request.GET, limit=data.get("limit"), cursor=data.get("cursor"))
     now = timezone.now()
     context.update(
         page=page,
         order=order,
-        # Each sortable header's link: its own order, or the other direction when it is the order now.
-        sort_links={
-            column: filter_query(request.GET, sort=again if order == first else first)
-            for column, (first, again) in SORTS.items()
-        },
+        sort_headers=sort_headers(
+            order=order,
+            sorts=SORTS,
+            descending=lambda o: RUN_ORDERS[o].descending,
+            link=lambda o: filter_query(request.GET, limit=data.get("limit"), sort=o),
+        ),
+        first=data["after"] is not None,
         rows=[(run, slugs.get(run.tenant_id, ""), run_duration(run, now)) for run in page.rows],
         older=older,
-        first=before is not None,
         filter_query=filter_query(request.GET, limit=data.get("limit")),
         live_query=f"{this_page}&live={live_key}" if this_page else f"live={live_key}",
         poll_seconds=POLL_SECONDS,

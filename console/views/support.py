@@ -30,6 +30,7 @@ from console.steps import run_steps
 from console.views.support_common import NoteForm, run_context, support_act, support_render, tenants_of
 from core.errors import ApplicationError
 from runs.engine.approvals import approval_approve, approval_reject
+from runs.engine.reconciliation import run_operations_reconciled_by_person
 from runs.engine.runs import run_cancel, run_resume
 from runs.engine.selectors import (
     approval_get_for_tenants,
@@ -151,6 +152,10 @@ def _run_page(
         "conversation": conversation_of(run),
         "proposals": readings,
         "in_doubt": run_operations_in_doubt(run=run),
+        # A person's reconciliation a waiting run went on with: correctable from its operation's page.
+        "reconciled": run_operations_reconciled_by_person(run=run)
+        if run.status == RunStatus.SUSPENDED
+        else [],
         "pending_approvals": pending,
         "waiting_approvals": list(zip(pending, readings, strict=True)),
         "resume_form": resume_form or NoteForm(),

@@ -5,7 +5,6 @@ those records or, where nothing can check it, typed twice."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from django import forms
@@ -23,49 +22,27 @@ from console.selectors import operation_last_lookup
 from console.views.support_common import NoteForm, run_context, support_act, support_render, tenants_of
 from core.errors import ApplicationError
 from runs.engine.operations import RECONCILE_OUTCOMES, operation_reconcile
+from runs.engine.reconciliation import (
+    ProviderRecords,
+    operation_reconciliation_correct,
+    operation_reconciliations,
+    operation_settled_by_person,
+    provider_records,
+)
 from runs.engine.registry import ToolLookup, registry
 from runs.engine.selectors import RECONCILIATION_REQUIRED, operation_get_for_tenants
-from runs.kernel.models import TERMINAL_RUN_STATUSES, OperationStatus, ToolOperation
+from runs.kernel.models import (
+    SUBJECT_ERASED,
+    TERMINAL_RUN_STATUSES,
+    OperationStatus,
+    RunStatus,
+    ToolOperation,
+)
 
 OUTCOME_LABELS = {
     "applied": "applied: it happened (give the external reference you found)",
     "not_applied": "not applied: it never happened (allow one retry)",
 }
-RECORDS_SHOWN = 20
-
-
-@dataclass
-class ProviderRecords:
-    """The external system's records that may be the operation's, and where to see them."""
-
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    refs: list[str] = field(default_factory=list)  # each row's external reference
-    url: str = ""
-    error: str = ""  # why they could not be read
-    available: bool = False  # the tool can show them at all
-
-
-def provider_records(op: ToolOperation) -> ProviderRecords:
-    contract = registry.tool(op.tool_name)
-    read, link = getattr(contract, "records", None), getattr(contract, "record_url", None)
-    found = ProviderRecords(url=link(op.operation_id) if link is not None else "", available=read is not None)
-    if read is None:
-        return found
-    try:
-        rows = [row for row in read(op.operation_id) if isinstance(row, dict)][:RECORDS_SHOWN]
-    except Exception as exc:  # the provider is down: say so, settle nothing
-        found.error = f"{type(exc).__name__}: {exc}"[:300]
-        return found
-    reference = getattr(contract, "external_ref", None)
-    for row in rows:
-        try:
-            ref = str(reference(row)) if reference is not None else ""
-        except (KeyError, TypeError, ValueError):
-            ref = ""
-        found.rows.append({"ref": ref, "fields": sorted((str(k), v) for k, v in row.items())})
-        if ref:
-            found.refs.append(ref)
-    return found
 
 
 class ReconcileForm(NoteForm):
@@ -109,6 +86,58 @@ class ReconcileForm(NoteForm):
         return data
 
 
+CORRECT_LABELS = {
+    "applied": "applied, with the reference picked or typed below",
+    "not_applied": "not applied: it never happened (the run sends it once)",
+}
+
+
+class CorrectForm(ReconcileForm):
+    """Correct a person's reconciliation: the right reference picked among the provider's records (or
+    typed, checked as a reconciliation's is), or "not applied"; the run's revision the page showed
+    makes a second click or a stale page a refusal, not a second correction."""
+
+    pick = forms.ChoiceField(required=False, widget=forms.RadioSelect, label="The provider's records")
+    expected_revision = forms.IntegerField(widget=forms.HiddenInput, min_value=1)
+    field_order = [
+        "outcome",
+        "pick",
+        "external_ref",
+        "external_ref_again",
+        "checked_by_hand",
+        "note",
+        "resume",
+    ]
+
+    def __init__(self, *args: Any, records: list[str] | None = None, **kwargs: Any) -> None:
+        # Its own field names: the reconcile form may be on the same page.
+        super().__init__(*args, prefix="correct", **kwargs)
+        outcome, pick = self.fields["outcome"], self.fields["pick"]
+        assert isinstance(outcome, forms.ChoiceField) and isinstance(pick, forms.ChoiceField)
+        outcome.choices = [(o, CORRECT_LABELS[o]) for o in RECONCILE_OUTCOMES]
+        pick.choices = [("", "another reference, typed below")] + [(r, r) for r in records or []]
+
+    def clean(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        picked, typed = data.get("pick") or "", (data.get("external_ref") or "").strip()
+        if picked and data.get("outcome") == "applied":
+            if typed and typed != picked:
+                self.add_error("external_ref", "pick a record or type a reference, not both")
+            data["external_ref"] = picked
+        return super().clean()
+
+    def reference_check(self) -> str:
+        """How the reference was checked, for the audit log."""
+        ref = (self.cleaned_data.get("external_ref") or "").strip()
+        if self.cleaned_data.get("outcome") != "applied" or not ref:
+            return ""
+        if self.cleaned_data.get("pick"):
+            return "picked among the provider's records"
+        if self.known_refs is None:
+            return "typed twice"
+        return "among the provider's records" if ref in self.known_refs else "checked by hand"
+
+
 def _operation(request: HtmxHttpRequest, pk: int) -> ToolOperation:
     op = operation_get_for_tenants(tenant_ids=tenants_of(request), pk=pk)
     if op is None:
@@ -144,6 +173,7 @@ def _operation_page(
     pk: int,
     *,
     form: forms.Form | None = None,
+    correct_form: CorrectForm | None = None,
     lookup_error: str = "",
     status: int = 200,
     fragment: bool = False,
@@ -186,7 +216,35 @@ def _operation_page(
     }
     if fragment:
         return render(request, "console/support/operation.html#lookup-card", context)
+    context.update(_correction_context(op, records, correct_form))
     return support_render(request, "console/support/operation.html", context, status)
+
+
+def _correction_context(
+    op: ToolOperation, records: ProviderRecords, form: CorrectForm | None
+) -> dict[str, Any]:
+    """Every reconciliation of the operation (kept, the newest in force), and the correction form
+    while a person's reconciliation is its outcome and its run waits."""
+    settled = operation_settled_by_person(op=op)
+    run = op.run
+    correctable = (
+        settled is not None
+        and run.status == RunStatus.SUSPENDED
+        and run.suspend_reason != SUBJECT_ERASED
+        and run.resume_requested_at is None
+    )
+    if form is None and correctable:
+        form = CorrectForm(
+            initial={"expected_revision": run.state_revision, "outcome": "applied"},
+            known_refs=_known_refs(op, records),
+            records=records.refs,
+        )
+    return {
+        "reconciliations": operation_reconciliations(op=op),
+        "settled_by_person": settled,
+        "correctable": correctable,
+        "correct_form": form,
+    }
 
 
 @role_required(SUPPORT)
@@ -303,4 +361,69 @@ def support_operation_reconcile(request: HtmxHttpRequest, pk: int) -> HttpRespon
             else " The run stays suspended until someone resumes it."
         ),
         next_url=reverse("console:support_operation", args=[op.pk]),
+    )
+
+
+@role_required(SUPPORT)
+@require_POST
+def support_operation_correct(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Correct a person's reconciliation: the run goes back to the step that made the call and reads
+    the corrected record (never sending it again); the reconciliation it replaces stays on record."""
+    op = _operation(request, pk)
+    records = provider_records(op)
+    form = CorrectForm(request.POST, known_refs=_known_refs(op, records), records=records.refs)
+    if not form.is_valid():
+        return _operation_page(request, pk, correct_form=form, status=422)
+    data = form.cleaned_data
+    ref = (data["external_ref"] or "").strip() or None if data["outcome"] == "applied" else None
+    settled = operation_settled_by_person(op=op)
+    return support_act(
+        request,
+        form,
+        perform=lambda d: operation_reconciliation_correct(
+            tenant_id=op.tenant_id,
+            operation_id=op.operation_id,
+            actor=actor_of(request),
+            note=d["note"],
+            outcome=d["outcome"],
+            external_ref=ref,
+            # The form checked it: among the records, typed twice, or ticked.
+            checked_by_hand=True,
+            expected_revision=d["expected_revision"],
+            resume=d["resume"],
+        ),
+        page=lambda f, status: _operation_page(request, pk, correct_form=f, status=status),  # type: ignore[arg-type]
+        action="correct_reconciliation",
+        tenant=op.tenant,
+        target_type="operation",
+        target_id=op.pk,  # by number, as the reconcile's
+        details={
+            "run_id": str(op.run_id),
+            "operation_pk": op.pk,
+            "outcome": data["outcome"],
+            "external_ref": ref,
+            "resume": data["resume"],
+            "reference_check": form.reference_check(),
+            "corrects": None
+            if settled is None
+            else {"outcome": settled.outcome, "external_ref": settled.external_ref, "by": settled.actor},
+        },
+        done=_corrected_message(op.step_id, data["outcome"], data["resume"]),
+        next_url=reverse("console:support_operation", args=[op.pk]),
+    )
+
+
+def _corrected_message(step: str, outcome: str, resume: bool) -> str:
+    then = (
+        "continues once a worker has verified it"
+        + (
+            ": it reads the corrected record, nothing is sent again."
+            if outcome == "applied"
+            else ": the operation was never applied, so the step sends it, once."
+        )
+        if resume
+        else "stays suspended until someone resumes it."
+    )
+    return (
+        f"Corrected. The earlier reconciliation stays on record; the run goes back to step {step} and {then}"
     )

@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.db import connection
+from django.db import connection, connections
 from psycopg import errors, generators, pq
 
 from core.tenancy import tenant_setting
@@ -70,10 +70,12 @@ def _prepare_threshold_for_named(raw: psycopg.Connection[Any]) -> bool:
     return prepare
 
 
-def rows(sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
+def rows(
+    sql: str, params: Mapping[str, Any] | Sequence[Any] | None = None, *, using: str = "default"
+) -> list[tuple[Any, ...]]:
     """Run one statement through Django's cursor (which carries the bound tenant into the statement's
     own transaction); its rows ([] for a statement that returns none)."""
-    with connection.cursor() as cursor:
+    with connections[using].cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
 

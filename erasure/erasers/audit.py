@@ -49,20 +49,22 @@ class AuditNotesEraser(Eraser):
             )
             with connection.cursor() as cursor:
                 cursor.execute(
-                    "SELECT id, note, target_type, target_id FROM console_audit_log"
+                    "SELECT id, at, note, target_type, target_id FROM console_audit_log"
                     " WHERE tenant_id = %s AND note <> '' AND note <> %s",
                     [scope.tenant_id, ERASED],
                 )
                 blank = [
-                    row_id
-                    for row_id, note, target_type, target_id in cursor.fetchall()
+                    (row_id, at)
+                    for row_id, at, note, target_type, target_id in cursor.fetchall()
                     if (target_type, target_id) in targets or elsewhere.hit(note)
                 ]
-                for row_id in blank:
+                for row_id, at in blank:
+                    # (id, at) names the entry and its month's partition, however old
                     cursor.execute(
                         "UPDATE console_audit_log SET note = %s,"
-                        " details = details || jsonb_build_object('note_erased_by', %s::text) WHERE id = %s",
-                        [ERASED, str(request_id), row_id],
+                        " details = details || jsonb_build_object('note_erased_by', %s::text)"
+                        " WHERE tenant_id = %s AND id = %s AND at = %s",
+                        [ERASED, str(request_id), scope.tenant_id, row_id, at],
                     )
         return {"audit_notes_erased": len(blank)}
 

@@ -46,15 +46,19 @@ class WebhooksEraser(Eraser):
         with tenant_scope(scope.tenant_id):
             with connection.cursor() as cursor:
                 cursor.execute(
-                    f"SELECT id FROM webhook_deliveries WHERE tenant_id = %s AND {condition}",  # noqa: S608
+                    f"SELECT id, created_at FROM webhook_deliveries WHERE tenant_id = %s AND {condition}",  # noqa: S608
                     [scope.tenant_id, *params],
                 )
-                found = [row[0] for row in cursor.fetchall()]
-            for delivery in WebhookDelivery.objects.filter(pk__in=found):
-                data = _without(delivery.data, holds)
-                if data != delivery.data:
-                    WebhookDelivery.objects.filter(pk=delivery.pk).update(data=data)
-                    n += 1
+                found = cursor.fetchall()
+            for row_id, created_at in found:
+                # (id, created_at) names the row and its month's partition, however old
+                delivery = WebhookDelivery.objects.filter(
+                    tenant_id=scope.tenant_id, pk=row_id, created_at=created_at
+                )
+                current = delivery.values_list("data", flat=True).get()
+                data = _without(current, holds)
+                if data != current:
+                    n += delivery.update(data=data)
             # A deleted subscription whose URL names the subject (.../hook/cust-7781): nothing else
             # rewrites it. A live one is the tenant's to change: the receipt names it.
             erased_urls = 0

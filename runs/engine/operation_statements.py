@@ -153,3 +153,54 @@ def operation_transition(
         },
     )
     return _op(rows[0]) if rows else None
+
+
+# A person's correction of a person's reconciliation: the operation's recorded outcome replaced (its
+# history keeps both: the new entry names the outcome and reference it replaces), only while it is
+# still as the person saw it (same status, same number of moves).
+_OP_CORRECT = f"""
+UPDATE tool_operations o
+   SET status = %(to)s::text,
+       external_ref = %(ref)s,
+       result = %(result)s::jsonb,
+       call_deadline_at = NULL,
+       history = o.history || jsonb_build_array(jsonb_build_object(
+           'status', %(to)s::text, 'at', statement_timestamp(), 'by', %(actor)s::text, 'note', %(note)s::text,
+           'external_ref', %(ref)s::text, 'corrects',
+           jsonb_build_object('status', o.status, 'external_ref', o.external_ref))),
+       updated_at = statement_timestamp()
+ WHERE o.tenant_id = %(tenant)s AND o.operation_id = %(op)s AND o.status = %(from)s::text
+   AND jsonb_array_length(o.history) = %(moves)s
+RETURNING {_OP_COLUMNS.replace("operation_id", "o.operation_id")}
+"""
+
+
+def operation_correct(
+    *,
+    tenant_id: UUID,
+    operation_id: str,
+    from_status: str,
+    moves: int,
+    to_status: str,
+    actor: str,
+    note: str,
+    external_ref: str | None,
+    result_json: str | None,
+) -> OperationRow | None:
+    """Replace a reconciled operation's outcome (`succeeded` with a reference, or `prepared`: one more
+    send); None if it changed since it was read (`from_status`, `moves` history entries)."""
+    rows = wire.rows(
+        _OP_CORRECT,
+        {
+            "tenant": tenant_id,
+            "op": operation_id,
+            "from": from_status,
+            "moves": moves,
+            "to": to_status,
+            "ref": external_ref,
+            "result": result_json,
+            "actor": actor,
+            "note": note,
+        },
+    )
+    return _op(rows[0]) if rows else None

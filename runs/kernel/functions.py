@@ -13,7 +13,7 @@ from typing import Any
 
 from django.db import connections
 
-from runs.kernel._sql import runs
+from runs.kernel._sql import partitions, runs
 
 FUNCTIONS = Path(__file__).parent / "_sql" / "functions"
 
@@ -37,3 +37,11 @@ def functions_install_after_migrate(*, using: str, plan: Any = None, **_: Any) -
     whatever the migrations created, as the role that ran them."""
     if plan is not None:
         functions_install(using=using)
+
+
+def partitions_ensure(*, using: str, table: str, months_ahead: int) -> list[str]:
+    """The table's monthly partitions up to `months_ahead` past now, on the `using` connection (a
+    migration's role, before the application's connection reaches the database); the ones made."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(partitions.ENSURE, {"table": table, "since": None, "ahead": months_ahead})
+        return [row[0] for row in cursor.fetchall()]

@@ -150,6 +150,11 @@ class AgentRun(models.Model):
             models.Index(
                 fields=["tenant", "status", "-updated_at", "-run_id"], name="agent_runs_tenant_st_upd_idx"
             ),
+            # The run list sorted by a column (RUN_ORDERS): the column, then run_id for ties. By tenant,
+            # one tenant's runs go by run_id alone, which the primary key serves.
+            models.Index(fields=["tenant", "workflow_name", "run_id"], name="agent_runs_tenant_wf_idx"),
+            models.Index(fields=["tenant", "status", "run_id"], name="agent_runs_tenant_st_run_idx"),
+            models.Index(fields=["tenant", "subject", "run_id"], name="agent_runs_tenant_subject_idx"),
         ]
 
     def __str__(self) -> str:

@@ -302,6 +302,26 @@ class StateAccepted(Move["int | None"]):
 
 
 @dataclass(frozen=True, slots=True)
+class ReconciliationCorrected(Move["int | None"]):
+    """A person corrected an operation's reconciliation: the suspended run goes back to `next_step`,
+    the step that made the operation's call, with `state`, the state that step began from (as a
+    rewind would, but the same run), suspended `reconciliation_corrected`; with `request_resume` it is
+    asked to resume, so a worker verifies it and runs the step again, which reads the corrected record
+    (an operation is answered from its record, never sent again). Fenced by the revision the person
+    read, a suspended run with no live lease and no resume pending, and an unerased subject."""
+
+    run_id: UUID
+    tenant_id: UUID
+    expected_revision: int
+    state: EncodedState
+    next_step: str
+    detail: str
+    payload: dict[str, Any]
+    actor: str
+    request_resume: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class SubjectErased(Move["int | None"]):
     """The redacted state in place; an active run is left suspended `subject_erased`, unleased."""
 
@@ -491,23 +511,29 @@ class RunsPurged(Move["dict[str, int]"]):
 
 
 @dataclass(frozen=True, slots=True)
-class EventPartitionsMade(Move["list[tuple[str, datetime, datetime, int]]"]):
-    """agent_events' monthly partitions from `since` (or the default partition's oldest row) to
-    `months_ahead` months past now, each made if missing with the rows the default partition held for
-    it; (partition, from, to, rows moved) of each one made."""
+class PartitionsMade(Move["list[tuple[str, datetime, datetime, int]]"]):
+    """A table's monthly partitions (agent_events, webhook_deliveries, console_audit_log) from `since`
+    (or the default partition's oldest row) to `months_ahead` months past now, each made if missing
+    with the rows the default partition held for it; (partition, from, to, rows moved) of each one made."""
 
+    table: str
     since: datetime | None
     months_ahead: int
 
 
 @dataclass(frozen=True, slots=True)
-class EventPartitionDropped(Move["tuple[str, int]"]):
-    """Retention: drop one month's partition of agent_events if every run created that month ended
-    before `cutoff` (dry_run: only say whether it would); (outcome, runs that keep it)."""
+class PartitionDropped(Move["tuple[str, int]"]):
+    """Retention: drop one month's partition of `table` if it ended before `cutoff` and nothing in it
+    is still needed (agent_events: a run of that month not ended before the cutoff; webhook_deliveries:
+    a pending delivery); dry_run: only say whether it would. (outcome, rows or runs that keep it)."""
 
+    table: str
     partition: str
     cutoff: datetime
     dry_run: bool = False
+    # As the owner role (DATABASES["owner"]): the audit log's months go only for the role that owns it,
+    # as its rows could never be deleted by the application.
+    as_owner: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -354,6 +354,26 @@ def _state_accepted(move: m.StateAccepted) -> int | None:
     return found[0][0] if found else None
 
 
+@_handles(m.ReconciliationCorrected)
+def _reconciliation_corrected(move: m.ReconciliationCorrected) -> int | None:
+    found = wire.rows(
+        runs.RECONCILIATION_CORRECTED,
+        {
+            "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
+            "expected": move.expected_revision,
+            "state": move.state.json,
+            "digest": move.state.digest,
+            "next_step": move.next_step,
+            "detail": move.detail,
+            "payload": canonical_json(move.payload),
+            "actor": move.actor,
+            "request_resume": move.request_resume,
+        },
+    )
+    return found[0][0] if found else None
+
+
 @_handles(m.SubjectErased)
 def _subject_erased(move: m.SubjectErased) -> int | None:
     found = wire.rows(
@@ -574,18 +594,22 @@ def _runs_purged(move: m.RunsPurged) -> dict[str, int]:
     return {**per_model, ToolOperation._meta.label: operations}
 
 
-# --- agent_events' partitions ------------------------------------------------------------------------
+# --- monthly partitions (agent_events, webhook_deliveries, console_audit_log) ----------------------------
 
 
-@_handles(m.EventPartitionsMade)
-def _event_partitions_made(move: m.EventPartitionsMade) -> list[tuple[str, datetime, datetime, int]]:
-    found = wire.rows(partitions.ENSURE, {"since": move.since, "ahead": move.months_ahead})
+@_handles(m.PartitionsMade)
+def _partitions_made(move: m.PartitionsMade) -> list[tuple[str, datetime, datetime, int]]:
+    found = wire.rows(
+        partitions.ENSURE, {"table": move.table, "since": move.since, "ahead": move.months_ahead}
+    )
     return [(name, start, end, int(moved)) for name, start, end, moved in found]
 
 
-@_handles(m.EventPartitionDropped)
-def _event_partition_dropped(move: m.EventPartitionDropped) -> tuple[str, int]:
+@_handles(m.PartitionDropped)
+def _partition_dropped(move: m.PartitionDropped) -> tuple[str, int]:
     found = wire.rows(
-        partitions.DROP, {"partition": move.partition, "cutoff": move.cutoff, "dry_run": move.dry_run}
+        partitions.DROP,
+        {"table": move.table, "partition": move.partition, "cutoff": move.cutoff, "dry_run": move.dry_run},
+        using="owner" if move.as_owner else "default",
     )
     return str(found[0][0]), int(found[0][1])

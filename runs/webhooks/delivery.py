@@ -69,16 +69,18 @@ def webhook_body(claimed: Claimed) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
 
 
+# A delivery is found by (id, created_at): created_at is the month's partition, so one partition is read.
 _CLAIM = """
 WITH due AS MATERIALIZED (
-  SELECT id FROM webhook_deliveries
-   WHERE status = 'pending' AND next_attempt_at <= statement_timestamp()
+  SELECT id, created_at FROM webhook_deliveries
+   WHERE tenant_id = %(tenant)s AND status = 'pending' AND next_attempt_at <= statement_timestamp()
    ORDER BY next_attempt_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
 UPDATE webhook_deliveries d
    SET attempts = d.attempts + 1,
        next_attempt_at = statement_timestamp() + make_interval(secs => %(hold)s)
   FROM due, webhook_subscriptions s
- WHERE d.id = due.id AND s.id = d.subscription_id
+ WHERE d.tenant_id = %(tenant)s AND d.id = due.id AND d.created_at = due.created_at
+   AND s.id = d.subscription_id AND s.tenant_id = %(tenant)s
 RETURNING d.id, s.url, s.secret, d.event_id, d.event_type, d.run_id, d.tenant_id, d.created_at, d.data,
           d.attempts
 """
@@ -89,7 +91,7 @@ def webhook_deliveries_claim(*, tenant_id: UUID, limit: int = 1) -> list[Claimed
     them within the hold (KEEPER_WEBHOOKS_TIMEOUT x 2 + 5 s) or another worker may take them again."""
     hold = settings.KEEPER_WEBHOOKS_TIMEOUT * 2 + 5
     with tenant_scope(tenant_id), connection.cursor() as cursor:
-        cursor.execute(_CLAIM, {"hold": hold, "limit": limit})
+        cursor.execute(_CLAIM, {"tenant": tenant_id, "hold": hold, "limit": limit})
         rows = cursor.fetchall()
     return [
         Claimed(
@@ -200,7 +202,7 @@ UPDATE webhook_deliveries
        last_status_code = %(code)s, last_error = %(error)s,
        history = history || jsonb_build_array(jsonb_build_object(
            'at', statement_timestamp(), 'status_code', %(code)s::int, 'error', %(error)s::text, 'ms', %(ms)s::int))
- WHERE id = %(id)s AND status = 'pending'
+ WHERE tenant_id = %(tenant)s AND id = %(id)s AND created_at = %(created_at)s AND status = 'pending'
 """
 
 
@@ -218,8 +220,10 @@ def webhook_attempt(claimed: Claimed) -> bool:
         logger.error("webhook delivery %s could not be attempted: %s", claimed.id, type(exc).__name__)
         code, error = None, f"{type(exc).__name__}: {exc}"[:200]
     ok = code is not None and 200 <= code < 300
-    params = {
+    params: dict[str, Any] = {
+        "tenant": claimed.tenant_id,
         "id": claimed.id,
+        "created_at": claimed.created_at,
         "ok": ok,
         "max": settings.KEEPER_WEBHOOKS_MAX_ATTEMPTS,
         "backoff": _backoff(claimed.attempts),

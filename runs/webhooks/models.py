@@ -63,7 +63,9 @@ class WebhookDelivery(models.Model):
     """One event for one subscription: sent until the receiver accepts it or attempts run out.
 
     `event_id` is the same for every subscription of one event (receivers deduplicate by it);
-    `data` holds ids, codes and counts only, never a subject's data.
+    `data` holds ids, codes and counts only, never a subject's data. Partitioned by month of
+    `created_at` (migration 0040; the primary key is (id, created_at)): retention drops whole months
+    once none of their deliveries is pending (KEEPER_WEBHOOK_DELIVERIES_RETENTION_DAYS).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -86,7 +88,10 @@ class WebhookDelivery(models.Model):
         db_table = "webhook_deliveries"
         verbose_name_plural = "webhook deliveries"
         constraints = [
-            models.UniqueConstraint(fields=["subscription", "event_id"], name="webhook_deliveries_once"),
+            # The partition key (created_at, monthly) is in every unique key, as PostgreSQL requires.
+            models.UniqueConstraint(
+                fields=["subscription", "event_id", "created_at"], name="webhook_deliveries_once"
+            ),
         ]
         indexes = [
             models.Index(

@@ -283,22 +283,30 @@ def webhook_deliveries_recent(*, limit: int = 100) -> list[WebhookDelivery]:
     )
 
 
+# A delivery's unique key holds its month (created_at), so ON CONFLICT could not tell a second telling
+# of one outcome: the erasure's lock makes the check and the insert one step.
 _ERASURE_OUTBOX = """
 INSERT INTO webhook_deliveries (tenant_id, subscription_id, event_id, event_type, run_id, data, status,
                                 attempts, next_attempt_at, last_error, history, created_at)
-SELECT s.tenant_id, s.id, md5('erasure:' || %(request)s::text || ':' || %(clean)s::boolean::text)::uuid, 'erasure.finished', NULL,
+SELECT s.tenant_id, s.id, e.event_id, 'erasure.finished', NULL,
        jsonb_build_object('request_id', %(request)s::text, 'clean', %(clean)s::boolean),
        'pending', 0, statement_timestamp(), '', '[]'::jsonb, statement_timestamp()
-  FROM webhook_subscriptions s
+  FROM webhook_subscriptions s,
+       LATERAL (SELECT md5('erasure:' || %(request)s::text || ':' || %(clean)s::boolean::text)::uuid AS event_id) e
  WHERE s.tenant_id = %(tenant)s AND s.deleted_at IS NULL AND 'erasure.finished' = ANY(s.event_types)
-ON CONFLICT (subscription_id, event_id) DO NOTHING
+   AND NOT EXISTS (SELECT 1 FROM webhook_deliveries d
+                    WHERE d.tenant_id = %(tenant)s AND d.subscription_id = s.id AND d.event_id = e.event_id)
 """
 
 
 def webhook_erasure_finished(*, tenant_id: UUID, request_id: UUID, clean: bool) -> None:
-    """The outbox rows of a finished erasure, in the transaction that records its receipt.
+    """The outbox rows of a finished erasure, in the transaction that records its receipt; an outcome
+    already told (a retry that ends as the last attempt did) is not told again.
 
     The payload names the request and whether it came out clean, never the subject.
     """
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [f"erasure.finished:{request_id}"]
+        )
         cursor.execute(_ERASURE_OUTBOX, {"tenant": tenant_id, "request": str(request_id), "clean": clean})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runs.engine.runs import run_cancel, run_start
+from runs.kernel.models import AgentRun
 from tests.api.conftest import key_client
 
 pytestmark = pytest.mark.django_db
@@ -135,7 +136,12 @@ def test_a_cursor_of_the_other_order_is_refused(tenant, read_key):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t").run
     api = key_client(read_key)
     first = api.get("/api/v1/runs/", {"order": "created", "limit": 1}).json()
-    assert first["next"] is None or set(first["next"]) == {"before_created_at", "before_run_id"}
+    assert first["next"] is None or set(first["next"]) == {
+        "order",
+        "cursor",
+        "before_created_at",
+        "before_run_id",
+    }
     for bad in (
         {"order": "created", "before_updated_at": "2026-01-01T00:00:00Z", "before_run_id": str(run.run_id)},
         {"order": "updated", "before_created_at": "2026-01-01T00:00:00Z", "before_run_id": str(run.run_id)},
@@ -144,3 +150,29 @@ def test_a_cursor_of_the_other_order_is_refused(tenant, read_key):
     ):
         response = api.get("/api/v1/runs/", bad)
         assert response.status_code == 400 and "error" in response.json(), (bad, response.content)
+
+
+def test_every_column_order_pages_with_its_cursor_and_a_bad_one_is_a_400_with_a_reason(tenant, read_key):
+    runs = [
+        run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": i}, actor="t").run
+        for i in range(5)
+    ]
+    for run, subject in zip(runs, ("bob", "ann", "", "bob", "ann"), strict=True):
+        AgentRun.objects.filter(run_id=run.run_id).update(subject=subject)
+    run_cancel(run_id=runs[1].run_id, actor="t")
+    api = key_client(read_key)
+    rows = sorted((r.subject, str(r.run_id)) for r in AgentRun.objects.all())
+    assert _walk(api, "subject") == [run_id for _, run_id in rows]
+    assert _walk(api, "subject_desc") == [run_id for _, run_id in rows[::-1]]
+    statuses = sorted((r.status, str(r.run_id)) for r in AgentRun.objects.all())
+    assert _walk(api, "status") == [run_id for _, run_id in statuses]
+    first = api.get("/api/v1/runs/", {"order": "subject", "limit": 2}).json()
+    assert set(first["next"]) == {"order", "cursor"}
+    for bad, reason in (
+        ({"order": "subject", "cursor": "garbage"}, "not one this list made"),
+        ({"order": "subject_desc", "cursor": first["next"]["cursor"]}, "belongs to another order"),
+        ({"order": "updated", "cursor": first["next"]["cursor"]}, "belongs to another order"),
+        ({"order": "colour"}, "not a valid choice"),
+    ):
+        response = api.get("/api/v1/runs/", bad)
+        assert response.status_code == 400 and reason in response.content.decode(), (bad, response.content)

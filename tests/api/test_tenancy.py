@@ -73,6 +73,7 @@ def _body(view: str, tenant: str, theirs: dict[str, Any]) -> dict[str, Any]:
         "ApprovalApproveApi": {"note": "x"},
         "ApprovalRejectApi": {"note": "x"},
         "OperationReconcileApi": {"outcome": "not_applied", "note": "x"},
+        "OperationCorrectApi": {"outcome": "not_applied", "note": "x"},
         "MemoryItemsApi": {
             "tenant": tenant,
             "subject_id": "c-1",

@@ -118,8 +118,14 @@ CASES: dict[str, tuple[str, str, object]] = {
     "KEEPER_EXTRACTOR_MODEL": ("extract-model", "factories['extractor'][2]", "extract-model"),
     "KEEPER_EXTRACTOR_API_KEY": ("k-extract", "factories['extractor'][3]", "k-extract"),
     "KEEPER_FORK_TTL": ("3600", "settings.KEEPER_FORK_TTL", 3600.0),
-    "KEEPER_EVENTS_PARTITIONS_AHEAD": ("5", "settings.KEEPER_EVENTS_PARTITIONS_AHEAD", 5),
+    "KEEPER_PARTITIONS_AHEAD": ("4", "settings.KEEPER_PARTITIONS_AHEAD", 4),
     "KEEPER_EVENTS_RETENTION_DAYS": ("400", "settings.KEEPER_EVENTS_RETENTION_DAYS", 400.0),
+    "KEEPER_WEBHOOK_DELIVERIES_RETENTION_DAYS": (
+        "90",
+        "settings.KEEPER_WEBHOOK_DELIVERIES_RETENTION_DAYS",
+        90.0,
+    ),
+    "KEEPER_AUDIT_RETENTION_DAYS": ("2555", "settings.KEEPER_AUDIT_RETENTION_DAYS", 2555.0),
     "KEEPER_FORK_STARTED_TTL": ("7200", "settings.KEEPER_FORK_STARTED_TTL", 7200.0),
     "KEEPER_REPLAY_MODEL_URLS": (
         "https://llm.internal/v1, http://127.0.0.1:8080/v1",
@@ -271,6 +277,13 @@ ALONE: dict[str, tuple[dict[str, str], str, str, object]] = {
             "BACKEND": "memory.embedders.local.SentenceTransformerEmbedder",
             "OPTIONS": {"model_path": "/models/mini"},
         },
+    ),
+    # The earlier name, read when KEEPER_PARTITIONS_AHEAD is unset or empty (set, the new one wins).
+    "KEEPER_EVENTS_PARTITIONS_AHEAD": (
+        {"KEEPER_PARTITIONS_AHEAD": ""},
+        "5",
+        "settings.KEEPER_PARTITIONS_AHEAD",
+        5,
     ),
 }
 

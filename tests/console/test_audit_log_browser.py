@@ -18,7 +18,7 @@ def test_older_and_newest_links_page_through_the_audit_log(page_as, tenant):
     first = page.locator("table").inner_text()
     assert "entry-059" in first and "entry-005" not in first
     page.click("text=older »")
-    page.wait_for_url("**/audit/?before=*")
+    page.wait_for_url("**/audit/?cursor=*")
     older = page.locator("table").inner_text()
     assert "entry-000" in older and "entry-059" not in older
     screenshot(page, "audit-log-older")

@@ -42,6 +42,8 @@ EXEMPT: dict[str, str] = {
     "keeper_langgraph_answered_claim": "the sweep across tenants for answered threads; ids and tenants only",
     "keeper_events_partition_drop": "retention reads every tenant's runs of a month before dropping it",
     "keeper_events_partitions_ensure": "maintenance of partitions, not a tenant's rows",
+    "keeper_partition_drop": "retention reads every tenant's runs, or pending deliveries, of a month before dropping it",
+    "keeper_partitions_ensure": "maintenance of partitions (rows move from the default one whole), not a tenant's rows",
     "keeper_agent_event_rewritten": "a trigger on the row being updated: the update's own predicate routes it",
     "keeper_approvals_close": "a trigger on the run's row: it closes that run's approvals (co-located)",
 }

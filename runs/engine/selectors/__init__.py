@@ -22,13 +22,14 @@ from runs.engine.selectors.history import (
 from runs.engine.selectors.queue import QueueHealth, run_queue_health, worker_recent_steps
 from runs.engine.selectors.runs import (
     LIST_FIELDS,
-    RUN_KEYS,
     RUN_ORDERS,
     RunCursor,
     child_list,
     fork_list,
     merge_list,
     run_count_capped,
+    run_cursor_decode,
+    run_cursor_encode,
     run_filtered,
     run_filtered_page,
     run_get,
@@ -64,7 +65,6 @@ from runs.engine.selectors.side_effects import (
 __all__ = [
     "LIST_FIELDS",
     "RECONCILIATION_REQUIRED",
-    "RUN_KEYS",
     "RUN_ORDERS",
     "EventBucket",
     "QueueHealth",
@@ -96,6 +96,8 @@ __all__ = [
     "operation_run_list",
     "revision_parse",
     "run_count_capped",
+    "run_cursor_decode",
+    "run_cursor_encode",
     "run_events",
     "run_filtered",
     "run_filtered_page",

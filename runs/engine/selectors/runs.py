@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
 from uuid import UUID
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet, Value
+from django.db.models.lookups import Exact, GreaterThan, LessThan
 
 from core.db import wire
 from core.models import Tenant
-from core.pagination import KeysetPage, keyset_after, keyset_cut, keyset_page
+from core.pagination import KeysetPage, ListOrder, keyset_after, keyset_cut, keyset_order, list_orders
 from core.tenancy import tenant_bound, tenant_of_call
 from runs.engine.workspace_models import WorkspaceMerge
 from runs.kernel.errors import RunNotFound
 from runs.kernel.models import AgentRun
 
-# The index-friendly order of every run list: newest activity first (indexes lead with updated_at,
-# or with tenant_id then updated_at).
-RUN_KEYS = ("updated_at", "run_id")
-# A walk that must see every run once pages by creation instead: created_at never changes, while a
-# run that commits during the walk moves ahead of an updated_at cursor and is not seen.
-RUN_CREATED_KEYS = ("created_at", "run_id")
 MAX_MERGED_TENANTS = 50
 # Only what a list row shows: a run's state may be 256 KB, and a page must not drag 50 of them along.
 LIST_FIELDS = (
@@ -45,7 +39,61 @@ LIST_FIELDS = (
     "parent_run",
 )
 
-RunCursor = tuple[datetime, UUID]
+RunCursor = tuple[object, UUID]
+
+
+# Every order of the run lists (the console's and the API's), each served by an index led by
+# tenant_id for one tenant's list. The default is newest activity first; a walk that must see every
+# run once pages by start instead: created_at never changes, while a run that commits during the walk
+# moves ahead of an updated_at cursor (and a run that changes status, of a status one). `tenant`
+# sorts by the tenant's slug.
+RUN_ORDERS: dict[str, ListOrder] = {
+    **list_orders("updated", "updated_at", "time", tie="run_id", newest_first=True),
+    **list_orders("started", "created_at", "time", tie="run_id", newest_first=True),
+    **list_orders("workflow", "workflow_name", "text", tie="run_id"),
+    **list_orders("status", "status", "text", tie="run_id"),
+    **list_orders("tenant", "tenant_slug", "text", tie="run_id"),
+    **list_orders("subject", "subject", "text", tie="run_id"),
+}
+
+
+def _runs_after(
+    runs: QuerySet[AgentRun], order: ListOrder, cursor: RunCursor | None, *, slug: str | None = None
+) -> QuerySet[AgentRun]:
+    """`runs` after `cursor` in `order`, ordered. `slug`: the runs are one tenant's, whose slug it is.
+
+    By tenant, one tenant's runs all share the slug: it is written into the query as a constant, which
+    PostgreSQL drops from the sort and from the condition (`'acme' > 'acme'` folds to false), leaving
+    run_id after the cursor's, or every run, or none: a range of the primary key instead of sorting
+    the tenant's runs by a column of another table."""
+    if order.column != "tenant_slug":
+        return keyset_after(
+            runs, keys=order.keys, cursor=cursor, descending=order.descending, nullable=order.nullable
+        )
+    if slug is None:  # several tenants at once (a staff session's API list): joined and sorted
+        runs = runs.annotate(tenant_slug=F("tenant__slug"))
+        return keyset_after(runs, keys=order.keys, cursor=cursor, descending=order.descending)
+    runs = keyset_order(runs.annotate(tenant_slug=Value(slug)), keys=order.keys, descending=order.descending)
+    if cursor is None:
+        return runs
+    value, run_id = cursor
+    past, beyond = (LessThan, "lt") if order.descending else (GreaterThan, "gt")
+    return runs.filter(
+        Q(past(Value(slug), Value(value)))
+        | Q(Exact(Value(slug), Value(value)), **{f"run_id__{beyond}": run_id})
+    )
+
+
+def run_cursor_encode(*, order: str, cursor: tuple[object, ...]) -> str:
+    """A page's cursor as the token a link or the API carries (`run_cursor_decode` reads it back)."""
+    return RUN_ORDERS[order].encode(order, cursor)
+
+
+def run_cursor_decode(*, order: str, token: str) -> RunCursor:
+    """The cursor of a `run_cursor_encode` token for `order`; `CursorInvalid` for any other token."""
+    value, run_id = RUN_ORDERS[order].decode(order, token)
+    assert isinstance(run_id, UUID)
+    return (value, run_id)
 
 
 @tenant_of_call
@@ -107,8 +155,8 @@ def run_page(
     idempotency_key: str | None = None,
     order: str = "updated",
 ) -> KeysetPage[AgentRun]:
-    """One keyset page of a tenant's runs (every tenant's with `tenant=None`: staff only), newest
-    activity first, or newest first by creation with `order="created"` (no OFFSET, no COUNT)."""
+    """One keyset page of a tenant's runs (every tenant's with `tenant=None`: staff only) in `order`
+    (RUN_ORDERS; newest activity first by default; no OFFSET, no COUNT)."""
     runs = AgentRun.objects.select_related("tenant")
     if tenant is not None:
         runs = runs.filter(tenant=tenant)
@@ -120,8 +168,9 @@ def run_page(
     ):
         if value is not None:
             runs = runs.filter(**{field: value})
-    keys = RUN_CREATED_KEYS if order == "created" else RUN_KEYS
-    return keyset_page(runs, keys=keys, cursor=cursor, limit=limit)
+    chosen = RUN_ORDERS[order]
+    after = _runs_after(runs, chosen, cursor, slug=tenant.slug if tenant is not None else None)
+    return keyset_cut(list(after[: limit + 1]), keys=chosen.keys, limit=limit)
 
 
 def run_filtered(*, tenant_ids: list[UUID], filters: Mapping[str, object]) -> QuerySet[AgentRun]:
@@ -151,15 +200,6 @@ def run_filtered(*, tenant_ids: list[UUID], filters: Mapping[str, object]) -> Qu
     return runs
 
 
-# The console's run list orders: by last activity or by start, newest or oldest first.
-RUN_ORDERS: dict[str, tuple[tuple[str, str], bool]] = {
-    "updated": (RUN_KEYS, True),
-    "updated_asc": (RUN_KEYS, False),
-    "started": (RUN_CREATED_KEYS, True),
-    "started_asc": (RUN_CREATED_KEYS, False),
-}
-
-
 def run_filtered_page(
     *,
     tenant_ids: list[UUID],
@@ -172,23 +212,28 @@ def run_filtered_page(
 
     For several tenants it is one UNION ALL of a page per tenant (each an ordered range scan of an
     index led by tenant_id), merged and cut again: `tenant_id IN (...)` cannot be read in order."""
-    keys, descending = RUN_ORDERS.get(order, RUN_ORDERS["updated"])
+    chosen = RUN_ORDERS[order]
+    keys, descending = chosen.keys, chosen.descending
     tenant_id = filters.get("tenant_id")
     tenants = [tenant_id] if isinstance(tenant_id, UUID) else tenant_ids
+    slugs: dict[UUID, str | None] = dict.fromkeys(tenants)
+    if chosen.column == "tenant_slug" and len(tenants) <= MAX_MERGED_TENANTS:
+        slugs.update(Tenant.objects.filter(tenant_id__in=tenants).values_list("tenant_id", "slug"))
     if 1 < len(tenants) <= MAX_MERGED_TENANTS:
         parts = [
-            keyset_after(
+            _runs_after(
                 run_filtered(tenant_ids=[t], filters=filters).only(*LIST_FIELDS),
-                keys=keys,
-                cursor=cursor,
-                descending=descending,
+                chosen,
+                cursor,
+                slug=slugs[t],
             )[: limit + 1]
             for t in tenants
         ]
         merged = parts[0].union(*parts[1:], all=True).order_by(*(f"-{k}" if descending else k for k in keys))
         return keyset_cut(list(merged[: limit + 1]), keys=keys, limit=limit)
     runs = run_filtered(tenant_ids=tenants, filters=filters).only(*LIST_FIELDS)
-    return keyset_page(runs, keys=keys, cursor=cursor, limit=limit, descending=descending)
+    one = slugs[tenants[0]] if len(tenants) == 1 else None
+    return keyset_cut(list(_runs_after(runs, chosen, cursor, slug=one)[: limit + 1]), keys=keys, limit=limit)
 
 
 def run_count_capped(*, runs: QuerySet[AgentRun], cap: int) -> int:

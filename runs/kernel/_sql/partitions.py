@@ -1,12 +1,14 @@
-"""agent_events' monthly partitions: made ahead, and dropped whole by retention (functions/keeper_events_*)."""
+"""Monthly partitions of the tables partitioned by time: made ahead, and dropped whole by retention
+(functions/keeper_partitions_ensure.sql, functions/keeper_partition_drop.sql)."""
 
 from __future__ import annotations
 
 ENSURE = """
 SELECT partition_name, range_from, range_to, moved
-  FROM keeper_events_partitions_ensure(%(since)s::timestamptz, %(ahead)s::int)
+  FROM keeper_partitions_ensure(%(table)s::text, %(since)s::timestamptz, %(ahead)s::int)
 """
 
 DROP = """
-SELECT outcome, live_runs FROM keeper_events_partition_drop(%(partition)s::text, %(cutoff)s::timestamptz, %(dry_run)s::boolean)
+SELECT outcome, keeping
+  FROM keeper_partition_drop(%(table)s::text, %(partition)s::text, %(cutoff)s::timestamptz, %(dry_run)s::boolean)
 """

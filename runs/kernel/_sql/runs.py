@@ -158,6 +158,24 @@ ACCEPT_STATE = moving(
     Event(event_type="'state_accepted'", state_digest="%(digest)s", state="%(state)s::jsonb"),
 )
 
+# A person's correction of an operation's reconciliation: back to the step that made the call, with the
+# state it began from, written on the event too (the state at any seq stays rebuildable).
+RECONCILIATION_CORRECTED = moving(
+    f"""  UPDATE agent_runs
+     SET state = %(state)s::jsonb, state_digest = %(digest)s, next_step = %(next_step)s,
+         state_revision = state_revision + 1, updated_at = statement_timestamp(),
+         suspend_reason = 'reconciliation_corrected', suspend_detail = %(detail)s, attempt = 0,
+         lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, dispatched_at = NULL,
+         resume_requested_at = CASE WHEN %(request_resume)s THEN statement_timestamp() END,
+         resume_requested_by = CASE WHEN %(request_resume)s THEN %(actor)s ELSE '' END
+   WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'suspended'
+     AND state_revision = %(expected)s AND resume_requested_at IS NULL
+     AND suspend_reason IS DISTINCT FROM 'subject_erased'
+     AND (lease_owner IS NULL OR lease_expires_at < statement_timestamp()) AND NOT imported
+  RETURNING {RETURNING}""",
+    Event(event_type="'reconciliation_corrected'", state_digest="%(digest)s", state="%(state)s::jsonb"),
+)
+
 SUBJECT_ERASED = moving(
     f"""  UPDATE agent_runs
      SET state = %(state)s::jsonb, state_digest = %(digest)s, subject = %(subject)s, result = %(result)s::jsonb,

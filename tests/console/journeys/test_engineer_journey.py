@@ -1,6 +1,7 @@
 """An engineer's whole job on the demo, in a real browser at laptop and phone width: follow a run from
-the list to its timeline and a diff, fork and rewind, accept a changed state, send a signal and run a
-query, edit a schedule, and reach every other page (webhooks, charts, memory, workers) from the menu."""
+the list to its timeline and a diff, sort the list by a column across pages, fork and rewind, accept
+a changed state, send a signal and run a query, edit a schedule, and reach every other page
+(webhooks, charts, memory, workers) from the menu."""
 
 from __future__ import annotations
 
@@ -45,6 +46,30 @@ def test_engineer_follows_a_run_from_the_list_to_its_timeline_and_a_diff(person,
     page.fill("#diff-form input[name=b]", "4")
     page.locator("#diff-form").get_by_role("button", name="Compare").click()
     expect(page.locator("#revision-panel")).to_contain_text("$.remaining")
+    who.check()
+
+
+def test_engineer_sorts_the_run_list_by_a_column_and_the_order_holds_on_the_next_page(person, demo):
+    who = person(ENGINEER)
+    page = who.page
+    who.visit("/runs/?limit=3")
+    table = page.locator("#run-table")
+    # The header at laptop width, the sort bar above the stacked rows at phone width: one link each.
+    who.click(table.get_by_role("link", name="workflow", exact=True))
+    expect(table.locator("th", has_text="workflow")).to_have_attribute("aria-sort", "ascending")
+    rows = table.locator("tbody tr[data-run]")
+    first = rows.evaluate_all("rows => rows.map(r => r.dataset.run)")
+    who.click(table.get_by_role("link", name="next page »"))  # htmx swaps the table in place
+    page.wait_for_url("**cursor=*")
+    expect(rows.first).not_to_have_attribute("data-run", first[0])
+    expect(table.locator("th", has_text="workflow")).to_have_attribute("aria-sort", "ascending")
+    assert "sort=workflow" in page.url and "limit=3" in page.url
+    second = rows.evaluate_all("rows => rows.map(r => r.dataset.run)")
+    # The demo's worker and schedules may start runs meanwhile: the six shown, in the database's order.
+    with demo.db(demo.tenant_id("acme")):
+        shown = AgentRun.objects.filter(run_id__in=first + second).order_by("workflow_name", "run_id")
+        expected = [str(run_id) for run_id in shown.values_list("run_id", flat=True)]
+    assert first + second == expected and len(expected) == 6
     who.check()
 
 

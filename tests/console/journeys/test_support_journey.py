@@ -1,7 +1,7 @@
 """Support's whole job on the demo, in a real browser at laptop and phone width: read a customer's
 conversation and decide the agent's proposal beside it, approve a refund and a credit limit, reconcile
-the refund nobody knows about, answer the LangGraph graphs every way Agent Inbox offers, and see what
-only an engineer can fix said so."""
+the refund nobody knows about (and correct a wrong reconciliation of it), answer the LangGraph graphs
+every way Agent Inbox offers, and see what only an engineer can fix said so."""
 
 from __future__ import annotations
 
@@ -90,7 +90,10 @@ def test_support_approves_a_credit_limit_as_its_workflow_declared_it(person, dem
     expect(page.locator("[data-approval-status]")).to_have_text("approved")
 
 
-def test_support_reconciles_the_refund_in_doubt_checking_the_reference(person, demo):
+def test_support_reconciles_the_refund_in_doubt_then_corrects_a_wrong_reference(person, demo):
+    """The reference is checked against the provider's records; one confirmed by ticking that is
+    wrong stops the run at verify, and the person corrects it to the provider's record: the run
+    goes back to the refund step and completes with it, nothing sent again."""
     who = person(SUPPORT)
     page = who.page
     who.visit("/support/")
@@ -113,13 +116,36 @@ def test_support_reconciles_the_refund_in_doubt_checking_the_reference(person, d
     with who.expecting(422):
         who.click(page.get_by_role("button", name="Reconcile"))
     expect(page.locator("#lookup-card")).to_contain_text("not among the provider's records")
-    page.fill("#id_external_ref", reference)
-    page.fill("#id_note", "the provider's ledger shows the refund")
+    # Sure of the typo, the person ticks that they checked it: taken, and wrong.
+    page.check("input[name=checked_by_hand]")
+    page.fill("#id_note", "the provider's support read it to me on the phone")
     who.click(page.get_by_role("button", name="Reconcile"))
     expect(page.locator("ul.messages")).to_contain_text("Reconciled")
+    eventually(
+        lambda: _run(demo, "unknown_operation").suspend_reason == "verification_failed",
+        demo,
+        "the refund's verify to stop the run",
+    )
+    who.visit(f"/support/runs/{demo.runs['unknown_operation']}/")
+    correct = page.locator("#correct-reconciliation")
+    expect(correct).to_contain_text("A reconciliation may be wrong")
+    who.click("Correct the reconciliation", within=correct)
+    expect(page.locator("#reconciliations")).to_contain_text("rf_typo")
+    form = page.locator("#correct-form")
+    form.locator(f"input[name=correct-pick][value='{reference}']").check()
+    page.fill("#id_correct-note", "rf_typo was misheard; the provider's ledger lists the refund")
+    who.shot("support-correct-reconciliation")
+    who.click(page.get_by_role("button", name="Correct the reconciliation"))
+    expect(page.locator("ul.messages")).to_contain_text("Corrected")
+    # Both reconciliations on the page, the first kept and marked replaced.
+    rows = page.locator("#reconciliations tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.first).to_contain_text("replaced")
+    expect(rows.last).to_contain_text(reference)
     eventually(lambda: _run(demo, "unknown_operation").status == "completed", demo, "the refund to complete")
     with demo.db(demo.tenant_id("acme")):
         assert ToolOperation.objects.get(run_id=demo.runs["unknown_operation"]).external_ref == reference
+    assert _run(demo, "unknown_operation").result["refund_id"] == reference
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
 """runs.engine.selectors: the run lists are keyset pages the indexes serve (the row comparison is an
-index condition, never a filter over rows read), and a page per tenant merges in key order."""
+index condition, never a filter over rows read) in every order, and a page per tenant merges in key
+order."""
 
 from __future__ import annotations
 
@@ -7,14 +8,22 @@ from types import SimpleNamespace
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from core.pagination import keyset_after
 from core.tenancy import tenant_bind_request
 from runs.engine.runs import run_start
-from runs.engine.selectors import run_filtered_page
+from runs.engine.selectors import RUN_ORDERS, run_filtered_page
 from runs.kernel.models import AgentRun
 
 pytestmark = pytest.mark.django_db
+# The index of a tenant's list in each column's order.
+INDEXES = {
+    "workflow_name": "agent_runs_tenant_wf_idx",
+    "status": "agent_runs_tenant_st_run_idx",
+    "subject": "agent_runs_tenant_subject_idx",
+    "tenant_slug": "agent_runs_pkey",  # one tenant's runs by run_id
+}
 
 
 def _plan(queryset) -> str:
@@ -66,3 +75,26 @@ def test_pages_over_several_tenants_merge_in_key_order_and_stay_in_the_users_ten
     assert {run.tenant_id for run in only_theirs.rows} == {other_tenant.tenant_id} and len(
         only_theirs.rows
     ) == 2
+
+
+@pytest.mark.parametrize("name", ["workflow", "status_desc", "subject", "tenant_desc"])
+def test_each_column_order_reads_a_range_of_a_tenant_index(tenant, name):
+    for i in range(3):
+        run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": i}, actor="t")
+    order = RUN_ORDERS[name]
+    first = run_filtered_page(tenant_ids=[tenant.tenant_id], filters={}, cursor=None, limit=2, order=name)
+    assert first.more and first.next_cursor is not None
+    with CaptureQueriesContext(connection) as queries:
+        run_filtered_page(
+            tenant_ids=[tenant.tenant_id], filters={}, cursor=first.next_cursor, limit=2, order=name
+        )
+    # the statement as sent, less the tenant's set_config the backend puts before it
+    sql = queries.captured_queries[-1]["sql"].split("; ", 1)[-1]
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute(f"EXPLAIN {sql}")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert INDEXES[order.column] in plan and "Sort" not in plan, plan
+    index_cond = next(line for line in plan.splitlines() if "Index Cond" in line)
+    assert "run_id" in index_cond, plan

@@ -22,7 +22,7 @@ from runs.kernel import apply
 from runs.kernel import moves as m
 from runs.kernel.models import AgentEvent, AgentRun
 from runs.operator.history import history_digest, history_import, run_history_document
-from runs.operator.partitions import events_partitions, events_partitions_maintain, events_retention
+from runs.operator.partitions import partitions_maintain, partitions_of, partitions_retention
 from workers.schedule import beat_schedule
 
 pytestmark = pytest.mark.django_db
@@ -61,7 +61,7 @@ def _import_as_of(tenant, run: AgentRun, when: datetime, *, status: str = "cance
 
 
 def test_partitions_are_made_ahead_and_the_application_reaches_them_only_through_the_table(tenant):
-    names = [p.name for p in events_partitions()]
+    names = [p.name for p in partitions_of("agent_events")]
     now = timezone.now()
     months = [f"agent_events_p{(now.replace(day=15) + timedelta(days=31 * k)):%Y%m}" for k in range(3)]
     assert set(months) <= set(names) and names[-1] == "agent_events_default"
@@ -85,26 +85,26 @@ def test_an_event_of_a_month_without_a_partition_waits_in_the_default_one_and_mo
     copy = _import_as_of(tenant, _chat(tenant), old)
     assert _where(copy.run_id) == {"agent_events_default"}
     events = AgentEvent.objects.filter(run=copy).count()
-    report = events_partitions_maintain()
+    report = partitions_maintain()
     assert report.made[0] == "agent_events_p201903" and report.moved_from_default == events
     assert _where(copy.run_id) == {"agent_events_p201903"}
     assert AgentEvent.objects.filter(run=copy).count() == events  # nothing lost on the way
     # the months between it and now are made too: nothing of later months waits in the default one
-    assert "agent_events_p201904" in {p.name for p in events_partitions()}
+    assert "agent_events_p201904" in {p.name for p in partitions_of("agent_events")}
 
 
 def test_retention_drops_a_month_whose_runs_all_ended_and_keeps_one_with_a_live_run(tenant, settings):
-    assert any(e["task"] == "workers.tasks.maintain_event_partitions" for e in beat_schedule().values())
+    assert any(e["task"] == "workers.tasks.maintain_partitions" for e in beat_schedule().values())
     source = _chat(tenant)
     ended = _import_as_of(tenant, source, datetime(2019, 5, 3, tzinfo=UTC))
     waiting = _import_as_of(tenant, source, datetime(2019, 6, 3, tzinfo=UTC), status="running")
     settings.KEEPER_EVENTS_RETENTION_DAYS = 0  # the default keeps every month
-    assert events_partitions_maintain().dropped == []
+    assert partitions_maintain().dropped == []
     assert AgentEvent.objects.filter(run=ended).exists()
     settings.KEEPER_EVENTS_RETENTION_DAYS = 365
-    preview = events_retention(dry_run=True)
+    preview = partitions_retention(tables=["agent_events"], dry_run=True)
     assert "agent_events_p201905" in preview.dropped and AgentEvent.objects.filter(run=ended).exists()
-    report = events_partitions_maintain()
+    report = partitions_maintain()
     assert "agent_events_p201905" in report.dropped
     assert report.kept.get("agent_events_p201906") == 1  # the running run's month stays
     assert not AgentEvent.objects.filter(run=ended).exists()
@@ -117,17 +117,17 @@ def test_a_month_with_a_running_run_is_never_dropped_even_past_its_cutoff(tenant
     live = _chat(tenant)
     month = f"agent_events_p{live.created_at.astimezone(UTC):%Y%m}"
     future = timezone.now() + timedelta(days=70)
-    assert apply(m.EventPartitionDropped(month, future)) == ("kept", 1)
+    assert apply(m.PartitionDropped("agent_events", month, future)) == ("kept", 1)
     run_cancel(run_id=live.run_id, actor="user:eng", note="done")
-    assert apply(m.EventPartitionDropped(month, future, dry_run=True)) == ("would_drop", 0)
-    assert apply(m.EventPartitionDropped("agent_events_default", future))[0] == "not_a_partition"
-    assert apply(m.EventPartitionDropped(month, timezone.now()))[0] == "not_past_cutoff"
+    assert apply(m.PartitionDropped("agent_events", month, future, dry_run=True)) == ("would_drop", 0)
+    assert apply(m.PartitionDropped("agent_events", "agent_events_default", future))[0] == "not_a_partition"
+    assert apply(m.PartitionDropped("agent_events", month, timezone.now()))[0] == "not_past_cutoff"
     assert AgentEvent.objects.filter(run=live).count() == live.state_revision + 1
 
 
 def test_fork_export_and_erasure_read_and_write_across_partitions(tenant):
     copy = _import_as_of(tenant, _chat(tenant, subject="cust-old"), datetime(2019, 8, 9, tzinfo=UTC))
-    events_partitions_maintain()
+    partitions_maintain()
     assert _where(copy.run_id) == {"agent_events_p201908"}
     fork = run_fork(run_id=copy.run_id, at_seq=copy.state_revision, actor="user:eng", start=False)
     assert _where(fork.run_id) == {f"agent_events_p{fork.created_at.astimezone(UTC):%Y%m}"}

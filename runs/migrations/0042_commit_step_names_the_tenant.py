@@ -19,7 +19,7 @@ def _install(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("runs", "0039_agent_events_partitioned")]
+    dependencies = [("runs", "0041_webhook_deliveries_partitioned")]
 
     operations = [
         migrations.RunPython(_install, migrations.RunPython.noop),
