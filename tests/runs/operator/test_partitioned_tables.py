@@ -172,6 +172,8 @@ def test_webhook_retention_drops_old_months_and_keeps_one_with_a_pending_deliver
     assert {delivered.pk, failed.pk} & left == set() and {done.pk, pending.pk} <= left
 
 
+# The owner drops the month: what the application wrote must be committed, not held in its transaction.
+@pytest.mark.django_db(transaction=True, databases=["default", "owner"])
 def test_audit_retention_unset_keeps_every_month_and_set_drops_whole_old_ones(tenant, settings):
     old = _entry(tenant, datetime(2019, 4, 2, tzinfo=UTC))
     recent = AuditEntry.objects.create(actor="user:ana", tenant=tenant, action="approve")
