@@ -51,7 +51,7 @@ _RAW_COMMIT = """
 WITH u AS (
   UPDATE agent_runs SET state = %(state)s::jsonb, state_digest = %(digest)s, next_step = %(next)s, status = 'running',
          state_revision = state_revision + 1, updated_at = now()
-   WHERE run_id = %(run)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
+   WHERE run_id = %(run)s AND tenant_id = %(tenant)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
   RETURNING run_id, tenant_id, state_revision, created_at)
 INSERT INTO agent_events (run_id, tenant_id, seq, event_type, step_id, attempt, payload, actor,
                           state_revision, state_digest, state, next_step, created_at, run_created_at)
@@ -82,7 +82,7 @@ def _bench_state(i: int) -> dict[str, Any]:
 def _new_run(tenant: Tenant) -> tuple[UUID, int, int]:
     start_input = {k: v for k, v in _bench_state(0).items() if k != "budgets"}  # the engine sets its own
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input=start_input, actor="bench").run
-    grant = apply(m.LeaseTaken(run.run_id, "bench", 3600))
+    grant = apply(m.LeaseTaken(run.run_id, run.tenant_id, "bench", 3600))
     if grant is None:
         raise RuntimeError("a fresh benchmark run could not be leased")
     return run.run_id, grant.revision, grant.epoch
@@ -100,7 +100,7 @@ def _engine_commits(tenant: Tenant, ops: int) -> list[float]:
     for i in range(ops):
         t0 = time.perf_counter()
         encoded = state_encode(_bench_state(i))
-        held = m.Held(run_id, "bench", epoch, revision, 1)
+        held = m.Held(run_id, tenant.tenant_id, "bench", epoch, revision, 1)
         seq = apply(m.StepCommitted(held, encoded, "tick", "tick", {"next_step": "tick"}, keep_lease=True))
         latencies.append(time.perf_counter() - t0)
         if seq != revision + 1:
@@ -128,6 +128,7 @@ def _raw_round(ops: int, dsn: str) -> list[float]:
                     "state": text,
                     "next": "tick",
                     "run": run_id,
+                    "tenant": tenant.tenant_id,
                     "expected": revision,
                     "epoch": epoch,
                     "step": "tick",

@@ -303,7 +303,7 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             run_id=edited.run_id, actor="user:acme-engineer", reason="operator_pause", detail="looking at it"
         )
         edited.refresh_from_db()  # someone "fixed" the state by hand, outside the engine
-        apply(m.StateAlteredOutside(edited.run_id, state={**edited.state, "remaining": 99}))
+        apply(m.StateAlteredOutside(edited.run_id, edited.tenant_id, state={**edited.state, "remaining": 99}))
         run_resume(run_id=edited.run_id, actor="user:acme-support", note="should be fine now")
         for actor, action, note in (
             ("user:acme-engineer", "suspend", "looking at it"),
@@ -323,7 +323,7 @@ def demo_load(*, data_dir: Path) -> DemoResult:
             detail="deploy rollback",
         )
         # a checkpoint written by a newer release, then rolled back
-        apply(m.StateAlteredOutside(rolled.run_id, state_schema_version=99))
+        apply(m.StateAlteredOutside(rolled.run_id, rolled.tenant_id, state_schema_version=99))
         run_resume(run_id=rolled.run_id, actor="user:acme-support", note="after the rollback")
         for actor, action, note in (
             ("user:acme-engineer", "suspend", "deploy rollback"),

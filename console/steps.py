@@ -87,7 +87,9 @@ def run_steps(*, run: AgentRun, limit: int, now: datetime | None = None) -> RunS
 
     def read(after_seq: int) -> list[Any]:
         return list(
-            AgentEvent.objects.filter(run_id=run.run_id, seq__gt=after_seq, event_type__in=STEP_EVENT_TYPES)
+            AgentEvent.objects.filter(
+                tenant_id=run.tenant_id, run_id=run.run_id, seq__gt=after_seq, event_type__in=STEP_EVENT_TYPES
+            )
             .annotate(
                 wall_s=KT("payload__spent__wall_s"),
                 retry_in_s=KT("payload__retry_in_s"),
@@ -127,12 +129,12 @@ def run_steps(*, run: AgentRun, limit: int, now: datetime | None = None) -> RunS
     around = {seq - 1 for seq, *_ in rows} | {r[0] + 1 for r in rows if r[1] == "run_suspended"}
     neighbours = {
         seq: (at, digest)
-        for seq, at, digest in AgentEvent.objects.filter(run_id=run.run_id, seq__in=around).values_list(
-            "seq", "created_at", "state_digest"
-        )
+        for seq, at, digest in AgentEvent.objects.filter(
+            tenant_id=run.tenant_id, run_id=run.run_id, seq__in=around
+        ).values_list("seq", "created_at", "state_digest")
     }
     operations: dict[str, list[ToolOperation]] = {}
-    for op in ToolOperation.objects.filter(run_id=run.run_id).order_by("created_at"):
+    for op in ToolOperation.objects.filter(tenant_id=run.tenant_id, run_id=run.run_id).order_by("created_at"):
         operations.setdefault(op.step_id, []).append(op)
 
     steps: list[StepRow] = []

@@ -19,6 +19,8 @@ T = TypeVar("T")
 # The tenant (or, for a console user of several tenants, the comma-separated tenants) the statements
 # of this thread or task carry into their own transactions: '' sees nothing.
 _tenant: ContextVar[str] = ContextVar("keeper_tenant", default="")
+# No tenant's id: a query that names it in its predicate finds no row.
+NO_TENANT = UUID(int=0)
 
 
 def tenant_setting() -> str:
@@ -80,6 +82,14 @@ def tenant_unbound() -> Iterator[None]:
 def tenant_is_bound(tenant_id: UUID) -> bool:
     """Whether this tenant is the one the statements of this thread or task carry now."""
     return _tenant.get() == str(tenant_id)
+
+
+def tenant_bound() -> UUID:
+    """The one tenant the statements of this thread or task carry now, for a query to name in its own
+    predicate; NO_TENANT when none is bound, or several are (a console user's request), so that a
+    query naming it finds nothing."""
+    value = _tenant.get()
+    return UUID(value) if value and "," not in value else NO_TENANT
 
 
 def tenant_of_call(function: Callable[..., T]) -> Callable[..., T]:

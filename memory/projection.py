@@ -341,14 +341,17 @@ def _fused(
     return vector_rank, text_rank, scores, top
 
 
-def _current_claims(memory_ids: list[Any], *, now: datetime, subject_id: str | None) -> dict[Any, MemoryItem]:
-    """The claims among these that are current (valid, unexpired, the subject's if named), by id: the
-    same rule as the arms', in one plain statement (the ORM's query building cost more than the read)."""
+def _current_claims(
+    memory_ids: list[Any], *, tenant_id: UUID, now: datetime, subject_id: str | None
+) -> dict[Any, MemoryItem]:
+    """The tenant's claims among these that are current (valid, unexpired, the subject's if named), by
+    id: the same rule as the arms', in one plain statement (the ORM's query building cost more than the
+    read)."""
     sql = (
-        "SELECT * FROM memory_items WHERE memory_id = ANY(%s::uuid[]) AND invalidated_at IS NULL"
-        " AND (expires_at IS NULL OR expires_at > %s)"
+        "SELECT * FROM memory_items WHERE tenant_id = %s AND memory_id = ANY(%s::uuid[])"
+        " AND invalidated_at IS NULL AND (expires_at IS NULL OR expires_at > %s)"
     )
-    params: list[Any] = [list(memory_ids), now]
+    params: list[Any] = [tenant_id, list(memory_ids), now]
     if subject_id is not None:
         sql += " AND subject_id = %s"
         params.append(subject_id)
@@ -409,15 +412,19 @@ def memory_search(
             with connection.cursor() as cursor:
                 by_vector, by_text = candidates_fetch(cursor, statement)
         vector_rank, text_rank, scores, top = _fused(by_vector, by_text, k=k)
-        items = _current_claims(top, now=now, subject_id=subject_id)
+        items = _current_claims(top, tenant_id=tenant.tenant_id, now=now, subject_id=subject_id)
         if len(items) < len(top):
             # A claim stopped being current between the statements: rank again without it, as if
             # the arms had never seen it.
-            allowed = set(_current_claims([*by_vector, *by_text], now=now, subject_id=subject_id))
+            allowed = set(
+                _current_claims(
+                    [*by_vector, *by_text], tenant_id=tenant.tenant_id, now=now, subject_id=subject_id
+                )
+            )
             vector_rank, text_rank, scores, top = _fused(
                 [m for m in by_vector if m in allowed], [m for m in by_text if m in allowed], k=k
             )
-            items = _current_claims(top, now=now, subject_id=subject_id)
+            items = _current_claims(top, tenant_id=tenant.tenant_id, now=now, subject_id=subject_id)
             top = [m for m in top if m in items]
     return [MemoryHit(items[m], round(scores[m], 6), vector_rank.get(m), text_rank.get(m)) for m in top]
 
@@ -466,5 +473,5 @@ def memory_search_scope(
                 by_text = [row[0] for row in cursor.fetchall()]
         vector_rank, text_rank, scores, top = _fused(by_vector, by_text, k=offset + limit)
         top = top[offset:]
-        items = {i.memory_id: i for i in MemoryItem.objects.filter(memory_id__in=top)}
+        items = {i.memory_id: i for i in MemoryItem.objects.filter(tenant=tenant, memory_id__in=top)}
     return [MemoryHit(items[m], round(scores[m], 6), vector_rank.get(m), text_rank.get(m)) for m in top]

@@ -32,6 +32,7 @@ def memory_recall(
     with tenant_scope(tenant.tenant_id):
         items = MemoryItem.objects.filter(
             Q(expires_at__isnull=True) | Q(expires_at__gt=now),
+            tenant=tenant,
             subject_id=subject_id,
             invalidated_at__isnull=True,
             valid_from__lte=now,
@@ -64,6 +65,7 @@ def memory_recall_recent(*, tenant: Tenant, subject_id: str, limit: int) -> list
         return list(
             MemoryItem.objects.filter(
                 Q(expires_at__isnull=True) | Q(expires_at__gt=now),
+                tenant=tenant,
                 subject_id=subject_id,
                 invalidated_at__isnull=True,
                 valid_from__lte=now,

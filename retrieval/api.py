@@ -73,7 +73,7 @@ class DocumentOutputSerializer(serializers.ModelSerializer):
 
     def get_chunks(self, document: Document) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for status in document.chunks.values_list("status", flat=True):
+        for status in document.chunks.filter(tenant_id=document.tenant_id).values_list("status", flat=True):
             counts[status] = counts.get(status, 0) + 1
         return counts
 

@@ -98,7 +98,7 @@ def principal_set(*, tenant: Tenant, principal: str, groups: list[str], actor: s
     [principal] = _principals([principal], field="principal", pattern=USER)
     groups = _principals(groups, field="groups", pattern=re.compile(r"^group:[\w.@+\-]{1,200}$"))
     with tenant_scope(tenant.tenant_id):
-        row = Principal.objects.select_for_update().filter(principal=principal).first()
+        row = Principal.objects.select_for_update().filter(tenant=tenant, principal=principal).first()
         removed = sorted(set(row.groups) - set(groups)) if row else []
         if row is None:
             row = Principal.objects.create(tenant=tenant, principal=principal, groups=groups)
@@ -119,7 +119,7 @@ def principal_set(*, tenant: Tenant, principal: str, groups: list[str], actor: s
 def principal_remove(*, tenant: Tenant, principal: str, actor: str) -> None:
     """Take a user out of the tenant: its next search is refused as an unknown principal."""
     with tenant_scope(tenant.tenant_id):
-        deleted, _ = Principal.objects.filter(principal=principal).delete()
+        deleted, _ = Principal.objects.filter(tenant=tenant, principal=principal).delete()
         if not deleted:
             raise UnknownPrincipal(f"no principal {principal[:80]!r} in this tenant")
         Invalidation.objects.create(
@@ -191,16 +191,16 @@ def document_index(
             )
         # A tombstone names the document, or (the document named an erased subject) its keyed digest.
         keys = [document_id, tombstone_key(tenant_id=tenant.tenant_id, document_id=document_id)]
-        tombstone = DocumentTombstone.objects.filter(document_id_text__in=keys).first()
+        tombstone = DocumentTombstone.objects.filter(tenant=tenant, document_id_text__in=keys).first()
         if tombstone and version_digest in tombstone.version_digests:
             raise DocumentDeleted(
                 f"document {document_id!r} version {source_version!r} was deleted; an old "
                 "ingestion cannot bring it back",
                 details={"document_id": document_id},
             )
-        document = Document.objects.select_for_update().filter(document_id=document_id).first()
+        document = Document.objects.select_for_update().filter(tenant=tenant, document_id=document_id).first()
         if document is not None:
-            known = Chunk.objects.filter(document=document, source_version=source_version)
+            known = Chunk.objects.filter(tenant=tenant, document=document, source_version=source_version)
             if document.source_version == source_version:
                 if document.source_digest != source_digest:
                     raise SourceVersionConflict(
@@ -223,7 +223,7 @@ def document_index(
             document = Document(tenant=tenant, document_id=document_id)
         else:
             invalidated = _stale(
-                Chunk.objects.filter(document=document).exclude(status=ChunkStatus.STALE),
+                Chunk.objects.filter(tenant=tenant, document=document).exclude(status=ChunkStatus.STALE),
                 reason=InvalidationKind.DOCUMENT_UPDATED,
                 now=now,
             )
@@ -275,7 +275,7 @@ def document_index(
     if wait:
         document_embed(tenant=tenant, document_pk=document.id, embedder=embedder)
         with tenant_scope(tenant.tenant_id):
-            document.refresh_from_db()
+            document.refresh_from_db(from_queryset=Document.objects.filter(tenant=tenant))
     return IndexResult(document, changed=True, chunks=len(pieces), invalidated=invalidated)
 
 
@@ -292,20 +292,23 @@ def document_embed(*, tenant: Tenant, document_pk: Any, embedder: Embedder | Non
     generation, done = index_version(embedder), 0
     while True:
         with tenant_scope(tenant.tenant_id):
-            document = Document.objects.filter(id=document_pk).first()
+            document = Document.objects.filter(tenant=tenant, id=document_pk).first()
             if document is None:
                 return done  # deleted meanwhile
             batch = list(
                 Chunk.objects.filter(
-                    document=document, status=ChunkStatus.PENDING, source_version=document.source_version
+                    tenant=tenant,
+                    document=document,
+                    status=ChunkStatus.PENDING,
+                    source_version=document.source_version,
                 )
                 .order_by("id")
                 .values_list("id", "text")[:EMBED_BATCH]
             )
             if not batch:
-                updated = Document.objects.filter(id=document_pk, status=DocumentStatus.INDEXING).update(
-                    status=DocumentStatus.INDEXED, indexed_at=timezone.now(), index_version=generation
-                )
+                updated = Document.objects.filter(
+                    tenant=tenant, id=document_pk, status=DocumentStatus.INDEXING
+                ).update(status=DocumentStatus.INDEXED, indexed_at=timezone.now(), index_version=generation)
                 if updated:
                     # By its row's key: a document's id may name a person ("transcript-王芳").
                     logger.info("document #%s indexed (%s chunks embedded)", document_pk, done)
@@ -324,13 +327,14 @@ def document_embed(*, tenant: Tenant, document_pk: Any, embedder: Embedder | Non
                       SET status = 'current', embedding = v.embedding::vector, embedder_key = %s, dimensions = %s,
                           index_version = %s, indexed_at = now()
                      FROM unnest(%s::bigint[], %s::text[]) AS v(id, embedding)
-                    WHERE c.id = v.id AND c.status = 'pending'""",
+                    WHERE c.tenant_id = %s AND c.id = v.id AND c.status = 'pending'""",
                 [
                     embedder.key,
                     embedder.dimensions,
                     generation,
                     [pk for pk, _ in batch],
                     [str(vector) for vector in vectors],
+                    tenant.tenant_id,
                 ],
             )
             done += cursor.rowcount
@@ -341,7 +345,7 @@ def documents_pending(*, tenant: Tenant) -> list[Any]:
     """Documents whose current version still has chunks waiting for embeddings."""
     with tenant_scope(tenant.tenant_id):
         return list(
-            Document.objects.filter(status=DocumentStatus.INDEXING)
+            Document.objects.filter(tenant=tenant, status=DocumentStatus.INDEXING)
             .order_by("updated_at")
             .values_list("id", flat=True)
         )
@@ -351,7 +355,7 @@ def _acl_apply(document: Document, acl: list[str], actor: str) -> int:
     before = set(document.acl)
     document.acl = acl
     document.save(update_fields=["acl", "updated_at"])
-    affected = Chunk.objects.filter(document=document).update(acl=acl)
+    affected = Chunk.objects.filter(tenant_id=document.tenant_id, document=document).update(acl=acl)
     Invalidation.objects.create(
         tenant_id=document.tenant_id,
         kind=InvalidationKind.ACL_CHANGED,
@@ -368,7 +372,7 @@ def document_acl_set(*, tenant: Tenant, document_id: str, acl: list[str], actor:
     the very next search filters by it; no waiting for a re-index or a TTL."""
     acl = _principals(acl, field="acl")
     with tenant_scope(tenant.tenant_id):
-        document = _document(document_id, lock=True)
+        document = _document(tenant, document_id, lock=True)
         if sorted(document.acl) != acl:
             _acl_apply(document, acl, actor)
     return document
@@ -378,12 +382,14 @@ def document_delete(*, tenant: Tenant, document_id: str, actor: str) -> int:
     """Delete the document and every chunk of every version (snapshots keep only ids and digests),
     and leave a tombstone of its versions. Returns the chunks deleted."""
     with tenant_scope(tenant.tenant_id):
-        document = _document(document_id, lock=True)
-        versions = set(Chunk.objects.filter(document=document).values_list("source_version", flat=True))
+        document = _document(tenant, document_id, lock=True)
+        versions = set(
+            Chunk.objects.filter(tenant=tenant, document=document).values_list("source_version", flat=True)
+        )
         versions.add(document.source_version)
         digests = {sha256_digest(v) for v in versions}
         keys = [document_id, tombstone_key(tenant_id=tenant.tenant_id, document_id=document_id)]
-        tombstone = DocumentTombstone.objects.filter(document_id_text__in=keys).first()
+        tombstone = DocumentTombstone.objects.filter(tenant=tenant, document_id_text__in=keys).first()
         if tombstone:
             tombstone.version_digests = sorted(set(tombstone.version_digests) | digests)
             tombstone.save(update_fields=["version_digests"])
@@ -391,7 +397,7 @@ def document_delete(*, tenant: Tenant, document_id: str, actor: str) -> int:
             DocumentTombstone.objects.create(
                 tenant=tenant, document_id_text=document_id, version_digests=sorted(digests), actor=actor
             )
-        deleted, _ = Chunk.objects.filter(document=document).delete()
+        deleted, _ = Chunk.objects.filter(tenant=tenant, document=document).delete()
         document.delete()
         Invalidation.objects.create(
             tenant=tenant,
@@ -404,9 +410,13 @@ def document_delete(*, tenant: Tenant, document_id: str, actor: str) -> int:
     return deleted
 
 
-def _document(document_id: str, *, lock: bool = False) -> Document:
+def _document(tenant: Tenant, document_id: str, *, lock: bool = False) -> Document:
     documents = Document.objects.select_for_update() if lock else Document.objects
-    document = documents.filter(document_id=document_id).first() if isinstance(document_id, str) else None
+    document = (
+        documents.filter(tenant=tenant, document_id=document_id).first()
+        if isinstance(document_id, str)
+        else None
+    )
     if document is None:
         raise NotFound(f"no document {str(document_id)[:80]!r} in this tenant", code="document_not_found")
     return document
@@ -421,9 +431,9 @@ def index_reembed(*, tenant: Tenant, embedder: Embedder | None = None, actor: st
     embedder = embedder or embedder_from_settings()
     generation = index_version(embedder)
     with tenant_scope(tenant.tenant_id):
-        old = Chunk.objects.filter(status__in=[ChunkStatus.CURRENT, ChunkStatus.PENDING]).exclude(
-            index_version=generation
-        )
+        old = Chunk.objects.filter(
+            tenant=tenant, status__in=[ChunkStatus.CURRENT, ChunkStatus.PENDING]
+        ).exclude(index_version=generation)
         documents = list(old.values_list("document_id", flat=True).distinct())
         requeued = old.update(
             status=ChunkStatus.PENDING,
@@ -433,7 +443,7 @@ def index_reembed(*, tenant: Tenant, embedder: Embedder | None = None, actor: st
             index_version=generation,
             indexed_at=None,
         )
-        Document.objects.filter(id__in=documents).update(status=DocumentStatus.INDEXING)
+        Document.objects.filter(tenant=tenant, id__in=documents).update(status=DocumentStatus.INDEXING)
         if requeued:
             Invalidation.objects.create(
                 tenant=tenant,
@@ -455,7 +465,9 @@ def index_expire(*, tenant: Tenant, now: Any = None, actor: str = "beat") -> int
         return 0
     now = now or timezone.now()
     with tenant_scope(tenant.tenant_id):
-        expired = Chunk.objects.filter(status=ChunkStatus.CURRENT, indexed_at__lt=now - timedelta(days=days))
+        expired = Chunk.objects.filter(
+            tenant=tenant, status=ChunkStatus.CURRENT, indexed_at__lt=now - timedelta(days=days)
+        )
         per_document = list(expired.values_list("document_id_text").distinct())
         marked = _stale(expired, reason=InvalidationKind.TTL_EXPIRED, now=now)
         for (document_id,) in per_document:

@@ -17,7 +17,7 @@ from retrieval.search import Hit
 
 def snapshot_get(*, tenant: Tenant, snapshot_id: str) -> RetrievalSnapshot:
     with tenant_scope(tenant.tenant_id):
-        snapshot = RetrievalSnapshot.objects.filter(snapshot_id=str(snapshot_id)[:100]).first()
+        snapshot = RetrievalSnapshot.objects.filter(tenant=tenant, snapshot_id=str(snapshot_id)[:100]).first()
     if snapshot is None:
         raise NotFound(
             f"no retrieval snapshot {str(snapshot_id)[:80]!r} in this tenant", code="snapshot_not_found"
@@ -30,6 +30,7 @@ def snapshot_find(*, tenant: Tenant, run_id: UUID, query: str, principal: str) -
     with tenant_scope(tenant.tenant_id):
         return (
             RetrievalSnapshot.objects.filter(
+                tenant=tenant,
                 run_id=run_id,
                 query_digest=sha256_digest(query),
                 acl_principal=f"tenant:{tenant.tenant_id}/{principal}",
@@ -48,7 +49,9 @@ def snapshot_replay(*, tenant: Tenant, snapshot: RetrievalSnapshot) -> list[Hit]
         rows = {}
         for document_id, version, chunk_id in keys:
             row = (
-                Chunk.objects.filter(document_id_text=document_id, source_version=version, chunk_id=chunk_id)
+                Chunk.objects.filter(
+                    tenant=tenant, document_id_text=document_id, source_version=version, chunk_id=chunk_id
+                )
                 .values_list("text", "content_digest")
                 .first()
             )
@@ -81,12 +84,14 @@ def snapshot_sources_changed(*, tenant_id: UUID, run_id: UUID) -> list[SourceCha
     from retrieval.models import Document
 
     with tenant_scope(tenant_id):
-        snapshots = list(RetrievalSnapshot.objects.filter(run_id=run_id).order_by("created_at"))
+        snapshots = list(
+            RetrievalSnapshot.objects.filter(tenant_id=tenant_id, run_id=run_id).order_by("created_at")
+        )
         named = {h.get("document_id") for s in snapshots for h in s.hits or [] if isinstance(h, dict)}
         current = dict(
-            Document.objects.filter(document_id__in=[d for d in named if isinstance(d, str)]).values_list(
-                "document_id", "source_version"
-            )
+            Document.objects.filter(
+                tenant_id=tenant_id, document_id__in=[d for d in named if isinstance(d, str)]
+            ).values_list("document_id", "source_version")
         )
     changes = []
     for snapshot in snapshots:
@@ -106,6 +111,6 @@ def snapshots_detach(*, tenant_id: UUID, run_id: UUID, snapshot_ids: list[str]) 
     """Detach these snapshots from the run (kept, by id, for the record): its next search of the same
     query finds no snapshot to replay and retrieves the current versions."""
     with tenant_scope(tenant_id):
-        return RetrievalSnapshot.objects.filter(run_id=run_id, snapshot_id__in=snapshot_ids).update(
-            run_id=None
-        )
+        return RetrievalSnapshot.objects.filter(
+            tenant_id=tenant_id, run_id=run_id, snapshot_id__in=snapshot_ids
+        ).update(run_id=None)

@@ -27,6 +27,7 @@ from runs.engine.resume import run_state_accept
 from runs.engine.runs import client_idempotency_key, run_cancel, run_resume, run_start
 from runs.engine.selectors import (
     RUN_ORDERS,
+    child_list,
     run_cursor_decode,
     run_cursor_encode,
     run_events,
@@ -263,8 +264,7 @@ class RunDetailSerializer(RunOutputSerializer):
 
     @extend_schema_field(ChildLinkSerializer(many=True))
     def get_children(self, run: AgentRun) -> list[dict[str, Any]]:
-        children = run.children.only("run_id", "workflow_name", "status").order_by("-created_at")[:50]
-        return list(ChildLinkSerializer(children, many=True).data)
+        return list(ChildLinkSerializer(child_list(run=run, limit=50), many=True).data)
 
 
 class RunDetailApi(APIView):

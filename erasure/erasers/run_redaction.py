@@ -62,6 +62,7 @@ def runs_stop(scope: Scope, request_id: UUID) -> None:
             apply(
                 m.StatusChanged(
                     run_id=run_id,
+                    tenant_id=scope.tenant_id,
                     from_statuses=("running", "suspended"),
                     to_status="suspended",
                     event_type="run_suspended",
@@ -291,7 +292,10 @@ def _leases_release(cursor: Any, scope: Scope) -> int:
     )
     rows = cursor.fetchall()
     # attempted: the holder that let the lease run out had its try, as when another worker takes it over
-    released = (apply(m.LeaseReleased(run_id, name, epoch, attempted=True)) for run_id, name, epoch in rows)
+    released = (
+        apply(m.LeaseReleased(run_id, scope.tenant_id, name, epoch, attempted=True))
+        for run_id, name, epoch in rows
+    )
     return sum(released)
 
 

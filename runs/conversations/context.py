@@ -169,7 +169,12 @@ class MemorySource:
         if not run.subject:
             return []
         own_episode = ("episode", f"run:{run.run_id}")
-        if self.file and not AgentEvent.objects.filter(run=run, event_type="assistant_message").exists():
+        if (
+            self.file
+            and not AgentEvent.objects.filter(
+                tenant_id=run.tenant_id, run=run, event_type="assistant_message"
+            ).exists()
+        ):
             # A claim whose source changed since it was kept does not reach the model.
             claims_follow_sources(
                 tenant=run.tenant, claims=memory_recall(tenant=run.tenant, subject_id=run.subject)
@@ -336,7 +341,11 @@ def _answered(
         oldest = min(c["seq"] for c in waiting)
         answered |= set(
             AgentEvent.objects.filter(
-                run=run, event_type="tool_result", seq__gt=oldest, seq__lte=covered_to
+                tenant_id=run.tenant_id,
+                run=run,
+                event_type="tool_result",
+                seq__gt=oldest,
+                seq__lte=covered_to,
             ).values_list("payload__call_id", flat=True)
         )
     return answered
@@ -401,7 +410,7 @@ def context_build(
     notes += summary_notes
     covered_to = summaries[-1].covers_to_seq if summaries else 0
     # Answering message N must not see message N+1 that arrived meanwhile: turns never interleave.
-    rows = AgentEvent.objects.filter(run=run, seq__gt=covered_to)
+    rows = AgentEvent.objects.filter(tenant_id=run.tenant_id, run=run, seq__gt=covered_to)
     if up_to_seq is not None:
         rows = rows.filter(seq__lte=up_to_seq)
     tail_events = list(rows.only("seq", "event_type", "payload").order_by("seq"))

@@ -18,7 +18,7 @@ from core.artifacts import artifact_put
 from core.digests import canonical_json
 from core.errors import Conflict, InvalidInput
 from core.models import Tenant
-from core.tenancy import tenant_of_call
+from core.tenancy import tenant_bound, tenant_of_call
 from runs.conversations.sessions import session_append
 from runs.engine.dispatch import run_enqueue_on_commit
 from runs.engine.registry import registry
@@ -94,7 +94,9 @@ def conversation_append(
     )
     if workflow is not None:
         registry.refuse_outside(workflow_name=workflow, run_id=run_id, action="sent messages")
-    existing = AgentEvent.objects.filter(run_id=run_id, client_message_id=client_message_id).first()
+    existing = AgentEvent.objects.filter(
+        tenant_id=tenant.tenant_id, run_id=run_id, client_message_id=client_message_id
+    ).first()
     if existing is not None:
         return _the_same_again(existing, event_type, payload)
     try:
@@ -116,12 +118,14 @@ def conversation_append(
                     details={"status": run.status},
                 )
             if event_type == "user_message":
-                _wake_if_waiting(run_id=run_id, actor=actor)
+                _wake_if_waiting(run_id=run_id, tenant_id=tenant.tenant_id, actor=actor)
     except IntegrityError:  # the same message id, appended concurrently: that one stands
-        existing = AgentEvent.objects.get(run_id=run_id, client_message_id=client_message_id)
+        existing = AgentEvent.objects.get(
+            tenant_id=tenant.tenant_id, run_id=run_id, client_message_id=client_message_id
+        )
         return _the_same_again(existing, event_type, payload)
-    event = AgentEvent.objects.get(run_id=run_id, seq=seq)
-    session_append(run=AgentRun.objects.get(run_id=run_id), event=event)
+    event = AgentEvent.objects.get(tenant_id=tenant.tenant_id, run_id=run_id, seq=seq)
+    session_append(run=AgentRun.objects.get(run_id=run_id, tenant=tenant), event=event)
     return Appended(event, created=True)
 
 
@@ -175,11 +179,12 @@ def conversation_next_unanswered(*, run_id: UUID) -> AgentEvent | None:
     run's replies answer is answered. The replies are looked for among the newest events first (a
     seq range of the run's index, widened only when it holds none), not in the whole log, so a
     turn's cost does not grow with the conversation."""
-    top = AgentRun.objects.filter(run_id=run_id).values_list("state_revision", flat=True).first() or 0
-    replies = AgentEvent.objects.filter(
-        run_id=run_id, event_type="assistant_message", payload__has_key="in_reply_to"
-    )
-    user_messages = AgentEvent.objects.filter(run_id=run_id, event_type="user_message").order_by("seq")
+    tenant_id = tenant_bound()  # a step works as its run's tenant
+    runs = AgentRun.objects.filter(tenant_id=tenant_id, run_id=run_id)
+    top = runs.values_list("state_revision", flat=True).first() or 0
+    events = AgentEvent.objects.filter(tenant_id=tenant_id, run_id=run_id)
+    replies = events.filter(event_type="assistant_message", payload__has_key="in_reply_to")
+    user_messages = events.filter(event_type="user_message").order_by("seq")
     span = REPLY_WINDOW
     while True:
         low = max(0, top - span)
@@ -195,10 +200,11 @@ def conversation_next_unanswered(*, run_id: UUID) -> AgentEvent | None:
         span *= 4
 
 
-def _wake_if_waiting(*, run_id: UUID, actor: str) -> None:
+def _wake_if_waiting(*, run_id: UUID, tenant_id: UUID, actor: str) -> None:
     seq = apply(
         m.StatusChanged(
             run_id=run_id,
+            tenant_id=tenant_id,
             from_statuses=(RunStatus.SUSPENDED,),
             to_status=RunStatus.SUSPENDED,
             event_type="resume_requested",

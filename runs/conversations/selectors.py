@@ -33,12 +33,14 @@ class SummaryCheck:
 
 def summary_list(*, run: AgentRun, limit: int = 100) -> list[Summary]:
     """The run's summaries in order, without their texts."""
-    summaries = Summary.objects.filter(run_id=run.run_id).defer("text", "facts", "carry")
+    summaries = Summary.objects.filter(tenant_id=run.tenant_id, run_id=run.run_id).defer(
+        "text", "facts", "carry"
+    )
     return list(summaries.order_by("covers_from_seq")[:limit])
 
 
 def summary_get(*, run: AgentRun, summary_id: UUID) -> Summary | None:
-    return Summary.objects.filter(run_id=run.run_id, summary_id=summary_id).first()
+    return Summary.objects.filter(tenant_id=run.tenant_id, run_id=run.run_id, summary_id=summary_id).first()
 
 
 def summary_check(*, summary: Summary) -> SummaryCheck:
@@ -50,7 +52,10 @@ def summary_check(*, summary: Summary) -> SummaryCheck:
             False, f"covers {size:,} events, more than this page checks ({MAX_SUMMARY_CHECK_EVENTS:,})"
         )
     events = AgentEvent.objects.filter(
-        run_id=summary.run_id, seq__gte=summary.covers_from_seq, seq__lte=summary.covers_to_seq
+        tenant_id=summary.tenant_id,
+        run_id=summary.run_id,
+        seq__gte=summary.covers_from_seq,
+        seq__lte=summary.covers_to_seq,
     ).only("seq", "event_type", "payload")
     try:
         compactor = compactor_from_settings()
@@ -65,9 +70,9 @@ def revision_state_erased(*, run: AgentRun, state_seq: int | None) -> bool:
     as its subject_erased events record."""
     if state_seq is None or not run.subject.startswith("erased:"):
         return False
-    erasures = AgentEvent.objects.filter(run_id=run.run_id, event_type=ERASED_EVENT).values(
-        "event_type", "payload"
-    )
+    erasures = AgentEvent.objects.filter(
+        tenant_id=run.tenant_id, run_id=run.run_id, event_type=ERASED_EVENT
+    ).values("event_type", "payload")
     return state_seq in redactions_of([dict(row) for row in erasures])
 
 

@@ -56,9 +56,9 @@ def _entry(event: AgentEvent) -> dict[str, Any]:
 
 def session_rebuild(*, run: AgentRun) -> list[dict[str, Any]]:
     """Replace the window with the run's latest conversation events from Postgres."""
-    events = AgentEvent.objects.filter(run=run, event_type__in=SESSION_EVENTS).order_by("-seq")[
-        : settings.KEEPER_SESSION_WINDOW
-    ]
+    events = AgentEvent.objects.filter(
+        tenant_id=run.tenant_id, run=run, event_type__in=SESSION_EVENTS
+    ).order_by("-seq")[: settings.KEEPER_SESSION_WINDOW]
     entries = [_entry(e) for e in reversed(list(events))]
     if run.subject.startswith("erased:"):
         # Read from Postgres, never cached again: the key would name the erased subject's pseudonym,
@@ -104,7 +104,7 @@ def session_window(*, run: AgentRun) -> list[dict[str, Any]]:
         raw = []
     by_seq = {e["seq"]: e for e in (json.loads(r) for r in raw)}  # a racing rebuild may repeat an entry
     latest = (
-        AgentEvent.objects.filter(run=run, event_type__in=SESSION_EVENTS)
+        AgentEvent.objects.filter(tenant_id=run.tenant_id, run=run, event_type__in=SESSION_EVENTS)
         .order_by("-seq")
         .values_list("seq", flat=True)
         .first()

@@ -139,6 +139,7 @@ def _ask_again(approval: Approval, actor: str) -> None:
     seq = apply(
         m.StatusChanged(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             from_statuses=(RunStatus.SUSPENDED,),
             to_status=RunStatus.SUSPENDED,
             event_type="approval_expired",
@@ -206,6 +207,7 @@ def _decision_recorded(run: AgentRun, actor: str, status: str, payload: dict[str
     waiting = run.status == RunStatus.SUSPENDED
     return m.StatusChanged(
         run_id=run.run_id,
+        tenant_id=run.tenant_id,
         from_statuses=(RunStatus.SUSPENDED,) if waiting else (RunStatus.RUNNING,),
         to_status=RunStatus.SUSPENDED if waiting else RunStatus.RUNNING,
         event_type=f"approval_{status}",

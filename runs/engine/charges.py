@@ -134,7 +134,7 @@ def model_call_charge(
     if tenant_id is None:
         return spent
     with tenant_bind(tenant_id):  # a run that completed is still charged for the extraction after it
-        apply(m.UsageCharged(run_id, payload, actor))
+        apply(m.UsageCharged(run_id, tenant_id, payload, actor))
     return spent
 
 

@@ -78,6 +78,7 @@ def runs_code_back(*, limit: int = 200) -> int:
             seq = apply(
                 m.StatusChanged(
                     run_id=run_id,
+                    tenant_id=tenant_id,
                     from_statuses=("suspended",),
                     to_status="suspended",
                     event_type="resume_requested",

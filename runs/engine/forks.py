@@ -268,6 +268,7 @@ def run_rewind(
         seq = apply(
             m.StatusChanged(
                 run_id=parent.run_id,
+                tenant_id=parent.tenant_id,
                 from_statuses=(parent.status,),
                 to_status=RunStatus.CANCELLED if active else parent.status,
                 event_type="run_superseded",
@@ -301,6 +302,7 @@ def forks_expire() -> int:
             seq = apply(
                 m.StatusChanged(
                     run_id=run_id,
+                    tenant_id=tenant_id,
                     from_statuses=(RunStatus.SUSPENDED,),
                     to_status=RunStatus.CANCELLED,
                     event_type="fork_expired",
@@ -325,6 +327,7 @@ def forks_expire() -> int:
             seq = apply(
                 m.StatusChanged(
                     run_id=run_id,
+                    tenant_id=tenant_id,
                     from_statuses=(RunStatus.SUSPENDED,),
                     to_status=RunStatus.CANCELLED,
                     event_type="fork_abandoned",

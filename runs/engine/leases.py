@@ -54,7 +54,11 @@ class HeldLease:
                 settings.CELERY_TASK_TIME_LIMIT,
             )
             return False
-        expires = apply(m.LeaseRenewed(self.grant.run_id, self.grant.owner, self.grant.epoch, self.ttl))
+        expires = apply(
+            m.LeaseRenewed(
+                self.grant.run_id, self.grant.tenant_id, self.grant.owner, self.grant.epoch, self.ttl
+            )
+        )
         if expires is None:
             self.lost = True
             logger.warning("lease on run %s (epoch %s) was lost", self.grant.run_id, self.grant.epoch)

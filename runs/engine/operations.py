@@ -361,6 +361,7 @@ def operation_reconcile(
         seq = apply(
             m.StatusChanged(
                 run_id=run.run_id,
+                tenant_id=run.tenant_id,
                 from_statuses=(run.status,),
                 to_status=run.status,
                 event_type="operation_reconciled",

@@ -281,6 +281,7 @@ def run_state_accept(
         seq = apply(
             m.StateAccepted(
                 run.run_id,
+                run.tenant_id,
                 run.state_revision,
                 ACCEPTABLE_REFUSALS,
                 state_encode(run.state),

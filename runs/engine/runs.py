@@ -14,7 +14,7 @@ from django.db.models import JSONField
 from core.digests import MAX_JSON_DEPTH, json_depth_over, json_digest
 from core.errors import InvalidInput
 from core.models import Tenant
-from core.tenancy import tenant_of_call
+from core.tenancy import tenant_bound, tenant_of_call
 from runs.engine.dispatch import run_enqueue_on_commit
 from runs.engine.registry import Workflow, registry
 from runs.engine.selectors import run_get
@@ -188,9 +188,12 @@ def _transition(
     note: str,
     **kwargs: Any,
 ) -> AgentRun:
+    # The run's own tenant: each service that moves a run works as it (tenant_of_call binds its row's).
+    tenant_id = tenant_bound()
     seq = apply(
         m.StatusChanged(
             run_id=run_id,
+            tenant_id=tenant_id,
             from_statuses=from_statuses,
             to_status=to_status,
             event_type=event_type,
@@ -199,7 +202,7 @@ def _transition(
             **kwargs,
         )
     )
-    run = AgentRun.objects.filter(run_id=run_id).first()
+    run = AgentRun.objects.filter(run_id=run_id, tenant_id=tenant_id).first()
     if run is None:
         raise RunNotFound(f"no run {run_id}")
     if seq is None and run.imported:
@@ -254,9 +257,12 @@ def run_cancel(*, run_id: UUID, actor: str, note: str = "") -> AgentRun:
 
 
 def _active_children(run_ids: list[UUID]) -> list[UUID]:
+    # a child is of its parent's tenant, the one bound (tenant_of_call)
     return list(
         AgentRun.objects.filter(
-            child_of_id__in=run_ids, status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED)
+            tenant_id=tenant_bound(),
+            child_of_id__in=run_ids,
+            status__in=(RunStatus.RUNNING, RunStatus.SUSPENDED),
         ).values_list("run_id", flat=True)
     )
 
@@ -270,7 +276,10 @@ def _lock_descendants(run_id: UUID) -> None:
         levels.append(frontier)
     for level in reversed(levels):
         list(
-            AgentRun.objects.select_for_update().filter(run_id__in=level).order_by("run_id").values_list("pk")
+            AgentRun.objects.select_for_update()
+            .filter(tenant_id=tenant_bound(), run_id__in=level)
+            .order_by("run_id")
+            .values_list("pk")
         )
 
 

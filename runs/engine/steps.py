@@ -143,7 +143,7 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None, sliced: bool = Fa
     if tenant_id is None:
         return AdvanceResult("not_acquired")
     with tenant_bind(tenant_id):
-        grant = apply(m.LeaseTaken(run_id, owner, settings.KEEPER_LEASE_TTL))
+        grant = apply(m.LeaseTaken(run_id, tenant_id, owner, settings.KEEPER_LEASE_TTL))
         if grant is None:
             return AdvanceResult("not_acquired")
         with lease_held(grant) as lease, log_context(run_id=run_id, tenant_id=grant.tenant_id):
@@ -158,7 +158,7 @@ def run_advance(*, run_id: UUID, worker_id: str | None = None, sliced: bool = Fa
             # Lost to a newer revision (a message, a person) rather than a newer epoch: the lease is
             # still ours, so give it back now and wake the run, instead of holding it a whole TTL. The
             # step did run: its try counts.
-            if apply(m.LeaseReleased(run_id, owner, grant.epoch, attempted=True)):
+            if apply(m.LeaseReleased(run_id, grant.tenant_id, owner, grant.epoch, attempted=True)):
                 run_enqueue(run_id=run_id)
             return AdvanceResult("fenced")
         if grant.replay and result.status == RunStatus.SUSPENDED:  # the evaluation feeds it what comes next
@@ -221,7 +221,7 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
     )
     turn.committed = None
     if isinstance(decision, Wait):  # an operation's first call may still be in flight: look again later
-        apply(m.LeaseDeferred(grant.run_id, grant.owner, grant.epoch, decision.retry_in))
+        apply(m.LeaseDeferred(grant.run_id, grant.tenant_id, grant.owner, grant.epoch, decision.retry_in))
         run_enqueue(run_id=grant.run_id, countdown=decision.retry_in)
         return AdvanceResult("deferred")
     seq = 0
@@ -232,7 +232,7 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
     assert workflow is not None
     step = workflow.step(grant.next_step)
     assert step is not None
-    held = m.Held(grant.run_id, grant.owner, grant.epoch, decision.revision, grant.attempt)
+    held = m.Held.of(grant, decision.revision)
     ctx = StepContext(
         run_id=grant.run_id,
         tenant_id=grant.tenant_id,

@@ -115,7 +115,7 @@ def _workflow(grant: LeaseGrant) -> tuple[Workflow | None, str]:
 
 
 def _release(grant: LeaseGrant) -> None:
-    apply(m.LeaseReleased(grant.run_id, grant.owner, grant.epoch))
+    apply(m.LeaseReleased(grant.run_id, grant.tenant_id, grant.owner, grant.epoch))
 
 
 def _token(grant: LeaseGrant, *, verifying: bool = False) -> str:
@@ -148,7 +148,7 @@ def _grant_checked(grant: LeaseGrant, lookups: WorkerLookups | None = None) -> C
         now=timezone.now(),
     )
     if isinstance(decision, Wait):  # an operation's first call may still be in flight: look again later
-        apply(m.LeaseDeferred(grant.run_id, grant.owner, grant.epoch, decision.retry_in))
+        apply(m.LeaseDeferred(grant.run_id, grant.tenant_id, grant.owner, grant.epoch, decision.retry_in))
         return None
     for move in decision.moves:
         if apply(move) is None:  # a person or a message moved it meanwhile: leave it to the next claim
@@ -164,7 +164,7 @@ def _grant_checked(grant: LeaseGrant, lookups: WorkerLookups | None = None) -> C
 def _claim_once(*, tenant_id: UUID, workflows: list[str], owner: str, ttl: float) -> Claim | None:
     with tenant_bind(tenant_id):
         for run_id in _claimable(tenant_id=tenant_id, names=workflows):
-            grant = apply(m.LeaseTaken(run_id, owner, ttl, external=True))
+            grant = apply(m.LeaseTaken(run_id, tenant_id, owner, ttl, external=True))
             if grant is None:  # another worker won it
                 continue
             claim = _grant_checked(grant)
@@ -306,7 +306,7 @@ def lookups_answered(lease: Lease) -> None:
 def external_heartbeat(*, lease: Lease, ttl: float | None = None) -> Any:
     with tenant_bind(lease.tenant_id):
         ttl = float(ttl if ttl is not None else settings.KEEPER_LEASE_TTL)
-        expires = apply(m.LeaseRenewed(lease.run_id, lease.owner, lease.epoch, ttl))
+        expires = apply(m.LeaseRenewed(lease.run_id, lease.tenant_id, lease.owner, lease.epoch, ttl))
         if expires is None:
             raise lost(run_of(lease), lease)
         return expires
@@ -316,7 +316,9 @@ def external_release(*, lease: Lease, retry_in: float = 0.0, attempted: bool = F
     """Give the run back. A release is not a failed attempt (the try its claim counted is given back)
     unless the worker says it tried the step and it failed (`attempted`)."""
     with tenant_bind(lease.tenant_id):
-        if not apply(m.LeaseReleased(lease.run_id, lease.owner, lease.epoch, retry_in, attempted)):
+        if not apply(
+            m.LeaseReleased(lease.run_id, lease.tenant_id, lease.owner, lease.epoch, retry_in, attempted)
+        ):
             raise lost(run_of(lease), lease)
 
 
@@ -440,7 +442,7 @@ def external_commit(
         except UnknownWorkflow as exc:
             raise InvalidInput(exc.message, code="workflow_version_unavailable") from None
         situation = Situation(
-            held=m.Held(run.run_id, lease.owner, lease.epoch, expected_revision, run.attempt),
+            held=m.Held(run.run_id, run.tenant_id, lease.owner, lease.epoch, expected_revision, run.attempt),
             step_id=run.next_step or "",
             state=state_encode(run.state),
             workflow_version=run.workflow_version,

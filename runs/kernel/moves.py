@@ -5,6 +5,11 @@ and the revision it read; a person's or the system's move names the statuses (or
 may start from. If the run is no longer where the move expects it, the statement matches no row and
 nothing is written: apply() answers None (or False), never a half-written run.
 
+A move that finds one run by its fence names the run's tenant as Keeper recorded it (the grant's,
+the run row's, a sweep's, never a request's), and its statement finds the run by tenant and id: the
+shard of a database distributed by tenant (docs/explanation/past-one-primary.md) is found from the
+statement alone.
+
 `Move[R]` says what apply() gives back for the move: mostly the seq of the event it wrote.
 """
 
@@ -30,9 +35,11 @@ class Move(Generic[R]):
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """The fence of a lease holder's move: the run, the lease (owner, epoch) and the revision read."""
+    """The fence of a lease holder's move: the run and its tenant (as the lease's grant read them), the
+    lease (owner, epoch) and the revision read."""
 
     run_id: UUID
+    tenant_id: UUID
     owner: str
     epoch: int
     revision: int
@@ -42,6 +49,7 @@ class Held:
     def of(cls, grant: LeaseGrant, revision: int | None = None) -> Held:
         return cls(
             grant.run_id,
+            grant.tenant_id,
             grant.owner,
             grant.epoch,
             grant.revision if revision is None else revision,
@@ -50,7 +58,7 @@ class Held:
 
     def after(self, seq: int) -> Held:
         """The same lease at the revision a move just committed."""
-        return Held(self.run_id, self.owner, self.epoch, seq, self.attempt)
+        return Held(self.run_id, self.tenant_id, self.owner, self.epoch, seq, self.attempt)
 
 
 # --- starting ---------------------------------------------------------------------------------------
@@ -93,6 +101,7 @@ class LeaseTaken(Move["LeaseGrant | None"]):
     workflows in code; outside workers (`external`) only the others."""
 
     run_id: UUID
+    tenant_id: UUID
     owner: str
     ttl: float
     external: bool = False
@@ -103,6 +112,7 @@ class LeaseRenewed(Move["datetime | None"]):
     """Extend a lease still held at this epoch; None if it was lost."""
 
     run_id: UUID
+    tenant_id: UUID
     owner: str
     epoch: int
     ttl: float
@@ -114,6 +124,7 @@ class LeaseReleased(Move[bool]):
     given back, unless `attempted` (the holder tried and failed, and retries after `retry_in`)."""
 
     run_id: UUID
+    tenant_id: UUID
     owner: str
     epoch: int
     retry_in: float = 0.0
@@ -127,6 +138,7 @@ class LeaseDeferred(Move[bool]):
     it next takes it over and verifies it again."""
 
     run_id: UUID
+    tenant_id: UUID
     owner: str
     epoch: int
     retry_in: float
@@ -257,6 +269,7 @@ class StatusChanged(Move["int | None"]):
     marked for a worker to verify and resume."""
 
     run_id: UUID
+    tenant_id: UUID
     from_statuses: tuple[str, ...]
     to_status: str
     event_type: str
@@ -279,6 +292,7 @@ class StateAccepted(Move["int | None"]):
     """A person accepted the stored state a run was refused for (it stays suspended `state_accepted`)."""
 
     run_id: UUID
+    tenant_id: UUID
     expected_revision: int
     reasons: tuple[str, ...]
     state: EncodedState
@@ -366,6 +380,7 @@ class UsageCharged(Move["int | None"]):
     """A model call made outside any step (fact extraction after a run...), as a `model_usage` event."""
 
     run_id: UUID
+    tenant_id: UUID
     payload: dict[str, Any]
     actor: str
 
@@ -536,5 +551,6 @@ class StateAlteredOutside(Move[bool]):
     `unsupported_checkpoint`). For the demo and tests only; no service calls it."""
 
     run_id: UUID
+    tenant_id: UUID
     state: dict[str, Any] | None = None
     state_schema_version: int | None = None

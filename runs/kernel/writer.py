@@ -116,7 +116,13 @@ def _run_started(move: m.RunStarted) -> tuple[Any, ...] | None:
 def _lease_taken(move: m.LeaseTaken) -> LeaseGrant | None:
     found = wire.rows(
         leases.LEASE_TAKE,
-        {"run_id": move.run_id, "owner": move.owner, "ttl": move.ttl, "external": move.external},
+        {
+            "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
+            "owner": move.owner,
+            "ttl": move.ttl,
+            "external": move.external,
+        },
     )
     if not found:
         return None
@@ -147,7 +153,14 @@ def _lease_taken(move: m.LeaseTaken) -> LeaseGrant | None:
 @_handles(m.LeaseRenewed)
 def _lease_renewed(move: m.LeaseRenewed) -> datetime | None:
     found = wire.rows(
-        leases.LEASE_RENEW, {"run_id": move.run_id, "owner": move.owner, "epoch": move.epoch, "ttl": move.ttl}
+        leases.LEASE_RENEW,
+        {
+            "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
+            "owner": move.owner,
+            "epoch": move.epoch,
+            "ttl": move.ttl,
+        },
     )
     return found[0][0] if found else None
 
@@ -156,6 +169,7 @@ def _lease_renewed(move: m.LeaseRenewed) -> datetime | None:
 def _lease_released(move: m.LeaseReleased) -> bool:
     params = {
         "run_id": move.run_id,
+        "tenant_id": move.tenant_id,
         "owner": move.owner,
         "epoch": move.epoch,
         "delay": move.retry_in,
@@ -166,7 +180,13 @@ def _lease_released(move: m.LeaseReleased) -> bool:
 
 @_handles(m.LeaseDeferred)
 def _lease_deferred(move: m.LeaseDeferred) -> bool:
-    params = {"run_id": move.run_id, "owner": move.owner, "epoch": move.epoch, "delay": move.retry_in}
+    params = {
+        "run_id": move.run_id,
+        "tenant_id": move.tenant_id,
+        "owner": move.owner,
+        "epoch": move.epoch,
+        "delay": move.retry_in,
+    }
     return bool(wire.rows(leases.LEASE_DEFER, params))
 
 
@@ -183,6 +203,7 @@ def _commit_params(move: m.WorkerMove) -> dict[str, Any]:
     held = move.held
     base: dict[str, Any] = {
         "run_id": held.run_id,
+        "tenant_id": held.tenant_id,
         "expected": held.revision,
         "epoch": held.epoch,
         "owner": held.owner,
@@ -292,6 +313,7 @@ def _status_changed(move: m.StatusChanged) -> int | None:
         sql,
         {
             "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
             "from_statuses": list(move.from_statuses),
             "to_status": move.to_status,
             "event_type": move.event_type,
@@ -319,6 +341,7 @@ def _state_accepted(move: m.StateAccepted) -> int | None:
         runs.ACCEPT_STATE,
         {
             "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
             "expected": move.expected_revision,
             "reasons": list(move.reasons),
             "state": move.state.json,
@@ -417,7 +440,12 @@ def _message_appended(move: m.MessageAppended) -> int | None:
 def _usage_charged(move: m.UsageCharged) -> int | None:
     found = wire.rows(
         runs.USAGE_CHARGED,
-        {"run_id": move.run_id, "payload": canonical_json(move.payload), "actor": move.actor},
+        {
+            "run_id": move.run_id,
+            "tenant_id": move.tenant_id,
+            "payload": canonical_json(move.payload),
+            "actor": move.actor,
+        },
     )
     return found[0][0] if found else None
 
@@ -472,7 +500,12 @@ def _event_redacted(move: m.EventRedacted) -> bool:
 
 @_handles(m.StateAlteredOutside)
 def _state_altered(move: m.StateAlteredOutside) -> bool:
-    params = {"run_id": move.run_id, "state": _json_or_none(move.state), "schema": move.state_schema_version}
+    params = {
+        "run_id": move.run_id,
+        "tenant_id": move.tenant_id,
+        "state": _json_or_none(move.state),
+        "schema": move.state_schema_version,
+    }
     return bool(wire.rows(runs.STATE_ALTERED, params))
 
 

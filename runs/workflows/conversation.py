@@ -93,7 +93,7 @@ def respond(ctx: Context, state: State) -> StepResult:
     message = conversation_next_unanswered(run_id=ctx.run_id)
     if message is None:
         return ctx.suspend(state, AWAITING_INPUT, "waiting for the next user message")
-    run = AgentRun.objects.get(run_id=ctx.run_id)
+    run = AgentRun.objects.get(tenant_id=ctx.tenant_id, run_id=ctx.run_id)
     config = CONVERSATION_CONFIGS.get(ctx.engine.workflow.name) or ConversationConfig()
     text = message.payload.get("content", "[erased]")
     context = context_build(

@@ -131,7 +131,7 @@ def respond(ctx: Context, state: State) -> StepResult:
     message = conversation_next_unanswered(run_id=ctx.run_id)
     if message is None:
         return ctx.suspend(state, AWAITING_INPUT, "waiting for the customer's next message")
-    run = AgentRun.objects.select_related("tenant").get(run_id=ctx.run_id)
+    run = AgentRun.objects.select_related("tenant").get(tenant_id=ctx.tenant_id, run_id=ctx.run_id)
     text = message.payload.get("content", "[erased]")
     context = context_build(
         run=run,

@@ -77,6 +77,7 @@ def _seed(tenant: Tenant) -> dict[str, Any]:
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w",
             ttl=30,
         )

@@ -263,6 +263,7 @@ def test_a_lease_take_over_is_marked_on_the_timeline(as_role, tenant):
         apply(
             m.LeaseTaken(
                 run_id=run.run_id,
+                tenant_id=run.tenant_id,
                 owner="w-crashed",
                 ttl=0.01,
             )

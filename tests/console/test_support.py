@@ -64,6 +64,7 @@ def _unknown_operation(tenant, note: str = "connection dropped", suspend: bool =
         grant = apply(
             m.LeaseTaken(
                 run_id=run.run_id,
+                tenant_id=run.tenant_id,
                 owner="w1",
                 ttl=30,
             )

@@ -70,6 +70,7 @@ def test_metrics_count_runs_operations_takeovers_and_the_queue(client, tenant, t
         apply(
             m.LeaseTaken(
                 run_id=taken_over.run_id,
+                tenant_id=taken_over.tenant_id,
                 owner="dead-worker",
                 ttl=0.05,
             )

@@ -214,7 +214,7 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
         "memory_items.subject_id",
     } <= set(before)
     # A worker read the run before the erasure: it must never commit the unredacted state back.
-    grant = apply(m.LeaseTaken(run_id=chat.run_id, owner="w-stale", ttl=60))
+    grant = apply(m.LeaseTaken(run_id=chat.run_id, tenant_id=chat.tenant_id, owner="w-stale", ttl=60))
     assert grant is not None and grant.status == "suspended"
 
     done = _erase(tenant)
@@ -247,7 +247,7 @@ def test_erasure_reaches_every_copy_and_the_receipt_counts_each_place(tenant, sa
     assert _copies(BYSTANDER, tenant) == {"agent_events.payload": 1}  # another customer's words stay
     assert AgentRun.objects.get(run_id=bystander.run_id).subject == "someone-else"
 
-    held = m.Held(chat.run_id, grant.owner, grant.epoch, grant.revision, 1)
+    held = m.Held(chat.run_id, grant.tenant_id, grant.owner, grant.epoch, grant.revision, 1)
     committed = apply(
         m.StepCommitted(held, EncodedState("{}", "sha256:x"), grant.next_step, grant.next_step, {})
     )

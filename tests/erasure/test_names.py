@@ -65,7 +65,14 @@ def test_the_subject_as_actor_and_decider_in_other_runs_is_keyed_and_the_receipt
     approval_approve(approval_id=pending.approval_id, actor=f"user:{SUBJECT}", note="ok")
     run_advance(run_id=asked.run_id, worker_id="w1")  # the resume it asked for happens
     leased = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t").run
-    assert apply(m.LeaseTaken(run_id=leased.run_id, owner=f"worker-{SUBJECT}", ttl=0.05)) is not None
+    assert (
+        apply(
+            m.LeaseTaken(
+                run_id=leased.run_id, tenant_id=leased.tenant_id, owner=f"worker-{SUBJECT}", ttl=0.05
+            )
+        )
+        is not None
+    )
     time.sleep(0.1)  # the worker died: its lease ran out
 
     done = _erase(tenant)
@@ -97,7 +104,9 @@ def test_a_live_lease_in_the_subjects_name_says_what_to_do_and_a_retry_over_the_
     (the worker would go on under the same name), so it fails saying which run and what to do; once
     the worker has let go, a retry of the same request over the API completes it."""
     leased = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t").run
-    grant = apply(m.LeaseTaken(run_id=leased.run_id, owner=f"worker-{SUBJECT}", ttl=60))
+    grant = apply(
+        m.LeaseTaken(run_id=leased.run_id, tenant_id=leased.tenant_id, owner=f"worker-{SUBJECT}", ttl=60)
+    )
     assert grant is not None
     failed = _erase(tenant)
     assert failed.status == "failed" and failed.receipt["final_scan"]["agent_runs.lease_owner"] == 1
@@ -108,7 +117,9 @@ def test_a_live_lease_in_the_subjects_name_says_what_to_do_and_a_retry_over_the_
     [row] = [p for p in failed.receipt["places"] if p["place"] == "agent_runs.lease_owner"]
     assert "stop that worker" in row["what_to_do"] and row["runs"] == [str(leased.run_id)]
 
-    assert apply(m.LeaseReleased(run_id=leased.run_id, owner=grant.owner, epoch=grant.epoch))
+    assert apply(
+        m.LeaseReleased(run_id=leased.run_id, tenant_id=grant.tenant_id, owner=grant.owner, epoch=grant.epoch)
+    )
     client = APIClient()
     key = api_key_create(tenant=tenant, name="compliance-bot", scope="write").plaintext
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")

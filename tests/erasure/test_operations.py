@@ -57,6 +57,7 @@ def _cancelled_with_a_call_in_doubt(tenant) -> None:
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w1",
             ttl=30,
         )
@@ -66,6 +67,7 @@ def _cancelled_with_a_call_in_doubt(tenant) -> None:
     apply(
         m.LeaseReleased(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w1",
             epoch=grant.epoch,
         )
@@ -87,6 +89,7 @@ def test_decided_operations_lose_the_subject_and_one_in_doubt_is_named_until_rec
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w1",
             ttl=30,
         )
@@ -106,6 +109,7 @@ def test_decided_operations_lose_the_subject_and_one_in_doubt_is_named_until_rec
     apply(
         m.LeaseReleased(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w1",
             epoch=grant.epoch,
         )

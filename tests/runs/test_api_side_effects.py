@@ -68,6 +68,7 @@ def test_reconcile_through_the_api_with_validation(api, tenant):
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w",
             ttl=30,
         )

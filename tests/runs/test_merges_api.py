@@ -102,7 +102,9 @@ def test_bad_merge_requests_get_a_reason_not_a_500(tenant, other_tenant):
     assert not WorkspaceMerge.objects.exists()
     # A run a worker holds may keep files it has not saved: refused, 409.
     run_resume(run_id=parent.run_id, actor="t")
-    assert apply(m.LeaseTaken(parent.run_id, "a-worker", 600.0)) is not None  # a worker verifying it
+    assert (
+        apply(m.LeaseTaken(parent.run_id, parent.tenant_id, "a-worker", 600.0)) is not None
+    )  # a worker verifying it
     busy = api.post(f"/api/v1/runs/{child.run_id}/merge", {}, format="json")
     assert (busy.status_code, busy.json()["error"]["code"]) == (409, "merge_run_busy")
 

@@ -166,7 +166,7 @@ def test_a_not_applied_lookup_before_the_calls_deadline_never_sends_twice(tenant
     run = run_start(tenant=tenant, workflow_name="race.pay", input={}, actor="test").run
     op_id = f"pay:{run.run_id}"
     with tenant_bind(tenant.tenant_id):
-        dead = apply(m.LeaseTaken(run.run_id, "dead-worker", 30))
+        dead = apply(m.LeaseTaken(run.run_id, run.tenant_id, "dead-worker", 30))
         operation_prepare_once(tenant_id=tenant.tenant_id, run_id=run.run_id, step_id="pay", operation_id=op_id,
                                tool_name="race.pay", tool_contract_version="v1", request={"amount": 5},
                                actor=dead.owner)  # fmt: skip

@@ -267,6 +267,7 @@ def test_a_signal_fences_a_step_in_flight_which_then_runs_again_and_sees_it(api,
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w-slow",
             ttl=60,
         )
@@ -279,6 +280,7 @@ def test_a_signal_fences_a_step_in_flight_which_then_runs_again_and_sees_it(api,
     apply(
         m.LeaseReleased(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w-slow",
             epoch=grant.epoch,
         )

@@ -90,6 +90,7 @@ def test_a_step_past_the_task_time_limit_lets_its_lease_go_in_a_threads_worker(t
         taken = apply(
             m.LeaseTaken(
                 run_id=run.run_id,
+                tenant_id=run.tenant_id,
                 owner="rescuer",
                 ttl=30,
             )

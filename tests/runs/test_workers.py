@@ -31,6 +31,7 @@ def test_separate_processes_racing_on_one_revision_exactly_one_commits(tenant, p
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="shared",
             ttl=60,
         )
@@ -135,6 +136,7 @@ def test_a_long_step_keeps_its_lease_by_heartbeat(tenant, processes):
             apply(
                 m.LeaseTaken(
                     run_id=run.run_id,
+                    tenant_id=run.tenant_id,
                     owner="thief",
                     ttl=30,
                 )

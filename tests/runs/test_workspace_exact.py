@@ -145,7 +145,7 @@ def test_a_fork_past_the_last_snapshot_of_a_run_mid_slice_waits_for_the_slice(te
     head = AgentRun.objects.get(run_id=run.run_id).state_revision
     assert head > saved
     # A worker holds the run (in the middle of a slice): its newer writes may not be saved yet.
-    assert apply(m.LeaseTaken(run.run_id, "w-busy", 60)) is not None
+    assert apply(m.LeaseTaken(run.run_id, run.tenant_id, "w-busy", 60)) is not None
     with pytest.raises(Conflict) as refused:
         run_fork(run_id=run.run_id, at_seq=head, actor="t", start=False)
     assert refused.value.code == "workspace_not_saved" and refused.value.details == {"saved_seq": saved}

@@ -223,15 +223,16 @@ def summary_held_release(*, run: AgentRun, summary_id: Any) -> Summary:
     that stood in for it is stale. (The caller records who decided, and why.)"""
     with transaction.atomic():
         held = Summary.objects.select_for_update().get(
-            run=run, summary_id=summary_id, status=SummaryStatus.HELD
+            tenant_id=run.tenant_id, run=run, summary_id=summary_id, status=SummaryStatus.HELD
         )
         Summary.objects.filter(
+            tenant_id=run.tenant_id,
             run=run,
             covers_from_seq=held.covers_from_seq,
             covers_to_seq=held.covers_to_seq,
             status=SummaryStatus.VALID,
         ).update(status=SummaryStatus.STALE)
-        Summary.objects.filter(pk=held.pk).update(status=SummaryStatus.VALID)
+        Summary.objects.filter(tenant_id=run.tenant_id, pk=held.pk).update(status=SummaryStatus.VALID)
         held.status = SummaryStatus.VALID
     return held
 
@@ -239,7 +240,7 @@ def summary_held_release(*, run: AgentRun, summary_id: Any) -> Summary:
 def _held_keys(run: AgentRun) -> set[tuple[int, int, str, str]]:
     """(from, to, source digest, compactor) of the run's held summaries: a summary of the same events
     by another compactor stands in for each, and is not rebuilt for having another compactor."""
-    rows = Summary.objects.filter(run=run, status=SummaryStatus.HELD).values_list(
+    rows = Summary.objects.filter(tenant_id=run.tenant_id, run=run, status=SummaryStatus.HELD).values_list(
         "covers_from_seq", "covers_to_seq", "source_digest", "compactor"
     )
     return {(a, b, digest, canonical_json(info)) for a, b, digest, info in rows}
@@ -268,7 +269,7 @@ def summary_problem(
 def run_rewrites(*, run: AgentRun, up_to_seq: int | None = None) -> dict[int, int]:
     """{seq: rewrites} of the run's events changed after they were written (a partial index: only
     those rows are read)."""
-    rows = AgentEvent.objects.filter(run=run, rewrites__gt=0)
+    rows = AgentEvent.objects.filter(tenant_id=run.tenant_id, run=run, rewrites__gt=0)
     if up_to_seq is not None:
         rows = rows.filter(seq__lte=up_to_seq)
     return dict(rows.values_list("seq", "rewrites"))
@@ -280,7 +281,7 @@ def range_rewrites(rewritten: dict[int, int], first: int, last: int) -> int:
 
 def _range_events(run: AgentRun, first: int, last: int) -> list[AgentEvent]:
     return list(
-        AgentEvent.objects.filter(run=run, seq__gte=first, seq__lte=last)
+        AgentEvent.objects.filter(tenant_id=run.tenant_id, run=run, seq__gte=first, seq__lte=last)
         .only("seq", "event_type", "payload")
         .order_by("seq")
     )
@@ -313,7 +314,7 @@ def summaries_usable(
     notes: list[str] = []
     chain: list[Summary] = []
     expected_from = 1
-    rows = Summary.objects.filter(run=run, status=SummaryStatus.VALID)
+    rows = Summary.objects.filter(tenant_id=run.tenant_id, run=run, status=SummaryStatus.VALID)
     if up_to_seq is not None:
         rows = rows.filter(covers_to_seq__lte=up_to_seq)
     # facts, questions and decisions are the summary's record; its text and carry are what a context uses.
@@ -321,7 +322,7 @@ def summaries_usable(
     for summary in rows.order_by("covers_from_seq"):
         if summary.covers_from_seq != expected_from:
             notes.append(f"summary {summary.summary_id} does not continue at seq {expected_from}: not used")
-            Summary.objects.filter(pk=summary.pk).update(status=SummaryStatus.STALE)
+            Summary.objects.filter(tenant_id=run.tenant_id, pk=summary.pk).update(status=SummaryStatus.STALE)
             continue
         first, last = summary.covers_from_seq, summary.covers_to_seq
         seen = range_rewrites(rewritten, first, last)
@@ -335,10 +336,10 @@ def summaries_usable(
         problem = summary_problem(summary, local, compactor, stands_in=stands_in)
         if problem is None:
             if seen != summary.rewrites_checked:
-                Summary.objects.filter(pk=summary.pk).update(rewrites_checked=seen)
+                Summary.objects.filter(tenant_id=run.tenant_id, pk=summary.pk).update(rewrites_checked=seen)
                 summary.rewrites_checked = seen
         else:
-            Summary.objects.filter(pk=summary.pk).update(status=SummaryStatus.STALE)
+            Summary.objects.filter(tenant_id=run.tenant_id, pk=summary.pk).update(status=SummaryStatus.STALE)
             covered = [local[s] for s in range(first, last + 1) if s in local]
             if len(covered) != last - first + 1:
                 notes.append(f"summary {summary.summary_id} dropped: {problem}; raw events used instead")

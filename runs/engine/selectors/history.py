@@ -17,20 +17,21 @@ from django.db.models.fields.json import KT
 from core.digests import json_digest
 from core.errors import InvalidInput
 from core.pagination import KeysetPage, keyset_page
-from core.tenancy import tenant_of_call
+from core.tenancy import tenant_bound, tenant_of_call
 from runs.kernel.models import AgentEvent, AgentRun
 
 
 @tenant_of_call
 def run_events(*, run_id: UUID, after_seq: int = 0, limit: int = 100) -> list[AgentEvent]:
-    return list(AgentEvent.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq")[:limit])
+    events = AgentEvent.objects.filter(tenant_id=tenant_bound(), run_id=run_id, seq__gt=after_seq)
+    return list(events.order_by("seq")[:limit])
 
 
 def event_page(*, run: AgentRun, after_seq: int, limit: int) -> KeysetPage[AgentEvent]:
     """Events after `after_seq` in seq order, without their states (served by UNIQUE (run_id, seq));
     each has `has_state`."""
     events = (
-        AgentEvent.objects.filter(run_id=run.run_id)
+        AgentEvent.objects.filter(tenant_id=run.tenant_id, run_id=run.run_id)
         .defer("state")
         .annotate(has_state=ExpressionWrapper(Q(state__isnull=False), output_field=BooleanField()))
     )
@@ -38,13 +39,15 @@ def event_page(*, run: AgentRun, after_seq: int, limit: int) -> KeysetPage[Agent
 
 
 def event_recent_list(*, run: AgentRun, limit: int = 25) -> list[AgentEvent]:
-    return list(AgentEvent.objects.filter(run_id=run.run_id).order_by("-seq")[:limit])
+    return list(
+        AgentEvent.objects.filter(tenant_id=run.tenant_id, run_id=run.run_id).order_by("-seq")[:limit]
+    )
 
 
 def event_latest_refusal(*, run: AgentRun) -> AgentEvent | None:
     """The run's latest event if it is a refused resume."""
     return AgentEvent.objects.filter(
-        run_id=run.run_id, seq=run.state_revision, event_type="resume_refused"
+        tenant_id=run.tenant_id, run_id=run.run_id, seq=run.state_revision, event_type="resume_refused"
     ).first()
 
 
@@ -69,7 +72,7 @@ class MarkedEvent(NamedTuple):
 _BUCKETS_SQL = """
 SELECT LEAST(floor(extract(epoch FROM created_at - %(start)s) / %(width)s)::int, %(last)s) AS b,
        count(*), min(seq), max(seq), min(created_at), max(created_at)
-  FROM agent_events WHERE run_id = %(run_id)s
+  FROM agent_events WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s
  GROUP BY b ORDER BY b
 """
 
@@ -77,9 +80,9 @@ SELECT LEAST(floor(extract(epoch FROM created_at - %(start)s) / %(width)s)::int,
 def event_buckets(*, run: AgentRun, count: int) -> list[EventBucket]:
     """Events per slice of the run's time (`count` slices), aggregated in SQL."""
     ends = list(
-        AgentEvent.objects.filter(run_id=run.run_id, seq__in=(1, run.state_revision)).values_list(
-            "created_at", flat=True
-        )
+        AgentEvent.objects.filter(
+            tenant_id=run.tenant_id, run_id=run.run_id, seq__in=(1, run.state_revision)
+        ).values_list("created_at", flat=True)
     )
     if not ends:
         return []
@@ -87,7 +90,14 @@ def event_buckets(*, run: AgentRun, count: int) -> list[EventBucket]:
     width = max((end - start).total_seconds() / count, 0.001)
     with connection.cursor() as cursor:
         cursor.execute(
-            _BUCKETS_SQL, {"start": start, "width": width, "last": count - 1, "run_id": run.run_id}
+            _BUCKETS_SQL,
+            {
+                "start": start,
+                "width": width,
+                "last": count - 1,
+                "tenant_id": run.tenant_id,
+                "run_id": run.run_id,
+            },
         )
         return [
             EventBucket(start=row[4], end=row[5], first_seq=row[2], last_seq=row[3], events=row[1])
@@ -100,7 +110,7 @@ def event_marked_list(
 ) -> tuple[list[MarkedEvent], int]:
     """The newest `limit` events of `event_types` in seq order, and how many older ones were left out."""
     rows = (
-        AgentEvent.objects.filter(run_id=run.run_id, event_type__in=event_types)
+        AgentEvent.objects.filter(tenant_id=run.tenant_id, run_id=run.run_id, event_type__in=event_types)
         .annotate(trigger=KT("payload__trigger"), reason=KT("payload__reason"))
         .order_by("-seq")
         .values_list("seq", "event_type", "created_at", "actor", "step_id", "trigger", "reason")[: limit + 1]
@@ -112,7 +122,10 @@ def event_marked_list(
     hidden = 0
     if len(marks) > limit:
         hidden = AgentEvent.objects.filter(
-            run_id=run.run_id, event_type__in=event_types, seq__lt=marks[limit - 1].seq
+            tenant_id=run.tenant_id,
+            run_id=run.run_id,
+            event_type__in=event_types,
+            seq__lt=marks[limit - 1].seq,
         ).count()
         marks = marks[:limit]
     return marks[::-1], hidden
@@ -149,14 +162,16 @@ def revision_parse(value: object, *, run: AgentRun, name: str = "revision") -> i
 def run_state_at(*, run: AgentRun, revision: int) -> RevisionState:
     """The state right after event `revision`: two indexed reads, never the run's whole history."""
     event = (
-        AgentEvent.objects.filter(run_id=run.run_id, seq=revision)
+        AgentEvent.objects.filter(tenant_id=run.tenant_id, run_id=run.run_id, seq=revision)
         .values("event_type", "created_at", "state_digest")
         .first()
     )
     if event is None:
         raise InvalidInput(f"run {run.run_id} has no event {revision}", code="invalid_revision")
     source = (
-        AgentEvent.objects.filter(run_id=run.run_id, seq__lte=revision, state__isnull=False)
+        AgentEvent.objects.filter(
+            tenant_id=run.tenant_id, run_id=run.run_id, seq__lte=revision, state__isnull=False
+        )
         .order_by("-seq")
         .values("seq", "state")
         .first()

@@ -11,7 +11,7 @@ from django.db.models.lookups import Exact, GreaterThan, LessThan
 from core.db import wire
 from core.models import Tenant
 from core.pagination import KeysetPage, ListOrder, keyset_after, keyset_cut, keyset_order, list_orders
-from core.tenancy import tenant_of_call
+from core.tenancy import tenant_bound, tenant_of_call
 from runs.engine.workspace_models import WorkspaceMerge
 from runs.kernel.errors import RunNotFound
 from runs.kernel.models import AgentRun
@@ -98,7 +98,8 @@ def run_cursor_decode(*, order: str, token: str) -> RunCursor:
 
 @tenant_of_call
 def run_get(*, run_id: UUID) -> AgentRun:
-    run = AgentRun.objects.select_related("tenant").filter(run_id=run_id).first()
+    # the run's own tenant, which tenant_of_call bound (a run of none finds nothing)
+    run = AgentRun.objects.select_related("tenant").filter(run_id=run_id, tenant_id=tenant_bound()).first()
     if run is None:
         raise RunNotFound(f"no run {run_id}")
     return run
@@ -111,7 +112,14 @@ def run_get_for_tenants(*, tenant_ids: list[UUID], run_id: UUID) -> AgentRun | N
 
 def fork_list(*, run: AgentRun, limit: int = 20) -> list[AgentRun]:
     """The run's newest forks (only what a link to each shows)."""
-    return list(run.forks.only("run_id", "status", "fork_seq", "created_at").order_by("-created_at")[:limit])
+    forks = run.forks.filter(tenant_id=run.tenant_id).only("run_id", "status", "fork_seq", "created_at")
+    return list(forks.order_by("-created_at")[:limit])
+
+
+def child_list(*, run: AgentRun, limit: int = 20) -> list[AgentRun]:
+    """The run's newest child runs (only what a link to each shows)."""
+    children = run.children.filter(tenant_id=run.tenant_id).only("run_id", "workflow_name", "status")
+    return list(children.order_by("-created_at")[:limit])
 
 
 def merge_list(*, run: AgentRun, limit: int = 20) -> list[WorkspaceMerge]:

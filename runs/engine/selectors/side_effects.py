@@ -12,7 +12,7 @@ from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from core.errors import NotFound
 from core.pagination import KeysetPage, keyset_page
-from core.tenancy import tenant_of_call
+from core.tenancy import tenant_bound, tenant_of_call
 from runs.engine.registry import registry
 from runs.kernel.models import (
     SUBJECT_ERASED,
@@ -57,7 +57,9 @@ def approval_get_for_tenants(*, tenant_ids: list[UUID], approval_id: UUID) -> Ap
 
 def approval_run_list(*, run: AgentRun, limit: int = 20) -> list[Approval]:
     """The run's newest approvals."""
-    return list(Approval.objects.filter(run_id=run.run_id).order_by("-created_at")[:limit])
+    return list(
+        Approval.objects.filter(tenant_id=run.tenant_id, run_id=run.run_id).order_by("-created_at")[:limit]
+    )
 
 
 def _pending(tenant_ids: list[UUID]) -> QuerySet[Approval]:
@@ -122,12 +124,13 @@ def operation_find(*, tenant_id: UUID, operation_id: str) -> ToolOperation | Non
 
 @tenant_of_call
 def run_operations(*, run_id: UUID) -> QuerySet[ToolOperation]:
-    return ToolOperation.objects.filter(run_id=run_id).order_by("created_at")
+    return ToolOperation.objects.filter(tenant_id=tenant_bound(), run_id=run_id).order_by("created_at")
 
 
 def operation_run_list(*, run: AgentRun, limit: int = 100) -> list[ToolOperation]:
     """The run's operations in the order they began (the caller checked the run's tenant)."""
-    return list(ToolOperation.objects.filter(run_id=run.run_id).order_by("created_at")[:limit])
+    operations = ToolOperation.objects.filter(tenant_id=run.tenant_id, run_id=run.run_id)
+    return list(operations.order_by("created_at")[:limit])
 
 
 def _in_doubt() -> QuerySet[ToolOperation]:
@@ -158,7 +161,7 @@ def operation_in_doubt_count(*, tenant_ids: list[UUID]) -> int:
 
 
 def run_operations_in_doubt(*, run: AgentRun) -> list[ToolOperation]:
-    return list(_in_doubt().filter(run_id=run.run_id).order_by("created_at"))
+    return list(_in_doubt().filter(tenant_id=run.tenant_id, run_id=run.run_id).order_by("created_at"))
 
 
 def _suspended(tenant_ids: list[UUID]) -> QuerySet[AgentRun]:

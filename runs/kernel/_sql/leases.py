@@ -10,8 +10,9 @@ UPDATE agent_runs r
        lease_epoch = r.lease_epoch + 1,
        attempt = r.attempt + 1,
        wake_at = NULL
-  FROM (SELECT run_id, lease_owner, lease_epoch FROM agent_runs WHERE run_id = %(run_id)s FOR UPDATE) old
- WHERE r.run_id = old.run_id
+  FROM (SELECT run_id, lease_owner, lease_epoch FROM agent_runs
+         WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s FOR UPDATE) old
+ WHERE r.run_id = old.run_id AND r.tenant_id = %(tenant_id)s
    AND (r.status = 'running' OR (r.status = 'suspended' AND r.resume_requested_at IS NOT NULL))
    AND NOT r.imported
    AND (r.lease_owner IS NULL OR r.lease_expires_at < statement_timestamp())
@@ -26,7 +27,8 @@ RETURNING r.tenant_id, r.lease_epoch, r.lease_expires_at, r.state_revision, r.ne
 
 LEASE_RENEW = """
 UPDATE agent_runs SET lease_expires_at = statement_timestamp() + make_interval(secs => %(ttl)s)
- WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+ WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s
+   AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
 RETURNING lease_expires_at
 """
 
@@ -36,14 +38,16 @@ LEASE_RELEASE = """
 UPDATE agent_runs SET lease_owner = NULL, lease_expires_at = NULL,
        attempt = CASE WHEN %(attempted)s THEN attempt ELSE greatest(attempt - 1, 0) END,
        wake_at = statement_timestamp() + make_interval(secs => %(delay)s)
- WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+ WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s
+   AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
 RETURNING run_id
 """
 
 LEASE_DEFER = """
 UPDATE agent_runs SET lease_expires_at = statement_timestamp(), attempt = greatest(attempt - 1, 0),
        wake_at = statement_timestamp() + make_interval(secs => %(delay)s)
- WHERE run_id = %(run_id)s AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
+ WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s
+   AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s
 RETURNING run_id
 """
 

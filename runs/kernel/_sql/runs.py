@@ -54,8 +54,8 @@ _COMMIT_UPDATE = f"""  UPDATE agent_runs
          resume_requested_at = CASE WHEN %(resume_at_wake)s THEN statement_timestamp() ELSE NULL END,
          resume_requested_by = CASE WHEN %(resume_at_wake)s THEN 'timer' ELSE '' END,
          state_schema_version = COALESCE(%(schema)s::int, state_schema_version)
-   WHERE run_id = %(run_id)s AND state_revision = %(expected)s AND lease_epoch = %(epoch)s
-     AND lease_owner = %(owner)s AND status IN ('running', 'suspended')
+   WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND state_revision = %(expected)s
+     AND lease_epoch = %(epoch)s AND lease_owner = %(owner)s AND status IN ('running', 'suspended')
   RETURNING {RETURNING}"""
 _COMMIT_EVENT = Event(
     step_id="%(step_id)s",
@@ -67,6 +67,7 @@ _COMMIT_EVENT = Event(
 )
 COMMIT_TYPES = {
     "run_id": wire.UUID,
+    "tenant_id": wire.UUID,
     "expected": wire.INT8,
     "epoch": wire.INT8,
     "owner": wire.TEXT,
@@ -130,7 +131,7 @@ _TRANSITION_UPDATE = f"""  UPDATE agent_runs
          resume_requested_at = CASE WHEN %(request_resume)s THEN statement_timestamp() ELSE NULL END,
          resume_requested_by = CASE WHEN %(request_resume)s THEN %(actor)s ELSE '' END,
          superseded_by = COALESCE(%(superseded_by)s::uuid, superseded_by)
-   WHERE run_id = %(run_id)s AND status = ANY(%(from_statuses)s)
+   WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = ANY(%(from_statuses)s)
      AND (%(expected)s::bigint IS NULL OR state_revision = %(expected)s::bigint)
      AND (%(only_if_reason)s::text IS NULL OR suspend_reason = %(only_if_reason)s::text)
      AND (NOT %(only_if_fork_expired)s
@@ -150,8 +151,8 @@ ACCEPT_STATE = moving(
      SET state_digest = %(digest)s, state_revision = state_revision + 1, updated_at = statement_timestamp(),
          suspend_reason = 'state_accepted', suspend_detail = %(detail)s, attempt = 0,
          lease_owner = NULL, lease_expires_at = NULL, wake_at = NULL, dispatched_at = NULL
-   WHERE run_id = %(run_id)s AND status = 'suspended' AND state_revision = %(expected)s
-     AND suspend_reason = ANY(%(reasons)s) AND state = %(state)s::jsonb
+   WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND status = 'suspended'
+     AND state_revision = %(expected)s AND suspend_reason = ANY(%(reasons)s) AND state = %(state)s::jsonb
      AND (lease_owner IS NULL OR lease_expires_at < statement_timestamp()) AND NOT imported
   RETURNING {RETURNING}""",
     Event(event_type="'state_accepted'", state_digest="%(digest)s", state="%(state)s::jsonb"),
@@ -228,7 +229,8 @@ APPEND_EVENT = moving(_ACTIVE_BUMP, Event(client_message_id="%(client_message_id
 # erased subject's, never an imported copy.
 USAGE_CHARGED = moving(
     f"""  UPDATE agent_runs SET state_revision = state_revision + 1, updated_at = statement_timestamp()
-   WHERE run_id = %(run_id)s AND NOT imported AND suspend_reason IS DISTINCT FROM 'subject_erased'
+   WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s AND NOT imported
+     AND suspend_reason IS DISTINCT FROM 'subject_erased'
   RETURNING {RETURNING}""",
     Event(event_type="'model_usage'"),
 )
@@ -306,5 +308,5 @@ SELECT count(*) FROM ins
 STATE_ALTERED = """
 UPDATE agent_runs SET state = COALESCE(%(state)s::jsonb, state),
        state_schema_version = COALESCE(%(schema)s::int, state_schema_version)
- WHERE run_id = %(run_id)s RETURNING run_id
+ WHERE run_id = %(run_id)s AND tenant_id = %(tenant_id)s RETURNING run_id
 """

@@ -35,7 +35,8 @@ OUTBOX = """
     FROM u JOIN webhook_subscriptions s ON s.tenant_id = u.tenant_id AND s.deleted_at IS NULL
    WHERE %(webhook)s::text = ANY(s.event_types)
      -- an evaluation's replay is not the customer's work: its endings tell no subscriber
-     AND NOT EXISTS (SELECT 1 FROM agent_runs x WHERE x.run_id = u.run_id AND x.replay))"""
+     AND NOT EXISTS (SELECT 1 FROM agent_runs x WHERE x.run_id = u.run_id AND x.tenant_id = u.tenant_id
+                     AND x.replay))"""
 
 # A child run that finished (completed, failed, cancelled) tells its parent in the same statement: the
 # parent's next revision records `child_finished`, and a parent suspended waiting for exactly this

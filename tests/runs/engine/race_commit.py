@@ -21,10 +21,10 @@ def main() -> None:
     tenant_id = run_tenant(UUID(run_id))
     assert tenant_id is not None, f"no run {run_id}"
     with tenant_bind(tenant_id):  # as a worker's task: the run's tenant (row-level security)
-        _race()
+        _race(tenant_id)
 
 
-def _race() -> None:
+def _race(tenant_id: UUID) -> None:
     from runs.kernel import apply
     from runs.kernel import moves as m
     from runs.kernel.state import state_encode
@@ -34,13 +34,14 @@ def _race() -> None:
     apply(
         m.LeaseRenewed(
             run_id=UUID(run_id),
+            tenant_id=tenant_id,
             owner=owner,
             epoch=int(epoch),
             ttl=30,
         )
     )  # warm the connection
     time.sleep(max(0.0, float(go_at) - time.time()))
-    held = m.Held(UUID(run_id), owner, int(epoch), int(revision), 1)
+    held = m.Held(UUID(run_id), tenant_id, owner, int(epoch), int(revision), 1)
     seq = apply(m.StepCommitted(held, encoded, "start", "tick", {}))
     print(f"committed {seq}" if seq else "fenced", flush=True)
 

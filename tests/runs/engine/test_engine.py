@@ -33,6 +33,7 @@ def _commit(grant, *, owner=None, expected=None, epoch=None, state=None):
     encoded = state_encode(state if state is not None else {**grant.state, "touched": True})
     held = m.Held(
         grant.run_id,
+        grant.tenant_id,
         owner or grant.owner,
         epoch if epoch is not None else grant.epoch,
         expected if expected is not None else grant.revision,
@@ -142,6 +143,7 @@ def test_lease_is_exclusive_and_each_acquisition_bumps_the_epoch(tenant):
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="a",
             ttl=30,
         )
@@ -151,6 +153,7 @@ def test_lease_is_exclusive_and_each_acquisition_bumps_the_epoch(tenant):
         apply(
             m.LeaseTaken(
                 run_id=run.run_id,
+                tenant_id=run.tenant_id,
                 owner="b",
                 ttl=30,
             )
@@ -160,6 +163,7 @@ def test_lease_is_exclusive_and_each_acquisition_bumps_the_epoch(tenant):
     assert apply(
         m.LeaseReleased(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="a",
             epoch=1,
         )
@@ -167,6 +171,7 @@ def test_lease_is_exclusive_and_each_acquisition_bumps_the_epoch(tenant):
     again = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="b",
             ttl=30,
         )
@@ -179,6 +184,7 @@ def test_commit_needs_the_expected_revision_the_current_epoch_and_the_owner(tena
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="a",
             ttl=30,
         )
@@ -207,6 +213,7 @@ def test_stale_lease_holder_cannot_commit_even_before_the_new_owner_does(tenant)
     stale = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="sleepy",
             ttl=30,
         )
@@ -215,6 +222,7 @@ def test_stale_lease_holder_cannot_commit_even_before_the_new_owner_does(tenant)
     fresh = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="fresh",
             ttl=30,
         )
@@ -226,6 +234,7 @@ def test_stale_lease_holder_cannot_commit_even_before_the_new_owner_does(tenant)
         apply(
             m.LeaseRenewed(
                 run_id=run.run_id,
+                tenant_id=run.tenant_id,
                 owner="sleepy",
                 epoch=stale.epoch,
                 ttl=30,
@@ -243,6 +252,7 @@ def test_threads_racing_on_one_revision_exactly_one_commits(tenant) -> None:
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="shared",
             ttl=30,
         )
@@ -275,6 +285,7 @@ def test_cancel_fences_out_a_worker_in_the_middle_of_a_step(tenant):
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="worker",
             ttl=30,
         )
@@ -386,6 +397,7 @@ def test_too_many_crashed_attempts_suspend_instead_of_looping(tenant, settings):
         grant = apply(
             m.LeaseTaken(
                 run_id=run.run_id,
+                tenant_id=run.tenant_id,
                 owner=owner,
                 ttl=0.01,
             )
@@ -408,6 +420,7 @@ def test_sweep_claims_only_runs_that_nobody_holds_or_woke_lately(tenant):
     apply(
         m.LeaseTaken(
             run_id=held.run_id,
+            tenant_id=held.tenant_id,
             owner="alive",
             ttl=30,
         )
@@ -460,6 +473,7 @@ def test_a_worker_fenced_by_a_newer_epoch_leaves_the_new_holders_lease_alone(ten
     stale = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="old",
             ttl=0.01,
         )
@@ -468,6 +482,7 @@ def test_a_worker_fenced_by_a_newer_epoch_leaves_the_new_holders_lease_alone(ten
     fresh = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="new",
             ttl=30,
         )
@@ -475,6 +490,7 @@ def test_a_worker_fenced_by_a_newer_epoch_leaves_the_new_holders_lease_alone(ten
     assert fresh is not None and not apply(
         m.LeaseReleased(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="old",
             epoch=stale.epoch,
         )

@@ -34,6 +34,7 @@ def leased(tenant):
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w1",
             ttl=30,
         )
@@ -213,6 +214,7 @@ def test_an_operation_in_doubt_is_still_settled_after_its_subject_was_erased(ten
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w1",
             ttl=30,
         )
@@ -258,7 +260,7 @@ def test_an_operation_in_doubt_on_a_finished_run_is_in_the_inbox_and_is_settled_
         operation_mark_unknown(**ids, note="connection dropped")
         run_cancel(run_id=run.run_id, actor="user:ana", note="customer gave up")
     else:  # as an outside worker's complete did before it was refused
-        held = m.Held(run.run_id, "w1", grant.epoch, run.state_revision, 1)
+        held = m.Held(run.run_id, run.tenant_id, "w1", grant.epoch, run.state_revision, 1)
         apply(m.Completed(held, EncodedState('{"n": 0}', "x"), "tick", 0, {}))
     run.refresh_from_db()
     status = run.status

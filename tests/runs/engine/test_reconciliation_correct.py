@@ -178,7 +178,7 @@ def test_refusals_say_why_and_write_nothing(tenant, sandbox):
 
 def test_an_outcome_the_tool_settled_or_still_in_doubt_is_not_a_persons_to_correct(tenant):
     run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 3}, actor="test").run
-    grant = apply(m.LeaseTaken(run_id=run.run_id, owner="w1", ttl=30))
+    grant = apply(m.LeaseTaken(run_id=run.run_id, tenant_id=run.tenant_id, owner="w1", ttl=30))
     assert grant is not None
     for order in ("o-207", "o-208"):
         ids = {"tenant_id": tenant.tenant_id, "operation_id": f"refund:{order}", "actor": "w1"}

@@ -159,6 +159,7 @@ def _refund_waiting_at_refund(tenant, *, expires_in: timedelta):
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w",
             ttl=30,
         )
@@ -178,7 +179,7 @@ def _refund_waiting_at_refund(tenant, *, expires_in: timedelta):
     encoded = state_encode(state)
     apply(
         m.Suspended(
-            m.Held(run.run_id, "w", grant.epoch, grant.revision, 1),
+            m.Held(run.run_id, run.tenant_id, "w", grant.epoch, grant.revision, 1),
             encoded,
             "refund",
             "manual_review",

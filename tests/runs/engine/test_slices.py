@@ -275,6 +275,7 @@ def test_the_heartbeat_keeps_the_lease_through_a_slice_longer_than_its_ttl(tenan
                         apply(
                             m.LeaseTaken(
                                 run_id=run.run_id,
+                                tenant_id=run.tenant_id,
                                 owner="thief",
                                 ttl=30,
                             )

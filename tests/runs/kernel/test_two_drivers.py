@@ -188,7 +188,9 @@ class Case:
 
 
 def _dead_lease(run: AgentRun, outside: bool, *, ttl: float = 0.05) -> Any:
-    grant = apply(m.LeaseTaken(run.run_id, f"dead-{time.monotonic_ns()}", ttl, external=outside))
+    grant = apply(
+        m.LeaseTaken(run.run_id, run.tenant_id, f"dead-{time.monotonic_ns()}", ttl, external=outside)
+    )
     assert grant is not None
     time.sleep(ttl + 0.05)
     return grant
@@ -210,7 +212,7 @@ def _changed_outside(**change: Any) -> Callable[[AgentRun], None]:
 
     def between(run: AgentRun) -> None:
         state = {**run.state, **change["state"]} if "state" in change else None
-        apply(m.StateAlteredOutside(run.run_id, state, change.get("state_schema_version")))
+        apply(m.StateAlteredOutside(run.run_id, run.tenant_id, state, change.get("state_schema_version")))
         run_resume(run_id=run.run_id, actor="user:eng", note="try it")
 
     return between

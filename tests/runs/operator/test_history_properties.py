@@ -39,6 +39,7 @@ def _apply(action: str, run: AgentRun, k: int, runs: list[AgentRun]) -> None:
                 apply(
                     m.LeaseTaken(
                         run_id=run.run_id,
+                        tenant_id=run.tenant_id,
                         owner="doomed",
                         ttl=0.001,
                     )

@@ -277,6 +277,7 @@ def test_a_run_exported_and_imported_into_another_tenant_is_the_same_history_and
             apply(
                 m.LeaseTaken(
                     run_id=copy_id,
+                    tenant_id=copy_tenant,
                     owner="w2",
                     ttl=30,
                 )
@@ -309,6 +310,7 @@ def test_an_imported_running_run_is_never_taken_by_a_worker_or_the_sweep(tenant,
             apply(
                 m.LeaseTaken(
                     run_id=copy_id,
+                    tenant_id=copy_tenant,
                     owner="w",
                     ttl=30,
                 )
@@ -372,6 +374,7 @@ def test_an_imported_run_refuses_resume_cancel_and_messages_with_a_reason_and_ne
             apply(
                 m.LeaseTaken(
                     run_id=copy_id,
+                    tenant_id=copy_tenant,
                     owner="w",
                     ttl=30,
                 )
@@ -384,6 +387,7 @@ def test_an_imported_run_refuses_resume_cancel_and_messages_with_a_reason_and_ne
             and apply(
                 m.LeaseTaken(
                     run_id=fork.run_id,
+                    tenant_id=fork.tenant_id,
                     owner="w",
                     ttl=30,
                 )

@@ -162,6 +162,7 @@ def test_the_outbox_row_is_written_by_the_events_statement_and_only_for_subscrib
     grant = apply(
         m.LeaseTaken(
             run_id=third.run_id,
+            tenant_id=third.tenant_id,
             owner="w1",
             ttl=30,
         )
@@ -169,7 +170,14 @@ def test_the_outbox_row_is_written_by_the_events_statement_and_only_for_subscrib
     encoded = state_encode(grant.state)
 
     def stale(revision: int) -> m.Failed:
-        return m.Failed(m.Held(third.run_id, "w1", grant.epoch, revision, 1), encoded, "start", "x", "", {})
+        return m.Failed(
+            m.Held(third.run_id, third.tenant_id, "w1", grant.epoch, revision, 1),
+            encoded,
+            "start",
+            "x",
+            "",
+            {},
+        )
 
     assert apply(stale(grant.revision + 5)) is None
     assert WebhookDelivery.objects.filter(run_id=third.run_id).count() == 0
@@ -332,12 +340,13 @@ def test_a_failed_run_is_announced_with_its_failure_code_as_the_reason(tenant, a
     grant = apply(
         m.LeaseTaken(
             run_id=run.run_id,
+            tenant_id=run.tenant_id,
             owner="w1",
             ttl=30,
         )
     )
     encoded = state_encode(grant.state)
-    held = m.Held(run.run_id, "w1", grant.epoch, grant.revision, 1)
+    held = m.Held(run.run_id, run.tenant_id, "w1", grant.epoch, grant.revision, 1)
     apply(m.Failed(held, encoded, "start", "gave_up", "three tries", {"code": "gave_up"}))
     [delivery] = WebhookDelivery.objects.filter(run_id=run.run_id)
     assert delivery.data["reason"] == "gave_up" and delivery.data["status"] == "failed"
