@@ -84,8 +84,10 @@ def test_a_move_naming_another_tenant_than_its_runs_finds_nothing(tenant, other_
         settings.KEEPER_PREPARED_STATEMENTS = prepared
         assert apply(m.StepCommitted(wrong, state, grant.next_step, grant.next_step, {})) is None
     assert apply(m.LeaseRenewed(run.run_id, other_tenant.tenant_id, "w", grant.epoch, 30)) is None
-    cancel = {"from_statuses": ("running",), "to_status": "cancelled", "event_type": "run_cancelled"}
-    assert apply(m.StatusChanged(run.run_id, other_tenant.tenant_id, **cancel, actor="t", payload={})) is None
+    cancel = m.StatusChanged(
+        run.run_id, other_tenant.tenant_id, ("running",), "cancelled", "run_cancelled", "t", {}
+    )
+    assert apply(cancel) is None
     assert apply(m.UsageCharged(run.run_id, other_tenant.tenant_id, {}, "t")) is None
     assert apply(m.LeaseReleased(run.run_id, other_tenant.tenant_id, "w", grant.epoch)) is False
     assert AgentEvent.objects.filter(run_id=run.run_id).count() == 1  # only its start

@@ -18,7 +18,7 @@ from django.db import connection
 
 from core.api_auth import api_key_create
 from core.digests import json_digest
-from core.tenancy import tenant_bind
+from core.tenancy import run_tenant, tenant_bind
 from runs.engine.approvals import approval_approve, approval_check
 from runs.engine.operations import operation_mark_started, operation_prepare_once
 from runs.engine.registry import Step, StepContext, ToolContract, ToolLookup, Workflow, registry
@@ -70,7 +70,9 @@ def _act(
         if run_id not in LOST:
             LOST.add(run_id)
             _expire(UUID(run_id))
-            apply(m.LeaseTaken(UUID(run_id), "thief", 0.05, external=action["outside"]))
+            tenant_id = run_tenant(UUID(run_id))
+            assert tenant_id is not None
+            apply(m.LeaseTaken(UUID(run_id), tenant_id, "thief", 0.05, external=action["outside"]))
             time.sleep(0.1)
         return Next(state, action["to"])
     if do == "approval":
