@@ -21,7 +21,7 @@ from typing import Any, cast
 from uuid import UUID
 
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import DatabaseError, IntegrityError, OperationalError, connection, connections
 from django.utils import timezone
 
 from core.artifacts.reclaim import artifacts_erase_tenant, artifacts_tenant_left
@@ -287,6 +287,62 @@ def registry_tables_without_tenant() -> list[str]:
         return sorted(row[0] for row in cursor.fetchall())
 
 
+# The rows' transaction: tries before the erasure stops as failed (erasing again resumes it), and how
+# long it waits for a lock a worker holds.
+ERASE_TRIES = 3
+ERASE_LOCK_TIMEOUT = "10s"
+
+
+def _erase_rows(*, tenant_id: UUID, slug: str, progress: Progress) -> dict[str, int]:
+    """Delete every table's rows of the tenant, children first, and then the tenant row, in one
+    transaction; how many rows of each went.
+
+    A worker may be about to move one of the tenant's runs (a retry come due, a timer) while its rows
+    go. So the transaction first locks the tenant's runs, then the tenant row: no run of it is taken,
+    committed or given an event, and no row naming it is written, until the transaction ends (then the
+    writer finds the run or the tenant gone and writes nothing). Under those locks it refuses a run
+    holding a live lease (a step may be calling out). A deadlock with such a writer, a lock not had in
+    ERASE_LOCK_TIMEOUT, or a row written before the locks were had: everything is rolled back and tried
+    again, ERASE_TRIES times in all. All the rows go, or none.
+    """
+    tables = tenant_tables()
+    for attempt in range(1, ERASE_TRIES + 1):
+        counts: dict[str, int] = {}
+        try:
+            with tenant_scope(tenant_id), connection.cursor() as cursor:
+                cursor.execute(f"SET LOCAL lock_timeout = '{ERASE_LOCK_TIMEOUT}'")
+                cursor.execute(
+                    "SELECT run_id FROM agent_runs WHERE tenant_id = %s ORDER BY run_id FOR UPDATE",
+                    [tenant_id],
+                )
+                cursor.execute("SELECT tenant_id FROM tenants WHERE tenant_id = %s FOR UPDATE", [tenant_id])
+                cursor.execute(
+                    "SELECT count(*) FROM agent_runs WHERE tenant_id = %s AND lease_owner IS NOT NULL "
+                    "AND lease_expires_at > now()",
+                    [tenant_id],
+                )
+                leased = cursor.fetchone()[0]
+                if leased:
+                    raise Conflict(
+                        f"{leased} run(s) of tenant {slug} hold a live lease: cancel them or let them finish first",
+                        code="tenant_runs_leased",
+                    )
+                for table in tables:
+                    cursor.execute(f'DELETE FROM "{table.name}" WHERE tenant_id = %s', [tenant_id])  # noqa: S608
+                    counts[table.name] = cursor.rowcount
+                    progress(f"deleted {table.name}: {cursor.rowcount} rows")
+                cursor.execute("DELETE FROM tenants WHERE tenant_id = %s", [tenant_id])
+                counts["tenants"] = cursor.rowcount
+        except (IntegrityError, OperationalError) as exc:
+            if attempt == ERASE_TRIES:
+                raise
+            progress(f"rolled back ({type(exc).__name__}: a worker wrote meanwhile); trying again")
+            continue
+        progress("deleted the tenant row")
+        return counts
+    raise AssertionError("unreachable")
+
+
 def tenant_erase(
     *, slug: str, confirm: str, requested_by: str, progress: Progress = _quiet
 ) -> TenantOffboarding:
@@ -375,14 +431,7 @@ def tenant_erase(
                             cursor.execute(f'DROP INDEX CONCURRENTLY IF EXISTS "{name}"')
                     progress(f"dropped index {name}")
         _save(offboarding, indexes_dropped=sorted({*offboarding.progress.get("indexes_dropped", []), *names}))
-        # 3. Its Redis session windows.
-        client = _redis()
-        keys = list(client.scan_iter(match=_session_pattern(tenant_id), count=500))
-        if keys:
-            client.delete(*keys)
-        _save(offboarding, redis_keys_deleted=offboarding.progress.get("redis_keys_deleted", 0) + len(keys))
-        progress(f"deleted {len(keys)} Redis session window(s)")
-        # 4. Its stored blobs, through its records (which go with them), and anything else under its
+        # 3. Its stored blobs, through its records (which go with them), and anything else under its
         # prefix in the store; one another tenant's record also names (stored before keys carried the
         # tenant) is kept for that tenant.
         blobs = artifacts_erase_tenant(tenant_id=tenant_id)
@@ -394,30 +443,37 @@ def tenant_erase(
         progress(
             f"deleted {blobs['deleted']} stored artifact(s); {blobs['kept_shared']} shared with another tenant kept"
         )
-        # 5. Every table, children first, one transaction each (a crash keeps what is done).
-        for table in tenant_tables():
-            with tenant_scope(tenant_id), connection.cursor() as cursor:
-                cursor.execute(f'DELETE FROM "{table.name}" WHERE tenant_id = %s', [tenant_id])  # noqa: S608
-                n = cursor.rowcount
-                deleted = dict(offboarding.progress.get("deleted", {}))
-                deleted[table.name] = deleted.get(table.name, 0) + n
-                _save(offboarding, deleted=deleted)
-            progress(f"deleted {table.name}: {n} rows")
-        # 6. The tenant itself.
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                cursor.execute("DELETE FROM tenants WHERE tenant_id = %s", [tenant_id])
-                tenants = cursor.rowcount
-            deleted = dict(offboarding.progress.get("deleted", {}))
-            deleted["tenants"] = deleted.get("tenants", 0) + tenants
-            _save(offboarding, deleted=deleted)
-        progress("deleted the tenant row")
+        # 4. Every table, children first, and the tenant row, in one transaction (see _erase_rows).
+        counts = _erase_rows(tenant_id=tenant_id, slug=slug, progress=progress)
+        deleted = dict(offboarding.progress.get("deleted", {}))
+        for table, n in counts.items():
+            deleted[table] = deleted.get(table, 0) + n
+        _save(offboarding, deleted=deleted)
+        # 5. What a worker wrote outside the rows before they went: its Redis session windows, and blobs
+        # under its prefix (their records went with the rows).
+        client = _redis()
+        keys = list(client.scan_iter(match=_session_pattern(tenant_id), count=500))
+        if keys:
+            client.delete(*keys)
+        swept = artifacts_erase_tenant(tenant_id=tenant_id)["deleted"]
+        _save(
+            offboarding,
+            redis_keys_deleted=offboarding.progress.get("redis_keys_deleted", 0) + len(keys),
+            artifacts_deleted=offboarding.progress.get("artifacts_deleted", 0) + swept,
+        )
+        progress(f"deleted {len(keys)} Redis session window(s) and {swept} more stored artifact(s)")
         after = tenant_scan(tenant_id=tenant_id)
         after["artifacts.objects"] = artifacts_tenant_left(tenant_id=tenant_id)
     except Exception as exc:
         TenantOffboarding.objects.filter(pk=offboarding.pk).update(
             status=OffboardingStatus.FAILED, error=repr(exc)[:2000]
         )
+        if isinstance(exc, DatabaseError):
+            raise Conflict(
+                f"the erasure of tenant {slug} stopped ({type(exc).__name__}); its rows are all still there "
+                "(they go in one transaction), and erasing again resumes it",
+                code="tenant_erase_interrupted",
+            ) from exc
         raise
     clean = not any(after.values())
     p = offboarding.progress

@@ -147,7 +147,8 @@ def offboarding_erase(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
             details={**details, "reason": exc.message},
         )
         form.add_error(None, exc.message)
-        return _page(request, scope, form, status=409 if exc.code == "tenant_runs_leased" else 400)
+        busy = exc.code in ("tenant_runs_leased", "tenant_erase_interrupted")
+        return _page(request, scope, form, status=409 if busy else 400)
     audit_record(
         request=request,
         action="tenant_erased",

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -231,7 +232,8 @@ def test_erase_is_refused_while_a_run_holds_a_lease_and_without_confirmation(two
 def test_a_killed_erase_resumes_to_completion(two_tenants):
     acme, globex = two_tenants
     globex_before = counts(globex)
-    # Another session holds a lock on memory_items: the command deletes the tables before it, then waits.
+    # Another session holds a lock on memory_items: the command deletes the tables before it in its
+    # transaction, then waits.
     holder = connections["owner"]
     holder.set_autocommit(False)
     with holder.cursor() as cursor:
@@ -264,7 +266,7 @@ def test_a_killed_erase_resumes_to_completion(two_tenants):
                 cursor.execute("SELECT wait_event_type, wait_event, state, query FROM pg_stat_activity")
                 waiting = cursor.fetchall()
             proc.kill()
-            pytest.fail(f"the command never reached the tenant row: {waiting} {proc.communicate()}")
+            pytest.fail(f"the command never waited on memory_items: {waiting} {proc.communicate()}")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
@@ -274,15 +276,62 @@ def test_a_killed_erase_resumes_to_completion(two_tenants):
         holder.set_autocommit(True)
     assert proc.returncode == -signal.SIGKILL
     midway = TenantOffboarding.objects.get(tenant_id=acme.tenant_id)
-    assert midway.status == OffboardingStatus.ERASING and midway.progress["deleted"]["agent_events"] > 3
-    assert "memory_items" not in midway.progress["deleted"]
+    assert midway.status == OffboardingStatus.ERASING and midway.progress["api_keys_revoked"]
+    assert midway.progress["deleted"] == {}  # the rows go in one transaction: all of them or none
     assert Tenant.objects.filter(slug="acme").exists()
     left = counts(acme)
-    assert left["table.agent_events"] == 0 and left["table.agent_runs"] == 0  # what was done stays done
-    assert left["table.memory_items"] == 1 and left["table.retrieval_documents"] == 1  # the rest waits
+    assert (
+        left["table.agent_events"] > 3 and left["table.agent_runs"] == 1 and left["table.memory_items"] == 1
+    )
 
     done = tenant_erase(slug="acme", confirm="acme", requested_by="operator")
     assert done.pk == midway.pk and done.status == OffboardingStatus.COMPLETED and done.receipt["clean"]
-    assert done.receipt["deleted"]["agent_events"] == midway.progress["deleted"]["agent_events"]
+    assert done.receipt["deleted"]["agent_events"] == left["table.agent_events"]
     assert done.receipt["deleted"]["tenants"] == 1
     assert counts(globex) == globex_before
+
+
+def test_a_run_written_to_while_its_tenant_is_erased_goes_with_it(two_tenants):
+    """A worker (here a message appended, as a retry come due would commit a step) writes to one of the
+    tenant's runs just after its events were deleted: the write waits for the erasure and then finds
+    the run gone; the erasure completes clean, and nothing is half-deleted."""
+    acme, _ = two_tenants
+    with tenant_scope(acme.tenant_id):
+        run_id = AgentRun.objects.get(tenant_id=acme.tenant_id).run_id
+    outcome: dict[str, object] = {}
+
+    def late_writer() -> None:
+        try:
+            with tenant_scope(acme.tenant_id):
+                outcome["wrote"] = conversation_append(
+                    tenant=acme,
+                    run_id=run_id,
+                    event_type="user_message",
+                    client_message_id="late",
+                    body={"content": "one more thing"},
+                    actor="t",
+                )
+        except Exception as exc:  # the run (or the tenant) is gone by then
+            outcome["refused"] = exc
+        finally:
+            connections.close_all()
+
+    writer = threading.Thread(target=late_writer)
+
+    def progress(line: str) -> None:
+        if line.startswith("deleted agent_events:") and not writer.is_alive() and not outcome:
+            writer.start()
+            deadline = time.monotonic() + 10
+            while writer.is_alive() and time.monotonic() < deadline:
+                with connections["owner"].cursor() as cursor:
+                    cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+                    if cursor.fetchone()[0]:
+                        return  # waiting on the erasure's locks
+                time.sleep(0.05)
+
+    done = tenant_erase(slug="acme", confirm="acme", requested_by="operator", progress=progress)
+    writer.join(timeout=30)
+    assert not writer.is_alive()
+    assert "refused" in outcome, outcome  # the run was gone when its write could go ahead
+    assert done.status == OffboardingStatus.COMPLETED and done.receipt["clean"], done.error
+    assert not any(counts(acme).values())

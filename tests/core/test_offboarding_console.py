@@ -7,6 +7,7 @@ import hashlib
 import json
 from datetime import timedelta
 
+import psycopg
 import pytest
 from django.utils import timezone
 
@@ -15,7 +16,7 @@ from core.models import OffboardingStatus, Tenant, TenantOffboarding
 from core.tenancy import tenant_ensure, tenant_scope
 from runs.kernel.models import AgentRun
 from tests.console.conftest import make_user
-from tests.core.test_offboarding import counts, populate
+from tests.core.test_offboarding import counts, owner_url, populate
 
 pytestmark = pytest.mark.django_db(transaction=True, databases=["default", "owner"])
 
@@ -121,3 +122,37 @@ def test_the_offboarded_tenants_staff_are_told_at_sign_in_and_the_receipt_is_in_
     # A member of another tenant still works there and is not told at every sign-in.
     other = client.post("/sign-in/", {"username": "both", "password": "pw-for-console-tests-1"}, follow=True)
     assert "was offboarded" not in other.content.decode()
+
+
+def test_an_erasure_that_cannot_finish_is_a_409_with_retry_and_its_rows_kept(client, setup, monkeypatch):
+    """A lock the erasure cannot have in time (a long transaction of another session on one of the
+    tenant's tables): PostgreSQL's lock timeout, every try rolled back, the form says so, and erasing
+    again once the lock is gone resumes the same offboarding."""
+    acme, _ = setup
+    before = counts(acme)
+    monkeypatch.setattr("core.offboarding.ERASE_LOCK_TIMEOUT", "200ms")
+    with psycopg.connect(owner_url()) as holder:  # another session, in a transaction until the block ends
+        holder.execute("LOCK TABLE memory_items IN SHARE MODE")
+        stopped = client.post(
+            "/compliance/acme/offboarding/erase/", {"slug_confirm": "acme", "note": "contract ended"}
+        )
+    assert stopped.status_code == 409, stopped.content[:500]
+    assert b"erasing again resumes it" in stopped.content and b"did not finish (failed)" in stopped.content
+    failed = TenantOffboarding.objects.get(tenant_id=acme.tenant_id)
+    assert failed.status == OffboardingStatus.FAILED and "lock timeout" in failed.error
+    # Every row is still there; the keys were revoked (kept) and the stored blobs, which go first
+    # through their records, are gone.
+    kept = {"table.api_keys", "table.stored_artifacts"}
+    after = counts(acme)
+    assert {k: v for k, v in after.items() if k.startswith("table.") and k not in kept} == {
+        k: v for k, v in before.items() if k.startswith("table.") and k not in kept
+    }
+    refused = AuditEntry.objects.filter(action="tenant_erase_refused").values_list("details", flat=True)
+    assert ["stopped" in d["reason"] for d in refused] == [True]
+
+    again = client.post(
+        "/compliance/acme/offboarding/erase/", {"slug_confirm": "acme", "note": "contract ended"}
+    )
+    assert again.status_code == 302
+    done = TenantOffboarding.objects.get(tenant_id=acme.tenant_id)
+    assert done.pk == failed.pk and done.status == OffboardingStatus.COMPLETED and done.receipt["clean"]
