@@ -240,6 +240,27 @@ def points(walk: Walk) -> None:
     walk.click(page.get_by_role("button", name="Reconcile"))
     expect(card).to_contain_text("not among the provider's records")
     walk.shot("04-reconciliation", page.locator("main"))
+    # Sure of the typo, the person ticks that they checked it: taken, and wrong; the refund's verify
+    # stops the run, and the run's page offers the correction.
+    reference = page.locator("#provider-records [data-external-ref]").first.inner_text().strip()
+    page.check("input[name=checked_by_hand]")
+    page.fill("#id_note", "the provider's support read it to me on the phone")
+    walk.click(page.get_by_role("button", name="Reconcile"))
+    expect(page.locator("ul.messages")).to_contain_text("Reconciled")
+    correct = page.locator("#correct-reconciliation")
+    deadline = time.monotonic() + WAIT / 1000
+    while True:
+        walk.go(f"/support/runs/{k.runs['unknown_operation']}/")
+        if (correct.count() and "may be wrong" in correct.inner_text()) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    walk.click(correct.get_by_role("link", name="Correct the reconciliation"))
+    page.locator(f"#correct-form input[name=correct-pick][value='{reference}']").check()
+    page.fill("#id_correct-note", "rf_typo was misheard; the provider's ledger lists the refund")
+    walk.shot("04b-correct-reconciliation", page.locator("#reconciliations"), page.locator("#correct-form"))
+    walk.click(page.get_by_role("button", name="Correct the reconciliation"))
+    expect(page.locator("ul.messages")).to_contain_text("Corrected")
+    walk.shot("04c-reconciliations-kept", page.locator("ul.messages"), page.locator("#reconciliations"))
     walk.go("/support/")
     section = page.locator("#engineer-only")
     walk.click(section.locator("tr", has_text="changed outside Keeper").get_by_role("link", name="Open"))
@@ -322,6 +343,8 @@ def points(walk: Walk) -> None:
     walk.click(page.locator("#run-table").get_by_role("link", name="started").first)
     walk.shot("16-run-list-columns", page.locator("#run-table"))
     walk.shot("21b-sortable-run-list", page.locator("p.sort-bar"), page.locator("#run-table thead"))
+    walk.click(page.locator("#run-table thead").get_by_role("link", name="workflow"))
+    walk.shot("21c-run-list-by-workflow", page.locator("#run-table"), tallest=900)
     completed = k.runs["completed"]
     walk.go(f"/runs/{completed}/")
     walk.shot("14-input-result", page.locator("#run-input"), page.locator("#run-result"))
