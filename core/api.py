@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import HttpRequest, JsonResponse
 from django.urls import Resolver404, resolve
@@ -29,7 +30,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, ApplicationError):
         return error_response(exc.code, exc.message, exc.http_status, exc.details)
     if isinstance(exc, RequestDataTooBig):
-        return error_response("request_too_large", str(exc), status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE  # the size a client may send again (None: no limit)
+        return error_response(
+            "request_too_large", str(exc), status.HTTP_413_REQUEST_ENTITY_TOO_LARGE, {"max_bytes": limit}
+        )
     if isinstance(exc, SuspiciousOperation):  # too many form fields or files: Django's limits
         return error_response("invalid_input", str(exc), status.HTTP_400_BAD_REQUEST)
     response = drf_exception_handler(exc, context)

@@ -209,9 +209,9 @@ def test_malformed_json_and_oversize_bodies_are_refused(tenant, write_key, setti
     )
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 10_000
     huge = json.dumps({"tenant": "acme", "workflow": "demo.countdown", "input": {"blob": "x" * 20_000}})
-    _assert_error(
-        client.post("/api/v1/runs/", huge, content_type="application/json"), 413, "request_too_large"
-    )
+    too_large = client.post("/api/v1/runs/", huge, content_type="application/json")
+    _assert_error(too_large, 413, "request_too_large")
+    assert too_large.json()["error"]["details"] == {"max_bytes": 10_000}  # what the client may send instead
     assert AgentRun.objects.count() == 0
 
 
