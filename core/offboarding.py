@@ -336,7 +336,7 @@ def _erase_rows(*, tenant_id: UUID, slug: str, progress: Progress) -> dict[str, 
         except (IntegrityError, OperationalError) as exc:
             if attempt == ERASE_TRIES:
                 raise
-            progress(f"rolled back ({type(exc).__name__}: a worker wrote meanwhile); trying again")
+            progress(f"rolled back ({type(exc).__name__}), nothing deleted; trying again")
             continue
         progress("deleted the tenant row")
         return counts
@@ -349,8 +349,9 @@ def tenant_erase(
     """Erase every row, index and Redis key of a tenant and keep a receipt; idempotent and resumable.
 
     Refused while a run of the tenant holds a live lease (cancel it, or let it finish, first). A run
-    of the command that died midway left its offboarding in status 'erasing' with the tables done so
-    far in `progress`: the next run carries on from there and completes the same receipt.
+    of the command that died or failed midway left its offboarding in status 'erasing' or 'failed' with
+    the steps done so far in `progress` (the rows go in one transaction: all or none): the next run
+    carries on from there and completes the same receipt.
     """
     if confirm != slug:
         raise InvalidInput("the confirmation must repeat the tenant's slug", code="confirmation_mismatch")
@@ -397,6 +398,7 @@ def tenant_erase(
     else:
         TenantOffboarding.objects.filter(pk=offboarding.pk).update(status=OffboardingStatus.ERASING, error="")
         progress(f"offboarding {offboarding.offboarding_id} resumed")
+    rows_gone = False
     try:
         before = tenant_scan(tenant_id=tenant_id) if "before" not in offboarding.progress else None
         if before is not None:
@@ -445,6 +447,7 @@ def tenant_erase(
         )
         # 4. Every table, children first, and the tenant row, in one transaction (see _erase_rows).
         counts = _erase_rows(tenant_id=tenant_id, slug=slug, progress=progress)
+        rows_gone = True
         deleted = dict(offboarding.progress.get("deleted", {}))
         for table, n in counts.items():
             deleted[table] = deleted.get(table, 0) + n
@@ -469,9 +472,13 @@ def tenant_erase(
             status=OffboardingStatus.FAILED, error=repr(exc)[:2000]
         )
         if isinstance(exc, DatabaseError):
+            rows = (
+                "its rows are gone"
+                if rows_gone
+                else "its rows are all still there (they go in one transaction)"
+            )
             raise Conflict(
-                f"the erasure of tenant {slug} stopped ({type(exc).__name__}); its rows are all still there "
-                "(they go in one transaction), and erasing again resumes it",
+                f"the erasure of tenant {slug} stopped ({type(exc).__name__}); {rows}, and erasing again resumes it",
                 code="tenant_erase_interrupted",
             ) from exc
         raise
