@@ -33,6 +33,7 @@ def _plan(queryset) -> str:
         # query says; with both off, the plan shows whether the row comparison can drive the index.
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("SET LOCAL enable_incremental_sort = off")
         cursor.execute(f"EXPLAIN {sql}", params)
         return "\n".join(row[0] for row in cursor.fetchall())
 
@@ -93,6 +94,8 @@ def test_each_column_order_reads_a_range_of_a_tenant_index(tenant, name):
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
         cursor.execute("SET LOCAL enable_sort = off")
+        # On three rows an index on the first column plus an incremental sort can cost the same.
+        cursor.execute("SET LOCAL enable_incremental_sort = off")
         cursor.execute(f"EXPLAIN {sql}")
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert INDEXES[order.column] in plan and "Sort" not in plan, plan
