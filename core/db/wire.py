@@ -25,6 +25,7 @@ import psycopg
 from django.conf import settings
 from django.db import connection, connections
 from psycopg import errors, generators, pq
+from psycopg.adapt import Transformer
 
 from core.tenancy import tenant_setting
 
@@ -129,6 +130,20 @@ class Statement:
         """Run it on Django's connection (its transaction, if one is open) with the bound tenant; the
         first column of the first row, as text, or None if no row or NULL. Errors are Django's, as
         from a cursor."""
+        result = self._result(params)
+        return result.get_value(0, 0) if result.ntuples else None
+
+    def first_row_of(self, params: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """The first row (None if none), its values loaded as a cursor of the connection loads them,
+        with the parameters by name (a statement made by named())."""
+        result = self._result([_text(params[n]) for n in self.names])
+        if not result.ntuples:
+            return None
+        loader = Transformer(connection.connection)
+        loader.set_pgresult(result)
+        return loader.load_row(0, tuple)
+
+    def _result(self, params: Sequence[bytes | None]) -> pq.abc.PGresult:
         connection.ensure_connection()
         raw = connection.connection
         with connection.wrap_database_errors:
@@ -141,7 +156,7 @@ class Statement:
                 result = self._execute(raw, params)
             if result.status != pq.ExecStatus.TUPLES_OK:
                 raise errors.error_from_result(result, encoding=raw.info.encoding)
-            return result.get_value(0, 0) if result.ntuples else None
+            return result
 
     def _execute(self, raw: psycopg.Connection[Any], params: Sequence[bytes | None]) -> pq.abc.PGresult:
         pgconn = raw.pgconn
@@ -174,17 +189,19 @@ class Statement:
                 pgconn.send_query_params(self.sql, params, param_types=self.types, param_formats=self.formats)
             sent.append("statement")
             pgconn.pipeline_sync()
-            results = dict(zip(sent, raw.wait(_pipeline_results(pgconn)), strict=True))
+            fetched = raw.wait(_pipeline_results(pgconn))
         finally:
             pgconn.exit_pipeline_mode()
+        results = dict(zip(sent, fetched[: len(sent)], strict=True))
+        # Past those, an error of the implicit commit at the Sync: a deferred constraint (Django's
+        # foreign keys are DEFERRABLE INITIALLY DEFERRED) fails there, after the statement's own rows.
+        failed = [r for r in fetched if r.status == pq.ExecStatus.FATAL_ERROR]
         # A statement prepared is kept by the session even when a later command of the pipeline failed.
         if "prepare tenant" in results and results["prepare tenant"].status == pq.ExecStatus.COMMAND_OK:
             _SET_TENANT_PREPARED.add(raw)
         if "prepare" in results and results["prepare"].status == pq.ExecStatus.COMMAND_OK:
             self._prepared.add(raw)
-        return next(
-            (r for r in results.values() if r.status == pq.ExecStatus.FATAL_ERROR), results["statement"]
-        )
+        return failed[0] if failed else results["statement"]
 
 
 _SET_TENANT_PREPARED: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()

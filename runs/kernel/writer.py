@@ -80,9 +80,7 @@ def _hook(status: str, reason: str | None, result: Any = None) -> dict[str, Any]
 
 @_handles(m.RunStarted)
 def _run_started(move: m.RunStarted) -> tuple[Any, ...] | None:
-    sql = runs.INSERT_RUN.format(columns=", ".join(f'"{column}"' for column in move.columns))
-    found = wire.rows(
-        sql,
+    return _insert_run(move.columns).first_row_of(
         {
             "run_id": move.run_id,
             "tenant_id": move.tenant_id,
@@ -104,9 +102,21 @@ def _run_started(move: m.RunStarted) -> tuple[Any, ...] | None:
             "digest": move.state.digest,
             "subject": move.subject,
             "replay": move.replay,
-        },
+        }
     )
-    return found[0] if found else None
+
+
+_INSERTS: dict[tuple[str, ...], wire.Statement] = {}
+
+
+def _insert_run(columns: tuple[str, ...]) -> wire.Statement:
+    """The run's insert returning these columns, prepared per connection like the step commit."""
+    statement = _INSERTS.get(columns)
+    if statement is None:
+        sql = runs.INSERT_RUN.format(columns=", ".join(f'"{column}"' for column in columns))
+        name = f"keeper_insert_run_{len(_INSERTS)}"
+        statement = _INSERTS.setdefault(columns, wire.Statement.named(name, sql, runs.INSERT_RUN_TYPES))
+    return statement
 
 
 # --- leases -----------------------------------------------------------------------------------------
@@ -114,8 +124,7 @@ def _run_started(move: m.RunStarted) -> tuple[Any, ...] | None:
 
 @_handles(m.LeaseTaken)
 def _lease_taken(move: m.LeaseTaken) -> LeaseGrant | None:
-    found = wire.rows(
-        leases.LEASE_TAKE,
+    found = leases.LEASE_TAKE.first_row_of(
         {
             "run_id": move.run_id,
             "tenant_id": move.tenant_id,
@@ -127,7 +136,7 @@ def _lease_taken(move: m.LeaseTaken) -> LeaseGrant | None:
     if not found:
         return None
     (tenant_id, epoch, expires_at, revision, next_step, state, status, requested_by, wf_name, wf_version, schema,
-     attempt, previous_owner, previous_epoch, child_of_run_id, replay) = found[0]  # fmt: skip
+     attempt, previous_owner, previous_epoch, child_of_run_id, replay) = found  # fmt: skip
     return LeaseGrant(
         run_id=move.run_id,
         tenant_id=tenant_id,
@@ -152,8 +161,7 @@ def _lease_taken(move: m.LeaseTaken) -> LeaseGrant | None:
 
 @_handles(m.LeaseRenewed)
 def _lease_renewed(move: m.LeaseRenewed) -> datetime | None:
-    found = wire.rows(
-        leases.LEASE_RENEW,
+    found = leases.LEASE_RENEW.first_row_of(
         {
             "run_id": move.run_id,
             "tenant_id": move.tenant_id,
@@ -162,7 +170,7 @@ def _lease_renewed(move: m.LeaseRenewed) -> datetime | None:
             "ttl": move.ttl,
         },
     )
-    return found[0][0] if found else None
+    return found[0] if found else None
 
 
 @_handles(m.LeaseReleased)
@@ -175,7 +183,7 @@ def _lease_released(move: m.LeaseReleased) -> bool:
         "delay": move.retry_in,
         "attempted": move.attempted,
     }
-    return bool(wire.rows(leases.LEASE_RELEASE, params))
+    return leases.LEASE_RELEASE.first_value_of(params) is not None
 
 
 @_handles(m.LeaseDeferred)
@@ -187,7 +195,7 @@ def _lease_deferred(move: m.LeaseDeferred) -> bool:
         "epoch": move.epoch,
         "delay": move.retry_in,
     }
-    return bool(wire.rows(leases.LEASE_DEFER, params))
+    return leases.LEASE_DEFER.first_value_of(params) is not None
 
 
 @_handles(m.RunsRedispatched)

@@ -31,6 +31,28 @@ e AS (
          state_revision, %(digest)s, %(state)s::jsonb, %(next_step)s, statement_timestamp(), created_at FROM r)
 SELECT {columns} FROM r
 """
+INSERT_RUN_TYPES = {
+    "run_id": wire.UUID,
+    "tenant_id": wire.UUID,
+    "workflow_name": wire.TEXT,
+    "workflow_version": wire.TEXT,
+    "schema": wire.INT4,
+    "status": wire.TEXT,
+    "next_step": wire.TEXT,
+    "state": wire.TEXT,
+    "key": wire.TEXT,
+    "input_digest": wire.TEXT,
+    "parent": wire.UUID,
+    "fork_seq": wire.INT8,
+    "fork_expires_at": wire.UNKNOWN,  # the column's timestamptz
+    "suspend_reason": wire.TEXT,
+    "subject": wire.TEXT,
+    "digest": wire.TEXT,
+    "replay": wire.BOOL,
+    "event_type": wire.TEXT,
+    "payload": wire.TEXT,
+    "actor": wire.TEXT,
+}
 
 # --- the step commit: every lease holder's move (the hot path, one prepared statement) ---------------
 

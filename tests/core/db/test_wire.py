@@ -7,9 +7,10 @@ import uuid
 
 import psycopg
 import pytest
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 
 from core.db import wire
+from core.tenancy import tenant_bind
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -114,3 +115,41 @@ def test_a_rollback_that_makes_psycopg_deallocate_everything_does_not_lose_the_s
         raise RuntimeError  # its rollback: psycopg sends DEALLOCATE ALL
     assert echo.first_value([b"3"]) == b"6"
     assert _prepared("keeper_test_rollback")
+
+
+def test_first_row_is_loaded_as_a_cursor_of_the_connection_loads_it() -> None:
+    sql = "SELECT %(id)s, %(n)s, statement_timestamp(), '{\"a\": 1}'::jsonb, %(absent)s"
+    statement = wire.Statement.named(
+        "keeper_test_row", sql, {"id": wire.UUID, "n": wire.INT8, "absent": wire.TEXT}
+    )
+    run_id = uuid.uuid4()
+    row = statement.first_row_of({"id": run_id, "n": 2**40, "absent": None})
+    assert row is not None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT %s::uuid, %s::int8, statement_timestamp(), '{\"a\": 1}'::jsonb, NULL", [run_id, 2**40]
+        )
+        expected = cursor.fetchone()
+    assert [type(value) for value in row] == [type(value) for value in expected]
+    assert row[:2] == (run_id, 2**40) and row[3] == expected[3] and row[4] is None
+    assert row[2].tzinfo is not None
+    empty = wire.Statement.named("keeper_test_none", "SELECT 1 WHERE %(no)s", {"no": wire.BOOL})
+    assert empty.first_row_of({"no": False}) is None
+
+
+def test_a_deferred_constraint_failing_at_the_implicit_commit_is_djangos_error() -> None:
+    """Django's foreign keys are checked at commit: in autocommit that is the pipeline's Sync, after
+    the statement has answered its rows."""
+    insert = wire.Statement.named(
+        "keeper_test_deferred",
+        "INSERT INTO agent_runs (run_id, tenant_id, workflow_name, workflow_version, state_schema_version,"
+        " status, next_step, state, state_revision, suspend_detail, lease_epoch, attempt, input_digest,"
+        " suspend_reason, resume_requested_by, subject, state_digest, replay, created_at, updated_at)"
+        " VALUES (%(id)s, %(tenant)s, 'w', '1', 1, 'running', 's', '{}', 1, '', 0, 0, '', NULL, '', '', '',"
+        " false, now(), now()) RETURNING run_id",
+        {"id": wire.UUID, "tenant": wire.UUID},
+    )
+    tenant_id = uuid.uuid4()  # no such tenant
+    with tenant_bind(tenant_id), pytest.raises(IntegrityError, match="agent_runs_tenant_id"):
+        insert.first_row_of({"id": uuid.uuid4(), "tenant": tenant_id})
+    assert wire.Statement("keeper_test_after", "SELECT 1", params=0).first_value([]) == b"1"

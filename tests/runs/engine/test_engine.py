@@ -9,6 +9,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from core.db import wire
 from core.digests import canonical_json
 from core.tenancy import tenant_bind
 from runs.engine.registry import Complete, Step, Workflow, registry
@@ -51,13 +52,22 @@ def test_start_writes_the_run_and_its_first_event_together(tenant):
     assert run.state["n"] == 3 and run.state["budgets"]["steps"] == {"limit": None, "used": 0}
 
 
-def test_start_returns_the_run_as_stored_without_reading_it_back(tenant):
+def test_start_returns_the_run_as_stored_without_reading_it_back(tenant, monkeypatch):
+    sent = []
+    execute = wire.Statement._execute
+
+    def recorded(self, raw, params):
+        sent.append(self.sql.decode())
+        return execute(self, raw, params)
+
+    monkeypatch.setattr(wire.Statement, "_execute", recorded)
     with CaptureQueriesContext(connection) as queries:
         run = run_start(
             tenant=tenant, workflow_name="demo.countdown", input={"n": 2, "note": "é"}, actor="test"
         ).run
-    [insert] = queries.captured_queries  # one statement: the run, its first event, the row back
-    assert "INSERT INTO agent_runs" in insert["sql"] and "INSERT INTO agent_events" in insert["sql"]
+    assert queries.captured_queries == []
+    [insert] = sent  # one statement: the run, its first event, the row back
+    assert "INSERT INTO agent_runs" in insert and "INSERT INTO agent_events" in insert
     stored = AgentRun.objects.get(run_id=run.run_id)
     for field in AgentRun._meta.concrete_fields:
         mine, theirs = getattr(run, field.attname), getattr(stored, field.attname)

@@ -22,7 +22,7 @@ INDEXES = {
     "workflow_name": "agent_runs_tenant_wf_idx",
     "status": "agent_runs_tenant_st_run_idx",
     "subject": "agent_runs_tenant_subject_idx",
-    "tenant_slug": "agent_runs_pkey",  # one tenant's runs by run_id
+    "tenant_slug": "agent_runs_tenant_run_idx",  # one tenant's runs by run_id
 }
 
 
