@@ -291,14 +291,21 @@ def bench_run_e2e(
             for _ in range(sequential):
                 alone += _countdowns_done(_countdowns(tenant, 1, n), timeout=60, log=log.name)
             single = _event_figures(alone)
+            server = _server_pid()
             for r in range(rounds):  # alternate Keeper and DBOS, so drift in the machine hits both
+                before = _tree_cpu_s(worker.pid), _tree_cpu_s(server)
                 batch = _event_figures(
                     _countdowns_done(_countdowns(tenant, runs, n), timeout=600, log=log.name)
                 )
+                for key, pid, start in zip(_CPU_KEYS, (worker.pid, server), before, strict=True):
+                    end = _tree_cpu_s(pid)
+                    spent = None if start is None or end is None else end - start
+                    batch[key] = round(spent * 1000 / batch["steps"], 3) if spent is not None else None
                 batches.append(batch)
                 progress(
                     f"run_e2e round {r + 1}/{rounds} Keeper: {batch['steps']} steps at {batch['steps_per_s']} "
-                    f"steps/s, p50 run {batch['p50_run_ms']} ms under load"
+                    f"steps/s, p50 run {batch['p50_run_ms']} ms under load, CPU per step: worker "
+                    f"{batch['worker_cpu_ms_per_step']} ms, PostgreSQL {batch['postgres_cpu_ms_per_step']} ms"
                 )
                 peers.append(
                     _dbos_beside(runs=runs, steps=n + 2, processes=peer_processes, progress=progress)
@@ -323,6 +330,9 @@ def bench_run_e2e(
         "slice_steps": settings.KEEPER_SLICE_STEPS,
         "slice_ms": settings.KEEPER_SLICE_MS,
     }
+    for key in _CPU_KEYS:
+        values = [b[key] for b in batches if b[key] is not None]
+        figures[key] = statistics.median(values) if values else None
     progress(
         f"run_e2e Keeper: p50 run {figures['p50_run_ms']} ms alone, median {figures['steps_per_s']} steps/s"
     )
@@ -333,6 +343,54 @@ def bench_run_e2e(
             round(figures["steps_per_s"] / dbos_rate, 2) if dbos_rate else None
         )
     return figures
+
+
+# CPU per step of the worker process and of the database server (its postmaster with every backend,
+# the exited ones through the postmaster's reaped children), over each round: unlike the rounds' wall
+# time, which a busy neighbour on a shared machine stretches, what a step costs (None where the
+# server is not a process on this machine). The server's figure includes the benchmark's own polling.
+_CPU_KEYS = ("worker_cpu_ms_per_step", "postgres_cpu_ms_per_step")
+
+
+def _server_pid() -> int | None:
+    """The PostgreSQL server's postmaster, if it runs on this machine: the parent of this backend."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    try:
+        with open(f"/proc/{backend}/stat") as stat:
+            parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        with open(f"/proc/{parent}/cmdline", "rb") as cmdline:
+            return parent if b"postgres" in cmdline.read() else None
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _tree_cpu_s(root: int | None) -> float | None:
+    """User + system seconds of a process, its reaped children and its live descendants."""
+    if root is None:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    spent: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        children.setdefault(int(fields[1]), []).append(int(entry))
+        spent[int(entry)] = sum(int(value) for value in fields[11:15]) / tick  # utime stime cutime cstime
+    if root not in spent:
+        return None
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += spent.get(pid, 0.0)
+        todo += children.get(pid, [])
+    return total
 
 
 def _median_peers(peers: list[dict[str, Any]]) -> dict[str, Any]:

@@ -35,6 +35,9 @@ def test_steps_and_times_come_from_the_runs_events() -> None:
         figures["p50_run_ms"] > 0 and figures["steps_per_s"] > 0 and len(figures["steps_per_s_rounds"]) == 2
     )
     assert figures["slice_steps"] == 100 and figures["dbos_processes"] == 2
+    # what a step cost: the worker process and the embedded server (a process of this machine)
+    assert figures["worker_cpu_ms_per_step"] > 0 and figures["postgres_cpu_ms_per_step"] > 0
+    assert any("CPU per step: worker" in line for line in lines)
     # the worker make run starts: the settings' pool and concurrency
     assert (figures["worker_pool"], figures["worker_concurrency"]) == ("threads", 16)
     if dbos_missing() is None:
