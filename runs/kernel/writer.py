@@ -7,6 +7,7 @@ Statements go through core.db.wire, which sets the bound tenant inside their own
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable
 from datetime import datetime
@@ -114,7 +115,8 @@ def _insert_run(columns: tuple[str, ...]) -> wire.Statement:
     statement = _INSERTS.get(columns)
     if statement is None:
         sql = runs.INSERT_RUN.format(columns=", ".join(f'"{column}"' for column in columns))
-        name = f"keeper_insert_run_{len(_INSERTS)}"
+        # Named by what it returns: the same name is the same statement in every thread and process.
+        name = "keeper_insert_run_" + hashlib.sha256(",".join(columns).encode()).hexdigest()[:16]
         statement = _INSERTS.setdefault(columns, wire.Statement.named(name, sql, runs.INSERT_RUN_TYPES))
     return statement
 
