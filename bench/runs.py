@@ -368,7 +368,7 @@ def _server_pid() -> int | None:
 
 def _tree_cpu_s(root: int | None) -> float | None:
     """User + system seconds of a process, its reaped children and its live descendants."""
-    if root is None:
+    if root is None or not os.path.isdir("/proc"):  # no /proc (macOS): no figure
         return None
     tick = os.sysconf("SC_CLK_TCK")
     children: dict[int, list[int]] = {}
