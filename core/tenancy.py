@@ -4,28 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 from functools import wraps
 from typing import Any, TypeVar
 from uuid import UUID
 
 from django.db import connection, transaction
 
+from core.db import wire
+from core.db.tenant import current as _tenant
 from core.errors import NotFound
 from core.models import Tenant
 
 TENANT_SETTING = "app.tenant_id"
 T = TypeVar("T")
-# The tenant (or, for a console user of several tenants, the comma-separated tenants) the statements
-# of this thread or task carry into their own transactions: '' sees nothing.
-_tenant: ContextVar[str] = ContextVar("keeper_tenant", default="")
 # No tenant's id: a query that names it in its predicate finds no row.
 NO_TENANT = UUID(int=0)
-
-
-def tenant_setting() -> str:
-    """What `app.tenant_id` must be in the transaction of the next statement."""
-    return _tenant.get()
 
 
 def tenant_get(*, slug_or_id: str | UUID) -> Tenant:
@@ -48,10 +41,14 @@ def tenant_ensure(*, slug: str, name: str = "") -> Tenant:
 def run_tenant(run_id: UUID) -> UUID | None:
     """The tenant of a run, through the narrow SECURITY DEFINER function (no other column leaves it);
     None if there is no such run. Workers and operator commands use it to know which tenant to set."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT keeper_run_tenant(%s)", [run_id])
-        tenant_id: UUID | None = cursor.fetchone()[0]
-        return tenant_id
+    tenant_id = _RUN_TENANT.first_value_of({"run_id": run_id})
+    return UUID(tenant_id.decode()) if tenant_id is not None else None
+
+
+# Asked by every worker task and every outside worker's call: prepared, as the step commit is.
+_RUN_TENANT = wire.Statement.named(
+    "keeper_run_tenant", "SELECT keeper_run_tenant(%(run_id)s)", {"run_id": wire.UUID}
+)
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from django.db import connection, connections
 from psycopg import errors, generators, pq
 from psycopg.adapt import Transformer
 
-from core.tenancy import tenant_setting
+from core.db.tenant import tenant_setting
 
 __all__ = ["Statement", "bytea_array", "rows", "BOOL", "FLOAT8", "INT4", "INT8", "TEXT", "UNKNOWN", "UUID"]
 

@@ -97,19 +97,15 @@ def _turns(run: AgentRun) -> list[ProcedureTurn]:
 def run_answered(*, run_id: UUID) -> bool:
     """Whether the run ever answered a turn: only such a run has a procedure to learn (one read by the
     run's own id, where a learning task per finished run would cost a task round trip each)."""
-    tenant = _RUN_TENANT.first_value_of({"run_id": run_id})
-    if tenant is None:
+    tenant_id = run_tenant(run_id)
+    if tenant_id is None:
         return False
-    tenant_id = UUID(tenant.decode())
     with tenant_bind(tenant_id):
         return _ANSWERED.first_value_of({"tenant_id": tenant_id, "run_id": run_id}) is not None
 
 
-# Asked for every run a worker finishes: prepared, as the step commit is (through the ORM and Django's
-# cursor the two cost the worker about as much CPU as three of the run's steps).
-_RUN_TENANT = wire.Statement.named(
-    "keeper_run_tenant_of", "SELECT keeper_run_tenant(%(run_id)s)", {"run_id": wire.UUID}
-)
+# Asked for every run a worker finishes: prepared, as the step commit is (through the ORM it cost the
+# worker about as much CPU as a step).
 _ANSWERED = wire.Statement.named(
     "keeper_run_answered",
     "SELECT 1 FROM agent_events WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s"

@@ -21,7 +21,7 @@ from typing import Any
 from django.db.backends.postgresql import base
 from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
-from core.tenancy import tenant_setting
+from core.db.tenant import tenant_setting
 
 _TENANTS = re.compile(r"^(?:[0-9a-f-]{36}(?:,[0-9a-f-]{36})*)?$")
 # Sent as they are: transaction control (a ROLLBACK TO SAVEPOINT must run in a transaction aborted by
