@@ -17,11 +17,12 @@ from datetime import date, datetime
 from decimal import Decimal
 from graphlib import TopologicalSorter
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, OperationalError, connection, connections
+from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from core.artifacts.reclaim import artifacts_erase_tenant, artifacts_tenant_left
@@ -235,14 +236,19 @@ def tenant_export(
     )
 
 
-def _leased_runs(tenant_id: UUID) -> int:
-    with tenant_scope(tenant_id), connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM agent_runs WHERE tenant_id = %s AND lease_owner IS NOT NULL "
-            "AND lease_expires_at > now()",
-            [tenant_id],
+def _refuse_leased(cursor: CursorWrapper, *, tenant_id: UUID, slug: str) -> None:
+    """Conflict if a run of the tenant holds a live lease (a step of it may be calling out)."""
+    cursor.execute(
+        "SELECT count(*) FROM agent_runs WHERE tenant_id = %s AND lease_owner IS NOT NULL "
+        "AND lease_expires_at > now()",
+        [tenant_id],
+    )
+    leased = cursor.fetchone()[0]
+    if leased:
+        raise Conflict(
+            f"{leased} run(s) of tenant {slug} hold a live lease: cancel them or let them finish first",
+            code="tenant_runs_leased",
         )
-        return cast(int, cursor.fetchone()[0])
 
 
 def _save(offboarding: TenantOffboarding, **step: Any) -> None:
@@ -316,17 +322,7 @@ def _erase_rows(*, tenant_id: UUID, slug: str, progress: Progress) -> dict[str, 
                     [tenant_id],
                 )
                 cursor.execute("SELECT tenant_id FROM tenants WHERE tenant_id = %s FOR UPDATE", [tenant_id])
-                cursor.execute(
-                    "SELECT count(*) FROM agent_runs WHERE tenant_id = %s AND lease_owner IS NOT NULL "
-                    "AND lease_expires_at > now()",
-                    [tenant_id],
-                )
-                leased = cursor.fetchone()[0]
-                if leased:
-                    raise Conflict(
-                        f"{leased} run(s) of tenant {slug} hold a live lease: cancel them or let them finish first",
-                        code="tenant_runs_leased",
-                    )
+                _refuse_leased(cursor, tenant_id=tenant_id, slug=slug)
                 for table in tables:
                     cursor.execute(f'DELETE FROM "{table.name}" WHERE tenant_id = %s', [tenant_id])  # noqa: S608
                     counts[table.name] = cursor.rowcount
@@ -375,12 +371,8 @@ def tenant_erase(
         .first()
     )
     if offboarding is None:
-        leased = _leased_runs(tenant_id)
-        if leased:
-            raise Conflict(
-                f"{leased} run(s) of tenant {slug} hold a live lease: cancel them or let them finish first",
-                code="tenant_runs_leased",
-            )
+        with tenant_scope(tenant_id), connection.cursor() as cursor:
+            _refuse_leased(cursor, tenant_id=tenant_id, slug=slug)
         export = (
             TenantOffboarding.objects.filter(tenant_id=tenant_id, status=OffboardingStatus.EXPORTED)
             .order_by("-created_at")
