@@ -139,15 +139,17 @@ def offboarding_erase(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
     try:
         done = tenant_erase(slug=scope.slug, confirm=form.cleaned_data["slug_confirm"], requested_by=actor)
     except ApplicationError as exc:
+        # Refused before anything went, or stopped part-way (failed; erasing again resumes it).
+        stopped = exc.code == "tenant_erase_interrupted"
         audit_record(
             request=request,
-            action="tenant_erase_refused",
+            action="tenant_erase_interrupted" if stopped else "tenant_erase_refused",
             target_type="tenant",
             target_id=scope.tenant_id,
             details={**details, "reason": exc.message},
         )
         form.add_error(None, exc.message)
-        busy = exc.code in ("tenant_runs_leased", "tenant_erase_interrupted")
+        busy = stopped or exc.code == "tenant_runs_leased"
         return _page(request, scope, form, status=409 if busy else 400)
     audit_record(
         request=request,

@@ -147,8 +147,11 @@ def test_an_erasure_that_cannot_finish_is_a_409_with_retry_and_its_rows_kept(cli
     assert {k: v for k, v in after.items() if k.startswith("table.") and k not in kept} == {
         k: v for k, v in before.items() if k.startswith("table.") and k not in kept
     }
-    refused = AuditEntry.objects.filter(action="tenant_erase_refused").values_list("details", flat=True)
-    assert ["stopped" in d["reason"] for d in refused] == [True]
+    stopped_entries = AuditEntry.objects.filter(action="tenant_erase_interrupted").values_list(
+        "details", flat=True
+    )
+    assert ["stopped" in d["reason"] for d in stopped_entries] == [True]
+    assert not AuditEntry.objects.filter(action="tenant_erase_refused").exists()
 
     again = client.post(
         "/compliance/acme/offboarding/erase/", {"slug_confirm": "acme", "note": "contract ended"}
