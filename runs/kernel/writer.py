@@ -8,7 +8,6 @@ Statements go through core.db.wire, which sets the bound tenant inside their own
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar, cast
@@ -24,6 +23,7 @@ from runs.kernel import moves as m
 from runs.kernel._sql import langgraph as lg
 from runs.kernel._sql import leases, partitions, runs
 from runs.kernel.models import AgentEvent, AgentRun, ToolOperation
+from runs.kernel.params import TERMINAL, commit_params, json_loaded, json_or_none, webhook_params
 from runs.kernel.records import LeaseGrant
 
 R = TypeVar("R")
@@ -42,38 +42,6 @@ def _handles(kind: type[m.Move[R]]) -> Callable[[Callable[[Any], R]], Callable[[
 def apply(move: m.Move[R]) -> R:
     """Write the move, or nothing if its fence no longer holds (None / False / 0 / []: see the move)."""
     return cast(R, _HANDLERS[type(move)](move))
-
-
-def _json(value: Any) -> Any:
-    # Django registers jsonb to load as text on its connections; decode here.
-    return json.loads(value) if isinstance(value, str | bytes) else value
-
-
-def _json_or_none(value: Any) -> str | None:
-    return None if value is None else canonical_json(value)
-
-
-# --- webhooks: which event of a move a subscriber hears of --------------------------------------------
-
-_WEBHOOK_SUSPENSIONS = {
-    "approval_required": "run.suspended.approval",
-    "reconciliation_required": "run.suspended.reconciliation",
-}
-TERMINAL = ("completed", "failed", "cancelled")
-
-
-def webhook_event_type(*, status: str, suspend_reason: str | None) -> str | None:
-    """The webhook event type of a run entering `status` (None: no subscriber is told)."""
-    if status == "suspended":
-        return _WEBHOOK_SUSPENSIONS.get(suspend_reason or "")
-    return {"completed": "run.completed", "failed": "run.failed"}.get(str(status))
-
-
-def _hook(status: str, reason: str | None, result: Any = None) -> dict[str, Any]:
-    hook = webhook_event_type(status=status, suspend_reason=reason)
-    if hook == "run.failed" and reason is None and isinstance(result, dict):  # a failure's reason is its code
-        reason = result.get("code")
-    return {"webhook": hook, "webhook_status": str(status), "webhook_reason": reason}
 
 
 # --- starting ---------------------------------------------------------------------------------------
@@ -147,7 +115,7 @@ def _lease_taken(move: m.LeaseTaken) -> LeaseGrant | None:
         expires_at=expires_at,
         revision=revision,
         next_step=next_step,
-        state=_json(state),
+        state=json_loaded(state),
         status=status,
         resume_requested_by=requested_by,
         workflow_name=wf_name,
@@ -208,68 +176,6 @@ def _runs_redispatched(move: m.RunsRedispatched) -> list[UUID]:
 # --- a lease holder's moves: the step commit ----------------------------------------------------------
 
 
-def _commit_params(move: m.WorkerMove) -> dict[str, Any]:
-    """The commit statement's parameters for a lease holder's move."""
-    held = move.held
-    base: dict[str, Any] = {
-        "run_id": held.run_id,
-        "tenant_id": held.tenant_id,
-        "expected": held.revision,
-        "epoch": held.epoch,
-        "owner": held.owner,
-        "state": move.state.json,
-        "digest": move.state.digest,
-        "attempt": held.attempt,
-        "payload": canonical_json(move.payload),
-        "suspend_reason": None,
-        "suspend_detail": "",
-        "result": None,
-        "release": True,
-        "reset_attempt": True,
-        "retry_in": 0.0,
-        "schema": None,
-        "event_state": True,
-        "resume_at_wake": False,
-        "step_id": None,
-    }
-    if isinstance(move, m.StepCommitted):
-        return {**base, "next_step": move.next_step, "status": "running", "event_type": move.event_type,
-                "step_id": move.step_id, "release": not move.keep_lease}  # fmt: skip
-    if isinstance(move, m.Suspended):
-        timer = move.wake_in is not None
-        return {**base, "next_step": move.resume_at, "status": "suspended", "event_type": "run_suspended",
-                "step_id": move.step_id, "suspend_reason": move.reason, "suspend_detail": move.detail,
-                # a suspension Keeper decides keeps the attempt count; a step's own starts afresh
-                "reset_attempt": move.step_id is not None,
-                "retry_in": move.wake_in or 0.0, "resume_at_wake": timer}  # fmt: skip
-    if isinstance(move, m.Completed):
-        return {**base, "next_step": None, "status": "completed", "event_type": "run_completed",
-                "step_id": move.step_id, "result": _json_or_none(move.result)}  # fmt: skip
-    if isinstance(move, m.Failed):
-        failure = {"code": move.code, "detail": move.detail}
-        return {**base, "next_step": None, "status": "failed", "event_type": "run_failed",
-                "step_id": move.step_id, "result": canonical_json(failure)}  # fmt: skip
-    if isinstance(move, m.StepErrored):
-        if move.retry_in is None:
-            return {**base, "next_step": move.step_id, "status": "suspended", "event_type": "step_error",
-                    "step_id": move.step_id, "suspend_reason": "step_error", "suspend_detail": move.detail,
-                    "reset_attempt": False}  # fmt: skip
-        return {**base, "next_step": move.step_id, "status": "running", "event_type": "step_error",
-                "step_id": move.step_id, "reset_attempt": False, "retry_in": move.retry_in}  # fmt: skip
-    if isinstance(move, m.ResumeVerified):
-        return {**base, "next_step": move.next_step, "status": "running", "event_type": "resume_verified",
-                "release": False, "reset_attempt": False}  # fmt: skip
-    if isinstance(move, m.ResumeRefused):
-        return {**base, "next_step": move.next_step, "status": "suspended", "event_type": "resume_refused",
-                "suspend_reason": move.reason, "suspend_detail": move.detail, "reset_attempt": False,
-                "digest": move.trusted_digest,
-                "event_state": move.trusted_digest == move.state.digest}  # fmt: skip
-    if isinstance(move, m.StateMigrated):
-        return {**base, "next_step": move.next_step, "status": "running", "event_type": "state_migrated",
-                "release": False, "reset_attempt": False, "schema": move.to_version}  # fmt: skip
-    raise TypeError(f"not a lease holder's move: {type(move).__name__}")
-
-
 def _commit_span(kw: dict[str, Any]) -> dict[str, Any]:
     params = kw["params"]
     return {
@@ -294,8 +200,8 @@ def _commit_statement(*, params: dict[str, Any]) -> int | None:
 
 
 def _commit(move: m.WorkerMove) -> int | None:
-    params = _commit_params(move)
-    params.update(_hook(params["status"], params["suspend_reason"], _json(params["result"])))
+    params = commit_params(move)
+    params.update(webhook_params(params["status"], params["suspend_reason"], json_loaded(params["result"])))
     return _commit_statement(params=params)
 
 
@@ -309,8 +215,8 @@ for _kind in (m.StepCommitted, m.Suspended, m.Completed, m.Failed, m.StepErrored
 
 @_handles(m.StatusChanged)
 def _status_changed(move: m.StatusChanged) -> int | None:
-    result_json = _json_or_none(move.result)
-    hook = _hook(move.to_status, move.suspend_reason, move.result)
+    result_json = json_or_none(move.result)
+    hook = webhook_params(move.to_status, move.suspend_reason, move.result)
     stays = move.to_status in move.from_statuses
     if stays and move.to_status in ("completed", "failed"):
         # A finished run that stays finished (a rewind supersedes it) was announced when it finished.
@@ -395,7 +301,7 @@ def _subject_erased(move: m.SubjectErased) -> int | None:
             "state": move.state.json,
             "digest": move.state.digest,
             "subject": move.subject,
-            "result": _json_or_none(move.result),
+            "result": json_or_none(move.result),
             "idempotency_key": move.idempotency_key,
             "detail": move.detail,
             "old_detail": move.old_detail,
@@ -513,7 +419,7 @@ def _state_altered(move: m.StateAlteredOutside) -> bool:
     params = {
         "run_id": move.run_id,
         "tenant_id": move.tenant_id,
-        "state": _json_or_none(move.state),
+        "state": json_or_none(move.state),
         "schema": move.state_schema_version,
     }
     return bool(wire.rows(runs.STATE_ALTERED, params))
