@@ -181,28 +181,43 @@ def _side(run: AgentRun, events: list[AgentEvent]) -> Side:
     )
 
 
+_READS = 5
+
+
+def _moved(run: AgentRun, events: list[AgentEvent]) -> bool:
+    """Whether the run moved after it was read and before its events were."""
+    return bool(events) and events[-1].seq > run.state_revision
+
+
 def replay_compare(*, replay: RunReplay) -> Comparison | None:
     """The replay beside its original from the fork point on; None if either run is gone."""
     tenant_id = replay.tenant_id
-    runs = {
-        r.run_id: r
-        for r in AgentRun.objects.filter(
-            tenant_id=tenant_id, run_id__in=[replay.run_id, replay.original_run_id]
+    # The runs and then their events, one statement after the other while a worker may move them: a
+    # replay fed its next message between the two reads would look settled (its run not yet asked to
+    # resume, its events already fed). Every move writes the event whose seq is the run's new
+    # revision, so an event past the revision read means the run moved between them: read again.
+    for _ in range(_READS):
+        runs = {
+            r.run_id: r
+            for r in AgentRun.objects.filter(
+                tenant_id=tenant_id, run_id__in=[replay.run_id, replay.original_run_id]
+            )
+        }
+        original, copy = runs.get(replay.original_run_id), runs.get(replay.run_id)
+        if original is None or copy is None:
+            return None
+        theirs = list(
+            AgentEvent.objects.filter(
+                tenant_id=tenant_id, run_id=original.run_id, seq__gt=replay.at_seq
+            ).order_by("seq")
         )
-    }
-    original, copy = runs.get(replay.original_run_id), runs.get(replay.run_id)
-    if original is None or copy is None:
-        return None
-    theirs = list(
-        AgentEvent.objects.filter(
-            tenant_id=tenant_id, run_id=original.run_id, seq__gt=replay.at_seq
-        ).order_by("seq")
-    )
-    ours = [
-        e
-        for e in AgentEvent.objects.filter(tenant_id=tenant_id, run_id=copy.run_id, seq__gt=1).order_by("seq")
-        if "forked_from" not in (e.payload or {})  # the conversation copied up to the fork point
-    ]
+        copied = list(
+            AgentEvent.objects.filter(tenant_id=tenant_id, run_id=copy.run_id, seq__gt=1).order_by("seq")
+        )
+        if not _moved(original, theirs) and not _moved(copy, copied):
+            break
+    # Not the conversation copied up to the fork point.
+    ours = [e for e in copied if "forked_from" not in (e.payload or {})]
     a, b = _side(original, theirs), _side(copy, ours)
     said = sum(1 for e in theirs if e.event_type == "user_message" and (e.payload or {}).get("content"))
     fed = sum(1 for e in ours if (e.client_message_id or "").startswith(FED_PREFIX))
