@@ -182,6 +182,28 @@ def _side(run: AgentRun, events: list[AgentEvent]) -> Side:
 
 
 _READS = 5
+_Read = tuple[AgentRun, AgentRun, list[AgentEvent], list[AgentEvent]]
+
+
+def _read(replay: RunReplay) -> _Read | None:
+    """The original and the replay with their events from the fork point on; None if either is gone."""
+    tenant_id = replay.tenant_id
+    runs = {
+        r.run_id: r
+        for r in AgentRun.objects.filter(
+            tenant_id=tenant_id, run_id__in=[replay.run_id, replay.original_run_id]
+        )
+    }
+    original, copy = runs.get(replay.original_run_id), runs.get(replay.run_id)
+    if original is None or copy is None:
+        return None
+    theirs = list(
+        AgentEvent.objects.filter(
+            tenant_id=tenant_id, run_id=original.run_id, seq__gt=replay.at_seq
+        ).order_by("seq")
+    )
+    ours = list(AgentEvent.objects.filter(tenant_id=tenant_id, run_id=copy.run_id, seq__gt=1).order_by("seq"))
+    return original, copy, theirs, ours
 
 
 def _moved(run: AgentRun, events: list[AgentEvent]) -> bool:
@@ -191,31 +213,18 @@ def _moved(run: AgentRun, events: list[AgentEvent]) -> bool:
 
 def replay_compare(*, replay: RunReplay) -> Comparison | None:
     """The replay beside its original from the fork point on; None if either run is gone."""
-    tenant_id = replay.tenant_id
     # The runs and then their events, one statement after the other while a worker may move them: a
     # replay fed its next message between the two reads would look settled (its run not yet asked to
     # resume, its events already fed). Every move writes the event whose seq is the run's new
     # revision, so an event past the revision read means the run moved between them: read again.
-    for _ in range(_READS):
-        runs = {
-            r.run_id: r
-            for r in AgentRun.objects.filter(
-                tenant_id=tenant_id, run_id__in=[replay.run_id, replay.original_run_id]
-            )
-        }
-        original, copy = runs.get(replay.original_run_id), runs.get(replay.run_id)
-        if original is None or copy is None:
-            return None
-        theirs = list(
-            AgentEvent.objects.filter(
-                tenant_id=tenant_id, run_id=original.run_id, seq__gt=replay.at_seq
-            ).order_by("seq")
-        )
-        copied = list(
-            AgentEvent.objects.filter(tenant_id=tenant_id, run_id=copy.run_id, seq__gt=1).order_by("seq")
-        )
-        if not _moved(original, theirs) and not _moved(copy, copied):
+    read = _read(replay)
+    for _ in range(_READS - 1):
+        if read is None or not (_moved(read[0], read[2]) or _moved(read[1], read[3])):
             break
+        read = _read(replay)
+    if read is None:
+        return None
+    original, copy, theirs, copied = read
     # Not the conversation copied up to the fork point.
     ours = [e for e in copied if "forked_from" not in (e.payload or {})]
     a, b = _side(original, theirs), _side(copy, ours)

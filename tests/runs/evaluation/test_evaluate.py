@@ -18,7 +18,7 @@ from core.tenancy import tenant_bind, tenant_ensure
 from runs.engine.replay_models import EvalRound, EvalSet, RunReplay
 from runs.evaluation.overrides import overrides_from_pairs, overrides_parse
 from runs.evaluation.selectors import replay_compare
-from runs.evaluation.services import replay_start
+from runs.evaluation.services import replay_feed, replay_start
 from runs.kernel.models import AgentEvent, AgentRun
 from tests.runs.workflows.test_support_agent import ScriptedChat, _drive, _say, _start
 
@@ -94,6 +94,42 @@ def test_a_replay_asks_another_model_through_core_chat_and_stores_no_key(tenant,
         and not compared.same_moves
         and compared.replay.outcome == "suspended: awaiting_input"
     )
+
+
+class _StaleFirst:
+    """AgentRun for the comparison, whose first read returns the replay's run as it was before it was
+    fed: a worker moving the run between the comparison's two reads."""
+
+    def __init__(self, stale: AgentRun) -> None:
+        self.stale, self.reads = stale, 0
+        self.objects = self
+
+    def filter(self, **kwargs: object) -> list[AgentRun]:
+        self.reads += 1
+        rows = list(AgentRun.objects.filter(**kwargs))
+        if self.reads == 1:
+            rows = [self.stale if r.run_id == self.stale.run_id else r for r in rows]
+        return rows
+
+
+def test_a_replay_fed_between_the_comparisons_reads_is_not_settled(tenant, sandbox, monkeypatch):
+    sandbox.order("o-401")
+    original = _drive(_start(tenant, subject="cust-13"))
+    _say(tenant, original, "m-1", "Where is my order o-401?")
+    original = _drive(original)
+    monkeypatch.setattr("runs.engine.replays._after_suspend", [])  # the evaluation feeds it below
+    replay = _drive(replay_start(run_id=original.run_id, actor="test"))
+    assert (replay.status, replay.suspend_reason) == ("suspended", "awaiting_input")
+    stored = RunReplay.objects.get(run_id=replay.run_id)
+    waiting = replay_compare(replay=stored)
+    assert waiting is not None and waiting.unfed == 1 and not waiting.settled
+    assert replay_feed(replay.run_id)
+    reads = _StaleFirst(replay)
+    monkeypatch.setattr("runs.evaluation.selectors.AgentRun", reads)
+    compared = replay_compare(replay=stored)
+    assert reads.reads == 2  # the first read's run was behind its events: read again
+    assert compared is not None and compared.unfed == 0 and compared.replay.resume_requested
+    assert not compared.settled
 
 
 def test_the_api_keeps_a_set_runs_it_again_and_answers_bad_input_with_a_reason(tenant, sandbox, api):
