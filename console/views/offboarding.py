@@ -139,7 +139,8 @@ def offboarding_erase(request: HtmxHttpRequest, tenant: str) -> HttpResponse:
     try:
         done = tenant_erase(slug=scope.slug, confirm=form.cleaned_data["slug_confirm"], requested_by=actor)
     except ApplicationError as exc:
-        # Refused before anything went, or stopped part-way (failed; erasing again resumes it).
+        # Refused (a run of the tenant holds a live lease), or stopped part-way: marked failed, and
+        # erasing again resumes it.
         stopped = exc.code == "tenant_erase_interrupted"
         audit_record(
             request=request,
