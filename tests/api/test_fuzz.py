@@ -90,6 +90,15 @@ CHECKS = [
 ]
 
 
+def _why(failure: BaseException) -> str:
+    """The failure and, for Hypothesis's groups (a flaky example, several distinct failures), each of
+    the exceptions inside: the group's own text names none of them."""
+    text = f"{type(failure).__name__}: {failure}"
+    for inner in getattr(failure, "exceptions", ()):
+        text += "\n  - " + _why(inner).replace("\n", "\n    ")
+    return text
+
+
 def test_the_api_survives_fuzzing(api_schema) -> None:
     # The pytest plugin of schemathesis 4.32 does not run on pytest 9 (it sets `node._nodeid`):
     # drive every operation through its Hypothesis strategy instead, valid and invalid data both.
@@ -123,7 +132,7 @@ def test_the_api_survives_fuzzing(api_schema) -> None:
                     Exception,
                     BaseExceptionGroup,
                 ) as failure:  # every operation's failure, reported at the end
-                    failures[f"{operation.label} ({mode.value})"] = str(failure)[:2000]
+                    failures[f"{operation.label} ({mode.value})"] = _why(failure)[:4000]
     assert not failures, "\n\n".join(f"{label}: {text}" for label, text in failures.items())
 
 
@@ -169,5 +178,5 @@ def test_fuzzing_the_seeded_objects(api_schema, whose) -> None:
                 Exception,
                 BaseExceptionGroup,
             ) as failure:  # every operation's failure, reported at the end
-                failures[operation.label] = str(failure)[:2000]
+                failures[operation.label] = _why(failure)[:4000]
     assert not failures, "\n\n".join(f"{label}: {text}" for label, text in failures.items())

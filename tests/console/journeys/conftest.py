@@ -261,6 +261,11 @@ class Person:
     def check(self) -> None:
         problems = self.page.evaluate(WIDER_THAN_THE_WINDOW)
         found = [*self.errors, *self.bad_answers, *(f"{self.page.url}: {p}" for p in problems)]
+        if self.bad_answers:  # what the page told the person, so the failure names its cause
+            told = " / ".join(
+                t.strip() for t in self.page.locator("main .errorlist, ul.messages").all_inner_texts()
+            )
+            found += [f"the page says: {told[:500]}"] if told.strip(" /") else []
         self.errors.clear()
         self.bad_answers.clear()
         if found:

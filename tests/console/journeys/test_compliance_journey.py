@@ -11,7 +11,9 @@ import io
 import pytest
 from playwright.sync_api import expect
 
-from tests.console.journeys.conftest import Person
+from runs.kernel.models import AgentRun, RunStatus
+from tests.console.journeys.conftest import Demo, Person
+from tests.processes import wait_until
 
 pytestmark = [pytest.mark.journeys, pytest.mark.slow]
 COMPLIANCE = "acme-compliance"
@@ -72,8 +74,21 @@ def test_compliance_exports_the_audit_log_for_a_day(person, demo):
     assert rows[0][:3] == ["id", "at_utc", "actor"] and len(rows) > 3
 
 
+def _runs_finished(demo: Demo, slug: str) -> None:
+    """What the offboarding page asks first: the tenant's running runs let finish (the demo starts
+    one for globex, which the module's worker may still be moving; erasing under it is refused)."""
+    tenant_id = demo.tenant_id(slug)
+
+    def finished() -> bool:
+        with demo.db(tenant_id):
+            return not AgentRun.objects.filter(tenant_id=tenant_id, status=RunStatus.RUNNING).exists()
+
+    wait_until(finished, timeout=60, interval=0.5, message=f"{slug}'s running runs to finish")
+
+
 def test_compliance_offboards_a_tenant_whose_users_are_told_at_sign_in(person, demo):
     who = person("operator")  # a member of both demo tenants, with every role
+    _runs_finished(demo, "globex")
     page = who.page
     who.visit("/compliance/globex/offboarding/")
     page.fill("input[name=slug_confirm]", "globex")
