@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 from django.conf import settings
-from django.db import connection, connections
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from psycopg import errors, generators, pq
 from psycopg.adapt import Transformer
 
@@ -144,11 +144,15 @@ class Statement:
         return loader.load_row(0, tuple)
 
     def _result(self, params: Sequence[bytes | None]) -> pq.abc.PGresult:
-        connection.ensure_connection()
-        raw = connection.connection
-        with connection.wrap_database_errors:
+        db = connections[DEFAULT_DB_ALIAS]  # the thread's connection, looked up once
+        db.ensure_connection()
+        raw = db.connection
+        with db.wrap_database_errors:
             result = self._execute(raw, params)
-            if result.error_field(pq.DiagnosticField.SQLSTATE) == _INVALID_STATEMENT:
+            if (
+                result.status == pq.ExecStatus.FATAL_ERROR
+                and result.error_field(pq.DiagnosticField.SQLSTATE) == _INVALID_STATEMENT
+            ):
                 # The session forgot it (psycopg's DEALLOCATE ALL after a rollback, a pooler's
                 # DISCARD ALL): prepare it again. Only ever in autocommit, see _execute.
                 self._prepared.discard(raw)
@@ -160,48 +164,55 @@ class Statement:
 
     def _execute(self, raw: psycopg.Connection[Any], params: Sequence[bytes | None]) -> pq.abc.PGresult:
         pgconn = raw.pgconn
-        # Inside Django's atomic() the transaction may not have begun yet: psycopg begins it before a
-        # cursor's first statement, and so must this path (with the connection's isolation level).
-        raw.wait(raw._start_query())
+        idle = pgconn.transaction_status == pq.TransactionStatus.IDLE
+        if idle and not raw.autocommit:
+            # Inside Django's atomic() the transaction may not have begun yet: psycopg begins it
+            # before a cursor's first statement, and so must this path (with the connection's
+            # isolation level).
+            raw.wait(raw._start_query())
+            idle = False
         # Unprepared behind a transaction pooler without named statements, and inside a transaction:
         # psycopg deallocates every prepared statement of the session when one rolls back, and a
         # statement found missing there would end the caller's transaction. Keeper's commits and
-        # puts run in autocommit, where a missing statement is prepared again (first_value).
-        prepare = _prepare_threshold_for_named(raw) and pgconn.transaction_status == pq.TransactionStatus.IDLE
+        # puts run in autocommit, where a missing statement is prepared again (_result).
+        prepare = _prepare_threshold_for_named(raw) and idle
+        prepare_tenant = prepare and raw not in _SET_TENANT_PREPARED
+        prepare_self = prepare and raw not in self._prepared
         tenant = [tenant_setting().encode()]
-        sent: list[str] = []  # what each result answers, in order
         pgconn.enter_pipeline_mode()
         try:
-            if prepare and raw not in _SET_TENANT_PREPARED:
-                pgconn.send_prepare(_SET_TENANT_NAME, _SET_TENANT, param_types=[TEXT])
-                sent.append("prepare tenant")
             if prepare:
+                if prepare_tenant:
+                    pgconn.send_prepare(_SET_TENANT_NAME, _SET_TENANT, param_types=[TEXT])
                 pgconn.send_query_prepared(_SET_TENANT_NAME, tenant)
-            else:
-                pgconn.send_query_params(_SET_TENANT, tenant, param_types=[TEXT])
-            sent.append("tenant")
-            if prepare and raw not in self._prepared:
-                pgconn.send_prepare(self.name, self.sql, param_types=self.types)
-                sent.append("prepare")
-            if prepare:
+                if prepare_self:
+                    pgconn.send_prepare(self.name, self.sql, param_types=self.types)
                 pgconn.send_query_prepared(self.name, params, param_formats=self.formats)
             else:
+                pgconn.send_query_params(_SET_TENANT, tenant, param_types=[TEXT])
                 pgconn.send_query_params(self.sql, params, param_types=self.types, param_formats=self.formats)
-            sent.append("statement")
             pgconn.pipeline_sync()
             fetched = raw.wait(_pipeline_results(pgconn))
         finally:
             pgconn.exit_pipeline_mode()
-        results = dict(zip(sent, fetched[: len(sent)], strict=True))
-        # Past those, an error of the implicit commit at the Sync: a deferred constraint (Django's
-        # foreign keys are DEFERRABLE INITIALLY DEFERRED) fails there, after the statement's own rows.
-        failed = [r for r in fetched if r.status == pq.ExecStatus.FATAL_ERROR]
-        # A statement prepared is kept by the session even when a later command of the pipeline failed.
-        if "prepare tenant" in results and results["prepare tenant"].status == pq.ExecStatus.COMMAND_OK:
-            _SET_TENANT_PREPARED.add(raw)
-        if "prepare" in results and results["prepare"].status == pq.ExecStatus.COMMAND_OK:
-            self._prepared.add(raw)
-        return failed[0] if failed else results["statement"]
+        # In the order sent: [the tenant's prepare], the tenant, [the statement's prepare], the
+        # statement; past those, an error of the implicit commit at the Sync (a deferred constraint
+        # fails there, after the statement's own rows: Django's foreign keys are DEFERRABLE INITIALLY
+        # DEFERRED). A statement prepared is kept by the session even when a later command failed.
+        at = 0
+        if prepare_tenant:
+            if fetched[at].status == pq.ExecStatus.COMMAND_OK:
+                _SET_TENANT_PREPARED.add(raw)
+            at += 1
+        at += 1
+        if prepare_self:
+            if fetched[at].status == pq.ExecStatus.COMMAND_OK:
+                self._prepared.add(raw)
+            at += 1
+        for result in fetched:
+            if result.status == pq.ExecStatus.FATAL_ERROR:
+                return result
+        return fetched[at]
 
 
 _SET_TENANT_PREPARED: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
