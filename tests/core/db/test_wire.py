@@ -7,9 +7,10 @@ import uuid
 
 import psycopg
 import pytest
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import DatabaseError, IntegrityError, OperationalError, connection, transaction
 
 from core.db import wire
+from core.processes import current_database_url
 from core.tenancy import tenant_bind
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -153,3 +154,72 @@ def test_a_deferred_constraint_failing_at_the_implicit_commit_is_djangos_error()
     with tenant_bind(tenant_id), pytest.raises(IntegrityError, match="agent_runs_tenant_id"):
         insert.first_row_of({"id": uuid.uuid4(), "tenant": tenant_id})
     assert wire.Statement("keeper_test_after", "SELECT 1", params=0).first_value([]) == b"1"
+
+
+class _Counting:
+    """A PGconn that counts the calls which release the interpreter lock (psycopg's C implementation
+    releases it around PQisBusy and PQnotifies, as around sending)."""
+
+    def __init__(self, pgconn: psycopg.pq.abc.PGconn):
+        self._pgconn = pgconn
+        self.is_busy_calls = 0
+        self.notifies_calls = 0
+
+    def is_busy(self) -> int:
+        self.is_busy_calls += 1
+        return self._pgconn.is_busy()
+
+    def notifies(self) -> object:
+        self.notifies_calls += 1
+        return self._pgconn.notifies()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._pgconn, name)
+
+
+def _pipeline(raw: psycopg.Connection, *commands: bytes) -> tuple[list[psycopg.pq.abc.PGresult], _Counting]:
+    pgconn = raw.pgconn
+    counting = _Counting(pgconn)
+    pgconn.enter_pipeline_mode()
+    try:
+        for command in commands:
+            pgconn.send_query_params(command, None)
+        pgconn.pipeline_sync()
+        return raw.wait(wire._pipeline_results(counting)), counting  # type: ignore[arg-type]
+    finally:
+        pgconn.exit_pipeline_mode()
+
+
+def test_a_pipeline_is_read_asking_libpq_only_while_a_result_may_be_on_its_way() -> None:
+    """Every call that releases the interpreter lock hands it to another of a worker's threads, and
+    this one queues to take it back: after a result libpq answers the end of its results without
+    reading, so only a command still to come is asked about, and notifications are left to psycopg."""
+    with psycopg.connect(current_database_url(), autocommit=True) as raw:
+        results, counting = _pipeline(raw, b"SELECT 1", b"SELECT 2", b"SELECT 3")
+        assert [r.get_value(0, 0) for r in results] == [b"1", b"2", b"3"]
+        # one ask per command still to come, and one while the first answer is on its way
+        assert counting.is_busy_calls <= 3 + 1, counting.is_busy_calls
+        assert counting.notifies_calls == 0
+        failed, _ = _pipeline(raw, b"SELECT 1/0", b"SELECT 2")  # the second is skipped, reported so
+        assert [r.status for r in failed] == [psycopg.pq.ExecStatus.FATAL_ERROR,
+                                              psycopg.pq.ExecStatus.PIPELINE_ABORTED]  # fmt: skip
+        assert _pipeline(raw, b"SELECT 4")[0][0].get_value(0, 0) == b"4"  # the connection is usable
+
+
+def test_a_connection_lost_under_a_statement_is_an_error_not_a_hang() -> None:
+    echo = wire.Statement("keeper_test_lost", "SELECT $1::int", params=1, types=[wire.INT4])
+    assert echo.first_value([b"1"]) == b"1"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    with psycopg.connect(current_database_url(), autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [backend])
+    with pytest.raises(OperationalError):
+        echo.first_value([b"2"])
+    connection.close()
+    assert echo.first_value([b"3"]) == b"3"  # a new connection prepares it again
+
+
+def test_a_parameter_larger_than_the_sockets_buffer_is_sent_whole() -> None:
+    length = wire.Statement("keeper_test_length", "SELECT length($1)", params=1, types=[wire.TEXT])
+    assert length.first_value([b"x" * (8 << 20)]) == str(8 << 20).encode()
