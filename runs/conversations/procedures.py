@@ -105,14 +105,11 @@ def run_answered(*, run_id: UUID) -> bool:
 
 
 # Asked for every run a worker finishes: prepared, as the step commit is (through the ORM it cost the
-# worker about as much CPU as a step). The run's created_at is its events' partition key: through it
-# one month's partition is read, not every month's.
+# worker about as much CPU as a step).
 _ANSWERED = wire.Statement.named(
     "keeper_run_answered",
     "SELECT 1 FROM agent_events WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s"
-    " AND event_type = 'assistant_message' AND run_created_at ="
-    " (SELECT created_at FROM agent_runs WHERE tenant_id = %(tenant_id)s AND run_id = %(run_id)s)"
-    " LIMIT 1",
+    " AND event_type = 'assistant_message' LIMIT 1",
     {"tenant_id": wire.UUID, "run_id": wire.UUID},
 )
 

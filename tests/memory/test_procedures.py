@@ -9,11 +9,10 @@ import json
 from typing import Any
 
 import pytest
-from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from core.api_auth import api_key_create
-from core.tenancy import tenant_bind, tenant_scope
+from core.tenancy import tenant_scope
 from erasure.services import erasure_execute, erasure_request_create
 from memory.procedures.models import Procedure, ProcedureSource
 from memory.procedures.services import procedure_confirm
@@ -262,36 +261,3 @@ def test_only_a_run_that_answered_a_turn_is_sent_to_learn_when_it_finishes(tenan
     # A run of steps with no conversation would cost a learning task each for nothing to learn.
     assert run_answered(run_id=answered.run_id) is True
     assert run_answered(run_id=countdown.run_id) is False
-
-
-def test_whether_a_run_answered_is_read_from_its_own_months_events_only(tenant):
-    """Asked for every finished run: prepared, its plan generic, it still reads one partition of the
-    events (the run's month), not one more every month."""
-    from runs.conversations.procedures import _ANSWERED
-
-    run = run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 2}, actor="t").run
-    _drive(run.run_id)
-    with tenant_bind(tenant.tenant_id), transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = 'agent_events'::regclass")
-        assert cursor.fetchone()[0] >= 3  # the current month, the months made ahead, the default
-        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute(f"PREPARE keeper_test_answered (uuid, uuid) AS {_ANSWERED.sql.decode()}")
-        try:
-            cursor.execute(
-                "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE keeper_test_answered (%s, %s)",
-                [tenant.tenant_id, run.run_id],
-            )
-            [explained] = cursor.fetchone()[0]
-        finally:
-            cursor.execute("DEALLOCATE keeper_test_answered")
-    read = [
-        node["Relation Name"]
-        for node in _nodes(explained["Plan"])
-        if node.get("Relation Name", "").startswith("agent_events") and node.get("Actual Loops", 0) > 0
-    ]
-    assert len(read) == 1, read
-    assert explained["Plan"]["Actual Rows"] == 0  # a countdown answered nothing
-
-
-def _nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    return [plan] + [node for child in plan.get("Plans", []) for node in _nodes(child)]
