@@ -47,7 +47,7 @@ def run_tenant(run_id: UUID) -> UUID | None:
 
 # Asked by every worker task and every outside worker's call: prepared, as the step commit is.
 _RUN_TENANT = wire.Statement.named(
-    "keeper_run_tenant", "SELECT keeper_run_tenant(%(run_id)s)", {"run_id": wire.UUID}
+    "keeper_run_tenant", "SELECT keeper_run_tenant(%(run_id)s)", {"run_id": wire.UUID}, tenant=False
 )
 
 

@@ -95,8 +95,12 @@ class Statement:
         params: int,
         types: Sequence[int] = (),
         binary: Sequence[int] = (),
+        tenant: bool = True,
     ):
         self.name = name.encode()
+        # False only for a statement whose result no tenant changes (a SECURITY DEFINER function that
+        # reads no setting): it goes alone, without the tenant's set_config before it.
+        self.tenant = tenant
         self.sql = sql.encode()
         self.types = list(types) or [UNKNOWN] * params
         if len(self.types) != params:
@@ -106,7 +110,7 @@ class Statement:
         self._prepared: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 
     @classmethod
-    def named(cls, name: str, sql: str, types: Mapping[str, int]) -> Statement:
+    def named(cls, name: str, sql: str, types: Mapping[str, int], *, tenant: bool = True) -> Statement:
         """From a statement written with %(name)s placeholders (as for psycopg): each name becomes
         one $n, typed from `types`, which must name every one."""
         names: list[str] = []
@@ -120,7 +124,7 @@ class Statement:
         missing = set(names) - set(types)
         if missing:
             raise ValueError(f"{name}: no type for {sorted(missing)}")
-        statement = cls(name, numbered, params=len(names), types=[types[n] for n in names])
+        statement = cls(name, numbered, params=len(names), types=[types[n] for n in names], tenant=tenant)
         statement.names = names
         return statement
 
@@ -178,7 +182,7 @@ class Statement:
         # statement found missing there would end the caller's transaction. Keeper's commits and
         # puts run in autocommit, where a missing statement is prepared again (_result).
         prepare = _prepare_threshold_for_named(raw) and idle
-        prepare_tenant = prepare and raw not in _SET_TENANT_PREPARED
+        prepare_tenant = prepare and self.tenant and raw not in _SET_TENANT_PREPARED
         prepare_self = prepare and raw not in self._prepared
         tenant = [tenant_setting().encode()]
         pgconn.enter_pipeline_mode()
@@ -186,12 +190,14 @@ class Statement:
             if prepare:
                 if prepare_tenant:
                     pgconn.send_prepare(_SET_TENANT_NAME, _SET_TENANT, param_types=[TEXT])
-                pgconn.send_query_prepared(_SET_TENANT_NAME, tenant)
+                if self.tenant:
+                    pgconn.send_query_prepared(_SET_TENANT_NAME, tenant)
                 if prepare_self:
                     pgconn.send_prepare(self.name, self.sql, param_types=self.types)
                 pgconn.send_query_prepared(self.name, params, param_formats=self.formats)
             else:
-                pgconn.send_query_params(_SET_TENANT, tenant, param_types=[TEXT])
+                if self.tenant:
+                    pgconn.send_query_params(_SET_TENANT, tenant, param_types=[TEXT])
                 pgconn.send_query_params(self.sql, params, param_types=self.types, param_formats=self.formats)
             pgconn.pipeline_sync()
             fetched = raw.wait(_pipeline_results(pgconn))
@@ -206,7 +212,8 @@ class Statement:
             if fetched[at].status == pq.ExecStatus.COMMAND_OK:
                 _SET_TENANT_PREPARED.add(raw)
             at += 1
-        at += 1
+        if self.tenant:
+            at += 1
         if prepare_self:
             if fetched[at].status == pq.ExecStatus.COMMAND_OK:
                 self._prepared.add(raw)
