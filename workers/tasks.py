@@ -31,8 +31,9 @@ from runs.webhooks.delivery import webhooks_deliver_due
 
 @shared_task(name="workers.tasks.advance_run", ignore_result=True)
 def advance_run(run_id: str) -> None:
-    if run_advance(run_id=UUID(run_id), sliced=True).status == RunStatus.COMPLETED and run_answered(
-        run_id=UUID(run_id)
+    advanced = run_advance(run_id=UUID(run_id), sliced=True)
+    if advanced.status == RunStatus.COMPLETED and run_answered(
+        run_id=UUID(run_id), tenant_id=advanced.tenant_id
     ):
         learn_procedures.delay(run_id)  # what a finished run did may be how such requests are done
 

@@ -94,10 +94,12 @@ def _turns(run: AgentRun) -> list[ProcedureTurn]:
     return turns
 
 
-def run_answered(*, run_id: UUID) -> bool:
+def run_answered(*, run_id: UUID, tenant_id: UUID | None = None) -> bool:
     """Whether the run ever answered a turn: only such a run has a procedure to learn (one read by the
-    run's own id, where a learning task per finished run would cost a task round trip each)."""
-    tenant_id = run_tenant(run_id)
+    run's own id, where a learning task per finished run would cost a task round trip each).
+    `tenant_id`: the run's tenant as the caller's lease read it; else it is looked up."""
+    if tenant_id is None:
+        tenant_id = run_tenant(run_id)
     if tenant_id is None:
         return False
     with tenant_bind(tenant_id):

@@ -65,7 +65,8 @@ class AdvanceResult:
     `deferred` (nothing decided yet: the run is looked at again later, without an event).
 
     `status`, `seq` and `event_type` are those of the slice's last commit; `steps` counts the steps
-    the slice ran. `carry` is internal: the lease kept for the next step of the same slice.
+    the slice ran; `tenant_id` is the run's tenant (None if no lease was taken). `carry` is internal:
+    the lease kept for the next step of the same slice.
     """
 
     outcome: str
@@ -74,6 +75,7 @@ class AdvanceResult:
     event_type: str | None = None
     steps: int = 0
     carry: LeaseGrant | None = dataclasses.field(default=None, repr=False, compare=False)
+    tenant_id: UUID | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 class _Slice:
@@ -182,7 +184,7 @@ def _advance_slice(grant: LeaseGrant, lease: HeldLease, *, sliced: bool) -> Adva
             finally:
                 turn.steps += 1
             if result.carry is None:
-                return dataclasses.replace(result, steps=turn.steps)
+                return dataclasses.replace(result, steps=turn.steps, tenant_id=grant.tenant_id)
             grant = result.carry
     finally:
         workspace.workspace_slice_end(run_id=grant.run_id)
@@ -242,7 +244,6 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
         revision=held.revision,
         lease=lease,
     )
-    situation = Situation(held, step.name, decision.encoded, grant.workflow_version, {})
     state = decision.state
     started = time.monotonic()
     workspace.workspace_step_begin(run_id=grant.run_id)
@@ -251,33 +252,34 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
             outcome = step.fn(ctx, dict(state))
     except BudgetExhausted as exc:  # a model call refused: suspend with what the step spent until then
         spent = ctx.spent(wall_s=time.monotonic() - started)
+        situation = Situation(held, step.name, decision.encoded, grant.workflow_version, spent)
         return _suspend_spent(situation, spent, exc.code, exc.message)
     except StepFailed as exc:  # on purpose: fail with the state as it was before the step
         outcome = Fail(json.loads(decision.encoded.json), exc.code, exc.detail)
     except Exception as exc:
         spent = ctx.spent(wall_s=time.monotonic() - started)
-        return _step_error(dataclasses.replace(situation, spent=spent), grant, exc, lease_lost=ctx.lease_lost)
+        situation = Situation(held, step.name, decision.encoded, grant.workflow_version, spent)
+        return _step_error(situation, grant, exc, lease_lost=ctx.lease_lost)
     finally:
         observe_step(workflow=workflow.name, step=step.name, seconds=time.monotonic() - started)
     wake_in = None
     if isinstance(outcome, Suspend) and outcome.wake_at is not None:
         wake_in = max((outcome.wake_at - timezone.now()).total_seconds(), 0.001)
-    situation = dataclasses.replace(
-        situation,
-        spent=ctx.spent(wall_s=time.monotonic() - started),
-        wake_in=wake_in,
-        keep_lease=turn.continues(),
-    )
+    situation = Situation(held, step.name, decision.encoded, grant.workflow_version,
+                          ctx.spent(wall_s=time.monotonic() - started), keep_lease=turn.continues(),
+                          wake_in=wake_in)  # fmt: skip
     decided = decide_outcome(workflow, outcome, situation)
     move = decide_invalid(situation, decided) if isinstance(decided, Invalid) else decided
     seq = _commit(move)
     crash_point("after_checkpoint", key=str(grant.run_id), step=step.name)
     if wake_in is not None and isinstance(move, m.Suspended):  # the sweep wakes it all the same if lost
         run_enqueue(run_id=grant.run_id, countdown=wake_in)
-    result = _result(move, seq)
     if isinstance(move, m.StepCommitted) and move.keep_lease:
         turn.committed = move.state
-        result = dataclasses.replace(result, carry=_carry(grant, workflow, seq, move.next_step, move.state))
+        carry = _carry(grant, workflow, seq, move.next_step, move.state)
+        result = AdvanceResult("committed", RunStatus.RUNNING, seq, move.event_type, carry=carry)
+    else:
+        result = _result(move, seq)
     workspace.workspace_step_end(run_id=grant.run_id, result=result)
     return result
 
@@ -336,15 +338,24 @@ def _carry(
     """The lease as the next step of the slice sees it: what was just committed, as a fresh grant would
     read it back (the stored JSON, the step's first attempt, no take-over to verify)."""
     schema = workflow.state_schema_version if workflow.schemas is not None else grant.state_schema_version
-    return dataclasses.replace(
-        grant,
+    g = grant  # built field by field, not with dataclasses.replace: once per step, it costs half as much
+    return LeaseGrant(
+        run_id=g.run_id,
+        tenant_id=g.tenant_id,
+        owner=g.owner,
+        epoch=g.epoch,
+        expires_at=g.expires_at,
         revision=seq,
         next_step=next_step,
         state=json.loads(state.json),
         status=RunStatus.RUNNING,
         resume_requested_by="",
+        workflow_name=g.workflow_name,
+        workflow_version=g.workflow_version,
         state_schema_version=schema,
         attempt=1,
         previous_owner=None,
-        previous_epoch=grant.epoch,
+        previous_epoch=g.epoch,
+        child_of_run_id=g.child_of_run_id,
+        replay=g.replay,
     )

@@ -296,3 +296,39 @@ def test_the_heartbeat_keeps_the_lease_through_a_slice_longer_than_its_ttl(tenan
     assert len(stolen) >= 10 and not any(stolen)  # the thief tried all along and never got in
     run.refresh_from_db()
     assert run.lease_epoch == 1 and run.state["two_attempt"] == 1
+
+
+def test_the_lease_carried_to_the_next_step_keeps_every_field_it_does_not_move() -> None:
+    """The grant a slice carries to its next step is built field by field: a field added to
+    LeaseGrant must be named here, moved by _carry or kept from the grant."""
+    import dataclasses
+    import uuid
+    from datetime import UTC, datetime
+
+    from runs.engine.steps import _carry
+    from runs.kernel.records import LeaseGrant
+
+    moved = {"revision", "next_step", "state", "status", "resume_requested_by", "attempt", "previous_owner",
+             "previous_epoch"}  # fmt: skip
+    kept = {"run_id", "tenant_id", "owner", "epoch", "expires_at", "workflow_name", "workflow_version",
+            "state_schema_version", "child_of_run_id", "replay"}  # fmt: skip
+    assert {f.name for f in dataclasses.fields(LeaseGrant)} == moved | kept
+    grant = LeaseGrant(uuid.uuid4(), uuid.uuid4(), "w-1", 7, datetime(2026, 1, 2, tzinfo=UTC), 11, "one",
+                       {"a": 1}, "suspended", "user:ops", "flow", "v3", 4, 3, "w-0", 6, uuid.uuid4(),
+                       True)  # fmt: skip
+    workflow = Workflow(name="flow", version="v3", steps=(Step("one", _one), Step("two", _two)))
+    carried = _carry(grant, workflow, 12, "two", state_encode({"b": 2}))
+    for name in kept:
+        assert getattr(carried, name) == getattr(grant, name), name
+    assert (carried.revision, carried.next_step, carried.state, carried.status) == (
+        12,
+        "two",
+        {"b": 2},
+        "running",
+    )
+    assert (carried.resume_requested_by, carried.attempt, carried.previous_owner, carried.previous_epoch) == (
+        "",
+        1,
+        None,
+        7,
+    )
