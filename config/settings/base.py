@@ -252,9 +252,11 @@ KEEPER_MAX_ATTEMPTS = env_int("KEEPER_MAX_ATTEMPTS", 5, minimum=1)
 # Seconds before retrying a step that raised; doubles with each attempt (at most 300 s).
 KEEPER_RETRY_BACKOFF = env_number("KEEPER_RETRY_BACKOFF", 1.0, minimum=0)
 # A worker holding a run's lease runs its next steps back to back (each committed and fenced) for
-# at most this many steps or milliseconds, then releases the lease and re-enqueues the run.
+# at most this many steps or milliseconds, then releases the lease and re-enqueues the run. The time
+# is the wall clock's, which a loaded worker stretches: a second keeps a short run in one slice where
+# 200 ms split it, and each split costs a release, a message and a claim (decision 0039).
 KEEPER_SLICE_STEPS = env_int("KEEPER_SLICE_STEPS", 100, minimum=1)
-KEEPER_SLICE_MS = env_number("KEEPER_SLICE_MS", 200.0, minimum=0)
+KEEPER_SLICE_MS = env_number("KEEPER_SLICE_MS", 1000.0, minimum=0)
 # Outside workers' claims one web process lets wait (long-poll) at once, each holding one of its
 # threads; past them a claim looks once and answers 204 with Retry-After (runs/external/protocol.py).
 KEEPER_CLAIM_WAITERS = env_int("KEEPER_CLAIM_WAITERS", 2, minimum=0)
