@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast journeys bench chaos lint migrate shell docs docs-build clean-data local-model
+.PHONY: run test test-fast journeys bench bench-against chaos lint migrate shell docs docs-build clean-data local-model
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,6 +47,11 @@ journeys: $(STAMP)
 bench: $(STAMP)
 	$(PY) manage.py migrate --noinput -v 0
 	$(PY) manage.py bench $(BENCH_ARGS)
+
+## This tree's commit_step and run_e2e against another revision, from one run: both trees at once,
+## taking turns round by round (REV=c9db2ea; BENCH_AGAINST_ARGS="--env KEEPER_SLICE_MS=1000").
+bench-against: $(STAMP)
+	$(PY) -m bench.against $(REV) $(BENCH_AGAINST_ARGS)
 
 ## ruff (lint and format), the import contracts of pyproject.toml (lint-imports), then mypy ([tool.mypy]).
 ## The Django plugin imports config.settings.test, which wants service URLs; nothing connects to them.
