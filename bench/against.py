@@ -4,10 +4,10 @@ one run (make bench-against REV=...).
 On a shared machine the same tree's steps per second swing by a fifth within minutes, so two
 `make bench` runs an hour apart (or a minute apart) cannot say whether a change made Keeper slower.
 Here both trees run at once, each on its own fresh database, Redis and Celery worker, and take
-turns: a round of one (a commit_step round and a run_e2e batch), then a round of the other, and so
-on. Each of this tree's rounds is compared with the other's rounds just before and after it, so the
-machine's drift cancels out of the ratios, and the ratios' geometric mean comes with a 95% interval
-(a bootstrap over the rounds).
+turns: a round of one, then a round of the other, and so on (commit_step's rounds first, then, each
+on its tree's worker, run_e2e's batches). Each of this tree's rounds is compared with the other's
+rounds just before and after it, so the machine's drift cancels out of the ratios, and the ratios'
+geometric mean comes with a 95% interval (a bootstrap over the rounds).
 
 REV is checked out in a git worktree under a temporary folder and run with this tree's interpreter,
 so it needs the same dependencies; the driver (bench/against_driver.py) uses only what the trees
@@ -184,14 +184,18 @@ def run(
             f"against: {rounds} rounds each, taking turns (commit_step {ops} commits, run_e2e {runs} runs)"
         )
         results: dict[str, dict[str, Any]] = {}
+        failed = []
         for name, proc in zip(sides, procs, strict=True):
             proc.wait()
             output = (work / f"{name}.out").read_text(errors="replace").splitlines()
             line = next((x for x in output if x.startswith("AGAINST ")), None)
             if proc.returncode != 0 or line is None:
                 tail = (work / f"{name}.err").read_text(errors="replace")[-3000:]
-                raise AgainstError(f"{name} side failed (exit {proc.returncode}):\n{tail}")
-            results[name] = json.loads(line.removeprefix("AGAINST "))
+                failed.append(f"{name} side failed (exit {proc.returncode}):\n{tail}")
+            else:
+                results[name] = json.loads(line.removeprefix("AGAINST "))
+        if failed:  # the side that stopped first, then the one that stopped because it did
+            raise AgainstError("\n".join(sorted(failed, key=lambda f: "the other side stopped" in f)))
         return {
             "this": here,
             "other": rev,

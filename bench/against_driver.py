@@ -2,9 +2,9 @@
 file is this tree's; the modules it imports are the tree's it runs in), so it uses only what both
 have: bench.runs' commit rounds and countdowns, core.processes, core.tenancy.
 
-Each turn: one commit_step round (the engine's commits, then the raw statement's), then one run_e2e
-batch on this tree's own Celery worker; then the turn goes to the other side. Prints one line,
-AGAINST <json>, with every round's figures.
+First the commit_step rounds (the engine's commits, then the raw statement's), then, on this tree's
+own Celery worker, the run_e2e batches; after each round the turn goes to the other side. Prints
+one line, AGAINST <json>, with every round's figures.
 """
 
 from __future__ import annotations
@@ -110,51 +110,56 @@ def _rounds(
     me: str, other: str, turn: str, rounds_wanted: int, runs: int, ops: int, patience: float, log: IO[bytes]
 ) -> list[dict[str, Any]]:
     tenant = tenant_ensure(slug="bench")
-    env = {
-        **os.environ,
-        "DATABASE_URL": current_database_url(),
-        "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,
-    }
-    pool, concurrency = settings.CELERY_WORKER_POOL, settings.CELERY_WORKER_CONCURRENCY
-    worker = start_python(
-        celery_worker_args("bench", concurrency=concurrency, pool=pool),
-        env={**env, **celery_worker_env(pool)},
-        log=log,
-    )
-    rounds: list[dict[str, Any]] = []
+    rounds: list[dict[str, Any]] = [{} for _ in range(rounds_wanted)]
+    worker = None
     try:
         with tenant_bind(tenant.tenant_id):
-            wait_turn(turn, me, patience)  # the warm-ups take turns too
+            # commit_step first, with no worker running (it would take the round's run, which the
+            # round leases itself), as make bench runs it; the warm-ups take turns too.
+            wait_turn(turn, me, patience)
             b._engine_round(min(ops, 50))
             b._raw_round(min(ops, 50), current_database_url())
+            give_turn(turn, me, other)
+            for figures in rounds:
+                wait_turn(turn, me, patience)
+                engine = b._engine_round(ops)
+                raw = b._raw_round(ops, current_database_url())
+                give_turn(turn, me, other)
+                figures["commit_step_engine_ops_s"] = round(ops / sum(engine), 1)
+                figures["commit_step_raw_ops_s"] = round(ops / sum(raw), 1)
+            env = {
+                **os.environ,
+                "DATABASE_URL": current_database_url(),
+                "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE,
+            }
+            pool, concurrency = settings.CELERY_WORKER_POOL, settings.CELERY_WORKER_CONCURRENCY
+            worker = start_python(
+                celery_worker_args("bench", concurrency=concurrency, pool=pool),
+                env={**env, **celery_worker_env(pool)},
+                log=log,
+            )
+            wait_turn(turn, me, patience)
             b._countdowns_done(b._countdowns(tenant, 1, STEPS), timeout=180, log=log.name)
             b._countdowns_done(b._countdowns(tenant, runs, STEPS), timeout=600, log=log.name)
             server = server_pid()
             give_turn(turn, me, other)
-            for _ in range(rounds_wanted):
+            for figures in rounds:
                 wait_turn(turn, me, patience)
-                engine = b._engine_round(ops)
-                raw = b._raw_round(ops, current_database_url())
                 cpu = cpu_s(worker.pid), cpu_s(server)
                 batch = b._event_figures(
                     b._countdowns_done(b._countdowns(tenant, runs, STEPS), timeout=600, log=log.name)
                 )
                 after = cpu_s(worker.pid), cpu_s(server)
                 give_turn(turn, me, other)
-                rounds.append(
-                    {
-                        "commit_step_engine_ops_s": round(ops / sum(engine), 1),
-                        "commit_step_raw_ops_s": round(ops / sum(raw), 1),
-                        "run_e2e_steps_per_s": batch["steps_per_s"],
-                        "worker_cpu_ms_per_step": per_step(cpu[0], after[0], batch["steps"]),
-                        "postgres_cpu_ms_per_step": per_step(cpu[1], after[1], batch["steps"]),
-                    }
-                )
+                figures["run_e2e_steps_per_s"] = batch["steps_per_s"]
+                figures["worker_cpu_ms_per_step"] = per_step(cpu[0], after[0], batch["steps"])
+                figures["postgres_cpu_ms_per_step"] = per_step(cpu[1], after[1], batch["steps"])
     except BaseException:
         give_turn(turn, me, FAILED)
         raise
     finally:
-        stop_groups([worker], grace=5)
+        if worker is not None:
+            stop_groups([worker], grace=5)
     return rounds
 
 
