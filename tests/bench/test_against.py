@@ -62,6 +62,7 @@ def test_a_setting_for_both_sides_must_name_a_value(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)
 def test_this_tree_against_its_own_head_takes_turns_and_leaves_nothing_behind(tmp_path):
     """Both sides start their own database, Redis and Celery worker, take two turns each, report
     every figure, and leave no worktree and no process behind."""
@@ -85,7 +86,7 @@ def test_this_tree_against_its_own_head_takes_turns_and_leaves_nothing_behind(tm
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=540,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
