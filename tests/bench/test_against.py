@@ -15,6 +15,11 @@ from bench import against
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
 
+def _a_git_checkout() -> bool:
+    found = subprocess.run(["git", "-C", str(against.ROOT), "rev-parse", "--git-dir"], capture_output=True)
+    return found.returncode == 0
+
+
 def test_each_round_is_compared_with_the_other_sides_rounds_before_and_after_it():
     # The other side went first: this tree's round i sits between the other's rounds i and i + 1.
     assert against.paired_ratios([110.0, 90.0], [100.0, 120.0, 80.0]) == pytest.approx([110 / 110, 90 / 100])
@@ -63,6 +68,7 @@ def test_a_setting_for_both_sides_must_name_a_value(capsys):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+@pytest.mark.skipif(not _a_git_checkout(), reason="not a git checkout (a worktree of HEAD is needed)")
 def test_this_tree_against_its_own_head_takes_turns_and_leaves_nothing_behind(tmp_path):
     """Both sides start their own database, Redis and Celery worker, take two turns each, report
     every figure, and leave no worktree and no process behind."""
