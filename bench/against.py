@@ -119,6 +119,19 @@ def _stop(procs: list[subprocess.Popen[str]]) -> None:
             proc.wait()
 
 
+def _sweep(work: Path) -> None:
+    """Kill what a side killed outright left running from the temporary folder (its PostgreSQL)."""
+    if not os.path.isdir("/proc"):
+        return
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if entry.isdigit() and str(work).encode() in cmdline.read():
+                    os.kill(int(entry), signal.SIGKILL)
+        except OSError:
+            continue
+
+
 def run(
     rev: str,
     *,
@@ -207,6 +220,7 @@ def run(
         }
     finally:
         _stop(procs)
+        _sweep(work)
         subprocess.run(
             ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other_tree)], capture_output=True
         )
