@@ -141,6 +141,10 @@ def run(
     env: dict[str, str],
     progress: Any = print,
 ) -> dict[str, Any]:
+    if shutil.which("git") is None:
+        raise AgainstError(
+            "git is not installed: install git (the other revision is checked out in a worktree)"
+        )
     found = subprocess.run(
         ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
         capture_output=True,
