@@ -119,6 +119,20 @@ def _stop(procs: list[subprocess.Popen[str]]) -> None:
             proc.wait()
 
 
+def _relay(path: Path, told: int, progress: Any) -> int:
+    """The sides' progress lines written since `told` (an offset in the file), passed on whole."""
+    try:
+        with open(path, "rb") as lines:
+            lines.seek(told)
+            written = lines.read()
+    except OSError:
+        return told
+    whole = written[: written.rfind(b"\n") + 1]
+    for line in whole.decode(errors="replace").splitlines():
+        progress(f"against: {line}")
+    return told + len(whole)
+
+
 def _sweep(work: Path) -> None:
     """Kill what a side killed outright left running from the temporary folder (its PostgreSQL)."""
     if not os.path.isdir("/proc"):
@@ -200,10 +214,14 @@ def run(
         progress(
             f"against: {rounds} rounds each, taking turns (commit_step {ops} commits, run_e2e {runs} runs)"
         )
+        told = 0
+        while any(proc.poll() is None for proc in procs):
+            told = _relay(work / "turn.progress", told, progress)
+            time.sleep(1)
+        _relay(work / "turn.progress", told, progress)
         results: dict[str, dict[str, Any]] = {}
         failed = []
         for name, proc in zip(sides, procs, strict=True):
-            proc.wait()
             output = (work / f"{name}.out").read_text(errors="replace").splitlines()
             line = next((x for x in output if x.startswith("AGAINST ")), None)
             if proc.returncode != 0 or line is None:

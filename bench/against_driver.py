@@ -55,6 +55,12 @@ def give_turn(turn_file: str, me: str, other: str) -> None:
     os.replace(f"{turn_file}.{me}", turn_file)
 
 
+def tell(turn_file: str, line: str) -> None:
+    """A line for the command's progress (python -m bench.against shows it as it comes)."""
+    with open(f"{turn_file}.progress", "a") as progress:
+        progress.write(line + "\n")
+
+
 def cpu_s(root: int | None) -> float | None:
     """User + system seconds of a process and of its children, live and reaped (None without /proc).
     bench.runs has the same reading since after c9db2ea; here so that trees before it run this too."""
@@ -121,13 +127,18 @@ def _rounds(
             b._engine_round(min(ops, 50))
             b._raw_round(min(ops, 50), current_database_url())
             give_turn(turn, me, other)
-            for figures in rounds:
+            for done, figures in enumerate(rounds, 1):
                 wait_turn(turn, me, patience)
                 engine = b._engine_round(ops)
                 raw = b._raw_round(ops, current_database_url())
                 give_turn(turn, me, other)
                 figures["commit_step_engine_ops_s"] = round(ops / sum(engine), 1)
                 figures["commit_step_raw_ops_s"] = round(ops / sum(raw), 1)
+                tell(
+                    turn,
+                    f"{me}: commit_step round {done}/{rounds_wanted}: engine "
+                    f"{figures['commit_step_engine_ops_s']} commits/s, raw {figures['commit_step_raw_ops_s']}",
+                )
             env = {
                 **os.environ,
                 "DATABASE_URL": current_database_url(),
@@ -144,7 +155,7 @@ def _rounds(
             b._countdowns_done(b._countdowns(tenant, runs, STEPS), timeout=600, log=log.name)
             server = server_pid()
             give_turn(turn, me, other)
-            for figures in rounds:
+            for done, figures in enumerate(rounds, 1):
                 wait_turn(turn, me, patience)
                 cpu = cpu_s(worker.pid), cpu_s(server)
                 batch = b._event_figures(
@@ -155,6 +166,7 @@ def _rounds(
                 figures["run_e2e_steps_per_s"] = batch["steps_per_s"]
                 figures["worker_cpu_ms_per_step"] = per_step(cpu[0], after[0], batch["steps"])
                 figures["postgres_cpu_ms_per_step"] = per_step(cpu[1], after[1], batch["steps"])
+                tell(turn, f"{me}: run_e2e round {done}/{rounds_wanted}: {batch['steps_per_s']} steps/s")
     except BaseException:
         give_turn(turn, me, FAILED)
         raise

@@ -112,6 +112,9 @@ def test_this_tree_against_its_own_head_takes_turns_and_leaves_nothing_behind(tm
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout)
+    for side in ("this", "other"):  # the rounds show as they end
+        assert f"against: {side}: commit_step round 2/2: engine " in done.stderr
+        assert f"against: {side}: run_e2e round 2/2: " in done.stderr
     assert result["other"] == "HEAD"
     for key in ("commit_step_engine_ops_s", "commit_step_raw_ops_s", "run_e2e_steps_per_s"):
         figure = result["figures"][key]
