@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +119,7 @@ def _stop(procs: list[subprocess.Popen[str]]) -> None:
             proc.wait()
 
 
-def _relay(path: Path, told: int, progress: Any) -> int:
+def _relay(path: Path, told: int, progress: Callable[[str], None]) -> int:
     """The sides' progress lines written since `told` (an offset in the file), passed on whole."""
     try:
         with open(path, "rb") as lines:
@@ -153,19 +153,23 @@ def run(
     runs: int,
     ops: int,
     env: dict[str, str],
-    progress: Any = print,
+    progress: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     if shutil.which("git") is None:
         raise AgainstError(
             "git is not installed: install git (the other revision is checked out in a worktree)"
         )
-    found = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-        capture_output=True,
-        text=True,
+    found = (
+        subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+            capture_output=True,
+            text=True,
+        )
+        if rev and not rev.startswith("-")  # never an option to git
+        else None
     )
-    commit = found.stdout.strip()
-    if not rev or rev.startswith("-") or found.returncode != 0 or not commit:
+    commit = found.stdout.strip() if found is not None and found.returncode == 0 else ""
+    if not commit:
         raise AgainstError(f"{rev!r} is not a commit of this repository")
     here = _git("rev-parse", "--short", "HEAD")
     if _git("status", "--porcelain", "--untracked-files=no"):
