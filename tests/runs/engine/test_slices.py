@@ -16,7 +16,7 @@ from runs.engine.runs import run_cancel, run_start
 from runs.engine.steps import run_advance
 from runs.kernel import apply
 from runs.kernel import moves as m
-from runs.kernel.models import AgentEvent
+from runs.kernel.models import AgentEvent, AgentRun
 from runs.kernel.state import state_encode
 from tests.processes import flush_redis
 
@@ -270,6 +270,11 @@ def test_the_heartbeat_keeps_the_lease_through_a_slice_longer_than_its_ttl(tenan
 
         try:
             with tenant_bind(tenant.tenant_id):
+                # Steal only once the worker holds the lease: a thief that starts first on a loaded
+                # machine takes a free lease, and the test measures the start-up order instead.
+                runs = AgentRun.objects.filter(run_id=run.run_id, lease_owner="w")
+                while not done.is_set() and not runs.exists():
+                    time.sleep(0.01)
                 while not done.is_set():
                     stolen.append(
                         apply(
@@ -292,7 +297,7 @@ def test_the_heartbeat_keeps_the_lease_through_a_slice_longer_than_its_ttl(tenan
     finally:
         done.set()
         thread.join()
-    assert (result.status, result.steps) == ("completed", 3)
+    assert (result.outcome, result.status, result.steps) == ("committed", "completed", 3)
     assert len(stolen) >= 10 and not any(stolen)  # the thief tried all along and never got in
     run.refresh_from_db()
     assert run.lease_epoch == 1 and run.state["two_attempt"] == 1
