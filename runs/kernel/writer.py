@@ -485,7 +485,11 @@ def _interrupt_answered(move: m.InterruptAnswered) -> int | None:
 @_handles(m.ThreadDeleted)
 def _thread_deleted(move: m.ThreadDeleted) -> bool:
     params = {"tenant": move.tenant_id, "thread": move.thread_id, "key": move.thread_key}
-    return bool(wire.rows(lg.THREAD_DELETED, params))
+    # The run is locked by a statement of its own before the delete: the delete's snapshot then holds
+    # every event a put committed before the lock, and a put after it finds no run (see _runs_purged).
+    with transaction.atomic():
+        wire.rows(lg.THREAD_RUN_LOCKED, params)
+        return bool(wire.rows(lg.THREAD_DELETED, params))
 
 
 # --- operators ------------------------------------------------------------------------------------------
@@ -503,10 +507,22 @@ def _history_imported(move: m.HistoryImported) -> int:
 
 @_handles(m.RunsPurged)
 def _runs_purged(move: m.RunsPurged) -> dict[str, int]:
-    """Operations first (tool_operations.run_id is PROTECT: their effects are money); the rest cascade."""
+    """Operations first (tool_operations.run_id is PROTECT: their effects are money); the rest cascade.
+
+    The runs are locked first, by a statement of their own. An event is only ever written by a
+    statement that updates its run, so one written to a purged run meanwhile (a usage charge after it
+    ended) was committed before the lock, and the deletes after it see it; or it waits for the purge
+    and then finds no run. agent_events has no foreign key that would catch an event left behind.
+    """
     with transaction.atomic():
-        operations, _ = ToolOperation.objects.filter(run_id__in=move.run_ids).delete()
-        _, per_model = AgentRun.objects.filter(run_id__in=move.run_ids, status__in=move.statuses).delete()
+        purged = list(
+            AgentRun.objects.select_for_update()
+            .filter(run_id__in=move.run_ids, status__in=move.statuses)
+            .order_by("run_id")
+            .values_list("run_id", flat=True)
+        )
+        operations, _ = ToolOperation.objects.filter(run_id__in=purged).delete()
+        _, per_model = AgentRun.objects.filter(run_id__in=purged).delete()
     return {**per_model, ToolOperation._meta.label: operations}
 
 

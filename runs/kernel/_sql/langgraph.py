@@ -69,6 +69,11 @@ INTERRUPT_ANSWERED = moving(
     Event(event_type="'langgraph_interrupt_answered'"),
 )
 
+THREAD_RUN_LOCKED = """
+SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key = %(key)s
+                                AND workflow_name = 'langgraph' FOR UPDATE
+"""
+
 THREAD_DELETED = """
 WITH r AS (SELECT run_id FROM agent_runs WHERE tenant_id = %(tenant)s AND idempotency_key = %(key)s
                                            AND workflow_name = 'langgraph'),
