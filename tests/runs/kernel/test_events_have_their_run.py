@@ -23,15 +23,15 @@ from runs.langgraph.saver import KeeperSaver
 from runs.operator.retention import runs_purge
 from tests.runs.langgraph.graphs import support_graph
 
-pytestmark = pytest.mark.django_db(
-    transaction=True
-)  # the writer and the deleter need connections of their own
+# The writer and the deleter need connections of their own.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def _waiting_for_a_lock() -> bool:
     with connections["default"].cursor() as cursor:
         cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            " AND datname = current_database() AND pid <> pg_backend_pid()"
         )
         return cursor.fetchone()[0] > 0
 
