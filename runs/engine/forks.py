@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core.errors import Conflict, InvalidInput
+from core.ids import uuid7
 from core.tenancy import tenant_bind, tenant_of_call, tenant_scope
 from runs.engine.dispatch import run_enqueue_on_commit
 from runs.engine.registry import registry
@@ -184,7 +185,7 @@ def run_fork_once(
             f"nothing is left to run after event {at_seq} of run {run_id}", code="nothing_to_fork"
         )
     encoded = state_encode(state)
-    child_id = uuid.uuid4()
+    child_id = uuid7()
     expires = None if start else timezone.now() + timedelta(seconds=settings.KEEPER_FORK_TTL)
     payload = {
         "parent_run_id": str(parent.run_id),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -13,6 +12,7 @@ from django.db.models import JSONField
 
 from core.digests import MAX_JSON_DEPTH, json_depth_over, json_digest
 from core.errors import InvalidInput
+from core.ids import uuid7
 from core.models import Tenant
 from core.tenancy import tenant_bound, tenant_of_call
 from runs.engine.dispatch import run_enqueue_on_commit
@@ -98,7 +98,7 @@ def run_start(
     encoded = state_encode({**input, "budgets": budgets})
     input_digest = json_digest({"workflow": workflow.name, "input": input})
 
-    run_id = uuid.uuid4()
+    run_id = uuid7()
     row = apply(
         m.RunStarted(
             run_id=run_id,

@@ -13,6 +13,8 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from core.ids import uuid7
+
 
 class RunStatus(models.TextChoices):
     RUNNING = "running"
@@ -29,7 +31,8 @@ SUBJECT_ERASED = "subject_erased"
 
 
 class AgentRun(models.Model):
-    run_id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # Time-ordered (core/ids.py): a new run's index entries go next to the last run's.
+    run_id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
     # Indexed by agent_runs_tenant_run_idx (tenant first, so it serves the foreign key too).
     tenant = models.ForeignKey("core.Tenant", on_delete=models.PROTECT, db_column="tenant_id", db_index=False)
     workflow_name = models.TextField()

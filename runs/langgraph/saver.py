@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, cast
@@ -34,6 +33,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from core.errors import InvalidInput, NotFound
+from core.ids import uuid7
 from core.tenancy import tenant_bind
 from runs.kernel import apply
 from runs.kernel import moves as m
@@ -183,7 +183,7 @@ class KeeperSaver(BaseCheckpointSaver[str]):
         self, *, thread_id: str, subject: str, event_type: str, payload: dict[str, Any]
     ) -> UUID:
         state = state_encode({"langgraph": {"thread_id": thread_id, "checkpoint_id": None}})
-        run_id = uuid.uuid4()
+        run_id = uuid7()
         try:
             with tenant_bind(self.tenant_id):
                 self._insert_run(run_id, thread_id, subject, event_type, payload, state.json, state.digest)

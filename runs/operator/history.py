@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from core.digests import json_digest
 from core.errors import Conflict, InvalidInput
+from core.ids import uuid7
 from core.models import Tenant
 from core.tenancy import run_tenant, tenant_ensure, tenant_of_call, tenant_scope
 from retrieval.models import RetrievalSnapshot
@@ -227,7 +228,7 @@ def history_import(*, document: Any, tenant_slug: str | None = None, keep_ids: b
     slug = tenant_slug or str((document.get("tenant") or {}).get("slug") or "")
     if not slug:
         raise HistoryImportError("no tenant: give --tenant (the file does not name one)")
-    run_id = UUID(source["run_id"]) if keep_ids else uuid.uuid4()
+    run_id = UUID(source["run_id"]) if keep_ids else uuid7()
 
     def new_id(old: str) -> UUID:
         return UUID(old) if keep_ids else uuid.uuid4()
