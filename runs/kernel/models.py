@@ -62,6 +62,9 @@ class AgentRun(models.Model):
     dispatched_at = models.DateTimeField(null=True, blank=True)
     idempotency_key = models.TextField(null=True, blank=True)
     input_digest = models.TextField()
+    # The three references to another run below are NULL for most runs, so each is indexed only where
+    # it is set (Meta.indexes): a full index would take an entry for every run's insert and for every
+    # update that cannot be HOT, all of them NULL.
     parent_run = models.ForeignKey(
         "self",
         null=True,
@@ -69,13 +72,20 @@ class AgentRun(models.Model):
         on_delete=models.PROTECT,
         db_column="parent_run_id",
         related_name="forks",
+        db_index=False,
     )
     fork_seq = models.BigIntegerField(null=True, blank=True)
     # A fork nobody starts is cancelled after this time (orphan forks expire).
     fork_expires_at = models.DateTimeField(null=True, blank=True)
     # Rewind: the fork that replaced this run. The run itself is kept.
     superseded_by = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, db_column="superseded_by", related_name="+"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        db_column="superseded_by",
+        related_name="+",
+        db_index=False,
     )
     # A child run (ctx.start_child): the run that started it. Its finishing wakes that run (trigger
     # of migration 0019); cancelling that run cancels it. Forks use parent_run instead.
@@ -86,6 +96,7 @@ class AgentRun(models.Model):
         on_delete=models.PROTECT,
         db_column="child_of_run_id",
         related_name="children",
+        db_index=False,
     )
     # Whom the run is about (a customer, a user): sessions and memory are keyed by it.
     subject = models.TextField(blank=True, default="")
@@ -164,6 +175,19 @@ class AgentRun(models.Model):
             models.Index(fields=["tenant", "workflow_name", "run_id"], name="agent_runs_tenant_wf_idx"),
             models.Index(fields=["tenant", "status", "run_id"], name="agent_runs_tenant_st_run_idx"),
             models.Index(fields=["tenant", "subject", "run_id"], name="agent_runs_tenant_subject_idx"),
+            # A run's forks, its children, the run that superseded it; and the foreign keys' checks
+            # when a run is deleted (`= $1` implies NOT NULL, so these serve them).
+            models.Index(
+                fields=["parent_run"], name="agent_runs_parent_idx", condition=Q(parent_run__isnull=False)
+            ),
+            models.Index(
+                fields=["child_of"], name="agent_runs_child_of_idx", condition=Q(child_of__isnull=False)
+            ),
+            models.Index(
+                fields=["superseded_by"],
+                name="agent_runs_superseded_by_idx",
+                condition=Q(superseded_by__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:
