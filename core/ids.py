@@ -31,3 +31,10 @@ def uuid7(*, at_ms: int | None = None) -> UUID:
         raise ValueError(f"a version-7 UUID holds 48 bits of milliseconds, not {ms}")
     rand = int.from_bytes(os.urandom(10), "big")
     return UUID(int=(ms << 80) | _VERSION | (rand & _RANDOM_A) | _VARIANT | (rand & _RANDOM_B))
+
+
+def short_id(value: object) -> str:
+    """The last 8 hex digits of an id, as a person reads it in a list. Random in a version-4 and a
+    version-7 id alike, where the first 8 are a version-7 id's time: every run started in the same
+    minute or so would show the same first 8."""
+    return str(value)[-8:]

@@ -1,5 +1,6 @@
 """Template filters over console.display: `{% load console_display %}`, then e.g.
-`{{ value|pretty_json }}`, `{{ amount|money_major:currency }}`, `{{ digest|short_digest }}`."""
+`{{ value|pretty_json }}`, `{{ amount|money_major:currency }}`, `{{ digest|short_digest }}`,
+`{{ run.run_id|short_id }}`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django import template
 from django.utils import timezone
 
 from console import display
+from core.ids import short_id as _short_id
 
 register = template.Library()
 
@@ -27,6 +29,12 @@ def countdown(expires_at: datetime) -> str:
 @register.filter
 def wake_countdown(wake_at: datetime) -> str:
     return display.wake_countdown(wake_at, timezone.now())
+
+
+@register.filter
+def short_id(value: Any) -> str:
+    """A run's id as a list shows it (core.ids.short_id): its last 8 hex digits."""
+    return _short_id(value)
 
 
 @register.filter

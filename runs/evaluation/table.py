@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from core.ids import short_id
 from runs.evaluation.selectors import RoundTable
 
 
@@ -19,8 +20,8 @@ def round_table_text(table: RoundTable) -> str:
         seqs = c.diverged_seq
         diverged = "-" if c.same_moves else f"o{seqs['original'] or '-'}/r{seqs['replay'] or '-'}"
         row = (
-            str(c.original_run_id)[:8],
-            str(c.replay_run_id)[:8],
+            short_id(c.original_run_id),
+            short_id(c.replay_run_id),
             c.at_seq,
             c.original.outcome,
             c.replay.outcome,

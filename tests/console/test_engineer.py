@@ -21,6 +21,7 @@ from console import urls_engineer
 from console.models import AuditEntry
 from console.views import engineer_bulk, engineer_queue
 from core.digests import json_digest
+from core.ids import short_id
 from core.tenancy import tenant_bind, tenant_ensure, tenant_scope
 from retrieval.models import RetrievalSnapshot
 from runs.conversations.compaction.services import summary_create
@@ -88,19 +89,28 @@ def detail(run, name="run_detail"):
 # --- the run list ---------------------------------------------------------------------------------
 
 
+def test_the_list_tells_runs_started_together_apart_by_their_short_ids(as_role, tenant):
+    # A run id starts with its start time (core/ids.py), so runs started within a minute share their
+    # first 8 hex digits: the list shows the last 8, which are random.
+    first, second = start(tenant), start(tenant)
+    page = as_role("engineer").get("/runs/").content.decode()
+    shown = {short_id(run.run_id) for run in (first, second)}
+    assert len(shown) == 2 and all(f"<code>{short}</code>" in page for short in shown)
+
+
 def test_the_list_shows_only_the_users_tenants_and_filters_them(as_role, tenant, other_tenant):
     mine, stopped, theirs = start(tenant), suspended(tenant), start(other_tenant)
     client = as_role("engineer")
     page = client.get("/runs/").content.decode()
-    assert str(mine.run_id)[:8] in page and str(stopped.run_id)[:8] in page
-    assert str(theirs.run_id)[:8] not in page
+    assert str(mine.run_id) in page and str(stopped.run_id) in page
+    assert str(theirs.run_id) not in page
     page = client.get(
         "/runs/", {"status": "suspended", "reason": "needs_look", "tenant": "acme"}
     ).content.decode()
-    assert str(stopped.run_id)[:8] in page and str(mine.run_id)[:8] not in page
+    assert str(stopped.run_id) in page and str(mine.run_id) not in page
     page = client.get("/runs/", {"workflow": "demo.countdown", "version": "1", "since": "2000-01-01T00:00"})
-    assert str(mine.run_id)[:8] in page.content.decode()
-    assert str(mine.run_id)[:8] not in client.get("/runs/", {"until": "2000-01-01 00:00"}).content.decode()
+    assert str(mine.run_id) in page.content.decode()
+    assert str(mine.run_id) not in client.get("/runs/", {"until": "2000-01-01 00:00"}).content.decode()
     assert 'value="globex"' not in page.content.decode()  # the tenant filter offers only the user's tenants
 
 
@@ -126,9 +136,9 @@ def test_search_finds_a_run_by_exact_id_or_idempotency_key(as_role, tenant):
     keyed, other = start(tenant, key="order-77"), start(tenant)
     client = as_role("engineer")
     page = client.get("/runs/", {"q": "order-77"}).content.decode()
-    assert str(keyed.run_id)[:8] in page and str(other.run_id)[:8] not in page
+    assert str(keyed.run_id) in page and str(other.run_id) not in page
     page = client.get("/runs/", {"q": str(other.run_id)}).content.decode()
-    assert str(other.run_id)[:8] in page and str(keyed.run_id)[:8] not in page
+    assert str(other.run_id) in page and str(keyed.run_id) not in page
     assert "No run matches" in client.get("/runs/", {"q": "order-7"}).content.decode()  # exact only
 
 
@@ -518,7 +528,7 @@ def test_queue_health_without_workers_says_so_and_shows_runs_and_leases(as_role,
     page = response.content.decode()
     assert response.status_code == 200 and "No answer from workers" in page
     assert 'class="bar bar-running"' in page and "running: 2" in page and "completed: 1" in page
-    assert "w-gone" in page and str(stale.run_id)[:8] in page
+    assert "w-gone" in page and str(stale.run_id) in page
     assert str(waiting.run_id) in page or str(stale.run_id) in page  # the oldest runnable one
     assert 'hx-trigger="every 5s"' in page
     polled = client.get("/queue/", HTTP_HX_REQUEST="true", HTTP_HX_TARGET="queue-panel").content.decode()

@@ -30,6 +30,7 @@ from django.core.management import call_command
 from django.db import connections
 from django.test.utils import override_settings
 
+from core.ids import short_id
 from core.processes import ROOT, current_database_url, stop_groups
 from core.tenancy import tenant_scope
 from tests.console.conftest import ARTIFACTS
@@ -347,7 +348,7 @@ def eventually(predicate: Callable[[], bool], demo: Demo, what: str, timeout: fl
 
 
 def short(run_id: str) -> str:
-    return run_id[:8]
+    return short_id(run_id)
 
 
 UUID_IN_PATH = re.compile(r"/([0-9a-f-]{36})/")
