@@ -103,8 +103,9 @@ CursorKind = Literal["time", "text", "int"]
 
 @dataclass(frozen=True)
 class ListOrder:
-    """One order of a list: a column, then the row's id to break ties, both one way, so that a page
-    starts after its cursor (the last row's column value and id) with one row comparison."""
+    """One order of a list: a column, then any columns that order its ties (`then`, never NULL), then
+    the row's id to break the rest, all one way, so that a page starts after its cursor (the last
+    row's key values) with one row comparison."""
 
     column: str
     descending: bool
@@ -112,21 +113,20 @@ class ListOrder:
     tie: str  # the id column: unique and never NULL
     tie_kind: Literal["u", "i"] = "u"  # a UUID or an integer
     nullable: bool = False  # NULLs sort last going up, first going down
+    then: tuple[tuple[str, CursorKind], ...] = ()  # (column, its type) between the column and the id
 
     @property
-    def keys(self) -> tuple[str, str]:
-        return (self.column, self.tie)
+    def keys(self) -> tuple[str, ...]:
+        return (self.column, *(column for column, _ in self.then), self.tie)
 
     def encode(self, name: str, cursor: Sequence[object]) -> str:
         """A page's cursor (the last row's key values) as the token a link carries."""
         return cursor_encode(name, cursor)
 
-    def decode(self, name: str, token: str) -> tuple[object, object]:
+    def decode(self, name: str, token: str) -> tuple[object, ...]:
         """The key values of a token this order (named `name`) made; `CursorInvalid` otherwise."""
-        value, tie = cursor_decode(
-            token, order=name, kinds=[self.kind], nullable=self.nullable, last=self.tie_kind
-        )
-        return (value, tie)
+        kinds = [self.kind, *(kind for _, kind in self.then)]
+        return cursor_decode(token, order=name, kinds=kinds, nullable=self.nullable, last=self.tie_kind)
 
 
 def list_orders(
@@ -138,13 +138,14 @@ def list_orders(
     tie_kind: Literal["u", "i"] = "u",
     newest_first: bool = False,
     nullable: bool = False,
+    then: tuple[tuple[str, CursorKind], ...] = (),
 ) -> dict[str, ListOrder]:
     """`name` in the column's natural direction (times newest first, text A to Z) and the reverse,
     named `<name>_asc` or `<name>_desc`."""
     other = f"{name}_asc" if newest_first else f"{name}_desc"
     return {
-        name: ListOrder(column, newest_first, kind, tie, tie_kind, nullable),
-        other: ListOrder(column, not newest_first, kind, tie, tie_kind, nullable),
+        name: ListOrder(column, newest_first, kind, tie, tie_kind, nullable, then),
+        other: ListOrder(column, not newest_first, kind, tie, tie_kind, nullable, then),
     }
 
 
@@ -178,8 +179,8 @@ _TAGS = {"time": "t", "text": "s", "int": "i"}
 def cursor_decode(
     token: str, *, order: str, kinds: Sequence[CursorKind], nullable: bool = False, last: str = "u"
 ) -> tuple[object, ...]:
-    """The key values of a cursor made by `cursor_encode` for `order`: the first of type `kinds[0]`
-    (or NULL when `nullable`), then the tie-breaker (`last`: "u" a UUID, "i" an integer).
+    """The key values of a cursor made by `cursor_encode` for `order`: one of each type in `kinds`
+    (the first may be NULL when `nullable`), then the tie-breaker (`last`: "u" a UUID, "i" an integer).
     Anything else is `CursorInvalid` with a reason a person can act on."""
     try:
         raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))

@@ -157,7 +157,6 @@ class AgentRun(models.Model):
                 name="agent_runs_resume_req_idx",
                 condition=Q(resume_requested_at__isnull=False),
             ),
-            models.Index(fields=["tenant", "status", "-created_at"], name="agent_runs_tenant_status_idx"),
             # The console's run list: newest activity first, a keyset page per tenant (and per status).
             models.Index(fields=["tenant", "-updated_at", "-run_id"], name="agent_runs_tenant_updated_idx"),
             # The runs list's stable order (order=created): a walk that sees every run once.
@@ -173,8 +172,12 @@ class AgentRun(models.Model):
             models.Index(fields=["tenant", "run_id"], name="agent_runs_tenant_run_idx"),
             # The run list sorted by a column (RUN_ORDERS): the column, then run_id for ties.
             models.Index(fields=["tenant", "workflow_name", "run_id"], name="agent_runs_tenant_wf_idx"),
-            models.Index(fields=["tenant", "status", "run_id"], name="agent_runs_tenant_st_run_idx"),
             models.Index(fields=["tenant", "subject", "run_id"], name="agent_runs_tenant_subject_idx"),
+            # By status, then start (RUN_ORDERS); read backwards, one status's runs newest first (the
+            # list filtered by status, in order of start).
+            models.Index(
+                fields=["tenant", "status", "created_at", "run_id"], name="agent_runs_tenant_st_cre_idx"
+            ),
             # A run's forks, its children, the run that superseded it; and the foreign keys' checks
             # when a run is deleted (`= $1` implies NOT NULL, so these serve them).
             models.Index(

@@ -1,6 +1,6 @@
 """runs.engine.selectors: every order of the run lists, both ways, walks every run once in order, ties
-on the column broken by run_id, for one tenant and merged over several; the page cursor goes through
-its token and back between pages."""
+on the column broken by the start (by status) and run_id, for one tenant and merged over several;
+the page cursor goes through its token and back between pages."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from runs.kernel.models import AgentRun
 pytestmark = pytest.mark.django_db
 
 # (workflow, status, next step, subject, minutes ago started, minutes ago updated): repeated values
-# on every column, and two runs that tie on both times.
+# on every column, two runs that tie on both times, and two running runs started in the same second.
 SHAPES = [
     ("beta", "running", "tick", "ann", 9, 1),
     ("alpha", "completed", None, "", 8, 2),
@@ -34,6 +34,7 @@ SHAPES = [
     ("gamma", "completed", None, "bob", 6, 4),
     ("alpha", "suspended", None, "", 5, 5),
     ("beta", "running", "finish", "ann", 4, 4),
+    ("gamma", "running", "tick", "", 4, 6),
 ]
 
 
@@ -53,12 +54,13 @@ def _runs(tenant, shapes):
 
 
 def _expected(name: str) -> list:
-    """The runs in `name`'s order, sorted here: NULLs as the greatest value, ties by run_id."""
+    """The runs in `name`'s order, sorted here: NULLs as the greatest value, ties by the order's
+    further keys (by status: the start), then by run_id."""
     order = RUN_ORDERS[name]
-    column = "tenant__slug" if order.column == "tenant_slug" else order.column
-    rows = list(AgentRun.objects.values_list(column, "run_id"))
-    rows.sort(key=lambda row: (row[0] is None, row[0] or "", row[1]), reverse=order.descending)
-    return [run_id for _, run_id in rows]
+    keys = ["tenant__slug" if key == "tenant_slug" else key for key in order.keys]
+    rows = list(AgentRun.objects.values_list(*keys))
+    rows.sort(key=lambda row: (row[0] is None, row[0] or "", *row[1:]), reverse=order.descending)
+    return [row[-1] for row in rows]
 
 
 def _walk(page_of, name: str) -> list:

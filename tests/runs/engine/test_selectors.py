@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 # The index of a tenant's list in each column's order.
 INDEXES = {
     "workflow_name": "agent_runs_tenant_wf_idx",
-    "status": "agent_runs_tenant_st_run_idx",
+    "status": "agent_runs_tenant_st_cre_idx",
     "subject": "agent_runs_tenant_subject_idx",
     # One tenant's runs by run_id: its (tenant_id, run_id) index, or on a few rows the primary key
     # with the tenant as a filter; either reads a range of run_ids.
