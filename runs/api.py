@@ -140,7 +140,8 @@ class RunStartApi(APIView):
             help_text="updated: newest activity first (a run that changes while you page can move ahead "
             "of the cursor); created (or started): newest first by creation, for a walk that sees every "
             "run once; workflow, status, tenant (its slug), subject: A to Z; each with _asc or _desc "
-            "for the other direction (updated_asc, workflow_desc...). Ties go by run_id",
+            "for the other direction (updated_asc, workflow_desc...). Ties go by run_id; by status, by "
+            "start and then run_id",
         )
         cursor = StrictCharField(
             max_length=2000, required=False, help_text="`next.cursor` of the page before, in this order"
