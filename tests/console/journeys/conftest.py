@@ -30,7 +30,6 @@ from django.core.management import call_command
 from django.db import connections
 from django.test.utils import override_settings
 
-from core.ids import short_id
 from core.processes import ROOT, current_database_url, stop_groups
 from core.tenancy import tenant_scope
 from tests.console.conftest import ARTIFACTS
@@ -345,10 +344,6 @@ def person(browser, demo) -> Iterator[Callable[[str], Person]]:
 def eventually(predicate: Callable[[], bool], demo: Demo, what: str, timeout: float = 60) -> None:
     """Wait for the worker's part (the journey goes on once it is done)."""
     wait_until(predicate, timeout=timeout, interval=0.3, message=f"{what}\n{demo.logs()}")
-
-
-def short(run_id: str) -> str:
-    return short_id(run_id)
 
 
 UUID_IN_PATH = re.compile(r"/([0-9a-f-]{36})/")
