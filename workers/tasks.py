@@ -17,7 +17,7 @@ from retrieval.indexes import chunk_index_ensure, chunk_index_wanted
 from retrieval.services import document_embed, documents_pending, index_expire, index_reembed
 from runs.conversations.learning import run_learn
 from runs.conversations.memory_sources import memory_sources_sweep
-from runs.conversations.procedures import procedure_sources_sweep, run_answered, run_procedures_learn
+from runs.conversations.procedures import procedure_sources_sweep, run_completed_learn, run_procedures_learn
 from runs.engine.dispatch import runs_code_back, runs_redispatch
 from runs.engine.forks import forks_expire
 from runs.engine.schedules import schedules_fire
@@ -32,10 +32,8 @@ from runs.webhooks.delivery import webhooks_deliver_due
 @shared_task(name="workers.tasks.advance_run", ignore_result=True)
 def advance_run(run_id: str) -> None:
     advanced = run_advance(run_id=UUID(run_id), sliced=True)
-    if advanced.status == RunStatus.COMPLETED and run_answered(
-        run_id=UUID(run_id), tenant_id=advanced.tenant_id
-    ):
-        learn_procedures.delay(run_id)  # what a finished run did may be how such requests are done
+    if advanced.status == RunStatus.COMPLETED:  # what it did may be how such requests are done
+        run_completed_learn(run_id=UUID(run_id), tenant_id=advanced.tenant_id, answered=advanced.answered)
 
 
 @shared_task(name="workers.tasks.learn_procedures", ignore_result=True)

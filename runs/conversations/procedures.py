@@ -29,6 +29,7 @@ from memory.procedures.services import (
 from memory.procedures.shapes import MAX_ARGUMENTS, request_words, step_of, step_text
 from runs.conversations.compaction.tokens import TokenCounter
 from runs.conversations.memory_sources import _Runs
+from runs.engine.dispatch import task_enqueue
 from runs.kernel.errors import RunNotFound
 from runs.kernel.models import AgentEvent, AgentRun
 
@@ -92,6 +93,20 @@ def _turns(run: AgentRun) -> list[ProcedureTurn]:
                     )
                 )
     return turns
+
+
+LEARN_TASK = "workers.tasks.learn_procedures"
+
+
+def run_completed_learn(*, run_id: UUID, tenant_id: UUID | None, answered: bool | None) -> bool:
+    """A run just completed, by Keeper's worker or an outside one: send it to learn its procedures if
+    it answered a turn. `answered` is what its completing commit said; None (the commit ran in a
+    function, behind a transaction pooler) asks with one read. Whether a task was sent."""
+    if answered is None:
+        answered = run_answered(run_id=run_id, tenant_id=tenant_id)
+    # An unreachable broker is logged; the run's procedures can still be learned by hand
+    # (POST /api/v1/runs/{id}/procedures/learn).
+    return bool(answered) and task_enqueue(name=LEARN_TASK, args=[str(run_id)])
 
 
 def run_answered(*, run_id: UUID, tenant_id: UUID | None = None) -> bool:

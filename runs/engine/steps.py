@@ -53,7 +53,7 @@ from runs.kernel.decide import (
 from runs.kernel.errors import ConcurrentResume, UnknownWorkflow
 from runs.kernel.models import RunStatus, ToolOperation
 from runs.kernel.outcomes import Fail, Suspend
-from runs.kernel.records import LeaseGrant
+from runs.kernel.records import Ending, LeaseGrant
 from runs.kernel.state import EncodedState, state_encode
 
 logger = logging.getLogger(__name__)
@@ -65,8 +65,9 @@ class AdvanceResult:
     `deferred` (nothing decided yet: the run is looked at again later, without an event).
 
     `status`, `seq` and `event_type` are those of the slice's last commit; `steps` counts the steps
-    the slice ran; `tenant_id` is the run's tenant (None if no lease was taken). `carry` is internal:
-    the lease kept for the next step of the same slice.
+    the slice ran; `tenant_id` is the run's tenant (None if no lease was taken); `answered`, for a run
+    that completed, whether it had answered a turn (None if the commit could not say). `carry` is
+    internal: the lease kept for the next step of the same slice.
     """
 
     outcome: str
@@ -76,6 +77,7 @@ class AdvanceResult:
     steps: int = 0
     carry: LeaseGrant | None = dataclasses.field(default=None, repr=False, compare=False)
     tenant_id: UUID | None = dataclasses.field(default=None, repr=False, compare=False)
+    answered: bool | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 class _Slice:
@@ -95,27 +97,30 @@ class _Slice:
         return self.steps + 1 < self.max_steps and time.monotonic() < self.deadline and not self.lease.lost
 
 
-def _commit(move: m.WorkerMove) -> int:
+def _commit(move: m.WorkerMove) -> int | Ending:
     """Apply a lease holder's move; ConcurrentResume if its fence no longer holds (nothing written)."""
-    seq = apply(move)
-    if seq is None:
+    written = apply(move)
+    if written is None:
         raise ConcurrentResume(
             f"run {move.held.run_id} is no longer at revision {move.held.revision} under lease epoch "
             f"{move.held.epoch}; nothing was written",
             details={"run_id": str(move.held.run_id), "expected_revision": move.held.revision},
         )
-    return seq
+    return written
 
 
-def _result(move: m.WorkerMove, seq: int) -> AdvanceResult:
+def _result(move: m.WorkerMove, written: int | Ending) -> AdvanceResult:
     """What a slice reports of the move it ended (or went on) with."""
+    if isinstance(written, Ending):
+        return AdvanceResult(
+            "committed", RunStatus.COMPLETED, written.seq, "run_completed", answered=written.answered
+        )
+    seq = written
     if isinstance(move, m.StepCommitted):
         return AdvanceResult("committed", RunStatus.RUNNING, seq, move.event_type)
     if isinstance(move, m.StepErrored):
         return AdvanceResult("committed", "retrying" if move.retry_in is not None else RunStatus.SUSPENDED, seq,
                              "step_error")  # fmt: skip
-    if isinstance(move, m.Completed):
-        return AdvanceResult("committed", RunStatus.COMPLETED, seq, "run_completed")
     if isinstance(move, m.Failed):
         return AdvanceResult("committed", RunStatus.FAILED, seq, "run_failed")
     if isinstance(move, m.ResumeRefused):
@@ -226,11 +231,11 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
         apply(m.LeaseDeferred(grant.run_id, grant.tenant_id, grant.owner, grant.epoch, decision.retry_in))
         run_enqueue(run_id=grant.run_id, countdown=decision.retry_in)
         return AdvanceResult("deferred")
-    seq = 0
+    written: int | Ending = 0
     for move in decision.moves:
-        seq = _commit(move)
+        written = _commit(move)
     if not isinstance(decision, Proceed):
-        return _result(decision.moves[-1], seq)
+        return _result(decision.moves[-1], written)
     assert workflow is not None
     step = workflow.step(grant.next_step)
     assert step is not None
@@ -270,16 +275,16 @@ def _advance_leased(grant: LeaseGrant, lease: HeldLease, turn: _Slice) -> Advanc
                           wake_in=wake_in)  # fmt: skip
     decided = decide_outcome(workflow, outcome, situation)
     move = decide_invalid(situation, decided) if isinstance(decided, Invalid) else decided
-    seq = _commit(move)
+    written = _commit(move)
     crash_point("after_checkpoint", key=str(grant.run_id), step=step.name)
     if wake_in is not None and isinstance(move, m.Suspended):  # the sweep wakes it all the same if lost
         run_enqueue(run_id=grant.run_id, countdown=wake_in)
-    if isinstance(move, m.StepCommitted) and move.keep_lease:
+    if isinstance(move, m.StepCommitted) and move.keep_lease and isinstance(written, int):
         turn.committed = move.state
-        carry = _carry(grant, workflow, seq, move.next_step, move.state)
-        result = AdvanceResult("committed", RunStatus.RUNNING, seq, move.event_type, carry=carry)
+        carry = _carry(grant, workflow, written, move.next_step, move.state)
+        result = AdvanceResult("committed", RunStatus.RUNNING, written, move.event_type, carry=carry)
     else:
-        result = _result(move, seq)
+        result = _result(move, written)
     workspace.workspace_step_end(run_id=grant.run_id, result=result)
     return result
 

@@ -37,7 +37,7 @@ from runs.kernel.decide import Invalid, Proceed, Situation, Wait, decide_claim, 
 from runs.kernel.errors import InvalidState, UnknownWorkflow
 from runs.kernel.models import AgentEvent, AgentRun, Approval, ApprovalStatus, RunStatus, ToolOperation
 from runs.kernel.outcomes import Complete, Fail, Next, Suspend
-from runs.kernel.records import LeaseGrant
+from runs.kernel.records import Ending, LeaseGrant
 from runs.kernel.state import state_encode
 
 MAX_WAIT_S = 30.0
@@ -458,14 +458,15 @@ def external_commit(
         move = decide_outcome(workflow, outcome.as_kernel(state), situation)
         if isinstance(move, Invalid):
             raise InvalidInput(move.detail, code=move.code, details=move.details)
-        seq = apply(move)
-        if seq is None:
+        written = apply(move)
+        if written is None:
             run = run_of(lease)
             replay = _replayed(run, lease, expected_revision, digest)
             if replay is not None:
                 return replay
             _fenced(run, lease, expected_revision)
             raise lost(run, lease)
+        seq = written.seq if isinstance(written, Ending) else written
         event_type = move.event_type if isinstance(move, m.StepCommitted) else _EVENT[type(move)]
         next_step = move.next_step if isinstance(move, m.StepCommitted) else (
             move.resume_at if isinstance(move, m.Suspended) else None)  # fmt: skip

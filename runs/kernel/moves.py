@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from uuid import UUID
 
 from runs.kernel.models import AgentEvent, AgentRun
-from runs.kernel.records import LeaseGrant
+from runs.kernel.records import Ending, LeaseGrant
 from runs.kernel.state import EncodedState
 
 R = TypeVar("R")
@@ -180,7 +180,7 @@ class Suspended(Move["int | None"]):
 
 
 @dataclass(frozen=True, slots=True)
-class Completed(Move["int | None"]):
+class Completed(Move[Ending | None]):
     held: Held
     state: EncodedState
     step_id: str

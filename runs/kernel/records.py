@@ -51,3 +51,13 @@ class OperationRow:
     tool_name: str = ""
     started_at: datetime | None = None
     call_deadline_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A run's completion as written: the seq of its event, and whether the run answered a turn (an
+    assistant message) before it; None where the commit could not say (behind a transaction pooler its
+    function returns the seq alone)."""
+
+    seq: int
+    answered: bool | None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar, overload
 from uuid import UUID
 
 from django.conf import settings
@@ -24,7 +24,7 @@ from runs.kernel._sql import langgraph as lg
 from runs.kernel._sql import leases, partitions, runs
 from runs.kernel.models import AgentEvent, AgentRun, ToolOperation
 from runs.kernel.params import TERMINAL, commit_params, json_loaded, json_or_none, webhook_params
-from runs.kernel.records import LeaseGrant
+from runs.kernel.records import Ending, LeaseGrant
 
 R = TypeVar("R")
 _Handler = Callable[[Any], Any]
@@ -39,9 +39,13 @@ def _handles(kind: type[m.Move[R]]) -> Callable[[Callable[[Any], R]], Callable[[
     return register
 
 
-def apply(move: m.Move[R]) -> R:
+@overload
+def apply(move: m.WorkerMove) -> int | Ending | None: ...  # a lease holder's move, whichever it is
+@overload
+def apply(move: m.Move[R]) -> R: ...
+def apply(move: m.Move[Any]) -> Any:
     """Write the move, or nothing if its fence no longer holds (None / False / 0 / []: see the move)."""
-    return cast(R, _HANDLERS[type(move)](move))
+    return _HANDLERS[type(move)](move)
 
 
 # --- starting ---------------------------------------------------------------------------------------
@@ -188,21 +192,27 @@ def _commit_span(kw: dict[str, Any]) -> dict[str, Any]:
 
 
 @traced("keeper.commit", _commit_span)
-def _commit_statement(*, params: dict[str, Any]) -> int | None:
+def _commit_statement(*, params: dict[str, Any]) -> tuple[int, bool | None] | None:
+    """The event's seq, and for a run that ends whether it answered a turn (None if not asked)."""
     if not settings.KEEPER_PREPARED_STATEMENTS:
         statement = runs.COMMIT_CALL  # the function picks the statement for the step's end
     elif params["status"] in TERMINAL:
-        statement = runs.COMMIT_ENDS
+        ended = runs.COMMIT_ENDS.first_row_of(params)
+        return None if ended is None else (int(ended[0]), bool(ended[1]))
     else:
         statement = runs.COMMIT_OUTBOX if params["webhook"] else runs.COMMIT
     seq = statement.first_value_of(params)
-    return None if seq is None else int(seq)
+    return None if seq is None else (int(seq), None)
 
 
-def _commit(move: m.WorkerMove) -> int | None:
+def _commit(move: m.WorkerMove) -> int | Ending | None:
     params = commit_params(move)
     params.update(webhook_params(params["status"], params["suspend_reason"], json_loaded(params["result"])))
-    return _commit_statement(params=params)
+    written = _commit_statement(params=params)
+    if written is None:
+        return None
+    seq, answered = written
+    return Ending(seq, answered) if isinstance(move, m.Completed) else seq
 
 
 for _kind in (m.StepCommitted, m.Suspended, m.Completed, m.Failed, m.StepErrored, m.ResumeVerified,

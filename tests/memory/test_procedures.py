@@ -261,3 +261,33 @@ def test_only_a_run_that_answered_a_turn_is_sent_to_learn_when_it_finishes(tenan
     # A run of steps with no conversation would cost a learning task each for nothing to learn.
     assert run_answered(run_id=answered.run_id) is True
     assert run_answered(run_id=countdown.run_id) is False
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "behind-a-pooler"])
+def test_the_completing_commit_says_whether_the_run_answered_and_the_worker_sends_it_to_learn(
+    tenant, settings, prepared
+):
+    from tests.broker import task_queued
+    from workers.tasks import advance_run
+
+    settings.KEEPER_PREPARED_STATEMENTS = prepared  # without: the commit runs in a function
+    answered, silent = (
+        run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t").run
+        for _ in range(2)
+    )
+    _append(tenant, answered, "assistant_message", "a-1", {"content": "On it."})
+    assert run_advance(run_id=silent.run_id, sliced=True).answered is (False if prepared else None)
+    ended = run_advance(run_id=answered.run_id, sliced=True)
+    assert (ended.status, ended.answered) == ("completed", True if prepared else None)
+    assert AgentEvent.objects.filter(run_id=answered.run_id, event_type="assistant_message").count() == 1
+
+    # The worker's task: the answer from the commit, or (behind a pooler) from one read.
+    again = [
+        run_start(tenant=tenant, workflow_name="demo.countdown", input={"n": 1}, actor="t").run
+        for _ in range(2)
+    ]
+    _append(tenant, again[0], "assistant_message", "a-2", {"content": "Done."})
+    for run in again:
+        advance_run(str(run.run_id))
+    assert [AgentRun.objects.get(run_id=r.run_id).status for r in again] == ["completed", "completed"]
+    assert tuple(task_queued("workers.tasks.learn_procedures", r.run_id) for r in again) == (True, False)

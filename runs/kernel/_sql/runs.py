@@ -117,13 +117,22 @@ COMMIT_TYPES = {
 _HOOK_TYPES = {"webhook", "webhook_status", "webhook_reason"}
 _PLAIN_TYPES = {k: v for k, v in COMMIT_TYPES.items() if k not in _HOOK_TYPES}
 _ENDS_SQL = moving(_COMMIT_UPDATE, _COMMIT_EVENT, outbox=True, parent=True)  # a run ending
+# A run that ends also says whether it answered a turn before (an assistant message: only such a run
+# has procedures to learn), in the same round trip. Its events are all in its own partition.
+_ANSWERED = """EXISTS (SELECT 1 FROM agent_events a
+                 WHERE a.tenant_id = agent_events.tenant_id AND a.run_id = agent_events.run_id
+                   AND a.run_created_at = agent_events.run_created_at AND a.event_type = 'assistant_message')"""
 _OUTBOX_SQL = moving(_COMMIT_UPDATE, _COMMIT_EVENT, outbox=True)  # an event subscribers hear of
 _PLAIN_SQL = moving(_COMMIT_UPDATE, _COMMIT_EVENT)
 COMMIT = wire.Statement.named("keeper_commit_step", _PLAIN_SQL, _PLAIN_TYPES)
 COMMIT_OUTBOX = wire.Statement.named("keeper_commit_step_outbox", _OUTBOX_SQL, COMMIT_TYPES)
-COMMIT_ENDS = wire.Statement.named("keeper_commit_step_ends", _ENDS_SQL, COMMIT_TYPES)
+COMMIT_ENDS = wire.Statement.named(
+    "keeper_commit_step_ends",
+    moving(_COMMIT_UPDATE, _COMMIT_EVENT, returning=f"seq, {_ANSWERED}", outbox=True, parent=True),
+    COMMIT_TYPES,
+)
 # Where statements cannot be prepared (behind a transaction pooler), the same three statements run
-# inside a PL/pgSQL function: the server keeps a function's plans for the session whatever the client
+# (returning the seq alone) inside a PL/pgSQL function: the server keeps a function's plans for the session whatever the client
 # may prepare. Sent unprepared, a statement was parsed and planned on every step, at about half the
 # commits per second; prepared, the statement itself saves the function call.
 COMMIT_FUNCTION = plpgsql_function(
