@@ -27,6 +27,7 @@ from core.db import wire
 from core.digests import json_digest
 from core.errors import Conflict, InvalidInput, NotFound
 from core.tenancy import tenant_bind
+from runs.conversations.procedures import run_completed_learn
 from runs.engine.registry import Workflow, registry
 from runs.engine.resume import WorkerLookups, resume_in_doubt, resume_verify
 from runs.external.models import ExternalWorkflow
@@ -467,6 +468,8 @@ def external_commit(
             _fenced(run, lease, expected_revision)
             raise lost(run, lease)
         seq = written.seq if isinstance(written, Ending) else written
+        if isinstance(written, Ending):  # as Keeper's own worker does for a run it completes
+            run_completed_learn(run_id=run.run_id, tenant_id=lease.tenant_id, answered=written.answered)
         event_type = move.event_type if isinstance(move, m.StepCommitted) else _EVENT[type(move)]
         next_step = move.next_step if isinstance(move, m.StepCommitted) else (
             move.resume_at if isinstance(move, m.Suspended) else None)  # fmt: skip

@@ -677,3 +677,34 @@ def test_an_unknown_workflow_is_refused_naming_the_tenants_outside_workflows_too
     answer = api.post("/api/v1/runs/", {"workflow": "ext.refnud", "input": {}}, format="json")
     assert answer.status_code == 422 and answer.json()["error"]["code"] == "unknown_workflow"
     assert "outside workflows: ext.refund" in answer.json()["error"]["message"]
+
+
+def test_a_run_an_outside_worker_completes_is_sent_to_learn_if_it_answered_as_keepers_own_are(
+    api, workflow, tenant, settings
+):
+    from runs.conversations.messages import conversation_append
+    from tests.broker import task_queued
+
+    sent = {}
+    # Behind a transaction pooler the commit runs in a function, which cannot say: one read asks.
+    for prepared, answers in ((True, True), (True, False), (False, True), (False, False)):
+        settings.KEEPER_PREPARED_STATEMENTS = prepared
+        run_id = _start(api, f"o-{len(sent)}")
+        if answers:
+            conversation_append(
+                tenant=tenant,
+                run_id=uuid.UUID(run_id),
+                event_type="assistant_message",
+                client_message_id="a-1",
+                body={"content": "Looking into your refund."},
+                actor="client",
+            )
+        w = f"/api/v1/workers/runs/{run_id}/"
+        c = _claim(api).json()
+        assert c["run_id"] == run_id and _commit_next(api, w, c).status_code == 200
+        c = _claim(api).json()
+        body = {"lease_token": c["lease_token"], "expected_revision": c["revision"], "state": c["state"]}
+        done = api.post(w + "commit", {**body, "complete": {"result": {"refunded": True}}}, format="json")
+        assert done.status_code == 200 and done.json()["status"] == "completed", done.content
+        sent[prepared, answers] = task_queued("workers.tasks.learn_procedures", run_id)
+    assert sent == {(True, True): True, (True, False): False, (False, True): True, (False, False): False}
