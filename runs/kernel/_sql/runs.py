@@ -132,9 +132,9 @@ COMMIT_ENDS = wire.Statement.named(
     COMMIT_TYPES,
 )
 # Where statements cannot be prepared (behind a transaction pooler), the same three statements run
-# (returning the seq alone) inside a PL/pgSQL function: the server keeps a function's plans for the session whatever the client
-# may prepare. Sent unprepared, a statement was parsed and planned on every step, at about half the
-# commits per second; prepared, the statement itself saves the function call.
+# inside a PL/pgSQL function, which returns the seq alone: the server keeps a function's plans for
+# the session whatever the client may prepare. Sent unprepared, a statement was parsed and planned on
+# every step, at about half the commits per second; prepared, the statement itself saves the call.
 COMMIT_FUNCTION = plpgsql_function(
     "keeper_commit_step",
     COMMIT_TYPES,
