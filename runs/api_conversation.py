@@ -10,7 +10,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import ClosedSerializer, QuerySerializer, StrictBooleanField, StrictCharField, error_responses
+from core.api import (
+    ClosedSerializer,
+    QuerySerializer,
+    StrictBooleanField,
+    StrictCharField,
+    StrictIntegerField,
+    error_responses,
+)
 from core.api_auth import request_actor
 from core.roles import ENGINEER, SUPPORT
 from runs.api import EVENTS_PAGE, EventOutputSerializer, run_for_request
@@ -32,6 +39,8 @@ class RunMessagesApi(APIView):
         tool = StrictCharField(max_length=200, required=False)
         arguments = serializers.JSONField(required=False)
         is_error = StrictBooleanField(required=False, default=False)
+        # An assistant_message's answer to a user message of the run (its seq): a turn procedures learn.
+        in_reply_to = StrictIntegerField(min_value=1, required=False)
 
     class FilterSerializer(QuerySerializer):
         after_seq = serializers.IntegerField(min_value=0, default=0)

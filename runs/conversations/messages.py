@@ -49,6 +49,10 @@ def _payload(
     if not isinstance(client_message_id, str) or not 0 < len(client_message_id) <= 200:
         raise InvalidInput("client_message_id must be 1 to 200 characters", code="invalid_client_message_id")
     payload: dict[str, Any] = {"client_message_id": client_message_id}
+    if "in_reply_to" in body and event_type != "assistant_message":
+        raise InvalidInput(
+            "only an assistant_message answers a message (in_reply_to)", code="invalid_in_reply_to"
+        )
     if event_type in ("user_message", "assistant_message"):
         content = body.get("content")
         if not isinstance(content, str) or not content.strip():
@@ -59,6 +63,13 @@ def _payload(
                 "results or retrieval sources",
                 code="message_too_long",
             )
+        if "in_reply_to" in body:  # the user message it answers, as its seq: a turn procedures learn from
+            asked = body["in_reply_to"]
+            if type(asked) is not int or asked < 1:
+                raise InvalidInput(
+                    "in_reply_to must be the seq of a user message", code="invalid_in_reply_to"
+                )
+            payload["in_reply_to"] = asked
         return {**payload, "content": content}
     call_id, tool = body.get("call_id"), body.get("tool")
     if not isinstance(call_id, str) or not call_id or not isinstance(tool, str) or not tool:
@@ -94,6 +105,16 @@ def conversation_append(
     )
     if workflow is not None:
         registry.refuse_outside(workflow_name=workflow, run_id=run_id, action="sent messages")
+    asked = payload.get("in_reply_to")
+    if (
+        asked is not None
+        and not AgentEvent.objects.filter(
+            tenant_id=tenant.tenant_id, run_id=run_id, seq=asked, event_type="user_message"
+        ).exists()
+    ):
+        raise InvalidInput(
+            f"in_reply_to {asked} is not a user message of run {run_id}", code="invalid_in_reply_to"
+        )
     existing = AgentEvent.objects.filter(
         tenant_id=tenant.tenant_id, run_id=run_id, client_message_id=client_message_id
     ).first()

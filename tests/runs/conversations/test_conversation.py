@@ -265,3 +265,44 @@ def test_concurrent_appends_and_transitions_leave_no_gap_in_the_log(tenant) -> N
     run.refresh_from_db()
     seqs = list(AgentEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(1, run.state_revision + 1)) and len(seqs) == 10
+
+
+def test_an_assistant_message_may_name_the_user_message_it_answers_and_only_one_of_this_run(tenant, chat_run):
+    from core.api_auth import api_key_create
+
+    client = APIClient()
+    client.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {api_key_create(tenant=tenant, name='t', scope='write').plaintext}"
+    )
+    url = f"/api/v1/runs/{chat_run.run_id}/messages/"
+    asked = client.post(
+        url, {"type": "user_message", "client_message_id": "m-1", "content": "hi"}, format="json"
+    )
+    call = client.post(
+        url, {"type": "tool_call", "client_message_id": "c-1", "call_id": "1", "tool": "t"}, format="json"
+    )
+    other = run_start(tenant=tenant, workflow_name="conversation", input={}, actor="t").run
+    elsewhere = _say(tenant, other, "m-9", "a question of another run").event.seq
+    answer = {"type": "assistant_message", "client_message_id": "a-1", "content": "hello"}
+    for reply_to, why in (
+        (call.json()["seq"], "a tool call"),
+        (999, "no such event"),
+        (elsewhere + 100, "another run's"),
+        (0, "not a seq"),
+        ("two", "not a number"),
+    ):
+        refused = client.post(url, {**answer, "in_reply_to": reply_to}, format="json")
+        assert refused.status_code in (400, 422) and refused.json()["error"], why
+    on_a_question = client.post(
+        url,
+        {"type": "user_message", "client_message_id": "m-2", "content": "?", "in_reply_to": 2},
+        format="json",
+    )
+    assert on_a_question.status_code == 422 and on_a_question.json()["error"]["code"] == "invalid_in_reply_to"
+    said = client.post(url, {**answer, "in_reply_to": asked.json()["seq"]}, format="json")
+    assert said.status_code == 201 and said.json()["payload"]["in_reply_to"] == asked.json()["seq"]
+    again = client.post(url, {**answer, "in_reply_to": asked.json()["seq"]}, format="json")
+    assert again.status_code == 200 and again.json()["seq"] == said.json()["seq"]
+    moved = client.post(url, {**answer, "in_reply_to": call.json()["seq"]}, format="json")
+    assert moved.status_code == 422  # not a user message, whatever the id
+    assert AgentEvent.objects.filter(run=chat_run, event_type="assistant_message").count() == 1

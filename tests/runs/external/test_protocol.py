@@ -708,3 +708,58 @@ def test_a_run_an_outside_worker_completes_is_sent_to_learn_if_it_answered_as_ke
         assert done.status_code == 200 and done.json()["status"] == "completed", done.content
         sent[prepared, answers] = task_queued("workers.tasks.learn_procedures", run_id)
     assert sent == {(True, True): True, (True, False): False, (False, True): True, (False, False): False}
+
+
+def test_a_turn_an_outside_agent_answered_is_learned_when_its_run_completes(api, workflow, tenant):
+    from memory.procedures.models import Procedure, ProcedureSource
+    from tests.broker import task_queued
+    from workers.tasks import learn_procedures
+
+    run_id = _start(api, "o-5")
+    url = f"/api/v1/runs/{run_id}/messages/"
+    asked = api.post(
+        url,
+        {"type": "user_message", "client_message_id": "m-1", "content": "My order arrived broken"},
+        format="json",
+    ).json()["seq"]
+    for n, (tool, arguments) in enumerate(
+        (("lookup_order", {"order_id": "o-5"}), ("refund", {"amount": 25}))
+    ):
+        call = {"call_id": f"c-{n}", "tool": tool}
+        api.post(
+            url,
+            {"type": "tool_call", "client_message_id": f"c-{n}", "arguments": arguments, **call},
+            format="json",
+        )
+        api.post(
+            url,
+            {"type": "tool_result", "client_message_id": f"r-{n}", "content": {"ok": True}, **call},
+            format="json",
+        )
+    said = api.post(
+        url,
+        {
+            "type": "assistant_message",
+            "client_message_id": "a-1",
+            "content": "Refunded.",
+            "in_reply_to": asked,
+        },
+        format="json",
+    )
+    assert said.status_code == 201, said.content
+    w = f"/api/v1/workers/runs/{run_id}/"
+    c = _claim(api).json()
+    assert _commit_next(api, w, c).status_code == 200
+    c = _claim(api).json()
+    body = {"lease_token": c["lease_token"], "expected_revision": c["revision"], "state": c["state"]}
+    assert api.post(w + "commit", {**body, "complete": {"result": {}}}, format="json").status_code == 200
+    assert task_queued("workers.tasks.learn_procedures", run_id)
+    learn_procedures(run_id)  # what the worker that takes the task runs
+    [procedure] = Procedure.objects.filter(tenant=tenant)
+    assert procedure.status == "proposed" and [s["tool"] for s in procedure.steps] == [
+        "lookup_order",
+        "refund",
+    ]
+    assert [(str(s.run_id), s.request_seq) for s in ProcedureSource.objects.filter(procedure=procedure)] == [
+        (run_id, asked)
+    ]
